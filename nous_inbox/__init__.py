@@ -1,0 +1,88 @@
+"""nous_inbox: talk to an AI agent while it is working.
+
+A message sent to a running agent waits in an inbox and joins the run at its next step boundary (or
+its next turn), so the run is redirected instead of restarted, and nothing is lost, even across a
+crash. This module is the public face: it re-exports and defines nothing.
+
+>>> import nous_inbox as ni
+>>> inbox = ni.Inbox().inject("the deploy is frozen").steer("stop and summarize")
+>>> ni.wants_wake(inbox)
+True
+>>> messages, inbox = ni.claim(inbox, "next_step")
+>>> [m.content for m in messages]
+['the deploy is frozen', 'stop and summarize']
+"""
+
+from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError, ReplayError
+from nous_inbox.events import (
+    SCHEMA_VERSION,
+    Event,
+    MessageSent,
+    ModelReplied,
+    ModelRequested,
+    Nudged,
+    QueueClaimed,
+    StepEnded,
+    StepStarted,
+    ToolCalled,
+    ToolReturned,
+    TurnEnded,
+    TurnStarted,
+    Warned,
+)
+from nous_inbox.inbox import (
+    Claimed,
+    Entry,
+    Inbox,
+    Target,
+    claim,
+    count,
+    followup,
+    has_pending,
+    inject,
+    send,
+    steer,
+    wants_wake,
+)
+from nous_inbox.message import Message, Role, ToolCall
+from nous_inbox.session import Session, replay
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Claimed",
+    "ConcurrencyError",
+    "DecodeError",
+    "Entry",
+    "Event",
+    "Inbox",
+    "Message",
+    "MessageSent",
+    "ModelReplied",
+    "ModelRequested",
+    "Nudged",
+    "QueueClaimed",
+    "RecordTooLargeError",
+    "ReplayError",
+    "Role",
+    "Session",
+    "StepEnded",
+    "StepStarted",
+    "Target",
+    "ToolCall",
+    "ToolCalled",
+    "ToolReturned",
+    "TurnEnded",
+    "TurnStarted",
+    "Warned",
+    "claim",
+    "count",
+    "followup",
+    "has_pending",
+    "inject",
+    "replay",
+    "send",
+    "steer",
+    "wants_wake",
+]

@@ -1,0 +1,26 @@
+"""The errors the library raises on purpose, each a subclass of a built-in a caller already catches.
+
+Every error names the problem and the place: the file and line or byte offset of a bad record, the
+stream and sequence number of an event, the path inside a message. None leaves state changed.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConcurrencyError", "DecodeError", "RecordTooLargeError", "ReplayError"]
+
+
+class DecodeError(ValueError):
+    """Bytes that are not a valid inbox, event or log record; the message says what and where."""
+
+
+class RecordTooLargeError(DecodeError):
+    """A record above the configured size limit (16 MiB by default), refused rather than read."""
+
+
+class ReplayError(ValueError):
+    """An event stream that cannot be folded: a gap in sequence numbers, or a claim that does
+    not match the queue it claims. The message names the stream position."""
+
+
+class ConcurrencyError(RuntimeError):
+    """An append whose expected version no longer matches the stream; nothing was written."""

@@ -1,0 +1,193 @@
+"""The one event vocabulary: every change to a session is one of these.
+
+The runner's stream, the log on disk and the input of replay are the same events. Each is a frozen,
+tagged ``msgspec.Struct`` carrying its stream sequence number ``seq`` (1, 2, 3, ... per stream,
+assigned by the store that appends it) and the wall-clock time ``at`` it happened. The tag (the
+``type`` key on the wire) names the event; readers refuse tags they do not know.
+
+>>> import msgspec
+>>> event = MessageSent(target=Target.NEXT_STEP, wakeup=True, message=Message.user("go"), seq=1)
+>>> msgspec.json.encode(event, enc_hook=enc_hook)
+b'{"type":"message_sent","target":"next_step","wakeup":true,"message":{"role":"user","content":"go"},"seq":1}'
+
+Two events change the inbox: ``MessageSent`` and ``QueueClaimed``. A claim records how many
+messages it took so replay can check itself, and it *is* the transcript entry those messages
+become: a crash can leave a message queued or in the transcript, never both, never neither.
+
+The rest are the runner's bookkeeping, in one vocabulary so a UI, the log and replay agree: a turn
+opens (``TurnStarted``), each step asks the model (``StepStarted``, ``ModelRequested``,
+``ModelReplied``), runs tools (``ToolCalled``, ``ToolReturned``) and ends (``StepEnded``); the loop
+may add its own nudge (``Nudged``), and the turn ends with its step count and reason
+(``TurnEnded``). ``Warned`` records a problem the run survived.
+
+Schema evolution: ``SCHEMA_VERSION`` is written in every log header. A field added later always
+has a default, so records written by an older version still decode; a log from a *newer* version
+is refused with a clear error rather than misread.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+import msgspec
+
+from nous_inbox.inbox import Target
+from nous_inbox.message import Message, ToolCall, enc_hook
+
+__all__ = [
+    "EVENT_TYPES",
+    "SCHEMA_VERSION",
+    "Event",
+    "MessageSent",
+    "ModelReplied",
+    "ModelRequested",
+    "Nudged",
+    "QueueClaimed",
+    "StepEnded",
+    "StepStarted",
+    "ToolCalled",
+    "ToolReturned",
+    "TurnEndReason",
+    "TurnEnded",
+    "TurnStarted",
+    "Warned",
+    "enc_hook",
+]
+
+SCHEMA_VERSION: Final = 1
+
+
+class _Base(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True,
+            repr_omit_defaults=True):
+    seq: int = 0
+    at: float = 0.0
+
+
+class MessageSent(_Base, tag="message_sent", frozen=True):
+    """A message was queued on ``target`` (``wakeup``: whether it should wake an idle agent)."""
+
+    target: Target
+    wakeup: bool
+    message: Message
+
+
+class QueueClaimed(_Base, tag="queue_claimed", frozen=True):
+    """Everything queued on ``target`` (``count`` messages) entered the transcript, in order."""
+
+    target: Target
+    count: int
+
+
+class TurnStarted(_Base, tag="turn_started", frozen=True):
+    """Turn number ``turn`` (1, 2, ...) opened; ``reason`` says what opened it ("wake", "prompt")."""
+
+    turn: int
+    reason: str = "wake"
+
+
+class StepStarted(_Base, tag="step_started", frozen=True):
+    """Step ``step`` (1, 2, ...) of turn ``turn`` began: a step is one model request and its tools."""
+
+    turn: int
+    step: int
+
+
+class ModelRequested(_Base, tag="model_requested", frozen=True):
+    """The model was asked, with a transcript of ``messages`` entries."""
+
+    turn: int
+    step: int
+    messages: int
+
+
+class ModelReplied(_Base, tag="model_replied", frozen=True):
+    """The model answered; ``message`` (an assistant message) joins the transcript."""
+
+    turn: int
+    step: int
+    message: Message
+
+
+class ToolCalled(_Base, tag="tool_called", frozen=True):
+    """A tool call the model asked for is about to run."""
+
+    turn: int
+    step: int
+    call: ToolCall
+
+
+class ToolReturned(_Base, tag="tool_returned", frozen=True):
+    """A tool finished (or failed); its ``tool`` message joins the transcript."""
+
+    turn: int
+    step: int
+    message: Message
+
+
+class StepEnded(_Base, tag="step_ended", frozen=True):
+    """Step ``step`` of turn ``turn`` finished."""
+
+    turn: int
+    step: int
+
+
+class Nudged(_Base, tag="nudged", frozen=True):
+    """The loop added a message of its own (a continuation nudge); it joins the transcript.
+
+    Its ``metadata["provenance"]`` says so, unlike a delivered message, which is a plain user
+    message: the words of a person are never attributed to the loop, nor the loop's to a person.
+    """
+
+    turn: int
+    step: int
+    message: Message
+
+
+TurnEndReason = Literal["final", "budget", "cancelled", "error"]
+
+
+class TurnEnded(_Base, tag="turn_ended", frozen=True):
+    """Turn ``turn`` ended after ``steps`` steps, for ``reason``."""
+
+    turn: int
+    steps: int
+    reason: TurnEndReason
+    error: str | None = None
+
+
+class Warned(_Base, tag="warned", frozen=True):
+    """Something went wrong that the run survived (a failing message source, a capped budget)."""
+
+    text: str
+
+
+Event = (
+    MessageSent
+    | QueueClaimed
+    | TurnStarted
+    | StepStarted
+    | ModelRequested
+    | ModelReplied
+    | ToolCalled
+    | ToolReturned
+    | StepEnded
+    | Nudged
+    | TurnEnded
+    | Warned
+)
+"""Any event of the vocabulary (a tagged union msgspec decodes by its ``type`` key)."""
+
+EVENT_TYPES: Final[tuple[type[_Base], ...]] = (
+    MessageSent,
+    QueueClaimed,
+    TurnStarted,
+    StepStarted,
+    ModelRequested,
+    ModelReplied,
+    ToolCalled,
+    ToolReturned,
+    StepEnded,
+    Nudged,
+    TurnEnded,
+    Warned,
+)

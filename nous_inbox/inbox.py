@@ -1,0 +1,425 @@
+"""Inbox: two ordered queues of messages waiting to enter a run.
+
+A run in progress is usually unreachable: a message sent to it is dropped, queued behind the whole
+run, or it cancels the work. An inbox is the third way. A run claims from it at two boundaries,
+once when a turn opens (``next_turn``) and again at every step boundary, right before the model
+request (``next_step``), so a message that arrives mid-run joins the *next* request.
+
+``send(message, target, wakeup)`` is the primitive; three presets name the useful combinations:
+
+=============  =============  =====================  ===============================================
+preset         target         wakes an idle agent?   meaning
+=============  =============  =====================  ===============================================
+``followup``   ``next_turn``  yes                    answer this after you finish what you are doing
+``steer``      ``next_step``  yes                    read this before your next model request
+``inject``     ``next_step``  no                     have this to hand *if* you make another request
+=============  =============  =====================  ===============================================
+
+>>> inbox = Inbox().inject("recall: the deploy is frozen").steer("stop and summarize")
+>>> inbox.wants_wake()
+True
+>>> claimed, inbox = inbox.claim("next_step")
+>>> [m.content for m in claimed]
+['recall: the deploy is frozen', 'stop and summarize']
+>>> inbox.has_pending()
+False
+
+The value is immutable and persistent: every operation returns a new inbox and leaves the old one
+usable, and equal contents mean equal values and equal hashes.
+
+Design notes. Each queue is a ``pyrsistent.pvector`` of ``(message, wakeup)`` entries, and the
+inbox also keeps how many entries of each queue asked for a wake. So ``count``, ``has_pending`` and
+``wants_wake`` read two integers, and ``claim`` hands back the drained vector itself behind a
+read-only view: none of them grows with the queue. The wake intent belongs to each entry, not to
+the inbox, because it must survive being queued: a steer that lands after a run's last claim is
+still pending when the run ends, and that entry is what says a new run is owed.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Sequence
+from typing import Any, Final, overload
+
+import msgspec
+from pyrsistent import PVector, pvector
+
+from nous_inbox.errors import DecodeError
+from nous_inbox.message import Message, enc_hook
+
+__all__ = [
+    "Claimed",
+    "Entry",
+    "Inbox",
+    "Target",
+    "as_message",
+    "as_target",
+    "claim",
+    "count",
+    "followup",
+    "has_pending",
+    "inject",
+    "send",
+    "steer",
+    "wants_wake",
+]
+
+
+class Target(enum.StrEnum):
+    """Which boundary a message waits for. Plain strings ``"next_turn"``/``"next_step"`` work too."""
+
+    NEXT_TURN = "next_turn"
+    NEXT_STEP = "next_step"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+Entry = tuple[Message, bool]
+"""One queued message plus the wake intent of the send that queued it."""
+
+_NO_ENTRIES: Final[PVector[Any]] = pvector()
+_TURN: Final = Target.NEXT_TURN
+_STEP: Final = Target.NEXT_STEP
+
+
+def as_target(target: object) -> Target:
+    """Normalize ``target`` to a :class:`Target`, or raise ``ValueError`` naming the choices.
+
+    >>> as_target("next_step") is Target.NEXT_STEP
+    True
+    >>> as_target("later")
+    Traceback (most recent call last):
+    ...
+    ValueError: target must be 'next_turn' or 'next_step', got 'later'
+    """
+    if target is _STEP or target is _TURN:
+        return target
+    if target == "next_step":
+        return _STEP
+    if target == "next_turn":
+        return _TURN
+    raise ValueError(f"target must be 'next_turn' or 'next_step', got {target!r}")
+
+
+def as_message(message: object) -> Message:
+    """A ``Message`` passes through untouched; a ``str`` becomes a user message; else TypeError.
+
+    >>> as_message("hi") == Message.user("hi")
+    True
+    >>> as_message(42)
+    Traceback (most recent call last):
+    ...
+    TypeError: message must be a Message or a str, got int
+    """
+    if type(message) is Message:
+        return message
+    if isinstance(message, str):
+        return Message.user(message)
+    if isinstance(message, Message):
+        return message
+    raise TypeError(f"message must be a Message or a str, got {type(message).__name__}")
+
+
+class Claimed(Sequence[Message]):
+    """The messages one claim took, in send order: a read-only sequence.
+
+    It wraps the drained queue without copying it, which is why a claim costs the same whether
+    one message or a hundred thousand were waiting. It compares equal to any sequence holding
+    the same messages.
+
+    >>> claimed, _ = Inbox().steer("a").steer("b").claim("next_step")
+    >>> len(claimed), claimed[0].content, claimed == [Message.user("a"), Message.user("b")]
+    (2, 'a', True)
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: PVector[Any] = _NO_ENTRIES) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
+        if isinstance(index, slice):
+            return Claimed(self._entries[index])
+        message: Message = self._entries[index][0]
+        return message
+
+    def __iter__(self) -> Iterator[Message]:
+        for message, _ in self._entries:
+            yield message
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Claimed):
+            return [m for m, _ in self._entries] == [m for m, _ in other._entries]
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Claimed({list(self)!r})"
+
+
+_NOTHING_CLAIMED: Final = Claimed()
+
+
+class _WireEntry(msgspec.Struct, frozen=True):
+    message: Message
+    wakeup: bool
+
+
+class _WireInbox(msgspec.Struct, frozen=True):
+    next_turn: list[_WireEntry] = []
+    next_step: list[_WireEntry] = []
+
+
+_json_encoder: Final = msgspec.json.Encoder(enc_hook=enc_hook)
+_msgpack_encoder: Final = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+_json_decoder: Final = msgspec.json.Decoder(_WireInbox)
+_msgpack_decoder: Final = msgspec.msgpack.Decoder(_WireInbox)
+
+
+class Inbox(msgspec.Struct, frozen=True):
+    """The two-queue value. Every method returns a new inbox; the receiver is never changed.
+
+    >>> Inbox() == Inbox.new()
+    True
+    >>> a = Inbox().followup("later")
+    >>> b = a.steer("now")
+    >>> a.count(), b.count(), b.count("next_step")
+    (1, 2, 1)
+    """
+
+    _turn: PVector[Any] = _NO_ENTRIES
+    _step: PVector[Any] = _NO_ENTRIES
+    _turn_wakes: int = 0
+    _step_wakes: int = 0
+
+    @classmethod
+    def new(cls) -> Inbox:
+        """An empty inbox (the same as ``Inbox()``)."""
+        return _EMPTY_INBOX
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    def send(self, message: Message | str, target: Target | str, wakeup: bool) -> Inbox:
+        """Queue ``message`` on ``target``, recording whether it should wake an idle agent.
+
+        The primitive behind the presets. A ``str`` becomes ``Message.user(str)``; a ``Message``
+        passes through untouched. A bad target is a ``ValueError``; a non-bool ``wakeup`` or a
+        message of another type is a ``TypeError``. On error the inbox is unchanged (it always is).
+
+        >>> Inbox().send("hi", "next_step", False).wants_wake()
+        False
+        >>> Inbox().send("hi", "next_step", 1)
+        Traceback (most recent call last):
+        ...
+        TypeError: wakeup must be a bool, got int
+        """
+        message = as_message(message)
+        where = as_target(target)
+        if type(wakeup) is not bool:
+            raise TypeError(f"wakeup must be a bool, got {type(wakeup).__name__}")
+        entry = (message, wakeup)
+        if where is _STEP:
+            return Inbox(self._turn, self._step.append(entry), self._turn_wakes,
+                         self._step_wakes + wakeup)
+        return Inbox(self._turn.append(entry), self._step, self._turn_wakes + wakeup,
+                     self._step_wakes)
+
+    def followup(self, message: Message | str) -> Inbox:
+        """Queue for the next **turn**, waking an idle agent: "answer this after you finish"."""
+        if type(message) is not Message:
+            message = as_message(message)
+        return Inbox(self._turn.append((message, True)), self._step, self._turn_wakes + 1,
+                     self._step_wakes)
+
+    def steer(self, message: Message | str) -> Inbox:
+        """Queue for the next **step**, waking an idle agent: "read this before your next request"."""
+        if type(message) is not Message:
+            message = as_message(message)
+        return Inbox(self._turn, self._step.append((message, True)), self._turn_wakes,
+                     self._step_wakes + 1)
+
+    def inject(self, message: Message | str) -> Inbox:
+        """Queue for the next **step** without waking: context for a request the agent makes anyway.
+
+        >>> Inbox().inject("fyi").wants_wake()
+        False
+        """
+        if type(message) is not Message:
+            message = as_message(message)
+        return Inbox(self._turn, self._step.append((message, False)), self._turn_wakes,
+                     self._step_wakes)
+
+    # -- claiming --------------------------------------------------------------------------------
+
+    def claim(self, target: Target | str) -> tuple[Claimed, Inbox]:
+        """Take everything queued on ``target``, in send order, and return the drained inbox.
+
+        The other queue is untouched; an empty claim returns an empty sequence and this same
+        inbox.
+
+        >>> inbox = Inbox().followup("later").steer("now")
+        >>> claimed, inbox = inbox.claim("next_turn")
+        >>> [m.content for m in claimed], inbox.has_pending("next_step")
+        (['later'], True)
+        """
+        where = as_target(target)
+        if where is _STEP:
+            if not self._step:
+                return _NOTHING_CLAIMED, self
+            return Claimed(self._step), Inbox(self._turn, _NO_ENTRIES, self._turn_wakes, 0)
+        if not self._turn:
+            return _NOTHING_CLAIMED, self
+        return Claimed(self._turn), Inbox(_NO_ENTRIES, self._step, 0, self._step_wakes)
+
+    # -- asking ----------------------------------------------------------------------------------
+
+    def wants_wake(self) -> bool:
+        """Whether any queued entry, in either queue, asked for a wake (Nous's ``wake?``).
+
+        The question an idle agent's owner asks when a message arrives and again when a run ends.
+
+        >>> Inbox().inject("fyi").steer("go").wants_wake()
+        True
+        """
+        return self._turn_wakes > 0 or self._step_wakes > 0
+
+    def has_pending(self, target: Target | str | None = None) -> bool:
+        """Whether anything is queued on ``target``, or on either queue when ``target`` is None."""
+        if target is None:
+            return bool(self._turn) or bool(self._step)
+        return bool(self._step if as_target(target) is _STEP else self._turn)
+
+    def count(self, target: Target | str | None = None) -> int:
+        """How many messages are queued on ``target``, or on both queues when it is None."""
+        if target is None:
+            return len(self._turn) + len(self._step)
+        return len(self._step if as_target(target) is _STEP else self._turn)
+
+    def entries(self, target: Target | str) -> Sequence[Entry]:
+        """The ``(message, wakeup)`` entries queued on ``target``, in send order, without claiming.
+
+        >>> Inbox().inject("a").steer("b").entries("next_step")
+        pvector([(Message(role='user', content='a'), False), (Message(role='user', content='b'), True)])
+        """
+        entries: Sequence[Entry] = self._step if as_target(target) is _STEP else self._turn
+        return entries
+
+    def __repr__(self) -> str:
+        turn = [(m.content, w) for m, w in self._turn]
+        step = [(m.content, w) for m, w in self._step]
+        return f"Inbox(next_turn={turn!r}, next_step={step!r})"
+
+    # -- serialization ---------------------------------------------------------------------------
+
+    def _wire(self) -> _WireInbox:
+        return _WireInbox(
+            [_WireEntry(m, w) for m, w in self._turn], [_WireEntry(m, w) for m, w in self._step]
+        )
+
+    def to_json(self) -> bytes:
+        """Serialize to JSON bytes; ``Inbox.from_json`` gives back an equal inbox, wake flags too.
+
+        >>> Inbox().inject("fyi").to_json()
+        b'{"next_turn":[],"next_step":[{"message":{"role":"user","content":"fyi"},"wakeup":false}]}'
+        """
+        return _json_encoder.encode(self._wire())
+
+    def to_msgpack(self) -> bytes:
+        """Serialize to compact MessagePack bytes; ``Inbox.from_msgpack`` reads them back."""
+        return _msgpack_encoder.encode(self._wire())
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Inbox:
+        """Read an inbox written by ``to_json``. Bad bytes raise ``DecodeError`` saying where.
+
+        >>> Inbox.from_json(Inbox().steer("x").to_json()) == Inbox().steer("x")
+        True
+        >>> Inbox.from_json(b'{"next_step": [{"message": {"role": "user", "content": 7}, "wakeup": true}]}')
+        Traceback (most recent call last):
+        ...
+        nous_inbox.errors.DecodeError: invalid inbox JSON: Expected `str`, got `int` - at `$.next_step[0].message.content`
+        """
+        return cls._from_wire(data, _json_decoder, "JSON")
+
+    @classmethod
+    def from_msgpack(cls, data: bytes) -> Inbox:
+        """Read an inbox written by ``to_msgpack``. Bad bytes raise ``DecodeError`` saying where."""
+        return cls._from_wire(data, _msgpack_decoder, "MessagePack")
+
+    @classmethod
+    def _from_wire(cls, data: Any, decoder: Any, fmt: str) -> Inbox:
+        if not isinstance(data, (bytes, bytearray, memoryview, str)):
+            raise TypeError(f"Inbox.from_{fmt.lower()} needs bytes, got {type(data).__name__}")
+        try:
+            wire: _WireInbox = decoder.decode(data)
+        except (msgspec.DecodeError, TypeError, ValueError) as exc:
+            raise DecodeError(f"invalid inbox {fmt}: {exc}") from None
+        turn = pvector([(e.message, e.wakeup) for e in wire.next_turn])
+        step = pvector([(e.message, e.wakeup) for e in wire.next_step])
+        return cls(
+            turn, step, sum(e.wakeup for e in wire.next_turn), sum(e.wakeup for e in wire.next_step)
+        )
+
+
+_EMPTY_INBOX: Final = Inbox()
+
+
+# -- pipeline style: module functions mirroring the methods -----------------------------------------
+
+
+def send(inbox: Inbox, message: Message | str, target: Target | str, wakeup: bool) -> Inbox:
+    """``inbox.send(message, target, wakeup)``, for pipeline style.
+
+    >>> wants_wake(send(Inbox(), "hi", "next_step", False))
+    False
+    """
+    return inbox.send(message, target, wakeup)
+
+
+def followup(inbox: Inbox, message: Message | str) -> Inbox:
+    """``inbox.followup(message)``: next turn, wakes."""
+    return inbox.followup(message)
+
+
+def steer(inbox: Inbox, message: Message | str) -> Inbox:
+    """``inbox.steer(message)``: next step, wakes."""
+    return inbox.steer(message)
+
+
+def inject(inbox: Inbox, message: Message | str) -> Inbox:
+    """``inbox.inject(message)``: next step, no wake."""
+    return inbox.inject(message)
+
+
+def claim(inbox: Inbox, target: Target | str) -> tuple[Claimed, Inbox]:
+    """``inbox.claim(target)``: ``(messages, drained_inbox)``."""
+    return inbox.claim(target)
+
+
+def wants_wake(inbox: Inbox) -> bool:
+    """``inbox.wants_wake()``: whether any queued entry asked for a wake."""
+    return inbox.wants_wake()
+
+
+def has_pending(inbox: Inbox, target: Target | str | None = None) -> bool:
+    """``inbox.has_pending(target)``."""
+    return inbox.has_pending(target)
+
+
+def count(inbox: Inbox, target: Target | str | None = None) -> int:
+    """``inbox.count(target)``."""
+    return inbox.count(target)

@@ -1,0 +1,237 @@
+"""Message: the one thing a queue holds.
+
+A message is a plain, immutable value: a role, some text, and optionally a name, JSON-able
+metadata, the tool calls an assistant asked for, or the id of the call a tool message answers.
+Because a message may be written to a log and read back after a restart, nothing enters one that
+cannot be serialized: a lock, a function or a socket anywhere inside ``metadata`` is refused when
+the message is built, with an error that names the path to the offending value.
+
+>>> m = Message.user("check the staging log instead", metadata={"from": "leo"})
+>>> m.role, m.content
+('user', 'check the staging log instead')
+>>> m.metadata == {"from": "leo"}
+True
+>>> m == Message.user("check the staging log instead", metadata={"from": "leo"})
+True
+>>> Message.user("x", metadata={"lock": object()})
+Traceback (most recent call last):
+...
+TypeError: Message.metadata['lock']: object is not JSON-able (allowed: None, bool, int, float, str, list, tuple, dict with str keys)
+
+Design notes: ``Message`` is a frozen ``msgspec.Struct`` rather than an ``attrs`` class because it
+is built once per send and decoded once per event on replay, and a Struct is both cheaper to build
+and decoded natively by msgspec. Nested containers are frozen with pyrsistent (``pmap`` and
+``pvector``) so a message is hashable, and they compare equal to the dicts and lists given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal
+
+import msgspec
+from pyrsistent import PMap, PVector, pmap, pvector
+
+__all__ = ["ROLES", "Message", "Role", "ToolCall", "enc_hook", "freeze_json", "thaw_json"]
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
+
+_EMPTY: Final[PMap[str, Any]] = pmap()
+_set = msgspec.structs.force_setattr
+
+
+def freeze_json(value: Any, path: str) -> Any:
+    """Return ``value`` as an immutable JSON-able tree, or raise naming ``path``.
+
+    Dicts become ``pmap``s and lists or tuples become ``pvector``s; scalars pass through. Anything
+    else (and any non-``str`` key, or a float that JSON cannot carry) is a ``TypeError`` or
+    ``ValueError`` whose message starts with ``path`` so the caller sees exactly where.
+
+    >>> freeze_json({"a": [1, {"b": None}]}, "x") == {"a": [1, {"b": None}]}
+    True
+    >>> freeze_json({"a": float("nan")}, "x")
+    Traceback (most recent call last):
+    ...
+    ValueError: x['a']: nan cannot be serialized (JSON has no NaN or infinity)
+    """
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: {value!r} cannot be serialized (JSON has no NaN or infinity)")
+        return value
+    if isinstance(value, Mapping):
+        items = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{path}: key {key!r} is {type(key).__name__}, keys must be str")
+            items[key] = freeze_json(item, f"{path}[{key!r}]")
+        return pmap(items)
+    if isinstance(value, (list, tuple, PVector)):
+        return pvector([freeze_json(item, f"{path}[{i}]") for i, item in enumerate(value)])
+    raise TypeError(
+        f"{path}: {type(value).__name__} is not JSON-able (allowed: None, bool, int, float, str, "
+        "list, tuple, dict with str keys)"
+    )
+
+
+def thaw_json(value: Any) -> Any:
+    """Turn a frozen JSON tree back into plain dicts and lists (for printing or ``json.dumps``).
+
+    >>> thaw_json(freeze_json({"a": [1, 2]}, "x"))
+    {'a': [1, 2]}
+    """
+    if isinstance(value, PMap):
+        return {key: thaw_json(item) for key, item in value.items()}
+    if isinstance(value, PVector):
+        return [thaw_json(item) for item in value]
+    return value
+
+
+def _check_optional_str(value: object, where: str) -> None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{where} must be a str or None, got {type(value).__name__}")
+
+
+def _freeze_mapping(value: object, where: str) -> PMap[str, Any]:
+    if isinstance(value, PMap) and not value:
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{where} must be a mapping, got {type(value).__name__}")
+    if not value:
+        return _EMPTY
+    frozen: PMap[str, Any] = freeze_json(value, where)
+    return frozen
+
+
+class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaults=True):
+    """A tool call an assistant message asks for: which tool, with which arguments.
+
+    ``id`` ties the call to the ``tool`` message that answers it (``Message.tool(..., call_id)``).
+
+    >>> call = ToolCall("c1", "read_file", {"path": "staging.log"})
+    >>> call.arguments == {"path": "staging.log"}
+    True
+    """
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any] = _EMPTY
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not isinstance(self.name, str):
+            raise TypeError(
+                f"ToolCall.id and ToolCall.name must be str, got {type(self.id).__name__} "
+                f"and {type(self.name).__name__}"
+            )
+        _set(self, "arguments", _freeze_mapping(self.arguments, "ToolCall.arguments"))
+
+
+def _tool_calls(value: object) -> tuple[ToolCall, ...]:
+    if value == ():
+        return ()
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise TypeError(
+            f"Message.tool_calls must be a sequence of ToolCall, got {type(value).__name__}"
+        )
+    calls = []
+    for i, call in enumerate(value):
+        if isinstance(call, ToolCall):
+            calls.append(call)
+        elif isinstance(call, Mapping):
+            try:
+                calls.append(ToolCall(**call))
+            except TypeError as exc:
+                raise TypeError(f"Message.tool_calls[{i}]: {exc}") from None
+        else:
+            raise TypeError(
+                f"Message.tool_calls[{i}] must be a ToolCall or a mapping, "
+                f"got {type(call).__name__}"
+            )
+    return tuple(calls)
+
+
+class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaults=True):
+    """One message: what a queue holds and what a transcript is made of.
+
+    Immutable, hashable and equal by value. Build one with a constructor named for its role:
+
+    >>> Message.user("hi")
+    Message(role='user', content='hi')
+    >>> Message.tool("42 lines", "c1").tool_call_id
+    'c1'
+    >>> Message(role="robot", content="hi")
+    Traceback (most recent call last):
+    ...
+    ValueError: Message.role must be one of 'assistant', 'system', 'tool', 'user'; got 'robot'
+    """
+
+    role: Role
+    content: str
+    name: str | None = None
+    metadata: Mapping[str, Any] = _EMPTY
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            choices = ", ".join(repr(r) for r in sorted(ROLES))
+            raise ValueError(f"Message.role must be one of {choices}; got {self.role!r}")
+        if not isinstance(self.content, str):
+            raise TypeError(f"Message.content must be a str, got {type(self.content).__name__}")
+        _check_optional_str(self.name, "Message.name")
+        _check_optional_str(self.tool_call_id, "Message.tool_call_id")
+        _check_optional_str(self.id, "Message.id")
+        metadata = self.metadata
+        if metadata is not _EMPTY:
+            _set(self, "metadata", _freeze_mapping(metadata, "Message.metadata"))
+        calls = self.tool_calls
+        if calls != ():
+            _set(self, "tool_calls", _tool_calls(calls))
+
+    @classmethod
+    def user(cls, content: str, **fields: Any) -> Message:
+        """A person's (or another agent's) words: what ``send`` makes of a plain ``str``."""
+        return cls("user", content, **fields)
+
+    @classmethod
+    def system(cls, content: str, **fields: Any) -> Message:
+        """Instructions for the model."""
+        return cls("system", content, **fields)
+
+    @classmethod
+    def assistant(
+        cls, content: str = "", tool_calls: Iterable[ToolCall | Mapping[str, Any]] = (), **fields: Any
+    ) -> Message:
+        """A model reply: text, tool calls, or both.
+
+        >>> Message.assistant(tool_calls=[{"id": "c1", "name": "ls"}]).tool_calls[0].name
+        'ls'
+        """
+        return cls("assistant", content, tool_calls=_tool_calls(tuple(tool_calls)), **fields)
+
+    @classmethod
+    def tool(cls, content: str, tool_call_id: str, **fields: Any) -> Message:
+        """A tool's result, answering the call whose id is ``tool_call_id``."""
+        return cls("tool", content, tool_call_id=tool_call_id, **fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain-dict form (defaults left out), as it is written to a log.
+
+        >>> Message.user("hi", metadata={"k": [1]}).to_dict()
+        {'role': 'user', 'content': 'hi', 'metadata': {'k': [1]}}
+        """
+        result: dict[str, Any] = msgspec.to_builtins(self, enc_hook=enc_hook)
+        return result
+
+
+def enc_hook(value: Any) -> Any:
+    """msgspec encode hook for the frozen containers a message holds."""
+    if isinstance(value, PMap):
+        return dict(value)
+    if isinstance(value, PVector):
+        return list(value)
+    raise TypeError(f"cannot serialize {type(value).__name__}")
