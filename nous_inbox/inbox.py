@@ -353,17 +353,19 @@ class Inbox(msgspec.Struct, frozen=True):
         ...
         nous_inbox.errors.DecodeError: invalid inbox JSON: Expected `str`, got `int` - at `$.next_step[0].message.content`
         """
+        if not isinstance(data, (bytes, bytearray, memoryview, str)):
+            raise TypeError(f"Inbox.from_json needs bytes or str, got {type(data).__name__}")
         return cls._from_wire(data, _json_decoder, "JSON")
 
     @classmethod
     def from_msgpack(cls, data: bytes) -> Inbox:
         """Read an inbox written by ``to_msgpack``. Bad bytes raise ``DecodeError`` saying where."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"Inbox.from_msgpack needs bytes, got {type(data).__name__}")
         return cls._from_wire(data, _msgpack_decoder, "MessagePack")
 
     @classmethod
     def _from_wire(cls, data: Any, decoder: Any, fmt: str) -> Inbox:
-        if not isinstance(data, (bytes, bytearray, memoryview, str)):
-            raise TypeError(f"Inbox.from_{fmt.lower()} needs bytes, got {type(data).__name__}")
         try:
             wire: _WireInbox = decoder.decode(data)
         except (msgspec.DecodeError, TypeError, ValueError) as exc:

@@ -22,6 +22,8 @@ Design notes: ``Message`` is a frozen ``msgspec.Struct`` rather than an ``attrs`
 is built once per send and decoded once per event on replay, and a Struct is both cheaper to build
 and decoded natively by msgspec. Nested containers are frozen with pyrsistent (``pmap`` and
 ``pvector``) so a message is hashable, and they compare equal to the dicts and lists given.
+"Serializable" means by both log formats, JSON and MessagePack: so integers must fit in 64 bits,
+floats must be finite, and text must have a UTF-8 form (no lone surrogates).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ Role = Literal["system", "user", "assistant", "tool"]
 ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 
 _EMPTY: Final[PMap[str, Any]] = pmap()
+_INT_MIN: Final = -(2**63)
+_INT_MAX: Final = 2**64 - 1
 _set = msgspec.structs.force_setattr
 
 
@@ -56,7 +60,19 @@ def freeze_json(value: Any, path: str) -> Any:
     ...
     ValueError: x['a']: nan cannot be serialized (JSON has no NaN or infinity)
     """
-    if value is None or isinstance(value, (str, bool, int)):
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, str):
+        _check_text(value, path)
+        return value
+    if isinstance(value, int):
+        # MessagePack (the compact log format) carries 64-bit integers only; JSON would accept a
+        # bigger one, so without this check a message could be written to one log and not another.
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise ValueError(
+                f"{path}: {value} cannot be serialized (integers must fit in 64 bits: "
+                f"-2**63 .. 2**64 - 1)"
+            )
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -67,6 +83,7 @@ def freeze_json(value: Any, path: str) -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"{path}: key {key!r} is {type(key).__name__}, keys must be str")
+            _check_text(key, f"{path} key")
             items[key] = freeze_json(item, f"{path}[{key!r}]")
         return pmap(items)
     if isinstance(value, (list, tuple, PVector)):
@@ -90,9 +107,24 @@ def thaw_json(value: Any) -> Any:
     return value
 
 
+def _check_text(value: str, where: str) -> None:
+    # A lone surrogate ('\ud800') is a valid Python str but has no UTF-8 form, so neither JSON nor
+    # MessagePack can write it. isascii() is O(1) in CPython, so the common case costs nothing.
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"{where}: {value[exc.start:exc.end]!r} at index {exc.start} cannot be "
+                "serialized (a lone surrogate has no UTF-8 form)"
+            ) from None
+
+
 def _check_optional_str(value: object, where: str) -> None:
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"{where} must be a str or None, got {type(value).__name__}")
+    if value is not None:
+        if not isinstance(value, str):
+            raise TypeError(f"{where} must be a str or None, got {type(value).__name__}")
+        _check_text(value, where)
 
 
 def _freeze_mapping(value: object, where: str) -> PMap[str, Any]:
@@ -126,6 +158,8 @@ class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaul
                 f"ToolCall.id and ToolCall.name must be str, got {type(self.id).__name__} "
                 f"and {type(self.name).__name__}"
             )
+        _check_text(self.id, "ToolCall.id")
+        _check_text(self.name, "ToolCall.name")
         _set(self, "arguments", _freeze_mapping(self.arguments, "ToolCall.arguments"))
 
 
@@ -143,8 +177,9 @@ def _tool_calls(value: object) -> tuple[ToolCall, ...]:
         elif isinstance(call, Mapping):
             try:
                 calls.append(ToolCall(**call))
-            except TypeError as exc:
-                raise TypeError(f"Message.tool_calls[{i}]: {exc}") from None
+            except (TypeError, ValueError) as exc:
+                # Same error type, with the path inside the message in front of it.
+                raise type(exc)(f"Message.tool_calls[{i}]: {exc}") from None
         else:
             raise TypeError(
                 f"Message.tool_calls[{i}] must be a ToolCall or a mapping, "
@@ -177,11 +212,14 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
     id: str | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.role, str):
+            raise TypeError(f"Message.role must be a str, got {type(self.role).__name__}")
         if self.role not in ROLES:
             choices = ", ".join(repr(r) for r in sorted(ROLES))
             raise ValueError(f"Message.role must be one of {choices}; got {self.role!r}")
         if not isinstance(self.content, str):
             raise TypeError(f"Message.content must be a str, got {type(self.content).__name__}")
+        _check_text(self.content, "Message.content")
         _check_optional_str(self.name, "Message.name")
         _check_optional_str(self.tool_call_id, "Message.tool_call_id")
         _check_optional_str(self.id, "Message.id")
