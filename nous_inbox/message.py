@@ -263,6 +263,9 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
         {'role': 'user', 'content': 'hi', 'metadata': {'k': [1]}}
         """
         result: dict[str, Any] = msgspec.to_builtins(self, enc_hook=enc_hook)
+        if "tool_calls" in result:
+            # to_builtins keeps a tuple a tuple; a log read back holds a list, and so should this.
+            result["tool_calls"] = list(result["tool_calls"])
         return result
 
 
