@@ -1,0 +1,408 @@
+"""An inbox for aimu agents: a host steers a run that is already in progress.
+
+aimu's ``Agent`` asks its ``inbox`` for a reader once per run, as the run starts, and calls that
+reader's drain at every round boundary: whatever the drain returns becomes that round's user
+message, on a model request the run was making anyway. ``AimuInbox`` is such an inbox, built on
+the library's pure two-queue ``Inbox`` value, with the host-side verbs of the rest of the library:
+
+>>> box = AimuInbox()
+>>> drain = box.reader("researcher")        # what an aimu run does as it starts
+>>> box.steer("check the staging log instead", agent="researcher")
+>>> box.inject("fyi: the deploy is frozen")  # no agent: whichever run asks first takes it
+>>> drain()                                  # what the run does at its next round boundary
+['check the staging log instead', 'fyi: the deploy is frozen']
+>>> drain()                                  # a drain hands out only what the run has not had
+[]
+>>> box.followup("then write it up", agent="researcher")
+>>> drain()                                  # a followup waits for the agent's next run
+[]
+>>> box.reader("researcher")()
+['then write it up']
+
+Wiring it into aimu (the adapter never imports aimu; it satisfies aimu's ``Inbox`` protocol by
+shape)::
+
+    mailbox = AimuInbox()
+    agent = Agent(client, name="researcher", tools=[...], inbox=mailbox)
+    threading.Thread(target=agent.run, args=("summarize the logs",)).start()
+    mailbox.steer("check the staging log instead", agent="researcher")
+
+Routing. Each address holds one ``Inbox`` value: one per agent name, and one shared (``agent=None``).
+A run opened as ``reader("a")`` drains the queues addressed to ``"a"`` and the shared ones, never
+another agent's; a shared message goes to the first run whose drain asks for it. Name your agents
+if you route: aimu generates an unguessable name for an agent built without ``name=``.
+
+Order. ``steer`` and ``inject`` queue on ``next_step``, ``followup`` on ``next_turn``. A drain
+returns the turn messages first (the first drain of a run only), then the step messages; within
+each, the agent's own and the shared queue are merged in send order. Each queued message carries
+its send position as ``metadata["nous_inbox.order"]``, which is what makes that merge exact.
+
+Design notes.
+
+* Followups are claimed by the run's *first drain*, not by ``reader()``, and only those sent
+  before the run started: a run that fails before its first round boundary (a model error on the
+  first request) then takes no followup with it. The rare followup that arrives in between is
+  handed back to ``next_turn`` unchanged, in order and with its wake flag, for the next run.
+* Every change takes one lock around the value swap (hosts steer from other threads while the
+  run drains on its own). A drain never waits for a message: it returns ``[]`` when nothing is
+  queued.
+* With a ``store``, each address is the stream ``aimu:<agent>`` (``aimu:*`` for the shared one).
+  Every send appends a ``MessageSent`` and every non-empty claim a ``QueueClaimed`` *before* the
+  value changes, with the stream's expected version, and a new ``AimuInbox`` replays the streams,
+  so nothing queued is lost by a restart. Before claiming, a drain reads what other writers
+  appended, so a message appended by another process reaches the run at its next boundary; a
+  send that lost a race with another writer catches up and retries.
+* aimu does not say at which boundary it drains, so an ``inject`` pending at what would be the
+  final answer extends the run like a ``steer``; the wake flag matters to a host deciding whether
+  to start a run (``wants_wake``). And aimu drains first *after* the run's first reply, so a
+  followup reaches the next run at its first round boundary, not in its first request.
+* A message that lands after a run's last drain (or in a run that ends on its round budget,
+  where aimu does not drain) stays queued, never dropped: a host asks ``wants_wake(agent)`` when
+  a run ends to learn that another run is owed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from typing import Final, Protocol, TypeVar
+
+import msgspec
+
+from nous_inbox.errors import ConcurrencyError
+from nous_inbox.events import Event, MessageSent, QueueClaimed
+from nous_inbox.inbox import Inbox, Target
+from nous_inbox.message import Message
+from nous_inbox.session import Session, replay
+
+__all__ = ["ORDER_KEY", "STREAM_PREFIX", "AimuInbox", "EventStore", "stream_name"]
+
+logger = logging.getLogger(__name__)
+
+STREAM_PREFIX: Final = "aimu:"
+"""Streams an ``AimuInbox`` owns in its store start with this; others are left alone."""
+
+ORDER_KEY: Final = "nous_inbox.order"
+"""The metadata key carrying a queued message's send position (see the module notes)."""
+
+_SHARED_STREAM: Final = STREAM_PREFIX + "*"
+_EMPTY: Final = Inbox()
+_TURN: Final = Target.NEXT_TURN
+_STEP: Final = Target.NEXT_STEP
+# How often a change is retried after another writer moved the stream; each retry first reads
+# what that writer appended, so only a writer appending faster than we can read exhausts it.
+_ATTEMPTS: Final = 8
+
+_T = TypeVar("_T")
+
+
+class EventStore(Protocol):
+    """What ``AimuInbox`` needs of a store: append with an expected version, and read back.
+
+    The stores of ``nous_inbox.store`` fit it; so does any object with these four methods.
+    ``append`` assigns each event its ``seq`` and raises ``ConcurrencyError`` when the stream is
+    no longer at ``expected_version``.
+    """
+
+    def append(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None
+    ) -> Sequence[Event]: ...
+
+    def read(self, stream: str, after: int = 0) -> Iterable[Event]: ...
+
+    def version(self, stream: str) -> int: ...
+
+    def streams(self) -> Iterable[str]: ...
+
+
+def stream_name(agent: str | None) -> str:
+    """The store stream holding the messages addressed to ``agent`` (``None``: the shared ones).
+
+    >>> stream_name("researcher"), stream_name(None)
+    ('aimu:researcher', 'aimu:*')
+    """
+    return _SHARED_STREAM if agent is None else STREAM_PREFIX + agent
+
+
+def _check_agent(agent: object, where: str) -> str | None:
+    if agent is None:
+        return None
+    if not isinstance(agent, str):
+        raise TypeError(f"{where}: agent must be a str or None, got {type(agent).__name__}")
+    if agent in ("", "*"):
+        # Both would share a stream with the shared address (stream "aimu:*").
+        raise ValueError(f"{where}: agent {agent!r} is reserved; use None for every run")
+    return agent
+
+
+def _check_text(text: object, where: str) -> Message:
+    if isinstance(text, str):
+        return Message.user(text)
+    if isinstance(text, Message):
+        if text.role != "user":
+            # aimu delivers every inbox message as a user turn; another role would be mislabelled.
+            raise ValueError(
+                f"{where}: aimu delivers inbox messages as user messages, got a {text.role!r} message"
+            )
+        return text
+    raise TypeError(f"{where}: text must be a str or a user Message, got {type(text).__name__}")
+
+
+def _order(message: Message) -> int:
+    # A message written by another kind of writer has no position: it sorts first, and since a
+    # merge only ever takes from the heads, each queue's own order is kept regardless.
+    value = message.metadata.get(ORDER_KEY)
+    return value if type(value) is int else -1
+
+
+def _stamped(message: Message, order: int) -> Message:
+    # replace() runs Message's own checks again, which freeze the new metadata.
+    return msgspec.structs.replace(message, metadata={**message.metadata, ORDER_KEY: order})
+
+
+def _claim_for_run(
+    box: Inbox, started: int, take_turn: bool
+) -> tuple[Inbox, list[Event], tuple[list[Message], list[Message]]]:
+    """One address's share of a drain: its followups owed to the run (if ``take_turn``), then
+    everything on ``next_step``. Returns the new value, the events recording it, the messages."""
+    now = time.time()
+    events: list[Event] = []
+    turn: list[Message] = []
+    if take_turn and box.has_pending(_TURN):
+        entries = list(box.entries(_TURN))
+        turn = [m for m, _ in entries if _order(m) < started]
+        if turn:
+            claimed, box = box.claim(_TURN)
+            events.append(QueueClaimed(target=_TURN, count=len(claimed), at=now))
+            for message, wakeup in entries:
+                if _order(message) >= started:  # sent after this run began: the next run's
+                    box = box.send(message, _TURN, wakeup)
+                    events.append(MessageSent(target=_TURN, wakeup=wakeup, message=message, at=now))
+    step: list[Message] = []
+    if box.has_pending(_STEP):
+        claimed, box = box.claim(_STEP)
+        events.append(QueueClaimed(target=_STEP, count=len(claimed), at=now))
+        step = list(claimed)
+    return box, events, (turn, step)
+
+
+class _RunDrain:
+    """One run's drain: a cursor that owes the run its followups until its first successful call."""
+
+    __slots__ = ("_agent", "_inbox", "_owed_turn", "_started")
+
+    def __init__(self, inbox: AimuInbox, agent: str | None, started: int) -> None:
+        self._inbox = inbox
+        self._agent = agent
+        self._started = started
+        self._owed_turn: set[str | None] = {agent, None}
+
+    def __call__(self) -> list[str]:
+        return self._inbox._drain(self._agent, self._started, self._owed_turn)
+
+    def __repr__(self) -> str:
+        return f"<AimuInbox drain for agent {self._agent!r}>"
+
+
+class AimuInbox:
+    """A host-side mailbox satisfying aimu's ``Inbox`` protocol, routed by agent name.
+
+    ``steer``, ``inject`` and ``followup`` may be called from any thread; ``reader`` is aimu's.
+    ``store`` (optional) makes every queued message durable; see the module notes.
+    """
+
+    def __init__(self, store: EventStore | None = None) -> None:
+        self._lock = threading.Lock()
+        self._boxes: dict[str | None, Inbox] = {}
+        self._versions: dict[str | None, int] = {}
+        self._next_order = 0
+        self._store = store
+        if store is not None:
+            for stream in store.streams():
+                if not stream.startswith(STREAM_PREFIX):
+                    continue
+                rest = stream[len(STREAM_PREFIX):]
+                if rest == "":
+                    logger.warning("store stream %r names no agent; AimuInbox ignores it", stream)
+                    continue
+                self._catch_up(None if rest == "*" else rest)
+
+    # -- the host's side ---------------------------------------------------------------------
+
+    def steer(self, text: str | Message, agent: str | None = None) -> None:
+        """Queue ``text`` for ``agent``'s next round boundary (any run's, when ``agent`` is None).
+
+        The way to redirect a run in progress; it also tells a host that an idle agent is owed a
+        run (``wants_wake``).
+        """
+        self._send(text, agent, _STEP, True, "AimuInbox.steer")
+
+    def inject(self, text: str | Message, agent: str | None = None) -> None:
+        """Queue ``text`` for the next round boundary without asking for a run of its own.
+
+        Context for a run that is going anyway: ``wants_wake`` stays False for it.
+        """
+        self._send(text, agent, _STEP, False, "AimuInbox.inject")
+
+    def followup(self, text: str | Message, agent: str | None = None) -> None:
+        """Queue ``text`` for ``agent``'s *next* run: no run already in progress receives it.
+
+        "Answer this after you finish": the next run's first drain delivers it, before any step
+        message.
+        """
+        self._send(text, agent, _TURN, True, "AimuInbox.followup")
+
+    def _send(self, text: object, agent: object, target: Target, wakeup: bool, where: str) -> None:
+        name = _check_agent(agent, where)
+        message = _check_text(text, where)
+        with self._lock:
+            stamped = _stamped(message, self._next_order)
+
+            def change(box: Inbox) -> tuple[Inbox, list[Event], None]:
+                sent = MessageSent(target=target, wakeup=wakeup, message=stamped, at=time.time())
+                return box.send(stamped, target, wakeup), [sent], None
+
+            self._commit(name, change)
+            self._next_order += 1
+
+    # -- aimu's side -------------------------------------------------------------------------
+
+    def reader(self, agent: str | None = None) -> Callable[[], list[str]]:
+        """Open one run's drain; aimu calls this once per run, as it starts, with the run's name.
+
+        The drain returns the text of every message the run has not yet had, oldest first (``[]``
+        when there is none) and never waits. Messages it returns are claimed: no other run gets
+        them.
+        """
+        name = _check_agent(agent, "AimuInbox.reader")
+        with self._lock:
+            started = self._next_order
+        return _RunDrain(self, name, started)
+
+    def _drain(self, agent: str | None, started: int, owed_turn: set[str | None]) -> list[str]:
+        turns: list[list[Message]] = []
+        steps: list[list[Message]] = []
+        failure: Exception | None = None
+        with self._lock:
+            for name in (agent, None) if agent is not None else (None,):
+                take_turn = name in owed_turn
+                try:
+                    if self._store is not None:
+                        self._catch_up(name)
+                    claim = partial(_claim_for_run, started=started, take_turn=take_turn)
+                    turn, step = self._commit(name, claim)
+                except Exception as exc:
+                    # The other address may still deliver; what it claims must not be dropped.
+                    failure = failure or exc
+                    continue
+                owed_turn.discard(name)
+                turns.append(turn)
+                steps.append(step)
+        if failure is not None:
+            if not any(turns) and not any(steps):
+                raise failure
+            logger.warning("AimuInbox: part of a drain failed; delivering the rest", exc_info=failure)
+        merged = [*heapq.merge(*turns, key=_order), *heapq.merge(*steps, key=_order)]
+        return [message.content for message in merged]
+
+    # -- asking --------------------------------------------------------------------------------
+
+    def pending(self, agent: str | None = None, target: Target | str | None = None) -> int:
+        """How many queued messages a run opened as ``reader(agent)`` could receive.
+
+        That is the messages addressed to ``agent`` plus the shared ones (only the shared ones
+        for ``agent=None``), on ``target`` or on both queues. It is this process's view; it does
+        not read the store.
+
+        >>> box = AimuInbox()
+        >>> box.steer("a", agent="x"); box.inject("b"); box.followup("c", agent="y")
+        >>> box.pending("x"), box.pending("y"), box.pending(), box.pending("x", "next_turn")
+        (2, 2, 1, 0)
+        """
+        name = _check_agent(agent, "AimuInbox.pending")
+        with self._lock:
+            own = self._boxes.get(name, _EMPTY).count(target)
+            return own if name is None else own + self._boxes.get(None, _EMPTY).count(target)
+
+    def wants_wake(self, agent: str | None = None) -> bool:
+        """Whether a message ``agent`` could receive asked for a run (a steer or a followup).
+
+        The question a host asks when a run ends: a steer that landed after the run's last
+        drain, or any followup, is owed a new run. An inject alone is not.
+        """
+        name = _check_agent(agent, "AimuInbox.wants_wake")
+        with self._lock:
+            if self._boxes.get(name, _EMPTY).wants_wake():
+                return True
+            return name is not None and self._boxes.get(None, _EMPTY).wants_wake()
+
+    def inbox(self, agent: str | None = None) -> Inbox:
+        """The ``Inbox`` value queued for exactly this address (``None``: the shared one)."""
+        name = _check_agent(agent, "AimuInbox.inbox")
+        with self._lock:
+            return self._boxes.get(name, _EMPTY)
+
+    def __repr__(self) -> str:
+        with self._lock:
+            counts = {name: box.count() for name, box in self._boxes.items() if box.count()}
+        return f"AimuInbox(pending={counts!r})"
+
+    # -- the value swap and the log ------------------------------------------------------------
+
+    def _commit(
+        self, name: str | None, change: Callable[[Inbox], tuple[Inbox, list[Event], _T]]
+    ) -> _T:
+        """Apply ``change`` to ``name``'s value: log its events first (if any), then swap.
+
+        Called with the lock held. A lost race with another writer of the stream is answered by
+        reading what it wrote and recomputing the change; on any other failure nothing changed.
+        """
+        store = self._store
+        lost: ConcurrencyError | None = None
+        for _ in range(_ATTEMPTS):
+            box, events, result = change(self._boxes.get(name, _EMPTY))
+            if events and store is not None:
+                known = self._versions.get(name, 0)
+                try:
+                    written = store.append(stream_name(name), events, expected_version=known)
+                except ConcurrencyError as exc:
+                    # Only a stream that moved is worth a retry; any other conflict (a store
+                    # locked by another writer for too long) is the caller's to see.
+                    if not self._catch_up(name):
+                        raise
+                    lost = exc
+                    continue
+                self._versions[name] = written[-1].seq if written else known + len(events)
+            self._boxes[name] = box
+            return result
+        raise ConcurrencyError(
+            f"stream {stream_name(name)!r}: other writers kept appending; gave up after "
+            f"{_ATTEMPTS} attempts (nothing was written)"
+        ) from lost
+
+    def _catch_up(self, name: str | None) -> bool:
+        """Fold in what was appended to ``name``'s stream since this process last saw it.
+
+        Returns whether there was anything. Asks for the stream's version first: stores answer
+        that cheaply, and most of the time nothing new is there to read.
+        """
+        assert self._store is not None
+        stream = stream_name(name)
+        known = self._versions.get(name, 0)
+        if self._store.version(stream) <= known:
+            return False
+        events = list(self._store.read(stream, after=known))
+        if not events:
+            return False
+        start = Session(inbox=self._boxes.get(name, _EMPTY), version=known)
+        session = replay(events, start=start, stream=stream)
+        self._boxes[name] = session.inbox
+        self._versions[name] = session.version
+        for event in events:
+            if isinstance(event, MessageSent):
+                self._next_order = max(self._next_order, _order(event.message) + 1)
+        return True
