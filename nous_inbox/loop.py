@@ -1,0 +1,501 @@
+"""The turn/step loop as a pure state machine: ``advance(state, happening) -> (state, command, events)``.
+
+A turn is a run of steps; a step is one model request and the tools it asks for. Between steps
+the loop reads the inbox, so a message sent while the agent works joins its *next* request. This
+module decides everything about that and does nothing: no I/O, no threads, no clock. A driver
+(``nous_inbox.runner``) performs each command it returns, records the events, and feeds back what
+happened. Events leave here with ``seq`` 0; whoever records them numbers them.
+
+>>> from nous_inbox.message import Message
+>>> state = new_state(max_steps=5)
+>>> state, command, events = advance(state, TurnOpened(turn=1, transcript=[Message.user("hi")]))
+>>> command, [type(e).__name__ for e in events]
+(Claim(target=<Target.NEXT_TURN: 'next_turn'>), ['TurnStarted'])
+>>> state, command, events = advance(state, Drained(Target.NEXT_TURN))
+>>> state, command, events = advance(state, Drained(Target.NEXT_STEP, [Message.user("be brief")]))
+>>> [m.content for m in command.transcript], [type(e).__name__ for e in events]
+(['hi', 'be brief'], ['StepStarted', 'ModelRequested'])
+>>> state, command, events = advance(state, ModelAnswered(Message.assistant("hello")))
+>>> command   # a would-be final answer: extend only if a waking message is pending
+Claim(target=<Target.NEXT_STEP: 'next_step'>, wake_only=True)
+>>> state, command, events = advance(state, Drained(Target.NEXT_STEP))
+>>> command, [type(e).__name__ for e in events]
+(EndTurn(reason='final'), ['TurnEnded'])
+
+The rulings it implements (DESIGN.md), each with a test in ``tests/test_loop.py``:
+
+1. **Claim points.** A turn opens -> ``Claim(next_turn)``; every step boundary -> ``Claim(next_step)``
+   right before the model request, so a message sent during a tool call lands after that tool's
+   result. Later steps claim only ``next_step``.
+2. **The would-be final answer** (content, no tool calls) is a boundary too, but it asks for a
+   ``wake_only`` claim: the driver claims ``next_step`` only if an entry there asked for a wake (a
+   steer), and then the run is extended by one step. A pending *injection* alone does not extend
+   the run: Nous defines inject as "have this to hand if you make another request", so it stays
+   queued for the next request someone else causes. aimu's "any pending message extends the run"
+   is thereby kept for messages that ask to be answered, and a steer that lands after this check is
+   the owner's to answer with a new turn when the run ends.
+3. **A degenerate reply** (no tool calls, blank content) is followed by a request the run makes
+   anyway, so it claims ``next_step`` plainly: anything delivered (steer *or* injection) replaces the
+   continuation nudge; with nothing delivered the loop adds its own nudge, a user message whose
+   ``metadata["provenance"]`` is ``"continuation"`` (event ``Nudged``). Delivered messages stay
+   plain user messages.
+4. **Whitespace-only content is never worth a round.** Blank messages are still claimed (so nothing
+   is left behind and replay agrees with the log: a claim *is* the transcript entry, so they do
+   enter the transcript and ride along with the next request the run makes anyway), but they never
+   extend a run, replace a nudge or reset the budget. A blank model reply counts as degenerate.
+5. **The step budget** (``max_steps`` requests) counts from the last delivery: a non-blank message
+   claimed at a step boundary refills it, at most ``max_steps`` times per turn; past that cap one
+   ``Warned`` event says so and messages are still delivered without refilling. When the budget is
+   spent, a waking message may still refill it (a ``wake_only`` claim); otherwise the turn ends
+   with reason ``"budget"``.
+8. **A structured (single-shot) run** makes one model request and ends: no claims, no tools.
+9. **Cancelling** ends the turn with reason ``"cancelled"``; no claim is asked for after it, and
+   tool calls left unanswered get a "cancelled" tool message so the transcript stays well-formed.
+
+Design notes. ``advance`` returns exactly one command: the loop is always waiting for one thing.
+The state keeps the transcript as a ``pvector``, so each step appends in O(1) and a ``CallModel``
+hands the model the same persistent vector without copying. Happenings that do not fit the
+current phase raise ``ValueError`` naming both: a driver bug must not be smoothed over.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, NamedTuple
+
+import msgspec
+from pyrsistent import PVector, pvector
+
+from nous_inbox.events import (
+    Event,
+    ModelReplied,
+    ModelRequested,
+    Nudged,
+    StepEnded,
+    StepStarted,
+    ToolCalled,
+    ToolReturned,
+    TurnEnded,
+    TurnEndReason,
+    TurnStarted,
+    Warned,
+)
+from nous_inbox.inbox import Target
+from nous_inbox.message import Message, ToolCall, freeze_json
+
+__all__ = [
+    "CONTINUATION",
+    "Advance",
+    "CallModel",
+    "Cancelled",
+    "Claim",
+    "Command",
+    "Drained",
+    "EndTurn",
+    "Failed",
+    "Happening",
+    "LoopState",
+    "ModelAnswered",
+    "Phase",
+    "RunTools",
+    "ToolSpec",
+    "ToolsFinished",
+    "TurnOpened",
+    "advance",
+    "cancelled_result",
+    "is_blank",
+    "new_state",
+]
+
+CONTINUATION: Final = Message.user(
+    "Continue with the task, or give your final answer if you are done.",
+    metadata={"provenance": "continuation"},
+)
+"""The loop's own nudge after a degenerate reply; its provenance tag marks it as the loop's words."""
+
+
+class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaults=True):
+    """What a model is told about one tool: its name, what it is for, and a JSON schema of its
+    arguments (``{"type": "object", "properties": ...}``). Treat ``parameters`` as read-only: it
+    is the spec's own copy, in key order.
+
+    >>> ToolSpec("ls", "List a folder.", {"type": "object"}).to_dict()
+    {'name': 'ls', 'description': 'List a folder.', 'parameters': {'type': 'object'}}
+    """
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"ToolSpec.name must be a non-empty str, got {self.name!r}")
+        if not isinstance(self.description, str):
+            raise TypeError(
+                f"ToolSpec.description must be a str, got {type(self.description).__name__}"
+            )
+        if not isinstance(self.parameters, Mapping):
+            raise TypeError(
+                f"ToolSpec.parameters must be a mapping, got {type(self.parameters).__name__}"
+            )
+        freeze_json(self.parameters, "ToolSpec.parameters")  # refuses what JSON cannot carry
+        # A private deep copy, in the given key order (models read a schema in order).
+        copied = msgspec.json.decode(msgspec.json.encode(self.parameters))
+        msgspec.structs.force_setattr(self, "parameters", copied)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dicts and lists (a copy), ready to hand to a model API."""
+        parameters = msgspec.json.decode(msgspec.json.encode(self.parameters))
+        return {"name": self.name, "description": self.description, "parameters": parameters}
+
+
+class Phase(enum.StrEnum):
+    """What the loop is waiting for."""
+
+    NEW = "new"  # nothing yet: waiting for TurnOpened
+    CLAIM_TURN = "claim_turn"  # the next_turn claim as the turn opens
+    CLAIM_STEP = "claim_step"  # the next_step claim before a request the run makes anyway
+    CLAIM_NUDGE = "claim_nudge"  # the same after a degenerate reply: a delivery replaces the nudge
+    CLAIM_FINAL = "claim_final"  # the wake-only claim at a would-be final answer
+    CLAIM_BUDGET = "claim_budget"  # the wake-only claim when the budget is spent
+    MODEL = "model"  # the model's reply
+    TOOLS = "tools"  # the tool results
+    ENDED = "ended"  # nothing: the turn is over
+
+
+# -- commands: what the driver must do next ------------------------------------------------------
+
+
+class Claim(msgspec.Struct, frozen=True, repr_omit_defaults=True):
+    """Claim ``target`` and report ``Drained``. With ``wake_only``, claim only if an entry on it
+    asked for a wake; otherwise report ``Drained`` with no messages and leave the queue alone."""
+
+    target: Target
+    wake_only: bool = False
+
+
+class CallModel(msgspec.Struct, frozen=True):
+    """Ask the model, with this transcript and these tools; report ``ModelAnswered``."""
+
+    transcript: PVector[Message]
+    tools: tuple[ToolSpec, ...] = ()
+
+
+class RunTools(msgspec.Struct, frozen=True):
+    """Run these tool calls; report ``ToolsFinished`` with one tool message per call, in order."""
+
+    calls: tuple[ToolCall, ...]
+
+
+class EndTurn(msgspec.Struct, frozen=True):
+    """The turn is over; nothing more to do."""
+
+    reason: TurnEndReason
+
+
+Command = Claim | CallModel | RunTools | EndTurn
+
+
+# -- happenings: what the driver reports back ----------------------------------------------------
+
+
+class TurnOpened(msgspec.Struct, frozen=True):
+    """Turn ``turn`` opens for ``reason`` on the session's ``transcript`` so far."""
+
+    turn: int
+    reason: str = "wake"
+    transcript: Sequence[Message] = ()
+
+
+class Drained(msgspec.Struct, frozen=True):
+    """What a ``Claim`` of ``target`` returned (possibly nothing)."""
+
+    target: Target
+    messages: Sequence[Message] = ()
+
+
+class ModelAnswered(msgspec.Struct, frozen=True):
+    """The model replied with this assistant message."""
+
+    message: Message
+
+
+class ToolsFinished(msgspec.Struct, frozen=True):
+    """The tool calls ran; one ``tool`` message per call, in call order."""
+
+    results: Sequence[Message]
+
+
+class Cancelled(msgspec.Struct, frozen=True):
+    """Someone cancelled the turn."""
+
+
+class Failed(msgspec.Struct, frozen=True):
+    """The model (or the driver) failed in a way the run cannot go on from; ``error`` says how."""
+
+    error: str
+
+
+Happening = TurnOpened | Drained | ModelAnswered | ToolsFinished | Cancelled | Failed
+
+
+class LoopState(msgspec.Struct, frozen=True):
+    """Where one turn stands. Build it with :func:`new_state`; only :func:`advance` moves it.
+
+    ``step`` counts the model requests made this turn; ``steps_left`` is what remains of the
+    budget; ``resets`` is how many times a delivery refilled it; ``calls`` are the tool calls
+    awaiting results.
+    """
+
+    max_steps: int = 10
+    structured: bool = False
+    tools: tuple[ToolSpec, ...] = ()
+    phase: Phase = Phase.NEW
+    turn: int = 0
+    step: int = 0
+    transcript: PVector[Message] = pvector()
+    steps_left: int = 0
+    resets: int = 0
+    warned: bool = False
+    calls: tuple[ToolCall, ...] = ()
+
+
+class Advance(NamedTuple):
+    """What ``advance`` returns: the new state, the one command to perform, the events to record."""
+
+    state: LoopState
+    command: Command
+    events: tuple[Event, ...]
+
+
+def new_state(
+    max_steps: int = 10, *, structured: bool = False, tools: Sequence[ToolSpec] = ()
+) -> LoopState:
+    """A loop waiting for its turn to open.
+
+    ``max_steps`` bounds the model requests since the last delivered message (at least 1);
+    ``structured`` makes a single-shot run; ``tools`` are what each ``CallModel`` offers.
+
+    >>> new_state(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_steps must be an int >= 1, got 0
+    """
+    if type(max_steps) is not int or max_steps < 1:
+        raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
+    if type(structured) is not bool:
+        raise TypeError(f"structured must be a bool, got {type(structured).__name__}")
+    specs = tuple(tools)
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, ToolSpec):
+            raise TypeError(f"tools[{i}] must be a ToolSpec, got {type(spec).__name__}")
+    return LoopState(max_steps, structured, specs)
+
+
+def is_blank(messages: Sequence[Message]) -> bool:
+    """Whether these messages hold nothing worth a model round: none has non-whitespace content
+    or a tool call (ruling 4).
+
+    >>> is_blank([Message.user("  \\n")]), is_blank([Message.user(" "), Message.user("go")])
+    (True, False)
+    """
+    return not any(m.content.strip() or m.tool_calls for m in messages)
+
+
+def cancelled_result(call: ToolCall) -> Message:
+    """The tool message that answers a call the turn ended before running."""
+    return Message.tool(
+        "cancelled: the turn ended before this tool ran", call.id, name=call.name,
+        metadata={"error": "cancelled"},
+    )
+
+
+_replace = msgspec.structs.replace
+
+
+def advance(state: LoopState, happening: Happening) -> Advance:
+    """Move the loop on by one happening: the new state, the next command and the events.
+
+    Pure: the same state and happening always give the same result, and ``state`` is unchanged.
+    A happening the current phase does not expect is a ``ValueError`` naming both.
+    """
+    phase = state.phase
+    kind = type(happening)
+    if kind is Cancelled or kind is Failed:
+        if phase is Phase.NEW or phase is Phase.ENDED:
+            raise ValueError(f"loop in phase {phase.value!r}: no turn is open to end")
+        if kind is Cancelled:
+            return _close(state, "cancelled", None)
+        return _close(state, "error", happening.error)  # type: ignore[union-attr]
+    if phase is Phase.NEW and kind is TurnOpened:
+        return _open(state, happening)  # type: ignore[arg-type]
+    if phase is Phase.MODEL and kind is ModelAnswered:
+        return _answered(state, happening.message)  # type: ignore[union-attr]
+    if phase is Phase.TOOLS and kind is ToolsFinished:
+        return _tools_finished(state, happening.results)  # type: ignore[union-attr]
+    if kind is Drained and phase in _CLAIM_TARGETS:
+        drained: Drained = happening  # type: ignore[assignment]
+        if drained.target != _CLAIM_TARGETS[phase]:
+            raise ValueError(
+                f"loop in phase {phase.value!r} asked to claim {_CLAIM_TARGETS[phase].value}, "
+                f"got Drained({drained.target!s})"
+            )
+        return _drained(state, tuple(drained.messages))
+    raise ValueError(f"loop in phase {phase.value!r} cannot take {kind.__name__}")
+
+
+_CLAIM_TARGETS: Final = {
+    Phase.CLAIM_TURN: Target.NEXT_TURN,
+    Phase.CLAIM_STEP: Target.NEXT_STEP,
+    Phase.CLAIM_NUDGE: Target.NEXT_STEP,
+    Phase.CLAIM_FINAL: Target.NEXT_STEP,
+    Phase.CLAIM_BUDGET: Target.NEXT_STEP,
+}
+_CLAIM_STEP: Final = Claim(Target.NEXT_STEP)
+_CLAIM_WAKE: Final = Claim(Target.NEXT_STEP, wake_only=True)
+
+
+def _open(state: LoopState, opened: TurnOpened) -> Advance:
+    if type(opened.turn) is not int or opened.turn < 1:
+        raise ValueError(f"TurnOpened.turn must be an int >= 1, got {opened.turn!r}")
+    transcript = opened.transcript
+    if not isinstance(transcript, PVector):  # a session's pvector is shared, not copied
+        transcript = pvector(transcript)
+    state = _replace(
+        state, turn=opened.turn, step=0, transcript=transcript,
+        steps_left=state.max_steps, resets=0, warned=False, calls=(),
+    )
+    started = TurnStarted(turn=opened.turn, reason=opened.reason)
+    if state.structured:
+        return _start_step(state, [started])
+    return Advance(_replace(state, phase=Phase.CLAIM_TURN), Claim(Target.NEXT_TURN), (started,))
+
+
+def _drained(state: LoopState, messages: tuple[Message, ...]) -> Advance:
+    phase = state.phase
+    events: list[Event] = []
+    if messages:
+        state = _replace(state, transcript=state.transcript.extend(messages))
+    worth = bool(messages) and not is_blank(messages)
+    if worth:
+        state = _delivered(state, events)
+    if phase is Phase.CLAIM_TURN:
+        return Advance(_replace(state, phase=Phase.CLAIM_STEP), _CLAIM_STEP, ())
+    if phase is Phase.CLAIM_STEP:
+        return _start_step(state, events)
+    if phase is Phase.CLAIM_NUDGE:
+        if not worth:
+            nudge = CONTINUATION
+            state = _replace(state, transcript=state.transcript.append(nudge))
+            events.append(Nudged(turn=state.turn, step=state.step, message=nudge))
+        return _start_step(state, events)
+    # CLAIM_FINAL / CLAIM_BUDGET: only a delivery that refilled (or had) budget goes on.
+    if worth and state.steps_left > 0:
+        return _start_step(state, events)
+    return _end(state, "final" if phase is Phase.CLAIM_FINAL else "budget", events)
+
+
+def _delivered(state: LoopState, events: list[Event]) -> LoopState:
+    """A message worth a round was claimed: refill the budget, within the cap (ruling 5)."""
+    if state.steps_left >= state.max_steps:
+        return state
+    if state.resets < state.max_steps:
+        return _replace(state, steps_left=state.max_steps, resets=state.resets + 1)
+    if not state.warned:
+        events.append(_cap_warning(state))
+        return _replace(state, warned=True)
+    return state
+
+
+def _cap_warning(state: LoopState) -> Warned:
+    return Warned(
+        text=f"the inbox has extended this run's step budget {state.max_steps} times; refusing "
+        "further extensions (messages are still delivered). A message source that hands back "
+        "already-delivered messages does this."
+    )
+
+
+def _start_step(state: LoopState, events: list[Event]) -> Advance:
+    step = state.step + 1
+    state = _replace(state, phase=Phase.MODEL, step=step, steps_left=state.steps_left - 1)
+    events.append(StepStarted(turn=state.turn, step=step))
+    events.append(ModelRequested(turn=state.turn, step=step, messages=len(state.transcript)))
+    tools = () if state.structured else state.tools
+    return Advance(state, CallModel(state.transcript, tools), tuple(events))
+
+
+def _answered(state: LoopState, message: Message) -> Advance:
+    if not isinstance(message, Message) or message.role != "assistant":
+        raise ValueError(f"ModelAnswered needs an assistant Message, got {message!r}")
+    turn, step = state.turn, state.step
+    state = _replace(state, transcript=state.transcript.append(message))
+    events: list[Event] = [ModelReplied(turn=turn, step=step, message=message)]
+    if state.structured:
+        events.append(StepEnded(turn=turn, step=step))
+        return _end(state, "final", events)
+    if message.tool_calls:
+        calls = message.tool_calls
+        events.extend(ToolCalled(turn=turn, step=step, call=call) for call in calls)
+        return Advance(_replace(state, phase=Phase.TOOLS, calls=calls), RunTools(calls),
+                       tuple(events))
+    events.append(StepEnded(turn=turn, step=step))
+    if message.content.strip():
+        return _boundary(state, Phase.CLAIM_FINAL, events)
+    return _boundary(state, Phase.CLAIM_NUDGE, events)
+
+
+def _tools_finished(state: LoopState, results: Sequence[Message]) -> Advance:
+    calls = state.calls
+    if len(results) != len(calls):
+        raise ValueError(
+            f"ToolsFinished has {len(results)} result(s) for {len(calls)} tool call(s)"
+        )
+    for i, (call, result) in enumerate(zip(calls, results, strict=True)):
+        if not isinstance(result, Message) or result.role != "tool" or (
+            result.tool_call_id != call.id
+        ):
+            raise ValueError(
+                f"ToolsFinished.results[{i}] must be a tool Message answering call {call.id!r}, "
+                f"got {result!r}"
+            )
+    turn, step = state.turn, state.step
+    events: list[Event] = [ToolReturned(turn=turn, step=step, message=m) for m in results]
+    events.append(StepEnded(turn=turn, step=step))
+    state = _replace(state, transcript=state.transcript.extend(results), calls=())
+    return _boundary(state, Phase.CLAIM_STEP, events)
+
+
+def _boundary(state: LoopState, then: Phase, events: list[Event]) -> Advance:
+    """A step ended: claim for the next request, or check whether the run must go on."""
+    if then is Phase.CLAIM_FINAL:
+        if state.steps_left > 0 or state.resets < state.max_steps:
+            return Advance(_replace(state, phase=Phase.CLAIM_FINAL), _CLAIM_WAKE, tuple(events))
+        return _end(state, "final", events)
+    if state.steps_left > 0:
+        return Advance(_replace(state, phase=then), _CLAIM_STEP, tuple(events))
+    if state.resets < state.max_steps:
+        return Advance(_replace(state, phase=Phase.CLAIM_BUDGET), _CLAIM_WAKE, tuple(events))
+    if not state.warned:
+        events.append(_cap_warning(state))
+        state = _replace(state, warned=True)
+    return _end(state, "budget", events)
+
+
+def _end(
+    state: LoopState, reason: TurnEndReason, events: list[Event], error: str | None = None
+) -> Advance:
+    events.append(TurnEnded(turn=state.turn, steps=state.step, reason=reason, error=error))
+    return Advance(_replace(state, phase=Phase.ENDED), EndTurn(reason), tuple(events))
+
+
+def _close(state: LoopState, reason: TurnEndReason, error: str | None) -> Advance:
+    """End the turn from any open phase, answering tool calls left pending."""
+    events: list[Event] = []
+    if state.phase is Phase.TOOLS:
+        results = [cancelled_result(call) for call in state.calls]
+        events.extend(ToolReturned(turn=state.turn, step=state.step, message=m) for m in results)
+        state = _replace(state, transcript=state.transcript.extend(results), calls=())
+    if state.phase is Phase.MODEL or state.phase is Phase.TOOLS:
+        events.append(StepEnded(turn=state.turn, step=state.step))
+    return _end(state, reason, events, error)

@@ -1,0 +1,446 @@
+"""The turn/step loop, as a pure machine: each test is one ruling, read as a sequence of
+``advance(state, happening) -> (state, command, events)``.
+
+The property test at the end plays random scripts (replies, claims, cancels) and checks the
+invariants every run must keep; its size grows with ``NOUS_INBOX_STRESS`` (default: small).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
+from nous_inbox.inbox import Target
+from nous_inbox.loop import (
+    CONTINUATION,
+    CallModel,
+    Cancelled,
+    Claim,
+    Command,
+    Drained,
+    EndTurn,
+    Failed,
+    Happening,
+    LoopState,
+    ModelAnswered,
+    Phase,
+    RunTools,
+    ToolsFinished,
+    ToolSpec,
+    TurnOpened,
+    advance,
+    is_blank,
+    new_state,
+)
+from nous_inbox.message import Message, ToolCall
+
+TURN, STEP = Target.NEXT_TURN, Target.NEXT_STEP
+PROMPT = Message.user("tidy the staging logs")
+STEER = Message.user("check the staging log instead")
+INJECT = Message.user("recall: the deploy is frozen")
+BLANK = Message.user("  \n\t")
+FINAL = Message.assistant("done")
+DEGENERATE = Message.assistant("")
+CALL = ToolCall("c1", "read", {"path": "a.log"})
+CALLING = Message.assistant(tool_calls=[CALL])
+RESULT = Message.tool("42 lines", "c1", name="read")
+STRESS = int(os.environ.get("NOUS_INBOX_STRESS", "0") or 0)
+
+
+def names(events: Sequence[Event]) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+def first_request(
+    state: LoopState | None = None, turn_msgs: Sequence[Message] = (),
+    step_msgs: Sequence[Message] = (),
+) -> tuple[LoopState, Command]:
+    """Open turn 1 on [PROMPT] and answer both turn-open claims: the loop's first request."""
+    state = state or new_state()
+    state, command, _ = advance(state, TurnOpened(1, "prompt", [PROMPT]))
+    state, command, _ = advance(state, Drained(TURN, turn_msgs))
+    state, command, _ = advance(state, Drained(STEP, step_msgs))
+    return state, command
+
+
+# -- ruling 1: claim points -----------------------------------------------------------------------
+
+
+def test_a_turn_opens_by_claiming_next_turn_then_next_step_right_before_the_request() -> None:
+    state, command, events = advance(new_state(), TurnOpened(1, "prompt", [PROMPT]))
+    assert command == Claim(TURN)
+    assert names(events) == ["TurnStarted"]
+    assert (events[0].turn, events[0].reason) == (1, "prompt")  # type: ignore[union-attr]
+    state, command, events = advance(state, Drained(TURN, [Message.user("later")]))
+    assert command == Claim(STEP) and events == ()
+    state, command, events = advance(state, Drained(STEP, [STEER]))
+    assert isinstance(command, CallModel)
+    assert list(command.transcript) == [PROMPT, Message.user("later"), STEER]
+    assert names(events) == ["StepStarted", "ModelRequested"]
+    assert events[1].messages == 3  # type: ignore[union-attr]
+
+
+def test_later_steps_claim_only_next_step_and_a_mid_tool_message_lands_after_the_result() -> None:
+    state, _ = first_request()
+    state, command, events = advance(state, ModelAnswered(CALLING))
+    assert command == RunTools((CALL,))
+    assert names(events) == ["ModelReplied", "ToolCalled"]
+    state, command, events = advance(state, ToolsFinished([RESULT]))
+    assert command == Claim(STEP)  # not next_turn: that waits for a new turn
+    assert names(events) == ["ToolReturned", "StepEnded"]
+    state, command, events = advance(state, Drained(STEP, [STEER]))
+    assert isinstance(command, CallModel)
+    assert list(command.transcript)[-3:] == [CALLING, RESULT, STEER]
+    assert [(e.turn, e.step) for e in events] == [(1, 2), (1, 2)]  # type: ignore[union-attr]
+
+
+def test_several_messages_claimed_at_one_boundary_keep_their_order() -> None:
+    batch = [Message.user(f"m{i}") for i in range(5)]
+    _, command = first_request(step_msgs=batch)
+    assert isinstance(command, CallModel)
+    assert list(command.transcript) == [PROMPT, *batch]
+
+
+# -- ruling 2: the would-be final answer ----------------------------------------------------------
+
+
+def test_a_final_answer_asks_whether_a_waking_message_is_pending() -> None:
+    state, _ = first_request()
+    state, command, events = advance(state, ModelAnswered(FINAL))
+    assert command == Claim(STEP, wake_only=True)
+    assert names(events) == ["ModelReplied", "StepEnded"]
+
+
+def test_a_message_pending_at_the_final_answer_extends_the_run_by_one_step() -> None:
+    state, _ = first_request()
+    state, _, _ = advance(state, ModelAnswered(FINAL))
+    state, command, events = advance(state, Drained(STEP, [STEER]))
+    assert isinstance(command, CallModel)
+    assert list(command.transcript)[-2:] == [FINAL, STEER]
+    assert names(events) == ["StepStarted", "ModelRequested"]
+    state, command, events = advance(state, ModelAnswered(Message.assistant("checked it")))
+    state, command, events = advance(state, Drained(STEP))
+    assert command == EndTurn("final")
+    assert events[-1] == TurnEnded(turn=1, steps=2, reason="final")
+
+
+def test_with_nothing_pending_a_final_answer_ends_the_turn() -> None:
+    state, _ = first_request()
+    state, _, _ = advance(state, ModelAnswered(FINAL))
+    state, command, events = advance(state, Drained(STEP))
+    assert command == EndTurn("final")
+    assert names(events) == ["TurnEnded"]
+    assert state.phase is Phase.ENDED
+
+
+# -- ruling 3: degenerate replies -----------------------------------------------------------------
+
+
+def test_after_a_degenerate_reply_the_loop_nudges_with_its_own_tagged_message() -> None:
+    state, _ = first_request()
+    state, command, events = advance(state, ModelAnswered(DEGENERATE))
+    assert command == Claim(STEP)  # a plain claim: the run will make this request anyway
+    state, command, events = advance(state, Drained(STEP))
+    assert isinstance(command, CallModel)
+    assert command.transcript[-1] == CONTINUATION
+    assert CONTINUATION.metadata["provenance"] == "continuation"
+    assert names(events) == ["Nudged", "StepStarted", "ModelRequested"]
+    assert events[0] == Nudged(turn=1, step=1, message=CONTINUATION)
+
+
+@pytest.mark.parametrize("pending", [[STEER], [INJECT], [INJECT, STEER]])
+def test_a_pending_message_replaces_the_continuation_nudge(pending: list[Message]) -> None:
+    state, _ = first_request()
+    state, _, _ = advance(state, ModelAnswered(DEGENERATE))
+    state, command, events = advance(state, Drained(STEP, pending))
+    assert isinstance(command, CallModel)
+    assert list(command.transcript)[-len(pending):] == pending
+    assert CONTINUATION not in command.transcript
+    assert "Nudged" not in names(events)
+    assert all(not m.metadata for m in pending)  # delivered messages stay plain user messages
+
+
+def test_a_blank_reply_is_degenerate() -> None:
+    state, _ = first_request()
+    _, command, _ = advance(state, ModelAnswered(Message.assistant(" \n ")))
+    assert command == Claim(STEP)  # not the final-answer check
+
+
+def test_endless_degenerate_replies_stop_at_the_budget() -> None:
+    commands, events = autoplay(lambda step: DEGENERATE, max_steps=3)
+    assert commands[-1] == EndTurn("budget")
+    assert names(events).count("Nudged") == 2
+    assert names(events).count("StepStarted") == 3
+
+
+# -- ruling 4: whitespace -------------------------------------------------------------------------
+
+
+def test_whitespace_only_messages_are_claimed_but_never_extend_a_run() -> None:
+    state, _ = first_request()
+    state, _, _ = advance(state, ModelAnswered(FINAL))
+    state, command, _events = advance(state, Drained(STEP, [BLANK]))
+    assert command == EndTurn("final")
+    assert state.transcript[-1] == BLANK  # claimed, so in the transcript (as the log says)
+
+
+def test_whitespace_only_messages_do_not_replace_the_nudge() -> None:
+    state, _ = first_request()
+    state, _, _ = advance(state, ModelAnswered(DEGENERATE))
+    _, command, events = advance(state, Drained(STEP, [BLANK]))
+    assert isinstance(command, CallModel)
+    assert list(command.transcript)[-2:] == [BLANK, CONTINUATION]
+    assert "Nudged" in names(events)
+
+
+def test_whitespace_only_messages_do_not_reset_the_budget() -> None:
+    with_blanks, _ = autoplay(lambda step: CALLING, max_steps=2, deliver=lambda c, n: [BLANK])
+    assert with_blanks[-1] == EndTurn("budget")
+    assert sum(isinstance(c, CallModel) for c in with_blanks) == 2
+
+
+def test_is_blank() -> None:
+    assert is_blank([]) and is_blank([BLANK, Message.user("")])
+    assert not is_blank([BLANK, STEER])
+
+
+# -- ruling 5: the step budget --------------------------------------------------------------------
+
+
+def autoplay(
+    reply: Callable[[int], Message],
+    *,
+    max_steps: int,
+    deliver: Callable[[Claim, int], list[Message]] = lambda claim, step: [],
+) -> tuple[list[Command], list[Event]]:
+    """Run a whole turn: ``reply(step)`` answers each request, ``deliver(claim, step)`` each claim
+    after the first request (turn-open claims get nothing). Tools always return RESULT."""
+    state = new_state(max_steps)
+    state, command, events = advance(state, TurnOpened(1, "wake", [PROMPT]))
+    commands: list[Command] = [command]
+    log: list[Event] = list(events)
+    for _ in range(10_000):
+        if isinstance(command, EndTurn):
+            return commands, log
+        happening: Happening
+        if isinstance(command, Claim):
+            got = deliver(command, state.step) if state.step else []
+            happening = Drained(command.target, got)
+        elif isinstance(command, CallModel):
+            happening = ModelAnswered(reply(state.step))
+        else:
+            assert isinstance(command, RunTools)
+            happening = ToolsFinished([Message.tool("ok", c.id) for c in command.calls])
+        state, command, events = advance(state, happening)
+        commands.append(command)
+        log.extend(events)
+    raise AssertionError("the turn never ended")
+
+
+def test_a_run_that_is_never_messaged_ends_after_max_steps_requests() -> None:
+    commands, events = autoplay(lambda step: CALLING, max_steps=3)
+    assert commands[-1] == EndTurn("budget")
+    assert names(events).count("StepStarted") == 3
+    assert events[-1] == TurnEnded(turn=1, steps=3, reason="budget")
+    assert "Warned" not in names(events)
+
+
+def test_the_budget_counts_from_the_last_delivered_message() -> None:
+    # One steer, claimed before step 3, refills the budget: steps 3, 4, 5 are its own three.
+    _commands, events = autoplay(
+        lambda step: CALLING, max_steps=3,
+        deliver=lambda claim, step: [STEER] if step == 2 else [],
+    )
+    assert events[-1] == TurnEnded(turn=1, steps=5, reason="budget")
+
+
+def test_a_waking_message_pending_when_the_budget_is_spent_refills_it() -> None:
+    # The budget is spent after step 2; a wake-only claim finds a steer and the run goes on.
+    commands, events = autoplay(
+        lambda step: CALLING, max_steps=2,
+        deliver=lambda claim, step: [STEER] if claim.wake_only and step == 2 else [],
+    )
+    assert Claim(STEP, wake_only=True) in commands
+    assert events[-1] == TurnEnded(turn=1, steps=4, reason="budget")
+
+
+def test_the_reset_is_capped_at_one_per_permitted_step_with_one_warning() -> None:
+    # A source that delivers at every boundary (one that never advances its cursor).
+    commands, events = autoplay(lambda step: CALLING, max_steps=2, deliver=lambda c, n: [STEER])
+    # step 1, refill, step 2, refill (the cap: 2), step 3, delivered without refill (the one
+    # warning), step 4, then the budget is spent and no refill is left.
+    assert events[-1] == TurnEnded(turn=1, steps=4, reason="budget")
+    warnings = [e for e in events if isinstance(e, Warned)]
+    assert len(warnings) == 1
+    assert "extended this run's step budget 2 times; refusing further extensions" in (
+        warnings[0].text
+    )
+    # messages are still delivered after the cap: every boundary claimed
+    assert sum(isinstance(c, Claim) and c.target is STEP for c in commands) >= 4
+
+
+def test_the_cap_warning_comes_even_when_the_budget_is_spent_at_the_cap() -> None:
+    _commands, events = autoplay(lambda step: CALLING, max_steps=1, deliver=lambda c, n: [STEER])
+    assert events[-1] == TurnEnded(turn=1, steps=2, reason="budget")
+    assert names(events).count("Warned") == 1
+
+
+def test_messages_claimed_as_the_turn_opens_do_not_spend_a_reset() -> None:
+    state, _ = first_request(turn_msgs=[STEER], step_msgs=[INJECT])
+    assert (state.resets, state.steps_left) == (0, state.max_steps - 1)
+
+
+# -- ruling 8: structured runs --------------------------------------------------------------------
+
+
+def test_a_structured_run_makes_one_request_and_claims_nothing() -> None:
+    spec = ToolSpec("read")
+    state = new_state(5, structured=True, tools=[spec])
+    state, command, events = advance(state, TurnOpened(1, "prompt", [PROMPT]))
+    assert isinstance(command, CallModel) and command.tools == ()
+    assert names(events) == ["TurnStarted", "StepStarted", "ModelRequested"]
+    state, command, events = advance(state, ModelAnswered(CALLING))  # tool calls: not run
+    assert command == EndTurn("final")
+    assert names(events) == ["ModelReplied", "StepEnded", "TurnEnded"]
+
+
+def test_an_unstructured_run_offers_its_tools() -> None:
+    spec = ToolSpec("read", "Read a file.")
+    _, command = first_request(new_state(tools=[spec]))
+    assert isinstance(command, CallModel) and command.tools == (spec,)
+
+
+# -- ruling 9: cancelling -------------------------------------------------------------------------
+
+
+def test_cancelling_before_a_claim_ends_the_turn_and_asks_for_nothing_more() -> None:
+    state, command, _ = advance(new_state(), TurnOpened(1, "wake", [PROMPT]))
+    state, command, events = advance(state, Cancelled())
+    assert command == EndTurn("cancelled")
+    assert events == (TurnEnded(turn=1, steps=0, reason="cancelled"),)
+    with pytest.raises(ValueError, match="no turn is open"):
+        advance(state, Cancelled())
+
+
+def test_cancelling_during_a_request_closes_its_step() -> None:
+    state, _ = first_request()
+    _, command, events = advance(state, Cancelled())
+    assert command == EndTurn("cancelled")
+    assert names(events) == ["StepEnded", "TurnEnded"]
+
+
+def test_cancelling_during_tools_answers_every_pending_call() -> None:
+    state, _ = first_request()
+    state, _, _ = advance(state, ModelAnswered(CALLING))
+    state, _command, events = advance(state, Cancelled())
+    assert names(events) == ["ToolReturned", "StepEnded", "TurnEnded"]
+    answer = events[0]
+    assert isinstance(answer, ToolReturned)
+    assert answer.message.tool_call_id == "c1" and answer.message.metadata["error"] == "cancelled"
+    assert state.transcript[-1] == answer.message
+
+
+def test_a_failure_ends_the_turn_with_reason_error() -> None:
+    state, _ = first_request()
+    _, command, events = advance(state, Failed("RuntimeError: boom"))
+    assert command == EndTurn("error")
+    assert events[-1] == TurnEnded(turn=1, steps=1, reason="error", error="RuntimeError: boom")
+
+
+# -- the machine refuses what does not fit --------------------------------------------------------
+
+
+def test_a_happening_the_phase_does_not_expect_is_refused_and_state_is_unchanged() -> None:
+    state, _ = first_request()
+    before = state
+    with pytest.raises(ValueError, match="phase 'model' cannot take ToolsFinished"):
+        advance(state, ToolsFinished([]))
+    assert state == before
+    with pytest.raises(ValueError, match="cannot take Drained"):
+        advance(state, Drained(STEP))
+
+
+def test_a_claim_of_the_wrong_queue_is_refused() -> None:
+    state, _, _ = advance(new_state(), TurnOpened(1))
+    with pytest.raises(ValueError, match="asked to claim next_turn, got Drained"):
+        advance(state, Drained(STEP))
+
+
+def test_tool_results_must_answer_the_calls_in_order() -> None:
+    state, _ = first_request()
+    state, _, _ = advance(state, ModelAnswered(CALLING))
+    with pytest.raises(ValueError, match="1 tool call"):
+        advance(state, ToolsFinished([]))
+    with pytest.raises(ValueError, match="answering call 'c1'"):
+        advance(state, ToolsFinished([Message.tool("x", "c9")]))
+
+
+def test_the_model_must_answer_as_the_assistant() -> None:
+    state, _ = first_request()
+    with pytest.raises(ValueError, match="assistant Message"):
+        advance(state, ModelAnswered(Message.user("hi")))
+
+
+def test_new_state_checks_its_arguments() -> None:
+    with pytest.raises(ValueError, match="max_steps"):
+        new_state(0)
+    with pytest.raises(TypeError, match="structured"):
+        new_state(structured=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"tools\[0\]"):
+        new_state(tools=["read"])  # type: ignore[list-item]
+
+
+def test_events_leave_the_loop_unnumbered() -> None:
+    _, events = autoplay(lambda step: CALLING if step < 2 else FINAL, max_steps=5)
+    assert all(e.seq == 0 and e.at == 0.0 for e in events)
+
+
+# -- invariants, over random scripts --------------------------------------------------------------
+
+REPLIES = st.sampled_from([FINAL, DEGENERATE, CALLING])
+CLAIMS = st.lists(st.sampled_from([STEER, INJECT, BLANK]), max_size=2)
+
+
+@settings(max_examples=60 + 40 * STRESS, deadline=None)
+@given(
+    max_steps=st.integers(1, 4),
+    replies=st.lists(REPLIES, min_size=1, max_size=30),
+    claims=st.lists(CLAIMS, max_size=30),
+    cancel_at=st.one_of(st.none(), st.integers(0, 40)),
+)
+def test_every_turn_ends_once_within_its_bound(
+    max_steps: int, replies: list[Message], claims: list[list[Message]], cancel_at: int | None
+) -> None:
+    state, command, events = advance(new_state(max_steps), TurnOpened(1, "wake", [PROMPT]))
+    log = list(events)
+    moves = 0
+    cancelled = False
+    while not isinstance(command, EndTurn):
+        happening: Happening
+        if cancel_at is not None and moves == cancel_at:
+            happening, cancelled = Cancelled(), True
+        elif isinstance(command, Claim):
+            happening = Drained(command.target, claims.pop() if claims else [])
+        elif isinstance(command, CallModel):
+            assert list(command.transcript) == list(state.transcript)
+            happening = ModelAnswered(replies[moves % len(replies)])
+        else:
+            assert isinstance(command, RunTools)
+            happening = ToolsFinished([Message.tool("ok", c.id) for c in command.calls])
+        state, command, events = advance(state, happening)
+        log.extend(events)
+        moves += 1
+    kinds = names(log)
+    ended = log[-1]
+    assert isinstance(ended, TurnEnded) and kinds.count("TurnEnded") == 1
+    assert ended.steps == kinds.count("StepStarted") == kinds.count("StepEnded")
+    assert ended.steps <= max_steps * (max_steps + 1)
+    assert kinds.count("Warned") <= 1
+    assert (ended.reason == "cancelled") == cancelled
+    # every tool call is answered, so the transcript is well-formed for the next turn
+    assert kinds.count("ToolCalled") == kinds.count("ToolReturned")

@@ -1,0 +1,812 @@
+"""The runner, driven by scripted models against an in-memory session: issue 4's semantics.
+
+Every semantic test runs three ways: the sync driver (``run_turn``), the asyncio driver with sync
+callables run in worker threads (``arun_turn``, the default ``offload=True``), and the asyncio
+driver with native async model and tools. A person steering mid-run is simulated by a tool (or a
+model reply) that sends into the session while it runs: deterministic, no sleeps.
+
+After every run: the events the runner yielded equal the events it recorded (the log minus the
+sends others made), and ``replay(log) == session`` (live == replayed).
+
+``test_sends_from_another_thread_are_never_lost_or_doubled`` is a stress test; its size grows
+with ``NOUS_INBOX_STRESS`` (default: small).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from nous_inbox.events import (
+    Event,
+    MessageSent,
+    ModelRequested,
+    QueueClaimed,
+    ToolCalled,
+    TurnEnded,
+    Warned,
+)
+from nous_inbox.inbox import Target
+from nous_inbox.loop import CONTINUATION, ToolSpec
+from nous_inbox.message import Message, ToolCall
+from nous_inbox.runner import LocalSession, Runner, SessionPort, Tool, check_port, tool
+from nous_inbox.session import Session, replay
+
+STRESS = int(os.environ.get("NOUS_INBOX_STRESS", "0") or 0)
+MODES = ["sync", "thread", "native"]
+FINAL = Message.assistant("done")
+DEGENERATE = Message.assistant("")
+
+Reply = Message | Callable[[], Message]
+
+
+class Script:
+    """A scripted model: answers from a list and remembers every transcript it was shown.
+
+    A callable entry runs while the model "thinks" (a person acting meanwhile) and gives the reply.
+    """
+
+    def __init__(self, *replies: Reply) -> None:
+        self.replies = list(replies)
+        self.seen: list[list[Message]] = []
+        self.tools_seen: list[tuple[ToolSpec, ...]] = []
+
+    def __call__(self, transcript: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
+        self.seen.append(list(transcript))
+        self.tools_seen.append(tuple(tools))
+        assert self.replies, "the model was asked more often than scripted"
+        reply = self.replies.pop(0)
+        return reply() if callable(reply) else reply
+
+    def contents(self, request: int) -> list[str]:
+        return [m.content for m in self.seen[request]]
+
+
+def calls(*names: str) -> Message:
+    """An assistant reply calling these tools (no arguments), ids c1, c2, ..."""
+    return Message.assistant(
+        tool_calls=[ToolCall(f"c{i}", name) for i, name in enumerate(names, 1)]
+    )
+
+
+def then(action: Callable[[], object], reply: Message) -> Callable[[], Message]:
+    """A model reply given after ``action`` happens while the model is thinking."""
+
+    def act() -> Message:
+        action()
+        return reply
+
+    return act
+
+
+def _async_tool(item: Tool | Callable[..., Any]) -> Tool:
+    sync = item if isinstance(item, Tool) else Tool(item)
+
+    async def call(**kwargs: Any) -> Any:
+        return sync.fn(**kwargs)
+
+    return Tool(call, name=sync.name, description=sync.spec.description,
+                parameters=dict(sync.spec.parameters))
+
+
+def build(mode: str, model: Script, tools: Sequence[Any] = (), **options: Any) -> Runner:
+    if mode != "native":
+        return Runner(model, tools, **options)
+
+    async def amodel(transcript: Sequence[Message], specs: Sequence[ToolSpec]) -> Message:
+        return model(transcript, specs)
+
+    return Runner(amodel, [_async_tool(t) for t in tools], **options)
+
+
+def drive(mode: str, runner: Runner, port: SessionPort, **options: Any) -> list[Event]:
+    if mode == "sync":
+        return list(runner.run_turn(port, **options))
+
+    async def collect() -> list[Event]:
+        return [event async for event in runner.arun_turn(port, **options)]
+
+    return asyncio.run(collect())
+
+
+def run(
+    mode: str, local: LocalSession, model: Script, tools: Sequence[Any] = (), **options: Any
+) -> list[Event]:
+    """One turn, with the log checks every run must pass."""
+    start = len(local.events)
+    run_options = {k: options.pop(k) for k in ("reason", "cancel") if k in options}
+    yielded = drive(mode, build(mode, model, tools, **options), local, **run_options)
+    recorded = [e for e in local.events[start:] if not isinstance(e, MessageSent)]
+    assert yielded == recorded
+    assert replay(local.events) == local.session
+    assert not local.session.running
+    return yielded
+
+
+def kinds(events: Sequence[Event]) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+def ended(events: Sequence[Event]) -> TurnEnded:
+    last = events[-1]
+    assert isinstance(last, TurnEnded)
+    return last
+
+
+# -- Nous's AgentServer cases ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_two_step_run_records_turn_and_step_bookkeeping(mode: str) -> None:
+    local = LocalSession()
+    local.followup("what is in a.log?")
+    model = Script(calls("read"), Message.assistant("42 lines"))
+    events = run(mode, local, model, [tool(name="read")(lambda: "42 lines")])
+    assert kinds(events) == [
+        "TurnStarted", "QueueClaimed",
+        "StepStarted", "ModelRequested", "ModelReplied", "ToolCalled", "ToolReturned", "StepEnded",
+        "StepStarted", "ModelRequested", "ModelReplied", "StepEnded",
+        "TurnEnded",
+    ]
+    assert ended(events) == TurnEnded(turn=1, steps=2, reason="final", seq=14, at=events[-1].at)
+    assert [m.role for m in local.session.transcript] == ["user", "assistant", "tool", "assistant"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_followup_wakes_an_idle_agent_and_reaches_its_first_request(mode: str) -> None:
+    local = LocalSession()
+    local.followup("summarize the logs")
+    assert local.session.inbox.wants_wake()
+    model = Script(FINAL)
+    run(mode, local, model)
+    assert model.contents(0) == ["summarize the logs"]
+
+
+def test_an_injection_does_not_wake_an_idle_agent_but_a_steer_does() -> None:
+    local = LocalSession()
+    local.inject("recall: the deploy is frozen")
+    assert not local.session.inbox.wants_wake()
+    local.steer("stop and summarize")
+    assert local.session.inbox.wants_wake()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_earlier_injection_rides_along_before_a_steer_in_one_request(mode: str) -> None:
+    local = LocalSession()
+    local.inject("recall: the deploy is frozen")
+    local.steer("stop and summarize")
+    model = Script(FINAL)
+    events = run(mode, local, model)
+    assert model.contents(0) == ["recall: the deploy is frozen", "stop and summarize"]
+    claims = [e for e in events if isinstance(e, QueueClaimed)]
+    assert [(c.target, c.count) for c in claims] == [(Target.NEXT_STEP, 2)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_steer_sent_mid_run_is_claimed_by_the_next_step_not_the_current_one(mode: str) -> None:
+    local = LocalSession()
+    local.followup("read a.log")
+
+    def read() -> str:
+        local.steer("check the staging log instead")  # a person, while the tool runs
+        return "42 lines"
+
+    model = Script(calls("read"), Message.assistant("ok, staging"))
+    events = run(mode, local, model, [read])
+    assert "check the staging log instead" not in model.contents(0)
+    # it lands right after that tool's result, in the next request
+    assert model.contents(1)[-2:] == ["42 lines", "check the staging log instead"]
+    after_tools = kinds(events)[kinds(events).index("ToolReturned"):]
+    assert after_tools[:4] == ["ToolReturned", "StepEnded", "QueueClaimed", "StepStarted"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_followup_sent_mid_run_waits_for_the_new_turn_the_run_end_starts(mode: str) -> None:
+    local = LocalSession()
+    local.followup("read a.log")
+
+    def read() -> str:
+        local.followup("then tidy up")
+        return "42 lines"
+
+    model = Script(calls("read"), FINAL, Message.assistant("tidied"))
+    events = run(mode, local, model, [read])
+    assert all("then tidy up" not in model.contents(i) for i in range(2))
+    assert ended(events).reason == "final"
+    assert local.session.inbox.count("next_turn") == 1
+    assert local.session.inbox.wants_wake()  # the owner's end-of-run check starts a turn
+    events = run(mode, local, model)
+    assert model.contents(2)[-1] == "then tidy up"
+    assert ended(events).turn == 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_inject_sent_mid_run_is_claimed_by_the_next_step_without_extending_it(
+    mode: str,
+) -> None:
+    local = LocalSession()
+    local.followup("read a.log")
+
+    def read() -> str:
+        local.inject("fyi: a.log rotated at noon")
+        return "42 lines"
+
+    model = Script(calls("read"), FINAL)
+    events = run(mode, local, model, [read])
+    assert model.contents(1)[-1] == "fyi: a.log rotated at noon"
+    assert ended(events).steps == 2  # the request it rode along with was happening anyway
+
+
+# -- aimu's round-boundary cases ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_steer_pending_at_the_final_answer_extends_the_run_by_one_step(mode: str) -> None:
+    local = LocalSession()
+    local.followup("summarize")
+    model = Script(then(lambda: local.steer("also list the errors"), FINAL),
+                   Message.assistant("summary + errors"))
+    events = run(mode, local, model)
+    assert model.contents(1)[-2:] == ["done", "also list the errors"]
+    assert ended(events).steps == 2 and ended(events).reason == "final"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_injection_pending_at_the_final_answer_waits_for_a_later_request(mode: str) -> None:
+    local = LocalSession()
+    local.followup("summarize")
+    model = Script(then(lambda: local.inject("fyi"), FINAL))
+    events = run(mode, local, model)
+    assert ended(events).steps == 1
+    assert local.session.inbox.count("next_step") == 1  # not claimed, not lost
+    assert not local.session.inbox.wants_wake()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_after_a_degenerate_reply_a_pending_message_replaces_the_nudge(mode: str) -> None:
+    local = LocalSession()
+    local.followup("go")
+    model = Script(then(lambda: local.inject("use the new endpoint"), DEGENERATE), FINAL)
+    events = run(mode, local, model)
+    assert model.seen[1][-1] == Message.user("use the new endpoint")  # plain: no provenance
+    assert "Nudged" not in kinds(events)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_after_a_degenerate_reply_with_nothing_pending_the_loop_nudges(mode: str) -> None:
+    local = LocalSession()
+    local.followup("go")
+    model = Script(DEGENERATE, FINAL)
+    events = run(mode, local, model)
+    assert model.seen[1][-1] == CONTINUATION
+    assert model.seen[1][-1].metadata["provenance"] == "continuation"
+    assert "Nudged" in kinds(events)
+    assert local.session.transcript[-2] == CONTINUATION
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_whitespace_only_content_is_not_worth_a_round(mode: str) -> None:
+    local = LocalSession()
+    local.followup("go")
+    model = Script(then(lambda: local.steer("  \n "), FINAL))
+    events = run(mode, local, model)
+    assert ended(events).steps == 1
+    assert not local.session.inbox.has_pending()  # claimed, so not left to wake a turn
+    assert local.session.transcript[-1].content == "  \n "
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_several_messages_claimed_at_one_boundary_keep_their_order(mode: str) -> None:
+    local = LocalSession()
+    local.followup("go")
+
+    def work() -> str:
+        for i in range(4):
+            (local.steer if i % 2 else local.inject)(f"m{i}")
+        return "ok"
+
+    model = Script(calls("work"), FINAL)
+    run(mode, local, model, [work])
+    assert model.contents(1)[-4:] == ["m0", "m1", "m2", "m3"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_budget_counts_from_the_last_delivery_capped_with_one_warning(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    local = LocalSession()
+    local.followup("go")
+
+    def work() -> str:
+        local.steer("keep going")  # a source that speaks at every boundary
+        return "ok"
+
+    model = Script(*[calls("work")] * 10)
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.runner"):
+        events = run(mode, local, model, [work], max_steps=2)
+    assert ended(events).reason == "budget" and ended(events).steps == 4
+    warnings = [e for e in events if isinstance(e, Warned)]
+    assert len(warnings) == 1
+    assert "extended this run's step budget 2 times" in warnings[0].text
+    assert "refusing further extensions" in caplog.text
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_run_nobody_messages_ends_at_the_budget(mode: str) -> None:
+    local = LocalSession()
+    local.followup("go")
+    model = Script(*[calls("work")] * 3)
+    events = run(mode, local, model, [tool(name="work")(lambda: "ok")], max_steps=3)
+    assert (ended(events).reason, ended(events).steps) == ("budget", 3)
+    assert "Warned" not in kinds(events)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_structured_run_claims_nothing(mode: str) -> None:
+    local = LocalSession()
+    local.followup("later")
+    local.steer("now")
+    model = Script(Message.assistant('{"answer": 42}'))
+    events = run(mode, local, model, [tool(name="work")(lambda: "ok")], structured=True)
+    assert "QueueClaimed" not in kinds(events)
+    assert model.seen == [[]] and model.tools_seen == [()]
+    assert local.session.inbox.count() == 2
+    assert ended(events).steps == 1
+
+
+# -- ruling 7: misbehaving sources and ports ------------------------------------------------------
+
+
+class Raising(LocalSession):
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def claim(self, target: Target | str) -> tuple[Sequence[Message], QueueClaimed | None]:
+        self.asked += 1
+        raise OSError("disk on fire")
+
+
+class Shaped(LocalSession):
+    def __init__(self, answer: object) -> None:
+        super().__init__()
+        self.answer = answer
+
+    def claim(self, target: Target | str) -> Any:
+        return self.answer
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_source_that_raises_is_logged_and_the_run_goes_on_without_it(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = Raising()
+    port.followup("go")
+    model = Script(calls("work"), FINAL)
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.runner"):
+        events = run(mode, port, model, [tool(name="work")(lambda: "ok")])
+    assert ended(events).reason == "final" and ended(events).steps == 2
+    warned = [e for e in events if isinstance(e, Warned)]
+    assert len(warned) == 1 and "raised OSError: disk on fire" in warned[0].text
+    assert "disk on fire" in caplog.text
+    assert port.asked == 1  # not asked again for the rest of the run
+    assert port.session.inbox.count() == 1  # the followup is still queued, not lost
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        ("stop", "returned the str 'stop'"),
+        ((["stop"], None), "messages[0] of type str"),
+        (("stop", None), "messages of type str"),
+        (([Message.user("hi")], None), "no QueueClaimed"),
+        (None, "returned NoneType"),
+    ],
+)
+def test_a_source_that_answers_in_the_wrong_shape_is_logged_and_ignored(
+    answer: object, problem: str
+) -> None:
+    port = Shaped(answer)
+    model = Script(FINAL)
+    events = run("sync", port, model)
+    warned = [e for e in events if isinstance(e, Warned)]
+    assert len(warned) == 1 and problem in warned[0].text
+    assert model.seen == [[]]
+    assert ended(events).reason == "final"
+
+
+class NoClaim:
+    session = Session()
+
+    def record(self, event: Event) -> Event:
+        return event
+
+
+class ZeroArgClaim(NoClaim):
+    def claim(self) -> Any:
+        return (), None
+
+
+class SessionMethod(ZeroArgClaim):
+    def session(self) -> Session:  # type: ignore[override]
+        return Session()
+
+
+class RecordTwoArgs:
+    session = Session()
+
+    def claim(self, target: Target) -> Any:
+        return (), None
+
+    def record(self, event: Event, where: str) -> Event:
+        return event
+
+
+@pytest.mark.parametrize(
+    ("port", "words"),
+    [
+        (NoClaim(), ["NoClaim has no 'claim'", "SessionPort"]),
+        (ZeroArgClaim(), ["ZeroArgClaim.claim()", "one positional argument",
+                          "`def claim(self, target)`"]),
+        (SessionMethod(), ["SessionMethod.session is a method", "@property"]),
+        (RecordTwoArgs(), ["RecordTwoArgs.record(event", "where", "`def record(self, event)`"]),
+    ],
+)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_port_the_runner_cannot_call_is_refused_before_the_run_starts(
+    port: object, words: list[str], mode: str
+) -> None:
+    runner = Runner(Script(FINAL))
+    start = runner.run_turn if mode == "sync" else runner.arun_turn
+    with pytest.raises(TypeError) as caught:
+        start(port)  # type: ignore[arg-type]  # refused on the call, not on first iteration
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_check_port_accepts_the_local_session_and_lets_an_unreadable_signature_through() -> None:
+    check_port(LocalSession())
+
+    class Unreadable:
+        __signature__ = "no evidence of a wrong signature"
+
+        def __call__(self, *args: Any) -> Any:
+            return (), None
+
+    class Opaque(LocalSession):
+        def __init__(self) -> None:
+            super().__init__()
+            self.claim = Unreadable()  # type: ignore[method-assign,assignment]
+
+    check_port(Opaque())
+
+
+# -- ruling 9: cancelling -------------------------------------------------------------------------
+
+
+def test_cancelling_during_tools_ends_the_turn_and_claims_nothing_more() -> None:
+    local = LocalSession()
+    local.followup("go")
+    cancel = threading.Event()
+
+    def first() -> str:
+        local.steer("a steer that arrives as the person cancels")
+        cancel.set()
+        return "ran"
+
+    model = Script(calls("first", "second"))
+    events = run("sync", local, model, [first, tool(name="second")(lambda: "never")],
+                 cancel=cancel)
+    assert ended(events).reason == "cancelled"
+    claims = [e for e in events if isinstance(e, QueueClaimed)]
+    assert len(claims) == 1  # only the turn-open one, before the cancel
+    answers = [m.content for m in local.session.transcript if m.role == "tool"]
+    assert answers == ["ran", "cancelled: the turn ended before this tool ran"]
+    assert local.session.inbox.count("next_step") == 1  # queued messages stay
+
+
+def test_cancelling_during_a_request_discards_its_reply() -> None:
+    local = LocalSession()
+    local.followup("go")
+    cancel = threading.Event()
+    model = Script(then(cancel.set, FINAL))
+    events = run("sync", local, model, cancel=cancel)
+    assert kinds(events)[-3:] == ["ModelRequested", "StepEnded", "TurnEnded"]
+    assert ended(events).reason == "cancelled"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_turn_cancelled_before_it_starts_claims_nothing(mode: str) -> None:
+    local = LocalSession()
+    local.followup("go")
+    cancel: Any = threading.Event() if mode == "sync" else None
+    if mode != "sync":
+        async def preset() -> asyncio.Event:
+            event = asyncio.Event()
+            event.set()
+            return event
+        cancel = asyncio.run(preset())
+    events = run(mode, local, Script(), cancel=cancel) if mode != "sync" else None
+    if mode == "sync":
+        cancel.set()
+        events = run(mode, local, Script(), cancel=cancel)
+    assert events is not None
+    assert kinds(events) == ["TurnStarted", "TurnEnded"]
+    assert ended(events).reason == "cancelled"
+    assert local.session.inbox.count() == 1
+
+
+def test_async_cancel_abandons_a_model_request_in_flight() -> None:
+    local = LocalSession()
+    local.followup("go")
+
+    async def main() -> list[Event]:
+        cancel = asyncio.Event()
+
+        async def model(transcript: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
+            cancel.set()
+            await asyncio.Event().wait()  # never answers: only the cancel ends this request
+            raise AssertionError("unreachable")
+
+        return [e async for e in Runner(model).arun_turn(local, cancel=cancel)]
+
+    events = asyncio.run(main())
+    assert kinds(events)[-3:] == ["ModelRequested", "StepEnded", "TurnEnded"]
+    assert ended(events).reason == "cancelled"
+    assert replay(local.events) == local.session
+
+
+def test_async_cancel_set_by_a_tool_answers_the_rest_as_cancelled() -> None:
+    local = LocalSession()
+    local.followup("go")
+
+    async def main() -> list[Event]:
+        cancel = asyncio.Event()
+
+        async def first() -> str:
+            cancel.set()
+            return "ran"
+
+        async def second() -> str:
+            raise AssertionError("must not run")
+
+        model = Script(calls("first", "second"))
+        return [e async for e in Runner(model, [first, second]).arun_turn(local, cancel=cancel)]
+
+    events = asyncio.run(main())
+    assert ended(events).reason == "cancelled"
+    assert [m.content for m in local.session.transcript if m.role == "tool"] == [
+        "ran", "cancelled: the turn ended before this tool ran"]
+
+
+def test_cancelling_the_task_that_runs_a_turn_records_it_as_cancelled() -> None:
+    local = LocalSession()
+    local.followup("go")
+
+    async def main() -> None:
+        asked = asyncio.Event()
+
+        async def model(transcript: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
+            asked.set()
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+        async def consume() -> list[Event]:
+            return [e async for e in Runner(model).arun_turn(local)]
+
+        task = asyncio.create_task(consume())
+        await asked.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    last = local.events[-1]
+    assert isinstance(last, TurnEnded) and last.reason == "cancelled"
+    assert not local.session.running and replay(local.events) == local.session
+
+
+def test_closing_the_stream_early_records_the_turn_as_cancelled() -> None:
+    local = LocalSession()
+    local.followup("go")
+    stream = Runner(Script(FINAL)).run_turn(local)
+    assert type(next(stream)).__name__ == "TurnStarted"
+    stream.close()  # type: ignore[attr-defined]
+    last = local.events[-1]
+    assert isinstance(last, TurnEnded) and last.reason == "cancelled"
+    assert not local.session.running and replay(local.events) == local.session
+
+
+# -- events are recorded before the runner acts on them -------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_each_event_is_recorded_before_the_runner_acts_on_it(mode: str) -> None:
+    local = LocalSession()
+    local.followup("go")
+
+    def request_recorded() -> Message:
+        last = local.events[-1]
+        assert isinstance(last, ModelRequested) and last.messages == 1
+        return calls("work")
+
+    def work() -> str:
+        last = local.events[-1]
+        assert isinstance(last, ToolCalled) and last.call.name == "work"
+        return "ok"
+
+    run(mode, local, Script(request_recorded, FINAL), [work])
+
+
+# -- tools and models -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tool_results_failures_and_unknown_tools_become_tool_messages(mode: str) -> None:
+    local = LocalSession()
+    local.followup("go")
+
+    def stats(path: str) -> dict[str, Any]:
+        return {"path": path, "lines": 42}
+
+    def count() -> int:
+        return 7
+
+    def broken() -> str:
+        raise ValueError("bad input")
+
+    reply = Message.assistant(tool_calls=[
+        ToolCall("c1", "stats", {"path": "a.log"}), ToolCall("c2", "count"),
+        ToolCall("c3", "broken"), ToolCall("c4", "missing"), ToolCall("c5", "count", {"x": 1}),
+    ])
+    model = Script(reply, FINAL)
+    events = run(mode, local, model, [stats, count, broken])
+    results = [m for m in local.session.transcript if m.role == "tool"]
+    assert results[0].content == '{"path": "a.log", "lines": 42}'
+    assert results[1].content == "7" and results[1].name == "count"
+    assert results[2].content == "error: ValueError: bad input"
+    assert results[2].metadata["error"] == "ValueError"
+    assert results[3].content.startswith("error: unknown tool 'missing'")
+    assert results[4].metadata["error"] == "TypeError"  # bad arguments are the tool's failure
+    assert ended(events).reason == "final"  # the run went on
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_model_that_raises_ends_the_turn_with_error_and_re_raises(mode: str) -> None:
+    local = LocalSession()
+    local.followup("go")
+
+    def fail() -> Message:
+        raise RuntimeError("rate limited")
+
+    with pytest.raises(RuntimeError, match="rate limited"):
+        run(mode, local, Script(fail))
+    last = local.events[-1]
+    assert isinstance(last, TurnEnded)
+    assert (last.reason, last.error) == ("error", "RuntimeError: rate limited")
+    assert replay(local.events) == local.session
+
+
+def test_a_model_must_answer_with_an_assistant_message_or_a_str() -> None:
+    local = LocalSession()
+    local.followup("go")
+    events = run("sync", local, Script(lambda: "plain text is fine"))  # type: ignore[arg-type,return-value]
+    assert local.session.transcript[-1] == Message.assistant("plain text is fine")
+    assert ended(events).reason == "final"
+    with pytest.raises(TypeError, match="the model returned int"):
+        run("sync", local, Script(lambda: 42))  # type: ignore[arg-type,return-value]
+    assert ended(local.events).reason == "error"
+
+
+def test_the_sync_driver_refuses_async_models_and_tools() -> None:
+    async def amodel(transcript: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
+        return FINAL
+
+    async def atool() -> str:
+        return "ok"
+
+    with pytest.raises(TypeError, match="the model is async: drive this runner with arun_turn"):
+        Runner(amodel).run_turn(LocalSession())
+    with pytest.raises(TypeError, match="a tool is async"):
+        Runner(Script(), [atool]).run_turn(LocalSession())
+
+
+def test_tools_are_named_described_and_checked() -> None:
+    @tool
+    def grep(pattern: str, limit: int = 10) -> list[str]:
+        """Search the logs.
+
+        Longer notes the model does not need.
+        """
+        return [pattern] * limit
+
+    assert grep.name == "grep" and grep.spec.description == "Search the logs."
+    assert grep.spec.parameters["required"] == ["pattern"]
+    assert grep.spec.parameters["properties"]["limit"] == {"type": "integer"}
+    assert grep("x", limit=2) == ["x", "x"]
+    with pytest.raises(ValueError, match="two tools are named 'grep'"):
+        Runner(Script(), [grep, grep])
+    with pytest.raises(TypeError, match="cannot name the tool"):
+        Tool(lambda: 1)
+    with pytest.raises(TypeError, match="positional-only"):
+        Tool(lambda x, /: x, name="pos")
+    with pytest.raises(TypeError, match="model must be callable"):
+        Runner("gpt")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_steps"):
+        Runner(Script(), max_steps=0)
+
+
+def test_the_model_is_offered_the_runners_tools() -> None:
+    local = LocalSession()
+    local.followup("go")
+    model = Script(FINAL)
+
+    def read(path: str) -> str:
+        """Read a file."""
+        return path
+
+    run("sync", local, model, [read])
+    assert [s.name for s in model.tools_seen[0]] == ["read"]
+
+
+# -- LocalSession ---------------------------------------------------------------------------------
+
+
+def test_local_session_resumes_from_its_events() -> None:
+    local = LocalSession()
+    local.followup("go")
+    run("sync", local, Script(FINAL))
+    local.inject("fyi")
+    again = LocalSession(local.events)
+    assert again.session == local.session
+    events = run("sync", again, Script(FINAL))
+    assert ended(events).turn == 2
+
+
+def test_local_session_refuses_what_does_not_fold_and_stays_unchanged() -> None:
+    local = LocalSession()
+    before = local.session
+    with pytest.raises(ValueError, match="claim of next_step records 1"):
+        local.record(QueueClaimed(target=Target.NEXT_STEP, count=1))
+    with pytest.raises(TypeError, match="record needs an event"):
+        local.record("hello")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="wakeup must be a bool"):
+        local.send("hi", "next_step", 1)  # type: ignore[arg-type]
+    assert local.session == before and local.events == ()
+    assert local.claim("next_turn") == ((), None)
+
+
+@pytest.mark.slow
+def test_sends_from_another_thread_are_never_lost_or_doubled() -> None:
+    size = 50 * (1 + STRESS)
+    local = LocalSession()
+    local.followup("work through the list")
+    sent: list[str] = []
+
+    def sender() -> None:
+        for i in range(size):
+            text = f"msg-{i}"
+            (local.steer, local.inject, local.followup)[i % 3](text)
+            sent.append(text)
+
+    def work() -> str:
+        return "ok"
+
+    thread = threading.Thread(target=sender)
+    thread.start()
+    for _ in range(3):
+        model = Script(*[calls("work")] * (size // 5), FINAL, FINAL, FINAL)
+        model.replies = model.replies * 3
+        list(Runner(model, [work], max_steps=size).run_turn(local))
+    thread.join()
+    delivered = [m.content for m in local.session.transcript if m.content.startswith("msg-")]
+    queued = [m.content for t in ("next_turn", "next_step")
+              for m, _ in local.session.inbox.entries(t)]
+    assert sorted(delivered + queued) == sorted(sent)  # each exactly once
+    assert replay(local.events) == local.session

@@ -1,0 +1,25 @@
+"""The runner benchmark runs end to end (a quick pass: structure only, no timing asserted)."""
+
+from __future__ import annotations
+
+from bench import runner_bench
+
+
+def test_the_runner_benchmark_reports_a_table_of_ratios() -> None:
+    report = runner_bench.run(quick=True)
+    lines = report.splitlines()
+    assert lines[0].startswith("| variant | baseline | steps per turn | variant / baseline |")
+    rows = [line for line in lines[2:] if line.startswith("|")]
+    assert any(row.startswith("| Runner.run_turn | hand-written loop |") for row in rows)
+    assert any(row.startswith("| Runner.arun_turn, async model and tool |") for row in rows)
+    assert all(row.split("|")[4].strip().endswith("x") for row in rows)
+
+
+def test_every_variant_runs_the_same_turn() -> None:
+    # The runner and the hand-written loop build the same transcript from the same model and tool.
+    from nous_inbox.runner import LocalSession, Runner
+
+    local = LocalSession()
+    local.followup(runner_bench.PROMPT)
+    list(Runner(runner_bench.make_model(3), [runner_bench.add]).run_turn(local))
+    assert list(local.session.transcript) == runner_bench.hand_written(3)
