@@ -44,7 +44,9 @@ from nous_inbox.inbox import (
     steer,
     wants_wake,
 )
+from nous_inbox.loop import ToolSpec
 from nous_inbox.message import Message, Role, ToolCall
+from nous_inbox.runner import LocalSession, Runner, SessionPort, Tool, tool
 from nous_inbox.session import Session, replay
 
 __version__ = "0.1.0.dev0"
@@ -57,6 +59,7 @@ __all__ = [
     "Entry",
     "Event",
     "Inbox",
+    "LocalSession",
     "Message",
     "MessageSent",
     "ModelReplied",
@@ -66,13 +69,17 @@ __all__ = [
     "RecordTooLargeError",
     "ReplayError",
     "Role",
+    "Runner",
     "Session",
+    "SessionPort",
     "StepEnded",
     "StepStarted",
     "Target",
+    "Tool",
     "ToolCall",
     "ToolCalled",
     "ToolReturned",
+    "ToolSpec",
     "TurnEnded",
     "TurnStarted",
     "Warned",
@@ -84,5 +91,6 @@ __all__ = [
     "replay",
     "send",
     "steer",
+    "tool",
     "wants_wake",
 ]
