@@ -1,0 +1,88 @@
+"""Stores: where event logs live. ``open_store(url)`` picks one by its URL.
+
+=====================  ===========================================================================
+URL                    store
+=====================  ===========================================================================
+``memory:``            :class:`MemoryStore`: a dict in this process, for tests and experiments
+``file:PATH``          :class:`FileStore`: one JSON Lines file, every session's events, fsynced
+``sqlite:PATH``        :class:`SqliteStore`: the embedded default, safe with many processes
+``PATH``               a bare path (no scheme) is a SQLite file
+=====================  ===========================================================================
+
+>>> with open_store("memory:") as store:
+...     store.version("nobody")
+0
+>>> open_store("redis://localhost")
+Traceback (most recent call last):
+...
+ValueError: unknown store scheme 'redis' in 'redis://localhost' (use memory:, file:PATH, sqlite:PATH or a path)
+
+With no URL given, tools use :func:`default_store_url`: ``$NOUS_INBOX_STORE`` if set, else
+``sqlite:$XDG_STATE_HOME/nous-inbox/inbox.sqlite`` (``~/.local/state`` when unset).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Final
+
+from nous_inbox.store.base import (
+    MAX_STREAM_NAME,
+    STORE_ENV,
+    Store,
+    StoreLockedError,
+    check_stream,
+    default_store_path,
+    default_store_url,
+)
+from nous_inbox.store.file import FileStore
+from nous_inbox.store.memory import MemoryStore
+from nous_inbox.store.sqlite import SqliteStore
+
+__all__ = [
+    "MAX_STREAM_NAME",
+    "STORE_ENV",
+    "FileStore",
+    "MemoryStore",
+    "SqliteStore",
+    "Store",
+    "StoreLockedError",
+    "check_stream",
+    "default_store_path",
+    "default_store_url",
+    "open_store",
+]
+
+# A scheme is two or more letters before a colon, so a path like "C:/x" stays a path.
+_SCHEME: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
+
+
+def open_store(url: str) -> Store:
+    """Open the store ``url`` names: ``memory:``, ``file:PATH``, ``sqlite:PATH`` or a bare path.
+
+    ``PATH`` may start with ``~``. An unknown scheme or a missing path is a ``ValueError``
+    naming it.
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"store URL must be a str, got {type(url).__name__}")
+    match = _SCHEME.match(url)
+    if match is None:
+        if not url:
+            raise ValueError("store URL is empty")
+        return SqliteStore(os.path.expanduser(url))
+    scheme = match.group(1).lower()
+    rest = url[match.end():]
+    if scheme == "memory":
+        if rest:
+            raise ValueError(f"memory: takes no path, got {url!r}")
+        return MemoryStore()
+    if scheme in ("file", "sqlite"):
+        if not rest:
+            raise ValueError(f"store URL {url!r} needs a path after {scheme}:")
+        path = os.path.expanduser(rest)
+        return FileStore(path) if scheme == "file" else SqliteStore(path)
+    raise ValueError(
+        f"unknown store scheme {match.group(1)!r} in {url!r} "
+        f"(use memory:, file:PATH, sqlite:PATH or a path)"
+    )

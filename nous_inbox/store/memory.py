@@ -1,0 +1,101 @@
+"""MemoryStore (``memory:``): event streams in a dict, for tests and experiments.
+
+Nothing survives the process; everything else behaves as the durable stores do (numbering,
+expected versions, all-or-nothing appends), so code tested against it runs unchanged on them.
+
+>>> from nous_inbox.events import Warned
+>>> store = MemoryStore()
+>>> store.append("s", [Warned(text="hi")])[0].seq
+1
+>>> [e.text for e in store.read("s")]
+['hi']
+
+Thread-safe: one lock guards the streams; ``read`` iterates over a snapshot taken under it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from types import TracebackType
+
+from nous_inbox.events import Event
+from nous_inbox.store.base import (
+    check_expected_version,
+    check_stream,
+    conflict,
+    number_events,
+)
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """A :class:`~nous_inbox.store.base.Store` that keeps its streams in memory."""
+
+    url = "memory:"
+
+    def __init__(self) -> None:
+        self._streams: dict[str, list[Event]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def append(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None,
+    ) -> list[Event]:
+        """Append atomically; see :class:`~nous_inbox.store.base.Store`."""
+        check_stream(stream)
+        check_expected_version(expected_version)
+        with self._lock:
+            self._check_open()
+            log = self._streams.get(stream)
+            version = len(log) if log else 0
+            if expected_version is not None and expected_version != version:
+                raise conflict(stream, expected_version, version)
+            stored = number_events(stream, events, version)
+            if stored:
+                self._streams.setdefault(stream, []).extend(stored)
+            return stored
+
+    def read(self, stream: str, after: int = 0) -> Iterator[Event]:
+        """The events of ``stream`` after seq ``after``, in order."""
+        check_stream(stream)
+        with self._lock:
+            self._check_open()
+            snapshot = self._streams.get(stream, [])[max(after, 0):]
+        return iter(snapshot)
+
+    def version(self, stream: str) -> int:
+        """The last seq of ``stream`` (0 if none)."""
+        check_stream(stream)
+        with self._lock:
+            self._check_open()
+            return len(self._streams.get(stream, ()))
+
+    def streams(self) -> list[str]:
+        """Sorted names of the streams that have events."""
+        with self._lock:
+            self._check_open()
+            return sorted(self._streams)
+
+    def close(self) -> None:
+        """Forget everything; later calls raise ``ValueError``."""
+        with self._lock:
+            self._closed = True
+            self._streams = {}
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("memory: store is closed")
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "MemoryStore()"
