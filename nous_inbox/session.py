@@ -24,6 +24,7 @@ the position, since a log that disagrees with itself must not be silently "repai
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -42,12 +43,14 @@ from nous_inbox.events import (
     TurnEnded,
     TurnStarted,
 )
-from nous_inbox.inbox import Inbox
+from nous_inbox.inbox import Entry, Inbox, Target, as_target
 from nous_inbox.message import Message
 
 __all__ = ["Session", "replay"]
 
 _NO_MESSAGES: Final[PVector[Any]] = pvector()
+_STEP: Final = Target.NEXT_STEP
+_TURN: Final = Target.NEXT_TURN
 
 
 class Session(msgspec.Struct, frozen=True):
@@ -72,11 +75,7 @@ class Session(msgspec.Struct, frozen=True):
         """
         seq = event.seq
         if seq != self.version + 1:
-            where = f"stream {stream!r} " if stream else ""
-            raise ReplayError(
-                f"{where}seq {seq}: expected seq {self.version + 1} after {self.version} "
-                f"(events must be numbered 1, 2, 3, ... with no gap)"
-            )
+            raise _gap(stream, seq, self.version)
         kind = type(event)
         if kind is MessageSent:
             sent: MessageSent = event  # type: ignore[assignment]
@@ -88,11 +87,7 @@ class Session(msgspec.Struct, frozen=True):
             claim: QueueClaimed = event  # type: ignore[assignment]
             claimed, inbox = self.inbox.claim(claim.target)
             if len(claimed) != claim.count:
-                where = f"stream {stream!r} " if stream else ""
-                raise ReplayError(
-                    f"{where}seq {seq}: claim of {claim.target.value} records {claim.count} "
-                    f"message(s) but {len(claimed)} were queued"
-                )
+                raise _miscount(stream, seq, as_target(claim.target), claim.count, len(claimed))
             transcript = self.transcript.extend(claimed) if claimed else self.transcript
             return Session(inbox, transcript, seq, self.turn, self.step, self.running)
         if kind is ModelReplied or kind is ToolReturned or kind is Nudged:
@@ -121,7 +116,8 @@ class Session(msgspec.Struct, frozen=True):
 def replay(events: Iterable[Event], start: Session | None = None, stream: str = "") -> Session:
     """Fold ``events`` into a session, from ``start`` (an empty session by default).
 
-    The result equals what a live owner held after the same events. ``stream`` only names the
+    The result equals what a live owner held after the same events, that is, what
+    ``session.apply`` gives one event at a time, errors included. ``stream`` only names the
     stream in error messages.
 
     >>> from nous_inbox.events import Warned
@@ -129,8 +125,94 @@ def replay(events: Iterable[Event], start: Session | None = None, stream: str = 
     Traceback (most recent call last):
     ...
     nous_inbox.errors.ReplayError: seq 2: expected seq 1 after 0 (events must be numbered 1, 2, 3, ... with no gap)
+
+    Design note: replaying a long log is the hot path of every restart, so this is one loop over
+    plain lists rather than one new ``Session`` per event. Messages sent and not yet claimed
+    wait in a list per queue; a claim moves them (after any the start inbox held) to the
+    transcript list; the persistent vectors are built once, at the end. The checks and their
+    messages are those of ``apply``. The cyclic garbage collector is paused while the loop
+    runs: what a replay builds is acyclic, and with the collector on, each of its full passes
+    walks every message already replayed, which made a long replay several times slower.
+    Reference counting still frees everything as usual; the collector is restored on the way out.
     """
+    collecting = gc.isenabled()
+    if collecting:
+        gc.disable()
+    try:
+        return _replay(events, start, stream)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Session:
     session = Session() if start is None else start
+    inbox = session.inbox
+    version, turn, step, running = session.version, session.turn, session.step, session.running
+    turn_sent: list[Entry] = []
+    step_sent: list[Entry] = []
+    added: list[Any] = []
     for event in events:
-        session = session.apply(event, stream)
-    return session
+        seq = event.seq
+        if seq != version + 1:
+            raise _gap(stream, seq, version)
+        kind = type(event)
+        if kind is MessageSent:
+            message = event.message  # type: ignore[union-attr]
+            target = event.target  # type: ignore[union-attr]
+            wakeup = event.wakeup  # type: ignore[union-attr]
+            if (type(message) is not Message or (target is not _STEP and target is not _TURN)
+                    or (wakeup is not True and wakeup is not False)):
+                message, target, wakeup = _checked_send(message, target, wakeup)
+            (step_sent if target is _STEP else turn_sent).append((message, wakeup))
+        elif kind is QueueClaimed:
+            target = as_target(event.target)  # type: ignore[union-attr]
+            sent = step_sent if target is _STEP else turn_sent
+            claimed, inbox = inbox.claim(target)
+            taken = len(claimed) + len(sent)
+            if taken != event.count:  # type: ignore[union-attr]
+                raise _miscount(stream, seq, target, event.count, taken)  # type: ignore[union-attr]
+            if claimed:
+                added.extend(claimed)
+            if sent:
+                added.extend([message for message, _ in sent])
+                sent.clear()
+        elif kind is ModelReplied or kind is ToolReturned or kind is Nudged:
+            added.append(event.message)  # type: ignore[union-attr]
+        elif kind is StepStarted:
+            step = event.step  # type: ignore[union-attr]
+        elif kind is TurnStarted:
+            turn, step, running = event.turn, 0, True  # type: ignore[union-attr]
+        elif kind is TurnEnded:
+            running = False
+        version = seq
+    for message, wakeup in turn_sent:
+        inbox = inbox.send(message, _TURN, wakeup)
+    for message, wakeup in step_sent:
+        inbox = inbox.send(message, _STEP, wakeup)
+    transcript = session.transcript.extend(added) if added else session.transcript
+    return Session(inbox, transcript, version, turn, step, running)
+
+
+def _gap(stream: str, seq: int, version: int) -> ReplayError:
+    where = f"stream {stream!r} " if stream else ""
+    return ReplayError(
+        f"{where}seq {seq}: expected seq {version + 1} after {version} "
+        f"(events must be numbered 1, 2, 3, ... with no gap)"
+    )
+
+
+def _miscount(stream: str, seq: int, target: Target, recorded: int, queued: int) -> ReplayError:
+    where = f"stream {stream!r} " if stream else ""
+    return ReplayError(
+        f"{where}seq {seq}: claim of {target.value} records {recorded} "
+        f"message(s) but {queued} were queued"
+    )
+
+
+def _checked_send(message: object, target: object, wakeup: object) -> tuple[Message, Target, bool]:
+    # An event built by hand (not decoded) may hold a str message or target: normalize it
+    # exactly as Inbox.send would, raising its errors.
+    where = as_target(target)
+    entry = Inbox().send(message, where, wakeup).entries(where)[0]  # type: ignore[arg-type]
+    return entry[0], where, entry[1]
