@@ -46,7 +46,8 @@ from nous_inbox.inbox import (
 )
 from nous_inbox.loop import ToolSpec
 from nous_inbox.message import Message, Role, ToolCall
-from nous_inbox.runner import LocalSession, Runner, SessionPort, Tool, tool
+from nous_inbox.port import LocalSession, SessionPort
+from nous_inbox.runner import Runner, Tool, tool
 from nous_inbox.session import Session, replay
 
 __version__ = "0.1.0.dev0"

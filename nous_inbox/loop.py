@@ -47,7 +47,9 @@ The rulings it implements (DESIGN.md), each with a test in ``tests/test_loop.py`
    claimed at a step boundary refills it, at most ``max_steps`` times per turn; past that cap one
    ``Warned`` event says so and messages are still delivered without refilling. When the budget is
    spent, a waking message may still refill it (a ``wake_only`` claim); otherwise the turn ends
-   with reason ``"budget"``.
+   with reason ``"budget"``. Once the refills are used up a spent budget ends the turn without
+   claiming, so a steer still queued is answered by a new turn (the owner's wake check) rather
+   than left unanswered in this one's transcript.
 8. **A structured (single-shot) run** makes one model request and ends: no claims, no tools.
 9. **Cancelling** ends the turn with reason ``"cancelled"``; no claim is asked for after it, and
    tool calls left unanswered get a "cancelled" tool message so the transcript stays well-formed.
