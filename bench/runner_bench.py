@@ -217,9 +217,7 @@ def measure(quick: bool = False) -> list[Row]:
             "hand-written loop + inbox": lambda s, box=inbox: time_hand_written(s, box),
             "Runner.run_turn": time_runner,
             "async hand-written loop": time_async_hand_written,
-            "Runner.arun_turn, async model and tool": (
-                lambda s: time_async_runner(s, native=True)
-            ),
+            "Runner.arun_turn, async model and tool": (lambda s: time_async_runner(s, native=True)),
             "Runner.arun_turn, sync callables inline": (
                 lambda s: time_async_runner(s, native=False, offload=False)
             ),
@@ -250,8 +248,15 @@ def measure(quick: bool = False) -> list[Row]:
         for _ in range(5):
             baseline_s = min(baseline_s, time_hand_written(steps, latency=latency) / steps)
             runner_s = min(runner_s, time_runner(steps, latency) / steps)
-        rows.append(Row("Runner.run_turn, 1 ms model", "hand-written loop, 1 ms model", steps,
-                        runner_s, baseline_s))
+        rows.append(
+            Row(
+                "Runner.run_turn, 1 ms model",
+                "hand-written loop, 1 ms model",
+                steps,
+                runner_s,
+                baseline_s,
+            )
+        )
     return rows
 
 
