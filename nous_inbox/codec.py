@@ -362,7 +362,7 @@ def _iter_json(
         try:
             items = list(map(decoder.decode, lines))
         except _BAD:
-            _raise_json_error(lines, decoder, name, line, offset)
+            yield from _walk_to_json_error(lines, decoder, name, line, offset)
         yield from zip(count(line), accumulate(map((1).__add__, map(len, lines)), initial=offset),
                        items, strict=False)
     if tail:
@@ -387,13 +387,17 @@ def _raise_too_large(lines: list[bytes], name: str, line: int, offset: int, max_
         offset += len(text) + 1
 
 
-def _raise_json_error(lines: list[bytes], decoder: Any, name: str, line: int, offset: int) -> None:
-    # The slow walk, taken only once a buffer is known to hold a bad line: find and name it.
+def _walk_to_json_error(
+    lines: list[bytes], decoder: Any, name: str, line: int, offset: int,
+) -> Iterator[Any]:
+    # The slow walk, taken only once a buffer is known to hold a bad line: yield the good lines
+    # before it, then name it.
     for text in lines:
         try:
-            decoder.decode(text)
+            item = decoder.decode(text)
         except _BAD as exc:
             raise DecodeError(f"{name} line {line} (byte {offset}): {_reason(exc, text)}") from None
+        yield line, offset, item
         line += 1
         offset += len(text) + 1
     raise AssertionError("a line failed to decode once but not twice")  # pragma: no cover

@@ -1,0 +1,402 @@
+"""The Store contract, one suite run against every store: memory:, file:PATH and sqlite:PATH."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+import pytest
+
+from nous_inbox.codec import Record, encode_header, json_lines
+from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError
+from nous_inbox.events import MessageSent, QueueClaimed, Warned
+from nous_inbox.inbox import Target
+from nous_inbox.message import Message
+from nous_inbox.session import replay
+from nous_inbox.store import (
+    FileStore,
+    MemoryStore,
+    SqliteStore,
+    Store,
+    StoreLockedError,
+    default_store_path,
+    default_store_url,
+    open_store,
+)
+
+KINDS = ["memory", "file", "sqlite"]
+
+
+@pytest.fixture(params=KINDS)
+def kind(request):
+    return request.param
+
+
+@pytest.fixture
+def url(kind, tmp_path):
+    return {"memory": "memory:", "file": f"file:{tmp_path / 'log.jsonl'}",
+            "sqlite": f"sqlite:{tmp_path / 'inbox.sqlite'}"}[kind]
+
+
+@pytest.fixture
+def store(url):
+    with open_store(url) as opened:
+        yield opened
+
+
+def sent(text: str, target: Target = Target.NEXT_STEP, wakeup: bool = True) -> MessageSent:
+    return MessageSent(target=target, wakeup=wakeup, message=Message.user(text))
+
+
+# -- appending and reading -----------------------------------------------------------------------
+
+
+def test_every_store_is_a_store(store):
+    assert isinstance(store, Store)
+
+
+def test_a_new_stream_is_empty(store):
+    assert store.version("s") == 0
+    assert list(store.read("s")) == []
+    assert store.streams() == []
+
+
+def test_append_numbers_events_and_returns_them_as_stored(store):
+    stored = store.append("s", [sent("a"), sent("b", wakeup=False)])
+    assert [e.seq for e in stored] == [1, 2]
+    assert [e.message.content for e in stored] == ["a", "b"]
+    assert store.version("s") == 2
+    assert list(store.read("s")) == stored
+
+
+def test_the_store_ignores_any_seq_the_caller_set(store):
+    store.append("s", [Warned(text="a", seq=40)])
+    stored = store.append("s", [Warned(text="b", seq=7), Warned(text="c", seq=7)])
+    assert [e.seq for e in stored] == [2, 3]
+    assert [e.seq for e in store.read("s")] == [1, 2, 3]
+
+
+def test_at_is_stamped_where_the_caller_left_it_zero(store):
+    stored = store.append("s", [Warned(text="a"), Warned(text="b", at=12.5)])
+    assert stored[0].at > 1_000_000_000  # now, as a Unix time
+    assert stored[1].at == 12.5
+    assert list(store.read("s")) == stored
+
+
+def test_read_after_returns_only_later_events(store):
+    store.append("s", [Warned(text=str(i)) for i in range(1, 6)])
+    assert [e.text for e in store.read("s", after=3)] == ["4", "5"]
+    assert list(store.read("s", after=5)) == []
+    assert list(store.read("s", after=99)) == []
+
+
+def test_streams_are_separate_and_listed_sorted(store):
+    store.append("zeta", [Warned(text="z")])
+    store.append("alpha", [Warned(text="a1"), Warned(text="a2")])
+    store.append("mid ✓", [Warned(text="m")])
+    assert store.streams() == ["alpha", "mid ✓", "zeta"]
+    assert [store.version(s) for s in ("alpha", "mid ✓", "zeta")] == [2, 1, 1]
+    assert [e.text for e in store.read("alpha")] == ["a1", "a2"]
+
+
+def test_an_empty_append_is_a_no_op(store):
+    assert store.append("s", []) == []
+    assert store.version("s") == 0
+    assert store.streams() == []
+
+
+def test_many_pages_read_back_in_order(store):
+    for start in range(0, 1200, 100):
+        store.append("s", [Warned(text=str(i)) for i in range(start, start + 100)])
+    assert [e.text for e in store.read("s")] == [str(i) for i in range(1200)]
+    assert [e.seq for e in store.read("s", after=1000)] == list(range(1001, 1201))
+
+
+# -- optimistic concurrency ----------------------------------------------------------------------
+
+
+def test_an_append_at_the_expected_version_succeeds(store):
+    store.append("s", [Warned(text="a")], expected_version=0)
+    store.append("s", [Warned(text="b")], expected_version=1)
+    assert store.version("s") == 2
+
+
+def test_a_stale_expected_version_raises_and_writes_nothing(store):
+    store.append("s", [Warned(text="a")])
+    with pytest.raises(ConcurrencyError) as info:
+        store.append("s", [Warned(text="b"), Warned(text="c")], expected_version=0)
+    assert "stream 's'" in str(info.value)
+    assert "expected version 0" in str(info.value)
+    assert "at 1" in str(info.value)
+    assert store.version("s") == 1
+    assert [e.text for e in store.read("s")] == ["a"]
+
+
+def test_an_expected_version_ahead_of_the_stream_also_conflicts(store):
+    with pytest.raises(ConcurrencyError):
+        store.append("s", [Warned(text="a")], expected_version=3)
+    assert store.streams() == []
+
+
+@pytest.mark.parametrize("bad", [-1, 1.0, "0", True])
+def test_a_malformed_expected_version_is_a_value_error(store, bad):
+    with pytest.raises(ValueError, match="expected_version"):
+        store.append("s", [Warned(text="a")], expected_version=bad)
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["", "a\nb", "tab\there", "nul\x00", "del\x7f", "x" * 257, 7, None])
+def test_bad_stream_names_are_refused_naming_them(store, name):
+    for call in (lambda: store.append(name, [Warned(text="a")]), lambda: store.version(name),
+                 lambda: list(store.read(name))):
+        with pytest.raises(ValueError, match="stream name"):
+            call()
+    assert store.streams() == []
+
+
+def test_the_longest_allowed_stream_name_works(store):
+    name = "n" * 256
+    store.append(name, [Warned(text="a")])
+    assert store.streams() == [name]
+
+
+@pytest.mark.parametrize("events", [[Warned(text="ok"), {"type": "warned"}], [Message.user("x")]])
+def test_a_batch_holding_a_non_event_writes_nothing(store, events):
+    with pytest.raises(TypeError, match=r"events\[\d\]"):
+        store.append("s", events)
+    assert store.version("s") == 0
+
+
+def test_a_single_event_instead_of_a_list_is_refused(store):
+    with pytest.raises(TypeError, match="sequence of events"):
+        store.append("s", Warned(text="a"))  # type: ignore[arg-type]
+
+
+def test_a_closed_store_refuses_use(url):
+    store = open_store(url)
+    store.close()
+    with pytest.raises(ValueError, match="closed"):
+        store.version("s")
+    with pytest.raises(ValueError, match="closed"):
+        store.append("s", [Warned(text="a")])
+
+
+# -- threads -------------------------------------------------------------------------------------
+
+
+def test_appends_from_many_threads_lose_nothing(store):
+    def work(n: int) -> None:
+        for i in range(25):
+            store.append("s", [Warned(text=f"{n}-{i}")])
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    events = list(store.read("s"))
+    assert [e.seq for e in events] == list(range(1, 101))
+    assert sorted(e.text for e in events) == sorted(f"{n}-{i}" for n in range(4) for i in range(25))
+
+
+# -- durability, files, modes --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_what_was_appended_is_there_after_reopening(url):
+    with open_store(url) as store:
+        store.append("s", [sent("a"), sent("b", Target.NEXT_TURN)])
+        store.append("t", [QueueClaimed(target=Target.NEXT_STEP, count=0)])
+        written = list(store.read("s"))
+    with open_store(url) as store:
+        assert list(store.read("s")) == written
+        assert store.streams() == ["s", "t"]
+        store.append("s", [QueueClaimed(target=Target.NEXT_STEP, count=1)])
+        assert replay(store.read("s")).transcript == [Message.user("a")]
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_created_files_are_private(url, tmp_path):
+    old = os.umask(0o022)
+    try:
+        with open_store(url) as store:
+            store.append("s", [Warned(text="a")])
+            modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    finally:
+        os.umask(old)
+    assert modes, "the store created no file"
+    assert set(modes.values()) == {0o600}, modes
+    if "sqlite" in url:
+        assert {"inbox.sqlite", "inbox.sqlite-wal", "inbox.sqlite-shm"} <= set(modes)
+
+
+def test_another_store_on_the_same_file_sees_new_events_through_version(kind, tmp_path):
+    if kind == "memory":
+        pytest.skip("memory: is one process's dict")
+    url = f"{kind}:{tmp_path / 'shared'}"
+    with open_store(url) as writer, open_store(url) as watcher:
+        assert watcher.version("s") == 0
+        writer.append("s", [Warned(text="a")])
+        assert watcher.version("s") == 1
+        assert watcher.append("s", [Warned(text="b")], expected_version=1)[0].seq == 2
+        assert writer.version("s") == 2
+        with pytest.raises(ConcurrencyError):
+            writer.append("s", [Warned(text="c")], expected_version=1)
+        assert [e.text for e in writer.read("s")] == ["a", "b"]
+
+
+# -- open_store and the default ------------------------------------------------------------------
+
+
+def test_open_store_picks_by_scheme(tmp_path):
+    assert isinstance(open_store("memory:"), MemoryStore)
+    with open_store(f"file:{tmp_path / 'a.jsonl'}") as s:
+        assert isinstance(s, FileStore)
+    with open_store(f"sqlite:{tmp_path / 'a.sqlite'}") as s:
+        assert isinstance(s, SqliteStore)
+    with open_store(str(tmp_path / "bare.sqlite")) as s:
+        assert isinstance(s, SqliteStore)
+
+
+@pytest.mark.parametrize("url", ["redis://x", "s3:bucket", "memory:x", "file:", "sqlite:", ""])
+def test_open_store_refuses_what_it_cannot_open_by_name(url):
+    with pytest.raises(ValueError) as info:
+        open_store(url)
+    assert repr(url) in str(info.value) or "empty" in str(info.value)
+
+
+def test_the_default_store_is_private_sqlite_under_xdg_state_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOUS_INBOX_STORE", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    url = default_store_url()
+    assert url == f"sqlite:{tmp_path / 'state' / 'nous-inbox' / 'inbox.sqlite'}"
+    assert stat.S_IMODE((tmp_path / "state" / "nous-inbox").stat().st_mode) == 0o700
+    with open_store(url) as store:
+        store.append("s", [Warned(text="a")])
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/path")  # ignored, as XDG asks
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_store_path() == tmp_path / "home" / ".local" / "state" / "nous-inbox" / "inbox.sqlite"
+
+
+def test_the_environment_names_the_default_store(monkeypatch):
+    monkeypatch.setenv("NOUS_INBOX_STORE", "memory:")
+    assert default_store_url() == "memory:"
+
+
+# -- file: specifics -----------------------------------------------------------------------------
+
+
+def test_file_store_writes_one_record_per_line_with_batch_counts(tmp_path):
+    path = tmp_path / "log.jsonl"
+    with FileStore(path) as store:
+        store.append("s", [Warned(text="a", at=1.0), Warned(text="b", at=1.0)])
+        store.append("t", [Warned(text="c", at=1.0)])
+    assert path.read_bytes() == json_lines([
+        Record(stream="s", event=Warned(text="a", seq=1, at=1.0), more=1),
+        Record(stream="s", event=Warned(text="b", seq=2, at=1.0)),
+        Record(stream="t", event=Warned(text="c", seq=1, at=1.0)),
+    ])
+
+
+def test_file_store_read_only_mode_reads_but_never_writes(tmp_path):
+    path = tmp_path / "log.jsonl"
+    with pytest.raises(FileNotFoundError, match="no such log file"):
+        FileStore(path, read_only=True)
+    with FileStore(path) as writer:
+        writer.append("s", [Warned(text="a")])
+        with FileStore(path, read_only=True) as reader:
+            assert [e.text for e in reader.read("s")] == ["a"]
+            with pytest.raises(OSError, match="read-only"):
+                reader.append("s", [Warned(text="b")])
+
+
+def test_a_writer_that_cannot_get_the_lock_gets_a_clear_error(tmp_path):
+    import fcntl
+
+    path = tmp_path / "log.jsonl"
+    with FileStore(path, lock_timeout=0.05) as store:
+        holder = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(holder, fcntl.LOCK_EX)
+            with pytest.raises(StoreLockedError, match="another writer held the file lock"):
+                store.append("s", [Warned(text="a")])
+            assert isinstance(StoreLockedError("x"), ConcurrencyError)
+        finally:
+            os.close(holder)
+        store.append("s", [Warned(text="a")])
+        assert store.version("s") == 1
+
+
+def test_file_store_refuses_a_file_that_is_not_a_log(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"dear diary\nnothing to see\n")
+    with pytest.raises(DecodeError, match=r"line 1 \(byte 0\): not a nous-inbox log header"):
+        FileStore(path)
+    assert path.read_bytes() == b"dear diary\nnothing to see\n"  # untouched
+    path.write_bytes(b"no newline at all")
+    with pytest.raises(DecodeError, match="not a nous-inbox log"):
+        FileStore(path)
+
+
+def test_file_store_refuses_a_seq_out_of_place(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(json_lines([Record(stream="s", event=Warned(text="a", seq=1)),
+                                 Record(stream="s", event=Warned(text="b", seq=3))]))
+    with pytest.raises(DecodeError, match=r"line 3 \(byte \d+\): stream 's' has seq 3 where 2"):
+        FileStore(path, read_only=True)
+
+
+def test_file_store_refuses_a_batch_broken_off_in_the_middle(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(json_lines([Record(stream="s", event=Warned(text="a", seq=1), more=1),
+                                 Record(stream="t", event=Warned(text="b", seq=1))]))
+    with pytest.raises(DecodeError, match=r"line 3 .*the append that began at line 2 is broken off"):
+        FileStore(path, read_only=True)
+
+
+def test_file_store_refuses_an_oversized_event_and_writes_nothing(tmp_path):
+    path = tmp_path / "log.jsonl"
+    with FileStore(path, max_record_size=200) as store:
+        with pytest.raises(RecordTooLargeError, match="above the limit of 200 bytes"):
+            store.append("s", [Warned(text="ok"), Warned(text="x" * 500)])
+        assert store.version("s") == 0
+    assert path.read_bytes() == encode_header()
+
+
+def test_sqlite_store_refuses_a_newer_schema(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "inbox.sqlite"
+    SqliteStore(path).close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value = '99' WHERE key = 'version'")
+    db.commit()
+    db.close()
+    with pytest.raises(DecodeError, match="schema version 99, newer than this nous-inbox reads"):
+        SqliteStore(path)
+
+
+def test_sqlite_store_names_stream_and_seq_of_a_bad_row(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "inbox.sqlite"
+    with SqliteStore(path) as store:
+        store.append("s", [Warned(text="a"), Warned(text="b")])
+    db = sqlite3.connect(path)
+    db.execute("UPDATE events SET body = x'81a474797065a46e6f7065' WHERE seq = 2")
+    db.commit()
+    db.close()
+    with SqliteStore(path) as store, pytest.raises(DecodeError) as info:
+        list(store.read("s"))
+    assert "stream 's' seq 2" in str(info.value)
+    assert "`$.type`" in str(info.value)
+
+
+def test_sqlite_store_refuses_a_file_that_is_not_a_database(tmp_path):
+    path = tmp_path / "x.sqlite"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(DecodeError, match="not a SQLite database"):
+        SqliteStore(path)
