@@ -1,0 +1,137 @@
+"""The ``nous-inbox`` subcommands: each takes the parsed arguments and an output stream.
+
+They are thin on purpose: open a store, append or replay, print. All the semantics live below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import IO, Any
+
+from nous_inbox.cli.live import run_demo, run_session
+from nous_inbox.cli.main import UsageError
+from nous_inbox.cli.progress import with_progress
+from nous_inbox.cli.render import event_json, format_event
+from nous_inbox.cli.style import Style
+from nous_inbox.cli.tour import run_tour
+from nous_inbox.events import MessageSent
+from nous_inbox.inbox import Target
+from nous_inbox.message import Message, thaw_json
+from nous_inbox.session import Session, replay
+from nous_inbox.store import Store, default_store_url, open_store
+
+__all__ = ["demo", "log", "run", "send", "sessions", "show", "tour"]
+
+_MODES = {
+    "steer": (Target.NEXT_STEP, True),
+    "inject": (Target.NEXT_STEP, False),
+    "followup": (Target.NEXT_TURN, True),
+}
+
+
+def _open(args: argparse.Namespace) -> Store:
+    return open_store(args.store or default_store_url())
+
+
+def _replayed(store: Store, session: str) -> Session:
+    total = store.version(session)
+    if total == 0:
+        raise ValueError(
+            f"no session {session!r} in this store (`nous-inbox sessions` lists the ones there are)"
+        )
+    return replay(with_progress(store.read(session), total, "replaying"), stream=session)
+
+
+def demo(args: argparse.Namespace, out: IO[str]) -> int:
+    """A live scripted session: a person steers an agent while it works; the log replays equal."""
+    if args.step_seconds < 0:
+        raise UsageError(f"--step-seconds must be >= 0, got {args.step_seconds}")
+    url = args.store or default_store_url()
+    with open_store(url) as store:
+        return run_demo(store, url, out, step_seconds=args.step_seconds, as_json=args.json)
+
+
+def run(args: argparse.Namespace, out: IO[str]) -> int:
+    """Run the scripted agent on a session so another terminal can steer it."""
+    if args.steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {args.steps}")
+    if args.step_seconds < 0:
+        raise UsageError(f"--step-seconds must be >= 0, got {args.step_seconds}")
+    with _open(args) as store:
+        return run_session(
+            store, args.session, out, task=args.task, steps=args.steps,
+            step_seconds=args.step_seconds, as_json=args.json,
+        )
+
+
+def tour(args: argparse.Namespace, out: IO[str]) -> int:
+    """Walk through the inbox value's semantics."""
+    return run_tour(out)
+
+
+def send(args: argparse.Namespace, out: IO[str]) -> int:
+    """Append one send (steer, inject or followup) to a session's log."""
+    target, wakeup = _MODES[args.command]
+    if not args.text.strip():
+        raise UsageError("TEXT is empty; an empty message is never worth a model round")
+    event = MessageSent(target=target, wakeup=wakeup, message=Message.user(args.text))
+    with _open(args) as store:
+        (stored,) = store.append(args.session, [event])
+    out.write(f"{args.command} queued for {args.session!r} as event #{stored.seq}\n")
+    return 0
+
+
+def _entry_dict(message: Message, wakeup: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = thaw_json(message.to_dict())
+    entry["wakeup"] = wakeup
+    return entry
+
+
+def show(args: argparse.Namespace, out: IO[str]) -> int:
+    """Print the replayed inbox of a session."""
+    with _open(args) as store:
+        session = _replayed(store, args.session)
+    inbox = session.inbox
+    if args.json:
+        document = {
+            target: [_entry_dict(m, w) for m, w in inbox.entries(target)]
+            for target in ("next_turn", "next_step")
+        }
+        document["wants_wake"] = inbox.wants_wake()  # type: ignore[assignment]
+        document["transcript_length"] = len(session.transcript)  # type: ignore[assignment]
+        document["version"] = session.version  # type: ignore[assignment]
+        out.write(json.dumps(document, ensure_ascii=False) + "\n")
+        return 0
+    style = Style(out)
+    out.write(style.paint(f"session {args.session!r}", "bold") + f" at event #{session.version}, ")
+    out.write(f"{len(session.transcript)} message(s) in the transcript, ")
+    out.write(("a turn is open" if session.running else "idle") + "\n")
+    for target in ("next_turn", "next_step"):
+        entries = inbox.entries(target)
+        out.write(style.paint(f"{target} ({len(entries)})", "cyan") + "\n")
+        for message, wake in entries:
+            flag = style.paint(" [wakes]", "yellow") if wake else ""
+            out.write(f"  {message.role}: {message.content}{flag}\n")
+    out.write(f"wants_wake: {'yes' if inbox.wants_wake() else 'no'}\n")
+    return 0
+
+
+def log(args: argparse.Namespace, out: IO[str]) -> int:
+    """Print a session's events, one per line (JSON Lines with ``--json``)."""
+    style = Style(out)
+    with _open(args) as store:
+        total = store.version(args.session)
+        if total == 0:
+            raise ValueError(f"no session {args.session!r} in this store")
+        for event in with_progress(store.read(args.session), total, "reading"):
+            out.write((event_json(event) if args.json else format_event(event, style)) + "\n")
+    return 0
+
+
+def sessions(args: argparse.Namespace, out: IO[str]) -> int:
+    """List the sessions in the store with their event counts."""
+    with _open(args) as store:
+        for name in store.streams():
+            out.write(f"{name}\t{store.version(name)} events\n")
+    return 0

@@ -1,0 +1,127 @@
+"""Live sessions for the CLI: ``nous-inbox demo`` (a person talks to a working agent) and ``run``.
+
+``demo`` starts the scripted agent on a task and plays a person who, while the agent's tools are
+running, injects context, steers it and asks a followup. Every event is printed as it is recorded,
+the log goes to a store (the embedded SQLite file unless ``--store`` says otherwise), and at the
+end the log is read back and replayed to show it equals the live state.
+
+The person reacts to the agent's events (the n-th tool call starting), not to a clock, so the
+demo tells the same story on a fast machine and a slow one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import IO, Final
+
+from nous_inbox.cli.agent import ScriptedAgent
+from nous_inbox.cli.render import event_json, format_event
+from nous_inbox.cli.style import Style
+from nous_inbox.events import Event, ToolCalled
+from nous_inbox.owner import Owner
+from nous_inbox.runner import Runner
+from nous_inbox.session import replay
+from nous_inbox.store import Store
+
+__all__ = ["run_demo", "run_session"]
+
+#: What the simulated person does, and when: as the n-th tool call starts.
+PERSON: Final = (
+    (1, "inject", "fyi: the deploy is frozen until 14:00"),
+    (2, "steer", "the cdn.log matters most, read it next"),
+    (3, "followup", "afterwards, draft a note for the on-call channel"),
+)
+
+TASK: Final = "survey the logs from this morning's incident"
+
+
+class _Printer:
+    """Prints each event as one line (or JSON) the moment the owner records it."""
+
+    def __init__(self, out: IO[str], as_json: bool) -> None:
+        self.out = out
+        self.as_json = as_json
+        self.style = Style(out)
+        self.tool_calls = 0
+        self.tool_started = threading.Condition()
+
+    def __call__(self, event: Event) -> None:
+        line = event_json(event) if self.as_json else format_event(event, self.style)
+        self.out.write(line + "\n")
+        self.out.flush()
+        if isinstance(event, ToolCalled):
+            with self.tool_started:
+                self.tool_calls += 1
+                self.tool_started.notify_all()
+
+    def wait_tool(self, n: int, timeout: float) -> bool:
+        with self.tool_started:
+            return self.tool_started.wait_for(lambda: self.tool_calls >= n, timeout)
+
+
+def _person(owner: Owner, printer: _Printer, out: IO[str], as_json: bool) -> None:
+    style = printer.style
+    for n, mode, text in PERSON:
+        if not printer.wait_tool(n, timeout=60):
+            return
+        if not as_json:
+            out.write(style.paint(f"        person > {mode}: {text}", "magenta") + "\n")
+        getattr(owner, mode)(text)
+
+
+def run_demo(store: Store, url: str, out: IO[str], *, step_seconds: float, as_json: bool) -> int:
+    """Play the demo on ``store``; returns 0 when the replayed log equals the live state."""
+    style = Style(out)
+    session = time.strftime("demo-%Y%m%d-%H%M%S")
+    agent = ScriptedAgent(steps=4, step_seconds=step_seconds)
+    printer = _Printer(out, as_json)
+    if not as_json:
+        out.write(style.paint("nous-inbox demo", "bold") + ": a person talks to an agent while it works\n")
+        out.write(f"  session {session!r} in {url}\n")
+        out.write("  The agent reads logs, one tool call per step. While a tool runs, the person\n")
+        out.write("  injects context, steers, and asks a followup; watch where each one lands.\n\n")
+        out.write(style.paint(f"        person > prompt: {TASK}", "magenta") + "\n")
+    with Owner(store, session, Runner(agent, agent.tools, max_steps=12), listen=printer) as owner:
+        person = threading.Thread(target=_person, args=(owner, printer, out, as_json), daemon=True)
+        person.start()
+        owner.prompt(TASK)
+        person.join(timeout=120)
+        while not owner.wait_idle(timeout=120):
+            pass
+        live = owner.session
+    replayed = replay(store.read(session), stream=session)
+    if as_json:
+        return 0 if replayed == live else 1
+    out.write("\n")
+    if replayed != live:
+        out.write(style.paint("replay differs from the live state", "red", "bold") + "\n")
+        return 1
+    out.write(style.paint("replayed", "green", "bold"))
+    out.write(
+        f" {replayed.version} events from the store: inbox, transcript and turns equal the live "
+        f"state ({len(replayed.transcript)} transcript entries, "
+        f"{replayed.inbox.count()} message(s) still queued).\n"
+    )
+    out.write(f"  See it again: nous-inbox log --store {url} {session}\n")
+    return 0
+
+
+def run_session(
+    store: Store, session: str, out: IO[str], *, task: str, steps: int, step_seconds: float,
+    as_json: bool,
+) -> int:
+    """Run the scripted agent on ``session`` until it is idle, printing events as they happen."""
+    agent = ScriptedAgent(steps=steps, step_seconds=step_seconds)
+    printer = _Printer(out, as_json)
+    with Owner(store, session, Runner(agent, agent.tools, max_steps=steps * 2 + 4),
+               listen=printer) as owner:
+        owner.prompt(task)
+        try:
+            while not owner.wait_idle(timeout=1):
+                pass
+        except KeyboardInterrupt:
+            owner.cancel()
+            owner.wait_idle(timeout=30)
+            raise
+    return 0

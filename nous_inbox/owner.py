@@ -1,0 +1,370 @@
+"""Owner: the actor that holds one session, its inbox value and its log, and decides when to wake.
+
+A host embeds one owner per session. People and other agents call ``steer``, ``inject``,
+``followup`` or ``prompt`` from any thread (or asyncio task: the calls never wait for a run). The
+owner appends each send to its store, folds it into the session value and, when the send asks to
+wake, asks the inbox ``wants_wake()``: if no run is going, it starts one on a worker thread. When a
+run ends it asks again, so a steer that landed after the run's last claim still gets its run. It
+never starts two runs at once. A send that does not ask to wake (an injection) never starts a run,
+even when an older waking entry is still queued after a cancel (ruling 9).
+
+>>> from nous_inbox.message import Message
+>>> from nous_inbox.runner import Runner
+>>> from nous_inbox.store import open_store
+>>> def model(transcript, tools):
+...     return Message.assistant(f"heard: {transcript[-1].content}")
+>>> owner = Owner(open_store("memory:"), "demo", Runner(model))
+>>> _ = owner.inject("fyi: nothing wakes for this")
+>>> owner.wait_idle(timeout=5), owner.session.turn
+(True, 0)
+>>> _ = owner.steer("summarize")
+>>> owner.wait_idle(timeout=5), [m.content for m in owner.transcript]
+(True, ['fyi: nothing wakes for this', 'summarize', 'heard: summarize'])
+>>> owner.close()
+
+Durability. Every event is appended to the store before the owner acts on it, and a claim is one
+``QueueClaimed`` event that both drains the queue and becomes the transcript entries (ruling 6):
+kill the process at any moment and each message is either still queued or in the transcript.
+An owner opened on an existing stream replays it and resumes with the same inbox and transcript;
+a turn the log shows as open (the process died mid-run) is closed with reason ``"error"``, and a
+waking message still queued starts a run.
+
+Other processes. Appends are made with the stream's expected version. When another process (the
+``nous-inbox steer`` command, say) has appended in between, the store refuses, the owner reads
+what it missed, folds it in, and tries again; a watcher thread polls the store's cheap version
+number so an idle owner wakes for such a send too. A running owner also checks the version at each
+claim, so a steer from another terminal reaches the run at its next step boundary.
+
+Cancelling (ruling 9): ``cancel()`` ends the current turn as ``"cancelled"`` at its next boundary
+and wakes nothing; queued messages wait for the next prompt or waking send.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, Protocol
+
+from nous_inbox.errors import ConcurrencyError
+from nous_inbox.events import Event, MessageSent, QueueClaimed, TurnEnded, Warned
+from nous_inbox.inbox import Inbox, Target, as_message, as_target
+from nous_inbox.message import Message
+from nous_inbox.session import Session, replay
+from nous_inbox.store import Store
+
+__all__ = ["Owner", "TurnRunner"]
+
+logger: Final = logging.getLogger("nous_inbox.owner")
+
+Listener = Callable[[Event], None]
+
+
+class TurnRunner(Protocol):
+    """What an owner needs from a runner: run one turn on a port, yielding its events."""
+
+    def run_turn(
+        self, port: Any, *, reason: str = ..., cancel: threading.Event | None = ...
+    ) -> Iterator[Event]:
+        """Run one turn; see ``nous_inbox.runner.Runner.run_turn``."""
+        ...
+
+
+class _Port:
+    """The owner seen from its runner: the folded session, an atomic claim, a durable record."""
+
+    def __init__(self, owner: Owner) -> None:
+        self._owner = owner
+
+    @property
+    def session(self) -> Session:
+        return self._owner._session
+
+    def claim(self, target: Target) -> tuple[Sequence[Message], QueueClaimed | None]:
+        return self._owner._claim(target)
+
+    def record(self, event: Event) -> Event:
+        (stored,) = self._owner._append([event])
+        return stored
+
+
+class Owner:
+    """Holds one session (``stream`` in ``store``) and runs ``runner`` whenever it should wake.
+
+    ``listen`` callbacks see every event as it is recorded, in order (the owner's own and those
+    another process appended); ``watch`` starts the thread that notices other processes' sends
+    (``poll_interval`` seconds apart); ``start`` wakes right away if the replayed inbox wants it.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        stream: str,
+        runner: TurnRunner,
+        *,
+        listen: Listener | None = None,
+        watch: bool = True,
+        poll_interval: float = 0.05,
+        start: bool = True,
+    ) -> None:
+        self._store = store
+        self._stream = stream
+        self._runner = runner
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._listeners: list[Listener] = [listen] if listen is not None else []
+        self._worker: threading.Thread | None = None
+        self._cancel: threading.Event | None = None
+        self._closed = threading.Event()
+        self._failure: BaseException | None = None
+        self._port = _Port(self)
+        self._session = replay(store.read(stream), stream=stream)
+        if self._session.running:
+            self._append([TurnEnded(turn=self._session.turn, steps=self._session.step,
+                                    reason="error", error="interrupted: the owner stopped mid-turn")])
+        self._watcher: threading.Thread | None = None
+        if watch:
+            self._watcher = threading.Thread(
+                target=self._watch, args=(poll_interval,), name=f"nous-inbox watch {stream}",
+                daemon=True,
+            )
+            self._watcher.start()
+        if start:
+            self._maybe_wake()
+
+    # -- what a host reads ----------------------------------------------------------------------
+
+    @property
+    def stream(self) -> str:
+        """The session's stream name in the store."""
+        return self._stream
+
+    @property
+    def session(self) -> Session:
+        """The session value as folded so far: equal to ``replay`` of the stored events."""
+        return self._session
+
+    @property
+    def inbox(self) -> Inbox:
+        """The inbox value now."""
+        return self._session.inbox
+
+    @property
+    def transcript(self) -> list[Message]:
+        """The transcript now, as a list."""
+        return list(self._session.transcript)
+
+    @property
+    def running(self) -> bool:
+        """Whether a run is going (or about to start)."""
+        return self._worker is not None
+
+    def events(self, after: int = 0) -> list[Event]:
+        """The session's stored events with ``seq > after``, read back from the store."""
+        return list(self._store.read(self._stream, after))
+
+    def listen(self, callback: Listener) -> None:
+        """Call ``callback(event)`` for every event recorded from now on, in order.
+
+        Callbacks run on the thread that recorded the event, inside the owner's lock: keep them
+        quick. One that raises is logged and does not stop the others or the run.
+        """
+        with self._lock:
+            self._listeners.append(callback)
+
+    # -- what a host says -----------------------------------------------------------------------
+
+    def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
+        """Queue ``message`` on ``target`` durably, then wake if it asks to and nothing runs.
+
+        Input is checked before anything is written: a bad message, target or wakeup raises and
+        leaves the log and the value unchanged. Returns the event as stored.
+        """
+        event = MessageSent(target=as_target(target), wakeup=_bool(wakeup),
+                            message=as_message(message))
+        self._check_open()
+        (stored,) = self._append([event])
+        if event.wakeup:  # a send that does not ask to wake never starts a run (ruling 9)
+            self._maybe_wake()
+        return stored  # type: ignore[return-value]
+
+    def steer(self, message: Message | str) -> MessageSent:
+        """Read before the next model request; wakes an idle agent."""
+        return self.send(message, Target.NEXT_STEP, True)
+
+    def inject(self, message: Message | str) -> MessageSent:
+        """Have to hand at the next model request; wakes nothing."""
+        return self.send(message, Target.NEXT_STEP, False)
+
+    def followup(self, message: Message | str) -> MessageSent:
+        """Answer after the current turn; wakes an idle agent."""
+        return self.send(message, Target.NEXT_TURN, True)
+
+    def prompt(self, text: Message | str) -> MessageSent:
+        """A person's prompt: a turn of its own, after any turn in progress (a waking next_turn)."""
+        return self.followup(text)
+
+    def cancel(self) -> bool:
+        """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
+
+        Returns whether a run was going. Queued messages stay queued.
+        """
+        with self._lock:
+            if self._cancel is None:
+                return False
+            self._cancel.set()
+            return True
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until no run is going; ``False`` if ``timeout`` seconds passed first.
+
+        Re-raises (once) an exception that ended the last run, such as a failing model.
+        """
+        with self._changed:
+            idle = self._changed.wait_for(lambda: self._worker is None, timeout)
+            failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+        return idle
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        """Cancel any run, stop the watcher and wait for both; the store stays open (it is yours)."""
+        self._closed.set()
+        self.cancel()
+        with self._lock:
+            worker = self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout)
+        if self._watcher is not None:
+            self._watcher.join(timeout)
+
+    def __enter__(self) -> Owner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the log --------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed.is_set():
+            raise RuntimeError(f"owner of session {self._stream!r} is closed")
+
+    def _fold(self, events: Sequence[Event]) -> None:
+        session = self._session
+        for event in events:
+            session = session.apply(event, self._stream)
+        self._session = session
+        for event in events:
+            for listener in self._listeners:
+                try:
+                    listener(event)
+                except Exception:
+                    logger.exception("a listener of session %r failed on event #%d",
+                                     self._stream, event.seq)
+        self._changed.notify_all()
+
+    def _catch_up(self) -> list[Event]:
+        """Fold what other writers appended since our version; return those events."""
+        missed = list(self._store.read(self._stream, self._session.version))
+        if missed:
+            self._fold(missed)
+        return missed
+
+    def _append(self, events: Sequence[Event]) -> list[Event]:
+        with self._lock:
+            while True:
+                try:
+                    stored = self._store.append(self._stream, events, self._session.version)
+                except ConcurrencyError:
+                    self._catch_up()  # another process wrote first: read it, then try again
+                    continue
+                self._fold(stored)
+                return stored
+
+    def _claim(self, target: Target) -> tuple[Sequence[Message], QueueClaimed | None]:
+        with self._lock:
+            if self._store.version(self._stream) != self._session.version:
+                self._catch_up()
+            while True:
+                claimed, _ = self._session.inbox.claim(target)
+                if not claimed:
+                    return (), None
+                event = QueueClaimed(target=as_target(target), count=len(claimed))
+                try:
+                    (stored,) = self._store.append(self._stream, [event], self._session.version)
+                except ConcurrencyError:
+                    self._catch_up()  # the queue may have grown: count it again
+                    continue
+                self._fold([stored])
+                return list(claimed), stored  # type: ignore[return-value]
+
+    # -- waking ---------------------------------------------------------------------------------
+
+    def _maybe_wake(self) -> None:
+        with self._lock:
+            if self._worker is not None or self._closed.is_set():
+                return
+            if not self._session.inbox.wants_wake():
+                return
+            self._worker = threading.Thread(
+                target=self._work, name=f"nous-inbox run {self._stream}", daemon=True
+            )
+            self._worker.start()
+
+    def _work(self) -> None:
+        cancel: threading.Event | None = None
+        before: Inbox | None = None
+        try:
+            while True:
+                with self._lock:
+                    # Deciding to stop and saying so (worker = None) happen under one lock hold,
+                    # so a send that lands meanwhile either is seen here or starts a new worker.
+                    if self._should_stop(cancel, before):
+                        self._stop_working()
+                        return
+                    cancel = self._cancel = threading.Event()
+                    before = self._session.inbox
+                for _ in self._runner.run_turn(self._port, reason="wake", cancel=cancel):
+                    pass  # the port recorded each event; listeners have seen it
+        except BaseException as exc:
+            logger.exception("the run of session %r failed", self._stream)
+            with self._lock:
+                self._failure = exc
+                self._stop_working()
+
+    def _should_stop(self, cancel: threading.Event | None, before: Inbox | None) -> bool:
+        if self._closed.is_set() or not self._session.inbox.wants_wake():
+            return True
+        if cancel is not None and cancel.is_set():
+            return True  # ruling 9: a cancelled run wakes nothing
+        if before is not None and self._session.inbox == before:
+            # The turn took nothing it was woken for (a runner that never claims): waking again
+            # would spin forever on the same entries.
+            self._append([Warned(text="a turn claimed none of the messages that woke it; "
+                                      "not waking again until a new send")])
+            return True
+        return False
+
+    def _stop_working(self) -> None:
+        self._worker = None
+        self._cancel = None
+        self._changed.notify_all()
+
+    def _watch(self, interval: float) -> None:
+        while not self._closed.wait(interval):
+            try:
+                if self._store.version(self._stream) == self._session.version:
+                    continue
+                with self._lock:
+                    missed = self._catch_up()
+                if any(isinstance(e, MessageSent) and e.wakeup for e in missed):
+                    self._maybe_wake()
+            except Exception:
+                logger.exception("watching session %r failed; retrying", self._stream)
+
+
+def _bool(wakeup: object) -> bool:
+    if type(wakeup) is not bool:
+        raise TypeError(f"wakeup must be a bool, got {type(wakeup).__name__}")
+    return wakeup

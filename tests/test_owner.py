@@ -1,0 +1,430 @@
+"""The owner: the actor a host embeds. Nous's AgentServer cases, wake rules, durability, processes.
+
+Every mid-run send here is made *by a tool while it runs*, which is exactly "a person typed while
+the agent was working" and needs no sleeps: the tool returns only after the send is recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nous_inbox import (
+    Message,
+    MessageSent,
+    ModelRequested,
+    QueueClaimed,
+    StepEnded,
+    StepStarted,
+    ToolCall,
+    TurnEnded,
+    TurnStarted,
+    replay,
+)
+from nous_inbox.owner import Owner
+from nous_inbox.runner import Runner
+from nous_inbox.store import open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+WAIT = 30  # seconds; a generous bound for a wait that should end at once, never a sync sleep
+
+
+class ScriptedModel:
+    """Calls ``work`` ``tool_steps`` times, then answers; records every transcript it was shown."""
+
+    def __init__(self, tool_steps: int = 0) -> None:
+        self.tool_steps = tool_steps
+        self.requests: list[list[Message]] = []
+
+    def __call__(self, transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+        self.requests.append(list(transcript))
+        done = sum(1 for m in transcript if m.role == "tool")
+        turn_tools = self._tools_this_turn(transcript)
+        if turn_tools < self.tool_steps:
+            return Message.assistant(tool_calls=[ToolCall(f"c{done}", "work", {"n": done})])
+        return Message.assistant(f"done: {transcript[-1].content}")
+
+    def _tools_this_turn(self, transcript: Sequence[Message]) -> int:
+        count = 0
+        for message in reversed(transcript):
+            if message.role == "assistant" and not message.tool_calls:
+                break  # the previous turn's final answer
+            count += message.role == "tool"
+        return count
+
+    def contents(self, request: int) -> list[str]:
+        return [m.content for m in self.requests[request]]
+
+
+def make_owner(
+    model: ScriptedModel,
+    during_tool: Callable[[Owner, int], None] | None = None,
+    store_url: str = "memory:",
+    stream: str = "s",
+    **kwargs: Any,
+) -> Owner:
+    holder: dict[str, Owner] = {}
+
+    def work(n: int) -> str:
+        if during_tool is not None:
+            during_tool(holder["owner"], n)
+        return f"result {n}"
+
+    owner = Owner(open_store(store_url), stream, Runner(model, [work]), start=False, **kwargs)
+    holder["owner"] = owner
+    return owner
+
+
+def kinds(owner: Owner) -> list[str]:
+    return [type(e).__name__ for e in owner.events()]
+
+
+# -- Nous's AgentServer cases -------------------------------------------------------------------
+
+
+def test_inject_does_not_wake_an_idle_agent() -> None:
+    model = ScriptedModel()
+    with make_owner(model) as owner:
+        owner.inject("fyi: the deploy is frozen")
+        assert owner.wait_idle(WAIT)
+        assert model.requests == []
+        assert kinds(owner) == ["MessageSent"]
+        assert owner.inbox.count("next_step") == 1
+
+
+def test_a_steer_wakes_it_and_an_earlier_injection_rides_along_in_one_request() -> None:
+    model = ScriptedModel()
+    with make_owner(model) as owner:
+        owner.inject("fyi: the deploy is frozen")
+        owner.steer("summarize")
+        assert owner.wait_idle(WAIT)
+    assert len(model.requests) == 1
+    assert model.contents(0) == ["fyi: the deploy is frozen", "summarize"]
+
+
+def test_a_followup_wakes_an_idle_agent_and_reaches_its_first_request() -> None:
+    model = ScriptedModel()
+    with make_owner(model) as owner:
+        owner.followup("what changed?")
+        assert owner.wait_idle(WAIT)
+        assert model.contents(0) == ["what changed?"]
+        assert owner.transcript[-1].content == "done: what changed?"
+
+
+def test_a_two_step_run_records_turn_and_step_bookkeeping() -> None:
+    model = ScriptedModel(tool_steps=1)
+    with make_owner(model) as owner:
+        owner.prompt("go")
+        assert owner.wait_idle(WAIT)
+        events = owner.events()
+    assert [type(e).__name__ for e in events] == [
+        "MessageSent", "TurnStarted", "QueueClaimed",
+        "StepStarted", "ModelRequested", "ModelReplied", "ToolCalled", "ToolReturned", "StepEnded",
+        "StepStarted", "ModelRequested", "ModelReplied", "StepEnded",
+        "TurnEnded",
+    ]  # fmt: skip
+    steps = [(e.turn, e.step) for e in events if isinstance(e, StepStarted)]
+    assert steps == [(1, 1), (1, 2)]
+    assert steps == [(e.turn, e.step) for e in events if isinstance(e, StepEnded)]
+    (end,) = [e for e in events if isinstance(e, TurnEnded)]
+    assert (end.turn, end.steps, end.reason) == (1, 2, "final")
+
+
+def test_a_steer_sent_mid_run_is_claimed_by_the_next_step_not_the_current_one() -> None:
+    model = ScriptedModel(tool_steps=2)
+
+    def during(owner: Owner, n: int) -> None:
+        if n == 0:
+            owner.steer("use the EU region")
+
+    with make_owner(model, during) as owner:
+        owner.prompt("survey the logs")
+        assert owner.wait_idle(WAIT)
+    # request 0 was already in flight; request 1 sees the steer right after the tool's result
+    assert "use the EU region" not in model.contents(0)
+    assert model.contents(1)[-2:] == ["result 0", "use the EU region"]
+
+
+def test_a_followup_sent_mid_run_waits_for_a_new_turn_which_the_runs_end_starts() -> None:
+    model = ScriptedModel(tool_steps=1)
+
+    def during(owner: Owner, n: int) -> None:
+        if n == 0:
+            owner.followup("then open a ticket")
+
+    with make_owner(model, during) as owner:
+        owner.prompt("go")
+        assert owner.wait_idle(WAIT)
+        events = owner.events()
+    first_turn = [r for r in model.requests if "then open a ticket" not in [m.content for m in r]]
+    assert len(first_turn) == 2  # both requests of turn 1 went out without the followup
+    assert model.contents(2)[-1] == "then open a ticket"
+    assert [e.turn for e in events if isinstance(e, TurnStarted)] == [1, 2]
+
+
+def test_an_inject_sent_mid_run_is_claimed_by_the_next_step_without_extending_the_run() -> None:
+    model = ScriptedModel(tool_steps=1)
+
+    def during(owner: Owner, n: int) -> None:
+        owner.inject("fyi: disk is at 91%")
+
+    with make_owner(model, during) as owner:
+        owner.prompt("go")
+        assert owner.wait_idle(WAIT)
+        events = owner.events()
+    assert len(model.requests) == 2  # one tool step and the answer: no extra step for the inject
+    assert model.contents(1)[-1] == "fyi: disk is at 91%"
+    assert [e.turn for e in events if isinstance(e, TurnStarted)] == [1]
+
+
+def test_a_steer_that_lands_after_the_last_claim_still_gets_its_run() -> None:
+    model = ScriptedModel()
+    seen_final = threading.Event()
+
+    def on_event(event: Any) -> None:
+        # Steer from inside the recording of the final reply: after the turn's last claim.
+        if isinstance(event, TurnEnded) and event.turn == 1 and not seen_final.is_set():
+            seen_final.set()
+            holder["owner"].steer("one more thing")
+
+    holder: dict[str, Owner] = {}
+    owner = make_owner(model, listen=on_event)
+    holder["owner"] = owner
+    with owner:
+        owner.prompt("go")
+        assert owner.wait_idle(WAIT)
+        assert [e.turn for e in owner.events() if isinstance(e, TurnStarted)] == [1, 2]
+        assert model.contents(1)[-1] == "one more thing"
+        assert not owner.inbox.has_pending()
+
+
+def test_cancelling_a_run_wakes_nothing_and_queued_messages_stay() -> None:
+    model = ScriptedModel(tool_steps=3)
+
+    def during(owner: Owner, n: int) -> None:
+        owner.steer("please also check prod")
+        owner.cancel()
+
+    with make_owner(model, during) as owner:
+        owner.prompt("go")
+        assert owner.wait_idle(WAIT)
+        ends = [e for e in owner.events() if isinstance(e, TurnEnded)]
+        assert [e.reason for e in ends] == ["cancelled"]
+        assert [m.content for m, _ in owner.inbox.entries("next_step")] == ["please also check prod"]
+        assert owner.inbox.wants_wake()  # the steer still owes a run...
+        owner.inject("context for later")  # ...but a non-waking send is no reason to start one
+        assert owner.wait_idle(WAIT)
+        assert len([e for e in owner.events() if isinstance(e, TurnStarted)]) == 1
+        owner.steer("now go on")  # a real wake starts the next run, and it takes everything queued
+        assert owner.wait_idle(WAIT)
+        assert model.contents(-1)[-3:] == ["please also check prod", "context for later", "now go on"]
+
+
+# -- the actor: threads, one run at a time, failures ----------------------------------------------
+
+
+def test_sends_from_many_threads_are_each_delivered_once_and_runs_never_overlap() -> None:
+    model = ScriptedModel(tool_steps=1)
+    open_turns: list[int] = []
+    overlaps: list[int] = []
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, TurnStarted):
+            if open_turns:
+                overlaps.append(event.turn)
+            open_turns.append(event.turn)
+        elif isinstance(event, TurnEnded):
+            open_turns.remove(event.turn)
+
+    with make_owner(model, listen=on_event) as owner:
+        barrier = threading.Barrier(4)
+
+        def sender(k: int) -> None:
+            barrier.wait()
+            for i in range(25):
+                owner.steer(f"t{k}-{i}")
+
+        threads = [threading.Thread(target=sender, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert owner.wait_idle(WAIT)
+        delivered = [m.content for m in owner.transcript if m.role == "user"]
+        assert sorted(delivered) == sorted(f"t{k}-{i}" for k in range(4) for i in range(25))
+        for k in range(4):  # each sender's messages keep their order
+            mine = [c for c in delivered if c.startswith(f"t{k}-")]
+            assert mine == [f"t{k}-{i}" for i in range(25)]
+        assert not owner.inbox.has_pending()
+        assert overlaps == []
+        assert owner.session == replay(owner.events())
+
+
+def test_bad_input_is_refused_and_nothing_is_written() -> None:
+    with make_owner(ScriptedModel()) as owner:
+        for call in (
+            lambda: owner.send("hi", "later", True),
+            lambda: owner.send("hi", "next_step", 1),
+            lambda: owner.send(42, "next_step", True),
+            lambda: owner.steer(Message.user("x", metadata={"f": print})),
+        ):
+            with pytest.raises((TypeError, ValueError)):
+                call()
+        assert owner.events() == []
+        assert owner.session.version == 0
+
+
+def test_a_failing_model_ends_the_turn_as_an_error_and_wait_idle_reports_it() -> None:
+    def model(transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+        raise RuntimeError("the model is down")
+
+    with Owner(open_store("memory:"), "s", Runner(model), start=False) as owner:
+        owner.steer("go")
+        with pytest.raises(RuntimeError, match="the model is down"):
+            owner.wait_idle(WAIT)
+        (end,) = [e for e in owner.events() if isinstance(e, TurnEnded)]
+        assert end.reason == "error"
+        assert owner.wait_idle(WAIT)  # reported once
+        assert owner.session == replay(owner.events())
+
+
+def test_live_state_equals_the_replayed_log() -> None:
+    model = ScriptedModel(tool_steps=2)
+
+    def during(owner: Owner, n: int) -> None:
+        owner.inject(f"note {n}")
+        if n == 1:
+            owner.followup("and then?")
+
+    with make_owner(model, during) as owner:
+        owner.prompt("go")
+        assert owner.wait_idle(WAIT)
+        assert owner.session == replay(owner.events())
+
+
+# -- durability: resume, crash, other processes ---------------------------------------------------
+
+
+def test_an_owner_opened_on_an_existing_store_resumes_with_the_same_inbox_and_transcript(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    with make_owner(ScriptedModel(), store_url=url) as first:
+        first.prompt("go")
+        assert first.wait_idle(WAIT)
+        first.inject("for later")
+        before = first.session
+    with make_owner(ScriptedModel(), store_url=url) as second:
+        assert second.session == before
+        assert second.inbox.count("next_step") == 1
+
+
+def test_a_turn_cut_off_by_a_crash_is_closed_as_an_error_on_resume(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    store = open_store(url)
+    store.append("s", [MessageSent(target="next_step", wakeup=True, message=Message.user("go")),
+                       TurnStarted(turn=1), QueueClaimed(target="next_turn", count=0)][:2])
+    store.close()
+    model = ScriptedModel()
+    with make_owner(model, store_url=url) as owner:
+        ends = [e for e in owner.events() if isinstance(e, TurnEnded)]
+        assert [(e.turn, e.reason) for e in ends] == [(1, "error")]
+        assert not owner.session.running
+        owner.steer("again")  # the queued steer was never claimed; a new run takes both
+        assert owner.wait_idle(WAIT)
+        assert model.contents(0) == ["go", "again"]
+
+
+def test_a_steer_from_another_process_reaches_the_run_at_its_next_step(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    model = ScriptedModel(tool_steps=2)
+
+    def during(owner: Owner, n: int) -> None:
+        if n == 0:  # another terminal: the CLI, in its own process
+            subprocess.run(
+                [sys.executable, "-m", "nous_inbox", "steer", "--store", url, "s", "from the CLI"],
+                check=True, capture_output=True, cwd=ROOT,
+            )
+
+    with make_owner(model, during, store_url=url) as owner:
+        owner.prompt("go")
+        assert owner.wait_idle(WAIT)
+        assert model.contents(1)[-2:] == ["result 0", "from the CLI"]
+        assert owner.session == replay(owner.events())
+
+
+def test_an_idle_owner_wakes_for_a_steer_another_process_appended(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    model = ScriptedModel()
+    answered = threading.Event()
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, TurnEnded):
+            answered.set()
+
+    with make_owner(model, store_url=url, listen=on_event, poll_interval=0.01) as owner:
+        subprocess.run(
+            [sys.executable, "-m", "nous_inbox", "steer", "--store", url, "s", "wake up"],
+            check=True, capture_output=True, cwd=ROOT,
+        )
+        assert answered.wait(WAIT)
+        assert owner.wait_idle(WAIT)
+        assert model.contents(0) == ["wake up"]
+
+
+CHILD = r"""
+import sys
+from nous_inbox.message import Message, ToolCall
+from nous_inbox.owner import Owner
+from nous_inbox.runner import Runner
+from nous_inbox.store import open_store
+
+def model(transcript, tools):
+    if transcript[-1].role == "user":
+        return Message.assistant(tool_calls=[ToolCall("c", "work", {})])
+    return Message.assistant("ok")
+
+def work():
+    return "done"
+
+owner = Owner(open_store(sys.argv[1]), "s", Runner(model, [work]), watch=False)
+for i in range(100000):
+    owner.steer(f"m{i}")
+    print(f"m{i}", flush=True)  # acknowledged: the send is durable
+"""
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "file"])
+def test_a_killed_owner_loses_no_message_and_doubles_none(tmp_path: Path, scheme: str) -> None:
+    url = f"{scheme}:{tmp_path / 'log'}"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, url], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert child.stdout is not None
+    acknowledged = []
+    for line in child.stdout:
+        acknowledged.append(line.strip())
+        if len(acknowledged) == 150:
+            break
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    acknowledged.extend(line.strip() for line in child.stdout)  # what it printed before dying
+
+    store = open_store(url)
+    session = replay(store.read("s"), stream="s")
+    queued = [m.content for m, _ in session.inbox.entries("next_step")]
+    delivered = [m.content for m in session.transcript if m.role == "user"]
+    everywhere = queued + delivered
+    assert len(everywhere) == len(set(everywhere)), "a message was doubled"
+    assert set(acknowledged) <= set(everywhere), "an acknowledged message was lost"
+    assert any(isinstance(e, ModelRequested) for e in store.read("s"))  # runs were under way
+    store.close()
