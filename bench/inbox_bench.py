@@ -22,7 +22,7 @@ What is measured:
   value returns a view of the drained queue without copying it, so a second pair of rows also reads
   every claimed message: that part is linear for both, as it must be.
 
-Run it with ``python -m bench.inbox_bench`` (about ten seconds), or ``--quick`` for a rough pass over
+Run it with ``python -m bench.inbox_bench`` (about half a minute), or ``--quick`` for a rough pass over
 tiny queues that only shows the code works. Target (issue 2): ``steer`` at most 1.3x the mutable
 ``send``; ``claim``, ``wants_wake`` and ``count`` flat as the queue grows.
 """
@@ -100,10 +100,13 @@ class _Plan:
     sends: int  # calls per timing of a send
     calls: int  # calls per timing of a query or claim
     budget: int  # queued entries a baseline timing may touch: bounds its calls at large sizes
+    passes: int  # times the whole set is measured; each row keeps its best
 
 
-_FULL = _Plan(sizes=(1, 1_000, 100_000), repeat=25, sends=20_000, calls=5_000, budget=400_000)
-_QUICK = _Plan(sizes=(1, 10, 100), repeat=2, sends=300, calls=100, budget=3_000)
+_FULL = _Plan(
+    sizes=(1, 1_000, 100_000), repeat=25, sends=20_000, calls=5_000, budget=400_000, passes=3
+)
+_QUICK = _Plan(sizes=(1, 10, 100), repeat=2, sends=300, calls=100, budget=3_000, passes=1)
 
 
 def _per_call(stmt: str, setup: str, number: int, names: dict[str, Any]) -> float:
@@ -136,10 +139,39 @@ def _messages(n: int) -> list[Message]:
 
 
 def measure(quick: bool = False) -> list[Row]:
-    """Run every comparison and return the rows (``render`` turns them into the table)."""
+    """Run every comparison and return the rows (``render`` turns them into the table).
+
+    The whole set is measured ``passes`` times and each row keeps its best pass: a busy spell on a
+    shared machine that spans one row's repeats is unlikely to hit the same row twice.
+    """
     plan = _QUICK if quick else _FULL
+    best: dict[tuple[str, str], Row] = {}
+    for _ in range(plan.passes):
+        for row in _measure_once(plan):
+            key = (row.operation, row.pending)
+            if key not in best:
+                best[key] = row
+            else:
+                kept = best[key]
+                best[key] = Row(
+                    row.operation,
+                    row.pending,
+                    min(row.immutable, kept.immutable),
+                    min(row.baseline, kept.baseline),
+                )
+    return list(best.values())
+
+
+def _measure_once(plan: _Plan) -> list[Row]:
     message = _messages(1)[0]
-    names: dict[str, Any] = {"Inbox": Inbox, "MutableInbox": MutableInbox, "m": message}
+    # ``read`` consumes an iterable in C, touching every message once, on both sides alike.
+    read = deque(maxlen=0).extend
+    names: dict[str, Any] = {
+        "Inbox": Inbox,
+        "MutableInbox": MutableInbox,
+        "m": message,
+        "read": read,
+    }
     rows: list[Row] = []
 
     sends = [
@@ -180,11 +212,11 @@ def measure(quick: bool = False) -> list[Row]:
             (
                 "claim + read every message",
                 (
-                    "list(values.pop().claim('next_step')[0])",
+                    "read(values.pop().claim('next_step')[0])",
                     f"values = [value] * {linear}",
                     linear,
                 ),
-                ("list(boxes.pop().claim('next_step'))", boxes, linear),
+                ("read(boxes.pop().claim('next_step'))", boxes, linear),
             ),
             (
                 "wants_wake",
