@@ -1,0 +1,39 @@
+"""``python -m bench``: every benchmark, side by side with its baseline, as markdown tables.
+
+``--quick`` runs each at a small size (seconds, not minutes) to show the code works; the figures
+worth quoting come from a full run. Each table's module docstring says what is measured and how.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from importlib import import_module
+
+SUITES = (
+    ("The inbox value against a deque + Lock inbox", "bench.inbox_bench"),
+    ("Event log: replay, decoding and durable appends", "bench.log_bench"),
+    ("Runner overhead per step against a hand-written loop", "bench.runner_bench"),
+    ("Owner send-to-claim against a deque + Lock inbox", "bench.owner_bench"),
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: shows the code works")
+    parser.add_argument("--only", metavar="NAME", help="run one suite, e.g. inbox_bench")
+    args = parser.parse_args(argv)
+    print(f"Python {platform.python_version()} on {platform.machine()}, {time.strftime('%Y-%m-%d')}")
+    for title, module in SUITES:
+        if args.only and not module.endswith(args.only):
+            continue
+        print(f"\n## {title}\n", flush=True)
+        started = time.perf_counter()
+        print(import_module(module).run(args.quick))
+        print(f"\n({module}: {time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""Owner send-to-claim throughput and latency, against a mutable deque + Lock inbox.
+
+The path measured is the one every message takes: a host thread sends, and the run's thread claims
+it at a step boundary. One producer thread sends ``N`` messages as fast as it can; one consumer
+thread claims ``next_step`` in a loop, the way a run does at each boundary, until it has them all.
+Each message carries its send time, so the consumer knows each one's latency (claim time minus
+send time).
+
+Sides, in one process, same pre-built messages:
+
+* baseline: the hand-written inbox (two deques and a ``threading.Lock``; see ``bench.inbox_bench``);
+* ``Owner`` on ``memory:``: sends are ``MessageSent`` events appended and folded, claims are the
+  runner's port claims (one ``QueueClaimed`` event each), so this is the owner's own overhead;
+* ``Owner`` on ``sqlite:`` (the embedded default): the same, durably on disk (WAL; every append is
+  a committed transaction), so a crash loses nothing that was acknowledged.
+
+Sends use ``inject`` (no wake) so no run starts: the consumer plays the run's claims itself.
+Throughput is messages per second from first send to last claim, with the two threads contending.
+Latency is measured uncontended, in one thread: one send, then one claim that returns it, repeated;
+the median round trip is reported. (Under contention both sides' latencies are dominated by
+CPython's 5 ms GIL switch interval, which says nothing about either inbox.) Ratios are how many
+times slower than the baseline. Run ``python -m bench.owner_bench`` (``--quick``: small and fast).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.inbox_bench import MutableInbox
+from nous_inbox import Message, Target
+from nous_inbox.owner import Owner
+from nous_inbox.store import open_store
+
+__all__ = ["Row", "measure", "render", "run", "main"]
+
+
+class _NoRun:
+    """A runner that is never needed: sends here never wake (they are injections)."""
+
+    def run_turn(self, port: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no run should start in this benchmark")
+
+
+@dataclass(frozen=True)
+class Row:
+    side: str
+    throughput: float  # messages per second, producer and consumer threads contending
+    round_trip: float  # seconds: one send then the claim that returns it, uncontended
+
+
+def _drive(
+    n: int,
+    send: Callable[[Message], object],
+    claim: Callable[[], Sequence[Message]],
+) -> Row:
+    messages = [Message.user(f"m{i}") for i in range(n)]
+    started = threading.Barrier(2)
+
+    def producer() -> None:
+        started.wait()
+        for message in messages:
+            send(message)
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    started.wait()
+    begin = time.perf_counter()
+    received = 0
+    while received < n:
+        received += len(claim())
+    elapsed = time.perf_counter() - begin
+    thread.join()
+    trips = []
+    for message in messages[: min(n, 2_000)]:
+        t0 = time.perf_counter()
+        send(message)
+        (got,) = claim()
+        trips.append(time.perf_counter() - t0)
+        assert got is message
+    return Row("", n / elapsed, statistics.median(trips))
+
+
+def _baseline(n: int) -> Row:
+    box = MutableInbox()
+    return _drive(
+        n,
+        lambda m: box.send(m, "next_step", False),
+        lambda: box.claim("next_step"),
+    )
+
+
+def _owner(n: int, url: str) -> Row:
+    store = open_store(url)
+    owner = Owner(store, "bench", _NoRun(), watch=False, start=False)
+    port = owner._port  # the runner's view: what a run's step boundary calls
+
+    def claim() -> Sequence[Message]:
+        messages, _ = port.claim(Target.NEXT_STEP)
+        return messages
+
+    try:
+        return _drive(n, owner.inject, claim)
+    finally:
+        owner.close()
+        store.close()
+
+
+def measure(quick: bool = False) -> list[Row]:
+    """Each side once per repeat, interleaved; the best repeat of each is kept."""
+    n_memory = 2_000 if quick else 20_000
+    n_sqlite = 200 if quick else 2_000
+    repeats = 1 if quick else 3
+    best: dict[str, Row] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(repeats):
+            sides: dict[str, Callable[[], Row]] = {
+                "deque + Lock (baseline)": lambda: _baseline(n_memory),
+                "Owner, memory:": lambda: _owner(n_memory, "memory:"),
+                "deque + Lock (baseline, sqlite-sized run)": lambda: _baseline(n_sqlite),
+                "Owner, sqlite: (durable)": lambda r=r: _owner(
+                    n_sqlite, f"sqlite:{Path(tmp) / f'bench{r}.sqlite'}"
+                ),
+            }
+            for side, fn in sides.items():
+                row = fn()
+                row = Row(side, row.throughput, row.round_trip)
+                if side not in best or row.throughput > best[side].throughput:
+                    best[side] = row
+    return list(best.values())
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f} µs"
+
+
+def render(rows: list[Row], quick: bool = False) -> str:
+    """A markdown table: each owner side against the baseline measured at its size."""
+    by_side = {row.side: row for row in rows}
+    pairs = [
+        ("Owner, memory:", "deque + Lock (baseline)"),
+        ("Owner, sqlite: (durable)", "deque + Lock (baseline, sqlite-sized run)"),
+    ]
+    lines = [
+        "| side | send->claim messages/s | slower | send+claim round trip | slower |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for owner_side, base_side in pairs:
+        base, owner = by_side[base_side], by_side[owner_side]
+        lines.append(
+            f"| {base_side} | {base.throughput:,.0f} | 1.00x | {_us(base.round_trip)} | 1.00x |"
+        )
+        lines.append(
+            f"| {owner_side} | {owner.throughput:,.0f} | {base.throughput / owner.throughput:.1f}x "
+            f"| {_us(owner.round_trip)} | {owner.round_trip / base.round_trip:.1f}x |"
+        )
+    if quick:
+        lines.append("")
+        lines.append("(quick run: small sizes, one repeat; shows the code works, not the figures)")
+    return "\n".join(lines)
+
+
+def run(quick: bool = False) -> str:
+    """Measure and render."""
+    return render(measure(quick), quick)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
+    args = parser.parse_args(argv)
+    print(run(args.quick))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""The owner benchmark runs and renders its table (structure only: timings belong to bench/)."""
+
+from bench import owner_bench
+
+
+def test_owner_bench_quick_renders_both_pairs() -> None:
+    table = owner_bench.run(quick=True)
+    assert "| Owner, memory: |" in table
+    assert "| Owner, sqlite: (durable) |" in table
+    assert table.count("\n|") >= 5
