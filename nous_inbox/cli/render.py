@@ -44,7 +44,7 @@ def short(text: str, limit: int = 100) -> str:
     """``text`` on one line, cut to ``limit`` characters with an ellipsis.
 
     >>> short("a\\nb" + "c" * 200, 10)
-    'a b ccccc…'
+    'a bcccccc…'
     """
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
