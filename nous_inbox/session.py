@@ -43,7 +43,7 @@ from nous_inbox.events import (
     TurnEnded,
     TurnStarted,
 )
-from nous_inbox.inbox import Entry, Inbox, Target, as_target
+from nous_inbox.inbox import Inbox, Target, as_target
 from nous_inbox.message import Message
 
 __all__ = ["Session", "replay"]
@@ -149,34 +149,55 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
     session = Session() if start is None else start
     inbox = session.inbox
     version, turn, step, running = session.version, session.turn, session.step, session.running
-    turn_sent: list[Entry] = []
-    step_sent: list[Entry] = []
+    # Messages sent during this replay and not yet claimed, with their wake flags, per queue;
+    # the start inbox's own entries (older) are claimed from it first.
+    step_messages: list[Any] = []
+    step_wakes: list[bool] = []
+    turn_messages: list[Any] = []
+    turn_wakes: list[bool] = []
+    older = {_STEP: inbox.count(_STEP), _TURN: inbox.count(_TURN)}
     added: list[Any] = []
     for event in events:
         seq = event.seq
         if seq != version + 1:
             raise _gap(stream, seq, version)
+        version = seq
         kind = type(event)
         if kind is MessageSent:
             message = event.message  # type: ignore[union-attr]
             target = event.target  # type: ignore[union-attr]
             wakeup = event.wakeup  # type: ignore[union-attr]
-            if (type(message) is not Message or (target is not _STEP and target is not _TURN)
-                    or (wakeup is not True and wakeup is not False)):
+            if type(message) is not Message or (wakeup is not True and wakeup is not False):
                 message, target, wakeup = _checked_send(message, target, wakeup)
-            (step_sent if target is _STEP else turn_sent).append((message, wakeup))
+            if target is _STEP:
+                step_messages.append(message)
+                step_wakes.append(wakeup)
+            elif target is _TURN:
+                turn_messages.append(message)
+                turn_wakes.append(wakeup)
+            else:
+                message, target, wakeup = _checked_send(message, target, wakeup)
+                messages, wakes = ((step_messages, step_wakes) if target is _STEP
+                                   else (turn_messages, turn_wakes))
+                messages.append(message)
+                wakes.append(wakeup)
         elif kind is QueueClaimed:
-            target = as_target(event.target)  # type: ignore[union-attr]
-            sent = step_sent if target is _STEP else turn_sent
-            claimed, inbox = inbox.claim(target)
-            taken = len(claimed) + len(sent)
+            target = event.target  # type: ignore[union-attr]
+            if target is not _STEP and target is not _TURN:
+                target = as_target(target)
+            messages, wakes = ((step_messages, step_wakes) if target is _STEP
+                               else (turn_messages, turn_wakes))
+            taken = len(messages) + older[target]
             if taken != event.count:  # type: ignore[union-attr]
                 raise _miscount(stream, seq, target, event.count, taken)  # type: ignore[union-attr]
-            if claimed:
+            if older[target]:
+                claimed, inbox = inbox.claim(target)
                 added.extend(claimed)
-            if sent:
-                added.extend([message for message, _ in sent])
-                sent.clear()
+                older[target] = 0
+            if messages:
+                added.extend(messages)
+                messages.clear()
+                wakes.clear()
         elif kind is ModelReplied or kind is ToolReturned or kind is Nudged:
             added.append(event.message)  # type: ignore[union-attr]
         elif kind is StepStarted:
@@ -185,10 +206,9 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
             turn, step, running = event.turn, 0, True  # type: ignore[union-attr]
         elif kind is TurnEnded:
             running = False
-        version = seq
-    for message, wakeup in turn_sent:
+    for message, wakeup in zip(turn_messages, turn_wakes, strict=True):
         inbox = inbox.send(message, _TURN, wakeup)
-    for message, wakeup in step_sent:
+    for message, wakeup in zip(step_messages, step_wakes, strict=True):
         inbox = inbox.send(message, _STEP, wakeup)
     transcript = session.transcript.extend(added) if added else session.transcript
     return Session(inbox, transcript, version, turn, step, running)
