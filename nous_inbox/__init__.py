@@ -49,6 +49,15 @@ from nous_inbox.message import Message, Role, ToolCall
 from nous_inbox.port import LocalSession, SessionPort
 from nous_inbox.runner import Runner, Tool, tool
 from nous_inbox.session import Session, replay
+from nous_inbox.store import (
+    FileStore,
+    MemoryStore,
+    SqliteStore,
+    Store,
+    StoreLockedError,
+    default_store_url,
+    open_store,
+)
 
 __version__ = "0.1.0.dev0"
 
@@ -59,8 +68,10 @@ __all__ = [
     "DecodeError",
     "Entry",
     "Event",
+    "FileStore",
     "Inbox",
     "LocalSession",
+    "MemoryStore",
     "Message",
     "MessageSent",
     "ModelReplied",
@@ -73,8 +84,11 @@ __all__ = [
     "Runner",
     "Session",
     "SessionPort",
+    "SqliteStore",
     "StepEnded",
     "StepStarted",
+    "Store",
+    "StoreLockedError",
     "Target",
     "Tool",
     "ToolCall",
@@ -86,9 +100,11 @@ __all__ = [
     "Warned",
     "claim",
     "count",
+    "default_store_url",
     "followup",
     "has_pending",
     "inject",
+    "open_store",
     "replay",
     "send",
     "steer",
