@@ -48,8 +48,9 @@ from typing import Any, Final, Protocol
 
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed, TurnEnded, Warned
-from nous_inbox.inbox import Inbox, Target, as_message, as_target
+from nous_inbox.inbox import Inbox, Target, as_target
 from nous_inbox.message import Message
+from nous_inbox.port import SendPresets, sent_event
 from nous_inbox.session import Session, replay
 from nous_inbox.store import Store
 
@@ -88,7 +89,7 @@ class _Port:
         return stored
 
 
-class Owner:
+class Owner(SendPresets):
     """Holds one session (``stream`` in ``store``) and runs ``runner`` whenever it should wake.
 
     ``listen`` callbacks see every event as it is recorded, in order (the owner's own and those
@@ -180,25 +181,12 @@ class Owner:
         Input is checked before anything is written: a bad message, target or wakeup raises and
         leaves the log and the value unchanged. Returns the event as stored.
         """
-        event = MessageSent(target=as_target(target), wakeup=_bool(wakeup),
-                            message=as_message(message))
+        event = sent_event(message, target, wakeup)
         self._check_open()
         (stored,) = self._append([event])
         if event.wakeup:  # a send that does not ask to wake never starts a run (ruling 9)
             self._maybe_wake()
         return stored  # type: ignore[return-value]
-
-    def steer(self, message: Message | str) -> MessageSent:
-        """Read before the next model request; wakes an idle agent."""
-        return self.send(message, Target.NEXT_STEP, True)
-
-    def inject(self, message: Message | str) -> MessageSent:
-        """Have to hand at the next model request; wakes nothing."""
-        return self.send(message, Target.NEXT_STEP, False)
-
-    def followup(self, message: Message | str) -> MessageSent:
-        """Answer after the current turn; wakes an idle agent."""
-        return self.send(message, Target.NEXT_TURN, True)
 
     def prompt(self, text: Message | str) -> MessageSent:
         """A person's prompt: a turn of its own, after any turn in progress (a waking next_turn)."""
@@ -362,9 +350,3 @@ class Owner:
                     self._maybe_wake()
             except Exception:
                 logger.exception("watching session %r failed; retrying", self._stream)
-
-
-def _bool(wakeup: object) -> bool:
-    if type(wakeup) is not bool:
-        raise TypeError(f"wakeup must be a bool, got {type(wakeup).__name__}")
-    return wakeup

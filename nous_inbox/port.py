@@ -28,6 +28,7 @@ found and the fix, rather than failing mid-run or, worse, silently never deliver
 
 from __future__ import annotations
 
+import abc
 import inspect
 import threading
 import time
@@ -41,7 +42,7 @@ from nous_inbox.inbox import Target, as_message, as_target
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
 
-__all__ = ["LocalSession", "SessionPort", "check_port"]
+__all__ = ["LocalSession", "SendPresets", "SessionPort", "check_port", "sent_event"]
 
 _EVENT_TYPES: Final = frozenset(EVENT_TYPES)
 
@@ -120,7 +121,44 @@ def check_port(port: object) -> None:
             ) from None
 
 
-class LocalSession:
+def sent_event(message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
+    """Check a send's three parts and build its ``MessageSent`` (``seq`` is left for the log).
+
+    Whoever records sends calls this first, so bad input raises before anything is written.
+
+    >>> sent_event("go", "next_step", True).message.content
+    'go'
+    >>> sent_event("go", "next_step", "yes")
+    Traceback (most recent call last):
+    ...
+    TypeError: wakeup must be a bool, got str
+    """
+    if type(wakeup) is not bool:
+        raise TypeError(f"wakeup must be a bool, got {type(wakeup).__name__}")
+    return MessageSent(target=as_target(target), wakeup=wakeup, message=as_message(message))
+
+
+class SendPresets(abc.ABC):
+    """``steer``, ``inject`` and ``followup`` defined once, over a class's own ``send``."""
+
+    @abc.abstractmethod
+    def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
+        """Queue ``message`` on ``target`` (the primitive); returns the recorded ``MessageSent``."""
+
+    def steer(self, message: Message | str) -> MessageSent:
+        """Next step, wakes: "read this before your next model request"."""
+        return self.send(message, Target.NEXT_STEP, True)
+
+    def inject(self, message: Message | str) -> MessageSent:
+        """Next step, no wake: "have this to hand if you make another request"."""
+        return self.send(message, Target.NEXT_STEP, False)
+
+    def followup(self, message: Message | str) -> MessageSent:
+        """Next turn, wakes: "answer this after you finish what you are doing"."""
+        return self.send(message, Target.NEXT_TURN, True)
+
+
+class LocalSession(SendPresets):
     """An in-memory, thread-safe session port: the inbox and its event log in one process.
 
     Sends (``steer``, ``inject``, ``followup``, ``send``) and the runner's claims and records all
@@ -154,23 +192,9 @@ class LocalSession:
 
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
         """Queue ``message`` on ``target`` (the primitive); returns the recorded ``MessageSent``."""
-        if type(wakeup) is not bool:
-            raise TypeError(f"wakeup must be a bool, got {type(wakeup).__name__}")
-        sent = MessageSent(target=as_target(target), wakeup=wakeup, message=as_message(message))
+        sent = sent_event(message, target, wakeup)
         with self._lock:
             return self._append(sent)  # type: ignore[return-value]
-
-    def steer(self, message: Message | str) -> MessageSent:
-        """Next step, wakes: "read this before your next model request"."""
-        return self.send(message, Target.NEXT_STEP, True)
-
-    def inject(self, message: Message | str) -> MessageSent:
-        """Next step, no wake: "have this to hand if you make another request"."""
-        return self.send(message, Target.NEXT_STEP, False)
-
-    def followup(self, message: Message | str) -> MessageSent:
-        """Next turn, wakes: "answer this after you finish what you are doing"."""
-        return self.send(message, Target.NEXT_TURN, True)
 
     def claim(self, target: Target | str) -> tuple[Sequence[Message], QueueClaimed | None]:
         """Drain ``target`` and record the claim, atomically; ``((), None)`` if it was empty."""
