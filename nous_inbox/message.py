@@ -20,8 +20,9 @@ TypeError: Message.metadata['lock']: object is not JSON-able (allowed: None, boo
 
 Design notes: ``Message`` is a frozen ``msgspec.Struct`` rather than an ``attrs`` class because it
 is built once per send and decoded once per event on replay, and a Struct is both cheaper to build
-and decoded natively by msgspec. Nested containers are frozen with pyrsistent (``pmap`` and
-``pvector``) so a message is hashable, and they compare equal to the dicts and lists given.
+and decoded natively by msgspec. Nested containers are frozen (``FrozenDict`` and ``FrozenList``,
+see ``nous_inbox.frozen``) so a message is hashable, and they compare equal to the dicts and lists
+given.
 "Serializable" means by both log formats, JSON and MessagePack: so integers must fit in 64 bits,
 floats must be finite, and text must have a UTF-8 form (no lone surrogates).
 """
@@ -33,14 +34,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
 import msgspec
-from pyrsistent import PMap, PVector, pmap, pvector
+from pyrsistent import PMap, PVector
+
+from nous_inbox.frozen import FrozenDict, FrozenList
 
 __all__ = ["ROLES", "Message", "Role", "ToolCall", "enc_hook", "freeze_json", "thaw_json"]
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 
-_EMPTY: Final[PMap[str, Any]] = pmap()
+_EMPTY: Final = FrozenDict()
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**64 - 1
 _set = msgspec.structs.force_setattr
@@ -49,9 +52,9 @@ _set = msgspec.structs.force_setattr
 def freeze_json(value: Any, path: str) -> Any:
     """Return ``value`` as an immutable JSON-able tree, or raise naming ``path``.
 
-    Dicts become ``pmap``s and lists or tuples become ``pvector``s; scalars pass through. Anything
-    else (and any non-``str`` key, or a float that JSON cannot carry) is a ``TypeError`` or
-    ``ValueError`` whose message starts with ``path`` so the caller sees exactly where.
+    Mappings become ``FrozenDict``s and lists or tuples ``FrozenList``s; scalars pass through.
+    Anything else (and any non-``str`` key, or a float that JSON cannot carry) is a ``TypeError``
+    or ``ValueError`` whose message starts with ``path`` so the caller sees exactly where.
 
     >>> freeze_json({"a": [1, {"b": None}]}, "x") == {"a": [1, {"b": None}]}
     True
@@ -60,37 +63,60 @@ def freeze_json(value: Any, path: str) -> Any:
     ...
     ValueError: x['a']: nan cannot be serialized (JSON has no NaN or infinity)
     """
-    if value is None or value is True or value is False:
+    return _freeze(value, path, ())
+
+
+def _where(root: str, trail: tuple[str | int, ...]) -> str:
+    """The path to a value, built only when there is an error to report."""
+    return root + "".join(f"[{step!r}]" for step in trail)
+
+
+def _freeze(value: Any, root: str, trail: tuple[str | int, ...]) -> Any:
+    kind = type(value)
+    if kind is str:
+        if not value.isascii():
+            _check_text(value, _where(root, trail))
         return value
-    if isinstance(value, str):
-        _check_text(value, path)
+    if value is None or kind is bool:
         return value
     if isinstance(value, int):
         # MessagePack (the compact log format) carries 64-bit integers only; JSON would accept a
         # bigger one, so without this check a message could be written to one log and not another.
         if not _INT_MIN <= value <= _INT_MAX:
             raise ValueError(
-                f"{path}: {value} cannot be serialized (integers must fit in 64 bits: "
-                f"-2**63 .. 2**64 - 1)"
+                f"{_where(root, trail)}: {value} cannot be serialized (integers must fit in "
+                "64 bits: -2**63 .. 2**64 - 1)"
             )
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"{path}: {value!r} cannot be serialized (JSON has no NaN or infinity)")
+            raise ValueError(
+                f"{_where(root, trail)}: {value!r} cannot be serialized (JSON has no NaN or "
+                "infinity)"
+            )
         return value
-    if isinstance(value, Mapping):
+    if isinstance(value, str):
+        _check_text(value, _where(root, trail))
+        return value
+    if kind is dict or isinstance(value, Mapping):
         items = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise TypeError(f"{path}: key {key!r} is {type(key).__name__}, keys must be str")
-            _check_text(key, f"{path} key")
-            items[key] = freeze_json(item, f"{path}[{key!r}]")
-        return pmap(items)
+                raise TypeError(
+                    f"{_where(root, trail)}: key {key!r} is {type(key).__name__}, keys must be str"
+                )
+            if not key.isascii():
+                _check_text(key, f"{_where(root, trail)} key")
+            if (type(item) is str and item.isascii()) or item is None:
+                items[key] = item  # the commonest leaf, decided without a call (replay's hot path)
+            else:
+                items[key] = _freeze(item, root, (*trail, key))
+        return FrozenDict(items)
     if isinstance(value, (list, tuple, PVector)):
-        return pvector([freeze_json(item, f"{path}[{i}]") for i, item in enumerate(value)])
+        return FrozenList([_freeze(item, root, (*trail, i)) for i, item in enumerate(value)])
     raise TypeError(
-        f"{path}: {type(value).__name__} is not JSON-able (allowed: None, bool, int, float, str, "
-        "list, tuple, dict with str keys)"
+        f"{_where(root, trail)}: {type(value).__name__} is not JSON-able (allowed: None, bool, "
+        "int, float, str, list, tuple, dict with str keys)"
     )
 
 
@@ -100,9 +126,9 @@ def thaw_json(value: Any) -> Any:
     >>> thaw_json(freeze_json({"a": [1, 2]}, "x"))
     {'a': [1, 2]}
     """
-    if isinstance(value, PMap):
+    if isinstance(value, Mapping):
         return {key: thaw_json(item) for key, item in value.items()}
-    if isinstance(value, PVector):
+    if isinstance(value, (list, tuple, PVector)):
         return [thaw_json(item) for item in value]
     return value
 
@@ -127,14 +153,12 @@ def _check_optional_str(value: object, where: str) -> None:
         _check_text(value, where)
 
 
-def _freeze_mapping(value: object, where: str) -> PMap[str, Any]:
-    if isinstance(value, PMap) and not value:
-        return value
-    if not isinstance(value, Mapping):
+def _freeze_mapping(value: object, where: str) -> FrozenDict:
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise TypeError(f"{where} must be a mapping, got {type(value).__name__}")
     if not value:
         return _EMPTY
-    frozen: PMap[str, Any] = freeze_json(value, where)
+    frozen: FrozenDict = _freeze(value, where, ())
     return frozen
 
 
@@ -212,6 +236,26 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
     id: str | None = None
 
     def __post_init__(self) -> None:
+        # Replay runs this once per decoded message, so the common case (a known role, ASCII
+        # text, no optional strings) is a handful of cheap checks; anything else goes the long
+        # way, which names the field at fault.
+        role, content = self.role, self.content
+        if type(role) is not str or role not in ROLES or type(content) is not str or not (
+            content.isascii()
+        ):
+            self._check_role_and_content()
+        if self.name is not None or self.tool_call_id is not None or self.id is not None:
+            _check_optional_str(self.name, "Message.name")
+            _check_optional_str(self.tool_call_id, "Message.tool_call_id")
+            _check_optional_str(self.id, "Message.id")
+        metadata = self.metadata
+        if metadata is not _EMPTY:
+            _set(self, "metadata", _freeze_mapping(metadata, "Message.metadata"))
+        calls = self.tool_calls
+        if calls != ():
+            _set(self, "tool_calls", _tool_calls(calls))
+
+    def _check_role_and_content(self) -> None:
         if not isinstance(self.role, str):
             raise TypeError(f"Message.role must be a str, got {type(self.role).__name__}")
         if self.role not in ROLES:
@@ -220,15 +264,6 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
         if not isinstance(self.content, str):
             raise TypeError(f"Message.content must be a str, got {type(self.content).__name__}")
         _check_text(self.content, "Message.content")
-        _check_optional_str(self.name, "Message.name")
-        _check_optional_str(self.tool_call_id, "Message.tool_call_id")
-        _check_optional_str(self.id, "Message.id")
-        metadata = self.metadata
-        if metadata is not _EMPTY:
-            _set(self, "metadata", _freeze_mapping(metadata, "Message.metadata"))
-        calls = self.tool_calls
-        if calls != ():
-            _set(self, "tool_calls", _tool_calls(calls))
 
     @classmethod
     def user(cls, content: str, **fields: Any) -> Message:
