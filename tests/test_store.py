@@ -233,9 +233,8 @@ def test_created_files_are_private(url, tmp_path):
         assert {"inbox.sqlite", "inbox.sqlite-wal", "inbox.sqlite-shm"} <= set(modes)
 
 
+@pytest.mark.parametrize("kind", ["file", "sqlite"])  # memory: is one store's own dict
 def test_another_store_on_the_same_file_sees_new_events_through_version(kind, tmp_path):
-    if kind == "memory":
-        pytest.skip("memory: is one process's dict")
     url = f"{kind}:{tmp_path / 'shared'}"
     with open_store(url) as writer, open_store(url) as watcher:
         assert watcher.version("s") == 0
