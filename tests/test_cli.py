@@ -161,3 +161,27 @@ def test_run_can_be_steered_from_another_process(url: str) -> None:
     assert any("Noted: 'read auth.log too'" in r for r in replies)
     assert any(e["type"] == "message_sent" and e["message"]["content"] == "read auth.log too"
                for e in events)  # the running owner saw the other process's append
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_long_replay_draws_a_progress_bar_on_a_terminal_only() -> None:
+    from nous_inbox.cli.progress import MIN_EVENTS, with_progress
+
+    terminal, pipe = _Terminal(), io.StringIO()
+    assert list(with_progress(range(MIN_EVENTS), MIN_EVENTS, "replaying", terminal)) == list(
+        range(MIN_EVENTS)
+    )
+    assert list(with_progress(range(MIN_EVENTS), MIN_EVENTS, "replaying", pipe)) == list(
+        range(MIN_EVENTS)
+    )
+    drawn = terminal.getvalue()
+    assert "replaying [" in drawn and f"{MIN_EVENTS:,}/{MIN_EVENTS:,}" in drawn
+    assert drawn.endswith("\n") and "events in" in drawn
+    assert pipe.getvalue() == ""
+    short = _Terminal()
+    assert list(with_progress(range(10), 10, "replaying", short)) == list(range(10))
+    assert short.getvalue() == ""  # a short replay is over before a bar could help
