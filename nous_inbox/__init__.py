@@ -46,6 +46,7 @@ from nous_inbox.inbox import (
 )
 from nous_inbox.loop import ToolSpec
 from nous_inbox.message import Message, Role, ToolCall
+from nous_inbox.owner import Owner
 from nous_inbox.port import LocalSession, SessionPort
 from nous_inbox.runner import Runner, Tool, tool
 from nous_inbox.session import Session, replay
@@ -71,6 +72,7 @@ __all__ = [
     "FileStore",
     "Inbox",
     "LocalSession",
+    "Owner",
     "MemoryStore",
     "Message",
     "MessageSent",

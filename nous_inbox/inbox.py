@@ -377,6 +377,8 @@ class Inbox(msgspec.Struct, frozen=True):
     def _from_wire(cls, data: Any, decoder: Any, fmt: str) -> Inbox:
         try:
             wire: _WireInbox = decoder.decode(data)
+        except RecursionError:
+            raise DecodeError(f"invalid inbox {fmt}: nested too deeply") from None
         except (msgspec.DecodeError, TypeError, ValueError) as exc:
             raise DecodeError(f"invalid inbox {fmt}: {exc}") from None
         turn = pvector([(e.message, e.wakeup) for e in wire.next_turn])

@@ -79,7 +79,9 @@ class _Port:
 
     @property
     def session(self) -> Session:
-        return self._owner._session
+        # The runner asks at a would-be final answer whether a steer is pending: a steer another
+        # process appended counts too, so read what the store has first.
+        return self._owner._fresh_session()
 
     def claim(self, target: Target) -> tuple[Sequence[Message], QueueClaimed | None]:
         return self._owner._claim(target)
@@ -118,6 +120,7 @@ class Owner(SendPresets):
         self._cancel: threading.Event | None = None
         self._closed = threading.Event()
         self._failure: BaseException | None = None
+        self._prompted = False
         self._port = _Port(self)
         self._session = replay(store.read(stream), stream=stream)
         if self._session.running:
@@ -189,7 +192,13 @@ class Owner(SendPresets):
         return stored  # type: ignore[return-value]
 
     def prompt(self, text: Message | str) -> MessageSent:
-        """A person's prompt: a turn of its own, after any turn in progress (a waking next_turn)."""
+        """A person's prompt: a turn of its own, after any turn in progress.
+
+        It waits in ``next_turn`` with a wake, like a followup; the turn it opens is recorded
+        with reason ``"prompt"`` rather than ``"wake"``.
+        """
+        with self._lock:
+            self._prompted = True
         return self.followup(text)
 
     def cancel(self) -> bool:
@@ -253,11 +262,20 @@ class Owner(SendPresets):
         self._changed.notify_all()
 
     def _catch_up(self) -> list[Event]:
-        """Fold what other writers appended since our version; return those events."""
-        missed = list(self._store.read(self._stream, self._session.version))
-        if missed:
-            self._fold(missed)
-        return missed
+        """Fold what other writers appended since our version, and wake if they asked to."""
+        with self._lock:
+            missed = list(self._store.read(self._stream, self._session.version))
+            if missed:
+                self._fold(missed)
+                if any(type(e) is MessageSent and e.wakeup for e in missed):
+                    self._maybe_wake()
+            return missed
+
+    def _fresh_session(self) -> Session:
+        with self._lock:
+            if self._store.version(self._stream) != self._session.version:
+                self._catch_up()
+            return self._session
 
     def _append(self, events: Sequence[Event]) -> list[Event]:
         with self._lock:
@@ -265,15 +283,17 @@ class Owner(SendPresets):
                 try:
                     stored = self._store.append(self._stream, events, self._session.version)
                 except ConcurrencyError:
-                    self._catch_up()  # another process wrote first: read it, then try again
+                    # Another writer got in first: read what it wrote, then try again. A refusal
+                    # with nothing new to read (a lock that timed out) is not a race: report it.
+                    if not self._catch_up():
+                        raise
                     continue
                 self._fold(stored)
                 return stored
 
     def _claim(self, target: Target) -> tuple[Sequence[Message], QueueClaimed | None]:
         with self._lock:
-            if self._store.version(self._stream) != self._session.version:
-                self._catch_up()
+            self._fresh_session()
             while True:
                 claimed, _ = self._session.inbox.claim(target)
                 if not claimed:
@@ -282,7 +302,8 @@ class Owner(SendPresets):
                 try:
                     (stored,) = self._store.append(self._stream, [event], self._session.version)
                 except ConcurrencyError:
-                    self._catch_up()  # the queue may have grown: count it again
+                    if not self._catch_up():  # the queue may have grown: count it again
+                        raise
                     continue
                 self._fold([stored])
                 return list(claimed), stored  # type: ignore[return-value]
@@ -295,44 +316,60 @@ class Owner(SendPresets):
                 return
             if not self._session.inbox.wants_wake():
                 return
+            # The first turn's cancel exists as soon as the run does, so a cancel() right after
+            # the send that woke it is honoured before the turn starts.
+            self._cancel = threading.Event()
             self._worker = threading.Thread(
                 target=self._work, name=f"nous-inbox run {self._stream}", daemon=True
             )
             self._worker.start()
 
     def _work(self) -> None:
-        cancel: threading.Event | None = None
-        before: Inbox | None = None
+        took: bool | None = None  # whether the last turn claimed anything; None before the first
         try:
             while True:
                 with self._lock:
                     # Deciding to stop and saying so (worker = None) happen under one lock hold,
                     # so a send that lands meanwhile either is seen here or starts a new worker.
-                    if self._should_stop(cancel, before):
+                    cancel = self._cancel
+                    if cancel is None or self._should_stop(cancel, took):
                         self._stop_working()
                         return
-                    cancel = self._cancel = threading.Event()
-                    before = self._session.inbox
-                for _ in self._runner.run_turn(self._port, reason="wake", cancel=cancel):
-                    pass  # the port recorded each event; listeners have seen it
+                    if took is not None:
+                        cancel = self._cancel = threading.Event()
+                    reason, self._prompted = ("prompt" if self._prompted else "wake"), False
+                took = False
+                for event in self._runner.run_turn(self._port, reason=reason, cancel=cancel):
+                    took = took or type(event) is QueueClaimed
         except BaseException as exc:
             logger.exception("the run of session %r failed", self._stream)
             with self._lock:
                 self._failure = exc
+                self._close_open_turn(exc)
                 self._stop_working()
 
-    def _should_stop(self, cancel: threading.Event | None, before: Inbox | None) -> bool:
+    def _should_stop(self, cancel: threading.Event, took: bool | None) -> bool:
         if self._closed.is_set() or not self._session.inbox.wants_wake():
             return True
-        if cancel is not None and cancel.is_set():
+        if cancel.is_set():
             return True  # ruling 9: a cancelled run wakes nothing
-        if before is not None and self._session.inbox == before:
-            # The turn took nothing it was woken for (a runner that never claims): waking again
-            # would spin forever on the same entries.
+        if took is False:
+            # The turn claimed none of the messages that woke it (a runner that never claims):
+            # waking again would spin forever on the same entries.
             self._append([Warned(text="a turn claimed none of the messages that woke it; "
                                       "not waking again until a new send")])
             return True
         return False
+
+    def _close_open_turn(self, exc: BaseException) -> None:
+        """A run that died without ending its turn (the store failed, say) gets it ended."""
+        if not self._session.running:
+            return
+        try:
+            self._append([TurnEnded(turn=self._session.turn, steps=self._session.step,
+                                    reason="error", error=f"{type(exc).__name__}: {exc}")])
+        except Exception:
+            logger.exception("could not record the end of session %r's failed turn", self._stream)
 
     def _stop_working(self) -> None:
         self._worker = None
@@ -342,11 +379,7 @@ class Owner(SendPresets):
     def _watch(self, interval: float) -> None:
         while not self._closed.wait(interval):
             try:
-                if self._store.version(self._stream) == self._session.version:
-                    continue
-                with self._lock:
-                    missed = self._catch_up()
-                if any(isinstance(e, MessageSent) and e.wakeup for e in missed):
-                    self._maybe_wake()
+                if self._store.version(self._stream) != self._session.version:
+                    self._catch_up()
             except Exception:
                 logger.exception("watching session %r failed; retrying", self._stream)

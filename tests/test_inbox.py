@@ -671,3 +671,19 @@ def test_an_empty_claim_is_an_empty_claimed_view() -> None:
 def test_claimed_repr_lists_the_messages() -> None:
     claimed, _ = Inbox().steer("a").claim(STEP)
     assert repr(claimed) == "Claimed([Message(role='user', content='a')])"
+
+
+@pytest.mark.parametrize("fmt", ["json", "msgpack"])
+def test_bytes_nested_too_deeply_are_a_decode_error_not_a_recursion_error(fmt: str) -> None:
+    import msgspec as _msgspec
+
+    depth = 100_000
+    shell = {"next_turn": [], "next_step": [
+        {"message": {"role": "user", "content": "x", "metadata": {"a": "HOLE"}}, "wakeup": True}]}
+    if fmt == "json":
+        data = _msgspec.json.encode(shell).replace(b'"HOLE"', b"[" * depth + b"]" * depth)
+    else:  # 0x91: an array of one element; 0x90: an empty array
+        data = _msgspec.msgpack.encode(shell).replace(b"\xa4HOLE", b"\x91" * depth + b"\x90")
+    read = Inbox.from_json if fmt == "json" else Inbox.from_msgpack
+    with pytest.raises(DecodeError, match="nested too deeply"):
+        read(data)

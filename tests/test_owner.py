@@ -428,3 +428,130 @@ def test_a_killed_owner_loses_no_message_and_doubles_none(tmp_path: Path, scheme
     assert set(acknowledged) <= set(everywhere), "an acknowledged message was lost"
     assert any(isinstance(e, ModelRequested) for e in store.read("s"))  # runs were under way
     store.close()
+
+
+# -- races and failures the review found ----------------------------------------------------------
+
+
+def test_a_steer_another_writer_appended_wakes_an_owner_that_noticed_it_while_injecting() -> None:
+    store = open_store("memory:")
+    model = ScriptedModel()
+    with Owner(store, "s", Runner(model), watch=False, start=False) as owner:
+        store.append("s", [MessageSent(target="next_step", wakeup=True,
+                                       message=Message.user("from elsewhere"))])
+        owner.inject("fyi")  # conflicts, catches up with the steer, and must answer its wake
+        assert owner.wait_idle(WAIT)
+        assert model.contents(0) == ["from elsewhere", "fyi"]
+
+
+def test_the_same_words_steered_again_after_the_last_claim_still_get_their_run() -> None:
+    model = ScriptedModel()
+    holder: dict[str, Owner] = {}
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, TurnEnded) and event.turn == 1:
+            holder["owner"].steer("go")
+
+    owner = make_owner(model, listen=on_event)
+    holder["owner"] = owner
+    with owner:
+        owner.steer("go")
+        assert owner.wait_idle(WAIT)
+        assert [e.turn for e in owner.events() if isinstance(e, TurnStarted)] == [1, 2]
+        assert not owner.inbox.has_pending()
+
+
+def test_cancel_right_after_a_waking_send_is_honoured_before_the_turn_starts() -> None:
+    model = ScriptedModel()
+    with make_owner(model) as owner:
+        with owner._lock:  # the woken worker waits on this lock: cancel() lands before its turn
+            owner.steer("go")
+            assert owner.cancel() is True
+        assert owner.wait_idle(WAIT)
+        assert model.requests == []
+        assert [m.content for m, _ in owner.inbox.entries("next_step")] == ["go"]
+
+
+class _LockedStore:
+    """A store whose every append times out on a lock: a refusal with nothing new to read."""
+
+    def __init__(self) -> None:
+        self.inner = open_store("memory:")
+        self.appends = 0
+
+    def append(self, stream: str, events: Any, expected_version: Any = None) -> Any:
+        from nous_inbox.store import StoreLockedError
+
+        self.appends += 1
+        raise StoreLockedError("the log's lock was still held after 10 s")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_lock_timeout_is_reported_not_retried_forever() -> None:
+    from nous_inbox import ConcurrencyError
+
+    store = _LockedStore()
+    with Owner(store, "s", Runner(ScriptedModel()), watch=False, start=False) as owner:  # type: ignore[arg-type]
+        with pytest.raises(ConcurrencyError, match="lock"):
+            owner.steer("go")
+        assert store.appends == 1
+        assert owner.session.version == 0
+
+
+class _FailingStore:
+    """A store that fails once, on the append of the model's reply, then recovers."""
+
+    def __init__(self) -> None:
+        self.inner = open_store("memory:")
+        self.failed = False
+
+    def append(self, stream: str, events: Any, expected_version: Any = None) -> Any:
+        if not self.failed and any(type(e).__name__ == "ModelReplied" for e in events):
+            self.failed = True
+            raise OSError("disk full")
+        return self.inner.append(stream, events, expected_version)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_run_the_store_failed_under_still_gets_its_turn_ended() -> None:
+    store = _FailingStore()
+    with Owner(store, "s", Runner(ScriptedModel()), watch=False, start=False) as owner:  # type: ignore[arg-type]
+        owner.steer("go")
+        with pytest.raises(OSError, match="disk full"):
+            owner.wait_idle(WAIT)
+        assert not owner.session.running
+        (end,) = [e for e in owner.events() if isinstance(e, TurnEnded)]
+        assert end.reason == "error" and "disk full" in (end.error or "")
+        assert owner.session == replay(owner.events())
+
+
+def test_a_prompt_opens_a_turn_recorded_as_a_prompt() -> None:
+    with make_owner(ScriptedModel()) as owner:
+        owner.prompt("hello")
+        assert owner.wait_idle(WAIT)
+        owner.steer("and this")
+        assert owner.wait_idle(WAIT)
+        reasons = [e.reason for e in owner.events() if isinstance(e, TurnStarted)]
+        assert reasons == ["prompt", "wake"]
+
+
+def test_a_steer_another_process_appended_during_the_final_request_extends_the_run() -> None:
+    store = open_store("memory:")
+
+    class Model(ScriptedModel):
+        def __call__(self, transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+            if len(self.requests) == 0:  # another process steers while the answer is composed
+                store.append("s", [MessageSent(target="next_step", wakeup=True,
+                                               message=Message.user("one more thing"))])
+            return super().__call__(transcript, tools)
+
+    model = Model()
+    with Owner(store, "s", Runner(model), watch=False, start=False) as owner:
+        owner.prompt("go")
+        assert owner.wait_idle(WAIT)
+        assert [e.turn for e in owner.events() if isinstance(e, TurnStarted)] == [1]
+        assert model.contents(1)[-1] == "one more thing"
