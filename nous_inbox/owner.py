@@ -68,7 +68,6 @@ class TurnRunner(Protocol):
         self, port: Any, *, reason: str = ..., cancel: threading.Event | None = ...
     ) -> Iterator[Event]:
         """Run one turn; see ``nous_inbox.runner.Runner.run_turn``."""
-        ...
 
 
 class _Port:

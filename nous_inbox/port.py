@@ -54,15 +54,12 @@ class SessionPort(Protocol):
     @property
     def session(self) -> Session:
         """The session folded so far (turn number, transcript, inbox)."""
-        ...
 
     def claim(self, target: Target) -> tuple[Sequence[Message], QueueClaimed | None]:
         """Drain ``target`` and record the claim atomically; ``((), None)`` if it was empty."""
-        ...
 
     def record(self, event: Event) -> Event:
         """Durably append ``event``; return it as recorded (``seq`` and ``at`` set)."""
-        ...
 
 
 _PORT_FIX: Final = (
