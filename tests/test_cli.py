@@ -73,12 +73,47 @@ def test_the_default_store_comes_from_the_environment(
         ["bogus"],
         ["steer", "only-a-session"],
         ["show"],
+        ["show", "s", "extra"],
         ["run", "s", "--steps", "zero"],
+        ["run", "s", "--steps", "0"],
+        ["run", "s", "--steps", "99"],
+        ["run", "s", "--step-seconds", "nan"],
+        ["run", "s", "--step-seconds", "inf"],
+        ["run", "s", "--step-seconds", "-1"],
+        ["run", "s", "--step-seconds", "1e308"],
+        ["demo", "--step-seconds", "nan"],
+        ["demo", "--step-seconds", "-inf"],
     ],
 )
-def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_usage_errors_exit_2(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("NOUS_INBOX_STORE", f"sqlite:{tmp_path / 'untouched.sqlite'}")
     assert cli(*argv)[0] == 2
-    assert "Traceback" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("\n"), err  # one line, argparse's usage block too
+    assert err.startswith("nous-inbox") and "Traceback" not in err
+    assert not (tmp_path / "untouched.sqlite").exists()  # refused before any store was opened
+
+
+def test_a_parse_error_points_at_the_help_of_its_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli("show")[0] == 2
+    assert capsys.readouterr().err == (
+        "nous-inbox show: the following arguments are required: session "
+        "(see nous-inbox show --help)\n"
+    )
+    assert cli("bogus")[0] == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nous-inbox: argument COMMAND: invalid choice: 'bogus'")
+    assert err.endswith(" (see nous-inbox --help)\n")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["show", "--help"], ["run", "-h"]])
+def test_help_still_prints_and_exits_0(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(*argv)[0] == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("usage: nous-inbox") and captured.err == ""
 
 
 def test_an_empty_message_is_a_usage_error(url: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -185,3 +220,175 @@ def test_a_long_replay_draws_a_progress_bar_on_a_terminal_only() -> None:
     short = _Terminal()
     assert list(with_progress(range(10), 10, "replaying", short)) == list(range(10))
     assert short.getvalue() == ""  # a short replay is over before a bar could help
+
+
+# -- quiet on a closed pipe, and no tracebacks from the library's logging ---------------------------
+
+
+class _ClosesAfter(io.StringIO):
+    """An output whose reader leaves after ``lines`` writes, the way ``| head -3`` does."""
+
+    def __init__(self, lines: int) -> None:
+        super().__init__()
+        self.left = lines
+        self.refused = 0
+
+    def write(self, text: str) -> int:
+        if self.left <= 0:
+            self.refused += 1
+            raise BrokenPipeError(32, "Broken pipe")
+        self.left -= 1
+        return super().write(text)
+
+
+@pytest.mark.parametrize("command", [["demo"], ["demo", "--json"], ["run", "s"], ["run", "s", "--json"]])
+def test_a_reader_that_leaves_ends_the_command_quietly_with_0(
+    url: str, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _ClosesAfter(3)
+    status = main([*command, "--store", url, "--step-seconds", "0"], out=out)
+    err = capsys.readouterr().err
+    assert status == 0 and err == ""
+    assert out.getvalue().count("\n") == 3 and out.refused == 1  # one try, then silence
+    with open_store(url) as store:
+        (session,) = store.streams()
+        events = list(store.read(session))
+    assert type(events[-1]).__name__ == "TurnEnded"  # the run went on to its end
+
+
+def _spawn(*argv: str, stdout: int) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("NO_COLOR", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "nous_inbox", *argv], stdout=stdout, stderr=subprocess.PIPE,
+        text=True, cwd=ROOT, env=env,
+    )
+
+
+def test_run_piped_into_a_reader_that_closes_after_3_lines_exits_0_without_tracebacks(
+    url: str,
+) -> None:
+    # Each tool takes 0.2 s, so the reader is gone long before the later events are written.
+    run = _spawn("run", "--store", url, "s", "--json", "--steps", "3", "--step-seconds", "0.2",
+                 stdout=subprocess.PIPE)
+    assert run.stdout is not None and run.stderr is not None
+    lines = [json.loads(run.stdout.readline()) for _ in range(3)]
+    run.stdout.close()
+    err = run.stderr.read()
+    assert run.wait(timeout=60) == 0, err
+    assert "Traceback" not in err and err == ""
+    assert lines[0]["type"] == "message_sent"
+    with open_store(url) as store:
+        assert store.version("s") > 3  # it kept running, and recorded, after the reader left
+
+
+def test_output_into_a_pipe_nobody_reads_exits_0_without_tracebacks(url: str) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write: every write is EPIPE
+    try:
+        run = _spawn("run", "--store", url, "s", "--steps", "1", "--step-seconds", "0",
+                     stdout=write_end)
+    finally:
+        os.close(write_end)
+    assert run.stderr is not None
+    err = run.stderr.read()
+    assert run.wait(timeout=60) == 0 and err == ""
+    cli("steer", "--store", url, "s", "one more")
+    log = _spawn("log", "--store", url, "s", stdout=subprocess.PIPE)
+    assert log.stdout is not None and log.stderr is not None
+    assert log.stdout.readline().startswith("#1")
+    log.stdout.close()
+    assert log.wait(timeout=60) == 0 and "Traceback" not in log.stderr.read()
+
+
+def test_a_failing_tool_is_one_warning_line_not_a_traceback(
+    url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nous_inbox.cli.agent import ScriptedAgent
+
+    def read_log(self: ScriptedAgent, name: str) -> str:
+        raise RuntimeError("disk\non fire")
+
+    monkeypatch.setattr(ScriptedAgent, "read_log", read_log)
+    status, text = cli("run", "--store", url, "s", "--steps", "1", "--step-seconds", "0")
+    err = capsys.readouterr().err
+    assert status == 0 and "error: RuntimeError: disk on fire" in text
+    assert "Traceback" not in err and err.strip()
+    for line in err.splitlines():
+        assert line.startswith("nous-inbox: warning: "), line
+    assert "tool 'read_log' raised; the model gets an error result (RuntimeError: disk on fire)" in err
+
+
+def test_main_leaves_the_callers_logging_as_it_found_it(url: str) -> None:
+    import logging
+
+    before = list(logging.getLogger().handlers)
+    cli("steer", "--store", url, "s", "x")
+    assert logging.getLogger().handlers == before
+
+
+# -- what reaches a terminal -------------------------------------------------------------------------
+
+HOSTILE = "look \x1b]0;pwned\x07\x1b[2J\x9b1;1H here\x7f"
+
+
+def test_show_and_log_escape_control_characters_but_json_keeps_them(url: str) -> None:
+    assert cli("steer", "--store", url, "s", HOSTILE)[0] == 0
+    for command in ("show", "log"):
+        status, text = cli(command, "--store", url, "s")
+        assert status == 0
+        assert not any(c in text for c in "\x1b\x07\x9b\x7f"), repr(text)
+        assert "look \\x1b]0;pwned\\x07\\x1b[2J\\x9b1;1H here\\x7f" in text
+    shown = json.loads(cli("show", "--store", url, "s", "--json")[1])
+    assert shown["next_step"][0]["content"] == HOSTILE
+    (line,) = cli("log", "--store", url, "s", "--json")[1].splitlines()
+    assert json.loads(line)["message"]["content"] == HOSTILE
+
+
+def test_every_rendered_event_field_is_escaped() -> None:
+    from nous_inbox.cli.render import format_event
+    from nous_inbox.cli.style import Style
+    from nous_inbox.events import (
+        ModelReplied,
+        Nudged,
+        ToolCalled,
+        ToolReturned,
+        TurnEnded,
+        TurnStarted,
+        Warned,
+    )
+    from nous_inbox.message import Message, ToolCall
+
+    call = ToolCall("c1", "read_log", {"name": HOSTILE})
+    events = [
+        ModelReplied(turn=1, step=1, message=Message.assistant(HOSTILE)),
+        ModelReplied(turn=1, step=1, message=Message.assistant(HOSTILE, tool_calls=[call])),
+        ToolCalled(turn=1, step=1, call=call),
+        ToolReturned(turn=1, step=1, message=Message.tool(HOSTILE, tool_call_id="c1")),
+        Nudged(turn=1, step=1, message=Message.user(HOSTILE)),
+        TurnStarted(turn=1, reason=HOSTILE),
+        TurnEnded(turn=1, steps=1, reason="error", error=HOSTILE),
+        Warned(text=HOSTILE),
+    ]
+    for event in events:
+        line = format_event(event, Style(None, force=False))
+        assert not any(c in line for c in "\x1b\x07\x9b\x7f"), (event, line)
+
+
+def test_a_final_answer_shows_in_full_a_reply_with_tool_calls_is_cut() -> None:
+    from nous_inbox.cli.render import format_event
+    from nous_inbox.cli.style import Style
+    from nous_inbox.events import ModelReplied
+    from nous_inbox.message import Message, ToolCall
+
+    summary = "Read 5 log(s): " + "; ".join(f"log{i}.log: finding number {i}" for i in range(15)) + "."
+    assert 300 < len(summary) < 500
+    final = format_event(ModelReplied(turn=1, step=3, message=Message.assistant(summary)),
+                         Style(None, force=False))
+    assert final.endswith(summary)
+    working = format_event(
+        ModelReplied(turn=1, step=3, message=Message.assistant(
+            summary, tool_calls=[ToolCall("c", "read_log", {"name": "api.log"})])),
+        Style(None, force=False),
+    )
+    assert summary not in working and "…" in working and 'read_log(name="api.log")' in working

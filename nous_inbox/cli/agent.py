@@ -15,6 +15,7 @@ names to its plan, stops early when told to stop, and answers a followup as a tu
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Sequence
@@ -57,8 +58,8 @@ class ScriptedAgent:
     def __init__(self, steps: int = 5, step_seconds: float = 0.5) -> None:
         if steps < 1:
             raise ValueError(f"steps must be at least 1, got {steps}")
-        if step_seconds < 0:
-            raise ValueError(f"step_seconds must be >= 0, got {step_seconds}")
+        if not math.isfinite(step_seconds) or step_seconds < 0:
+            raise ValueError(f"step_seconds must be a finite number >= 0, got {step_seconds}")
         self.steps = steps
         self.step_seconds = step_seconds
         self.tools = [Tool(self.read_log, name="read_log", description="Read one log file.")]

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import IO, Any
+import math
+from typing import IO, Any, Final
 
+from nous_inbox.cli.agent import LOGS
 from nous_inbox.cli.live import run_demo, run_session
 from nous_inbox.cli.main import UsageError
 from nous_inbox.cli.progress import with_progress
-from nous_inbox.cli.render import event_json, format_event
+from nous_inbox.cli.render import event_json, format_event, printable
 from nous_inbox.cli.style import Style
 from nous_inbox.cli.tour import run_tour
 from nous_inbox.events import MessageSent
@@ -21,7 +23,7 @@ from nous_inbox.message import Message, thaw_json
 from nous_inbox.session import Session, replay
 from nous_inbox.store import Store, default_store_url, open_store
 
-__all__ = ["demo", "log", "run", "send", "sessions", "show", "tour"]
+__all__ = ["MAX_STEP_SECONDS", "demo", "log", "run", "send", "sessions", "show", "tour"]
 
 _MODES = {
     "steer": (Target.NEXT_STEP, True),
@@ -43,10 +45,22 @@ def _replayed(store: Store, session: str) -> Session:
     return replay(with_progress(store.read(session), total, "replaying"), stream=session)
 
 
+#: The longest a scripted tool step may take: more is a typo, and would outlast the demo's waits.
+MAX_STEP_SECONDS: Final = 60.0
+
+
+def _check_step_seconds(value: float) -> float:
+    # float() accepts "nan" and "inf", and NaN slips past every comparison, so ask isfinite first.
+    if not math.isfinite(value) or not 0 <= value <= MAX_STEP_SECONDS:
+        raise UsageError(
+            f"--step-seconds must be a number of seconds from 0 to {MAX_STEP_SECONDS:g}, got {value}"
+        )
+    return value
+
+
 def demo(args: argparse.Namespace, out: IO[str]) -> int:
     """A live scripted session: a person steers an agent while it works; the log replays equal."""
-    if args.step_seconds < 0:
-        raise UsageError(f"--step-seconds must be >= 0, got {args.step_seconds}")
+    _check_step_seconds(args.step_seconds)
     url = args.store or default_store_url()
     with open_store(url) as store:
         return run_demo(store, url, out, step_seconds=args.step_seconds, as_json=args.json)
@@ -54,10 +68,12 @@ def demo(args: argparse.Namespace, out: IO[str]) -> int:
 
 def run(args: argparse.Namespace, out: IO[str]) -> int:
     """Run the scripted agent on a session so another terminal can steer it."""
-    if args.steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {args.steps}")
-    if args.step_seconds < 0:
-        raise UsageError(f"--step-seconds must be >= 0, got {args.step_seconds}")
+    if not 1 <= args.steps <= len(LOGS):
+        raise UsageError(
+            f"--steps must be from 1 to {len(LOGS)} (the scripted task has {len(LOGS)} logs to read), "
+            f"got {args.steps}"
+        )
+    _check_step_seconds(args.step_seconds)
     with _open(args) as store:
         return run_session(
             store, args.session, out, task=args.task, steps=args.steps,
@@ -112,7 +128,7 @@ def show(args: argparse.Namespace, out: IO[str]) -> int:
         out.write(style.paint(f"{target} ({len(entries)})", "cyan") + "\n")
         for message, wake in entries:
             flag = style.paint(" [wakes]", "yellow") if wake else ""
-            out.write(f"  {message.role}: {message.content}{flag}\n")
+            out.write(f"  {message.role}: {printable(message.content)}{flag}\n")
     out.write(f"wants_wake: {'yes' if inbox.wants_wake() else 'no'}\n")
     return 0
 

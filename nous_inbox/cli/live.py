@@ -7,6 +7,10 @@ end the log is read back and replayed to show it equals the live state.
 
 The person reacts to the agent's events (the n-th tool call starting), not to a clock, so the
 demo tells the same story on a fast machine and a slow one.
+
+Output to a pipe whose reader leaves early (``nous-inbox run s --json | head -3``) stops quietly;
+the run goes on to its end, so the log another terminal is steering stays whole, and the
+command exits 0.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import time
 from typing import IO, Final
 
 from nous_inbox.cli.agent import ScriptedAgent
+from nous_inbox.cli.pipe import is_broken_pipe, quiet_broken_pipe
 from nous_inbox.cli.render import event_json, format_event
 from nous_inbox.cli.style import Style
 from nous_inbox.events import Event, ToolCalled
@@ -37,19 +42,40 @@ TASK: Final = "survey the logs from this morning's incident"
 
 
 class _Printer:
-    """Prints each event as one line (or JSON) the moment the owner records it."""
+    """Prints each event as one line (or JSON) the moment the owner records it.
+
+    All of a command's output goes through ``write``, from whichever thread: the owner's worker
+    (events), the demo's person, the main thread. One lock keeps lines whole. When the reader of
+    a pipe leaves, the printer goes quiet for the rest of the run (``broken``) while the run
+    itself finishes and its log stays complete.
+    """
 
     def __init__(self, out: IO[str], as_json: bool) -> None:
         self.out = out
         self.as_json = as_json
         self.style = Style(out)
+        self.broken = False
         self.tool_calls = 0
         self.tool_started = threading.Condition()
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> None:
+        """Write and flush ``text``, or nothing once the reader of the output has gone."""
+        with self._lock:
+            if self.broken:
+                return
+            try:
+                self.out.write(text)
+                self.out.flush()
+            except OSError as exc:
+                if not is_broken_pipe(exc):
+                    raise
+                self.broken = True
+                quiet_broken_pipe(self.out)
 
     def __call__(self, event: Event) -> None:
-        line = event_json(event) if self.as_json else format_event(event, self.style)
-        self.out.write(line + "\n")
-        self.out.flush()
+        if not self.broken:
+            self.write((event_json(event) if self.as_json else format_event(event, self.style)) + "\n")
         if isinstance(event, ToolCalled):
             with self.tool_started:
                 self.tool_calls += 1
@@ -60,30 +86,30 @@ class _Printer:
             return self.tool_started.wait_for(lambda: self.tool_calls >= n, timeout)
 
 
-def _person(owner: Owner, printer: _Printer, out: IO[str], as_json: bool) -> None:
+def _person(owner: Owner, printer: _Printer, as_json: bool) -> None:
     style = printer.style
     for n, mode, text in PERSON:
         if not printer.wait_tool(n, timeout=60):
             return
         if not as_json:
-            out.write(style.paint(f"        person > {mode}: {text}", "magenta") + "\n")
+            printer.write(style.paint(f"        person > {mode}: {text}", "magenta") + "\n")
         getattr(owner, mode)(text)
 
 
 def run_demo(store: Store, url: str, out: IO[str], *, step_seconds: float, as_json: bool) -> int:
     """Play the demo on ``store``; returns 0 when the replayed log equals the live state."""
-    style = Style(out)
     session = time.strftime("demo-%Y%m%d-%H%M%S")
     agent = ScriptedAgent(steps=4, step_seconds=step_seconds)
     printer = _Printer(out, as_json)
+    style, write = printer.style, printer.write
     if not as_json:
-        out.write(style.paint("nous-inbox demo", "bold") + ": a person talks to an agent while it works\n")
-        out.write(f"  session {session!r} in {url}\n")
-        out.write("  The agent reads logs, one tool call per step. While a tool runs, the person\n")
-        out.write("  injects context, steers, and asks a followup; watch where each one lands.\n\n")
-        out.write(style.paint(f"        person > prompt: {TASK}", "magenta") + "\n")
+        write(style.paint("nous-inbox demo", "bold") + ": a person talks to an agent while it works\n")
+        write(f"  session {session!r} in {url}\n")
+        write("  The agent reads logs, one tool call per step. While a tool runs, the person\n")
+        write("  injects context, steers, and asks a followup; watch where each one lands.\n\n")
+        write(style.paint(f"        person > prompt: {TASK}", "magenta") + "\n")
     with Owner(store, session, Runner(agent, agent.tools, max_steps=12), listen=printer) as owner:
-        person = threading.Thread(target=_person, args=(owner, printer, out, as_json), daemon=True)
+        person = threading.Thread(target=_person, args=(owner, printer, as_json), daemon=True)
         person.start()
         owner.prompt(TASK)
         person.join(timeout=120)
@@ -93,17 +119,17 @@ def run_demo(store: Store, url: str, out: IO[str], *, step_seconds: float, as_js
     replayed = replay(store.read(session), stream=session)
     if as_json:
         return 0 if replayed == live else 1
-    out.write("\n")
+    write("\n")
     if replayed != live:
-        out.write(style.paint("replay differs from the live state", "red", "bold") + "\n")
+        write(style.paint("replay differs from the live state", "red", "bold") + "\n")
         return 1
-    out.write(style.paint("replayed", "green", "bold"))
-    out.write(
+    write(style.paint("replayed", "green", "bold"))
+    write(
         f" {replayed.version} events from the store: inbox, transcript and turns equal the live "
         f"state ({len(replayed.transcript)} transcript entries, "
         f"{replayed.inbox.count()} message(s) still queued).\n"
     )
-    out.write(f"  See it again: nous-inbox log --store {url} {session}\n")
+    write(f"  See it again: nous-inbox log --store {url} {session}\n")
     return 0
 
 

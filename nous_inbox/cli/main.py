@@ -11,23 +11,93 @@ Commands::
     nous-inbox sessions [--store URL]
 
 Exit status: 0 on success, 2 for a usage error, 1 for a data error (a bad log, an unknown store).
-Errors are one line on stderr, never a traceback. Without ``--store`` the default store is an SQLite
-file (see ``nous_inbox.store.default_store_url``; the environment variable ``NOUS_INBOX_STORE``
-overrides it).
+Errors are one line on stderr, never a traceback: argparse's usage errors too (``_Parser``), and
+warnings the library logs while a command runs (``_OneLine``; a failing tool, say). Without
+``--store`` the default store is an SQLite file (see ``nous_inbox.store.default_store_url``; the
+environment variable ``NOUS_INBOX_STORE`` overrides it).
+
+>>> import io, contextlib
+>>> err = io.StringIO()
+>>> with contextlib.redirect_stderr(err):
+...     main(["show"])
+2
+>>> print(err.getvalue(), end="")
+nous-inbox show: the following arguments are required: session (see nous-inbox show --help)
+
+Output that goes to a pipe which closes early (``nous-inbox log s | head -3``) ends the command
+quietly with status 0, the way SIGPIPE ends a C tool: see ``nous_inbox.cli.pipe``.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import sqlite3
 import sys
-from collections.abc import Callable, Sequence
-from typing import IO
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import IO, NoReturn
+
+from nous_inbox.cli.pipe import quiet_broken_pipe
 
 __all__ = ["main"]
 
 
 class UsageError(Exception):
     """A command line that does not say something runnable: exit status 2."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr, then exit status 2.
+
+    argparse's own ``error`` prints the whole usage block first; a person reads the one line
+    and asks ``--help`` for the rest, and a script gets one line to log.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: {_one_line(message)} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
+class _OneLine(logging.Formatter):
+    """Formats a log record as ``nous-inbox: warning: <message>`` on one line, no traceback.
+
+    The library logs what it survives (a tool that raised, a listener that failed) with the
+    exception attached, for programs that want it; on a terminal the exception's name and text
+    are enough, and a traceback per event would bury the output.
+    """
+
+    def formatException(self, ei: object) -> str:
+        return ""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            text += f" ({type(exc).__name__}: {exc})"
+        return f"nous-inbox: {record.levelname.lower()}: {_one_line(text)}"
+
+
+@contextmanager
+def _cli_logging() -> Iterator[None]:
+    """Route warnings to stderr as one line each for the length of a command, then undo it.
+
+    Scoped to the call rather than set once, so ``main()`` called in-process (tests, a host
+    program) leaves the caller's logging as it found it.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_OneLine())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
 
 
 def _store_option(parser: argparse.ArgumentParser) -> None:
@@ -40,11 +110,11 @@ def _store_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="nous-inbox",
         description="Talk to an AI agent while it is working: an inbox a run claims at its next step.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
     demo = sub.add_parser("demo", help="a live scripted agent session, steered while it works")
@@ -93,8 +163,8 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse has already printed its one-line usage error
-        return int(exc.code or 0)
+    except SystemExit as exc:  # _Parser has printed its one-line error, or --help its help
+        return exc.code if isinstance(exc.code, int) else 2
     from nous_inbox.cli import commands  # imported late: `--help` stays instant
 
     handlers: dict[str, Callable[[argparse.Namespace, IO[str]], int]] = {
@@ -109,15 +179,18 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         "sessions": commands.sessions,
     }
     try:
-        return handlers[args.command](args, out)
+        with _cli_logging():
+            return handlers[args.command](args, out)
     except UsageError as exc:
-        sys.stderr.write(f"nous-inbox {args.command}: {exc}\n")
+        sys.stderr.write(f"nous-inbox {args.command}: {_one_line(str(exc))}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("nous-inbox: interrupted\n")
         return 130
     except BrokenPipeError:
+        quiet_broken_pipe(out)  # the reader left: nothing to say, and nowhere to say it
         return 0
-    except (ValueError, OSError, RuntimeError, TypeError) as exc:
-        sys.stderr.write(f"nous-inbox {args.command}: {exc}\n")
+    # sqlite3.Error is not an OSError; listed so a store the engine refuses is one line, too.
+    except (ValueError, OSError, RuntimeError, TypeError, sqlite3.Error) as exc:
+        sys.stderr.write(f"nous-inbox {args.command}: {_one_line(str(exc))}\n")
         return 1

@@ -2,13 +2,18 @@
 
 The same events a store holds and replay folds are what a person watches scroll by; this module
 only decides how each one reads on a terminal.
+
+Text that came from a message, a model or a tool is shown through ``printable``: a message could
+otherwise carry terminal escape sequences that move the cursor, recolour or retitle the reader's
+terminal. ``event_json`` needs no such care, since JSON escapes control characters itself, and
+``--json`` output must stay the exact log.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -30,7 +35,15 @@ from nous_inbox.events import (
 )
 from nous_inbox.message import enc_hook, thaw_json
 
-__all__ = ["event_json", "format_event", "short"]
+__all__ = ["FINAL_LIMIT", "LIMIT", "event_json", "format_event", "printable", "short"]
+
+#: How much of a message one event line shows; a final answer (no tool calls) gets more room,
+#: since it is what the run was for (the demo's summary runs to some 400 characters).
+LIMIT: Final = 100
+FINAL_LIMIT: Final = 500
+
+# C0 controls, DEL and C1 controls (Unicode category Cc) become their repr-style escapes.
+_ESCAPES: Final = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
 
 _SEND_MODE = {
     ("next_step", True): "steer",
@@ -40,13 +53,24 @@ _SEND_MODE = {
 }
 
 
-def short(text: str, limit: int = 100) -> str:
-    """``text`` on one line, cut to ``limit`` characters with an ellipsis.
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal: control characters shown as ``\\x1b``-style escapes.
+
+    >>> print(printable("\\x1b[2Jgone\\tand\\nback\\x9b"))
+    \\x1b[2Jgone\\x09and\\x0aback\\x9b
+    """
+    return text.translate(_ESCAPES)
+
+
+def short(text: str, limit: int = LIMIT) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis; safe to print.
 
     >>> short("a\\nb" + "c" * 200, 10)
     'a bcccccc…'
+    >>> short("red \\x1b[31mtext")
+    'red \\\\x1b[31mtext'
     """
-    flat = " ".join(text.split())
+    flat = printable(" ".join(text.split()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
@@ -74,21 +98,22 @@ def _body(event: Event, style: Style) -> str:
         mode = _SEND_MODE[(str(event.target), event.wakeup)]
         return f"{style.paint(f'{mode:<9}', 'magenta', 'bold')} {event.message.role}: {short(event.message.content)}"
     if isinstance(event, QueueClaimed):
-        return style.paint(f"claimed   {event.count} from {event.target}", "green")
+        return style.paint(f"claimed   {event.count} from {printable(event.target)}", "green")
     if isinstance(event, TurnStarted):
-        return style.paint(f"turn {event.turn} opened ({event.reason})", "bold", "cyan")
+        return style.paint(f"turn {event.turn} opened ({printable(event.reason)})", "bold", "cyan")
     if isinstance(event, StepStarted):
         return style.paint(f"  step {event.step}", "cyan")
     if isinstance(event, ModelRequested):
         return style.paint(f"  model    asked with {event.messages} messages", "dim")
     if isinstance(event, ModelReplied):
         message = event.message
-        calls = ", ".join(f"{c.name}({_args(c.arguments)})" for c in message.tool_calls)
-        text = short(message.content) if message.content.strip() else ""
+        calls = ", ".join(f"{printable(c.name)}({_args(c.arguments)})" for c in message.tool_calls)
+        limit = LIMIT if message.tool_calls else FINAL_LIMIT
+        text = short(message.content, limit) if message.content.strip() else ""
         parts = [p for p in (text, f"calls {calls}" if calls else "") if p]
         return f"  {style.paint('model', 'blue')}    {' · '.join(parts) or style.paint('(empty reply)', 'yellow')}"
     if isinstance(event, ToolCalled):
-        return f"  {style.paint('tool', 'yellow')}     {event.call.name}({_args(event.call.arguments)}) …"
+        return f"  {style.paint('tool', 'yellow')}     {printable(event.call.name)}({_args(event.call.arguments)}) …"
     if isinstance(event, ToolReturned):
         return f"  {style.paint('tool', 'yellow')}     -> {short(event.message.content, 80)}"
     if isinstance(event, StepEnded):
@@ -97,12 +122,13 @@ def _body(event: Event, style: Style) -> str:
         return style.paint(f"  nudge    {short(event.message.content)}", "dim")
     if isinstance(event, TurnEnded):
         colour = "green" if event.reason == "final" else "yellow"
-        extra = f": {event.error}" if event.error else ""
+        extra = f": {short(event.error, 200)}" if event.error else ""
         return style.paint(
-            f"turn {event.turn} ended after {event.steps} step(s): {event.reason}{extra}", "bold", colour
+            f"turn {event.turn} ended after {event.steps} step(s): {printable(event.reason)}{extra}",
+            "bold", colour,
         )
     if isinstance(event, Warned):
-        return style.paint(f"warning  {event.text}", "red")
+        return style.paint(f"warning  {short(event.text, 200)}", "red")
     return repr(event)  # an event type added later still prints
 
 
