@@ -6,7 +6,11 @@ was sent, and can act while a request is "in flight" (a person typing while the 
 answer). Tools act the same way while they run. Without aimu installed that part is skipped.
 
 ``test_concurrent_hosts_and_runs_lose_and_double_nothing`` is marked ``slow``; its size scales with
-the environment variable ``NOUS_INBOX_STRESS`` (an integer multiplier, default 1).
+the environment variable ``NOUS_INBOX_STRESS`` (an integer multiplier, default 1), and so does the
+number of examples of the property test ``test_runs_in_several_processes_get_exactly_what_they_are_owed``.
+
+"Another process" is played by a second ``AimuInbox`` on the same store (each with its own SQLite
+connection), and once by a real ``python`` subprocess.
 """
 
 from __future__ import annotations
@@ -17,20 +21,28 @@ import itertools
 import logging
 import os
 import re
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from nous_inbox.compat import aimu as aimu_module
 from nous_inbox.compat.aimu import ORDER_KEY, AimuInbox, stream_name
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed, enc_hook
 from nous_inbox.inbox import Inbox, Target
 from nous_inbox.message import Message
 from nous_inbox.session import replay
+from nous_inbox.store import open_store
 
 _STRESS = max(1, int(os.environ.get("NOUS_INBOX_STRESS", "1")))
 
@@ -412,13 +424,267 @@ def test_a_real_store_keeps_messages_across_a_restart_and_between_processes(
         box.steer("redirect", agent="a")
         box.inject("shared")
         assert box.reader("b")() == ["shared"]
+        queued = box.inbox("a")
     with open_store(url) as store, open_store(url) as elsewhere:
         reopened = AimuInbox(store)
-        assert reopened.inbox("a") == box.inbox("a") and reopened.pending(None) == 0
+        assert reopened.inbox("a") == queued and reopened.pending(None) == 0
         drain = reopened.reader("a")
         AimuInbox(elsewhere).steer("from another writer", agent="a")
         assert drain() == ["answer later", "redirect", "from another writer"]
         assert AimuInbox(elsewhere).pending("a") == 0
+
+
+# -- several processes on one store --------------------------------------------------------------
+# Two AimuInbox instances, each with its own connection to one SQLite file, stand for two
+# processes: they share nothing but the store. "there" is opened first, so whatever "here" does
+# later is news to it, as it would be to a long-lived process elsewhere.
+
+
+@pytest.fixture
+def two_processes(tmp_path: Any) -> Iterator[tuple[AimuInbox, AimuInbox, str]]:
+    url = f"sqlite:{tmp_path / 'inbox.db'}"
+    with open_store(url) as here, open_store(url) as there:
+        yield AimuInbox(here), AimuInbox(there), url
+
+
+def assert_each_replays_its_log(url: str, *boxes: AimuInbox) -> None:
+    with open_store(url) as store:
+        for name in ("a", "b", None):
+            stream = stream_name(name)
+            replayed = replay(store.read(stream), stream=stream).inbox
+            assert all(box.inbox(name) == replayed for box in boxes), stream
+
+
+def test_a_followup_sent_from_another_process_before_a_run_opens_is_that_runs(
+    two_processes: tuple[AimuInbox, AimuInbox, str],
+) -> None:
+    here, there, url = two_processes
+    for n in range(3):  # the other process has sent more: its send positions ran ahead of ours
+        there.steer(f"for b {n}", agent="b")
+    there.followup("answer this next", agent="a")
+    there.followup("or this, anyone")
+    drain = here.reader("a")
+    here.steer("now", agent="a")
+    assert drain() == ["answer this next", "or this, anyone", "now"]
+    assert there.pending("a") == 0 and not there.wants_wake("a")
+    assert_each_replays_its_log(url, here, there)
+
+
+def test_a_followup_sent_from_another_process_after_a_run_opens_waits_for_the_next_run(
+    two_processes: tuple[AimuInbox, AimuInbox, str],
+) -> None:
+    here, there, url = two_processes
+    for n in range(3):  # this process's send positions ran ahead of the other's
+        here.inject(f"warm-up {n}", agent="a")
+    here.followup("owed to the run", agent="a")
+    drain = here.reader("a")
+    there.followup("after you finish", agent="a")
+    there.followup("after you finish, anyone")
+    assert drain() == ["owed to the run", "warm-up 0", "warm-up 1", "warm-up 2"]
+    assert drain() == []
+    assert [m.content for m, _ in here.inbox("a").entries("next_turn")] == ["after you finish"]
+    assert here.wants_wake("a") and there.wants_wake("a")
+    assert here.reader("a")() == ["after you finish", "after you finish, anyone"]
+    assert_each_replays_its_log(url, here, there)
+
+
+def test_a_first_drain_with_nothing_late_claims_the_queue_as_it_is() -> None:
+    store = FakeStore()
+    here, there = AimuInbox(store), AimuInbox(store)
+    there.followup("one", agent="a")
+    there.followup("two", agent="a")
+    drain = here.reader("a")
+    there.steer("step", agent="a")  # moves the stream, not the turn queue
+    assert drain() == ["one", "two", "step"]
+    assert kinds(store, "aimu:a")[3:] == [("claimed", "next_turn", 2), ("claimed", "next_step", 1)]
+
+
+def test_equal_followups_from_a_writer_that_stamps_nothing_are_told_apart_by_count() -> None:
+    store = FakeStore()
+    box = AimuInbox(store)
+
+    def foreign_followup() -> None:  # another kind of writer: no send position in the message
+        sent = MessageSent(target=Target.NEXT_TURN, wakeup=True, message=Message.user("ok"))
+        store.append("aimu:a", [sent], expected_version=store.version("aimu:a"))
+
+    foreign_followup()
+    drain = box.reader("a")
+    foreign_followup()  # equal to the first one, but sent after the run opened
+    assert drain() == ["ok"]
+    assert box.pending("a", "next_turn") == 1
+    assert box.reader("a")() == ["ok"]
+
+
+def test_runs_in_two_processes_each_get_only_followups_queued_when_they_opened(
+    two_processes: tuple[AimuInbox, AimuInbox, str],
+) -> None:
+    here, there, url = two_processes
+    here.followup("f1", agent="a")
+    first = here.reader("a")
+    second = there.reader("a")  # also owed f1: whichever run drains first takes it
+    there.followup("f2", agent="a")  # after both opened: neither run's
+    assert second() == ["f1"]
+    assert first() == []
+    assert there.reader("a")() == ["f2"]
+    assert_each_replays_its_log(url, here, there)
+
+
+def test_messages_from_two_processes_merge_in_the_order_they_were_sent(
+    two_processes: tuple[AimuInbox, AimuInbox, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(aimu_module, "time", _TickingClock(start=10**18))
+    here, there, _ = two_processes
+    for n in range(5):
+        here.inject(f"for b {n}", agent="b")  # "there" never reads b's stream
+    drain = here.reader("a")
+    here.steer("1: own, from here", agent="a")
+    there.inject("2: shared, from there")
+    here.inject("3: shared, from here")
+    there.steer("4: own, from there", agent="a")
+    assert drain() == ["1: own, from here", "2: shared, from there", "3: shared, from here",
+                       "4: own, from there"]
+
+
+def test_send_positions_keep_increasing_when_the_clock_goes_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _TickingClock(start=10**18, step=-10**9)
+    monkeypatch.setattr(aimu_module, "time", clock)
+    box = AimuInbox()
+    drain = box.reader("a")
+    for n in range(6):
+        box.steer(str(n), agent=("a", None)[n % 2])
+    assert drain() == [str(n) for n in range(6)]
+
+
+def test_a_real_second_process_sends_before_and_after_a_run_opens(tmp_path: Any) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.db'}"
+
+    def send_from_another_process(text: str) -> None:
+        script = (
+            "import sys\n"
+            "from nous_inbox.compat.aimu import AimuInbox\n"
+            "from nous_inbox.store import open_store\n"
+            "with open_store(sys.argv[1]) as store:\n"
+            "    AimuInbox(store).followup(sys.argv[2], agent='a')\n"
+        )
+        subprocess.run([sys.executable, "-c", script, url, text], check=True, timeout=60)
+
+    with open_store(url) as store:
+        here = AimuInbox(store)
+        here.steer("sent here first", agent="b")
+        send_from_another_process("before the run")
+        drain = here.reader("a")
+        send_from_another_process("after the run opened")
+        assert drain() == ["before the run"]
+        assert here.wants_wake("a")
+        assert here.reader("a")() == ["after the run opened"]
+        assert_each_replays_its_log(url, here)
+
+
+def test_the_hosts_questions_count_what_other_processes_sent_and_claimed(
+    two_processes: tuple[AimuInbox, AimuInbox, str],
+) -> None:
+    here, there, _ = two_processes
+    there.followup("later", agent="a")
+    there.inject("fyi")
+    assert here.wants_wake("a") and here.pending("a") == 2 and here.inbox(None).count() == 1
+    assert there.reader("a")() == ["later", "fyi"]
+    assert not here.wants_wake("a") and here.pending("a") == 0 and here.inbox(None) == Inbox()
+
+
+def test_a_run_opens_its_reader_even_when_the_store_cannot_be_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Unreachable(FakeStore):
+        down = False
+
+        def version(self, stream: str) -> int:
+            if self.down:
+                raise OSError("store unreachable")
+            return super().version(stream)
+
+    store = Unreachable()
+    box = AimuInbox(store)
+    box.followup("queued here", agent="a")
+    store.down = True
+    with caplog.at_level(logging.WARNING):
+        drain = box.reader("a")
+    assert "could not read the store as a run opened" in caplog.text
+    with pytest.raises(OSError, match="store unreachable"):  # a host's question is not guessed
+        box.pending("a")
+    store.down = False
+    assert drain() == ["queued here"]
+
+
+class _TickingClock:
+    """Stands in for the ``time`` module inside the adapter: ``time_ns`` moves by ``step``."""
+
+    def __init__(self, start: int, step: int = 1000) -> None:
+        self._next = start
+        self._step = step
+        self.time = time.time
+
+    def time_ns(self) -> int:
+        now = self._next
+        self._next += self._step
+        return now
+
+
+# One host's view of a shared store, as a sequence of operations on two "processes" (instances
+# on one FakeStore). The model is the truth: which messages are queued, and when each run opened.
+# Followups are weighted up: the interesting cases are followups racing runs that open and drain.
+_SEND = st.tuples(
+    st.just("send"), st.integers(0, 1), st.sampled_from(["followup", "followup", "steer", "inject"]),
+    st.sampled_from(["a", "b", None]),
+)
+_OPEN = st.tuples(st.just("open"), st.integers(0, 1), st.sampled_from(["a", "b"]))
+_DRAIN = st.tuples(st.just("drain"), st.integers(0, 7))
+
+
+@settings(max_examples=100 * _STRESS, deadline=None)
+@given(st.lists(st.one_of(_SEND, _OPEN, _SEND, _DRAIN), min_size=8, max_size=40))
+def test_runs_in_several_processes_get_exactly_what_they_are_owed(ops: list[tuple[Any, ...]]) -> None:
+    store = FakeStore()
+    with mock.patch.object(aimu_module, "time", _TickingClock(start=10**18)):
+        boxes = [AimuInbox(store), AimuInbox(store)]
+        # Truth: queued messages (text -> (agent, target)), and each open run's state.
+        queued: dict[str, tuple[str | None, str]] = {}
+        runs: list[tuple[str, Callable[[], list[str]], set[str], list[bool]]] = []
+        delivered: list[str] = []
+        for n, op in enumerate(ops):
+            if op[0] == "send":
+                _, proc, verb, agent = op
+                text = f"{n}"
+                getattr(boxes[proc], verb)(text, agent=agent)
+                queued[text] = (agent, "next_turn" if verb == "followup" else "next_step")
+            elif op[0] == "open":
+                _, proc, agent = op
+                owed = {t for t, (to, target) in queued.items()
+                        if target == "next_turn" and to in (agent, None)}
+                runs.append((agent, boxes[proc].reader(agent), owed, [True]))
+            elif runs:
+                agent, drain, owed, first = runs[op[1] % len(runs)]
+                mine = sorted((t for t, (to, _) in queued.items() if to in (agent, None)), key=int)
+                turn = [t for t in mine if t in owed and queued[t][1] == "next_turn"] if first[0] else []
+                step = [t for t in mine if queued[t][1] == "next_step"]
+                assert drain() == turn + step
+                first[0] = False
+                for t in turn + step:
+                    del queued[t]
+                delivered += turn + step
+        for box in boxes:  # whatever is left goes to the next runs, after the host is told
+            for agent in ("a", "b"):
+                assert box.wants_wake(agent) == any(
+                    to in (agent, None) and ops[int(t)][2] != "inject" for t, (to, _) in queued.items()
+                )
+        for agent in ("a", "b"):
+            delivered += boxes[1].reader(agent)()
+        assert sorted(delivered, key=int) == [f"{n}" for n, op in enumerate(ops) if op[0] == "send"]
+        for name in ("a", "b", None):
+            stream = stream_name(name)
+            replayed = replay(store.read(stream), stream=stream).inbox
+            assert boxes[0].inbox(name) == boxes[1].inbox(name) == replayed
 
 
 # == inside real aimu agents =========================================================================

@@ -35,23 +35,38 @@ if you route: aimu generates an unguessable name for an agent built without ``na
 Order. ``steer`` and ``inject`` queue on ``next_step``, ``followup`` on ``next_turn``. A drain
 returns the turn messages first (the first drain of a run only), then the step messages; within
 each, the agent's own and the shared queue are merged in send order. Each queued message carries
-its send position as ``metadata["nous_inbox.order"]``, which is what makes that merge exact.
+its send position as ``metadata["nous_inbox.order"]``, which is what that merge sorts by, and
+all it is used for: which followups a run is owed is decided from the queues themselves.
 
 Design notes.
 
-* Followups are claimed by the run's *first drain*, not by ``reader()``, and only those sent
-  before the run started: a run that fails before its first round boundary (a model error on the
-  first request) then takes no followup with it. The rare followup that arrives in between is
-  handed back to ``next_turn`` unchanged, in order and with its wake flag, for the next run.
+* A run is owed the followups queued when it opened its reader: ``reader()`` first reads what
+  other writers appended to the store, then notes, per address, which ``next_turn`` entries are
+  there. A followup sent from another process before the run began is therefore the run's, and
+  one sent after it began (from any process, however far behind its clock or counter) is not.
+* Those followups are claimed by the run's *first drain*, not by ``reader()``: a run that fails
+  before its first round boundary (a model error on the first request) then takes no followup
+  with it. When nothing joined ``next_turn`` in between, the drain claims the queue as it is.
+  A followup that did arrive in between cannot stay behind on its own (a ``QueueClaimed`` takes
+  a whole queue, so that replay can check it), so the drain claims the queue and sends the late
+  followups back, unchanged, in order and with their wake flags, for the next run. The log stays
+  exact (replaying it gives the live value), at one cost: those late followups appear in the
+  replayed transcript twice, once in this claim and again when the next run claims them.
+* Send positions are a hybrid clock: each is later than every position this process has made or
+  read from the store, and otherwise the wall-clock time in nanoseconds. Two processes' messages
+  thus merge in the order they were sent (to the precision of the machines' clocks), and a
+  restarted or fresh process never sorts its new messages before older ones.
 * Every change takes one lock around the value swap (hosts steer from other threads while the
   run drains on its own). A drain never waits for a message: it returns ``[]`` when nothing is
   queued.
 * With a ``store``, each address is the stream ``aimu:<agent>`` (``aimu:*`` for the shared one).
   Every send appends a ``MessageSent`` and every non-empty claim a ``QueueClaimed`` *before* the
   value changes, with the stream's expected version, and a new ``AimuInbox`` replays the streams,
-  so nothing queued is lost by a restart. Before claiming, a drain reads what other writers
-  appended, so a message appended by another process reaches the run at its next boundary; a
-  send that lost a race with another writer catches up and retries.
+  so nothing queued is lost by a restart. Every read of the queues reads what other writers
+  appended first: ``reader()`` and each drain (so a message appended by another process reaches
+  the run at its next boundary), and ``pending``, ``wants_wake`` and ``inbox`` (so a host
+  deciding whether a run is owed sees the other processes' messages and claims too). A change
+  that lost a race with another writer catches up and is worked out again on the new value.
 * aimu does not say at which boundary it drains, so an ``inject`` pending at what would be the
   final answer extends the run like a ``steer``; the wake flag matters to a host deciding whether
   to start a run (``wants_wake``). And aimu drains first *after* the run's first reply, so a
@@ -67,6 +82,7 @@ import heapq
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Final, Protocol, TypeVar
@@ -75,7 +91,7 @@ import msgspec
 
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Inbox, Target
+from nous_inbox.inbox import Entry, Inbox, Target
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
 
@@ -104,19 +120,38 @@ class EventStore(Protocol):
     """What ``AimuInbox`` needs of a store: append with an expected version, and read back.
 
     The stores of ``nous_inbox.store`` fit it; so does any object with these four methods.
-    ``append`` assigns each event its ``seq`` and raises ``ConcurrencyError`` when the stream is
-    no longer at ``expected_version``.
     """
 
     def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = None
-    ) -> Sequence[Event]: ...
+    ) -> Sequence[Event]:
+        """Add ``events`` to the end of ``stream``, all or none, and return them as written.
 
-    def read(self, stream: str, after: int = 0) -> Iterable[Event]: ...
+        The store numbers them (``seq`` = the stream's version + 1, + 2, ...): the adapter keeps
+        the last ``seq`` it got back as the version it knows. When ``expected_version`` is given
+        and the stream has moved past it, nothing is written and ``ConcurrencyError`` is raised;
+        that is how two processes sharing a stream never both claim the same message.
+        """
+        ...
 
-    def version(self, stream: str) -> int: ...
+    def read(self, stream: str, after: int = 0) -> Iterable[Event]:
+        """The events of ``stream`` numbered above ``after``, oldest first; none if it is unknown.
 
-    def streams(self) -> Iterable[str]: ...
+        How the adapter learns what another writer appended since it last looked.
+        """
+        ...
+
+    def version(self, stream: str) -> int:
+        """The ``seq`` of the last event in ``stream`` (0 when it has none).
+
+        Asked before every read of the queues, so it must be cheap: most of the time it says that
+        nothing new is there and no ``read`` follows.
+        """
+        ...
+
+    def streams(self) -> Iterable[str]:
+        """The names of the streams holding events: a new ``AimuInbox`` replays those it owns."""
+        ...
 
 
 def stream_name(agent: str | None) -> str:
@@ -152,6 +187,11 @@ def _check_text(text: object, where: str) -> Message:
     raise TypeError(f"{where}: text must be a str or a user Message, got {type(text).__name__}")
 
 
+def _addresses(agent: str | None) -> tuple[str | None, ...]:
+    # The addresses a run opened as reader(agent) drains, its own first.
+    return (None,) if agent is None else (agent, None)
+
+
 def _order(message: Message) -> int:
     # A message written by another kind of writer has no position: it sorts first, and since a
     # merge only ever takes from the heads, each queue's own order is kept regardless.
@@ -164,24 +204,45 @@ def _stamped(message: Message, order: int) -> Message:
     return msgspec.structs.replace(message, metadata={**message.metadata, ORDER_KEY: order})
 
 
+def _split_owed(
+    entries: Sequence[Entry], at_start: Sequence[Entry]
+) -> tuple[list[Message], list[Entry]]:
+    """Split the queued followups into those a run is owed (queued when it opened) and the rest.
+
+    An entry is owed if it was among ``at_start``, counted as a multiset: another run may have
+    claimed some of them meanwhile, and two equal messages are two entries.
+    """
+    if entries is at_start:  # the queue did not move since the run opened: no scan needed
+        return [message for message, _ in entries], []
+    remaining = Counter(at_start)
+    owed: list[Message] = []
+    late: list[Entry] = []
+    for entry in entries:
+        if remaining[entry] > 0:
+            remaining[entry] -= 1
+            owed.append(entry[0])
+        else:
+            late.append(entry)
+    return owed, late
+
+
 def _claim_for_run(
-    box: Inbox, started: int, take_turn: bool
+    box: Inbox, owed_turn: Sequence[Entry] | None
 ) -> tuple[Inbox, list[Event], tuple[list[Message], list[Message]]]:
-    """One address's share of a drain: its followups owed to the run (if ``take_turn``), then
+    """One address's share of a drain: the followups owed to the run (``owed_turn``: the
+    ``next_turn`` entries queued when it opened; ``None`` once its first drain is done), then
     everything on ``next_step``. Returns the new value, the events recording it, the messages."""
     now = time.time()
     events: list[Event] = []
     turn: list[Message] = []
-    if take_turn and box.has_pending(_TURN):
-        entries = list(box.entries(_TURN))
-        turn = [m for m, _ in entries if _order(m) < started]
+    if owed_turn and box.has_pending(_TURN):
+        turn, late = _split_owed(box.entries(_TURN), owed_turn)
         if turn:
             claimed, box = box.claim(_TURN)
             events.append(QueueClaimed(target=_TURN, count=len(claimed), at=now))
-            for message, wakeup in entries:
-                if _order(message) >= started:  # sent after this run began: the next run's
-                    box = box.send(message, _TURN, wakeup)
-                    events.append(MessageSent(target=_TURN, wakeup=wakeup, message=message, at=now))
+            for message, wakeup in late:  # sent after this run began: the next run's
+                box = box.send(message, _TURN, wakeup)
+                events.append(MessageSent(target=_TURN, wakeup=wakeup, message=message, at=now))
     step: list[Message] = []
     if box.has_pending(_STEP):
         claimed, box = box.claim(_STEP)
@@ -191,18 +252,20 @@ def _claim_for_run(
 
 
 class _RunDrain:
-    """One run's drain: a cursor that owes the run its followups until its first successful call."""
+    """One run's drain: it owes the run, per address, the followups queued when the run opened,
+    until a drain has claimed that address's share."""
 
-    __slots__ = ("_agent", "_inbox", "_owed_turn", "_started")
+    __slots__ = ("_agent", "_inbox", "_owed_turn")
 
-    def __init__(self, inbox: AimuInbox, agent: str | None, started: int) -> None:
+    def __init__(
+        self, inbox: AimuInbox, agent: str | None, owed_turn: dict[str | None, Sequence[Entry]]
+    ) -> None:
         self._inbox = inbox
         self._agent = agent
-        self._started = started
-        self._owed_turn: set[str | None] = {agent, None}
+        self._owed_turn = owed_turn
 
     def __call__(self) -> list[str]:
-        return self._inbox._drain(self._agent, self._started, self._owed_turn)
+        return self._inbox._drain(self._agent, self._owed_turn)
 
     def __repr__(self) -> str:
         return f"<AimuInbox drain for agent {self._agent!r}>"
@@ -219,7 +282,7 @@ class AimuInbox:
         self._lock = threading.Lock()
         self._boxes: dict[str | None, Inbox] = {}
         self._versions: dict[str | None, int] = {}
-        self._next_order = 0
+        self._last_order = 0
         self._store = store
         if store is not None:
             for stream in store.streams():
@@ -259,15 +322,16 @@ class AimuInbox:
     def _send(self, text: object, agent: object, target: Target, wakeup: bool, where: str) -> None:
         name = _check_agent(agent, where)
         message = _check_text(text, where)
+
+        def change(box: Inbox) -> tuple[Inbox, list[Event], None]:
+            # Stamped here, not once up front: a retry after a lost race has just read the other
+            # writer's messages, and this one must sort after them.
+            stamped = _stamped(message, self._next_order())
+            sent = MessageSent(target=target, wakeup=wakeup, message=stamped, at=time.time())
+            return box.send(stamped, target, wakeup), [sent], None
+
         with self._lock:
-            stamped = _stamped(message, self._next_order)
-
-            def change(box: Inbox) -> tuple[Inbox, list[Event], None]:
-                sent = MessageSent(target=target, wakeup=wakeup, message=stamped, at=time.time())
-                return box.send(stamped, target, wakeup), [sent], None
-
             self._commit(name, change)
-            self._next_order += 1
 
     # -- aimu's side -------------------------------------------------------------------------
 
@@ -276,30 +340,43 @@ class AimuInbox:
 
         The drain returns the text of every message the run has not yet had, oldest first (``[]``
         when there is none) and never waits. Messages it returns are claimed: no other run gets
-        them.
+        them. The run is owed the followups queued, in this process or any other writing to the
+        store, at the moment ``reader`` is called.
         """
         name = _check_agent(agent, "AimuInbox.reader")
+        names = _addresses(name)
         with self._lock:
-            started = self._next_order
-        return _RunDrain(self, name, started)
+            if self._store is not None:
+                try:
+                    self._catch_up_all(names)
+                except Exception:
+                    # aimu would run without a reader at all; with this process's view the run
+                    # still gets every message, only a followup that another process sent just
+                    # now may wait for the next run.
+                    logger.warning(
+                        "AimuInbox: could not read the store as a run opened; going by what "
+                        "this process has seen",
+                        exc_info=True,
+                    )
+            owed = {n: self._boxes.get(n, _EMPTY).entries(_TURN) for n in names}
+        return _RunDrain(self, name, owed)
 
-    def _drain(self, agent: str | None, started: int, owed_turn: set[str | None]) -> list[str]:
+    def _drain(self, agent: str | None, owed_turn: dict[str | None, Sequence[Entry]]) -> list[str]:
         turns: list[list[Message]] = []
         steps: list[list[Message]] = []
         failure: Exception | None = None
         with self._lock:
-            for name in (agent, None) if agent is not None else (None,):
-                take_turn = name in owed_turn
+            for name in _addresses(agent):
                 try:
                     if self._store is not None:
                         self._catch_up(name)
-                    claim = partial(_claim_for_run, started=started, take_turn=take_turn)
+                    claim = partial(_claim_for_run, owed_turn=owed_turn.get(name))
                     turn, step = self._commit(name, claim)
                 except Exception as exc:
                     # The other address may still deliver; what it claims must not be dropped.
                     failure = failure or exc
                     continue
-                owed_turn.discard(name)
+                owed_turn.pop(name, None)
                 turns.append(turn)
                 steps.append(step)
         if failure is not None:
@@ -315,8 +392,8 @@ class AimuInbox:
         """How many queued messages a run opened as ``reader(agent)`` could receive.
 
         That is the messages addressed to ``agent`` plus the shared ones (only the shared ones
-        for ``agent=None``), on ``target`` or on both queues. It is this process's view; it does
-        not read the store.
+        for ``agent=None``), on ``target`` or on both queues, after reading what other writers
+        appended to the store.
 
         >>> box = AimuInbox()
         >>> box.steer("a", agent="x"); box.inject("b"); box.followup("c", agent="y")
@@ -325,6 +402,7 @@ class AimuInbox:
         """
         name = _check_agent(agent, "AimuInbox.pending")
         with self._lock:
+            self._catch_up_all(_addresses(name))
             own = self._boxes.get(name, _EMPTY).count(target)
             return own if name is None else own + self._boxes.get(None, _EMPTY).count(target)
 
@@ -332,21 +410,28 @@ class AimuInbox:
         """Whether a message ``agent`` could receive asked for a run (a steer or a followup).
 
         The question a host asks when a run ends: a steer that landed after the run's last
-        drain, or any followup, is owed a new run. An inject alone is not.
+        drain, or any followup, is owed a new run. An inject alone is not. It counts what other
+        processes sent and claimed through the store too.
         """
         name = _check_agent(agent, "AimuInbox.wants_wake")
         with self._lock:
+            self._catch_up_all(_addresses(name))
             if self._boxes.get(name, _EMPTY).wants_wake():
                 return True
             return name is not None and self._boxes.get(None, _EMPTY).wants_wake()
 
     def inbox(self, agent: str | None = None) -> Inbox:
-        """The ``Inbox`` value queued for exactly this address (``None``: the shared one)."""
+        """The ``Inbox`` value queued for exactly this address (``None``: the shared one).
+
+        With a store, it is the value the address's stream replays to, other writers included.
+        """
         name = _check_agent(agent, "AimuInbox.inbox")
         with self._lock:
+            self._catch_up_all((name,))
             return self._boxes.get(name, _EMPTY)
 
     def __repr__(self) -> str:
+        # This process's view only: a repr must not do I/O (or fail because a store does).
         with self._lock:
             counts = {name: box.count() for name, box in self._boxes.items() if box.count()}
         return f"AimuInbox(pending={counts!r})"
@@ -404,5 +489,19 @@ class AimuInbox:
         self._versions[name] = session.version
         for event in events:
             if isinstance(event, MessageSent):
-                self._next_order = max(self._next_order, _order(event.message) + 1)
+                self._last_order = max(self._last_order, _order(event.message))
         return True
+
+    def _catch_up_all(self, names: Iterable[str | None]) -> None:
+        """``_catch_up`` each address in ``names`` when there is a store; called with the lock."""
+        if self._store is not None:
+            for name in names:
+                self._catch_up(name)
+
+    def _next_order(self) -> int:
+        """The next send position: after every one made or read here, else the wall clock (ns).
+
+        Called with the lock held.
+        """
+        self._last_order = max(self._last_order + 1, time.time_ns())
+        return self._last_order
