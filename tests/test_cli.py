@@ -134,10 +134,69 @@ def test_an_empty_message_is_a_usage_error(url: str, capsys: pytest.CaptureFixtu
 def test_data_errors_exit_1_with_one_line_and_no_traceback(
     url: str, argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    assert cli("inject", "--store", url, "somebody", "so the store exists")[0] == 0
     status, _ = cli(*[a.replace("{url}", url) for a in argv])
     err = capsys.readouterr().err
     assert status == 1
     assert err.count("\n") == 1 and expected in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [["show", "s"], ["log", "s"], ["sessions"], ["steer", "s", "x"]])
+def test_a_directory_for_a_store_is_one_line_exit_1(
+    tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _ = cli(command[0], "--store", f"sqlite:{tmp_path}", *command[1:])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert str(tmp_path) in err
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "file"])
+@pytest.mark.parametrize("command", [["show", "s"], ["show", "s", "--json"], ["log", "s"], ["sessions"]])
+def test_reading_a_store_that_is_not_there_says_so_and_creates_nothing(
+    tmp_path: Path, scheme: str, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "typo.sqlite"
+    status, text = cli(command[0], "--store", f"{scheme}:{missing}", *command[1:])
+    err = capsys.readouterr().err
+    assert status == 1 and text == ""
+    assert err.count("\n") == 1 and "no store at" in err and str(missing) in err
+    assert not missing.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_writing_commands_still_create_the_store(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "inbox.sqlite"
+    path.parent.mkdir()
+    assert cli("inject", "--store", f"sqlite:{path}", "s", "hello")[0] == 0
+    assert path.exists()
+    assert cli("sessions", "--store", f"sqlite:{path}")[1] == "s\t1 events\n"
+
+
+def test_a_file_that_is_not_a_store_is_one_line_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"this is not a database" * 100)
+    for command in (["show", "s"], ["steer", "s", "x"]):
+        status, _ = cli(command[0], "--store", f"sqlite:{junk}", *command[1:])
+        err = capsys.readouterr().err
+        assert status == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert junk.read_bytes() == b"this is not a database" * 100
+
+
+def test_a_database_error_from_below_is_one_line_exit_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    from nous_inbox.cli import commands
+
+    def fails(args: object, out: object) -> int:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(commands, "sessions", fails)
+    assert cli("sessions", "--store", "memory:")[0] == 1
+    assert capsys.readouterr().err == "nous-inbox sessions: disk I/O error\n"
 
 
 def test_a_corrupt_log_is_a_data_error_naming_the_place(

@@ -1,6 +1,8 @@
 """The ``nous-inbox`` subcommands: each takes the parsed arguments and an output stream.
 
 They are thin on purpose: open a store, append or replay, print. All the semantics live below.
+``show``, ``log`` and ``sessions`` only read, so they open the store read-only: a store that is
+not there is an error naming the path, never an empty file created by a typo.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ _MODES = {
 }
 
 
-def _open(args: argparse.Namespace) -> Store:
-    return open_store(args.store or default_store_url())
+def _open(args: argparse.Namespace, *, read_only: bool = False) -> Store:
+    # Commands that only look open read-only: a mistyped --store is "no store at PATH", not a
+    # fresh empty store quietly created where the typo points.
+    return open_store(args.store or default_store_url(), read_only=read_only)
 
 
 def _replayed(store: Store, session: str) -> Session:
@@ -106,7 +110,7 @@ def _entry_dict(message: Message, wakeup: bool) -> dict[str, Any]:
 
 def show(args: argparse.Namespace, out: IO[str]) -> int:
     """Print the replayed inbox of a session."""
-    with _open(args) as store:
+    with _open(args, read_only=True) as store:
         session = _replayed(store, args.session)
     inbox = session.inbox
     if args.json:
@@ -136,7 +140,7 @@ def show(args: argparse.Namespace, out: IO[str]) -> int:
 def log(args: argparse.Namespace, out: IO[str]) -> int:
     """Print a session's events, one per line (JSON Lines with ``--json``)."""
     style = Style(out)
-    with _open(args) as store:
+    with _open(args, read_only=True) as store:
         total = store.version(args.session)
         if total == 0:
             raise ValueError(f"no session {args.session!r} in this store")
@@ -147,7 +151,7 @@ def log(args: argparse.Namespace, out: IO[str]) -> int:
 
 def sessions(args: argparse.Namespace, out: IO[str]) -> int:
     """List the sessions in the store with their event counts."""
-    with _open(args) as store:
+    with _open(args, read_only=True) as store:
         for name in store.streams():
             out.write(f"{name}\t{store.version(name)} events\n")
     return 0
