@@ -72,10 +72,16 @@ class MessageSent(_Base, tag="message_sent", frozen=True):
 
 
 class QueueClaimed(_Base, tag="queue_claimed", frozen=True):
-    """Everything queued on ``target`` (``count`` messages) entered the transcript, in order."""
+    """The oldest ``count`` messages queued on ``target`` entered the transcript, in order.
+
+    ``rest`` is how many stayed queued behind them: 0 (the default, and every claim a run
+    makes) means the claim took the whole queue. Replay checks ``count + rest`` against the
+    queue, so a log that disagrees with itself is caught either way.
+    """
 
     target: Target
     count: int
+    rest: int = 0
 
 
 class TurnStarted(_Base, tag="turn_started", frozen=True):

@@ -274,18 +274,25 @@ class Inbox(msgspec.Struct, frozen=True):
 
     # -- claiming --------------------------------------------------------------------------------
 
-    def claim(self, target: Target | str) -> tuple[Claimed, Inbox]:
+    def claim(self, target: Target | str, limit: int | None = None) -> tuple[Claimed, Inbox]:
         """Take everything queued on ``target``, in send order, and return the drained inbox.
 
         The other queue is untouched; an empty claim returns an empty sequence and this same
-        inbox.
+        inbox. ``limit`` takes only the oldest ``limit`` messages and leaves the rest queued, in
+        order, with their wake flags (for a host that owes a run exactly what was queued when it
+        opened); a run's claims take everything.
 
         >>> inbox = Inbox().followup("later").steer("now")
         >>> claimed, inbox = inbox.claim("next_turn")
         >>> [m.content for m in claimed], inbox.has_pending("next_step")
         (['later'], True)
+        >>> claimed, rest = Inbox().followup("a").followup("b").claim("next_turn", limit=1)
+        >>> [m.content for m in claimed], [m.content for m, _ in rest.entries("next_turn")]
+        (['a'], ['b'])
         """
         where = as_target(target)
+        if limit is not None:
+            return self._claim_oldest(where, limit)
         if where is _STEP:
             if not self._step:
                 return _NOTHING_CLAIMED, self
@@ -293,6 +300,22 @@ class Inbox(msgspec.Struct, frozen=True):
         if not self._turn:
             return _NOTHING_CLAIMED, self
         return Claimed(self._turn), Inbox(_NO_ENTRIES, self._step, 0, self._step_wakes)
+
+    def _claim_oldest(self, where: Target, limit: int) -> tuple[Claimed, Inbox]:
+        if type(limit) is not int:
+            raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        queue = self._step if where is _STEP else self._turn
+        if limit >= len(queue):
+            return self.claim(where)
+        if limit == 0:
+            return _NOTHING_CLAIMED, self
+        taken, kept = queue[:limit], queue[limit:]
+        kept_wakes = sum(wakeup for _, wakeup in kept)
+        if where is _STEP:
+            return Claimed(taken), Inbox(self._turn, kept, self._turn_wakes, kept_wakes)
+        return Claimed(taken), Inbox(kept, self._step, kept_wakes, self._step_wakes)
 
     # -- asking ----------------------------------------------------------------------------------
 
@@ -418,9 +441,9 @@ def inject(inbox: Inbox, message: Message | str) -> Inbox:
     return inbox.inject(message)
 
 
-def claim(inbox: Inbox, target: Target | str) -> tuple[Claimed, Inbox]:
-    """``inbox.claim(target)``: ``(messages, drained_inbox)``."""
-    return inbox.claim(target)
+def claim(inbox: Inbox, target: Target | str, limit: int | None = None) -> tuple[Claimed, Inbox]:
+    """``inbox.claim(target, limit)``: ``(messages, drained_inbox)``."""
+    return inbox.claim(target, limit)
 
 
 def wants_wake(inbox: Inbox) -> bool:

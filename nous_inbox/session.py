@@ -85,9 +85,11 @@ class Session(msgspec.Struct, frozen=True):
             )
         if kind is QueueClaimed:
             claim: QueueClaimed = event  # type: ignore[assignment]
-            claimed, inbox = self.inbox.claim(claim.target)
-            if len(claimed) != claim.count:
-                raise _miscount(stream, seq, as_target(claim.target), claim.count, len(claimed))
+            where = as_target(claim.target)
+            queued = self.inbox.count(where)
+            if queued != claim.count + claim.rest:
+                raise _miscount(stream, seq, where, claim, queued)
+            claimed, inbox = self.inbox.claim(where, claim.count if claim.rest else None)
             transcript = self.transcript.extend(claimed) if claimed else self.transcript
             return Session(inbox, transcript, seq, self.turn, self.step, self.running)
         if kind is ModelReplied or kind is ToolReturned or kind is Nudged:
@@ -187,17 +189,20 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
                 target = as_target(target)
             messages, wakes = ((step_messages, step_wakes) if target is _STEP
                                else (turn_messages, turn_wakes))
-            taken = len(messages) + older[target]
-            if taken != event.count:  # type: ignore[union-attr]
-                raise _miscount(stream, seq, target, event.count, taken)  # type: ignore[union-attr]
-            if older[target]:
-                claimed, inbox = inbox.claim(target)
+            queued = len(messages) + older[target]
+            count, rest = event.count, event.rest  # type: ignore[union-attr]
+            if queued != count + rest:
+                raise _miscount(stream, seq, target, event, queued)  # type: ignore[arg-type]
+            if older[target]:  # the start inbox's entries are the oldest: claimed first
+                from_start = min(count, older[target])
+                claimed, inbox = inbox.claim(target, from_start)
                 added.extend(claimed)
-                older[target] = 0
-            if messages:
-                added.extend(messages)
-                messages.clear()
-                wakes.clear()
+                older[target] -= from_start
+                count -= from_start
+            if count:
+                added.extend(messages[:count])
+                del messages[:count]
+                del wakes[:count]
         elif kind is ModelReplied or kind is ToolReturned or kind is Nudged:
             added.append(event.message)  # type: ignore[union-attr]
         elif kind is StepStarted:
@@ -222,11 +227,14 @@ def _gap(stream: str, seq: int, version: int) -> ReplayError:
     )
 
 
-def _miscount(stream: str, seq: int, target: Target, recorded: int, queued: int) -> ReplayError:
+def _miscount(
+    stream: str, seq: int, target: Target, claim: QueueClaimed, queued: int
+) -> ReplayError:
     where = f"stream {stream!r} " if stream else ""
+    left = f" and leaves {claim.rest}" if claim.rest else ""
     return ReplayError(
-        f"{where}seq {seq}: claim of {target.value} records {recorded} "
-        f"message(s) but {queued} were queued"
+        f"{where}seq {seq}: claim of {target.value} records {claim.count} "
+        f"message(s){left} but {queued} were queued"
     )
 
 

@@ -687,3 +687,30 @@ def test_bytes_nested_too_deeply_are_a_decode_error_not_a_recursion_error(fmt: s
     read = Inbox.from_json if fmt == "json" else Inbox.from_msgpack
     with pytest.raises(DecodeError, match="nested too deeply"):
         read(data)
+
+
+# -- a claim of the oldest few --------------------------------------------------------------------
+
+
+def test_a_limited_claim_takes_the_oldest_and_leaves_the_rest_queued_with_their_wakes() -> None:
+    inbox = Inbox().followup("a").send("b", "next_turn", False).followup("c").steer("s")
+    claimed, rest = inbox.claim("next_turn", limit=2)
+    assert [m.content for m in claimed] == ["a", "b"]
+    assert list(rest.entries("next_turn")) == [(Message.user("c"), True)]
+    assert rest.entries("next_step") == inbox.entries("next_step")
+    assert rest.wants_wake() and rest == Inbox().followup("c").steer("s")
+    _, only_quiet = Inbox().followup("a").send("b", "next_turn", False).claim("next_turn", 1)
+    assert not only_quiet.wants_wake()
+
+
+def test_a_limit_at_or_past_the_queue_length_is_a_whole_claim_and_zero_takes_nothing() -> None:
+    inbox = Inbox().steer("a").steer("b")
+    assert inbox.claim("next_step", limit=5) == inbox.claim("next_step")
+    claimed, same = inbox.claim("next_step", limit=0)
+    assert list(claimed) == [] and same is inbox
+
+
+@pytest.mark.parametrize(("limit", "error"), [(-1, ValueError), (1.0, TypeError), (True, TypeError)])
+def test_a_bad_limit_is_refused(limit: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="limit"):
+        Inbox().steer("a").claim("next_step", limit=limit)
