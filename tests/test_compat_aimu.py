@@ -332,17 +332,21 @@ def test_the_log_replays_to_the_live_value() -> None:
     box = AimuInbox(store)
     box.followup("f1", agent="a")
     drain = box.reader("a")
-    box.followup("f2, after the start", agent="a")  # handed back to next_turn by the first drain
+    box.followup("f2, after the start", agent="a")  # left queued by the first drain's claim
     box.steer("s1", agent="a")
     box.inject("shared")
     assert drain() == ["f1", "s1", "shared"]
     box.inject("left over", agent="a")
     for name in ("a", None):
         stream = stream_name(name)
-        assert replay(store.read(stream), stream=stream).inbox == box.inbox(name)
+        session = replay(store.read(stream), stream=stream)
+        assert session.inbox == box.inbox(name)
+        contents = [m.content for m in session.transcript]
+        assert len(contents) == len(set(contents))  # each message entered the transcript once
+    claims = [e for e in store.read("aimu:a") if isinstance(e, QueueClaimed)]
+    assert [(e.target, e.count, e.rest) for e in claims] == [("next_turn", 1, 1), ("next_step", 1, 0)]
     assert kinds(store, "aimu:a")[3:] == [
-        ("claimed", "next_turn", 2),
-        ("sent", "next_turn", True),
+        ("claimed", "next_turn", 1),
         ("claimed", "next_step", 1),
         ("sent", "next_step", False),
     ]

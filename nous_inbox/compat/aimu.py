@@ -46,12 +46,10 @@ Design notes.
   one sent after it began (from any process, however far behind its clock or counter) is not.
 * Those followups are claimed by the run's *first drain*, not by ``reader()``: a run that fails
   before its first round boundary (a model error on the first request) then takes no followup
-  with it. When nothing joined ``next_turn`` in between, the drain claims the queue as it is.
-  A followup that did arrive in between cannot stay behind on its own (a ``QueueClaimed`` takes
-  a whole queue, so that replay can check it), so the drain claims the queue and sends the late
-  followups back, unchanged, in order and with their wake flags, for the next run. The log stays
-  exact (replaying it gives the live value), at one cost: those late followups appear in the
-  replayed transcript twice, once in this claim and again when the next run claims them.
+  with it. When nothing joined ``next_turn`` in between, the drain claims the queue as it is;
+  when followups did arrive in between, it claims only the oldest entries, the ones owed
+  (``QueueClaimed.rest`` records how many stay), and the late ones wait, untouched, for the
+  next run. Each message enters the transcript exactly once.
 * Send positions are a hybrid clock: each is later than every position this process has made or
   read from the store, and otherwise the wall-clock time in nanoseconds. Two processes' messages
   thus merge in the order they were sent (to the precision of the machines' clocks), and a
@@ -238,11 +236,10 @@ def _claim_for_run(
     if owed_turn and box.has_pending(_TURN):
         turn, late = _split_owed(box.entries(_TURN), owed_turn)
         if turn:
-            claimed, box = box.claim(_TURN)
-            events.append(QueueClaimed(target=_TURN, count=len(claimed), at=now))
-            for message, wakeup in late:  # sent after this run began: the next run's
-                box = box.send(message, _TURN, wakeup)
-                events.append(MessageSent(target=_TURN, wakeup=wakeup, message=message, at=now))
+            # The owed entries are the oldest (claims take the oldest; sends join the end), so a
+            # claim of that many leaves the late ones queued, for the next run, untouched.
+            claimed, box = box.claim(_TURN, limit=len(turn))
+            events.append(QueueClaimed(target=_TURN, count=len(claimed), rest=len(late), at=now))
     step: list[Message] = []
     if box.has_pending(_STEP):
         claimed, box = box.claim(_STEP)
