@@ -76,7 +76,7 @@ def test_the_default_store_comes_from_the_environment(
         ["show", "s", "extra"],
         ["run", "s", "--steps", "zero"],
         ["run", "s", "--steps", "0"],
-        ["run", "s", "--steps", "99"],
+        ["run", "s", "--steps", "1001"],
         ["run", "s", "--step-seconds", "nan"],
         ["run", "s", "--step-seconds", "inf"],
         ["run", "s", "--step-seconds", "-1"],
@@ -451,3 +451,11 @@ def test_a_final_answer_shows_in_full_a_reply_with_tool_calls_is_cut() -> None:
         Style(None, force=False),
     )
     assert summary not in working and "…" in working and 'read_log(name="api.log")' in working
+
+
+def test_run_takes_as_many_steps_as_asked(url: str) -> None:
+    status, text = cli("run", "--store", url, "long", "--json", "--steps", "9", "--step-seconds", "0")
+    assert status == 0
+    calls = [json.loads(line) for line in text.splitlines()]
+    names = [e["call"]["arguments"]["name"] for e in calls if e["type"] == "tool_called"]
+    assert len(names) == 9 and names[-1] == "shard-2.log"

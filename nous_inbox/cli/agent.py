@@ -24,9 +24,21 @@ from typing import Any, Final
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner import Tool
 
-__all__ = ["LOGS", "ScriptedAgent"]
+__all__ = ["LOGS", "MAX_STEPS", "ScriptedAgent", "log_names"]
 
 LOGS: Final = ("api.log", "worker.log", "db.log", "cache.log", "auth.log", "queue.log", "cdn.log")
+
+#: A run longer than this is a mistake, not a demo (each step is one model request and tool call).
+MAX_STEPS: Final = 1000
+
+
+def log_names(steps: int) -> list[str]:
+    """The logs a task of ``steps`` reads: the named ones first, then numbered shards.
+
+    >>> log_names(9)[-3:]
+    ['cdn.log', 'shard-1.log', 'shard-2.log']
+    """
+    return [*LOGS[:steps], *(f"shard-{i}.log" for i in range(1, steps - len(LOGS) + 1))]
 
 _FINDINGS: Final = {
     "api.log": "3 timeouts on /checkout between 09:12 and 09:14",
@@ -67,7 +79,8 @@ class ScriptedAgent:
     def read_log(self, name: str) -> str:
         """Read a log (takes ``step_seconds``, like a real tool)."""
         time.sleep(self.step_seconds)
-        return f"{name}: {_FINDINGS.get(name, 'no such log here')}"
+        finding = _FINDINGS.get(name, "nothing unusual" if name.startswith("shard-") else None)
+        return f"{name}: {finding or 'no such log here'}"
 
     def __call__(self, transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
         turn = _turn_slice(transcript)
@@ -106,7 +119,7 @@ class ScriptedAgent:
         return fresh[::-1]
 
     def _plan(self, people: list[Message]) -> list[str]:
-        plan = list(LOGS[: self.steps])
+        plan = log_names(self.steps)
         for message in people[1:]:  # a steer that names a log puts it next in line
             for name in re.findall(r"[\w-]+\.log", message.content):
                 if name not in plan:

@@ -12,7 +12,7 @@ import json
 import math
 from typing import IO, Any, Final
 
-from nous_inbox.cli.agent import LOGS
+from nous_inbox.cli.agent import MAX_STEPS
 from nous_inbox.cli.live import run_demo, run_session
 from nous_inbox.cli.main import UsageError
 from nous_inbox.cli.progress import with_progress
@@ -72,10 +72,9 @@ def demo(args: argparse.Namespace, out: IO[str]) -> int:
 
 def run(args: argparse.Namespace, out: IO[str]) -> int:
     """Run the scripted agent on a session so another terminal can steer it."""
-    if not 1 <= args.steps <= len(LOGS):
+    if not 1 <= args.steps <= MAX_STEPS:
         raise UsageError(
-            f"--steps must be from 1 to {len(LOGS)} (the scripted task has {len(LOGS)} logs to read), "
-            f"got {args.steps}"
+            f"--steps must be from 1 to {MAX_STEPS}, got {args.steps}"
         )
     _check_step_seconds(args.step_seconds)
     with _open(args) as store:
