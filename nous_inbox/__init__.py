@@ -13,7 +13,14 @@ True
 ['the deploy is frozen', 'stop and summarize']
 """
 
-from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError, ReplayError
+from nous_inbox.errors import (
+    ConcurrencyError,
+    DecodeError,
+    RecordTooLargeError,
+    ReplayError,
+    StoreError,
+    StreamOwnedError,
+)
 from nous_inbox.events import (
     SCHEMA_VERSION,
     Event,
@@ -53,6 +60,7 @@ from nous_inbox.session import Session, replay
 from nous_inbox.store import (
     FileStore,
     MemoryStore,
+    OwnerLease,
     SqliteStore,
     Store,
     StoreLockedError,
@@ -79,6 +87,7 @@ __all__ = [
     "ModelReplied",
     "ModelRequested",
     "Nudged",
+    "OwnerLease",
     "QueueClaimed",
     "RecordTooLargeError",
     "ReplayError",
@@ -90,7 +99,9 @@ __all__ = [
     "StepEnded",
     "StepStarted",
     "Store",
+    "StoreError",
     "StoreLockedError",
+    "StreamOwnedError",
     "Target",
     "Tool",
     "ToolCall",

@@ -2,11 +2,21 @@
 
 Every error names the problem and the place: the file and line or byte offset of a bad record, the
 stream and sequence number of an event, the path inside a message. None leaves state changed.
+
+>>> issubclass(StoreError, OSError), issubclass(StreamOwnedError, ConcurrencyError)
+(True, True)
 """
 
 from __future__ import annotations
 
-__all__ = ["ConcurrencyError", "DecodeError", "RecordTooLargeError", "ReplayError"]
+__all__ = [
+    "ConcurrencyError",
+    "DecodeError",
+    "RecordTooLargeError",
+    "ReplayError",
+    "StoreError",
+    "StreamOwnedError",
+]
 
 
 class DecodeError(ValueError):
@@ -24,3 +34,20 @@ class ReplayError(ValueError):
 
 class ConcurrencyError(RuntimeError):
     """An append whose expected version no longer matches the stream; nothing was written."""
+
+
+class StreamOwnedError(ConcurrencyError):
+    """A stream that another owner holds: one session has one owner at a time, across processes.
+
+    ``stream`` is the stream's name and ``pid`` the holder's process id when it is known.
+    """
+
+    def __init__(self, message: str, *, stream: str = "", pid: int | None = None) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.pid = pid
+
+
+class StoreError(OSError):
+    """A store that cannot be opened or used: missing, a directory, not a store at all, or a
+    database that failed underneath. The message names the store's path and what failed."""

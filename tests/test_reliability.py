@@ -472,6 +472,43 @@ def test_a_bad_sqlite_row_raises_nothing_but_decode_error(body):
                 assert "stream 's' seq 1" in str(exc)
 
 
+_SQLITE_SAMPLE: list[bytes] = []
+
+
+def _sqlite_sample() -> bytes:
+    """The bytes of a small SQLite store holding the sample log (built once)."""
+    if not _SQLITE_SAMPLE:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "inbox.sqlite"
+            with SqliteStore(path) as store:
+                for stream, events in sample_appends():
+                    store.append(stream, events)
+            _SQLITE_SAMPLE.append(path.read_bytes())  # checkpointed into the file on close
+    return _SQLITE_SAMPLE[0]
+
+
+@fuzz_settings(60)
+@given(damage=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)),
+                       min_size=1, max_size=8),
+       read_only=st.booleans())
+def test_a_damaged_sqlite_file_raises_nothing_but_store_or_decode_errors(damage, read_only):
+    from nous_inbox.errors import StoreError
+
+    data = bytearray(_sqlite_sample())
+    for where, value in damage:
+        data[int(where * len(data))] = value
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "inbox.sqlite"
+        path.write_bytes(bytes(data))
+        try:
+            with SqliteStore(path, read_only=read_only) as store:
+                for stream in store.streams():
+                    store.version(stream)
+                    list(store.read(stream))
+        except (StoreError, DecodeError):
+            pass
+
+
 # -- live value == replayed value ----------------------------------------------------------------
 
 texts = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=12)
@@ -479,6 +516,7 @@ operations = st.lists(
     st.one_of(
         st.tuples(st.just("send"), st.sampled_from(list(Target)), st.booleans(), texts),
         st.tuples(st.just("claim"), st.sampled_from(list(Target))),
+        st.tuples(st.just("claim_oldest"), st.sampled_from(list(Target)), st.integers(0, 4)),
         st.tuples(st.just("turn")),
         st.tuples(st.just("reply"), texts),
     ),
@@ -499,6 +537,10 @@ def _events_for(ops: list[tuple]) -> tuple[Inbox, list[list]]:
         elif op[0] == "claim":
             claimed, inbox = inbox.claim(op[1])
             appends.append([QueueClaimed(target=op[1], count=len(claimed))])
+        elif op[0] == "claim_oldest":
+            claimed, inbox = inbox.claim(op[1], limit=op[2])
+            rest = inbox.count(op[1])
+            appends.append([QueueClaimed(target=op[1], count=len(claimed), rest=rest)])
         elif op[0] == "turn":
             turn, step = turn + 1, 1
             appends.append([TurnStarted(turn=turn), StepStarted(turn=turn, step=step)])
@@ -564,6 +606,19 @@ def test_replay_errors_match_apply_errors():
     assert str(fast.value) == str(slow.value) == (
         "stream 's' seq 2: claim of next_step records 2 message(s) but 1 were queued"
     )
+
+
+def test_a_claim_of_the_oldest_few_checks_what_it_leaves_too():
+    sends = [MessageSent(seq=i, target=Target.NEXT_TURN, wakeup=True, message=Message.user(t))
+             for i, t in enumerate("abc", 1)]
+    partial = QueueClaimed(seq=4, target=Target.NEXT_TURN, count=2, rest=1)
+    session = replay([*sends, partial])
+    assert [m.content for m in session.transcript] == ["a", "b"]
+    assert [m.content for m, _ in session.inbox.entries("next_turn")] == ["c"]
+    assert session == Session().apply(sends[0]).apply(sends[1]).apply(sends[2]).apply(partial)
+    wrong = QueueClaimed(seq=4, target=Target.NEXT_TURN, count=2, rest=2)
+    with pytest.raises(ValueError, match="records 2 message\\(s\\) and leaves 2 but 3 were queued"):
+        replay([*sends, wrong])
 
 
 def test_replay_of_hand_built_events_normalizes_like_apply():

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import threading
 
 import pytest
 
 from nous_inbox.codec import Record, encode_header, json_lines
-from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError
+from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import MessageSent, QueueClaimed, Warned
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
@@ -302,8 +303,9 @@ def test_file_store_writes_one_record_per_line_with_batch_counts(tmp_path):
 
 def test_file_store_read_only_mode_reads_but_never_writes(tmp_path):
     path = tmp_path / "log.jsonl"
-    with pytest.raises(FileNotFoundError, match="no such log file"):
+    with pytest.raises(StoreError, match="no store at"):
         FileStore(path, read_only=True)
+    assert not path.exists()
     with FileStore(path) as writer:
         writer.append("s", [Warned(text="a")])
         with FileStore(path, read_only=True) as reader:
@@ -397,5 +399,203 @@ def test_sqlite_store_names_stream_and_seq_of_a_bad_row(tmp_path):
 def test_sqlite_store_refuses_a_file_that_is_not_a_database(tmp_path):
     path = tmp_path / "x.sqlite"
     path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(DecodeError, match="not a SQLite database"):
+    for read_only in (False, True):
+        with pytest.raises(StoreError) as info:
+            SqliteStore(path, read_only=read_only)
+        assert str(info.value) == f"sqlite:{path} is not a usable SQLite store: file is not a database"
+    assert path.read_bytes() == b"this is not sqlite" * 100
+
+
+# -- read-only opening ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_read_only_opening_of_a_missing_store_creates_nothing(url, tmp_path):
+    with pytest.raises(StoreError) as info:
+        open_store(url, read_only=True)
+    path = url.split(":", 1)[1]
+    assert f"no store at {path}" in str(info.value)
+    assert isinstance(info.value, OSError)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_only_stores_read_what_a_writer_wrote_and_refuse_to_write(url):
+    with open_store(url) as writer:
+        writer.append("s", [Warned(text="a")])
+        with open_store(url, read_only=True) as reader:
+            if url == "memory:":  # another memory: store is another, empty, store
+                assert reader.streams() == []
+                expected = []
+            else:
+                assert reader.streams() == ["s"]
+                expected = ["a"]
+            assert [e.text for e in reader.read("s")] == expected
+            with pytest.raises(ValueError, match="opened read-only"):
+                reader.append("s", [Warned(text="b")])
+            with pytest.raises(ValueError, match="opened read-only"):
+                reader.own("s")
+            with pytest.raises(ValueError, match="opened read-only"):
+                reader.append("s", [])
+            if url != "memory:":
+                writer.append("s", [Warned(text="b")])
+                assert reader.version("s") == 2  # it follows the writer
+        assert writer.version("s") == (2 if url != "memory:" else 1)
+
+
+def test_read_only_file_store_leaves_a_torn_tail_alone(tmp_path):
+    path = tmp_path / "log.jsonl"
+    with FileStore(path) as store:
+        store.append("s", [Warned(text="a"), Warned(text="b")])
+    torn = path.read_bytes() + b'{"stream":"s","event":{"type":"warned","te'
+    path.write_bytes(torn)
+    with FileStore(path, read_only=True) as reader:
+        assert [e.text for e in reader.read("s")] == ["a", "b"]
+    assert path.read_bytes() == torn
+    assert {p.name for p in tmp_path.iterdir()} == {"log.jsonl"}  # no lock directory either
+    with FileStore(path) as writer:  # a writer does cut it off
+        assert writer.version("s") == 2
+    assert len(path.read_bytes()) < len(torn)
+
+
+def test_read_only_sqlite_store_writes_no_schema(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "inbox.sqlite"
+    path.write_bytes(b"")  # a database a crashed writer created but never set up
+    with SqliteStore(path, read_only=True) as reader:
+        assert reader.streams() == [] and reader.version("s") == 0 and list(reader.read("s")) == []
+        assert path.read_bytes() == b""
+        with SqliteStore(path) as writer:  # a writer sets it up; the reader sees it
+            writer.append("s", [Warned(text="a")])
+            assert reader.version("s") == 1
+            assert [e.text for e in reader.read("s")] == ["a"]
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
+
+
+def test_memory_read_only_is_an_empty_store_that_refuses_appends():
+    with open_store("memory:", read_only=True) as store:
+        assert isinstance(store, MemoryStore) and store.read_only
+        assert store.streams() == []
+        with pytest.raises(ValueError, match="memory: was opened read-only"):
+            store.append("s", [Warned(text="a")])
+        assert repr(store) == "MemoryStore(read_only=True)"
+
+
+# -- opening what is not a store -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_directory_is_not_a_store(tmp_path, read_only):
+    for url, what in ((f"sqlite:{tmp_path}", "is not a usable SQLite store"),
+                      (f"file:{tmp_path}", "is not a usable log file")):
+        with pytest.raises(StoreError) as info:
+            open_store(url, read_only=read_only)
+        assert str(info.value) == f"{url} {what}: it is a directory"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_a_store_in_a_missing_directory_is_a_store_error_naming_it(kind, tmp_path):
+    url = f"{kind}:{tmp_path / 'nowhere' / 'inbox'}"
+    with pytest.raises(StoreError) as info:
+        open_store(url)
+    assert str(info.value).startswith(url)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def _database(path, *statements):
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    for statement in statements:
+        db.execute(statement)
+    db.commit()
+    db.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_someone_elses_database_is_refused_untouched(tmp_path, read_only):
+    path = tmp_path / "app.sqlite"
+    before = _database(path, "CREATE TABLE events (id INTEGER PRIMARY KEY, what TEXT)",
+                       "INSERT INTO events (what) VALUES ('launch')")
+    with pytest.raises(StoreError) as info:
+        SqliteStore(path, read_only=read_only)
+    assert str(info.value) == (f"sqlite:{path} is not a usable SQLite store: it holds other tables "
+                               f"(events) and no nous-inbox meta table")
+    assert path.read_bytes() == before
+    assert {p.name for p in tmp_path.iterdir()} == {"app.sqlite"}
+
+
+@pytest.mark.parametrize(("statements", "message"), [
+    (["CREATE TABLE events (id INTEGER PRIMARY KEY, what TEXT)"],
+     "its events table has columns (id, what), not (stream, seq, body)"),
+    ([], "it has a nous-inbox meta table but no events table"),
+])
+def test_a_damaged_schema_is_refused(tmp_path, statements, message):
+    path = tmp_path / "inbox.sqlite"
+    _database(path, "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+              "INSERT INTO meta VALUES ('format', 'nous-inbox'), ('version', '1')", *statements)
+    with pytest.raises(StoreError, match=re.escape(message)):
         SqliteStore(path)
+
+
+def test_a_database_of_another_format_is_refused(tmp_path):
+    path = tmp_path / "inbox.sqlite"
+    _database(path, "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+              "CREATE TABLE events (stream TEXT, seq INTEGER, body BLOB)",
+              "INSERT INTO meta VALUES ('format', 'other-tool')")
+    with pytest.raises(StoreError, match="not a nous-inbox store \\(meta format 'other-tool'\\)"):
+        SqliteStore(path)
+
+
+def test_a_meta_table_without_our_columns_is_refused(tmp_path):
+    path = tmp_path / "inbox.sqlite"
+    _database(path, "CREATE TABLE meta (name TEXT)", "CREATE TABLE events (stream, seq, body)")
+    with pytest.raises(StoreError, match=re.escape("its meta table has columns (name), not (key, value)")):
+        SqliteStore(path)
+
+
+@pytest.mark.parametrize(("body", "kind"), [("5", "int"), ("'text'", "str"), ("NULL", "NoneType")])
+def test_a_row_whose_body_is_not_bytes_names_stream_and_seq(tmp_path, body, kind):
+    path = tmp_path / "inbox.sqlite"
+    with SqliteStore(path) as store:
+        store.append("s", [Warned(text="a"), Warned(text="b")])
+    _database(path, "PRAGMA ignore_check_constraints = ON",
+              "CREATE TABLE tmp AS SELECT * FROM events",
+              "DROP TABLE events",
+              "CREATE TABLE events (stream TEXT, seq INTEGER, body, PRIMARY KEY (stream, seq))",
+              f"INSERT INTO events SELECT stream, seq, CASE seq WHEN 2 THEN {body} ELSE body END FROM tmp",
+              "DROP TABLE tmp")
+    with SqliteStore(path) as store, pytest.raises(DecodeError) as info:
+        list(store.read("s"))
+    assert str(info.value) == f"sqlite:{path} stream 's' seq 2: the stored body is {kind}, not bytes"
+
+
+def test_a_failure_after_opening_is_a_store_error_naming_the_operation(tmp_path):
+    path = tmp_path / "inbox.sqlite"
+    with SqliteStore(path) as store:
+        store.append("s", [Warned(text="a")])
+        _database(path, "DROP TABLE events")  # pulled out from under the open store
+        for call, what in ((lambda: store.version("s"), "version of stream 's'"),
+                           (lambda: list(store.read("s")), "read of stream 's'"),
+                           (store.streams, "listing the streams"),
+                           (lambda: store.append("s", [Warned(text="b")]), "append to stream 's'")):
+            with pytest.raises(StoreError) as info:
+                call()
+            assert str(info.value) == f"sqlite:{path}: {what} failed: no such table: events"
+
+
+def test_a_damaged_seq_or_stream_name_is_a_decode_error_naming_it(tmp_path):
+    path = tmp_path / "inbox.sqlite"
+    with SqliteStore(path) as store:
+        store.append("s", [Warned(text="a")])
+    _database(path, "INSERT INTO events VALUES ('s', 'two', x'00')",
+              "INSERT INTO events VALUES ('bad\nname', 1, x'00')")
+    with SqliteStore(path) as store:
+        with pytest.raises(DecodeError, match="stream 's': the last seq is 'two', not an integer"):
+            store.version("s")
+        with pytest.raises(DecodeError, match=r"a stored stream has an invalid name: .*control character"):
+            store.streams()

@@ -17,6 +17,18 @@ Traceback (most recent call last):
 ...
 ValueError: unknown store scheme 'redis' in 'redis://localhost' (use memory:, file:PATH, sqlite:PATH or a path)
 
+``open_store(url, read_only=True)`` opens a store only to look: it must already exist (else
+:class:`~nous_inbox.errors.StoreError` saying there is no store there), nothing is created or
+repaired, and ``append``/``own`` raise ``ValueError``. ``memory:`` read-only is an empty store.
+
+>>> open_store("sqlite:/nonexistent/inbox.sqlite", read_only=True)
+Traceback (most recent call last):
+...
+nous_inbox.errors.StoreError: sqlite:/nonexistent/inbox.sqlite: no store at /nonexistent/inbox.sqlite (opened read-only, so nothing was created)
+
+Each store hands out owner leases, :class:`OwnerLease`, one per stream: see
+:mod:`nous_inbox.store.lease`.
+
 With no URL given, tools use :func:`default_store_url`: ``$NOUS_INBOX_STORE`` if set, else
 ``sqlite:$XDG_STATE_HOME/nous-inbox/inbox.sqlite`` (``~/.local/state`` when unset).
 """
@@ -37,6 +49,7 @@ from nous_inbox.store.base import (
     default_store_url,
 )
 from nous_inbox.store.file import FileStore
+from nous_inbox.store.lease import OwnerLease
 from nous_inbox.store.memory import MemoryStore
 from nous_inbox.store.sqlite import SqliteStore
 
@@ -45,6 +58,7 @@ __all__ = [
     "STORE_ENV",
     "FileStore",
     "MemoryStore",
+    "OwnerLease",
     "SqliteStore",
     "Store",
     "StoreLockedError",
@@ -58,11 +72,13 @@ __all__ = [
 _SCHEME: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, read_only: bool = False) -> Store:
     """Open the store ``url`` names: ``memory:``, ``file:PATH``, ``sqlite:PATH`` or a bare path.
 
     ``PATH`` may start with ``~``. An unknown scheme or a missing path is a ``ValueError``
-    naming it.
+    naming it; a path that cannot be opened as a store is a
+    :class:`~nous_inbox.errors.StoreError`. ``read_only=True`` opens an existing store just to
+    read it (see above).
     """
     if not isinstance(url, str):
         raise TypeError(f"store URL must be a str, got {type(url).__name__}")
@@ -70,18 +86,20 @@ def open_store(url: str) -> Store:
     if match is None:
         if not url:
             raise ValueError("store URL is empty")
-        return SqliteStore(os.path.expanduser(url))
+        return SqliteStore(os.path.expanduser(url), read_only=read_only)
     scheme = match.group(1).lower()
     rest = url[match.end():]
     if scheme == "memory":
         if rest:
             raise ValueError(f"memory: takes no path, got {url!r}")
-        return MemoryStore()
+        return MemoryStore(read_only=read_only)
     if scheme in ("file", "sqlite"):
         if not rest:
             raise ValueError(f"store URL {url!r} needs a path after {scheme}:")
         path = os.path.expanduser(rest)
-        return FileStore(path) if scheme == "file" else SqliteStore(path)
+        if scheme == "file":
+            return FileStore(path, read_only=read_only)
+        return SqliteStore(path, read_only=read_only)
     raise ValueError(
         f"unknown store scheme {match.group(1)!r} in {url!r} "
         f"(use memory:, file:PATH, sqlite:PATH or a path)"

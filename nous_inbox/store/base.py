@@ -13,6 +13,11 @@ An append is all or nothing, and may say which version it expects the stream to 
 ...     [e.seq for e in stored], store.version("s1"), store.streams()
 ([1, 2], 2, ['s1'])
 
+One process runs a session (its owner); ``own(stream)`` takes the stream's
+:class:`~nous_inbox.store.lease.OwnerLease`, so a second owner, in this process or another, is
+refused with :class:`~nous_inbox.errors.StreamOwnedError` instead of running the session twice.
+Appending needs no lease: anyone may send a message to a session someone else owns.
+
 ``version`` is meant to be polled: it is how an owner in one process notices what another process
 appended, so every store answers it cheaply (a dict lookup, a ``stat``, an index seek).
 
@@ -22,6 +27,7 @@ anything else is a ``ValueError`` naming it.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import time
@@ -34,6 +40,7 @@ import msgspec
 
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import EVENT_TYPES, Event
+from nous_inbox.store.lease import OwnerLease
 
 __all__ = [
     "MAX_STREAM_NAME",
@@ -46,6 +53,7 @@ __all__ = [
     "default_store_path",
     "default_store_url",
     "number_events",
+    "read_only_error",
 ]
 
 MAX_STREAM_NAME: Final = 256
@@ -85,8 +93,17 @@ class Store(Protocol):
         """The names of the streams that have events, sorted."""
         ...
 
+    def own(self, stream: str) -> OwnerLease:
+        """Take ``stream``'s owner lease, or raise ``StreamOwnedError`` if another owner holds it.
+
+        The lease holds across store instances, threads and processes until it is released, its
+        store is closed, or its process dies (even by SIGKILL). A store opened read-only refuses
+        with ``ValueError``.
+        """
+        ...
+
     def close(self) -> None:
-        """Release files, locks and connections; the store is unusable afterwards."""
+        """Release files, locks, leases and connections; the store is unusable afterwards."""
         ...
 
     def __enter__(self) -> Store: ...
@@ -140,6 +157,11 @@ def conflict(stream: str, expected: int, actual: int) -> ConcurrencyError:
         f"stream {stream!r}: expected version {expected} but it is at {actual} "
         f"(another writer appended first); nothing was written"
     )
+
+
+def read_only_error(url: str) -> io.UnsupportedOperation:
+    """The error for an ``append`` or ``own`` on a store opened read-only (a ``ValueError``)."""
+    return io.UnsupportedOperation(f"{url} was opened read-only")
 
 
 def number_events(

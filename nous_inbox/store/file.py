@@ -29,7 +29,12 @@ Writers. Each append takes an exclusive ``flock`` on the file, catches up with w
 checks the expected version, writes, syncs and lets go. So writers in several processes take
 turns (a CLI can steer a session whose owner has the file open), and one that cannot get the
 lock within ``lock_timeout`` seconds gets a :class:`~nous_inbox.store.base.StoreLockedError`.
-Readers never lock. ``read_only=True`` opens without write access at all.
+Readers never lock. ``read_only=True`` opens without write access at all: the file must exist
+(else :class:`~nous_inbox.errors.StoreError`), nothing is created, locked or cut off (a torn tail
+is left where it is and simply not read), and ``append``/``own`` raise ``ValueError``.
+
+Owners. ``own(stream)`` locks ``PATH.owners/<hash>.lock`` (see :mod:`nous_inbox.store.lease`),
+next to the log's real path, so every store on this log, in any process, sees the lease.
 
 Readers. The streams are indexed in memory on open. ``version`` is a ``fstat``: only when the
 file grew is the new tail read, so polling it is cheap.
@@ -39,8 +44,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import io
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -55,7 +60,7 @@ from nous_inbox.codec import (
     encode_record,
     iter_records,
 )
-from nous_inbox.errors import DecodeError, RecordTooLargeError
+from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
 from nous_inbox.store.base import (
     StoreLockedError,
@@ -63,7 +68,9 @@ from nous_inbox.store.base import (
     check_stream,
     conflict,
     number_events,
+    read_only_error,
 )
+from nous_inbox.store.lease import Leases, OwnerLease
 
 __all__ = ["FileStore"]
 
@@ -75,7 +82,9 @@ class FileStore:
     """A :class:`~nous_inbox.store.base.Store` over one JSON Lines file.
 
     ``path`` is created (mode 0600) unless ``read_only``. ``lock_timeout`` bounds the wait for
-    another writer's append; ``max_record_size`` bounds one line, read or written.
+    another writer's append; ``max_record_size`` bounds one line, read or written. A path that
+    cannot be opened as a log (missing when read-only, a directory, unreadable) is a
+    :class:`~nous_inbox.errors.StoreError` naming it.
     """
 
     def __init__(
@@ -94,6 +103,7 @@ class FileStore:
         self._line = 1  # the line number at _end
         self._seen: tuple[int, int] = (-1, -1)
         self._fd = self._open()
+        self._leases = Leases(self.url, os.path.realpath(self.path) + ".owners")
         try:
             if read_only:
                 self._catch_up()
@@ -116,7 +126,7 @@ class FileStore:
         with self._lock:
             self._check_open()
             if self.read_only:
-                raise io.UnsupportedOperation(f"{self.url} was opened read-only")
+                raise read_only_error(self.url)
             if not events:
                 number_events(stream, events, 0)  # still refuse a non-sequence
                 return []
@@ -162,13 +172,23 @@ class FileStore:
             self._catch_up()
             return sorted(self._streams)
 
+    def own(self, stream: str) -> OwnerLease:
+        """Take ``stream``'s owner lease; see :class:`~nous_inbox.store.base.Store`."""
+        check_stream(stream)
+        with self._lock:
+            self._check_open()
+            if self.read_only:
+                raise read_only_error(self.url)
+        return self._leases.own(stream)
+
     def close(self) -> None:
-        """Close the file; later calls raise ``ValueError``."""
+        """Close the file and release the leases; later calls raise ``ValueError``."""
         with self._lock:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
                 self._streams = {}
+        self._leases.close()
 
     def __enter__(self) -> FileStore:
         return self
@@ -186,18 +206,50 @@ class FileStore:
     # -- opening, locking, writing ---------------------------------------------------------------
 
     def _open(self) -> int:
+        if os.path.isdir(self.path):
+            raise StoreError(f"{self.url} is not a usable log file: it is a directory")
+        try:
+            fd = self._open_file()
+        except FileNotFoundError as exc:
+            if self.read_only:
+                raise StoreError(
+                    f"{self.url}: no store at {self.path} (opened read-only, so nothing was "
+                    f"created)"
+                ) from exc
+            raise StoreError(
+                f"{self.url} is not a usable log file: its directory "
+                f"{os.path.dirname(os.path.abspath(self.path))} does not exist"
+            ) from exc
+        except OSError as exc:
+            raise StoreError(f"{self.url} is not a usable log file: {exc.strerror or exc}") from exc
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise StoreError(
+                    f"{self.url} is not a usable log file: it is "
+                    f"{'a directory' if stat.S_ISDIR(mode) else 'not a regular file'}"
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _open_file(self) -> int:
+        # O_NONBLOCK so a FIFO at the path is refused below instead of hanging the open; it
+        # changes nothing for a regular file.
         if self.read_only:
-            try:
-                return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                raise FileNotFoundError(f"{self.url}: no such log file") from None
-        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+            return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK
         try:
             fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             return os.open(self.path, flags)
-        os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask
-        _sync_directory(self.path)
+        try:
+            os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask
+            _sync_directory(self.path)
+        except BaseException:
+            os.close(fd)
+            raise
         return fd
 
     def _check_open(self) -> None:

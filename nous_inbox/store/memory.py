@@ -11,6 +11,9 @@ expected versions, all-or-nothing appends), so code tested against it runs uncha
 ['hi']
 
 Thread-safe: one lock guards the streams; ``read`` iterates over a snapshot taken under it.
+Owner leases are a set in the store: no other store can see its streams, so none can own them.
+``MemoryStore(read_only=True)`` is an empty store that refuses appends and leases, for code that
+takes a read-only store.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from nous_inbox.store.base import (
     check_stream,
     conflict,
     number_events,
+    read_only_error,
 )
+from nous_inbox.store.lease import Leases, OwnerLease
 
 __all__ = ["MemoryStore"]
 
@@ -35,9 +40,11 @@ class MemoryStore:
 
     url = "memory:"
 
-    def __init__(self) -> None:
+    def __init__(self, *, read_only: bool = False) -> None:
+        self.read_only = read_only
         self._streams: dict[str, list[Event]] = {}
         self._lock = threading.Lock()
+        self._leases = Leases(self.url, None)
         self._closed = False
 
     def append(
@@ -48,6 +55,8 @@ class MemoryStore:
         check_expected_version(expected_version)
         with self._lock:
             self._check_open()
+            if self.read_only:
+                raise read_only_error(self.url)
             log = self._streams.get(stream)
             version = len(log) if log else 0
             if expected_version is not None and expected_version != version:
@@ -78,11 +87,21 @@ class MemoryStore:
             self._check_open()
             return sorted(self._streams)
 
+    def own(self, stream: str) -> OwnerLease:
+        """Take ``stream``'s owner lease; see :class:`~nous_inbox.store.base.Store`."""
+        check_stream(stream)
+        with self._lock:
+            self._check_open()
+            if self.read_only:
+                raise read_only_error(self.url)
+        return self._leases.own(stream)
+
     def close(self) -> None:
-        """Forget everything; later calls raise ``ValueError``."""
+        """Forget everything and release the leases; later calls raise ``ValueError``."""
         with self._lock:
             self._closed = True
             self._streams = {}
+        self._leases.close()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -98,4 +117,4 @@ class MemoryStore:
         self.close()
 
     def __repr__(self) -> str:
-        return "MemoryStore()"
+        return "MemoryStore(read_only=True)" if self.read_only else "MemoryStore()"

@@ -28,13 +28,29 @@ from worker threads); ``read`` fetches a page of rows at a time, so no lock or c
 while the caller iterates. ``version`` is one index seek (``max(seq)``), and ``streams`` skips
 from one stream name to the next through the same index rather than scanning every event. The
 database and its ``-wal``/``-shm`` files are created mode 0600.
+
+Errors. No ``sqlite3`` exception escapes: a path that is a directory or not a database, a database
+holding someone else's tables, a failure while reading or writing, each is a
+:class:`~nous_inbox.errors.StoreError` (an ``OSError``) naming the database and what failed. On
+open, the ``meta`` table must say this is a nous-inbox store and the ``events`` table must have
+its columns; a database with other tables and no ``meta`` is refused, never written to.
+
+Read-only. ``SqliteStore(path, read_only=True)`` opens with ``mode=ro``: the file must exist (else
+``StoreError``), no schema is created, and ``append``/``own`` raise ``ValueError``. SQLite may
+still create its ``-wal``/``-shm`` companions (mode 0600) to read a WAL database no writer has
+open: a reader needs them. An empty database file reads as an empty store.
+
+Owners. ``own(stream)`` locks ``PATH.owners/<hash>.lock`` next to the database's real path; see
+:mod:`nous_inbox.store.lease`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, Final
@@ -42,7 +58,7 @@ from typing import Any, Final
 import msgspec
 
 from nous_inbox.codec import FORMAT_NAME, MAX_RECORD_SIZE
-from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError
+from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import SCHEMA_VERSION, Event
 from nous_inbox.message import enc_hook
 from nous_inbox.store.base import (
@@ -51,16 +67,22 @@ from nous_inbox.store.base import (
     check_stream,
     conflict,
     number_events,
+    read_only_error,
 )
+from nous_inbox.store.lease import Leases, OwnerLease
 
 __all__ = ["SqliteStore"]
 
 _PAGE: Final = 512
 _SCHEMA: Final = (
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS events ("
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE events ("
     " stream TEXT NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL,"
     " PRIMARY KEY (stream, seq)) WITHOUT ROWID",
+)
+_COLUMNS: Final = {"meta": ("key", "value"), "events": ("stream", "seq", "body")}
+_TABLES: Final = (
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
 )
 _STREAMS: Final = (
     "WITH RECURSIVE names(name) AS ("
@@ -76,56 +98,130 @@ _decoder: Final = msgspec.msgpack.Decoder(Event)
 
 
 class SqliteStore:
-    """A :class:`~nous_inbox.store.base.Store` in one SQLite file (created mode 0600)."""
+    """A :class:`~nous_inbox.store.base.Store` in one SQLite file (created mode 0600).
+
+    ``read_only=True`` opens an existing database without writing to it. ``busy_timeout``
+    bounds the wait for another writer's transaction; ``max_record_size`` bounds one event.
+    """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0,
-        max_record_size: int = MAX_RECORD_SIZE,
+        self, path: str | os.PathLike[str], *, read_only: bool = False,
+        busy_timeout: float = 10.0, max_record_size: int = MAX_RECORD_SIZE,
     ) -> None:
         self.path = os.fspath(path)
         self.url = f"sqlite:{self.path}"
+        self.read_only = read_only
         self._timeout = busy_timeout
         self._max = max_record_size
         self._lock = threading.RLock()
-        _create_private(self.path)
-        self._db: sqlite3.Connection | None = sqlite3.connect(
-            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False,
-        )
+        self._ready = False  # the schema is there (a read-only store may find an empty file)
+        self._db: sqlite3.Connection | None = self._connect()
         try:
-            self._setup(self._db)
+            with self._unusable():
+                self._setup(self._db)
         except BaseException:
             self._db.close()
             raise
+        self._leases = Leases(self.url, os.path.realpath(self.path) + ".owners")
+
+    def _connect(self) -> sqlite3.Connection:
+        if os.path.isdir(self.path):
+            raise StoreError(f"{self.url} is not a usable SQLite store: it is a directory")
+        try:
+            if self.read_only:
+                if not os.path.exists(self.path):
+                    raise StoreError(
+                        f"{self.url}: no store at {self.path} (opened read-only, so nothing was "
+                        f"created)"
+                    )
+                # An URI with an empty authority, so that no path can be read as a host name.
+                uri = "file://" + urllib.parse.quote(os.path.abspath(self.path)) + "?mode=ro"
+                return sqlite3.connect(
+                    uri, uri=True, timeout=self._timeout, isolation_level=None,
+                    check_same_thread=False,
+                )
+            _create_private(self.path)
+            return sqlite3.connect(
+                self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False,
+            )
+        except StoreError:
+            raise
+        except (sqlite3.Error, OSError) as exc:
+            raise self._unusable_error(exc) from exc
+
+    def _unusable_error(self, exc: BaseException) -> StoreError:
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return StoreError(f"{self.url} is not a usable SQLite store: {detail}")
+
+    @contextlib.contextmanager
+    def _unusable(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise self._unusable_error(exc) from exc
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"{self.url}: a name in the database is not UTF-8: {exc}") from exc
 
     def _setup(self, db: sqlite3.Connection) -> None:
         db.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
-        try:
-            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        except sqlite3.DatabaseError as exc:
-            raise DecodeError(f"{self.url}: not a SQLite database ({exc})") from None
+        # Look before writing anything, even the journal mode, so someone else's database is
+        # refused untouched.
+        self._ready = self._check_schema(db)
+        if self.read_only:
+            return
+        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode != "wal":
-            raise DecodeError(f"{self.url}: cannot use WAL mode (got {mode!r})")
+            raise StoreError(f"{self.url} is not a usable SQLite store: cannot use WAL mode "
+                             f"(got {mode!r})")
         db.execute("PRAGMA synchronous = FULL")
         with self._transaction(db):
-            for statement in _SCHEMA:
-                db.execute(statement)
-            rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
-            if not rows:
+            if not self._check_schema(db):
+                for statement in _SCHEMA:
+                    db.execute(statement)
                 db.executemany(
                     "INSERT INTO meta (key, value) VALUES (?, ?)",
                     [("format", FORMAT_NAME), ("version", str(SCHEMA_VERSION))],
                 )
-                rows = {"format": FORMAT_NAME, "version": str(SCHEMA_VERSION)}
-        self._check_meta(rows)
+        self._ready = True
 
-    def _check_meta(self, rows: dict[str, Any]) -> None:
+    def _check_schema(self, db: sqlite3.Connection) -> bool:
+        """Check the tables are ours; ``False`` for a database with no tables at all."""
+        tables = {name for (name,) in db.execute(_TABLES)}
+        if "meta" not in tables:
+            if tables:
+                raise StoreError(
+                    f"{self.url} is not a usable SQLite store: it holds other tables "
+                    f"({', '.join(sorted(tables))}) and no nous-inbox meta table"
+                )
+            return False
+        self._check_columns(db, "meta")
+        self._check_meta(dict(db.execute("SELECT key, value FROM meta").fetchall()))
+        if "events" not in tables:
+            raise StoreError(
+                f"{self.url} is not a usable SQLite store: it has a nous-inbox meta table "
+                f"but no events table"
+            )
+        self._check_columns(db, "events")
+        return True
+
+    def _check_columns(self, db: sqlite3.Connection, table: str) -> None:
+        have = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+        missing = [name for name in _COLUMNS[table] if name not in have]
+        if missing:
+            raise StoreError(
+                f"{self.url} is not a usable SQLite store: its {table} table has columns "
+                f"({', '.join(have)}), not ({', '.join(_COLUMNS[table])})"
+            )
+
+    def _check_meta(self, rows: dict[Any, Any]) -> None:
         if rows.get("format") != FORMAT_NAME:
-            raise DecodeError(
-                f"{self.url}: not a nous-inbox store (meta format {rows.get('format')!r})"
+            raise StoreError(
+                f"{self.url} is not a usable SQLite store: not a nous-inbox store "
+                f"(meta format {rows.get('format')!r})"
             )
         try:
             version = int(rows.get("version", ""))
-        except ValueError:
+        except (TypeError, ValueError):
             raise DecodeError(
                 f"{self.url}: invalid schema version {rows.get('version')!r}"
             ) from None
@@ -143,10 +239,12 @@ class SqliteStore:
         """Append in one transaction; see :class:`~nous_inbox.store.base.Store`."""
         check_stream(stream)
         check_expected_version(expected_version)
+        if self.read_only:
+            raise read_only_error(self.url)
         if not events:
             number_events(stream, events, 0)  # still refuse a non-sequence
             return []
-        with self._lock:
+        with self._lock, self._failing(f"append to stream {stream!r}"):
             db = self._connection()
             try:
                 with self._transaction(db):
@@ -176,13 +274,20 @@ class SqliteStore:
     def _read(self, stream: str, after: int) -> Iterator[Event]:
         decode = _decoder.decode
         while True:
-            with self._lock:
-                rows = self._connection().execute(
+            with self._lock, self._failing(f"read of stream {stream!r}"):
+                db = self._connection()
+                if not self._has_events(db):
+                    return
+                rows = db.execute(
                     "SELECT seq, body FROM events WHERE stream = ? AND seq > ? "
                     "ORDER BY seq LIMIT ?", (stream, after, _PAGE),
                 ).fetchall()
             for seq, body in rows:
                 where = f"{self.url} stream {stream!r} seq {seq}"
+                if type(body) is not bytes:
+                    raise DecodeError(
+                        f"{where}: the stored body is {type(body).__name__}, not bytes"
+                    )
                 if len(body) > self._max:
                     raise RecordTooLargeError(
                         f"{where}: record of {len(body)} bytes is above the limit of "
@@ -202,20 +307,39 @@ class SqliteStore:
     def version(self, stream: str) -> int:
         """The last seq of ``stream`` (0 if none): one index seek."""
         check_stream(stream)
-        with self._lock:
-            return self._version(self._connection(), stream)
+        with self._lock, self._failing(f"version of stream {stream!r}"):
+            db = self._connection()
+            return self._version(db, stream) if self._has_events(db) else 0
 
     def streams(self) -> list[str]:
         """Sorted names of the streams that have events."""
+        with self._lock, self._failing("listing the streams"):
+            db = self._connection()
+            names = [name for (name,) in db.execute(_STREAMS)] if self._has_events(db) else []
+        for name in names:  # the file store checks names as it reads them; so does this one
+            try:
+                check_stream(name)
+            except ValueError as exc:
+                raise DecodeError(f"{self.url}: a stored stream has an invalid name: {exc}") from None
+        return names
+
+    def own(self, stream: str) -> OwnerLease:
+        """Take ``stream``'s owner lease; see :class:`~nous_inbox.store.base.Store`."""
+        check_stream(stream)
         with self._lock:
-            return [name for (name,) in self._connection().execute(_STREAMS)]
+            self._connection()
+            if self.read_only:
+                raise read_only_error(self.url)
+        return self._leases.own(stream)
 
     def close(self) -> None:
-        """Close the connection; later calls raise ``ValueError``."""
+        """Close the connection and release the leases; later calls raise ``ValueError``."""
         with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+            db, self._db = self._db, None
+        self._leases.close()
+        if db is not None:
+            with self._failing("closing"):
+                db.close()
 
     def __enter__(self) -> SqliteStore:
         return self
@@ -227,7 +351,8 @@ class SqliteStore:
         self.close()
 
     def __repr__(self) -> str:
-        return f"SqliteStore({self.path!r})"
+        mode = ", read_only=True" if self.read_only else ""
+        return f"SqliteStore({self.path!r}{mode})"
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -236,10 +361,33 @@ class SqliteStore:
             raise ValueError(f"{self.url} store is closed")
         return self._db
 
-    @staticmethod
-    def _version(db: sqlite3.Connection, stream: str) -> int:
-        row = db.execute("SELECT max(seq) FROM events WHERE stream = ?", (stream,)).fetchone()
-        return int(row[0] or 0)
+    @contextlib.contextmanager
+    def _failing(self, what: str) -> Iterator[None]:
+        # After the store opened: a failure underneath, named with the operation it broke.
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.url}: {what} failed: {exc}") from exc
+        except UnicodeDecodeError as exc:  # sqlite3 decodes TEXT strictly; damage can break it
+            raise DecodeError(f"{self.url}: {what}: stored text is not UTF-8: {exc}") from exc
+
+    def _has_events(self, db: sqlite3.Connection) -> bool:
+        # Only a read-only store can lack the schema: it opened an empty database, to which a
+        # writer may since have given one.
+        if not self._ready:
+            with self._unusable():
+                self._ready = self._check_schema(db)
+        return self._ready
+
+    def _version(self, db: sqlite3.Connection, stream: str) -> int:
+        last = db.execute("SELECT max(seq) FROM events WHERE stream = ?", (stream,)).fetchone()[0]
+        if last is None:
+            return 0
+        if type(last) is not int:
+            raise DecodeError(
+                f"{self.url} stream {stream!r}: the last seq is {last!r}, not an integer"
+            )
+        return last
 
     def _encode(self, stream: str, event: Event) -> bytes:
         body = _encoder.encode(event)

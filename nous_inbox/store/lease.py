@@ -1,0 +1,209 @@
+"""Owner leases: one owner per stream at a time, across threads, store instances and processes.
+
+A session's log has one writer that runs it (the owner); anyone may still append messages to it.
+``store.own(stream)`` takes the stream's lease: while it is held, another ``own`` of the same
+stream, from any store on the same log, raises
+:class:`~nous_inbox.errors.StreamOwnedError` naming the holder's pid.
+
+>>> from nous_inbox.store import open_store
+>>> store = open_store("memory:")
+>>> with store.own("s1"):
+...     store.own("s1")
+Traceback (most recent call last):
+...
+nous_inbox.errors.StreamOwnedError: another owner holds stream 's1' of memory: (pid ...)
+>>> store.own("s1").release()  # free again once the first lease was let go
+
+Durable stores lock a sidecar file with ``flock``: ``PATH.owners/HASH.lock``, ``HASH`` the first
+32 hex digits of the stream name's SHA-256 (directory 0700, files 0600). The kernel drops the
+lock when its holder dies, even by SIGKILL, so a crashed owner never leaves a stream owned. The
+file holds the holder's pid, for the message only. Releasing unlinks the file while still holding
+the lock; a taker that locked a file already unlinked notices (its inode is no longer the path's)
+and tries again, so two owners can never each lock a different file for one stream. Closing a
+store releases the leases it holds.
+
+The lock belongs to the open file, which is opened close-on-exec: a program started with ``exec``
+does not inherit it, but a child made by ``fork`` shares it until both have let go. The
+``PATH.owners`` directory stays once made; its files go as their leases are released.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import threading
+from collections.abc import Callable
+from types import TracebackType
+
+from nous_inbox.errors import StoreError, StreamOwnedError
+
+__all__ = ["Leases", "OwnerLease", "owned_error"]
+
+
+class OwnerLease:
+    """The right to own one stream, until :meth:`release` (or the end of a ``with`` block).
+
+    ``release`` is idempotent and thread-safe; closing the store releases its leases too.
+    """
+
+    __slots__ = ("_lock", "_release", "stream")
+
+    def __init__(self, stream: str, release: Callable[[], None]) -> None:
+        self.stream = stream
+        self._release: Callable[[], None] | None = release
+        self._lock = threading.Lock()
+
+    @property
+    def released(self) -> bool:
+        """Whether the lease was let go (by :meth:`release` or by closing its store)."""
+        return self._release is None
+
+    def release(self) -> None:
+        """Let the stream go so another owner may take it; a second call does nothing."""
+        with self._lock:
+            release, self._release = self._release, None
+        if release is not None:
+            release()
+
+    def __enter__(self) -> OwnerLease:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"OwnerLease({self.stream!r}, {'released' if self.released else 'held'})"
+
+
+def owned_error(stream: str, url: str, pid: int | None) -> StreamOwnedError:
+    """The error for a stream another owner holds, naming the holder's pid when it is known."""
+    holder = f" (pid {pid})" if pid is not None else ""
+    return StreamOwnedError(
+        f"another owner holds stream {stream!r} of {url}{holder}", stream=stream, pid=pid,
+    )
+
+
+class Leases:
+    """The owner leases one store holds.
+
+    With ``directory`` set, leases are ``flock`` locks on files in it, so they hold across
+    processes; without, a set in this object (the ``memory:`` store, whose streams no other
+    store can see). ``close`` releases every lease still held.
+    """
+
+    def __init__(self, url: str, directory: str | None) -> None:
+        self._url = url
+        self._directory = directory
+        self._lock = threading.Lock()
+        self._held: dict[str, OwnerLease] = {}
+        self._closed = False
+
+    def own(self, stream: str) -> OwnerLease:
+        """Take ``stream``'s lease or raise ``StreamOwnedError``; see :class:`OwnerLease`.
+
+        The caller has checked the stream name.
+        """
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"{self._url} store is closed")
+            if stream in self._held:
+                raise owned_error(stream, self._url, os.getpid())
+            if self._directory is None:
+                lease = OwnerLease(stream, lambda: self._forget(stream))
+            else:
+                path, fd = self._lock_file(stream)
+                lease = OwnerLease(stream, lambda: self._unlock(stream, path, fd))
+            self._held[stream] = lease
+            return lease
+
+    def close(self) -> None:
+        """Release every lease still held; later ``own`` calls raise ``ValueError``."""
+        with self._lock:
+            self._closed = True
+            held = list(self._held.values())
+        for lease in held:
+            lease.release()
+
+    def _forget(self, stream: str) -> None:
+        with self._lock:
+            self._held.pop(stream, None)
+
+    def _unlock(self, stream: str, path: str, fd: int) -> None:
+        self._forget(stream)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # while still locked: see the module docstring
+        finally:
+            os.close(fd)
+
+    def _lock_file(self, stream: str) -> tuple[str, int]:
+        assert self._directory is not None
+        directory = self._directory
+        name = hashlib.sha256(stream.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        path = os.path.join(directory, f"{name}.lock")
+        try:
+            _make_private_directory(directory)
+            while True:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    if _take(fd, path):
+                        _set_private(fd)
+                        os.ftruncate(fd, 0)
+                        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                        return path, fd
+                except BlockingIOError:
+                    pid = _read_pid(fd)
+                    os.close(fd)
+                    raise owned_error(stream, self._url, pid) from None
+                except BaseException:
+                    os.close(fd)
+                    raise
+                os.close(fd)  # locked a file a releasing owner had just unlinked: again
+        except OSError as exc:
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(
+                f"{self._url}: cannot take the owner lease of stream {stream!r} "
+                f"in {directory}: {exc.strerror or exc}"
+            ) from exc
+
+
+def _take(fd: int, path: str) -> bool:
+    """Lock ``fd``; ``False`` when the file was unlinked or replaced meanwhile (try again)."""
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii").strip()
+        return int(text) if text else None
+    except (OSError, ValueError):
+        return None  # the holder had not written it yet, or the file is not ours
+
+
+def _make_private_directory(directory: str) -> None:
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        if not os.path.isdir(directory):
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", directory) from None
+        return
+    os.chmod(directory, 0o700)  # mkdir's mode is filtered by the umask
+
+
+def _set_private(fd: int) -> None:
+    st = os.fstat(fd)
+    if st.st_mode & 0o777 != 0o600 and st.st_uid == os.geteuid():
+        os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask
