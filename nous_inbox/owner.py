@@ -27,7 +27,9 @@ Durability. Every event is appended to the store before the owner acts on it, an
 kill the process at any moment and each message is either still queued or in the transcript.
 An owner opened on an existing stream replays it and resumes with the same inbox and transcript;
 a turn the log shows as open (the process died mid-run) is closed with reason ``"error"``, and a
-waking message still queued starts a run.
+waking message still queued starts a run. A stream has one owner at a time, in any process: the
+owner holds the store's lease on it (``store.own``) until ``close()``, and a second owner is
+refused with ``StreamOwnedError``. The lease dies with its process, however it dies.
 
 Other processes. Appends are made with the stream's expected version. When another process (the
 ``nous-inbox steer`` command, say) has appended in between, the store refuses, the owner reads
@@ -121,10 +123,18 @@ class Owner(SendPresets):
         self._failure: BaseException | None = None
         self._prompted = False
         self._port = _Port(self)
-        self._session = replay(store.read(stream), stream=stream)
-        if self._session.running:
-            self._append([TurnEnded(turn=self._session.turn, steps=self._session.step,
-                                    reason="error", error="interrupted: the owner stopped mid-turn")])
+        # One owner per stream, across processes: without the lease, a second owner would end
+        # the first one's open turn as "interrupted" and run beside it.
+        self._lease = store.own(stream)
+        try:
+            self._session = replay(store.read(stream), stream=stream)
+            if self._session.running:
+                self._append([TurnEnded(turn=self._session.turn, steps=self._session.step,
+                                        reason="error",
+                                        error="interrupted: the owner stopped mid-turn")])
+        except BaseException:
+            self._lease.release()
+            raise
         self._watcher: threading.Thread | None = None
         if watch:
             self._watcher = threading.Thread(
@@ -224,7 +234,11 @@ class Owner(SendPresets):
         return idle
 
     def close(self, timeout: float | None = 10.0) -> None:
-        """Cancel any run, stop the watcher and wait for both; the store stays open (it is yours)."""
+        """Cancel any run, stop the watcher, wait for both, and give up the stream's lease.
+
+        The store stays open (it is yours). If the run does not stop within ``timeout``
+        seconds the lease is kept, so no other owner can start a run beside it.
+        """
         self._closed.set()
         self.cancel()
         with self._lock:
@@ -233,6 +247,11 @@ class Owner(SendPresets):
             worker.join(timeout)
         if self._watcher is not None:
             self._watcher.join(timeout)
+        if worker is None or not worker.is_alive():
+            self._lease.release()
+        else:
+            logger.warning("the run of session %r did not stop within %s s; keeping its lease",
+                           self._stream, timeout)
 
     def __enter__(self) -> Owner:
         return self

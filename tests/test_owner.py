@@ -555,3 +555,22 @@ def test_a_steer_another_process_appended_during_the_final_request_extends_the_r
         assert owner.wait_idle(WAIT)
         assert [e.turn for e in owner.events() if isinstance(e, TurnStarted)] == [1]
         assert model.contents(1)[-1] == "one more thing"
+
+
+def test_a_session_has_one_owner_at_a_time_even_across_processes(tmp_path: Path) -> None:
+    from nous_inbox import StreamOwnedError
+
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    with make_owner(ScriptedModel(), store_url=url) as first:
+        first.steer("go")
+        assert first.wait_idle(WAIT)
+        with pytest.raises(StreamOwnedError, match="another owner holds stream 's'"):
+            make_owner(ScriptedModel(), store_url=url)
+        other = subprocess.run(
+            [sys.executable, "-m", "nous_inbox", "run", "--store", url, "s", "--steps", "1",
+             "--step-seconds", "0"], capture_output=True, text=True, cwd=ROOT,
+        )
+        assert other.returncode == 1 and "another owner holds stream 's'" in other.stderr
+        assert [e.turn for e in first.events() if isinstance(e, TurnStarted)] == [1]
+    with make_owner(ScriptedModel(), store_url=url) as second:  # released on close
+        assert second.session.turn == 1
