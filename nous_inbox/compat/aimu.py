@@ -130,14 +130,12 @@ class EventStore(Protocol):
         and the stream has moved past it, nothing is written and ``ConcurrencyError`` is raised;
         that is how two processes sharing a stream never both claim the same message.
         """
-        ...
 
     def read(self, stream: str, after: int = 0) -> Iterable[Event]:
         """The events of ``stream`` numbered above ``after``, oldest first; none if it is unknown.
 
         How the adapter learns what another writer appended since it last looked.
         """
-        ...
 
     def version(self, stream: str) -> int:
         """The ``seq`` of the last event in ``stream`` (0 when it has none).
@@ -145,11 +143,9 @@ class EventStore(Protocol):
         Asked before every read of the queues, so it must be cheap: most of the time it says that
         nothing new is there and no ``read`` follows.
         """
-        ...
 
     def streams(self) -> Iterable[str]:
         """The names of the streams holding events: a new ``AimuInbox`` replays those it owns."""
-        ...
 
 
 def stream_name(agent: str | None) -> str:

@@ -79,19 +79,15 @@ class Store(Protocol):
         ``expected_version`` is given and is not the stream's version, raise
         ``ConcurrencyError`` and write nothing. An empty list is a no-op returning ``[]``.
         """
-        ...
 
     def read(self, stream: str, after: int = 0) -> Iterator[Event]:
         """The events of ``stream`` with ``seq > after``, in order (none for an unknown stream)."""
-        ...
 
     def version(self, stream: str) -> int:
         """The last ``seq`` of ``stream`` (0 if it has none); cheap enough to poll."""
-        ...
 
     def streams(self) -> list[str]:
         """The names of the streams that have events, sorted."""
-        ...
 
     def own(self, stream: str) -> OwnerLease:
         """Take ``stream``'s owner lease, or raise ``StreamOwnedError`` if another owner holds it.
@@ -100,18 +96,17 @@ class Store(Protocol):
         store is closed, or its process dies (even by SIGKILL). A store opened read-only refuses
         with ``ValueError``.
         """
-        ...
 
     def close(self) -> None:
         """Release files, locks, leases and connections; the store is unusable afterwards."""
-        ...
 
     def __enter__(self) -> Store: ...
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None: ...
+    ) -> None:
+        """Close the store on leaving a ``with`` block."""
 
 
 def check_stream(stream: object) -> str:
