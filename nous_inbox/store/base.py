@@ -27,22 +27,25 @@ anything else is a ``ValueError`` naming it.
 
 from __future__ import annotations
 
+import abc
 import io
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, Protocol, Self, runtime_checkable
 
 import msgspec
 
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import EVENT_TYPES, Event
-from nous_inbox.store.lease import OwnerLease
+from nous_inbox.store.lease import Leases, OwnerLease
 
 __all__ = [
+    "StoreBase",
     "MAX_STREAM_NAME",
     "STORE_ENV",
     "Store",
@@ -214,3 +217,42 @@ def default_store_url() -> str:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(path.parent, 0o700)  # mkdir's mode is filtered by the umask
     return f"sqlite:{path}"
+
+
+class StoreBase(abc.ABC):
+    """What the three stores share: owner leases, the read-only refusal, and ``with`` blocks.
+
+    A store sets ``url``, ``read_only``, ``_lock`` and ``_leases``, and says how it checks that
+    it is still open (``_check_open``) and how it closes.
+    """
+
+    url: str
+    read_only: bool
+    _lock: threading.Lock | threading.RLock
+    _leases: Leases
+
+    @abc.abstractmethod
+    def _check_open(self) -> None:
+        """Raise ``ValueError`` if the store was closed."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release what the store holds; later calls raise ``ValueError``."""
+
+    def own(self, stream: str) -> OwnerLease:
+        """Take ``stream``'s owner lease; see :class:`Store`."""
+        check_stream(stream)
+        with self._lock:
+            self._check_open()
+            if self.read_only:
+                raise read_only_error(self.url)
+        return self._leases.own(stream)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -49,7 +49,6 @@ import stat
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from types import TracebackType
 from typing import Final
 
 from nous_inbox.codec import (
@@ -63,6 +62,7 @@ from nous_inbox.codec import (
 from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
 from nous_inbox.store.base import (
+    StoreBase,
     StoreLockedError,
     check_expected_version,
     check_stream,
@@ -70,7 +70,7 @@ from nous_inbox.store.base import (
     number_events,
     read_only_error,
 )
-from nous_inbox.store.lease import Leases, OwnerLease
+from nous_inbox.store.lease import Leases
 
 __all__ = ["FileStore"]
 
@@ -78,7 +78,7 @@ _CHUNK: Final = 4 * 1024 * 1024
 _HEADER: Final = encode_header("json")
 
 
-class FileStore:
+class FileStore(StoreBase):
     """A :class:`~nous_inbox.store.base.Store` over one JSON Lines file.
 
     ``path`` is created (mode 0600) unless ``read_only``. ``lock_timeout`` bounds the wait for
@@ -172,14 +172,6 @@ class FileStore:
             self._catch_up()
             return sorted(self._streams)
 
-    def own(self, stream: str) -> OwnerLease:
-        """Take ``stream``'s owner lease; see :class:`~nous_inbox.store.base.Store`."""
-        check_stream(stream)
-        with self._lock:
-            self._check_open()
-            if self.read_only:
-                raise read_only_error(self.url)
-        return self._leases.own(stream)
 
     def close(self) -> None:
         """Close the file and release the leases; later calls raise ``ValueError``."""
@@ -190,14 +182,6 @@ class FileStore:
                 self._streams = {}
         self._leases.close()
 
-    def __enter__(self) -> FileStore:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         mode = ", read_only=True" if self.read_only else ""

@@ -20,22 +20,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from types import TracebackType
 
 from nous_inbox.events import Event
 from nous_inbox.store.base import (
+    StoreBase,
     check_expected_version,
     check_stream,
     conflict,
     number_events,
     read_only_error,
 )
-from nous_inbox.store.lease import Leases, OwnerLease
+from nous_inbox.store.lease import Leases
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore:
+class MemoryStore(StoreBase):
     """A :class:`~nous_inbox.store.base.Store` that keeps its streams in memory."""
 
     url = "memory:"
@@ -87,14 +87,6 @@ class MemoryStore:
             self._check_open()
             return sorted(self._streams)
 
-    def own(self, stream: str) -> OwnerLease:
-        """Take ``stream``'s owner lease; see :class:`~nous_inbox.store.base.Store`."""
-        check_stream(stream)
-        with self._lock:
-            self._check_open()
-            if self.read_only:
-                raise read_only_error(self.url)
-        return self._leases.own(stream)
 
     def close(self) -> None:
         """Forget everything and release the leases; later calls raise ``ValueError``."""
@@ -107,14 +99,6 @@ class MemoryStore:
         if self._closed:
             raise ValueError("memory: store is closed")
 
-    def __enter__(self) -> MemoryStore:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return "MemoryStore(read_only=True)" if self.read_only else "MemoryStore()"

@@ -62,6 +62,7 @@ from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError
 from nous_inbox.events import SCHEMA_VERSION, Event
 from nous_inbox.message import enc_hook
 from nous_inbox.store.base import (
+    StoreBase,
     StoreLockedError,
     check_expected_version,
     check_stream,
@@ -69,7 +70,7 @@ from nous_inbox.store.base import (
     number_events,
     read_only_error,
 )
-from nous_inbox.store.lease import Leases, OwnerLease
+from nous_inbox.store.lease import Leases
 
 __all__ = ["SqliteStore"]
 
@@ -97,7 +98,7 @@ _encoder: Final = msgspec.msgpack.Encoder(enc_hook=enc_hook)
 _decoder: Final = msgspec.msgpack.Decoder(Event)
 
 
-class SqliteStore:
+class SqliteStore(StoreBase):
     """A :class:`~nous_inbox.store.base.Store` in one SQLite file (created mode 0600).
 
     ``read_only=True`` opens an existing database without writing to it. ``busy_timeout``
@@ -323,14 +324,6 @@ class SqliteStore:
                 raise DecodeError(f"{self.url}: a stored stream has an invalid name: {exc}") from None
         return names
 
-    def own(self, stream: str) -> OwnerLease:
-        """Take ``stream``'s owner lease; see :class:`~nous_inbox.store.base.Store`."""
-        check_stream(stream)
-        with self._lock:
-            self._connection()
-            if self.read_only:
-                raise read_only_error(self.url)
-        return self._leases.own(stream)
 
     def close(self) -> None:
         """Close the connection and release the leases; later calls raise ``ValueError``."""
@@ -341,20 +334,15 @@ class SqliteStore:
             with self._failing("closing"):
                 db.close()
 
-    def __enter__(self) -> SqliteStore:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         mode = ", read_only=True" if self.read_only else ""
         return f"SqliteStore({self.path!r}{mode})"
 
     # -- internals -------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        self._connection()
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
