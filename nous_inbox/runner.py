@@ -153,6 +153,15 @@ class _Source:
         messages, event = result
         return messages, event, None
 
+    def take(self, command: Claim) -> tuple[list[Event], Drained]:
+        """Claim for a driver: the events to stream (a recorded warning, the port's claim) and
+        what the loop is told. One place for both drivers, so they cannot drift apart."""
+        messages, claimed, warned = self.claim(command)
+        shown = [self.port.record(warned)] if warned is not None else []
+        if claimed is not None:
+            shown.append(claimed)
+        return shown, Drained(command.target, messages)
+
     def _fail(self, problem: str) -> tuple[Sequence[Message], None, Warned]:
         self.failed = True
         text = f"message source failed: {problem}; the run goes on without it for this turn"
@@ -436,12 +445,8 @@ class Runner:
                 if cancel is not None and cancel.is_set():
                     happening = Cancelled()
                 elif type(command) is Claim:
-                    messages, claimed, warned = source.claim(command)
-                    if warned is not None:
-                        yield port.record(warned)
-                    if claimed is not None:
-                        yield claimed
-                    happening = Drained(command.target, messages)
+                    shown, happening = source.take(command)
+                    yield from shown
                 elif type(command) is CallModel:
                     try:
                         value = self.model(command.transcript, command.tools)
@@ -517,12 +522,9 @@ class Runner:
                 if cancel is not None and cancel.is_set():
                     happening = Cancelled()
                 elif type(command) is Claim:
-                    messages, claimed, warned = source.claim(command)
-                    if warned is not None:
-                        yield port.record(warned)
-                    if claimed is not None:
-                        yield claimed
-                    happening = Drained(command.target, messages)
+                    shown, happening = source.take(command)
+                    for event in shown:
+                        yield event
                 elif type(command) is CallModel:
                     transcript, specs = command.transcript, command.tools
                     try:
