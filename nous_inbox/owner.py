@@ -48,12 +48,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Protocol
 
-from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed, TurnEnded, Warned
 from nous_inbox.inbox import Inbox, Target, as_target
+from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.port import SendPresets, sent_event
-from nous_inbox.session import Session, replay
+from nous_inbox.session import Session
 from nous_inbox.store import Store
 
 __all__ = ["Owner", "TurnRunner"]
@@ -127,9 +127,10 @@ class Owner(SendPresets):
         # the first one's open turn as "interrupted" and run beside it.
         self._lease = store.own(stream)
         try:
-            self._session = replay(store.read(stream), stream=stream)
-            if self._session.running:
-                self._append([TurnEnded(turn=self._session.turn, steps=self._session.step,
+            self._journal = Journal(store, stream, on_events=self._folded)
+            replayed = self._journal.session
+            if replayed.running:
+                self._append([TurnEnded(turn=replayed.turn, steps=replayed.step,
                                         reason="error",
                                         error="interrupted: the owner stopped mid-turn")])
         except BaseException:
@@ -155,17 +156,17 @@ class Owner(SendPresets):
     @property
     def session(self) -> Session:
         """The session value as folded so far: equal to ``replay`` of the stored events."""
-        return self._session
+        return self._journal.session
 
     @property
     def inbox(self) -> Inbox:
         """The inbox value now."""
-        return self._session.inbox
+        return self._journal.session.inbox
 
     @property
     def transcript(self) -> list[Message]:
         """The transcript now, as a list."""
-        return list(self._session.transcript)
+        return list(self._journal.session.transcript)
 
     @property
     def running(self) -> bool:
@@ -195,9 +196,7 @@ class Owner(SendPresets):
         """
         event = sent_event(message, target, wakeup)
         self._check_open()
-        (stored,) = self._append([event])
-        if event.wakeup:  # a send that does not ask to wake never starts a run (ruling 9)
-            self._maybe_wake()
+        (stored,) = self._append([event])  # a waking send wakes as it is folded in
         return stored  # type: ignore[return-value]
 
     def prompt(self, text: Message | str) -> MessageSent:
@@ -265,11 +264,8 @@ class Owner(SendPresets):
         if self._closed.is_set():
             raise RuntimeError(f"owner of session {self._stream!r} is closed")
 
-    def _fold(self, events: Sequence[Event]) -> None:
-        session = self._session
-        for event in events:
-            session = session.apply(event, self._stream)
-        self._session = session
+    def _folded(self, events: Sequence[Event]) -> None:
+        """Every batch the journal folds in: tell the listeners, and wake for a waking send."""
         for event in events:
             for listener in self._listeners:
                 try:
@@ -278,53 +274,35 @@ class Owner(SendPresets):
                     logger.exception("a listener of session %r failed on event #%d",
                                      self._stream, event.seq)
         self._changed.notify_all()
-
-    def _catch_up(self) -> list[Event]:
-        """Fold what other writers appended since our version, and wake if they asked to."""
-        with self._lock:
-            missed = list(self._store.read(self._stream, self._session.version))
-            if missed:
-                self._fold(missed)
-                if any(type(e) is MessageSent and e.wakeup for e in missed):
-                    self._maybe_wake()
-            return missed
+        # Ours or another process's: a send that asks to wake is answered (ruling 9: one that
+        # does not ask never starts a run, whatever older entry is queued).
+        if any(type(e) is MessageSent and e.wakeup for e in events):
+            self._maybe_wake()
 
     def _fresh_session(self) -> Session:
         with self._lock:
-            if self._store.version(self._stream) != self._session.version:
-                self._catch_up()
-            return self._session
+            self._journal.catch_up()
+            return self._journal.session
 
     def _append(self, events: Sequence[Event]) -> list[Event]:
         with self._lock:
-            while True:
-                try:
-                    stored = self._store.append(self._stream, events, self._session.version)
-                except ConcurrencyError:
-                    # Another writer got in first: read what it wrote, then try again. A refusal
-                    # with nothing new to read (a lock that timed out) is not a race: report it.
-                    if not self._catch_up():
-                        raise
-                    continue
-                self._fold(stored)
-                return stored
+            stored, _ = self._journal.commit(lambda session: (events, None))
+            return stored
 
     def _claim(self, target: Target) -> tuple[Sequence[Message], QueueClaimed | None]:
+        where = as_target(target)
+
+        def claim(session: Session) -> tuple[list[Event], Sequence[Message]]:
+            # Computed again if another writer appended first: the queue may have grown.
+            claimed, _ = session.inbox.claim(where)
+            return ([QueueClaimed(target=where, count=len(claimed))] if claimed else []), claimed
+
         with self._lock:
-            self._fresh_session()
-            while True:
-                claimed, _ = self._session.inbox.claim(target)
-                if not claimed:
-                    return (), None
-                event = QueueClaimed(target=as_target(target), count=len(claimed))
-                try:
-                    (stored,) = self._store.append(self._stream, [event], self._session.version)
-                except ConcurrencyError:
-                    if not self._catch_up():  # the queue may have grown: count it again
-                        raise
-                    continue
-                self._fold([stored])
-                return list(claimed), stored  # type: ignore[return-value]
+            self._journal.catch_up()  # a steer another process appended joins this claim
+            stored, claimed = self._journal.commit(claim)
+            if not stored:
+                return (), None
+            return list(claimed), stored[0]  # type: ignore[return-value]
 
     # -- waking ---------------------------------------------------------------------------------
 
@@ -332,7 +310,7 @@ class Owner(SendPresets):
         with self._lock:
             if self._worker is not None or self._closed.is_set():
                 return
-            if not self._session.inbox.wants_wake():
+            if not self._journal.session.inbox.wants_wake():
                 return
             # The first turn's cancel exists as soon as the run does, so a cancel() right after
             # the send that woke it is honoured before the turn starts.
@@ -367,7 +345,7 @@ class Owner(SendPresets):
                 self._stop_working()
 
     def _should_stop(self, cancel: threading.Event, took: bool | None) -> bool:
-        if self._closed.is_set() or not self._session.inbox.wants_wake():
+        if self._closed.is_set() or not self._journal.session.inbox.wants_wake():
             return True
         if cancel.is_set():
             return True  # ruling 9: a cancelled run wakes nothing
@@ -381,10 +359,10 @@ class Owner(SendPresets):
 
     def _close_open_turn(self, exc: BaseException) -> None:
         """A run that died without ending its turn (the store failed, say) gets it ended."""
-        if not self._session.running:
+        if not self._journal.session.running:
             return
         try:
-            self._append([TurnEnded(turn=self._session.turn, steps=self._session.step,
+            self._append([TurnEnded(turn=self._journal.session.turn, steps=self._journal.session.step,
                                     reason="error", error=f"{type(exc).__name__}: {exc}")])
         except Exception:
             logger.exception("could not record the end of session %r's failed turn", self._stream)
@@ -397,7 +375,8 @@ class Owner(SendPresets):
     def _watch(self, interval: float) -> None:
         while not self._closed.wait(interval):
             try:
-                if self._store.version(self._stream) != self._session.version:
-                    self._catch_up()
+                if self._store.version(self._stream) != self._journal.session.version:
+                    with self._lock:
+                        self._journal.catch_up()
             except Exception:
                 logger.exception("watching session %r failed; retrying", self._stream)

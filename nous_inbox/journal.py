@@ -1,0 +1,134 @@
+"""Journal: one stream's session, kept in step with the store that holds its events.
+
+Whoever keeps a session value beside a shared log does the same three things: fold the log into
+the value once, append each change with the version the value was computed from (so a change
+computed from stale state is refused rather than written), and, when another writer got there
+first, read what it wrote and compute the change again. The owner does this for a whole session,
+the aimu adapter for each agent's queues; both do it here.
+
+>>> from nous_inbox.events import MessageSent
+>>> from nous_inbox.message import Message
+>>> from nous_inbox.store import open_store
+>>> store = open_store("memory:")
+>>> journal = Journal(store, "s")
+>>> def steer(session):
+...     return [MessageSent(target="next_step", wakeup=True, message=Message.user("go"))], None
+>>> stored, _ = journal.commit(steer)
+>>> _ = store.append("s", [MessageSent(target="next_step", wakeup=False, message=Message.user("fyi"))])
+>>> stored, _ = journal.commit(steer)     # refused once (stale), caught up, computed again
+>>> [m.content for m, _ in journal.session.inbox.entries("next_step")], journal.session.version
+(['go', 'fyi', 'go'], 3)
+
+A journal is not locked: its holder serializes calls (the owner and the adapter each hold a lock
+around every use). ``store=None`` keeps the session in memory only: changes are folded and
+numbered but written nowhere, so a host without a store keeps no growing log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final, TypeVar
+
+import msgspec
+
+from nous_inbox.errors import ConcurrencyError
+from nous_inbox.events import Event
+from nous_inbox.session import Session, replay
+from nous_inbox.store.base import Store
+
+__all__ = ["Journal"]
+
+T = TypeVar("T")
+
+#: How often a change is computed again after losing a race before giving up: each retry means
+#: another writer appended in between, so running out means the stream never stood still.
+ATTEMPTS: Final = 100
+
+Change = Callable[[Session], tuple[Sequence[Event], T]]
+"""Computes, from the session as it stands, the events to append and a result for the caller."""
+
+
+class Journal:
+    """``stream``'s :class:`Session` in ``store``, folded from the log and kept up to date.
+
+    ``on_events`` is called with every batch of events folded in, the journal's own appends and
+    what another writer appended alike, in log order.
+    """
+
+    def __init__(
+        self,
+        store: Store | None,
+        stream: str,
+        *,
+        on_events: Callable[[Sequence[Event]], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._stream = stream
+        self._on_events = on_events
+        self._session = Session() if store is None else replay(store.read(stream), stream=stream)
+
+    @property
+    def stream(self) -> str:
+        """The stream's name in the store."""
+        return self._stream
+
+    @property
+    def session(self) -> Session:
+        """The session as folded so far (call :meth:`catch_up` to read other writers first)."""
+        return self._session
+
+    def catch_up(self) -> list[Event]:
+        """Fold in what other writers appended since this journal's version; return it.
+
+        Asks for the stream's version first: stores answer that cheaply, and most of the time
+        there is nothing new to read.
+        """
+        store = self._store
+        if store is None or store.version(self._stream) == self._session.version:
+            return []
+        missed = list(store.read(self._stream, self._session.version))
+        if missed:
+            self._fold(missed)
+        return missed
+
+    def commit(self, change: Change[T]) -> tuple[list[Event], T]:
+        """Append the events ``change`` computes from the session, then fold them in.
+
+        The append carries the session's version as the expected one. When another writer
+        appended first, the journal reads what it wrote and computes the change again (up to
+        ``ATTEMPTS`` times); a refusal with nothing new to read (a lock that timed out) is
+        raised as it is. On any failure nothing was written and the session is unchanged.
+        Returns the events as stored (``[]`` when the change had none) and ``change``'s result.
+        """
+        lost: ConcurrencyError | None = None
+        for _ in range(ATTEMPTS):
+            events, result = change(self._session)
+            if not events:
+                return [], result
+            if self._store is None:
+                stored = [
+                    msgspec.structs.replace(event, seq=self._session.version + i)
+                    for i, event in enumerate(events, 1)
+                ]
+            else:
+                try:
+                    stored = self._store.append(self._stream, events, self._session.version)
+                except ConcurrencyError as exc:
+                    if not self.catch_up():
+                        raise
+                    lost = exc
+                    continue
+            self._fold(stored)
+            return stored, result
+        raise ConcurrencyError(
+            f"stream {self._stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
+            "attempts (nothing was written)"
+        ) from lost
+
+    def _fold(self, events: Sequence[Event]) -> None:
+        session = self._session
+        for event in events:
+            session = session.apply(event, self._stream)
+        self._session = session
+        if self._on_events is not None:
+            self._on_events(events)

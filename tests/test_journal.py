@@ -1,0 +1,103 @@
+"""The journal: a session kept in step with its stream, recomputing a change that lost a race."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from nous_inbox import ConcurrencyError, Message, MessageSent, QueueClaimed, Session, replay
+from nous_inbox.journal import ATTEMPTS, Journal
+from nous_inbox.store import StoreLockedError, open_store
+
+
+def sent(text: str, wakeup: bool = True) -> MessageSent:
+    return MessageSent(target="next_step", wakeup=wakeup, message=Message.user(text))
+
+
+def claim_all(session: Session) -> tuple[list[Any], int]:
+    claimed, _ = session.inbox.claim("next_step")
+    return ([QueueClaimed(target="next_step", count=len(claimed))] if claimed else []), len(claimed)
+
+
+def test_it_starts_from_the_replayed_stream_and_folds_what_it_commits() -> None:
+    store = open_store("memory:")
+    store.append("s", [sent("a"), sent("b", False)])
+    journal = Journal(store, "s")
+    assert journal.session == replay(store.read("s"))
+    stored, taken = journal.commit(claim_all)
+    assert taken == 2 and [e.seq for e in stored] == [3]
+    assert journal.session == replay(store.read("s"))
+
+
+def test_a_change_computed_from_stale_state_is_computed_again_after_catching_up() -> None:
+    store = open_store("memory:")
+    journal = Journal(store, "s")
+    journal.commit(lambda s: ([sent("mine")], None))
+    store.append("s", [sent("theirs")])  # another writer, unseen by the journal
+    _, taken = journal.commit(claim_all)
+    assert taken == 2  # the claim counted the other writer's message too, so replay agrees
+    assert journal.session == replay(store.read("s"))
+
+
+def test_a_change_with_no_events_writes_nothing_and_returns_its_result() -> None:
+    store = open_store("memory:")
+    journal = Journal(store, "s")
+    assert journal.commit(lambda s: ([], "nothing to do")) == ([], "nothing to do")
+    assert store.version("s") == 0
+
+
+def test_other_writers_events_reach_on_events_in_log_order() -> None:
+    store = open_store("memory:")
+    seen: list[int] = []
+    journal = Journal(store, "s", on_events=lambda events: seen.extend(e.seq for e in events))
+    journal.commit(lambda s: ([sent("a")], None))
+    store.append("s", [sent("b"), sent("c")])
+    assert [e.seq for e in journal.catch_up()] == [2, 3]
+    assert journal.catch_up() == []  # nothing new: nothing read
+    assert seen == [1, 2, 3]
+
+
+class _Refusing:
+    """A store whose appends are refused: with news (a racing writer) or without (a lock)."""
+
+    def __init__(self, news: bool) -> None:
+        self.inner = open_store("memory:")
+        self.news = news
+        self.appends = 0
+
+    def append(self, stream: str, events: Sequence[Any], expected_version: Any = None) -> Any:
+        self.appends += 1
+        if self.news:
+            self.inner.append(stream, [sent(f"race {self.appends}")])
+            raise ConcurrencyError("another writer appended first")
+        raise StoreLockedError("the log's lock was still held after 10 s")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_refusal_with_nothing_new_to_read_is_raised_at_once() -> None:
+    store = _Refusing(news=False)
+    journal = Journal(store, "s")  # type: ignore[arg-type]
+    with pytest.raises(StoreLockedError):
+        journal.commit(lambda s: ([sent("x")], None))
+    assert store.appends == 1 and journal.session.version == 0
+
+
+def test_a_stream_that_never_stands_still_is_given_up_on_with_a_clear_error() -> None:
+    store = _Refusing(news=True)
+    journal = Journal(store, "s")  # type: ignore[arg-type]
+    with pytest.raises(ConcurrencyError, match=f"gave up after {ATTEMPTS} attempts"):
+        journal.commit(lambda s: ([sent("x")], None))
+    assert store.appends == ATTEMPTS
+    assert journal.session == replay(store.inner.read("s"))  # it kept up with what it read
+
+
+def test_without_a_store_changes_are_numbered_and_folded_but_kept_nowhere() -> None:
+    journal = Journal(None, "local")
+    stored, _ = journal.commit(lambda s: ([sent("a"), sent("b")], None))
+    assert [e.seq for e in stored] == [1, 2]
+    assert journal.catch_up() == []
+    assert journal.session.inbox.count() == 2
