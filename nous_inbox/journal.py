@@ -26,23 +26,39 @@ numbered but written nowhere, so a host without a store keeps no growing log.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Final, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final, Protocol, TypeVar
 
 import msgspec
+from pyrsistent import pvector
 
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event
 from nous_inbox.session import Session, replay
-from nous_inbox.store.base import Store
 
-__all__ = ["Journal"]
+__all__ = ["ATTEMPTS", "Journal", "Log"]
 
 T = TypeVar("T")
 
 #: How often a change is computed again after losing a race before giving up: each retry means
 #: another writer appended in between, so running out means the stream never stood still.
 ATTEMPTS: Final = 100
+
+class Log(Protocol):
+    """What a journal needs of a store: append with an expected version, read back, and a cheap
+    version number (every ``nous_inbox.store`` store fits, and so may a host's own)."""
+
+    def append(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None
+    ) -> Sequence[Event]:
+        """Append all of ``events`` or none; ``ConcurrencyError`` if the stream moved on."""
+
+    def read(self, stream: str, after: int = 0) -> Iterable[Event]:
+        """The events of ``stream`` numbered above ``after``, oldest first."""
+
+    def version(self, stream: str) -> int:
+        """The ``seq`` of the stream's last event (0 when it has none)."""
+
 
 Change = Callable[[Session], tuple[Sequence[Event], T]]
 """Computes, from the session as it stands, the events to append and a result for the caller."""
@@ -52,20 +68,25 @@ class Journal:
     """``stream``'s :class:`Session` in ``store``, folded from the log and kept up to date.
 
     ``on_events`` is called with every batch of events folded in, the journal's own appends and
-    what another writer appended alike, in log order.
+    what another writer appended alike, in log order. ``transcript=False`` keeps only the inbox
+    and the run bookkeeping (the transcript stays empty), for a holder that needs the queues
+    but would otherwise keep every delivered message in memory for nothing.
     """
 
     def __init__(
         self,
-        store: Store | None,
+        store: Log | None,
         stream: str,
         *,
         on_events: Callable[[Sequence[Event]], None] | None = None,
+        transcript: bool = True,
     ) -> None:
         self._store = store
         self._stream = stream
         self._on_events = on_events
-        self._session = Session() if store is None else replay(store.read(stream), stream=stream)
+        self._keep_transcript = transcript
+        session = Session() if store is None else replay(store.read(stream), stream=stream)
+        self._session = session if transcript else _without_transcript(session)
 
     @property
     def stream(self) -> str:
@@ -112,7 +133,7 @@ class Journal:
                 ]
             else:
                 try:
-                    stored = self._store.append(self._stream, events, self._session.version)
+                    stored = list(self._store.append(self._stream, events, self._session.version))
                 except ConcurrencyError as exc:
                     if not self.catch_up():
                         raise
@@ -129,6 +150,12 @@ class Journal:
         session = self._session
         for event in events:
             session = session.apply(event, self._stream)
-        self._session = session
+        self._session = session if self._keep_transcript else _without_transcript(session)
         if self._on_events is not None:
             self._on_events(events)
+
+
+def _without_transcript(session: Session) -> Session:
+    if not session.transcript:
+        return session
+    return msgspec.structs.replace(session, transcript=pvector())

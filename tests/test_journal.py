@@ -101,3 +101,13 @@ def test_without_a_store_changes_are_numbered_and_folded_but_kept_nowhere() -> N
     assert [e.seq for e in stored] == [1, 2]
     assert journal.catch_up() == []
     assert journal.session.inbox.count() == 2
+
+
+def test_a_journal_without_a_transcript_keeps_only_the_queues() -> None:
+    store = open_store("memory:")
+    store.append("s", [sent("a"), QueueClaimed(target="next_step", count=1), sent("b")])
+    journal = Journal(store, "s", transcript=False)
+    assert list(journal.session.transcript) == [] and journal.session.inbox.count() == 1
+    journal.commit(claim_all)
+    assert list(journal.session.transcript) == []
+    assert journal.session.inbox == replay(store.read("s")).inbox

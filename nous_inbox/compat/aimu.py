@@ -87,11 +87,11 @@ from typing import Final, Protocol, TypeVar
 
 import msgspec
 
-from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Entry, Inbox, Target
+from nous_inbox.journal import Journal, Log
 from nous_inbox.message import Message
-from nous_inbox.session import Session, replay
+from nous_inbox.session import Session
 
 __all__ = ["ORDER_KEY", "STREAM_PREFIX", "AimuInbox", "EventStore", "stream_name"]
 
@@ -107,42 +107,15 @@ _SHARED_STREAM: Final = STREAM_PREFIX + "*"
 _EMPTY: Final = Inbox()
 _TURN: Final = Target.NEXT_TURN
 _STEP: Final = Target.NEXT_STEP
-# How often a change is retried after another writer moved the stream; each retry first reads
-# what that writer appended, so only a writer appending faster than we can read exhausts it.
-_ATTEMPTS: Final = 8
-
 _T = TypeVar("_T")
 
 
-class EventStore(Protocol):
-    """What ``AimuInbox`` needs of a store: append with an expected version, and read back.
+class EventStore(Log, Protocol):
+    """What ``AimuInbox`` needs of a store: a journal's log (append with an expected version,
+    read back, a cheap version number) and the list of its streams.
 
     The stores of ``nous_inbox.store`` fit it; so does any object with these four methods.
     """
-
-    def append(
-        self, stream: str, events: Sequence[Event], expected_version: int | None = None
-    ) -> Sequence[Event]:
-        """Add ``events`` to the end of ``stream``, all or none, and return them as written.
-
-        The store numbers them (``seq`` = the stream's version + 1, + 2, ...): the adapter keeps
-        the last ``seq`` it got back as the version it knows. When ``expected_version`` is given
-        and the stream has moved past it, nothing is written and ``ConcurrencyError`` is raised;
-        that is how two processes sharing a stream never both claim the same message.
-        """
-
-    def read(self, stream: str, after: int = 0) -> Iterable[Event]:
-        """The events of ``stream`` numbered above ``after``, oldest first; none if it is unknown.
-
-        How the adapter learns what another writer appended since it last looked.
-        """
-
-    def version(self, stream: str) -> int:
-        """The ``seq`` of the last event in ``stream`` (0 when it has none).
-
-        Asked before every read of the queues, so it must be cheap: most of the time it says that
-        nothing new is there and no ``read`` follows.
-        """
 
     def streams(self) -> Iterable[str]:
         """The names of the streams holding events: a new ``AimuInbox`` replays those it owns."""
@@ -273,8 +246,7 @@ class AimuInbox:
 
     def __init__(self, store: EventStore | None = None) -> None:
         self._lock = threading.Lock()
-        self._boxes: dict[str | None, Inbox] = {}
-        self._versions: dict[str | None, int] = {}
+        self._journals: dict[str | None, Journal] = {}
         self._last_order = 0
         self._store = store
         if store is not None:
@@ -285,7 +257,7 @@ class AimuInbox:
                 if rest == "":
                     logger.warning("store stream %r names no agent; AimuInbox ignores it", stream)
                     continue
-                self._catch_up(None if rest == "*" else rest)
+                self._journal(None if rest == "*" else rest)
 
     # -- the host's side ---------------------------------------------------------------------
 
@@ -351,7 +323,7 @@ class AimuInbox:
                         "this process has seen",
                         exc_info=True,
                     )
-            owed = {n: self._boxes.get(n, _EMPTY).entries(_TURN) for n in names}
+            owed = {n: self._box(n).entries(_TURN) for n in names}
         return _RunDrain(self, name, owed)
 
     def _drain(self, agent: str | None, owed_turn: dict[str | None, Sequence[Entry]]) -> list[str]:
@@ -396,8 +368,8 @@ class AimuInbox:
         name = _check_agent(agent, "AimuInbox.pending")
         with self._lock:
             self._catch_up_all(_addresses(name))
-            own = self._boxes.get(name, _EMPTY).count(target)
-            return own if name is None else own + self._boxes.get(None, _EMPTY).count(target)
+            own = self._box(name).count(target)
+            return own if name is None else own + self._box(None).count(target)
 
     def wants_wake(self, agent: str | None = None) -> bool:
         """Whether a message ``agent`` could receive asked for a run (a steer or a followup).
@@ -409,9 +381,9 @@ class AimuInbox:
         name = _check_agent(agent, "AimuInbox.wants_wake")
         with self._lock:
             self._catch_up_all(_addresses(name))
-            if self._boxes.get(name, _EMPTY).wants_wake():
+            if self._box(name).wants_wake():
                 return True
-            return name is not None and self._boxes.get(None, _EMPTY).wants_wake()
+            return name is not None and self._box(None).wants_wake()
 
     def inbox(self, agent: str | None = None) -> Inbox:
         """The ``Inbox`` value queued for exactly this address (``None``: the shared one).
@@ -421,69 +393,67 @@ class AimuInbox:
         name = _check_agent(agent, "AimuInbox.inbox")
         with self._lock:
             self._catch_up_all((name,))
-            return self._boxes.get(name, _EMPTY)
+            return self._box(name)
 
     def __repr__(self) -> str:
         # This process's view only: a repr must not do I/O (or fail because a store does).
         with self._lock:
-            counts = {name: box.count() for name, box in self._boxes.items() if box.count()}
+            counts = {
+                name: journal.session.inbox.count()
+                for name, journal in self._journals.items()
+                if journal.session.inbox.count()
+            }
         return f"AimuInbox(pending={counts!r})"
 
     # -- the value swap and the log ------------------------------------------------------------
 
+    def _journal(self, name: str | None) -> Journal:
+        """``name``'s journal, replayed from the store the first time it is asked for.
+
+        Called with the lock held.
+        """
+        journal = self._journals.get(name)
+        if journal is None:
+            journal = Journal(self._store, stream_name(name), on_events=self._saw,
+                              transcript=False)  # aimu keeps the transcript; we keep the queues
+            self._journals[name] = journal
+            for target in (_TURN, _STEP):
+                self._saw_messages(m for m, _ in journal.session.inbox.entries(target))
+        return journal
+
+    def _box(self, name: str | None) -> Inbox:
+        journal = self._journals.get(name)
+        return _EMPTY if journal is None else journal.session.inbox
+
     def _commit(
         self, name: str | None, change: Callable[[Inbox], tuple[Inbox, list[Event], _T]]
     ) -> _T:
-        """Apply ``change`` to ``name``'s value: log its events first (if any), then swap.
+        """Log the events ``change`` computes from ``name``'s value; the journal folds them in.
 
         Called with the lock held. A lost race with another writer of the stream is answered by
-        reading what it wrote and recomputing the change; on any other failure nothing changed.
+        reading what it wrote and computing the change again; on any other failure nothing
+        changed. (``change`` also returns the value it expects; the fold of its events is the
+        value kept, and the two are the same by construction: replay equals live.)
         """
-        store = self._store
-        lost: ConcurrencyError | None = None
-        for _ in range(_ATTEMPTS):
-            box, events, result = change(self._boxes.get(name, _EMPTY))
-            if events and store is not None:
-                known = self._versions.get(name, 0)
-                try:
-                    written = store.append(stream_name(name), events, expected_version=known)
-                except ConcurrencyError as exc:
-                    # Only a stream that moved is worth a retry; any other conflict (a store
-                    # locked by another writer for too long) is the caller's to see.
-                    if not self._catch_up(name):
-                        raise
-                    lost = exc
-                    continue
-                self._versions[name] = written[-1].seq if written else known + len(events)
-            self._boxes[name] = box
-            return result
-        raise ConcurrencyError(
-            f"stream {stream_name(name)!r}: other writers kept appending; gave up after "
-            f"{_ATTEMPTS} attempts (nothing was written)"
-        ) from lost
+
+        def events_of(session: Session) -> tuple[list[Event], _T]:
+            _, events, result = change(session.inbox)
+            return events, result
+
+        _, result = self._journal(name).commit(events_of)
+        return result
 
     def _catch_up(self, name: str | None) -> bool:
-        """Fold in what was appended to ``name``'s stream since this process last saw it.
+        """Fold in what was appended to ``name``'s stream since this process last saw it."""
+        return bool(self._journal(name).catch_up())
 
-        Returns whether there was anything. Asks for the stream's version first: stores answer
-        that cheaply, and most of the time nothing new is there to read.
-        """
-        assert self._store is not None
-        stream = stream_name(name)
-        known = self._versions.get(name, 0)
-        if self._store.version(stream) <= known:
-            return False
-        events = list(self._store.read(stream, after=known))
-        if not events:
-            return False
-        start = Session(inbox=self._boxes.get(name, _EMPTY), version=known)
-        session = replay(events, start=start, stream=stream)
-        self._boxes[name] = session.inbox
-        self._versions[name] = session.version
-        for event in events:
-            if isinstance(event, MessageSent):
-                self._last_order = max(self._last_order, _order(event.message))
-        return True
+    def _saw(self, events: Sequence[Event]) -> None:
+        self._saw_messages(e.message for e in events if isinstance(e, MessageSent))
+
+    def _saw_messages(self, messages: Iterable[Message]) -> None:
+        # Every send position made or read here moves this process's clock past it.
+        for message in messages:
+            self._last_order = max(self._last_order, _order(message))
 
     def _catch_up_all(self, names: Iterable[str | None]) -> None:
         """``_catch_up`` each address in ``names`` when there is a store; called with the lock."""
