@@ -13,6 +13,8 @@ True
 ['the deploy is frozen', 'stop and summarize']
 """
 
+from importlib import metadata as _metadata
+
 from nous_inbox.errors import (
     ConcurrencyError,
     DecodeError,
@@ -68,7 +70,10 @@ from nous_inbox.store import (
     open_store,
 )
 
-__version__ = "0.1.0.dev0"
+try:  # one source of truth for the version: the installed distribution's metadata
+    __version__ = _metadata.version("nous-inbox")
+except _metadata.PackageNotFoundError:  # a bare checkout on sys.path, never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -459,3 +459,10 @@ def test_run_takes_as_many_steps_as_asked(url: str) -> None:
     calls = [json.loads(line) for line in text.splitlines()]
     names = [e["call"]["arguments"]["name"] for e in calls if e["type"] == "tool_called"]
     assert len(names) == 9 and names[-1] == "shard-2.log"
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import nous_inbox
+
+    assert cli("--version")[0] == 0
+    assert capsys.readouterr().out.strip() == f"nous-inbox {nous_inbox.__version__}"

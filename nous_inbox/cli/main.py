@@ -109,11 +109,18 @@ def _store_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    from nous_inbox import __version__  # the package face, read only when asked
+
+    return __version__
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="nous-inbox",
         description="Talk to an AI agent while it is working: an inbox a run claims at its next step.",
     )
+    parser.add_argument("--version", action="version", version=f"nous-inbox {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
