@@ -403,7 +403,10 @@ for i in range(100000):
 
 
 @pytest.mark.parametrize("scheme", ["sqlite", "file"])
-def test_a_killed_owner_loses_no_message_and_doubles_none(tmp_path: Path, scheme: str) -> None:
+@pytest.mark.parametrize("kill_after", [1, 40, 150])  # acknowledged sends before the SIGKILL
+def test_a_killed_owner_loses_no_message_and_doubles_none(
+    tmp_path: Path, scheme: str, kill_after: int
+) -> None:
     url = f"{scheme}:{tmp_path / 'log'}"
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, url], stdout=subprocess.PIPE, text=True, cwd=ROOT,
@@ -413,7 +416,7 @@ def test_a_killed_owner_loses_no_message_and_doubles_none(tmp_path: Path, scheme
     acknowledged = []
     for line in child.stdout:
         acknowledged.append(line.strip())
-        if len(acknowledged) == 150:
+        if len(acknowledged) == kill_after:
             break
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
@@ -426,7 +429,8 @@ def test_a_killed_owner_loses_no_message_and_doubles_none(tmp_path: Path, scheme
     everywhere = queued + delivered
     assert len(everywhere) == len(set(everywhere)), "a message was doubled"
     assert set(acknowledged) <= set(everywhere), "an acknowledged message was lost"
-    assert any(isinstance(e, ModelRequested) for e in store.read("s"))  # runs were under way
+    if kill_after > 1:
+        assert any(isinstance(e, ModelRequested) for e in store.read("s"))  # runs were under way
     store.close()
 
 
