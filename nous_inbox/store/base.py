@@ -243,10 +243,14 @@ class StoreBase(abc.ABC):
         """Take ``stream``'s owner lease; see :class:`Store`."""
         check_stream(stream)
         with self._lock:
-            self._check_open()
-            if self.read_only:
-                raise read_only_error(self.url)
+            self._check_writable()
         return self._leases.own(stream)
+
+    def _check_writable(self) -> None:
+        """Raise unless the store is open and was not opened read-only (call with the lock)."""
+        self._check_open()
+        if self.read_only:
+            raise read_only_error(self.url)
 
     def __enter__(self) -> Self:
         return self

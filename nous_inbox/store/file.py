@@ -68,7 +68,6 @@ from nous_inbox.store.base import (
     check_stream,
     conflict,
     number_events,
-    read_only_error,
 )
 from nous_inbox.store.lease import Leases
 
@@ -124,9 +123,7 @@ class FileStore(StoreBase):
         check_stream(stream)
         check_expected_version(expected_version)
         with self._lock:
-            self._check_open()
-            if self.read_only:
-                raise read_only_error(self.url)
+            self._check_writable()
             if not events:
                 number_events(stream, events, 0)  # still refuse a non-sequence
                 return []

@@ -28,7 +28,6 @@ from nous_inbox.store.base import (
     check_stream,
     conflict,
     number_events,
-    read_only_error,
 )
 from nous_inbox.store.lease import Leases
 
@@ -54,9 +53,7 @@ class MemoryStore(StoreBase):
         check_stream(stream)
         check_expected_version(expected_version)
         with self._lock:
-            self._check_open()
-            if self.read_only:
-                raise read_only_error(self.url)
+            self._check_writable()
             log = self._streams.get(stream)
             version = len(log) if log else 0
             if expected_version is not None and expected_version != version:
