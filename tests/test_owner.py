@@ -578,3 +578,24 @@ def test_a_session_has_one_owner_at_a_time_even_across_processes(tmp_path: Path)
         assert [e.turn for e in first.events() if isinstance(e, TurnStarted)] == [1]
     with make_owner(ScriptedModel(), store_url=url) as second:  # released on close
         assert second.session.turn == 1
+
+
+def test_sends_from_asyncio_tasks_are_safe_and_never_wait_for_a_run() -> None:
+    import asyncio
+
+    model = ScriptedModel(tool_steps=1)
+
+    async def host(owner: Owner) -> None:
+        async def person(k: int) -> None:
+            for i in range(10):
+                owner.steer(f"a{k}-{i}")  # returns once recorded; the run goes on elsewhere
+                await asyncio.sleep(0)  # let the other tasks interleave (not a synchronisation)
+
+        await asyncio.gather(*(person(k) for k in range(3)))
+        assert await asyncio.to_thread(owner.wait_idle, WAIT)
+
+    with make_owner(model) as owner:
+        asyncio.run(host(owner))
+        delivered = [m.content for m in owner.transcript if m.role == "user"]
+        assert sorted(delivered) == sorted(f"a{k}-{i}" for k in range(3) for i in range(10))
+        assert owner.session == replay(owner.events())
