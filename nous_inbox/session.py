@@ -109,11 +109,6 @@ class Session(msgspec.Struct, frozen=True):
             return Session(self.inbox, self.transcript, seq, self.turn, self.step, False)
         return Session(self.inbox, self.transcript, seq, self.turn, self.step, self.running)
 
-    @property
-    def messages(self) -> list[Message]:
-        """The transcript as a plain list."""
-        return list(self.transcript)
-
 
 def replay(events: Iterable[Event], start: Session | None = None, stream: str = "") -> Session:
     """Fold ``events`` into a session, from ``start`` (an empty session by default).
