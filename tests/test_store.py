@@ -26,25 +26,6 @@ from nous_inbox.store import (
     open_store,
 )
 
-KINDS = ["memory", "file", "sqlite"]
-
-
-@pytest.fixture(params=KINDS)
-def kind(request):
-    return request.param
-
-
-@pytest.fixture
-def url(kind, tmp_path):
-    return {"memory": "memory:", "file": f"file:{tmp_path / 'log.jsonl'}",
-            "sqlite": f"sqlite:{tmp_path / 'inbox.sqlite'}"}[kind]
-
-
-@pytest.fixture
-def store(url):
-    with open_store(url) as opened:
-        yield opened
-
 
 def sent(text: str, target: Target = Target.NEXT_STEP, wakeup: bool = True) -> MessageSent:
     return MessageSent(target=target, wakeup=wakeup, message=Message.user(text))

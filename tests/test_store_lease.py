@@ -29,25 +29,7 @@ from nous_inbox.store.lease import _take
 
 STRESS = int(os.environ.get("NOUS_INBOX_STRESS", "1") or 1)
 ROOT = Path(__file__).resolve().parent.parent
-KINDS = ["memory", "file", "sqlite"]
 DURABLE = ["file", "sqlite"]
-
-
-@pytest.fixture(params=KINDS)
-def kind(request):
-    return request.param
-
-
-@pytest.fixture
-def url(kind, tmp_path):
-    return {"memory": "memory:", "file": f"file:{tmp_path / 'log.jsonl'}",
-            "sqlite": f"sqlite:{tmp_path / 'inbox.sqlite'}"}[kind]
-
-
-@pytest.fixture
-def store(url):
-    with open_store(url) as opened:
-        yield opened
 
 
 def lock_file(url: str, stream: str) -> Path:
@@ -141,10 +123,7 @@ def test_memory_stores_are_separate_so_are_their_leases():
         b.own("s").release()
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_threads_racing_for_a_stream_get_exactly_one_lease(kind, tmp_path):
-    url = {"memory": "memory:", "file": f"file:{tmp_path / 'log'}",
-           "sqlite": f"sqlite:{tmp_path / 'db'}"}[kind]
+def test_threads_racing_for_a_stream_get_exactly_one_lease(kind, url):
     shared = open_store(url)
     threads = 4
     # One store per thread for the durable stores (the cross-instance case); memory: shares one.
