@@ -28,12 +28,17 @@ The value is immutable and persistent: every operation returns a new inbox and l
 usable, and equal contents mean equal values and equal hashes.
 
 Design notes. Each queue is a ``pyrsistent.pvector`` of ``(message, wakeup)`` entries, and the
-inbox also keeps, per queue, how many entries asked for a wake and how many of those hold
-something worth a model round (not whitespace only, ruling 4). So ``count``, ``has_pending``,
-``wants_wake`` and ``worth_waking`` read integers, and ``claim`` hands back the drained vector itself behind a
-read-only view: none of them grows with the queue. The wake intent belongs to each entry, not to
-the inbox, because it must survive being queued: a steer that lands after a run's last claim is
-still pending when the run ends, and that entry is what says a new run is owed.
+inbox also keeps, per queue, how many entries asked for a wake and whether one of those holds
+something worth a model round (not whitespace only, ruling 4). That flag only ever turns on as
+entries arrive and is reset by the claim that empties the queue, so a send tests a message for
+blankness only while its queue holds no worthy wake yet. So ``count``, ``has_pending``,
+``wants_wake`` and ``worth_waking`` read a field or two, and ``claim`` hands back the drained
+vector itself behind a read-only view: none of them grows with the queue. The wake intent belongs
+to each entry, not to the inbox, because it must survive being queued: a steer that lands after a
+run's last claim is still pending when the run ends, and that entry is what says a new run is
+owed. An inbox is built with ``gc=False``: it holds only messages, which hold only JSON-able
+values, so it can never be part of a reference cycle, and leaving it out of the cyclic
+collector's bookkeeping makes every send cheaper.
 
 Every claim decision lives here, pure: ``claim(target)`` at a turn or step boundary, and
 ``claim(target, wake_only=True)`` where a run would otherwise stop, which claims only when
@@ -223,7 +228,7 @@ _json_decoder: Final = msgspec.json.Decoder(_WireInbox)
 _msgpack_decoder: Final = msgspec.msgpack.Decoder(_WireInbox)
 
 
-class Inbox(msgspec.Struct, frozen=True):
+class Inbox(msgspec.Struct, frozen=True, gc=False):
     """The two-queue value. Every method returns a new inbox; the receiver is never changed.
 
     >>> Inbox() == Inbox.new()
@@ -238,8 +243,8 @@ class Inbox(msgspec.Struct, frozen=True):
     _step: PVector[Any] = _NO_ENTRIES
     _turn_wakes: int = 0
     _step_wakes: int = 0
-    _turn_worth: int = 0
-    _step_worth: int = 0
+    _turn_worth: bool = False
+    _step_worth: bool = False
 
     @classmethod
     def new(cls) -> Inbox:
@@ -274,26 +279,27 @@ class Inbox(msgspec.Struct, frozen=True):
             step = as_target(target) is _STEP  # in practice: raises the ValueError naming choices
         if type(wakeup) is not bool:
             raise TypeError(f"wakeup must be a bool, got {type(wakeup).__name__}")
-        worth = wakeup and _worth(message)
         if step:
             return Inbox(self._turn, self._step.append((message, wakeup)), self._turn_wakes,
-                         self._step_wakes + wakeup, self._turn_worth, self._step_worth + worth)
+                         self._step_wakes + wakeup, self._turn_worth,
+                         self._step_worth or (wakeup and _worth(message)))
         return Inbox(self._turn.append((message, wakeup)), self._step, self._turn_wakes + wakeup,
-                     self._step_wakes, self._turn_worth + worth, self._step_worth)
+                     self._step_wakes, self._turn_worth or (wakeup and _worth(message)),
+                     self._step_worth)
 
     def followup(self, message: Message | str) -> Inbox:
         """Queue for the next **turn**, waking an idle agent: "answer this after you finish"."""
         if type(message) is not Message:
             message = as_message(message)
         return Inbox(self._turn.append((message, True)), self._step, self._turn_wakes + 1,
-                     self._step_wakes, self._turn_worth + _worth(message), self._step_worth)
+                     self._step_wakes, self._turn_worth or _worth(message), self._step_worth)
 
     def steer(self, message: Message | str) -> Inbox:
         """Queue for the next **step**, waking an idle agent: "read this before your next request"."""
         if type(message) is not Message:
             message = as_message(message)
         return Inbox(self._turn, self._step.append((message, True)), self._turn_wakes,
-                     self._step_wakes + 1, self._turn_worth, self._step_worth + _worth(message))
+                     self._step_wakes + 1, self._turn_worth, self._step_worth or _worth(message))
 
     def inject(self, message: Message | str) -> Inbox:
         """Queue for the next **step** without waking: context for a request the agent makes anyway.
@@ -354,12 +360,12 @@ class Inbox(msgspec.Struct, frozen=True):
             if not self._step:
                 return _NOTHING_CLAIMED, self
             return Claimed(self._step), Inbox(
-                self._turn, _NO_ENTRIES, self._turn_wakes, 0, self._turn_worth, 0
+                self._turn, _NO_ENTRIES, self._turn_wakes, 0, self._turn_worth, False
             )
         if not self._turn:
             return _NOTHING_CLAIMED, self
         return Claimed(self._turn), Inbox(
-            _NO_ENTRIES, self._step, 0, self._step_wakes, 0, self._step_worth
+            _NO_ENTRIES, self._step, 0, self._step_wakes, False, self._step_worth
         )
 
     def _claim_oldest(self, where: Target, limit: int) -> tuple[Claimed, Inbox]:
@@ -371,7 +377,7 @@ class Inbox(msgspec.Struct, frozen=True):
             return _NOTHING_CLAIMED, self
         taken, kept = queue[:limit], queue[limit:]
         kept_wakes = sum(wakeup for _, wakeup in kept)
-        kept_worth = sum(wakeup and _worth(message) for message, wakeup in kept)
+        kept_worth = any(wakeup and _worth(message) for message, wakeup in kept)
         if where is _STEP:
             return Claimed(taken), Inbox(
                 self._turn, kept, self._turn_wakes, kept_wakes, self._turn_worth, kept_worth
@@ -415,8 +421,8 @@ class Inbox(msgspec.Struct, frozen=True):
         (True, False)
         """
         if target is None:
-            return self._turn_worth > 0 or self._step_worth > 0
-        return (self._step_worth if as_target(target) is _STEP else self._turn_worth) > 0
+            return self._turn_worth or self._step_worth
+        return self._step_worth if as_target(target) is _STEP else self._turn_worth
 
     def has_pending(self, target: Target | str | None = None) -> bool:
         """Whether anything is queued on ``target``, or on either queue when ``target`` is None."""
@@ -497,8 +503,8 @@ class Inbox(msgspec.Struct, frozen=True):
         step = pvector([(e.message, e.wakeup) for e in wire.next_step])
         return cls(
             turn, step, sum(e.wakeup for e in wire.next_turn), sum(e.wakeup for e in wire.next_step),
-            sum(e.wakeup and _worth(e.message) for e in wire.next_turn),
-            sum(e.wakeup and _worth(e.message) for e in wire.next_step),
+            any(e.wakeup and _worth(e.message) for e in wire.next_turn),
+            any(e.wakeup and _worth(e.message) for e in wire.next_step),
         )
 
 
