@@ -53,6 +53,7 @@ from nous_inbox.inbox import (
     send,
     steer,
     wants_wake,
+    worth_waking,
 )
 from nous_inbox.loop import ToolSpec
 from nous_inbox.message import Message, Role, ToolCall
@@ -130,4 +131,5 @@ __all__ = [
     "steer",
     "tool",
     "wants_wake",
+    "worth_waking",
 ]
