@@ -82,12 +82,12 @@ def test_parameters_reach_the_store_and_not_libpq(postgres_url):
 
 def test_a_server_that_does_not_answer_is_a_store_error_naming_the_url():
     url = "postgresql://nobody@127.0.0.1:1/none"
-    with pytest.raises(StoreError, match="^postgresql://nobody@127.0.0.1:1/none: cannot connect"):
+    with pytest.raises(StoreError, match=r"^postgresql://nobody@127.0.0.1:1/none: cannot connect"):
         open_store(url)
 
 
 def test_read_only_opening_of_an_empty_schema_creates_nothing(postgres, postgres_url):
-    with pytest.raises(StoreError, match="no store in schema .* nothing was created"):
+    with pytest.raises(StoreError, match=r"no store in schema .* nothing was created"):
         open_store(postgres_url, read_only=True)
     schema = postgres_url.rsplit("schema=", 1)[1]
     with psycopg.connect(postgres.url) as db:
@@ -204,7 +204,7 @@ def test_a_lost_connection_that_does_not_come_back_is_a_store_error(postgres_url
         store.append("s", [Warned(text="a")])
         store._conninfo = "postgresql://nobody@127.0.0.1:1/none"  # the server is gone for good
         sql(postgres_url, "SELECT pg_terminate_backend(%s)", store._connection().info.backend_pid)
-        with pytest.raises(StoreError, match="could not get it back within 0.01s"):
+        with pytest.raises(StoreError, match=r"could not get it back within 0.01s"):
             store.append("s", [Warned(text="b")])
 
 
@@ -241,7 +241,7 @@ def test_a_stale_owner_is_fenced_and_writes_nothing(postgres_url):
         expire(postgres_url, "s")
         fresh.own("s")
         fresh.append("s", [Warned(text="the new owner")])
-        with pytest.raises(LeaseLostError, match="lease .* was taken over; nothing was written"):
+        with pytest.raises(LeaseLostError, match=r"lease .* was taken over; nothing was written"):
             stale.append("s", [Warned(text="too late")], expected_version=2)
         with pytest.raises(LeaseLostError):  # and it stays fenced, asked or not
             stale.append("s", [Warned(text="still too late")])
