@@ -23,6 +23,7 @@ from nous_inbox.errors import (
     ReplayError,
     StoreError,
     StreamOwnedError,
+    UnexpectedHappeningError,
 )
 from nous_inbox.events import (
     SCHEMA_VERSION,
@@ -118,6 +119,7 @@ __all__ = [
     "ToolSpec",
     "TurnEnded",
     "TurnStarted",
+    "UnexpectedHappeningError",
     "Warned",
     "claim",
     "count",
