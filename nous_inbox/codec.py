@@ -198,6 +198,10 @@ class LogFormat(abc.ABC):
         body = b"".join([frame_(encode(item)) for item in items])
         return self.header() + body if header else body
 
+    def decoder(self, kind: Any) -> Any:
+        """The compiled msgspec decoder of ``kind`` (raises msgspec's own errors, unplaced)."""
+        return self._decoders[kind]
+
     def decode(
         self, data: Any, kind: Any, where: str = "record", max_size: int = MAX_RECORD_SIZE,
     ) -> Any:

@@ -76,6 +76,9 @@ MAX_STREAM_NAME: Final = 256
 STORE_ENV: Final = "NOUS_INBOX_STORE"
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _READ_BACK: Final = "it would not read back"
+_INF: Final = math.inf
+_BAD: Final = (msgspec.DecodeError, RecursionError)
+_EVENT_TYPES: Final = frozenset(EVENT_TYPES)
 
 
 class StoreLockedError(ConcurrencyError):
@@ -178,31 +181,36 @@ def _read_only_error(url: str) -> io.UnsupportedOperation:
     return io.UnsupportedOperation(f"{url} was opened read-only")
 
 
-def _checked_events(stream: str, events: object, now: float | None = None) -> list[Event]:
-    """The events of an append as a list, ``at`` filled in; anything else refused by index."""
+def _checked_events(stream: str, events: object) -> Sequence[Event]:
+    """Refuse anything but a sequence of events with finite times, naming the index."""
     if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
         raise TypeError(
             f"append to {stream!r}: events must be a sequence of events, "
             f"got {type(events).__name__}"
         )
-    stamp = time.time() if now is None else now
-    replace = msgspec.structs.replace
-    checked: list[Event] = []
+    kinds = _EVENT_TYPES
     for i, event in enumerate(events):
-        if type(event) not in EVENT_TYPES:
+        if type(event) not in kinds:
             raise TypeError(
                 f"append to {stream!r}: events[{i}] is a {type(event).__name__}, not an event"
             )
         at = event.at
-        if type(at) is not float or not math.isfinite(at):
-            if type(at) is bool or not isinstance(at, (int, float)) or not math.isfinite(at):
-                raise ValueError(
-                    f"append to {stream!r}: events[{i}].at must be a finite number of seconds, "
-                    f"got {at!r}; nothing was written"
-                )
-            at = float(at)
-        checked.append(replace(event, at=at or stamp))
-    return checked
+        if not (type(at) is float and -_INF < at < _INF) and (  # NaN fails both comparisons
+            type(at) is bool or not isinstance(at, (int, float)) or not math.isfinite(at)
+        ):
+            raise ValueError(
+                f"append to {stream!r}: events[{i}].at must be a finite number of seconds, "
+                f"got {at!r}; nothing was written"
+            )
+    return events
+
+
+def _numbered(events: Sequence[Event], version: int, now: float | None = None) -> list[Event]:
+    """Checked events as the store keeps them: ``seq`` from ``version + 1``, ``at`` filled in."""
+    stamp = time.time() if now is None else now
+    replace = msgspec.structs.replace
+    return [replace(event, seq=version + i, at=float(event.at or stamp))
+            for i, event in enumerate(events, 1)]
 
 
 def number_events(
@@ -217,9 +225,7 @@ def number_events(
     >>> [(e.seq, e.at) for e in number_events("s", [Warned(text="x", seq=9)], 4, now=1.5)]
     [(5, 1.5)]
     """
-    replace = msgspec.structs.replace
-    return [replace(event, seq=version + 1 + i)
-            for i, event in enumerate(_checked_events(stream, events, now))]
+    return _numbered(_checked_events(stream, events), version, now)
 
 
 # Deprecated aliases of helpers that became private (a store implements hooks instead).
@@ -316,7 +322,10 @@ class StoreBase(abc.ABC):
 
     def _decode(self, stream: str, record: bytes) -> Event:
         """Read back one record ``_encode`` made (the proof before a write)."""
-        event: Event = self._format.decode(record, Event, _READ_BACK, self.max_record_size)
+        try:
+            event: Event = self._format.decoder(Event).decode(record)
+        except _BAD:  # the slow way again, for an error that says where
+            event = self._format.decode(record, Event, _READ_BACK, self.max_record_size)
         return event
 
     # -- the protocol ----------------------------------------------------------------------------
@@ -335,8 +344,7 @@ class StoreBase(abc.ABC):
             with self._appending(stream) as version:
                 if expected_version is not None and expected_version != version:
                     raise _conflict(stream, expected_version, version)
-                replace = msgspec.structs.replace
-                stored = [replace(event, seq=version + 1 + i) for i, event in enumerate(batch)]
+                stored = _numbered(batch, version)
                 records = self._prove(stream, stored)
                 self._write(stream, stored, records)
         return stored
@@ -406,7 +414,9 @@ class StoreBase(abc.ABC):
             index = _first_unencodable(events)
             raise _refused(stream, index, events[index], exc) from None
         limit = self.max_record_size
-        for i, (event, record) in enumerate(zip(events, records, strict=True)):
+        decode = self._decode
+        for i, event in enumerate(events):
+            record = records[i]
             if len(record) > limit:
                 raise RecordTooLargeError(
                     f"{self.url}: an event of stream {stream!r} (events[{i}], "
@@ -414,7 +424,7 @@ class StoreBase(abc.ABC):
                     f"{limit} bytes; nothing was written"
                 )
             try:
-                back = self._decode(stream, record)
+                back = decode(stream, record)
             except (DecodeError, TypeError, ValueError) as exc:
                 raise _refused(stream, i, event, exc) from None
             if back != event:

@@ -51,6 +51,8 @@ import time
 from collections.abc import Iterator
 from typing import Final
 
+import msgspec
+
 from nous_inbox.codec import JSON_LINES, MAX_RECORD_SIZE, Record
 from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
@@ -126,8 +128,14 @@ class FileStore(StoreBase):
 
     def _decode(self, stream: str, record: bytes) -> Event:
         try:
-            decoded: Record = self._format.decode(record, Record, "it would not read back",
-                                                  self.max_record_size)
+            decoded: Record = self._format.decoder(Record).decode(record)
+        except (msgspec.DecodeError, RecursionError):
+            pass
+        else:
+            return decoded.event
+        try:  # again, for an error that says where
+            decoded = self._format.decode(record, Record, "it would not read back",
+                                          self.max_record_size)
         except DecodeError as exc:  # name the path inside the event, not inside the envelope
             raise DecodeError(str(exc).replace("`$.event.", "`$.")) from None
         return decoded.event

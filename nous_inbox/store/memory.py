@@ -53,9 +53,8 @@ class MemoryStore(StoreBase):
         if self._closed:
             raise ValueError("memory: store is closed")
 
-    @contextlib.contextmanager
-    def _appending(self, stream: str) -> Iterator[int]:
-        yield self._version(stream)
+    def _appending(self, stream: str) -> contextlib.AbstractContextManager[int]:
+        return contextlib.nullcontext(self._version(stream))
 
     def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
         self._streams.setdefault(stream, []).extend(events)
