@@ -22,6 +22,7 @@ from nous_inbox.errors import (
     ReplayError,
     StoreError,
     StreamOwnedError,
+    UnexpectedHappeningError,
 )
 from nous_inbox.events import (
     SCHEMA_VERSION,
@@ -52,6 +53,7 @@ from nous_inbox.inbox import (
     send,
     steer,
     wants_wake,
+    worth_waking,
 )
 from nous_inbox.loop import ToolSpec
 from nous_inbox.message import Message, Role, ToolCall
@@ -115,6 +117,7 @@ __all__ = [
     "ToolSpec",
     "TurnEnded",
     "TurnStarted",
+    "UnexpectedHappeningError",
     "Warned",
     "claim",
     "count",
@@ -128,4 +131,5 @@ __all__ = [
     "steer",
     "tool",
     "wants_wake",
+    "worth_waking",
 ]
