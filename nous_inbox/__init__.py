@@ -52,6 +52,7 @@ from nous_inbox.inbox import (
     send,
     steer,
     wants_wake,
+    worth_waking,
 )
 from nous_inbox.loop import ToolSpec
 from nous_inbox.message import Message, Role, ToolCall
@@ -128,4 +129,5 @@ __all__ = [
     "steer",
     "tool",
     "wants_wake",
+    "worth_waking",
 ]

@@ -28,17 +28,27 @@ The value is immutable and persistent: every operation returns a new inbox and l
 usable, and equal contents mean equal values and equal hashes.
 
 Design notes. Each queue is a ``pyrsistent.pvector`` of ``(message, wakeup)`` entries, and the
-inbox also keeps how many entries of each queue asked for a wake. So ``count``, ``has_pending`` and
-``wants_wake`` read two integers, and ``claim`` hands back the drained vector itself behind a
-read-only view: none of them grows with the queue. The wake intent belongs to each entry, not to
-the inbox, because it must survive being queued: a steer that lands after a run's last claim is
-still pending when the run ends, and that entry is what says a new run is owed.
+inbox also keeps, per queue, how many entries asked for a wake and whether one of those holds
+something worth a model round (not whitespace only, ruling 4). That flag only ever turns on as
+entries arrive and is reset by the claim that empties the queue, so a send tests a message for
+blankness only while its queue holds no worthy wake yet. So ``count``, ``has_pending``,
+``wants_wake`` and ``worth_waking`` read a field or two, and ``claim`` hands back the drained
+vector itself behind a read-only view: none of them grows with the queue. The wake intent belongs
+to each entry, not to the inbox, because it must survive being queued: a steer that lands after a
+run's last claim is still pending when the run ends, and that entry is what says a new run is
+owed. An inbox is built with ``gc=False``: it holds only messages, which hold only JSON-able
+values, so it can never be part of a reference cycle, and leaving it out of the cyclic
+collector's bookkeeping makes every send cheaper.
+
+Every claim decision lives here, pure: ``claim(target)`` at a turn or step boundary, and
+``claim(target, wake_only=True)`` where a run would otherwise stop, which claims only when
+``worth_waking(target)``. A driver asks; it never inspects the queues itself.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, Final, overload
 
@@ -60,9 +70,11 @@ __all__ = [
     "followup",
     "has_pending",
     "inject",
+    "is_blank",
     "send",
     "steer",
     "wants_wake",
+    "worth_waking",
 ]
 
 
@@ -121,6 +133,30 @@ def as_message(message: object) -> Message:
     if isinstance(message, Message):
         return message
     raise TypeError(f"message must be a Message or a str, got {type(message).__name__}")
+
+
+def is_blank(messages: Iterable[Message]) -> bool:
+    """Whether these messages hold nothing worth a model round: none has non-whitespace content
+    or a tool call (ruling 4). The one blank test: the inbox counts waking entries with it, and
+    the loop asks it of what a claim delivered.
+
+    >>> is_blank([Message.user("  \\n")]), is_blank([Message.user(" "), Message.user("go")])
+    (True, False)
+    """
+    return not any(map(_worth, messages))
+
+
+def _worth(message: Message) -> bool:
+    # ``isspace`` is what ``strip`` strips, without building a new string.
+    content = message.content
+    return bool((content and not content.isspace()) or message.tool_calls)
+
+
+def _check_limit(limit: int) -> None:
+    if type(limit) is not int:
+        raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
 
 
 class Claimed(Sequence[Message]):
@@ -192,7 +228,7 @@ _json_decoder: Final = msgspec.json.Decoder(_WireInbox)
 _msgpack_decoder: Final = msgspec.msgpack.Decoder(_WireInbox)
 
 
-class Inbox(msgspec.Struct, frozen=True):
+class Inbox(msgspec.Struct, frozen=True, gc=False):
     """The two-queue value. Every method returns a new inbox; the receiver is never changed.
 
     >>> Inbox() == Inbox.new()
@@ -207,6 +243,8 @@ class Inbox(msgspec.Struct, frozen=True):
     _step: PVector[Any] = _NO_ENTRIES
     _turn_wakes: int = 0
     _step_wakes: int = 0
+    _turn_worth: bool = False
+    _step_worth: bool = False
 
     @classmethod
     def new(cls) -> Inbox:
@@ -243,23 +281,25 @@ class Inbox(msgspec.Struct, frozen=True):
             raise TypeError(f"wakeup must be a bool, got {type(wakeup).__name__}")
         if step:
             return Inbox(self._turn, self._step.append((message, wakeup)), self._turn_wakes,
-                         self._step_wakes + wakeup)
+                         self._step_wakes + wakeup, self._turn_worth,
+                         self._step_worth or (wakeup and _worth(message)))
         return Inbox(self._turn.append((message, wakeup)), self._step, self._turn_wakes + wakeup,
-                     self._step_wakes)
+                     self._step_wakes, self._turn_worth or (wakeup and _worth(message)),
+                     self._step_worth)
 
     def followup(self, message: Message | str) -> Inbox:
         """Queue for the next **turn**, waking an idle agent: "answer this after you finish"."""
         if type(message) is not Message:
             message = as_message(message)
         return Inbox(self._turn.append((message, True)), self._step, self._turn_wakes + 1,
-                     self._step_wakes)
+                     self._step_wakes, self._turn_worth or _worth(message), self._step_worth)
 
     def steer(self, message: Message | str) -> Inbox:
         """Queue for the next **step**, waking an idle agent: "read this before your next request"."""
         if type(message) is not Message:
             message = as_message(message)
         return Inbox(self._turn, self._step.append((message, True)), self._turn_wakes,
-                     self._step_wakes + 1)
+                     self._step_wakes + 1, self._turn_worth, self._step_worth or _worth(message))
 
     def inject(self, message: Message | str) -> Inbox:
         """Queue for the next **step** without waking: context for a request the agent makes anyway.
@@ -270,11 +310,13 @@ class Inbox(msgspec.Struct, frozen=True):
         if type(message) is not Message:
             message = as_message(message)
         return Inbox(self._turn, self._step.append((message, False)), self._turn_wakes,
-                     self._step_wakes)
+                     self._step_wakes, self._turn_worth, self._step_worth)
 
     # -- claiming --------------------------------------------------------------------------------
 
-    def claim(self, target: Target | str, limit: int | None = None) -> tuple[Claimed, Inbox]:
+    def claim(
+        self, target: Target | str, limit: int | None = None, *, wake_only: bool = False
+    ) -> tuple[Claimed, Inbox]:
         """Take everything queued on ``target``, in send order, and return the drained inbox.
 
         The other queue is untouched; an empty claim returns an empty sequence and this same
@@ -289,23 +331,45 @@ class Inbox(msgspec.Struct, frozen=True):
         >>> claimed, rest = Inbox().followup("a").followup("b").claim("next_turn", limit=1)
         >>> [m.content for m in claimed], [m.content for m, _ in rest.entries("next_turn")]
         (['a'], ['b'])
+
+        ``wake_only`` is the claim a run makes where it would otherwise stop (a would-be final
+        answer, a spent budget): it claims only if ``worth_waking(target)``, that is, only if
+        a queued entry asked for a wake and holds something worth a model round, and otherwise
+        returns the empty claim and this same inbox. An injection alone, or a blank steer, does
+        not extend a run (rulings 2 and 4); when it does claim, it claims everything queued.
+
+        >>> inbox = Inbox().inject("fyi").steer("   ")
+        >>> claimed, same = inbox.claim("next_step", wake_only=True)
+        >>> len(claimed), same is inbox
+        (0, True)
+        >>> claimed, _ = inbox.steer("stop").claim("next_step", wake_only=True)
+        >>> [m.content for m in claimed]
+        ['fyi', '   ', 'stop']
         """
         where = as_target(target)
+        if wake_only is not False:
+            if wake_only is not True:
+                raise TypeError(f"wake_only must be a bool, got {type(wake_only).__name__}")
+            if not (self._step_worth if where is _STEP else self._turn_worth):
+                if limit is not None:
+                    _check_limit(limit)
+                return _NOTHING_CLAIMED, self
         if limit is not None:
             return self._claim_oldest(where, limit)
         if where is _STEP:
             if not self._step:
                 return _NOTHING_CLAIMED, self
-            return Claimed(self._step), Inbox(self._turn, _NO_ENTRIES, self._turn_wakes, 0)
+            return Claimed(self._step), Inbox(
+                self._turn, _NO_ENTRIES, self._turn_wakes, 0, self._turn_worth, False
+            )
         if not self._turn:
             return _NOTHING_CLAIMED, self
-        return Claimed(self._turn), Inbox(_NO_ENTRIES, self._step, 0, self._step_wakes)
+        return Claimed(self._turn), Inbox(
+            _NO_ENTRIES, self._step, 0, self._step_wakes, False, self._step_worth
+        )
 
     def _claim_oldest(self, where: Target, limit: int) -> tuple[Claimed, Inbox]:
-        if type(limit) is not int:
-            raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
-        if limit < 0:
-            raise ValueError(f"limit must be >= 0, got {limit}")
+        _check_limit(limit)
         queue = self._step if where is _STEP else self._turn
         if limit >= len(queue):
             return self.claim(where)
@@ -313,21 +377,52 @@ class Inbox(msgspec.Struct, frozen=True):
             return _NOTHING_CLAIMED, self
         taken, kept = queue[:limit], queue[limit:]
         kept_wakes = sum(wakeup for _, wakeup in kept)
+        kept_worth = any(wakeup and _worth(message) for message, wakeup in kept)
         if where is _STEP:
-            return Claimed(taken), Inbox(self._turn, kept, self._turn_wakes, kept_wakes)
-        return Claimed(taken), Inbox(kept, self._step, kept_wakes, self._step_wakes)
+            return Claimed(taken), Inbox(
+                self._turn, kept, self._turn_wakes, kept_wakes, self._turn_worth, kept_worth
+            )
+        return Claimed(taken), Inbox(
+            kept, self._step, kept_wakes, self._step_wakes, kept_worth, self._step_worth
+        )
 
     # -- asking ----------------------------------------------------------------------------------
 
-    def wants_wake(self) -> bool:
-        """Whether any queued entry, in either queue, asked for a wake (Nous's ``wake?``).
+    def wants_wake(self, target: Target | str | None = None) -> bool:
+        """Whether a queued entry asked for a wake (Nous's ``wake?``), on ``target`` or on either
+        queue when ``target`` is None.
 
-        The question an idle agent's owner asks when a message arrives and again when a run ends.
+        It says what was *asked*; whether the ask is worth a model round is
+        :meth:`worth_waking`, the question an owner asks before it starts a run.
 
-        >>> Inbox().inject("fyi").steer("go").wants_wake()
-        True
+        >>> inbox = Inbox().inject("fyi").steer("go")
+        >>> inbox.wants_wake(), inbox.wants_wake("next_step"), inbox.wants_wake("next_turn")
+        (True, True, False)
         """
-        return self._turn_wakes > 0 or self._step_wakes > 0
+        if target is None:
+            return self._turn_wakes > 0 or self._step_wakes > 0
+        return (self._step_wakes if as_target(target) is _STEP else self._turn_wakes) > 0
+
+    def worth_waking(self, target: Target | str | None = None) -> bool:
+        """Whether a queued entry asked for a wake **and** holds something worth a model round,
+        on ``target`` or on either queue when ``target`` is None.
+
+        This is the decision to start a run (an owner asks it when a message arrives and when a
+        run ends) and to extend one at a would-be final answer (``claim(..., wake_only=True)``).
+        A whitespace-only message never earns a round of its own (ruling 4): it stays queued
+        and rides along with the next request something else causes. A message with tool calls
+        counts as worth it. Like ``wants_wake``, it reads two counters kept as entries come and
+        go, so it costs the same however long the queues are.
+
+        >>> blank = Inbox().steer("  \\n")
+        >>> blank.wants_wake(), blank.worth_waking()
+        (True, False)
+        >>> blank.followup("go on").worth_waking(), blank.followup("go on").worth_waking("next_step")
+        (True, False)
+        """
+        if target is None:
+            return self._turn_worth or self._step_worth
+        return self._step_worth if as_target(target) is _STEP else self._turn_worth
 
     def has_pending(self, target: Target | str | None = None) -> bool:
         """Whether anything is queued on ``target``, or on either queue when ``target`` is None."""
@@ -407,7 +502,9 @@ class Inbox(msgspec.Struct, frozen=True):
         turn = pvector([(e.message, e.wakeup) for e in wire.next_turn])
         step = pvector([(e.message, e.wakeup) for e in wire.next_step])
         return cls(
-            turn, step, sum(e.wakeup for e in wire.next_turn), sum(e.wakeup for e in wire.next_step)
+            turn, step, sum(e.wakeup for e in wire.next_turn), sum(e.wakeup for e in wire.next_step),
+            any(e.wakeup and _worth(e.message) for e in wire.next_turn),
+            any(e.wakeup and _worth(e.message) for e in wire.next_step),
         )
 
 
@@ -441,14 +538,25 @@ def inject(inbox: Inbox, message: Message | str) -> Inbox:
     return inbox.inject(message)
 
 
-def claim(inbox: Inbox, target: Target | str, limit: int | None = None) -> tuple[Claimed, Inbox]:
-    """``inbox.claim(target, limit)``: ``(messages, drained_inbox)``."""
-    return inbox.claim(target, limit)
+def claim(
+    inbox: Inbox, target: Target | str, limit: int | None = None, *, wake_only: bool = False
+) -> tuple[Claimed, Inbox]:
+    """``inbox.claim(target, limit, wake_only=...)``: ``(messages, drained_inbox)``."""
+    return inbox.claim(target, limit, wake_only=wake_only)
 
 
-def wants_wake(inbox: Inbox) -> bool:
-    """``inbox.wants_wake()``: whether any queued entry asked for a wake."""
-    return inbox.wants_wake()
+def wants_wake(inbox: Inbox, target: Target | str | None = None) -> bool:
+    """``inbox.wants_wake(target)``: whether a queued entry asked for a wake."""
+    return inbox.wants_wake(target)
+
+
+def worth_waking(inbox: Inbox, target: Target | str | None = None) -> bool:
+    """``inbox.worth_waking(target)``: whether a waking entry is worth a model round.
+
+    >>> worth_waking(steer(Inbox(), " ")), worth_waking(steer(Inbox(), "stop"))
+    (False, True)
+    """
+    return inbox.worth_waking(target)
 
 
 def has_pending(inbox: Inbox, target: Target | str | None = None) -> bool:

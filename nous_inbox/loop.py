@@ -29,7 +29,8 @@ The rulings it implements (DESIGN.md), each with a test in ``tests/test_loop.py`
    result. Later steps claim only ``next_step``.
 2. **The would-be final answer** (content, no tool calls) is a boundary too, but it asks for a
    ``wake_only`` claim: the driver claims ``next_step`` only if an entry there asked for a wake (a
-   steer), and then the run is extended by one step. A pending *injection* alone does not extend
+   steer) and is worth a round (``Inbox.claim(..., wake_only=True)`` decides, in the core), and
+   then the run is extended by one step. A pending *injection* alone does not extend
    the run: Nous defines inject as "have this to hand if you make another request", so it stays
    queued for the next request someone else causes. aimu's "any pending message extends the run"
    is thereby kept for messages that ask to be answered, and a steer that lands after this check is
@@ -83,7 +84,7 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.inbox import Target
+from nous_inbox.inbox import Target, is_blank
 from nous_inbox.message import Message, ToolCall, freeze_json
 
 __all__ = [
@@ -295,16 +296,6 @@ def new_state(
     return LoopState(max_steps, structured, specs)
 
 
-def is_blank(messages: Sequence[Message]) -> bool:
-    """Whether these messages hold nothing worth a model round: none has non-whitespace content
-    or a tool call (ruling 4).
-
-    >>> is_blank([Message.user("  \\n")]), is_blank([Message.user(" "), Message.user("go")])
-    (True, False)
-    """
-    return not any(m.content.strip() or m.tool_calls for m in messages)
-
-
 def cancelled_result(call: ToolCall) -> Message:
     """The tool message that answers a call the turn ended before running."""
     return Message.tool(
@@ -379,7 +370,7 @@ def _drained(state: LoopState, messages: tuple[Message, ...]) -> Advance:
     events: list[Event] = []
     if messages:
         state = _replace(state, transcript=state.transcript.extend(messages))
-    worth = bool(messages) and not is_blank(messages)
+    worth = not is_blank(messages)
     if worth:
         state = _delivered(state, events)
     if phase is Phase.CLAIM_TURN:
@@ -442,7 +433,7 @@ def _answered(state: LoopState, message: Message) -> Advance:
         return Advance(_replace(state, phase=Phase.TOOLS, calls=calls), RunTools(calls),
                        tuple(events))
     events.append(StepEnded(turn=turn, step=step))
-    if message.content.strip():
+    if not is_blank((message,)):
         return _boundary(state, Phase.CLAIM_FINAL, events)
     return _boundary(state, Phase.CLAIM_NUDGE, events)
 

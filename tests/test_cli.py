@@ -466,3 +466,27 @@ def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) 
 
     assert cli("--version")[0] == 0
     assert capsys.readouterr().out.strip() == f"nous-inbox {nous_inbox.__version__}"
+
+
+def test_the_cli_modules_import_one_way_commands_never_import_main() -> None:
+    # main dispatches to commands; commands raising main's error made an import circle.
+    import ast
+
+    for path in (ROOT / "nous_inbox" / "cli").glob("*.py"):
+        if path.name in ("__init__.py", "__main__.py", "main.py"):
+            continue
+        tree = ast.parse(path.read_text())
+        imported = {
+            node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        } | {
+            alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        assert "nous_inbox.cli.main" not in imported, path.name
+
+
+def test_the_usage_error_is_still_importable_from_main() -> None:
+    from nous_inbox.cli.main import UsageError
+    from nous_inbox.cli.usage import UsageError as Moved
+
+    assert UsageError is Moved

@@ -714,3 +714,149 @@ def test_a_limit_at_or_past_the_queue_length_is_a_whole_claim_and_zero_takes_not
 def test_a_bad_limit_is_refused(limit: Any, error: type[Exception]) -> None:
     with pytest.raises(error, match="limit"):
         Inbox().steer("a").claim("next_step", limit=limit)
+
+
+# -- asking one queue, and whether a wake is worth a model round (ruling 4) ------------------------
+
+
+def test_wants_wake_can_ask_about_one_queue() -> None:
+    inbox = Inbox().followup("later").inject("fyi")
+    assert inbox.wants_wake(TURN) and not inbox.wants_wake(STEP)
+    assert inbox.wants_wake() and inbox.wants_wake(None)
+    assert Inbox().steer("now").wants_wake(Target.NEXT_STEP)
+    assert not Inbox().steer("now").wants_wake(Target.NEXT_TURN)
+
+
+@pytest.mark.parametrize("method", ["wants_wake", "worth_waking"])
+def test_asking_whether_a_bad_target_wants_a_wake_is_a_value_error(method: str) -> None:
+    with pytest.raises(ValueError, match="target must be"):
+        getattr(Inbox().steer("x"), method)("soon")
+
+
+def test_a_waking_message_with_content_is_worth_waking_for() -> None:
+    assert Inbox().steer("stop").worth_waking()
+    assert Inbox().followup("then this").worth_waking()
+    assert Inbox().send("x", TURN, True).worth_waking(TURN)
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\n", " \t\r\n ", "\u3000"])
+def test_a_whitespace_only_waking_message_asks_for_a_wake_but_is_not_worth_one(blank: str) -> None:
+    for inbox in (Inbox().steer(blank), Inbox().followup(blank)):
+        assert inbox.wants_wake()
+        assert not inbox.worth_waking()
+
+
+def test_a_waking_message_with_tool_calls_is_worth_waking_for_even_without_content() -> None:
+    calls = [{"id": "c1", "name": "ls", "arguments": {}}]
+    assert Inbox().steer(Message.assistant("", tool_calls=calls)).worth_waking()
+
+
+def test_an_injection_is_never_worth_waking_for_however_much_it_says() -> None:
+    inbox = Inbox().inject("the deploy is frozen").send("tidy up", TURN, False)
+    assert not inbox.wants_wake() and not inbox.worth_waking()
+
+
+def test_worth_waking_asks_of_the_same_entry_that_asked_for_the_wake() -> None:
+    # A blank steer beside a non-blank injection: one asked, the other has something to say;
+    # neither both, so no round is owed.
+    inbox = Inbox().inject("context").steer("   ")
+    assert inbox.wants_wake() and not inbox.worth_waking()
+
+
+def test_worth_waking_can_ask_about_one_queue() -> None:
+    inbox = Inbox().followup("later").steer(" ")
+    assert inbox.worth_waking(TURN) and not inbox.worth_waking(STEP)
+    assert inbox.worth_waking()
+
+
+def test_worth_waking_goes_when_its_queue_is_claimed_and_stays_when_the_other_is() -> None:
+    inbox = Inbox().followup("later").steer("now")
+    _, after_step = inbox.claim(STEP)
+    assert after_step.worth_waking(TURN) and not after_step.worth_waking(STEP)
+    _, after_both = after_step.claim(TURN)
+    assert not after_both.worth_waking()
+
+
+def test_a_limited_claim_keeps_worth_waking_for_what_it_leaves() -> None:
+    inbox = Inbox().steer("first").steer(" ").steer("third")
+    _, rest = inbox.claim(STEP, limit=1)
+    assert rest.worth_waking(STEP)
+    _, rest = inbox.claim(STEP, limit=2)
+    assert rest.worth_waking(STEP)
+    _, blank_left = Inbox().steer("first").steer(" ").claim(STEP, limit=1)
+    assert blank_left.wants_wake(STEP) and not blank_left.worth_waking(STEP)
+
+
+def test_worth_waking_survives_both_wire_formats() -> None:
+    inbox = Inbox().steer(" ").followup("go").inject("fyi")
+    for back in (Inbox.from_json(inbox.to_json()), Inbox.from_msgpack(inbox.to_msgpack())):
+        assert back == inbox
+        assert back.worth_waking(TURN) and not back.worth_waking(STEP)
+
+
+def test_the_module_functions_mirror_the_new_questions() -> None:
+    inbox = Inbox().followup("later").steer(" ")
+    for target in (None, TURN, STEP):
+        assert nous_inbox.wants_wake(inbox, target) is inbox.wants_wake(target)
+        assert nous_inbox.worth_waking(inbox, target) is inbox.worth_waking(target)
+    assert nous_inbox.claim(inbox, STEP, wake_only=True) == inbox.claim(STEP, wake_only=True)
+
+
+# -- the wake-only claim: does a waking message extend a run at a would-be final answer? ----------
+
+
+def test_a_wake_only_claim_takes_everything_when_a_waking_message_is_worth_a_round() -> None:
+    inbox = Inbox().inject("fyi").steer("stop and summarize").followup("later")
+    claimed, rest = inbox.claim(STEP, wake_only=True)
+    assert contents(claimed) == ["fyi", "stop and summarize"]
+    assert rest == Inbox().followup("later")
+
+
+def test_a_wake_only_claim_leaves_a_lone_injection_queued() -> None:
+    inbox = Inbox().inject("fyi")
+    claimed, same = inbox.claim(STEP, wake_only=True)
+    assert list(claimed) == [] and same is inbox
+
+
+def test_a_wake_only_claim_leaves_a_blank_steer_queued() -> None:
+    inbox = Inbox().steer("  \n").inject("fyi")
+    claimed, same = inbox.claim(STEP, wake_only=True)
+    assert list(claimed) == [] and same is inbox
+
+
+def test_a_wake_only_claim_looks_only_at_its_own_queue() -> None:
+    inbox = Inbox().followup("later").inject("fyi")
+    claimed, same = inbox.claim(STEP, wake_only=True)
+    assert list(claimed) == [] and same is inbox
+    claimed, _ = inbox.claim(TURN, wake_only=True)
+    assert contents(claimed) == ["later"]
+
+
+def test_a_wake_only_claim_of_an_empty_queue_is_a_no_op() -> None:
+    claimed, same = Inbox().claim(STEP, wake_only=True)
+    assert isinstance(claimed, Claimed) and list(claimed) == [] and same == Inbox()
+
+
+def test_a_wake_only_claim_with_a_limit_takes_the_oldest_when_it_claims() -> None:
+    inbox = Inbox().inject("a").steer("b").steer("c")
+    claimed, rest = inbox.claim(STEP, limit=2, wake_only=True)
+    assert contents(claimed) == ["a", "b"] and rest == Inbox().steer("c")
+
+
+def test_a_wake_only_claim_with_a_bad_limit_is_refused_even_when_it_would_take_nothing() -> None:
+    with pytest.raises(ValueError, match="limit"):
+        Inbox().inject("a").claim(STEP, limit=-1, wake_only=True)
+
+
+@pytest.mark.parametrize("wake_only", [1, None, "yes"])
+def test_a_wake_only_that_is_not_a_bool_is_a_type_error(wake_only: Any) -> None:
+    with pytest.raises(TypeError, match="wake_only must be a bool"):
+        Inbox().steer("a").claim(STEP, wake_only=wake_only)
+
+
+def test_the_blank_test_is_the_loops_and_the_inboxs() -> None:
+    from nous_inbox import inbox, loop
+
+    assert loop.is_blank is inbox.is_blank
+    assert inbox.is_blank([]) and inbox.is_blank([Message.user(" "), Message.user("\t")])
+    assert not inbox.is_blank([Message.user(" "), Message.user("go")])

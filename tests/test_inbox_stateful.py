@@ -1,9 +1,10 @@
 """The inbox against the plainest model of it that could work: two lists of (message, wakeup).
 
 Hypothesis drives random sequences of sends (every target and wake flag, as plain strings and as
-``Target``), the three presets, claims, JSON and MessagePack round trips and returns to an earlier
-value. After every step it checks that the ``Inbox`` agrees with the model on ``count``,
-``has_pending``, ``wants_wake`` and the queued entries, and that equal contents give an equal value
+``Target``, blank messages among them), the three presets, claims (whole, of the oldest few, and
+wake-only), JSON and MessagePack round trips and returns to an earlier value. After every step it
+checks that the ``Inbox`` agrees with the model on ``count``, ``has_pending``, ``wants_wake``,
+``worth_waking`` (each per queue and overall) and the queued entries, and that equal contents give an equal value
 with an equal hash. The value is persistent, so no operation may change an inbox another came from:
 the value just operated on is checked after every step, and **every earlier value** at the end of
 each run. (The model keeps its two lists as tuples so each remembered state stays as it was.)
@@ -73,6 +74,7 @@ _POOL = [
 ]
 _sendable = st.one_of(
     st.sampled_from(["a", "b", "stop", "é ✓"]),
+    st.sampled_from(["", " ", "\n\t", Message.assistant(" ")]),  # blank: never worth a round
     st.sampled_from(_POOL),
     st.text(max_size=4),
     _messages,
@@ -103,6 +105,17 @@ class _Model:
         taken = [m for m, _ in self.queue(target)]
         return taken, (_Model(self.turn, ()) if target == STEP else _Model((), self.step))
 
+    def worth_waking(self, target: TargetName) -> bool:
+        """Ruling 4, spelled out: an entry that asked for a wake and says something (or calls
+        a tool)."""
+        return any(
+            wakeup and (m.content.strip() != "" or bool(m.tool_calls))
+            for m, wakeup in self.queue(target)
+        )
+
+    def claim_wake_only(self, target: TargetName) -> tuple[list[Message], _Model]:
+        return self.claim(target) if self.worth_waking(target) else ([], self)
+
 
 def _agrees(inbox: Inbox, model: _Model) -> None:
     """Everything the inbox can be asked, asked, and compared with the model's answer."""
@@ -111,9 +124,12 @@ def _agrees(inbox: Inbox, model: _Model) -> None:
         assert list(inbox.entries(target)) == list(queue)
         assert inbox.count(target) == len(queue)
         assert inbox.has_pending(target) is bool(queue)
+        assert inbox.wants_wake(target) is any(w for _, w in queue)
+        assert inbox.worth_waking(target) is model.worth_waking(target)
     assert inbox.count() == len(model.turn) + len(model.step)
     assert inbox.has_pending() is bool(model.turn or model.step)
     assert inbox.wants_wake() is any(w for _, w in model.turn + model.step)
+    assert inbox.worth_waking() is (model.worth_waking(TURN) or model.worth_waking(STEP))
 
 
 class InboxMachine(RuleBasedStateMachine):
@@ -159,6 +175,24 @@ class InboxMachine(RuleBasedStateMachine):
         assert list(claimed) == expected
         if not expected:
             assert inbox is self.inbox
+        self._became(inbox, model)
+
+    @rule(where=_targets)
+    def claim_wake_only(self, where: Target | str) -> None:
+        claimed, inbox = self.inbox.claim(where, wake_only=True)
+        expected, model = self.model.claim_wake_only(str(where))
+        assert list(claimed) == expected
+        if not expected:
+            assert inbox is self.inbox
+        self._became(inbox, model)
+
+    @rule(where=_targets, limit=st.integers(0, 4))
+    def claim_the_oldest(self, where: Target | str, limit: int) -> None:
+        claimed, inbox = self.inbox.claim(where, limit)
+        queue = self.model.queue(str(where))
+        taken, kept = queue[:limit], queue[limit:]
+        model = _Model(self.model.turn, kept) if str(where) == STEP else _Model(kept, self.model.step)
+        assert list(claimed) == [m for m, _ in taken]
         self._became(inbox, model)
 
     @rule(fmt=st.sampled_from(["json", "msgpack"]))

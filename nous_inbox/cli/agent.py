@@ -21,6 +21,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
+import attrs
+
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner import Tool
 
@@ -60,21 +62,37 @@ def _turn_slice(transcript: Sequence[Message]) -> list[Message]:
     return list(transcript)
 
 
+def _at_least_one(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be at least 1, got {value}")
+
+
+def _seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    # NaN slips past every comparison, so ask isfinite first.
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value}")
+
+
+@attrs.define(eq=False)  # an agent is itself, not its settings
 class ScriptedAgent:
     """A deterministic stand-in for a model: ``agent(transcript, tools) -> Message``.
 
     ``steps`` is how many logs the task reads (one tool step each) and ``step_seconds`` how long
     each read takes. ``tools`` gives the tools it calls, ready for a ``Runner``.
+
+    >>> ScriptedAgent(steps=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: steps must be at least 1, got 0
     """
 
-    def __init__(self, steps: int = 5, step_seconds: float = 0.5) -> None:
-        if steps < 1:
-            raise ValueError(f"steps must be at least 1, got {steps}")
-        if not math.isfinite(step_seconds) or step_seconds < 0:
-            raise ValueError(f"step_seconds must be a finite number >= 0, got {step_seconds}")
-        self.steps = steps
-        self.step_seconds = step_seconds
-        self.tools = [Tool(self.read_log, name="read_log", description="Read one log file.")]
+    steps: int = attrs.field(default=5, validator=_at_least_one)
+    step_seconds: float = attrs.field(default=0.5, converter=float, validator=_seconds)
+    tools: list[Tool] = attrs.field(init=False, repr=False)
+
+    @tools.default
+    def _tools(self) -> list[Tool]:
+        return [Tool(self.read_log, name="read_log", description="Read one log file.")]
 
     def read_log(self, name: str) -> str:
         """Read a log (takes ``step_seconds``, like a real tool)."""

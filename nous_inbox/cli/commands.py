@@ -14,11 +14,11 @@ from typing import IO, Any, Final
 
 from nous_inbox.cli.agent import MAX_STEPS
 from nous_inbox.cli.live import run_demo, run_session
-from nous_inbox.cli.main import UsageError
 from nous_inbox.cli.progress import with_progress
 from nous_inbox.cli.render import event_json, format_event, printable
 from nous_inbox.cli.style import Style
 from nous_inbox.cli.tour import run_tour
+from nous_inbox.cli.usage import UsageError
 from nous_inbox.events import MessageSent
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message, thaw_json

@@ -19,6 +19,8 @@ import threading
 import time
 from typing import IO, Final
 
+import attrs
+
 from nous_inbox.cli.agent import ScriptedAgent
 from nous_inbox.cli.pipe import is_broken_pipe, quiet_broken_pipe
 from nous_inbox.cli.render import event_json, format_event
@@ -41,6 +43,7 @@ PERSON: Final = (
 TASK: Final = "survey the logs from this morning's incident"
 
 
+@attrs.define(eq=False)
 class _Printer:
     """Prints each event as one line (or JSON) the moment the owner records it.
 
@@ -50,14 +53,17 @@ class _Printer:
     itself finishes and its log stays complete.
     """
 
-    def __init__(self, out: IO[str], as_json: bool) -> None:
-        self.out = out
-        self.as_json = as_json
-        self.style = Style(out)
-        self.broken = False
-        self.tool_calls = 0
-        self.tool_started = threading.Condition()
-        self._lock = threading.Lock()
+    out: IO[str]
+    as_json: bool
+    style: Style = attrs.field(init=False)
+    broken: bool = attrs.field(default=False, init=False)
+    tool_calls: int = attrs.field(default=0, init=False)
+    tool_started: threading.Condition = attrs.field(factory=threading.Condition, init=False)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+
+    @style.default
+    def _style(self) -> Style:
+        return Style(self.out)
 
     def write(self, text: str) -> None:
         """Write and flush ``text``, or nothing once the reader of the output has gone."""

@@ -39,13 +39,9 @@ from contextlib import contextmanager
 from typing import IO, NoReturn
 
 from nous_inbox.cli.pipe import quiet_broken_pipe
+from nous_inbox.cli.usage import UsageError
 
-__all__ = ["main"]
-
-
-class UsageError(Exception):
-    """A command line that does not say something runnable: exit status 2."""
-
+__all__ = ["UsageError", "main"]
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
