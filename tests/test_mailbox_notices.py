@@ -7,6 +7,7 @@ real :class:`~nous_inbox.owner.Owner`; a mid-run send is made by a tool while it
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -394,4 +395,21 @@ def test_attaching_an_agent_twice_is_refused() -> None:
     box, owner, _ = make(Model())
     with pytest.raises(ValueError, match="already attached"):
         box.attach("dev", owner)
+    owner.close()
+
+
+def test_autotick_delivers_a_due_notice_without_anyone_calling_tick() -> None:
+    woke = threading.Event()
+
+    class Waking(Model):
+        def __call__(self, transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+            woke.set()
+            return super().__call__(transcript, tools)
+
+    box, owner, _ = make(Waking(), debounce=0.0, autotick=True)
+    box.send("dev", "which branch?", sender="lead", kind="blocker")
+    assert woke.wait(WAIT)
+    assert owner.wait_idle(WAIT)
+    assert notices(owner.transcript)
+    box.close()
     owner.close()

@@ -409,7 +409,7 @@ class Mailbox:
     def read_thread(self, agent: str, thread: str, *, reader: str | None = None) -> list[Letter]:
         """Read ``agent``'s ``thread`` whole and mark it read; ``reader`` (default ``agent``)
         reading another agent's thread is refused with ``PermissionError``."""
-        where = f"read of {agent!r}'s thread {thread!r}"
+        where = f"read of thread {thread!r} of {agent!r}"
         with self._lock:
             self._catch_up()
             found = self._thread(agent, thread, agent if reader is None else reader, where)
