@@ -13,7 +13,7 @@ where, never a guess.
 ...     QueueClaimed(seq=2, target="next_step", count=1),
 ... ])
 >>> print(log.decode(), end="")
-{"format":"nous-inbox","version":1}
+{"format":"nous-inbox","version":2}
 {"type":"message_sent","target":"next_step","wakeup":true,"message":{"role":"user","content":"go"},"seq":1}
 {"type":"queue_claimed","target":"next_step","count":1,"seq":2}
 >>> [(line, offset, type(event).__name__) for line, offset, event in iter_events(log)]
@@ -205,7 +205,7 @@ def encode_header(fmt: Format = "json") -> bytes:
     """The first record of a log, ready to write: a JSON line, or a MessagePack frame.
 
     >>> encode_header()
-    b'{"format":"nous-inbox","version":1}\\n'
+    b'{"format":"nous-inbox","version":2}\\n'
     """
     _check_format(fmt)
     header = Header(format=FORMAT_NAME, version=SCHEMA_VERSION)
@@ -222,7 +222,7 @@ def check_header(data: bytes, fmt: Format = "json", *, where: str = "header") ->
     >>> check_header(b'{"format":"nous-inbox","version":99}', where="a.jsonl line 1")
     Traceback (most recent call last):
     ...
-    nous_inbox.errors.DecodeError: a.jsonl line 1: written with schema version 99, newer than this nous-inbox reads (1); upgrade nous-inbox to read it
+    nous_inbox.errors.DecodeError: a.jsonl line 1: written with schema version 99, newer than this nous-inbox reads (2); upgrade nous-inbox to read it
     """
     _check_format(fmt)
     decoder = _json_header if fmt == "json" else _msgpack_header
