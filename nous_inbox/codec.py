@@ -122,7 +122,7 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
         >>> Header(format="nous-inbox", version=99).check("a.jsonl line 1")
         Traceback (most recent call last):
         ...
-        nous_inbox.errors.DecodeError: a.jsonl line 1: written with schema version 99, newer than this nous-inbox reads (1); upgrade nous-inbox to read it
+        nous_inbox.errors.DecodeError: a.jsonl line 1: written with schema version 99, newer than this nous-inbox reads (2); upgrade nous-inbox to read it
         """
         if self.format != FORMAT_NAME:
             raise DecodeError(f"{where}: not a nous-inbox log (format {self.format!r})")
