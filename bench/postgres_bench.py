@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import random
 import statistics
 import subprocess
 import sys
@@ -114,8 +115,13 @@ for line in sys.stdin:
 """
 
 
-def _steer_latency(url: str, samples: int) -> float:
-    """Median seconds from another process's append to an idle owner having folded it in."""
+def _steer_latency(url: str, samples: int, spread: float) -> float:
+    """Median seconds from another process's append to an idle owner having folded it in.
+
+    Each steer is sent after a random pause of up to ``spread`` seconds, so it falls anywhere in
+    a polling owner's interval (sent right after the last one was seen, every steer would wait
+    a whole interval).
+    """
     stream = f"steer-{uuid.uuid4().hex[:8]}"
     folded: dict[str, float] = {}
     arrived = threading.Condition()
@@ -136,6 +142,7 @@ def _steer_latency(url: str, samples: int) -> float:
         try:
             assert child.stdout.readline() == "ready\n"
             for i in range(samples):
+                time.sleep(random.uniform(0, spread))  # a pause in the benchmark, not a sync
                 word = f"steer{i}"
                 child.stdin.write(word + "\n")
                 child.stdin.flush()
@@ -169,10 +176,14 @@ def measure(quick: bool, pg_url: str, sqlite_url: str) -> dict[str, Figures]:
             for k in counts:
                 f.senders[k] = max(f.senders.get(k, 0.0), _senders(url, k, per_sender))
     for side, url in urls.items():
-        figures[side].steer = _steer_latency(url, samples)
+        figures[side].steer = _steer_latency(url, samples, 0.1)
     backstop = f"{pg_url}{'&' if '?' in pg_url else '?'}pooler=transaction&poll=0.5"
-    figures["postgres"].steer_backstop = _steer_latency(backstop, samples)
+    figures["postgres"].steer_backstop = _steer_latency(backstop, samples, 0.5)
     return figures
+
+
+def _x(ratio: float) -> str:
+    return f"{ratio:.2f}x" if ratio < 1 else f"{ratio:.1f}x"
 
 
 def _ms(seconds: float) -> str:
@@ -189,7 +200,7 @@ def render(figures: dict[str, Figures], quick: bool = False) -> str:
         ("batched append, per event (10 a batch)", sq.batched, pg.batched),
         ("owner send -> claim round trip", sq.round_trip, pg.round_trip),
     ):
-        lines.append(f"| {name} | {_ms(a)} | {_ms(b)} | {b / a:.1f}x |")
+        lines.append(f"| {name} | {_ms(a)} | {_ms(b)} | {_x(b / a)} |")
     for k in sorted(sq.senders):
         a, b = sq.senders[k], pg.senders[k]
         lines.append(
@@ -198,7 +209,7 @@ def render(figures: dict[str, Figures], quick: bool = False) -> str:
             f"| {a / b:.1f}x slower |"
         )
     lines.append(f"| cross-process steer -> idle owner (sqlite polled; postgresql NOTIFY) "
-                 f"| {_ms(sq.steer)} | {_ms(pg.steer)} | {pg.steer / sq.steer:.1f}x |")
+                 f"| {_ms(sq.steer)} | {_ms(pg.steer)} | {_x(pg.steer / sq.steer)} |")
     lines.append(f"| the same, postgresql by its polling backstop alone (poll 0.5 s) | | "
                  f"{_ms(pg.steer_backstop)} | NOTIFY is {pg.steer_backstop / pg.steer:.0f}x "
                  f"faster than the backstop |")
