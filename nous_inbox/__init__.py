@@ -22,6 +22,7 @@ from nous_inbox.errors import (
     ReplayError,
     StoreError,
     StreamOwnedError,
+    UnexpectedHappeningError,
 )
 from nous_inbox.events import (
     SCHEMA_VERSION,
@@ -116,6 +117,7 @@ __all__ = [
     "ToolSpec",
     "TurnEnded",
     "TurnStarted",
+    "UnexpectedHappeningError",
     "Warned",
     "claim",
     "count",

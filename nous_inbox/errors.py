@@ -16,6 +16,7 @@ __all__ = [
     "ReplayError",
     "StoreError",
     "StreamOwnedError",
+    "UnexpectedHappeningError",
 ]
 
 
@@ -30,6 +31,21 @@ class RecordTooLargeError(DecodeError):
 class ReplayError(ValueError):
     """An event stream that cannot be folded: a gap in sequence numbers, or a claim that does
     not match the queue it claims. The message names the stream position."""
+
+
+class UnexpectedHappeningError(ValueError):
+    """A driver told the turn loop something its current phase does not take: a model reply
+    while it waits for a claim, a claim of the wrong queue, anything after the turn ended.
+
+    The loop's state is unchanged; the fault is the driver's, so it is raised rather than
+    smoothed over. ``phase`` is the loop's phase (its value, e.g. ``"model"``) and
+    ``happening`` the object it was handed.
+    """
+
+    def __init__(self, message: str, *, phase: str, happening: object) -> None:
+        super().__init__(message)
+        self.phase = phase
+        self.happening = happening
 
 
 class ConcurrencyError(RuntimeError):

@@ -56,20 +56,30 @@ The rulings it implements (DESIGN.md), each with a test in ``tests/test_loop.py`
    tool calls left unanswered get a "cancelled" tool message so the transcript stays well-formed.
 
 Design notes. ``advance`` returns exactly one command: the loop is always waiting for one thing.
-The state keeps the transcript as a ``pvector``, so each step appends in O(1) and a ``CallModel``
-hands the model the same persistent vector without copying. Happenings that do not fit the
-current phase raise ``ValueError`` naming both: a driver bug must not be smoothed over.
+Every transition is one row of a table, ``_TRANSITIONS``, from (phase, happening type) to the
+handler that takes it (at the end of this module, the h11 way); ``accepts(phase)`` reads it. A
+happening that does not fit the current phase raises ``UnexpectedHappeningError`` (a
+``ValueError``) naming both: a driver bug must not be smoothed over. The state keeps the
+transcript as a ``pvector``, so each step appends in O(1) and a ``CallModel`` hands the model the
+same persistent vector without copying.
+
+Names for the one verb, claiming: :class:`Claim` is the *command* (claim this queue),
+:class:`Drained` the *happening* that answers it (what the claim took), ``QueueClaimed`` (in
+``nous_inbox.events``) the *event* recorded for it, and ``nous_inbox.inbox.Claimed`` the read-only
+*view* of the messages one claim took.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 import msgspec
 from pyrsistent import PVector, pvector
 
+from nous_inbox.errors import UnexpectedHappeningError
 from nous_inbox.events import (
     Event,
     ModelReplied,
@@ -105,6 +115,7 @@ __all__ = [
     "ToolSpec",
     "ToolsFinished",
     "TurnOpened",
+    "accepts",
     "advance",
     "cancelled_result",
     "is_blank",
@@ -171,8 +182,13 @@ class Phase(enum.StrEnum):
 
 
 class Claim(msgspec.Struct, frozen=True, repr_omit_defaults=True):
-    """Claim ``target`` and report ``Drained``. With ``wake_only``, claim only if an entry on it
-    asked for a wake; otherwise report ``Drained`` with no messages and leave the queue alone."""
+    """The command: claim ``target`` and report ``Drained``. With ``wake_only``, claim only if
+    an entry on it asked for a wake and is worth a model round (``Inbox.claim(target,
+    wake_only=True)`` decides); otherwise report ``Drained`` with no messages and leave the queue
+    alone.
+
+    Of the claim names, this is the command; ``Drained`` is the happening that answers it,
+    ``QueueClaimed`` the event a driver records, ``Claimed`` the view of what a claim took."""
 
     target: Target
     wake_only: bool = False
@@ -212,7 +228,8 @@ class TurnOpened(msgspec.Struct, frozen=True):
 
 
 class Drained(msgspec.Struct, frozen=True):
-    """What a ``Claim`` of ``target`` returned (possibly nothing)."""
+    """The happening that answers a ``Claim``: what the claim of ``target`` took (possibly
+    nothing). The driver records the same claim as a ``QueueClaimed`` event."""
 
     target: Target
     messages: Sequence[Message] = ()
@@ -311,31 +328,44 @@ def advance(state: LoopState, happening: Happening) -> Advance:
     """Move the loop on by one happening: the new state, the next command and the events.
 
     Pure: the same state and happening always give the same result, and ``state`` is unchanged.
-    A happening the current phase does not expect is a ``ValueError`` naming both.
+    Which happening each phase takes is the table ``_TRANSITIONS`` below, read with
+    :func:`accepts`; a happening that does not fit is an ``UnexpectedHappeningError`` (a
+    ``ValueError``) naming both.
+
+    >>> advance(new_state(), ModelAnswered(Message.assistant("hi")))
+    Traceback (most recent call last):
+    ...
+    nous_inbox.errors.UnexpectedHappeningError: loop in phase 'new' cannot take ModelAnswered (it takes TurnOpened)
     """
-    phase = state.phase
+    handler = _TRANSITIONS.get((state.phase, type(happening)))
+    if handler is None:
+        raise _refused(state.phase, happening)
+    return handler(state, happening)
+
+
+def accepts(phase: Phase) -> tuple[type[Happening], ...]:
+    """The happening types a loop in ``phase`` takes, in the order the table lists them.
+
+    >>> [kind.__name__ for kind in accepts(Phase.MODEL)]
+    ['ModelAnswered', 'Cancelled', 'Failed']
+    >>> accepts(Phase.ENDED)
+    ()
+    """
+    return _ACCEPTS[Phase(phase)]
+
+
+def _refused(phase: Phase, happening: object) -> UnexpectedHappeningError:
     kind = type(happening)
-    if kind is Cancelled or kind is Failed:
-        if phase is Phase.NEW or phase is Phase.ENDED:
-            raise ValueError(f"loop in phase {phase.value!r}: no turn is open to end")
-        if kind is Cancelled:
-            return _close(state, "cancelled", None)
-        return _close(state, "error", happening.error)  # type: ignore[union-attr]
-    if phase is Phase.NEW and kind is TurnOpened:
-        return _open(state, happening)  # type: ignore[arg-type]
-    if phase is Phase.MODEL and kind is ModelAnswered:
-        return _answered(state, happening.message)  # type: ignore[union-attr]
-    if phase is Phase.TOOLS and kind is ToolsFinished:
-        return _tools_finished(state, happening.results)  # type: ignore[union-attr]
-    if kind is Drained and phase in _CLAIM_TARGETS:
-        drained: Drained = happening  # type: ignore[assignment]
-        if drained.target != _CLAIM_TARGETS[phase]:
-            raise ValueError(
-                f"loop in phase {phase.value!r} asked to claim {_CLAIM_TARGETS[phase].value}, "
-                f"got Drained({drained.target!s})"
-            )
-        return _drained(state, tuple(drained.messages))
-    raise ValueError(f"loop in phase {phase.value!r} cannot take {kind.__name__}")
+    if kind in (Cancelled, Failed) and phase in (Phase.NEW, Phase.ENDED):
+        why = "no turn is open to end"
+    elif phase is Phase.ENDED:
+        why = "the turn is over: a new one needs a new state"
+    else:
+        why = "it takes " + " or ".join(k.__name__ for k in _ACCEPTS[phase])
+    return UnexpectedHappeningError(
+        f"loop in phase {phase.value!r} cannot take {kind.__name__} ({why})",
+        phase=phase.value, happening=happening,
+    )
 
 
 _CLAIM_TARGETS: Final = {
@@ -350,6 +380,7 @@ _CLAIM_WAKE: Final = Claim(Target.NEXT_STEP, wake_only=True)
 
 
 def _open(state: LoopState, opened: TurnOpened) -> Advance:
+    """NEW + TurnOpened: start the turn's bookkeeping and claim ``next_turn`` (ruling 1)."""
     if type(opened.turn) is not int or opened.turn < 1:
         raise ValueError(f"TurnOpened.turn must be an int >= 1, got {opened.turn!r}")
     transcript = opened.transcript
@@ -365,8 +396,17 @@ def _open(state: LoopState, opened: TurnOpened) -> Advance:
     return Advance(_replace(state, phase=Phase.CLAIM_TURN), Claim(Target.NEXT_TURN), (started,))
 
 
-def _drained(state: LoopState, messages: tuple[Message, ...]) -> Advance:
+def _drained(state: LoopState, drained: Drained) -> Advance:
+    """Any claim phase + Drained: the claimed messages join the transcript; what comes next
+    depends on which boundary claimed (rulings 1 to 5)."""
     phase = state.phase
+    if drained.target != _CLAIM_TARGETS[phase]:
+        raise UnexpectedHappeningError(
+            f"loop in phase {phase.value!r} asked to claim {_CLAIM_TARGETS[phase].value}, "
+            f"got Drained({drained.target!s})",
+            phase=phase.value, happening=drained,
+        )
+    messages = tuple(drained.messages)
     events: list[Event] = []
     if messages:
         state = _replace(state, transcript=state.transcript.extend(messages))
@@ -418,7 +458,9 @@ def _start_step(state: LoopState, events: list[Event]) -> Advance:
     return Advance(state, CallModel(state.transcript, tools), tuple(events))
 
 
-def _answered(state: LoopState, message: Message) -> Advance:
+def _answered(state: LoopState, answered: ModelAnswered) -> Advance:
+    """MODEL + ModelAnswered: tool calls to run, a would-be final answer, or a degenerate reply."""
+    message = answered.message
     if not isinstance(message, Message) or message.role != "assistant":
         raise ValueError(f"ModelAnswered needs an assistant Message, got {message!r}")
     turn, step = state.turn, state.step
@@ -438,7 +480,9 @@ def _answered(state: LoopState, message: Message) -> Advance:
     return _boundary(state, Phase.CLAIM_NUDGE, events)
 
 
-def _tools_finished(state: LoopState, results: Sequence[Message]) -> Advance:
+def _tools_finished(state: LoopState, finished: ToolsFinished) -> Advance:
+    """TOOLS + ToolsFinished: the results join the transcript, then the next step's claim."""
+    results = finished.results
     calls = state.calls
     if len(results) != len(calls):
         raise ValueError(
@@ -482,6 +526,16 @@ def _end(
     return Advance(_replace(state, phase=Phase.ENDED), EndTurn(reason), tuple(events))
 
 
+def _cancelled(state: LoopState, _: Cancelled) -> Advance:
+    """Any open phase + Cancelled: end the turn, claiming nothing more (ruling 9)."""
+    return _close(state, "cancelled", None)
+
+
+def _failed(state: LoopState, failed: Failed) -> Advance:
+    """Any open phase + Failed: end the turn with reason ``"error"``."""
+    return _close(state, "error", failed.error)
+
+
 def _close(state: LoopState, reason: TurnEndReason, error: str | None) -> Advance:
     """End the turn from any open phase, answering tool calls left pending."""
     events: list[Event] = []
@@ -492,3 +546,24 @@ def _close(state: LoopState, reason: TurnEndReason, error: str | None) -> Advanc
     if state.phase is Phase.MODEL or state.phase is Phase.TOOLS:
         events.append(StepEnded(turn=state.turn, step=state.step))
     return _end(state, reason, events, error)
+
+
+# -- the table: every transition the loop makes -------------------------------------------------
+
+_Handler = Callable[[LoopState, Any], Advance]
+_CLAIM_PHASES: Final = tuple(_CLAIM_TARGETS)
+_OPEN_PHASES: Final = (*_CLAIM_PHASES, Phase.MODEL, Phase.TOOLS)
+
+_TRANSITIONS: Final[Mapping[tuple[Phase, type], _Handler]] = MappingProxyType({
+    (Phase.NEW, TurnOpened): _open,
+    **{(phase, Drained): _drained for phase in _CLAIM_PHASES},
+    (Phase.MODEL, ModelAnswered): _answered,
+    (Phase.TOOLS, ToolsFinished): _tools_finished,
+    **{(phase, Cancelled): _cancelled for phase in _OPEN_PHASES},
+    **{(phase, Failed): _failed for phase in _OPEN_PHASES},
+})
+"""(phase, happening type) -> the handler that takes it. A pair not listed is refused."""
+
+_ACCEPTS: Final[Mapping[Phase, tuple[type[Any], ...]]] = MappingProxyType({
+    phase: tuple(kind for (at, kind) in _TRANSITIONS if at is phase) for phase in Phase
+})

@@ -25,7 +25,8 @@ the position, since a log that disagrees with itself must not be silently "repai
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 import msgspec
@@ -36,12 +37,16 @@ from nous_inbox.events import (
     Event,
     MessageSent,
     ModelReplied,
+    ModelRequested,
     Nudged,
     QueueClaimed,
+    StepEnded,
     StepStarted,
+    ToolCalled,
     ToolReturned,
     TurnEnded,
     TurnStarted,
+    Warned,
 )
 from nous_inbox.inbox import Inbox, Target, as_target
 from nous_inbox.message import Message
@@ -49,11 +54,13 @@ from nous_inbox.message import Message
 __all__ = ["Session", "replay"]
 
 _NO_MESSAGES: Final[PVector[Any]] = pvector()
+_INERT: Final = frozenset({ModelRequested, ToolCalled, StepEnded, Warned})
+"""Events that change nothing but the version: what a run asked and what it warned about."""
 _STEP: Final = Target.NEXT_STEP
 _TURN: Final = Target.NEXT_TURN
 
 
-class Session(msgspec.Struct, frozen=True):
+class Session(msgspec.Struct, frozen=True, gc=False):
     """One session's state: inbox value, transcript, and where its runs stand.
 
     ``version`` is the ``seq`` of the last event folded in (0 for a new session). ``turn`` and
@@ -71,43 +78,86 @@ class Session(msgspec.Struct, frozen=True):
     def apply(self, event: Event, stream: str = "") -> Session:
         """Fold one event in and return the new session; ``ReplayError`` if it does not fit.
 
-        ``stream`` only names the stream in error messages.
+        ``stream`` only names the stream in error messages. Which event changes what is the
+        table ``_APPLY`` below (event type -> fold); an event that changes nothing but the
+        version (a model request, a warning, ...) is listed there too.
+
+        >>> from nous_inbox.events import MessageSent
+        >>> Session().apply(MessageSent(seq=1, target="next_step", wakeup=True,
+        ...                             message=Message.user("go"))).inbox.wants_wake()
+        True
         """
         seq = event.seq
         if seq != self.version + 1:
             raise _gap(stream, seq, self.version)
-        kind = type(event)
-        if kind is MessageSent:
-            sent: MessageSent = event  # type: ignore[assignment]
-            return Session(
-                self.inbox.send(sent.message, sent.target, sent.wakeup),
-                self.transcript, seq, self.turn, self.step, self.running,
-            )
-        if kind is QueueClaimed:
-            claim: QueueClaimed = event  # type: ignore[assignment]
-            where = as_target(claim.target)
-            queued = self.inbox.count(where)
-            if queued != claim.count + claim.rest:
-                raise _miscount(stream, seq, where, claim, queued)
-            claimed, inbox = self.inbox.claim(where, claim.count if claim.rest else None)
-            transcript = self.transcript.extend(claimed) if claimed else self.transcript
-            return Session(inbox, transcript, seq, self.turn, self.step, self.running)
-        if kind is ModelReplied or kind is ToolReturned or kind is Nudged:
-            message: Message = event.message  # type: ignore[union-attr]
-            return Session(
-                self.inbox, self.transcript.append(message), seq, self.turn, self.step,
-                self.running,
-            )
-        if kind is StepStarted:
-            return Session(
-                self.inbox, self.transcript, seq, self.turn, event.step,  # type: ignore[union-attr]
-                self.running,
-            )
-        if kind is TurnStarted:
-            return Session(self.inbox, self.transcript, seq, event.turn, 0, True)  # type: ignore[union-attr]
-        if kind is TurnEnded:
-            return Session(self.inbox, self.transcript, seq, self.turn, self.step, False)
-        return Session(self.inbox, self.transcript, seq, self.turn, self.step, self.running)
+        return _APPLY.get(type(event), _count_only)(self, event, seq, stream)
+
+
+# -- the fold of one event, by type: Session.apply's table -------------------------------------
+
+
+def _sent(session: Session, sent: MessageSent, seq: int, stream: str) -> Session:
+    return Session(
+        session.inbox.send(sent.message, sent.target, sent.wakeup),
+        session.transcript, seq, session.turn, session.step, session.running,
+    )
+
+
+def _claimed(session: Session, claim: QueueClaimed, seq: int, stream: str) -> Session:
+    where = as_target(claim.target)
+    queued = session.inbox.count(where)
+    if queued != claim.count + claim.rest:
+        raise _miscount(stream, seq, where, claim, queued)
+    claimed, inbox = session.inbox.claim(where, claim.count if claim.rest else None)
+    transcript = session.transcript.extend(claimed) if claimed else session.transcript
+    return Session(inbox, transcript, seq, session.turn, session.step, session.running)
+
+
+def _joined(
+    session: Session, event: ModelReplied | ToolReturned | Nudged, seq: int, stream: str
+) -> Session:
+    return Session(
+        session.inbox, session.transcript.append(event.message), seq, session.turn,
+        session.step, session.running,
+    )
+
+
+def _step_started(session: Session, started: StepStarted, seq: int, stream: str) -> Session:
+    return Session(
+        session.inbox, session.transcript, seq, session.turn, started.step, session.running
+    )
+
+
+def _turn_started(session: Session, started: TurnStarted, seq: int, stream: str) -> Session:
+    return Session(session.inbox, session.transcript, seq, started.turn, 0, True)
+
+
+def _turn_ended(session: Session, _: TurnEnded, seq: int, stream: str) -> Session:
+    return Session(session.inbox, session.transcript, seq, session.turn, session.step, False)
+
+
+def _count_only(session: Session, _: Event, seq: int, stream: str) -> Session:
+    return Session(
+        session.inbox, session.transcript, seq, session.turn, session.step, session.running
+    )
+
+
+_Fold = Callable[[Session, Any, int, str], Session]
+_APPLY: Final[Mapping[type, _Fold]] = MappingProxyType({
+    MessageSent: _sent,
+    QueueClaimed: _claimed,
+    ModelReplied: _joined,
+    ToolReturned: _joined,
+    Nudged: _joined,
+    StepStarted: _step_started,
+    TurnStarted: _turn_started,
+    TurnEnded: _turn_ended,
+    ModelRequested: _count_only,
+    ToolCalled: _count_only,
+    StepEnded: _count_only,
+    Warned: _count_only,
+})
+"""Event type -> how it folds into a session. Every type of the vocabulary is listed."""
 
 
 def replay(events: Iterable[Event], start: Session | None = None, stream: str = "") -> Session:
@@ -154,16 +204,50 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
     turn_wakes: list[bool] = []
     older = {_STEP: inbox.count(_STEP), _TURN: inbox.count(_TURN)}
     added: list[Any] = []
+    join = added.append
+    # The loop dispatches on the exact type, which mypy cannot follow through ``kind``: each
+    # branch reads only the fields of the type it matched, so the event is typed Any here.
+    # The branches run in the order events are common in a run's log.
+    event: Any
     for event in events:
-        seq = event.seq
-        if seq != version + 1:
-            raise _gap(stream, seq, version)
-        version = seq
+        version += 1
+        if event.seq != version:
+            raise _gap(stream, event.seq, version - 1)
         kind = type(event)
-        if kind is MessageSent:
-            message = event.message  # type: ignore[union-attr]
-            target = event.target  # type: ignore[union-attr]
-            wakeup = event.wakeup  # type: ignore[union-attr]
+        if kind is ModelReplied or kind is ToolReturned:
+            join(event.message)
+        elif kind is QueueClaimed:
+            target = event.target
+            if target is not _STEP and target is not _TURN:
+                target = as_target(target)
+            messages, wakes = ((step_messages, step_wakes) if target is _STEP
+                               else (turn_messages, turn_wakes))
+            count = event.count
+            if not count and not event.rest and not messages and not older[target]:
+                continue  # the commonest claim: nothing queued, nothing taken
+            queued = len(messages) + older[target]
+            if queued != count + event.rest:
+                raise _miscount(stream, version, target, event, queued)
+            if older[target]:  # the start inbox's entries are the oldest: claimed first
+                from_start = min(count, older[target])
+                claimed, inbox = inbox.claim(target, from_start)
+                added.extend(claimed)
+                older[target] -= from_start
+                count -= from_start
+            if count == len(messages):
+                added.extend(messages)
+                messages.clear()
+                wakes.clear()
+            elif count:
+                added.extend(messages[:count])
+                del messages[:count]
+                del wakes[:count]
+        elif kind in _INERT:
+            pass
+        elif kind is MessageSent:
+            message = event.message
+            target = event.target
+            wakeup = event.wakeup
             if type(message) is not Message or (wakeup is not True and wakeup is not False):
                 message, target, wakeup = _checked_send(message, target, wakeup)
             if target is _STEP:
@@ -178,34 +262,14 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
                                    else (turn_messages, turn_wakes))
                 messages.append(message)
                 wakes.append(wakeup)
-        elif kind is QueueClaimed:
-            target = event.target  # type: ignore[union-attr]
-            if target is not _STEP and target is not _TURN:
-                target = as_target(target)
-            messages, wakes = ((step_messages, step_wakes) if target is _STEP
-                               else (turn_messages, turn_wakes))
-            queued = len(messages) + older[target]
-            count, rest = event.count, event.rest  # type: ignore[union-attr]
-            if queued != count + rest:
-                raise _miscount(stream, seq, target, event, queued)  # type: ignore[arg-type]
-            if older[target]:  # the start inbox's entries are the oldest: claimed first
-                from_start = min(count, older[target])
-                claimed, inbox = inbox.claim(target, from_start)
-                added.extend(claimed)
-                older[target] -= from_start
-                count -= from_start
-            if count:
-                added.extend(messages[:count])
-                del messages[:count]
-                del wakes[:count]
-        elif kind is ModelReplied or kind is ToolReturned or kind is Nudged:
-            added.append(event.message)  # type: ignore[union-attr]
         elif kind is StepStarted:
-            step = event.step  # type: ignore[union-attr]
+            step = event.step
         elif kind is TurnStarted:
-            turn, step, running = event.turn, 0, True  # type: ignore[union-attr]
+            turn, step, running = event.turn, 0, True
         elif kind is TurnEnded:
             running = False
+        elif kind is Nudged:
+            join(event.message)
     for message, wakeup in zip(turn_messages, turn_wakes, strict=True):
         inbox = inbox.send(message, _TURN, wakeup)
     for message, wakeup in zip(step_messages, step_wakes, strict=True):
@@ -233,9 +297,9 @@ def _miscount(
     )
 
 
-def _checked_send(message: object, target: object, wakeup: object) -> tuple[Message, Target, bool]:
+def _checked_send(message: Any, target: object, wakeup: Any) -> tuple[Message, Target, bool]:
     # An event built by hand (not decoded) may hold a str message or target: normalize it
     # exactly as Inbox.send would, raising its errors.
     where = as_target(target)
-    entry = Inbox().send(message, where, wakeup).entries(where)[0]  # type: ignore[arg-type]
+    entry = Inbox().send(message, where, wakeup).entries(where)[0]
     return entry[0], where, entry[1]

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nous_inbox.errors import UnexpectedHappeningError
 from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
 from nous_inbox.inbox import Target
 from nous_inbox.loop import (
@@ -33,6 +34,7 @@ from nous_inbox.loop import (
     ToolsFinished,
     ToolSpec,
     TurnOpened,
+    accepts,
     advance,
     is_blank,
     new_state,
@@ -365,10 +367,102 @@ def test_a_happening_the_phase_does_not_expect_is_refused_and_state_is_unchanged
         advance(state, Drained(STEP))
 
 
-def test_a_claim_of_the_wrong_queue_is_refused() -> None:
-    state, _, _ = advance(new_state(), TurnOpened(1))
-    with pytest.raises(ValueError, match="asked to claim next_turn, got Drained"):
-        advance(state, Drained(STEP))
+# The specification of the table: which happening each phase takes. Everything else is refused.
+HAPPENINGS: dict[type, Happening] = {
+    TurnOpened: TurnOpened(1, "wake", [PROMPT]),
+    Drained: Drained(STEP),  # the target is fixed per phase in the tests below
+    ModelAnswered: ModelAnswered(FINAL),
+    ToolsFinished: ToolsFinished([RESULT]),
+    Cancelled: Cancelled(),
+    Failed: Failed("boom"),
+}
+CLAIM_PHASES = [Phase.CLAIM_TURN, Phase.CLAIM_STEP, Phase.CLAIM_NUDGE, Phase.CLAIM_FINAL,
+                Phase.CLAIM_BUDGET]
+OPEN_PHASES = [*CLAIM_PHASES, Phase.MODEL, Phase.TOOLS]
+TAKES: dict[Phase, set[type]] = {
+    Phase.NEW: {TurnOpened},
+    **{phase: {Drained, Cancelled, Failed} for phase in CLAIM_PHASES},
+    Phase.MODEL: {ModelAnswered, Cancelled, Failed},
+    Phase.TOOLS: {ToolsFinished, Cancelled, Failed},
+    Phase.ENDED: set(),
+}
+REFUSED = [
+    (phase, kind) for phase in Phase for kind in HAPPENINGS if kind not in TAKES[phase]
+]
+
+
+def in_phase(phase: Phase) -> LoopState:
+    """A loop brought to ``phase`` by the happenings a driver would report."""
+    steps: dict[Phase, tuple[LoopState, list[Happening]]] = {
+        Phase.NEW: (new_state(), []),
+        Phase.CLAIM_TURN: (new_state(), [TurnOpened(1)]),
+        Phase.CLAIM_STEP: (new_state(), [TurnOpened(1), Drained(TURN)]),
+        Phase.MODEL: (new_state(), [TurnOpened(1), Drained(TURN), Drained(STEP)]),
+        Phase.TOOLS: (new_state(), [TurnOpened(1), Drained(TURN), Drained(STEP),
+                                    ModelAnswered(CALLING)]),
+        Phase.CLAIM_NUDGE: (new_state(), [TurnOpened(1), Drained(TURN), Drained(STEP),
+                                          ModelAnswered(DEGENERATE)]),
+        Phase.CLAIM_FINAL: (new_state(), [TurnOpened(1), Drained(TURN), Drained(STEP),
+                                          ModelAnswered(FINAL)]),
+        Phase.CLAIM_BUDGET: (new_state(1), [TurnOpened(1), Drained(TURN), Drained(STEP),
+                                            ModelAnswered(CALLING), ToolsFinished([RESULT])]),
+        Phase.ENDED: (new_state(), [TurnOpened(1), Cancelled()]),
+    }
+    state, happenings = steps[phase]
+    for happening in happenings:
+        state = advance(state, happening).state
+    assert state.phase is phase
+    return state
+
+
+def fitting(phase: Phase, kind: type) -> Happening:
+    if kind is Drained:
+        return Drained(TURN if phase is Phase.CLAIM_TURN else STEP)
+    return HAPPENINGS[kind]
+
+
+def test_the_table_lists_exactly_the_specified_transitions() -> None:
+    assert {phase: set(accepts(phase)) for phase in Phase} == TAKES
+
+
+@pytest.mark.parametrize(("phase", "kind"), [(p, k) for p in Phase for k in TAKES[p]],
+                         ids=lambda v: getattr(v, "value", getattr(v, "__name__", "")))
+def test_every_listed_transition_is_taken(phase: Phase, kind: type) -> None:
+    result = advance(in_phase(phase), fitting(phase, kind))
+    assert result.state.phase is not phase or kind is Drained  # it moved on (a claim may repeat)
+
+
+@pytest.mark.parametrize(("phase", "kind"), REFUSED,
+                         ids=lambda v: getattr(v, "value", getattr(v, "__name__", "")))
+def test_every_other_pair_is_refused_naming_phase_and_happening(phase: Phase, kind: type) -> None:
+    state = in_phase(phase)
+    happening = HAPPENINGS[kind]
+    with pytest.raises(UnexpectedHappeningError) as refused:
+        advance(state, happening)
+    message = str(refused.value)
+    assert f"phase {phase.value!r}" in message and f"cannot take {kind.__name__}" in message
+    assert refused.value.phase == phase.value and refused.value.happening is happening
+    assert isinstance(refused.value, ValueError)
+    assert state == in_phase(phase)  # nothing changed
+
+
+def test_a_refusal_says_what_the_phase_takes() -> None:
+    with pytest.raises(UnexpectedHappeningError, match=r"\(it takes ToolsFinished or Cancelled "
+                       r"or Failed\)"):
+        advance(in_phase(Phase.TOOLS), ModelAnswered(FINAL))
+    with pytest.raises(UnexpectedHappeningError, match="the turn is over"):
+        advance(in_phase(Phase.ENDED), TurnOpened(2))
+    with pytest.raises(UnexpectedHappeningError, match="no turn is open to end"):
+        advance(in_phase(Phase.NEW), Failed("boom"))
+
+
+@pytest.mark.parametrize("phase", CLAIM_PHASES, ids=lambda p: p.value)
+def test_a_claim_of_the_wrong_queue_is_refused(phase: Phase) -> None:
+    state = in_phase(phase)
+    wrong = Drained(STEP if phase is Phase.CLAIM_TURN else TURN)
+    asked = "next_turn" if phase is Phase.CLAIM_TURN else "next_step"
+    with pytest.raises(UnexpectedHappeningError, match=f"asked to claim {asked}, got Drained"):
+        advance(state, wrong)
 
 
 def test_tool_results_must_answer_the_calls_in_order() -> None:

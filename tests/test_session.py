@@ -1,0 +1,232 @@
+"""The session fold, specified: what each event does to a session, and that replaying a live
+run's log gives back exactly the session the run held.
+
+``Session.apply`` is a table from event type to fold; the first tests read that table row by row.
+The property test at the end drives the pure turn loop (``nous_inbox.loop``) the way a runner and
+an owner would, with messages of every kind (blank ones included) arriving between and during
+steps, records every event into a live session one ``apply`` at a time, and checks that
+``replay(events)`` equals it, from the start and from any midpoint, and that the session's
+transcript is the loop's own at the end of each turn.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nous_inbox import (
+    Inbox,
+    Message,
+    MessageSent,
+    ModelReplied,
+    ModelRequested,
+    Nudged,
+    QueueClaimed,
+    ReplayError,
+    Session,
+    StepEnded,
+    StepStarted,
+    Target,
+    ToolCall,
+    ToolCalled,
+    ToolReturned,
+    TurnEnded,
+    TurnStarted,
+    Warned,
+    replay,
+)
+from nous_inbox.events import EVENT_TYPES, Event
+from nous_inbox.loop import (
+    CallModel,
+    Cancelled,
+    Claim,
+    Drained,
+    EndTurn,
+    Happening,
+    ModelAnswered,
+    RunTools,
+    ToolsFinished,
+    TurnOpened,
+    advance,
+    new_state,
+)
+
+TURN, STEP = Target.NEXT_TURN, Target.NEXT_STEP
+STRESS = max(1, int(os.environ.get("NOUS_INBOX_STRESS", "1") or 1))
+CALL = ToolCall("c1", "read", {"path": "a.log"})
+
+
+def numbered(*events: Event) -> list[Event]:
+    return [msgspec.structs.replace(e, seq=i) for i, e in enumerate(events, 1)]
+
+
+def fold(*events: Event) -> Session:
+    session = Session()
+    for event in numbered(*events):
+        session = session.apply(event)
+    return session
+
+
+# -- the table, row by row ------------------------------------------------------------------------
+
+
+def test_a_sent_message_joins_its_queue_with_its_wake_flag() -> None:
+    session = fold(MessageSent(target=STEP, wakeup=False, message=Message.user("fyi")))
+    assert session.inbox == Inbox().inject("fyi")
+    assert list(session.transcript) == [] and session.version == 1
+
+
+def test_a_claim_moves_the_queue_into_the_transcript() -> None:
+    session = fold(
+        MessageSent(target=STEP, wakeup=True, message=Message.user("a")),
+        MessageSent(target=TURN, wakeup=True, message=Message.user("b")),
+        QueueClaimed(target=STEP, count=1),
+    )
+    assert [m.content for m in session.transcript] == ["a"]
+    assert session.inbox == Inbox().followup("b")
+
+
+def test_a_claim_that_does_not_match_the_queue_is_a_replay_error() -> None:
+    with pytest.raises(ReplayError, match="claim of next_step records 1 message"):
+        fold(QueueClaimed(target=STEP, count=1))
+
+
+@pytest.mark.parametrize("kind", [ModelReplied, ToolReturned, Nudged])
+def test_a_reply_a_tool_result_and_a_nudge_join_the_transcript(kind: Any) -> None:
+    message = Message.tool("42", "c1") if kind is ToolReturned else Message.assistant("hi")
+    session = fold(kind(turn=1, step=1, message=message))
+    assert list(session.transcript) == [message]
+
+
+def test_turns_and_steps_move_the_run_bookkeeping() -> None:
+    assert fold(TurnStarted(turn=3)).running
+    assert (fold(TurnStarted(turn=3)).turn, fold(TurnStarted(turn=3)).step) == (3, 0)
+    assert fold(TurnStarted(turn=3), StepStarted(turn=3, step=2)).step == 2
+    ended = fold(TurnStarted(turn=3), TurnEnded(turn=3, steps=0, reason="final"))
+    assert not ended.running and ended.turn == 3
+
+
+@pytest.mark.parametrize(
+    "event",
+    [ModelRequested(turn=1, step=1, messages=4), ToolCalled(turn=1, step=1, call=CALL),
+     StepEnded(turn=1, step=1), Warned(text="careful")],
+    ids=lambda e: type(e).__name__,
+)
+def test_a_request_a_tool_call_a_step_end_and_a_warning_change_only_the_version(
+    event: Event,
+) -> None:
+    assert fold(event) == Session(version=1)
+
+
+def test_every_event_type_of_the_vocabulary_folds_and_agrees_with_replay() -> None:
+    samples: dict[type, Event] = {
+        MessageSent: MessageSent(target=STEP, wakeup=True, message=Message.user("a")),
+        QueueClaimed: QueueClaimed(target=STEP, count=1),
+        TurnStarted: TurnStarted(turn=1),
+        StepStarted: StepStarted(turn=1, step=1),
+        ModelRequested: ModelRequested(turn=1, step=1, messages=1),
+        ModelReplied: ModelReplied(turn=1, step=1, message=Message.assistant("x")),
+        ToolCalled: ToolCalled(turn=1, step=1, call=CALL),
+        ToolReturned: ToolReturned(turn=1, step=1, message=Message.tool("r", "c1")),
+        StepEnded: StepEnded(turn=1, step=1),
+        Nudged: Nudged(turn=1, step=1, message=Message.user("go on")),
+        TurnEnded: TurnEnded(turn=1, steps=1, reason="final"),
+        Warned: Warned(text="w"),
+    }
+    assert set(samples) == set(EVENT_TYPES)
+    events = numbered(*samples.values())
+    assert fold(*samples.values()) == replay(events)
+    assert replay(events).version == len(EVENT_TYPES)
+
+
+def test_an_event_out_of_sequence_is_a_replay_error_naming_the_stream() -> None:
+    with pytest.raises(ReplayError, match="stream 's' seq 3: expected seq 2 after 1"):
+        Session(version=1).apply(Warned(seq=3, text="late"), "s")
+
+
+# -- replay(live events) == the live session, for runs driven through the loop --------------------
+
+_texts = st.sampled_from(["check the staging log", "stop", "", " ", "\n\t", "later please"])
+_sends = st.lists(
+    st.tuples(st.sampled_from([TURN, STEP]), st.booleans(), _texts), max_size=3
+)
+_replies = st.sampled_from(["final", "blank", "tool", "tool", "cancel"])
+
+
+class _Live:
+    """A live session and its log, recorded one event at a time as an owner would."""
+
+    def __init__(self) -> None:
+        self.session = Session()
+        self.events: list[Event] = []
+
+    def record(self, *events: Event) -> None:
+        for event in events:
+            event = msgspec.structs.replace(event, seq=self.session.version + 1)
+            self.session = self.session.apply(event)
+            self.events.append(event)
+
+    def send(self, sends: list[tuple[Target, bool, str]]) -> None:
+        for target, wakeup, text in sends:
+            self.record(MessageSent(target=target, wakeup=wakeup, message=Message.user(text)))
+
+    def claim(self, command: Claim) -> Drained:
+        taken, _ = self.session.inbox.claim(command.target, wake_only=command.wake_only)
+        if taken or not command.wake_only:
+            self.record(QueueClaimed(target=command.target, count=len(taken)))
+        return Drained(command.target, list(taken))
+
+
+def _reply(kind: str, step: int) -> Happening:
+    if kind == "final":
+        return ModelAnswered(Message.assistant(f"done at step {step}"))
+    if kind == "blank":
+        return ModelAnswered(Message.assistant("  "))
+    if kind == "tool":
+        call = ToolCall(f"c{step}", "read", {"path": "a.log"})
+        return ModelAnswered(Message.assistant(tool_calls=[call]))
+    return Cancelled()
+
+
+def _run_turn(live: _Live, turn: int, data: st.DataObject, max_steps: int) -> None:
+    state, command, events = advance(
+        new_state(max_steps), TurnOpened(turn, "wake", live.session.transcript)
+    )
+    live.record(*events)
+    while not isinstance(command, EndTurn):
+        happening: Happening
+        if isinstance(command, Claim):
+            happening = live.claim(command)
+        elif isinstance(command, CallModel):
+            live.send(data.draw(_sends, label="sent while the model thinks"))
+            happening = _reply(data.draw(_replies, label="reply"), state.step)
+        else:
+            assert isinstance(command, RunTools)
+            live.send(data.draw(_sends, label="sent while a tool runs"))
+            happening = ToolsFinished(
+                [Message.tool("42 lines", call.id, name=call.name) for call in command.calls]
+            )
+        state, command, events = advance(state, happening)
+        live.record(*events)
+    assert list(state.transcript) == list(live.session.transcript)  # the loop's view is the log's
+
+
+@settings(max_examples=60 * STRESS, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), max_steps=st.integers(1, 3), split=st.integers(0, 200))
+def test_replaying_a_live_runs_log_gives_the_live_session(
+    data: st.DataObject, max_steps: int, split: int
+) -> None:
+    live = _Live()
+    for turn in range(1, 4):
+        live.send(data.draw(_sends, label="sent while idle"))
+        if not live.session.inbox.worth_waking():  # the owner's wake check: nothing worth a turn
+            continue
+        _run_turn(live, turn, data, max_steps)
+    assert replay(live.events) == live.session
+    middle = replay(live.events[:split])
+    assert replay(live.events[split:], start=middle) == live.session
