@@ -82,14 +82,49 @@ def check_store_file(
 ) -> None:
     """Refuse a store file we should not trust; tighten one of ours to 0600 unless ``read_only``.
 
-    With ``fd`` the open file is checked (``fstat``, no race with the path); without, ``path`` is
-    looked at without opening it (so a FIFO there cannot hang us) and a missing file passes: the
-    store creates it. ``companions`` are suffixes of files that go with ``path`` (SQLite's
-    ``-wal`` and ``-shm``), checked the same way when they exist.
+    With ``fd`` the open file is checked (``fstat``, no race with the path). Without, ``path`` is
+    looked at without opening it (so a FIFO there cannot hang us); a missing one is created empty,
+    mode 0600, unless ``read_only``, so nobody can plant a file there between this check and the
+    store's own open (a read-only store reports the missing file itself). ``companions`` are
+    suffixes of files that go with ``path`` (SQLite's ``-wal`` and ``-shm``), checked the same
+    way when they exist.
     """
+    if fd is None and not read_only:
+        _create_private(path)
+    _check_link(url, path, companion=False)
     _check_one(url, path, fd, read_only)
     for suffix in companions:
+        _check_link(url, path + suffix, companion=True)
         _check_one(url, path + suffix, None, read_only)
+
+
+def _check_link(url: str, path: str, *, companion: bool) -> None:
+    # A store path may be a link the user made; a link another user made, or any link where
+    # SQLite keeps its -wal/-shm (it never makes them links), would steer our writes elsewhere.
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISLNK(st.st_mode):
+        return
+    if companion or st.st_uid != os.geteuid():
+        whose = "" if st.st_uid == os.geteuid() else f" made by uid {st.st_uid}"
+        raise StoreError(
+            f"{url}: {path} is a symbolic link{whose}; it is never followed: remove it if you "
+            f"made it, and try again"
+        )
+    if not os.path.exists(path):
+        raise StoreError(
+            f"{url} is not a usable store: {path} is a symbolic link to nothing ({os.readlink(path)})"
+        )
+
+
+def _create_private(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)  # 0600 exactly: the umask only ever takes bits away
 
 
 def _check_one(url: str, path: str, fd: int | None, read_only: bool) -> None:

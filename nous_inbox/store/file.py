@@ -69,6 +69,7 @@ from nous_inbox.store.base import (
     conflict,
     number_events,
 )
+from nous_inbox.store._safety import check_store_file
 from nous_inbox.store.lease import Leases
 
 __all__ = ["FileStore"]
@@ -210,6 +211,7 @@ class FileStore(StoreBase):
                     f"{self.url} is not a usable log file: it is "
                     f"{'a directory' if stat.S_ISDIR(mode) else 'not a regular file'}"
                 )
+            check_store_file(self.url, self.path, fd=fd, read_only=self.read_only)
         except BaseException:
             os.close(fd)
             raise
