@@ -134,7 +134,7 @@ def test_a_lock_file_another_user_owns_is_refused_untouched(store_url: str, stor
     lock.write_text("theirs\n")
     lock.chmod(0o644)
     os.chown(lock, OTHER_UID, OTHER_UID)
-    with open_store(store_url) as store, pytest.raises(StoreError, match="lock file .* belongs to uid 65534"):
+    with open_store(store_url) as store, pytest.raises(StoreError, match=r"lock file .* belongs to uid 65534"):
         store.own("s")
     assert lock.read_text() == "theirs\n" and mode(lock) == 0o644
 
@@ -144,7 +144,7 @@ def test_a_lock_file_others_may_write_to_is_refused(store_url: str, store_path: 
     lock.parent.mkdir(mode=0o700)
     lock.write_text("")
     lock.chmod(0o666)
-    with open_store(store_url) as store, pytest.raises(StoreError, match="lock file .* writable"):
+    with open_store(store_url) as store, pytest.raises(StoreError, match=r"lock file .* writable"):
         store.own("s")
 
 
@@ -270,10 +270,9 @@ def run_cli(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
 def test_a_fifo_at_a_store_path_is_refused_without_hanging(prefix: str, tmp_path: Path) -> None:
     fifo = tmp_path / "inbox.sqlite"
     os.mkfifo(fifo)
-    for command in ("show", "log", "sessions", "steer"):
-        argv = [command, "--store", f"{prefix}{fifo}"] + {"sessions": [], "steer": ["s", "x"]}.get(
-            command, ["s"])
-        done = run_cli(*argv)
+    rest = {"show": ["s"], "log": ["s"], "sessions": [], "steer": ["s", "x"]}
+    for command, args in rest.items():
+        done = run_cli(command, "--store", f"{prefix}{fifo}", *args)
         assert done.returncode == 1, done
         assert "FIFO" in done.stderr or "not a regular file" in done.stderr, done.stderr
         assert stat.S_ISFIFO(os.lstat(fifo).st_mode)

@@ -28,6 +28,7 @@ user owns is refused for root too (root reading someone's store can ``chown`` a 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -152,10 +153,8 @@ def open_private_directory(url: str, path: str) -> int:
     by name. A symbolic link, a non-directory, or a directory another user owns or may write to
     is a ``StoreError``; one of ours that others may read is tightened to 0700.
     """
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
