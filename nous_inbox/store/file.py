@@ -61,6 +61,7 @@ from nous_inbox.codec import (
 )
 from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
+from nous_inbox.store._safety import check_store_file
 from nous_inbox.store.base import (
     StoreBase,
     StoreLockedError,
@@ -69,7 +70,6 @@ from nous_inbox.store.base import (
     conflict,
     number_events,
 )
-from nous_inbox.store._safety import check_store_file
 from nous_inbox.store.lease import Leases
 
 __all__ = ["FileStore"]

@@ -60,6 +60,7 @@ from nous_inbox.codec import FORMAT_NAME, MAX_RECORD_SIZE
 from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import SCHEMA_VERSION, Event
 from nous_inbox.message import enc_hook
+from nous_inbox.store._safety import check_store_file, read_only_sqlite_uri
 from nous_inbox.store.base import (
     StoreBase,
     StoreLockedError,
@@ -69,7 +70,6 @@ from nous_inbox.store.base import (
     number_events,
     read_only_error,
 )
-from nous_inbox.store._safety import check_store_file, read_only_sqlite_uri
 from nous_inbox.store.lease import Leases
 
 __all__ = ["SqliteStore"]
