@@ -18,6 +18,7 @@ from importlib import metadata as _metadata
 from nous_inbox.errors import (
     ConcurrencyError,
     DecodeError,
+    LeaseLostError,
     RecordTooLargeError,
     ReplayError,
     StoreError,
@@ -82,6 +83,7 @@ __all__ = [
     "Claimed",
     "ConcurrencyError",
     "DecodeError",
+    "LeaseLostError",
     "Entry",
     "Event",
     "FileStore",

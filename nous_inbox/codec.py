@@ -34,6 +34,15 @@ A multi-stream log (the ``file:`` store) holds :class:`Record` envelopes instead
 the stream name, the event, and ``more``, how many records of the same atomic append follow this
 one, so a reader can tell a batch cut short by a crash from a complete one.
 
+Formats are objects. :data:`JSON_LINES` and :data:`MSGPACK` are the two :class:`LogFormat` objects;
+each knows how to encode a value, frame a record, write and check a header, and read a whole log.
+The functions below take ``fmt`` as one of them or by name (``"json"``, ``"msgpack"``), and a
+store holds the one it writes with, so nothing threads a format string through its code.
+
+>>> from nous_inbox.events import Event, Warned
+>>> MSGPACK.decode(MSGPACK.encode(Warned(seq=1, text="hi")), Event)
+Warned(text='hi', seq=1)
+
 Design notes. Decoders are built once per type and reused. A buffer is split into lines and the
 lines decoded by ``map`` over the compiled decoder, so the per-line cost is msgspec's own; only
 when a line fails is the buffer walked again in Python to name the line and byte offset. The
@@ -44,12 +53,13 @@ other text.
 
 from __future__ import annotations
 
+import abc
 import os
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from itertools import accumulate, count
-from typing import Any, Final, Literal
+from typing import IO, Any, Final, Literal
 
 import msgspec
 
@@ -60,9 +70,12 @@ from nous_inbox.message import enc_hook
 __all__ = [
     "FORMAT_NAME",
     "FRAME_HEADER_SIZE",
+    "JSON_LINES",
     "MAX_RECORD_SIZE",
+    "MSGPACK",
     "Format",
     "Header",
+    "LogFormat",
     "Record",
     "check_header",
     "decode_event",
@@ -72,6 +85,7 @@ __all__ = [
     "encode_header",
     "encode_record",
     "frame",
+    "get_format",
     "iter_events",
     "iter_records",
     "json_lines",
@@ -85,6 +99,7 @@ MAX_RECORD_SIZE: Final = 16 * 1024 * 1024
 """Default size limit of one record (its JSON line or MessagePack payload), in bytes."""
 
 Format = Literal["json", "msgpack"]
+"""A format by name, as the functions below accept it (or pass a :class:`LogFormat`)."""
 
 FRAME_HEADER_SIZE: Final = 8
 _FRAME: Final = struct.Struct(">II")
@@ -97,6 +112,28 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
 
     format: str
     version: int
+
+    def check(self, where: str) -> Header:
+        """Return the header if this library can read what it heads, else raise ``DecodeError``.
+
+        A log (or database) from a newer schema version is refused rather than misread; an
+        older one is fine. ``where`` names the place in the error.
+
+        >>> Header(format="nous-inbox", version=99).check("a.jsonl line 1")
+        Traceback (most recent call last):
+        ...
+        nous_inbox.errors.DecodeError: a.jsonl line 1: written with schema version 99, newer than this nous-inbox reads (1); upgrade nous-inbox to read it
+        """
+        if self.format != FORMAT_NAME:
+            raise DecodeError(f"{where}: not a nous-inbox log (format {self.format!r})")
+        if self.version > SCHEMA_VERSION:
+            raise DecodeError(
+                f"{where}: written with schema version {self.version}, newer than this "
+                f"nous-inbox reads ({SCHEMA_VERSION}); upgrade nous-inbox to read it"
+            )
+        if self.version < 1:
+            raise DecodeError(f"{where}: invalid schema version {self.version}")
+        return self
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -115,29 +152,220 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     more: int = 0
 
 
-_json_encoder: Final = msgspec.json.Encoder(enc_hook=enc_hook)
-_msgpack_encoder: Final = msgspec.msgpack.Encoder(enc_hook=enc_hook)
-_json_event: Final = msgspec.json.Decoder(Event)
-_json_record: Final = msgspec.json.Decoder(Record)
-_json_header: Final = msgspec.json.Decoder(Header)
-_msgpack_event: Final = msgspec.msgpack.Decoder(Event)
-_msgpack_record: Final = msgspec.msgpack.Decoder(Record)
-_msgpack_header: Final = msgspec.msgpack.Decoder(Header)
-
 # What a decoder may raise on bad bytes: msgspec's own error (ValidationError is a subclass) and,
 # for absurdly deep nesting, RecursionError; both become our DecodeError with a place.
 _BAD: Final = (msgspec.DecodeError, RecursionError)
+_HEADER: Final = Header(format=FORMAT_NAME, version=SCHEMA_VERSION)
 
 
-def _check_format(fmt: str) -> None:
-    if fmt != "json" and fmt != "msgpack":
+class LogFormat(abc.ABC):
+    """One way of writing a log: how a value is encoded, a record framed, a whole log read.
+
+    The two instances are :data:`JSON_LINES` and :data:`MSGPACK`. ``decode`` and ``iter`` take
+    the type to decode (:data:`~nous_inbox.events.Event`, :class:`Record` or :class:`Header`);
+    decoders are built once per format and type.
+    """
+
+    name: str
+    """The format's name, as ``fmt`` strings spell it: ``"json"`` or ``"msgpack"``."""
+
+    def __init__(self) -> None:
+        self._decoders: dict[Any, Any] = {
+            kind: self._decoder(kind) for kind in (Event, Record, Header)
+        }
+
+    def __repr__(self) -> str:
+        return "JSON_LINES" if self.name == "json" else "MSGPACK"
+
+    @abc.abstractmethod
+    def _decoder(self, kind: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def encode(self, value: Event | Record | Header) -> bytes:
+        """One value, bare: JSON without its newline, MessagePack without its frame."""
+
+    @abc.abstractmethod
+    def frame(self, payload: bytes) -> bytes:
+        """One encoded value as it sits in a log: a JSON line, or a MessagePack frame."""
+
+    def header(self) -> bytes:
+        """The first record of a log of this format, framed and ready to write."""
+        return self.frame(self.encode(_HEADER))
+
+    def log(self, items: Iterable[Event | Record], *, header: bool = True) -> bytes:
+        """A whole log: the header (unless ``header=False``), then one record per item."""
+        encode, frame_ = self.encode, self.frame
+        body = b"".join([frame_(encode(item)) for item in items])
+        return self.header() + body if header else body
+
+    def decoder(self, kind: Any) -> Any:
+        """The compiled msgspec decoder of ``kind`` (raises msgspec's own errors, unplaced)."""
+        return self._decoders[kind]
+
+    def decode(
+        self, data: Any, kind: Any, where: str = "record", max_size: int = MAX_RECORD_SIZE,
+    ) -> Any:
+        """One bare value of type ``kind``; ``DecodeError`` (naming ``where``) if it is not one."""
+        if not isinstance(data, (bytes, bytearray, memoryview, str)):
+            raise TypeError(f"{where}: expected bytes, got {type(data).__name__}")
+        size = len(data.encode() if isinstance(data, str) else data)
+        if size > max_size:
+            raise RecordTooLargeError(
+                f"{where}: record of {size} bytes is above the limit of {max_size} bytes"
+            )
+        try:
+            return self._decoders[kind].decode(data)
+        except _BAD as exc:
+            raise DecodeError(f"{where}: {_reason(exc, data)}") from None
+
+    def check_header(self, data: bytes, where: str = "header") -> Header:
+        """Decode a header record (unframed) and refuse what this library cannot read."""
+        try:
+            header: Header = self._decoders[Header].decode(data)
+        except _BAD as exc:
+            raise DecodeError(f"{where}: not a nous-inbox log header: {_reason(exc, data)}") from None
+        return header.check(where)
+
+    @abc.abstractmethod
+    def iter(
+        self, data: object, kind: Any, *, name: str = "<bytes>", header: bool = True,
+        max_size: int = MAX_RECORD_SIZE, start: int = 1, base: int = 0, positions: bool = True,
+    ) -> Iterator[Any]:
+        """Decode a whole log held in ``data``: ``(number, offset, value)`` in order, or the bare
+        values with ``positions=False`` (positions are then worked out only to name an error)."""
+
+    @abc.abstractmethod
+    def read_file(self, file: IO[bytes], name: str, kind: Any, max_size: int) -> Iterator[Any]:
+        """Stream ``(number, offset, value)`` from an open binary file, a few MiB at a time."""
+
+
+class _JsonLines(LogFormat):
+    name = "json"
+    _encoder: Final = msgspec.json.Encoder(enc_hook=enc_hook)
+
+    def _decoder(self, kind: Any) -> Any:
+        return msgspec.json.Decoder(kind)
+
+    def encode(self, value: Event | Record | Header) -> bytes:
+        return self._encoder.encode(value)
+
+    def frame(self, payload: bytes) -> bytes:
+        return payload + b"\n"
+
+    def log(self, items: Iterable[Event | Record], *, header: bool = True) -> bytes:
+        encode = self._encoder.encode
+        body = b"".join([encode(item) + b"\n" for item in items])
+        return self.header() + body if header else body
+
+    def iter(
+        self, data: object, kind: Any, *, name: str = "<bytes>", header: bool = True,
+        max_size: int = MAX_RECORD_SIZE, start: int = 1, base: int = 0, positions: bool = True,
+    ) -> Iterator[Any]:
+        return _iter_json(self, data, self._decoders[kind], name, header, max_size, start, base,
+                          positions)
+
+    def read_file(self, file: IO[bytes], name: str, kind: Any, max_size: int) -> Iterator[Any]:
+        line, offset, header, pending = 1, 0, True, b""
+        while chunk := file.read(_CHUNK):
+            pending += chunk
+            cut = pending.rfind(b"\n") + 1
+            if not cut:
+                if len(pending) > max_size:
+                    raise RecordTooLargeError(
+                        f"{name} line {line} (byte {offset}): record of more than {max_size} "
+                        f"bytes is above the limit"
+                    )
+                continue
+            complete, pending = pending[:cut], pending[cut:]
+            yield from self.iter(complete, kind, name=name, header=header, max_size=max_size,
+                                 start=line, base=offset)
+            line += complete.count(b"\n")
+            offset += cut
+            header = False
+        if pending:
+            raise _truncated(name, "line", line, offset, len(pending))
+
+
+class _MsgpackFrames(LogFormat):
+    name = "msgpack"
+    _encoder: Final = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+
+    def _decoder(self, kind: Any) -> Any:
+        return msgspec.msgpack.Decoder(kind)
+
+    def encode(self, value: Event | Record | Header) -> bytes:
+        return self._encoder.encode(value)
+
+    def frame(self, payload: bytes) -> bytes:
+        return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+
+    def iter(
+        self, data: object, kind: Any, *, name: str = "<bytes>", header: bool = True,
+        max_size: int = MAX_RECORD_SIZE, start: int = 1, base: int = 0, positions: bool = True,
+    ) -> Iterator[Any]:
+        items = _iter_msgpack(self, data, self._decoders[kind], name, header, max_size, start,
+                              base)
+        return items if positions else (item for _, _, item in items)
+
+    def read_file(self, file: IO[bytes], name: str, kind: Any, max_size: int) -> Iterator[Any]:
+        number, offset, header, pending = 1, 0, True, b""
+        while chunk := file.read(_CHUNK):
+            pending += chunk
+            # Cut after the last whole frame so each piece decodes on its own.
+            pos = frames = 0
+            while len(pending) - pos >= FRAME_HEADER_SIZE:
+                size = _FRAME.unpack_from(pending, pos)[0]
+                if size > max_size:  # hand it over: iter refuses it, naming the place
+                    pos, frames = len(pending), frames + 1
+                    break
+                if pos + FRAME_HEADER_SIZE + size > len(pending):
+                    break
+                pos += FRAME_HEADER_SIZE + size
+                frames += 1
+            if not frames:
+                continue
+            complete, pending = pending[:pos], pending[pos:]
+            yield from self.iter(complete, kind, name=name, header=header, max_size=max_size,
+                                 start=number, base=offset)
+            number += frames
+            offset += pos
+            header = False
+        if pending:
+            raise _truncated(name, "record", number, offset, len(pending))
+
+
+JSON_LINES: Final[LogFormat] = _JsonLines()
+"""JSON Lines: a header line, then one record a line (the ``file:`` store's format)."""
+
+MSGPACK: Final[LogFormat] = _MsgpackFrames()
+"""Framed MessagePack: each record ``length | crc32 | payload`` (a ``sqlite:`` row's body is a
+bare MessagePack payload)."""
+
+_FORMATS: Final = {"json": JSON_LINES, "msgpack": MSGPACK}
+
+
+def get_format(fmt: Format | LogFormat) -> LogFormat:
+    """The :class:`LogFormat` that ``fmt`` names (a format object passes through).
+
+    >>> get_format("msgpack") is MSGPACK
+    True
+    >>> get_format("yaml")
+    Traceback (most recent call last):
+    ...
+    ValueError: format must be 'json' or 'msgpack', got 'yaml'
+    """
+    if isinstance(fmt, LogFormat):
+        return fmt
+    found = _FORMATS.get(fmt) if isinstance(fmt, str) else None
+    if found is None:
         raise ValueError(f"format must be 'json' or 'msgpack', got {fmt!r}")
+    return found
 
 
 # -- single values ---------------------------------------------------------------------------------
 
 
-def encode_event(event: Event, fmt: Format = "json") -> bytes:
+def encode_event(event: Event, fmt: Format | LogFormat = "json") -> bytes:
     """One event as JSON (no newline) or bare MessagePack (no frame).
 
     >>> from nous_inbox.events import Warned
@@ -146,32 +374,16 @@ def encode_event(event: Event, fmt: Format = "json") -> bytes:
     >>> decode_event(encode_event(Warned(seq=1, text="hi"), "msgpack"), "msgpack")
     Warned(text='hi', seq=1)
     """
-    _check_format(fmt)
-    return _json_encoder.encode(event) if fmt == "json" else _msgpack_encoder.encode(event)
+    return get_format(fmt).encode(event)
 
 
-def encode_record(record: Record, fmt: Format = "json") -> bytes:
+def encode_record(record: Record, fmt: Format | LogFormat = "json") -> bytes:
     """One :class:`Record` as JSON (no newline) or bare MessagePack (no frame)."""
-    _check_format(fmt)
-    return _json_encoder.encode(record) if fmt == "json" else _msgpack_encoder.encode(record)
-
-
-def _decode_one(decoder: Any, data: Any, where: str, max_size: int) -> Any:
-    if not isinstance(data, (bytes, bytearray, memoryview, str)):
-        raise TypeError(f"{where}: expected bytes, got {type(data).__name__}")
-    size = len(data.encode() if isinstance(data, str) else data)
-    if size > max_size:
-        raise RecordTooLargeError(
-            f"{where}: record of {size} bytes is above the limit of {max_size} bytes"
-        )
-    try:
-        return decoder.decode(data)
-    except _BAD as exc:
-        raise DecodeError(f"{where}: {_reason(exc, data)}") from None
+    return get_format(fmt).encode(record)
 
 
 def decode_event(
-    data: bytes | str, fmt: Format = "json", *, where: str = "event",
+    data: bytes | str, fmt: Format | LogFormat = "json", *, where: str = "event",
     max_record_size: int = MAX_RECORD_SIZE,
 ) -> Event:
     """Read one event written by :func:`encode_event`; ``where`` names it in errors.
@@ -181,40 +393,32 @@ def decode_event(
     ...
     nous_inbox.errors.DecodeError: stream 's' seq 1: Expected `int`, got `str` - at `$.seq`
     """
-    _check_format(fmt)
-    decoder = _json_event if fmt == "json" else _msgpack_event
-    event: Event = _decode_one(decoder, data, where, max_record_size)
+    event: Event = get_format(fmt).decode(data, Event, where, max_record_size)
     return event
 
 
 def decode_record(
-    data: bytes | str, fmt: Format = "json", *, where: str = "record",
+    data: bytes | str, fmt: Format | LogFormat = "json", *, where: str = "record",
     max_record_size: int = MAX_RECORD_SIZE,
 ) -> Record:
     """Read one :class:`Record` written by :func:`encode_record`."""
-    _check_format(fmt)
-    decoder = _json_record if fmt == "json" else _msgpack_record
-    record: Record = _decode_one(decoder, data, where, max_record_size)
+    record: Record = get_format(fmt).decode(data, Record, where, max_record_size)
     return record
 
 
 # -- headers ---------------------------------------------------------------------------------------
 
 
-def encode_header(fmt: Format = "json") -> bytes:
+def encode_header(fmt: Format | LogFormat = "json") -> bytes:
     """The first record of a log, ready to write: a JSON line, or a MessagePack frame.
 
     >>> encode_header()
     b'{"format":"nous-inbox","version":1}\\n'
     """
-    _check_format(fmt)
-    header = Header(format=FORMAT_NAME, version=SCHEMA_VERSION)
-    if fmt == "json":
-        return _json_encoder.encode(header) + b"\n"
-    return frame(_msgpack_encoder.encode(header))
+    return get_format(fmt).header()
 
 
-def check_header(data: bytes, fmt: Format = "json", *, where: str = "header") -> Header:
+def check_header(data: bytes, fmt: Format | LogFormat = "json", *, where: str = "header") -> Header:
     """Decode a header record (without newline or frame) and refuse what this library cannot read.
 
     A log from a newer schema version is refused rather than misread; an older one is fine.
@@ -224,22 +428,7 @@ def check_header(data: bytes, fmt: Format = "json", *, where: str = "header") ->
     ...
     nous_inbox.errors.DecodeError: a.jsonl line 1: written with schema version 99, newer than this nous-inbox reads (1); upgrade nous-inbox to read it
     """
-    _check_format(fmt)
-    decoder = _json_header if fmt == "json" else _msgpack_header
-    try:
-        header: Header = decoder.decode(data)
-    except _BAD as exc:
-        raise DecodeError(f"{where}: not a nous-inbox log header: {_reason(exc, data)}") from None
-    if header.format != FORMAT_NAME:
-        raise DecodeError(f"{where}: not a nous-inbox log (format {header.format!r})")
-    if header.version > SCHEMA_VERSION:
-        raise DecodeError(
-            f"{where}: written with schema version {header.version}, newer than this nous-inbox "
-            f"reads ({SCHEMA_VERSION}); upgrade nous-inbox to read it"
-        )
-    if header.version < 1:
-        raise DecodeError(f"{where}: invalid schema version {header.version}")
-    return header
+    return get_format(fmt).check_header(data, where)
 
 
 # -- whole logs: writing ---------------------------------------------------------------------------
@@ -247,28 +436,24 @@ def check_header(data: bytes, fmt: Format = "json", *, where: str = "header") ->
 
 def json_lines(items: Iterable[Event | Record], *, header: bool = True) -> bytes:
     """A JSON Lines log: the header line (unless ``header=False``), then one line per item."""
-    encode = _json_encoder.encode
-    body = b"".join([encode(item) + b"\n" for item in items])
-    return encode_header("json") + body if header else body
+    return JSON_LINES.log(items, header=header)
 
 
 def frame(payload: bytes) -> bytes:
     """Frame one MessagePack payload: its length and crc32 (big-endian) before it."""
-    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+    return MSGPACK.frame(payload)
 
 
 def msgpack_frames(items: Iterable[Event | Record], *, header: bool = True) -> bytes:
     """A framed MessagePack log: the header frame (unless ``header=False``), then one per item."""
-    encode = _msgpack_encoder.encode
-    body = b"".join([frame(encode(item)) for item in items])
-    return encode_header("msgpack") + body if header else body
+    return MSGPACK.log(items, header=header)
 
 
 # -- whole logs: reading ---------------------------------------------------------------------------
 
 
 def iter_events(
-    data: bytes, fmt: Format = "json", *, name: str = "<bytes>", header: bool = True,
+    data: bytes, fmt: Format | LogFormat = "json", *, name: str = "<bytes>", header: bool = True,
     max_record_size: int = MAX_RECORD_SIZE, start_line: int = 1, start_offset: int = 0,
 ) -> Iterator[tuple[int, int, Event]]:
     """Decode a whole log held in ``data``, yielding ``(line, offset, event)`` in order.
@@ -279,29 +464,21 @@ def iter_events(
     ``start_line`` and ``start_offset`` place ``data`` inside a larger file. The records before
     a bad one are yielded before the error is raised, as a file reader would.
     """
-    _check_format(fmt)
-    if fmt == "json":
-        return _iter_json(data, _json_event, name, header, max_record_size, start_line,
-                          start_offset)
-    return _iter_msgpack(data, _msgpack_event, name, header, max_record_size, start_line,
-                         start_offset)
+    return get_format(fmt).iter(data, Event, name=name, header=header, max_size=max_record_size,
+                                start=start_line, base=start_offset)
 
 
 def iter_records(
-    data: bytes, fmt: Format = "json", *, name: str = "<bytes>", header: bool = True,
+    data: bytes, fmt: Format | LogFormat = "json", *, name: str = "<bytes>", header: bool = True,
     max_record_size: int = MAX_RECORD_SIZE, start_line: int = 1, start_offset: int = 0,
 ) -> Iterator[tuple[int, int, Record]]:
     """Like :func:`iter_events` for a multi-stream log of :class:`Record` envelopes."""
-    _check_format(fmt)
-    if fmt == "json":
-        return _iter_json(data, _json_record, name, header, max_record_size, start_line,
-                          start_offset)
-    return _iter_msgpack(data, _msgpack_record, name, header, max_record_size, start_line,
-                         start_offset)
+    return get_format(fmt).iter(data, Record, name=name, header=header,
+                                max_size=max_record_size, start=start_line, base=start_offset)
 
 
 def decode_events(
-    data: bytes, fmt: Format = "json", *, name: str = "<bytes>", header: bool = True,
+    data: bytes, fmt: Format | LogFormat = "json", *, name: str = "<bytes>", header: bool = True,
     max_record_size: int = MAX_RECORD_SIZE,
 ) -> Iterator[Event]:
     """The events of a whole log, without positions: the fast path for ``replay``.
@@ -314,37 +491,38 @@ def decode_events(
     >>> replay(decode_events(json_lines([Warned(seq=1, text="x")]))).version
     1
     """
-    _check_format(fmt)
-    if fmt == "json":
-        return _iter_json(data, _json_event, name, header, max_record_size, 1, 0, False)
-    return (item for _, _, item in _iter_msgpack(data, _msgpack_event, name, header,
-                                                 max_record_size, 1, 0))
+    return get_format(fmt).iter(data, Event, name=name, header=header,
+                                max_size=max_record_size, positions=False)
 
 
 def read_events(
-    path: str | os.PathLike[str], fmt: Format = "json", *,
+    path: str | os.PathLike[str], fmt: Format | LogFormat = "json", *,
     max_record_size: int = MAX_RECORD_SIZE,
 ) -> Iterator[tuple[int, int, Event]]:
     """Stream the events of a log file, a few MiB at a time: ``(line, offset, event)``.
 
     The file must start with a header. Errors name the file, the line and the byte offset.
     """
-    _check_format(fmt)
-    decoder = _json_event if fmt == "json" else _msgpack_event
-    return _read_file(path, fmt, decoder, max_record_size)
+    return _read_file(path, get_format(fmt), Event, max_record_size)
 
 
 def read_records(
-    path: str | os.PathLike[str], fmt: Format = "json", *,
+    path: str | os.PathLike[str], fmt: Format | LogFormat = "json", *,
     max_record_size: int = MAX_RECORD_SIZE,
 ) -> Iterator[tuple[int, int, Record]]:
     """Like :func:`read_events` for a multi-stream log of :class:`Record` envelopes."""
-    _check_format(fmt)
-    decoder = _json_record if fmt == "json" else _msgpack_record
-    return _read_file(path, fmt, decoder, max_record_size)
+    return _read_file(path, get_format(fmt), Record, max_record_size)
 
 
 # -- internals -------------------------------------------------------------------------------------
+
+
+def _read_file(
+    path: str | os.PathLike[str], fmt: LogFormat, kind: Any, max_size: int,
+) -> Iterator[Any]:
+    name = os.fspath(path)
+    with open(path, "rb") as file:
+        yield from fmt.read_file(file, name, kind, max_size)
 
 
 def _reason(exc: BaseException, data: Any) -> str:
@@ -364,8 +542,8 @@ def _as_bytes(data: object) -> bytes:
 
 
 def _iter_json(
-    data: object, decoder: Any, name: str, header: bool, max_size: int, line: int, base: int,
-    positions: bool = True,
+    fmt: LogFormat, data: object, decoder: Any, name: str, header: bool, max_size: int,
+    line: int, base: int, positions: bool,
 ) -> Iterator[Any]:
     buf = _as_bytes(data)
     if not buf:
@@ -376,7 +554,7 @@ def _iter_json(
     if header:
         if not lines:
             raise _truncated(name, "line", line, offset, len(tail))
-        check_header(lines[0], "json", where=f"{name} line {line} (byte {offset})")
+        fmt.check_header(lines[0], f"{name} line {line} (byte {offset})")
         offset += len(lines[0]) + 1
         line += 1
         del lines[0]
@@ -438,7 +616,8 @@ def _walk_to_json_error(
 
 
 def _iter_msgpack(
-    data: object, decoder: Any, name: str, header: bool, max_size: int, number: int, base: int,
+    fmt: LogFormat, data: object, decoder: Any, name: str, header: bool, max_size: int,
+    number: int, base: int,
 ) -> Iterator[Any]:
     buf = _as_bytes(data)
     end = len(buf)
@@ -447,13 +626,13 @@ def _iter_msgpack(
     crc32 = zlib.crc32
     decode = decoder.decode
     while pos < end:
-        where = f"{name} record {number} (byte {base + pos})"
         if end - pos < FRAME_HEADER_SIZE:
             raise _truncated(name, "record", number, base + pos, end - pos)
         size, checksum = unpack(buf, pos)
         if size > max_size:
             raise RecordTooLargeError(
-                f"{where}: record of {size} bytes is above the limit of {max_size} bytes"
+                f"{name} record {number} (byte {base + pos}): record of {size} bytes is above "
+                f"the limit of {max_size} bytes"
             )
         start = pos + FRAME_HEADER_SIZE
         stop = start + size
@@ -461,73 +640,20 @@ def _iter_msgpack(
             raise _truncated(name, "record", number, base + pos, end - pos)
         payload = buf[start:stop]
         if crc32(payload) != checksum:
-            raise DecodeError(f"{where}: checksum mismatch (the record is corrupt)")
+            raise DecodeError(
+                f"{name} record {number} (byte {base + pos}): checksum mismatch (the record is "
+                f"corrupt)"
+            )
         if header:
-            check_header(payload, "msgpack", where=where)
+            fmt.check_header(payload, f"{name} record {number} (byte {base + pos})")
             header = False
         else:
             try:
                 item = decode(payload)
             except _BAD as exc:
-                raise DecodeError(f"{where}: {_reason(exc, payload)}") from None
+                raise DecodeError(
+                    f"{name} record {number} (byte {base + pos}): {_reason(exc, payload)}"
+                ) from None
             yield number, base + pos, item
         pos = stop
         number += 1
-
-
-def _read_file(
-    path: str | os.PathLike[str], fmt: Format, decoder: Any, max_size: int,
-) -> Iterator[Any]:
-    name = os.fspath(path)
-    with open(path, "rb") as file:
-        if fmt == "json":
-            yield from _read_json_file(file, name, decoder, max_size)
-        else:
-            yield from _read_msgpack_file(file, name, decoder, max_size)
-
-
-def _read_json_file(file: Any, name: str, decoder: Any, max_size: int) -> Iterator[Any]:
-    line, offset, header, pending = 1, 0, True, b""
-    while chunk := file.read(_CHUNK):
-        pending += chunk
-        cut = pending.rfind(b"\n") + 1
-        if not cut:
-            if len(pending) > max_size:
-                raise RecordTooLargeError(
-                    f"{name} line {line} (byte {offset}): record of more than {max_size} bytes "
-                    f"is above the limit"
-                )
-            continue
-        complete, pending = pending[:cut], pending[cut:]
-        yield from _iter_json(complete, decoder, name, header, max_size, line, offset)
-        line += complete.count(b"\n")
-        offset += cut
-        header = False
-    if pending:
-        raise _truncated(name, "line", line, offset, len(pending))
-
-
-def _read_msgpack_file(file: Any, name: str, decoder: Any, max_size: int) -> Iterator[Any]:
-    number, offset, header, pending = 1, 0, True, b""
-    while chunk := file.read(_CHUNK):
-        pending += chunk
-        # Cut after the last whole frame so each piece decodes on its own.
-        pos = frames = 0
-        while len(pending) - pos >= FRAME_HEADER_SIZE:
-            size = _FRAME.unpack_from(pending, pos)[0]
-            if size > max_size:  # hand it over: _iter_msgpack refuses it, naming the place
-                pos, frames = len(pending), frames + 1
-                break
-            if pos + FRAME_HEADER_SIZE + size > len(pending):
-                break
-            pos += FRAME_HEADER_SIZE + size
-            frames += 1
-        if not frames:
-            continue
-        complete, pending = pending[:pos], pending[pos:]
-        yield from _iter_msgpack(complete, decoder, name, header, max_size, number, offset)
-        number += frames
-        offset += pos
-        header = False
-    if pending:
-        raise _truncated(name, "record", number, offset, len(pending))

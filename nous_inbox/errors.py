@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "ConcurrencyError",
     "DecodeError",
+    "LeaseLostError",
     "RecordTooLargeError",
     "ReplayError",
     "StoreError",
@@ -62,6 +63,22 @@ class StreamOwnedError(ConcurrencyError):
         super().__init__(message)
         self.stream = stream
         self.pid = pid
+
+
+class LeaseLostError(RuntimeError):
+    """An owner whose lease on a stream expired and was taken over by another owner.
+
+    A store whose leases expire (PostgreSQL: a host that stopped renewing is presumed dead) fences
+    every append of the old owner: it writes nothing and raises this. Deliberately not a
+    :class:`ConcurrencyError`: reading what the new owner wrote and trying again would run the
+    session twice, so nothing retries it; the old owner must stop. ``stream`` names the stream
+    and ``epoch`` the lost lease's fencing token.
+    """
+
+    def __init__(self, message: str, *, stream: str = "", epoch: int = 0) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.epoch = epoch
 
 
 class StoreError(OSError):

@@ -1,4 +1,8 @@
-"""Fixtures shared by the store tests: one of each store kind, opened on a fresh path."""
+"""Fixtures shared by the store tests: one of each store kind, opened on a fresh path.
+
+``postgres`` is a real PostgreSQL server (see ``tests/postgres_server.py``): one per test session,
+a fresh schema per test.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,24 @@ from pathlib import Path
 import pytest
 
 from nous_inbox.store import Store, open_store
+from tests import postgres_server
 
-KINDS = ["memory", "file", "sqlite"]
+KINDS = ["memory", "file", "sqlite", "postgres"]
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[postgres_server.Server]:
+    """The PostgreSQL server of this test session (skipped where there is none, failed in CI)."""
+    with postgres_server.server() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres: postgres_server.Server) -> Iterator[str]:
+    """A ``postgresql://`` URL naming a schema of its own, dropped after the test."""
+    url, schema = postgres.fresh_url()
+    yield url
+    postgres.drop(schema)
 
 
 @pytest.fixture(params=KINDS)
@@ -19,8 +39,10 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def url(kind: str, tmp_path: Path) -> str:
-    """A URL of that kind on a path nothing has used."""
+def url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A URL of that kind on a path (or PostgreSQL schema) nothing has used."""
+    if kind == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
     return {"memory": "memory:", "file": f"file:{tmp_path / 'log.jsonl'}",
             "sqlite": f"sqlite:{tmp_path / 'inbox.sqlite'}"}[kind]
 

@@ -101,7 +101,7 @@ def _store_option(parser: argparse.ArgumentParser) -> None:
         "--store",
         metavar="URL",
         default=None,
-        help="memory:, file:PATH, sqlite:PATH or a path (default: $NOUS_INBOX_STORE or the embedded SQLite file)",
+        help="memory:, file:PATH, sqlite:PATH, postgresql://... or a path (default: $NOUS_INBOX_STORE or the embedded SQLite file)",
     )
 
 

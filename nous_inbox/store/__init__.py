@@ -6,6 +6,8 @@ URL                    store
 ``memory:``            :class:`MemoryStore`: a dict in this process, for tests and experiments
 ``file:PATH``          :class:`FileStore`: one JSON Lines file, every session's events, fsynced
 ``sqlite:PATH``        :class:`SqliteStore`: the embedded default, safe with many processes
+``postgresql://...``   ``PostgresStore`` (:mod:`nous_inbox.store.postgres`, needs the ``postgres``
+                       extra): one database shared by many machines, leases that expire
 ``PATH``               a bare path (no scheme) is a SQLite file
 =====================  ===========================================================================
 
@@ -15,7 +17,7 @@ URL                    store
 >>> open_store("redis://localhost")
 Traceback (most recent call last):
 ...
-ValueError: unknown store scheme 'redis' in 'redis://localhost' (use memory:, file:PATH, sqlite:PATH or a path)
+ValueError: unknown store scheme 'redis' in 'redis://localhost' (use memory:, file:PATH, sqlite:PATH, postgresql://... or a path)
 
 ``open_store(url, read_only=True)`` opens a store only to look: it must already exist (else
 :class:`~nous_inbox.errors.StoreError` saying there is no store there), nothing is created or
@@ -73,7 +75,8 @@ _SCHEME: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
 
 
 def open_store(url: str, *, read_only: bool = False) -> Store:
-    """Open the store ``url`` names: ``memory:``, ``file:PATH``, ``sqlite:PATH`` or a bare path.
+    """Open the store ``url`` names: ``memory:``, ``file:PATH``, ``sqlite:PATH``, a bare path, or
+    ``postgresql://...`` (``postgres://`` too).
 
     ``PATH`` may start with ``~``. An unknown scheme or a missing path is a ``ValueError``
     naming it; a path that cannot be opened as a store is a
@@ -93,6 +96,15 @@ def open_store(url: str, *, read_only: bool = False) -> Store:
         if rest:
             raise ValueError(f"memory: takes no path, got {url!r}")
         return MemoryStore(read_only=read_only)
+    if scheme in ("postgresql", "postgres"):
+        # Imported here: psycopg is an optional extra, and nothing else needs it.
+        try:
+            from nous_inbox.store.postgres import PostgresStore
+        except ImportError as exc:
+            raise ValueError(
+                f"{url.split('@')[-1]!r} needs psycopg: pip install 'nous-inbox[postgres]' ({exc})"
+            ) from None
+        return PostgresStore(url, read_only=read_only)
     if scheme in ("file", "sqlite"):
         if not rest:
             raise ValueError(f"store URL {url!r} needs a path after {scheme}:")
@@ -102,5 +114,5 @@ def open_store(url: str, *, read_only: bool = False) -> Store:
         return SqliteStore(path, read_only=read_only)
     raise ValueError(
         f"unknown store scheme {match.group(1)!r} in {url!r} "
-        f"(use memory:, file:PATH, sqlite:PATH or a path)"
+        f"(use memory:, file:PATH, sqlite:PATH, postgresql://... or a path)"
     )

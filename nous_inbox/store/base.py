@@ -21,6 +21,20 @@ Appending needs no lease: anyone may send a message to a session someone else ow
 ``version`` is meant to be polled: it is how an owner in one process notices what another process
 appended, so every store answers it cheaply (a dict lookup, a ``stat``, an index seek).
 
+A store acknowledges only what it has proved it can read back: every event of an append is
+encoded in the store's own format and decoded again before anything is written, and one that
+does not come back equal (a bare ``str`` where a message belongs, an unknown target, a
+``wakeup`` that is not a bool, a time that is not a finite number) is refused with a
+``TypeError`` or ``ValueError`` naming its index and the field, and nothing is written. So a
+hand-built event can never poison a log for its other readers.
+
+Writing a store. :class:`StoreBase` does the shared work once: it checks names, expected
+versions and events, refuses writes to a read-only store, numbers and time-stamps events,
+encodes them in the store's :class:`~nous_inbox.codec.LogFormat`, enforces the size limit and
+proves each record decodes. A store implements only a few hooks: ``_appending`` (exclude other
+writers and say the stream's version), ``_write`` (keep the encoded batch), ``_read``,
+``_version``, ``_stream_names``, ``_check_open`` and ``_close``; see their docstrings.
+
 Stream names are non-empty strings of at most 256 characters without control characters;
 anything else is a ``ValueError`` naming it.
 """
@@ -28,7 +42,9 @@ anything else is a ``ValueError`` naming it.
 from __future__ import annotations
 
 import abc
+import contextlib
 import io
+import math
 import os
 import re
 import threading
@@ -40,28 +56,29 @@ from typing import Final, Protocol, Self, runtime_checkable
 
 import msgspec
 
-from nous_inbox.errors import ConcurrencyError
+from nous_inbox.codec import JSON_LINES, MAX_RECORD_SIZE, MSGPACK, LogFormat
+from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError
 from nous_inbox.events import EVENT_TYPES, Event
 from nous_inbox.store.lease import Leases, OwnerLease
 
 __all__ = [
-    "StoreBase",
     "MAX_STREAM_NAME",
     "STORE_ENV",
     "Store",
+    "StoreBase",
     "StoreLockedError",
-    "check_expected_version",
     "check_stream",
-    "conflict",
     "default_store_path",
     "default_store_url",
-    "number_events",
-    "read_only_error",
 ]
 
 MAX_STREAM_NAME: Final = 256
 STORE_ENV: Final = "NOUS_INBOX_STORE"
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_READ_BACK: Final = "it would not read back"
+_INF: Final = math.inf
+_BAD: Final = (msgspec.DecodeError, RecursionError)
+_EVENT_TYPES: Final = frozenset(EVENT_TYPES)
 
 
 class StoreLockedError(ConcurrencyError):
@@ -80,7 +97,9 @@ class Store(Protocol):
         The store numbers them ``version + 1, version + 2, ...`` (any ``seq`` the caller set is
         ignored) and stamps ``at`` with the current time where the caller left ``0.0``. If
         ``expected_version`` is given and is not the stream's version, raise
-        ``ConcurrencyError`` and write nothing. An empty list is a no-op returning ``[]``.
+        ``ConcurrencyError`` and write nothing. An event the store could not read back equal
+        is refused (``TypeError`` or ``ValueError``) and nothing is written. An empty list is a
+        no-op returning ``[]``.
         """
 
     def read(self, stream: str, after: int = 0) -> Iterator[Event]:
@@ -139,7 +158,7 @@ def check_stream(stream: object) -> str:
     return stream
 
 
-def check_expected_version(expected_version: object) -> None:
+def _check_expected_version(expected_version: object) -> None:
     """Refuse an ``expected_version`` that is neither ``None`` nor a non-negative ``int``."""
     if expected_version is None:
         return
@@ -149,7 +168,7 @@ def check_expected_version(expected_version: object) -> None:
         )
 
 
-def conflict(stream: str, expected: int, actual: int) -> ConcurrencyError:
+def _conflict(stream: str, expected: int, actual: int) -> ConcurrencyError:
     """The error for an append whose expected version is stale."""
     return ConcurrencyError(
         f"stream {stream!r}: expected version {expected} but it is at {actual} "
@@ -157,9 +176,41 @@ def conflict(stream: str, expected: int, actual: int) -> ConcurrencyError:
     )
 
 
-def read_only_error(url: str) -> io.UnsupportedOperation:
+def _read_only_error(url: str) -> io.UnsupportedOperation:
     """The error for an ``append`` or ``own`` on a store opened read-only (a ``ValueError``)."""
     return io.UnsupportedOperation(f"{url} was opened read-only")
+
+
+def _checked_events(stream: str, events: object) -> Sequence[Event]:
+    """Refuse anything but a sequence of events with finite times, naming the index."""
+    if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
+        raise TypeError(
+            f"append to {stream!r}: events must be a sequence of events, "
+            f"got {type(events).__name__}"
+        )
+    kinds = _EVENT_TYPES
+    for i, event in enumerate(events):
+        if type(event) not in kinds:
+            raise TypeError(
+                f"append to {stream!r}: events[{i}] is a {type(event).__name__}, not an event"
+            )
+        at = event.at
+        if not (type(at) is float and -_INF < at < _INF) and (  # NaN fails both comparisons
+            type(at) is bool or not isinstance(at, (int, float)) or not math.isfinite(at)
+        ):
+            raise ValueError(
+                f"append to {stream!r}: events[{i}].at must be a finite number of seconds, "
+                f"got {at!r}; nothing was written"
+            )
+    return events
+
+
+def _numbered(events: Sequence[Event], version: int, now: float | None = None) -> list[Event]:
+    """Checked events as the store keeps them: ``seq`` from ``version + 1``, ``at`` filled in."""
+    stamp = time.time() if now is None else now
+    replace = msgspec.structs.replace
+    return [replace(event, seq=version + i, at=float(event.at or stamp))
+            for i, event in enumerate(events, 1)]
 
 
 def number_events(
@@ -167,29 +218,20 @@ def number_events(
 ) -> list[Event]:
     """The events as the store will keep them: ``seq`` from ``version + 1``, ``at`` filled in.
 
-    Refuses anything that is not an event of the vocabulary, naming its index, so a bad batch
-    is rejected before a byte is written.
+    Deprecated as public API (a store built on :class:`StoreBase` never calls it); kept so old
+    imports work. Refuses anything that is not an event of the vocabulary, naming its index.
 
     >>> from nous_inbox.events import Warned
     >>> [(e.seq, e.at) for e in number_events("s", [Warned(text="x", seq=9)], 4, now=1.5)]
     [(5, 1.5)]
     """
-    if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
-        raise TypeError(
-            f"append to {stream!r}: events must be a sequence of events, "
-            f"got {type(events).__name__}"
-        )
-    stamp = time.time() if now is None else now
-    replace = msgspec.structs.replace
-    numbered: list[Event] = []
-    for i, event in enumerate(events):
-        if type(event) not in EVENT_TYPES:
-            raise TypeError(
-                f"append to {stream!r}: events[{i}] is a {type(event).__name__}, not an event"
-            )
-        at = event.at if event.at else stamp
-        numbered.append(replace(event, seq=version + 1 + i, at=at))
-    return numbered
+    return _numbered(_checked_events(stream, events), version, now)
+
+
+# Deprecated aliases of helpers that became private (a store implements hooks instead).
+check_expected_version = _check_expected_version
+conflict = _conflict
+read_only_error = _read_only_error
 
 
 def default_store_path() -> Path:
@@ -220,24 +262,112 @@ def default_store_url() -> str:
 
 
 class StoreBase(abc.ABC):
-    """What the three stores share: owner leases, the read-only refusal, and ``with`` blocks.
+    """The store template: the :class:`Store` protocol written once, over a few hooks.
 
-    A store sets ``url``, ``read_only``, ``_lock`` and ``_leases``, and says how it checks that
-    it is still open (``_check_open``) and how it closes.
+    ``append`` checks the stream name, the expected version's type and every event, refuses a
+    read-only store, then, inside ``_appending`` (which excludes other writers and gives the
+    stream's version), compares the expected version, numbers the events, encodes them
+    (``_encode``), refuses a record above ``max_record_size``, proves each record decodes back
+    to an equal event (``_decode``), and hands the batch to ``_write``. ``read``, ``version``
+    and ``streams`` check their arguments and that the store is open, then call ``_read``,
+    ``_version`` and ``_stream_names``; ``close`` calls ``_close`` and releases the leases.
+
+    A store sets ``url``, ``read_only``, ``_lock`` (held around every hook call) and
+    ``_leases``; it may set ``_format`` (the codec it writes with, MessagePack by default) and
+    ``max_record_size``.
     """
 
     url: str
     read_only: bool
+    max_record_size: int = MAX_RECORD_SIZE
+    _format: LogFormat = MSGPACK
     _lock: threading.Lock | threading.RLock
     _leases: Leases
+
+    # -- hooks -----------------------------------------------------------------------------------
 
     @abc.abstractmethod
     def _check_open(self) -> None:
         """Raise ``ValueError`` if the store was closed."""
 
     @abc.abstractmethod
-    def close(self) -> None:
-        """Release what the store holds; later calls raise ``ValueError``."""
+    def _appending(self, stream: str) -> contextlib.AbstractContextManager[int]:
+        """Exclude other writers of ``stream`` and give its version; keep what was written
+        inside on a clean exit, nothing on an error (a transaction, a file lock, ...)."""
+
+    @abc.abstractmethod
+    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
+        """Keep ``events`` (numbered, stamped) whose encodings ``_encode`` gave as ``records``."""
+
+    @abc.abstractmethod
+    def _read(self, stream: str, after: int) -> Iterator[Event]:
+        """The events of ``stream`` after seq ``after`` (``after`` >= 0)."""
+
+    @abc.abstractmethod
+    def _version(self, stream: str) -> int:
+        """The last seq of ``stream``, 0 if none."""
+
+    @abc.abstractmethod
+    def _stream_names(self) -> list[str]:
+        """The names of the streams that have events, sorted."""
+
+    @abc.abstractmethod
+    def _close(self) -> None:
+        """Release what the store holds (called once, with the lock)."""
+
+    def _encode(self, stream: str, events: list[Event]) -> list[bytes]:
+        """Each event as the store keeps it: by default its bare encoding in ``_format``."""
+        encode = self._format.encode
+        return [encode(event) for event in events]
+
+    def _decode(self, stream: str, record: bytes) -> Event:
+        """Read back one record ``_encode`` made (the proof before a write)."""
+        try:
+            event: Event = self._format.decoder(Event).decode(record)
+        except _BAD:  # the slow way again, for an error that says where
+            event = self._format.decode(record, Event, _READ_BACK, self.max_record_size)
+        return event
+
+    # -- the protocol ----------------------------------------------------------------------------
+
+    def append(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None,
+    ) -> list[Event]:
+        """Append atomically, after proving every event reads back; see :class:`Store`."""
+        check_stream(stream)
+        _check_expected_version(expected_version)
+        batch = _checked_events(stream, events)
+        with self._lock:
+            self._check_writable()
+            if not batch:
+                return []
+            with self._appending(stream) as version:
+                if expected_version is not None and expected_version != version:
+                    raise _conflict(stream, expected_version, version)
+                stored = _numbered(batch, version)
+                records = self._prove(stream, stored)
+                self._write(stream, stored, records)
+        return stored
+
+    def read(self, stream: str, after: int = 0) -> Iterator[Event]:
+        """The events of ``stream`` after seq ``after``, in order; see :class:`Store`."""
+        check_stream(stream)
+        with self._lock:
+            self._check_open()
+            return self._read(stream, max(after, 0))
+
+    def version(self, stream: str) -> int:
+        """The last seq of ``stream`` (0 if none); see :class:`Store`."""
+        check_stream(stream)
+        with self._lock:
+            self._check_open()
+            return self._version(stream)
+
+    def streams(self) -> list[str]:
+        """Sorted names of the streams that have events."""
+        with self._lock:
+            self._check_open()
+            return self._stream_names()
 
     def own(self, stream: str) -> OwnerLease:
         """Take ``stream``'s owner lease; see :class:`Store`."""
@@ -246,11 +376,13 @@ class StoreBase(abc.ABC):
             self._check_writable()
         return self._leases.own(stream)
 
-    def _check_writable(self) -> None:
-        """Raise unless the store is open and was not opened read-only (call with the lock)."""
-        self._check_open()
-        if self.read_only:
-            raise read_only_error(self.url)
+    def close(self) -> None:
+        """Release files, locks, leases and connections; later calls raise ``ValueError``."""
+        try:
+            with self._lock:
+                self._close()
+        finally:
+            self._leases.close()
 
     def __enter__(self) -> Self:
         return self
@@ -260,3 +392,64 @@ class StoreBase(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    # -- the shared work -------------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        """Raise unless the store is open and was not opened read-only (call with the lock)."""
+        self._check_open()
+        if self.read_only:
+            raise _read_only_error(self.url)
+
+    def _prove(self, stream: str, events: list[Event]) -> list[bytes]:
+        """Encode ``events``; refuse (naming the index) one too large or not read back equal."""
+        try:
+            records = self._encode(stream, events)
+            if self._format is not MSGPACK:
+                # What one store accepts every store accepts, so a log can move between them:
+                # MessagePack carries 64-bit integers only, where JSON would take any.
+                for event in events:
+                    MSGPACK.encode(event)
+        except (TypeError, ValueError, OverflowError) as exc:  # includes UnicodeEncodeError
+            index = _first_unencodable(events)
+            raise _refused(stream, index, events[index], exc) from None
+        limit = self.max_record_size
+        decode = self._decode
+        for i, event in enumerate(events):
+            record = records[i]
+            if len(record) > limit:
+                raise RecordTooLargeError(
+                    f"{self.url}: an event of stream {stream!r} (events[{i}], "
+                    f"{type(event).__name__}) encodes to {len(record)} bytes, above the limit of "
+                    f"{limit} bytes; nothing was written"
+                )
+            try:
+                back = decode(stream, record)
+            except (DecodeError, TypeError, ValueError) as exc:
+                raise _refused(stream, i, event, exc) from None
+            if back != event:
+                raise ValueError(
+                    f"append to {stream!r}: events[{i}] ({type(event).__name__}) would not read "
+                    f"back equal (stored as {back!r}); nothing was written"
+                )
+        return records
+
+
+def _first_unencodable(events: list[Event]) -> int:
+    for i, event in enumerate(events):
+        try:
+            JSON_LINES.encode(event)
+            MSGPACK.encode(event)
+        except (TypeError, ValueError, OverflowError):
+            return i
+    return 0
+
+
+def _refused(stream: str, index: int, event: Event, exc: BaseException) -> Exception:
+    reason = str(exc)
+    cls = TypeError if isinstance(exc, TypeError) else ValueError
+    return cls(
+        f"append to {stream!r}: events[{index}] ({type(event).__name__}) cannot be stored: "
+        f"{reason}; nothing was written"
+    )
+

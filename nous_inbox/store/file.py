@@ -48,34 +48,22 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Final
 
-from nous_inbox.codec import (
-    MAX_RECORD_SIZE,
-    Record,
-    check_header,
-    encode_header,
-    encode_record,
-    iter_records,
-)
+import msgspec
+
+from nous_inbox.codec import JSON_LINES, MAX_RECORD_SIZE, Record
 from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
 from nous_inbox.store._safety import check_store_file
-from nous_inbox.store.base import (
-    StoreBase,
-    StoreLockedError,
-    check_expected_version,
-    check_stream,
-    conflict,
-    number_events,
-)
+from nous_inbox.store.base import StoreBase, StoreLockedError, check_stream
 from nous_inbox.store.lease import Leases
 
 __all__ = ["FileStore"]
 
 _CHUNK: Final = 4 * 1024 * 1024
-_HEADER: Final = encode_header("json")
+_HEADER: Final = JSON_LINES.header()
 
 
 class FileStore(StoreBase):
@@ -95,7 +83,8 @@ class FileStore(StoreBase):
         self.url = f"file:{self.path}"
         self.read_only = read_only
         self._timeout = lock_timeout
-        self._max = max_record_size
+        self.max_record_size = self._max = max_record_size
+        self._format = JSON_LINES
         self._lock = threading.RLock()
         self._streams: dict[str, list[Event]] = {}
         self._header = False
@@ -115,75 +104,70 @@ class FileStore(StoreBase):
             os.close(self._fd)
             raise
 
-    # -- the protocol ----------------------------------------------------------------------------
-
-    def append(
-        self, stream: str, events: Sequence[Event], expected_version: int | None = None,
-    ) -> list[Event]:
-        """Append atomically and durably; see :class:`~nous_inbox.store.base.Store`."""
-        check_stream(stream)
-        check_expected_version(expected_version)
-        with self._lock:
-            self._check_writable()
-            if not events:
-                number_events(stream, events, 0)  # still refuse a non-sequence
-                return []
-            with self._file_lock():
-                self._catch_up()
-                self._repair()
-                log = self._streams.get(stream)
-                version = len(log) if log else 0
-                if expected_version is not None and expected_version != version:
-                    raise conflict(stream, expected_version, version)
-                stored = number_events(stream, events, version)
-                data = self._encode(stream, stored)
-                self._write(data)
-                if log is None:
-                    self._streams[stream] = log = []
-                log.extend(stored)
-                self._end += len(data)
-                self._line += len(stored)
-                self._seen = self._stat()
-            return stored
-
-    def read(self, stream: str, after: int = 0) -> Iterator[Event]:
-        """The events of ``stream`` after seq ``after``, including what others appended."""
-        check_stream(stream)
-        with self._lock:
-            self._check_open()
-            self._catch_up()
-            snapshot = self._streams.get(stream, [])[max(after, 0):]
-        return iter(snapshot)
-
-    def version(self, stream: str) -> int:
-        """The last seq of ``stream``; a ``fstat`` unless the file grew."""
-        check_stream(stream)
-        with self._lock:
-            self._check_open()
-            self._catch_up()
-            return len(self._streams.get(stream, ()))
-
-    def streams(self) -> list[str]:
-        """Sorted names of the streams that have events."""
-        with self._lock:
-            self._check_open()
-            self._catch_up()
-            return sorted(self._streams)
-
-
-    def close(self) -> None:
-        """Close the file and release the leases; later calls raise ``ValueError``."""
-        with self._lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
-                self._streams = {}
-        self._leases.close()
-
-
     def __repr__(self) -> str:
         mode = ", read_only=True" if self.read_only else ""
         return f"FileStore({self.path!r}{mode})"
+
+    # -- the hooks (called with the lock held) ---------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._fd < 0:
+            raise ValueError(f"{self.url} store is closed")
+
+    @contextlib.contextmanager
+    def _appending(self, stream: str) -> Iterator[int]:
+        with self._file_lock():
+            self._catch_up()
+            self._repair()
+            yield len(self._streams.get(stream, ()))
+
+    def _encode(self, stream: str, events: list[Event]) -> list[bytes]:
+        last = len(events) - 1
+        encode = self._format.encode
+        return [encode(Record(stream=stream, event=event, more=last - i))
+                for i, event in enumerate(events)]
+
+    def _decode(self, stream: str, record: bytes) -> Event:
+        try:
+            decoded: Record = self._format.decoder(Record).decode(record)
+        except (msgspec.DecodeError, RecursionError):
+            pass
+        else:
+            return decoded.event
+        try:  # again, for an error that says where
+            decoded = self._format.decode(record, Record, "it would not read back",
+                                          self.max_record_size)
+        except DecodeError as exc:  # name the path inside the event, not inside the envelope
+            raise DecodeError(str(exc).replace("`$.event.", "`$.")) from None
+        return decoded.event
+
+    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
+        records.append(b"")
+        data = b"\n".join(records)
+        records.pop()
+        self._write_bytes(data)
+        self._streams.setdefault(stream, []).extend(events)
+        self._end += len(data)
+        self._line += len(events)
+        self._seen = self._stat()
+
+    def _read(self, stream: str, after: int) -> Iterator[Event]:
+        self._catch_up()
+        return iter(self._streams.get(stream, [])[after:])
+
+    def _version(self, stream: str) -> int:
+        self._catch_up()
+        return len(self._streams.get(stream, ()))
+
+    def _stream_names(self) -> list[str]:
+        self._catch_up()
+        return sorted(self._streams)
+
+    def _close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+            self._streams = {}
 
     # -- opening, locking, writing ---------------------------------------------------------------
 
@@ -235,10 +219,6 @@ class FileStore(StoreBase):
             raise
         return fd
 
-    def _check_open(self) -> None:
-        if self._fd < 0:
-            raise ValueError(f"{self.url} store is closed")
-
     @contextlib.contextmanager
     def _file_lock(self) -> Iterator[None]:
         deadline = time.monotonic() + self._timeout
@@ -267,27 +247,12 @@ class FileStore(StoreBase):
             os.ftruncate(self._fd, self._end)
             os.fsync(self._fd)
         if not self._header:
-            self._write(_HEADER)
+            self._write_bytes(_HEADER)
             self._header = True
             self._end, self._line = len(_HEADER), 2
         self._seen = self._stat()
 
-    def _encode(self, stream: str, events: list[Event]) -> bytes:
-        last = len(events) - 1
-        lines = [
-            encode_record(Record(stream=stream, event=event, more=last - i))
-            for i, event in enumerate(events)
-        ]
-        for line in lines:
-            if len(line) > self._max:
-                raise RecordTooLargeError(
-                    f"{self.url}: an event of stream {stream!r} encodes to {len(line)} bytes, "
-                    f"above the limit of {self._max} bytes; nothing was written"
-                )
-        lines.append(b"")
-        return b"\n".join(lines)
-
-    def _write(self, data: bytes) -> None:
+    def _write_bytes(self, data: bytes) -> None:
         view = memoryview(data)
         written = 0
         try:
@@ -343,7 +308,7 @@ class FileStore(StoreBase):
             if _HEADER.startswith(head):
                 return False  # a header cut short: the log is empty
             raise DecodeError(f"{self.path} line 1 (byte 0): not a nous-inbox log (no header)")
-        check_header(head[:newline], "json", where=f"{self.path} line 1 (byte 0)")
+        JSON_LINES.check_header(head[:newline], f"{self.path} line 1 (byte 0)")
         self._header = True
         self._end, self._line = newline + 1, 2
         return True
@@ -369,9 +334,9 @@ class FileStore(StoreBase):
         batch_stream = ""
         batch_line = 0
         expect_more = 0
-        for line, offset, record in iter_records(
-            data[:cut], "json", name=self.path, header=False, max_record_size=self._max,
-            start_line=self._line, start_offset=pos,
+        for line, offset, record in JSON_LINES.iter(
+            data[:cut], Record, name=self.path, header=False, max_size=self._max,
+            start=self._line, base=pos,
         ):
             stream = record.stream
             if batch:

@@ -10,6 +10,9 @@ expected versions, all-or-nothing appends), so code tested against it runs uncha
 >>> [e.text for e in store.read("s")]
 ['hi']
 
+Every event is still encoded (MessagePack) and decoded back before it is kept, as the durable
+stores do, so an event this store accepts is one they accept too.
+
 Thread-safe: one lock guards the streams; ``read`` iterates over a snapshot taken under it.
 Owner leases are a set in the store: no other store can see its streams, so none can own them.
 ``MemoryStore(read_only=True)`` is an empty store that refuses appends and leases, for code that
@@ -18,17 +21,12 @@ takes a read-only store.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from nous_inbox.events import Event
-from nous_inbox.store.base import (
-    StoreBase,
-    check_expected_version,
-    check_stream,
-    conflict,
-    number_events,
-)
+from nous_inbox.store.base import StoreBase
 from nous_inbox.store.lease import Leases
 
 __all__ = ["MemoryStore"]
@@ -46,56 +44,30 @@ class MemoryStore(StoreBase):
         self._leases = Leases(self.url, None)
         self._closed = False
 
-    def append(
-        self, stream: str, events: Sequence[Event], expected_version: int | None = None,
-    ) -> list[Event]:
-        """Append atomically; see :class:`~nous_inbox.store.base.Store`."""
-        check_stream(stream)
-        check_expected_version(expected_version)
-        with self._lock:
-            self._check_writable()
-            log = self._streams.get(stream)
-            version = len(log) if log else 0
-            if expected_version is not None and expected_version != version:
-                raise conflict(stream, expected_version, version)
-            stored = number_events(stream, events, version)
-            if stored:
-                self._streams.setdefault(stream, []).extend(stored)
-            return stored
+    def __repr__(self) -> str:
+        return "MemoryStore(read_only=True)" if self.read_only else "MemoryStore()"
 
-    def read(self, stream: str, after: int = 0) -> Iterator[Event]:
-        """The events of ``stream`` after seq ``after``, in order."""
-        check_stream(stream)
-        with self._lock:
-            self._check_open()
-            snapshot = self._streams.get(stream, [])[max(after, 0):]
-        return iter(snapshot)
-
-    def version(self, stream: str) -> int:
-        """The last seq of ``stream`` (0 if none)."""
-        check_stream(stream)
-        with self._lock:
-            self._check_open()
-            return len(self._streams.get(stream, ()))
-
-    def streams(self) -> list[str]:
-        """Sorted names of the streams that have events."""
-        with self._lock:
-            self._check_open()
-            return sorted(self._streams)
-
-
-    def close(self) -> None:
-        """Forget everything and release the leases; later calls raise ``ValueError``."""
-        with self._lock:
-            self._closed = True
-            self._streams = {}
-        self._leases.close()
+    # -- the hooks (called with the lock held) ---------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError("memory: store is closed")
 
+    def _appending(self, stream: str) -> contextlib.AbstractContextManager[int]:
+        return contextlib.nullcontext(self._version(stream))
 
-    def __repr__(self) -> str:
-        return "MemoryStore(read_only=True)" if self.read_only else "MemoryStore()"
+    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
+        self._streams.setdefault(stream, []).extend(events)
+
+    def _read(self, stream: str, after: int) -> Iterator[Event]:
+        return iter(self._streams.get(stream, [])[after:])
+
+    def _version(self, stream: str) -> int:
+        return len(self._streams.get(stream, ()))
+
+    def _stream_names(self) -> list[str]:
+        return sorted(self._streams)
+
+    def _close(self) -> None:
+        self._closed = True
+        self._streams = {}

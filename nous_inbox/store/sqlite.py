@@ -50,26 +50,15 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Final
 
-import msgspec
-
-from nous_inbox.codec import FORMAT_NAME, MAX_RECORD_SIZE
-from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError, StoreError
+from nous_inbox.codec import FORMAT_NAME, MAX_RECORD_SIZE, MSGPACK, Header
+from nous_inbox.errors import ConcurrencyError, DecodeError, StoreError
 from nous_inbox.events import SCHEMA_VERSION, Event
-from nous_inbox.message import enc_hook
 from nous_inbox.store._safety import check_store_file, read_only_sqlite_uri
-from nous_inbox.store.base import (
-    StoreBase,
-    StoreLockedError,
-    check_expected_version,
-    check_stream,
-    conflict,
-    number_events,
-    read_only_error,
-)
+from nous_inbox.store.base import StoreBase, StoreLockedError, check_stream
 from nous_inbox.store.lease import Leases
 
 __all__ = ["SqliteStore"]
@@ -95,8 +84,6 @@ _STREAMS: Final = (
     " SELECT name FROM names WHERE name IS NOT NULL"
 )
 
-_encoder: Final = msgspec.msgpack.Encoder(enc_hook=enc_hook)
-_decoder: Final = msgspec.msgpack.Decoder(Event)
 
 
 class SqliteStore(StoreBase):
@@ -114,7 +101,8 @@ class SqliteStore(StoreBase):
         self.url = f"sqlite:{self.path}"
         self.read_only = read_only
         self._timeout = busy_timeout
-        self._max = max_record_size
+        self.max_record_size = max_record_size
+        self._format = MSGPACK
         self._lock = threading.RLock()
         self._ready = False  # the schema is there (a read-only store may find an empty file)
         self._db: sqlite3.Connection | None = self._connect()
@@ -138,8 +126,8 @@ class SqliteStore(StoreBase):
                         f"created)"
                     )
                 return sqlite3.connect(
-                    read_only_sqlite_uri(self.path), uri=True, timeout=self._timeout, isolation_level=None,
-                    check_same_thread=False,
+                    read_only_sqlite_uri(self.path), uri=True, timeout=self._timeout,
+                    isolation_level=None, check_same_thread=False,
                 )
             _create_private(self.path)
             return sqlite3.connect(
@@ -226,54 +214,46 @@ class SqliteStore(StoreBase):
             raise DecodeError(
                 f"{self.url}: invalid schema version {rows.get('version')!r}"
             ) from None
-        if version > SCHEMA_VERSION:
-            raise DecodeError(
-                f"{self.url}: written with schema version {version}, newer than this nous-inbox "
-                f"reads ({SCHEMA_VERSION}); upgrade nous-inbox to read it"
-            )
+        Header(format=FORMAT_NAME, version=version).check(self.url)
 
-    # -- the protocol ----------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        mode = ", read_only=True" if self.read_only else ""
+        return f"SqliteStore({self.path!r}{mode})"
 
-    def append(
-        self, stream: str, events: Sequence[Event], expected_version: int | None = None,
-    ) -> list[Event]:
-        """Append in one transaction; see :class:`~nous_inbox.store.base.Store`."""
-        check_stream(stream)
-        check_expected_version(expected_version)
-        if self.read_only:
-            raise read_only_error(self.url)
-        if not events:
-            number_events(stream, events, 0)  # still refuse a non-sequence
-            return []
-        with self._lock, self._failing(f"append to stream {stream!r}"):
+    # -- the hooks (called with the lock held) ---------------------------------------------------
+
+    def _check_open(self) -> None:
+        self._connection()
+
+    @contextlib.contextmanager
+    def _appending(self, stream: str) -> Iterator[int]:
+        with self._failing(f"append to stream {stream!r}"):
             db = self._connection()
             try:
                 with self._transaction(db):
-                    version = self._version(db, stream)
-                    if expected_version is not None and expected_version != version:
-                        raise conflict(stream, expected_version, version)
-                    stored = number_events(stream, events, version)
-                    rows = [(stream, event.seq, self._encode(stream, event)) for event in stored]
-                    db.executemany(
-                        "INSERT INTO events (stream, seq, body) VALUES (?, ?, ?)", rows
-                    )
+                    yield self._last_seq(db, stream)
             except sqlite3.IntegrityError:
                 # Another writer took these sequence numbers first.
-                actual = self._version(db, stream)
+                actual = self._last_seq(db, stream)
                 raise ConcurrencyError(
                     f"stream {stream!r}: another writer appended concurrently (now at version "
                     f"{actual}); nothing was written"
                 ) from None
-            return stored
 
-    def read(self, stream: str, after: int = 0) -> Iterator[Event]:
-        """The events of ``stream`` after seq ``after``, in order, a page at a time."""
-        check_stream(stream)
-        self._connection()  # fail now, not at the first next(), if closed
-        return self._read(stream, max(after, 0))
+    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
+        self._connection().executemany(
+            "INSERT INTO events (stream, seq, body) VALUES (?, ?, ?)",
+            [(stream, event.seq, body) for event, body in zip(events, records, strict=True)],
+        )
 
     def _read(self, stream: str, after: int) -> Iterator[Event]:
-        decode = _decoder.decode
+        return self._pages(stream, after)
+
+    def _pages(self, stream: str, after: int) -> Iterator[Event]:
+        # A page of rows at a time, the lock taken per page: nothing stays locked or open while
+        # the caller iterates.
+        decode = self._format.decode
+        limit = self.max_record_size
         while True:
             with self._lock, self._failing(f"read of stream {stream!r}"):
                 db = self._connection()
@@ -289,15 +269,7 @@ class SqliteStore(StoreBase):
                     raise DecodeError(
                         f"{where}: the stored body is {type(body).__name__}, not bytes"
                     )
-                if len(body) > self._max:
-                    raise RecordTooLargeError(
-                        f"{where}: record of {len(body)} bytes is above the limit of "
-                        f"{self._max} bytes"
-                    )
-                try:
-                    event: Event = decode(body)
-                except (msgspec.DecodeError, RecursionError) as exc:
-                    raise DecodeError(f"{where}: {exc}") from None
+                event: Event = decode(body, Event, where, limit)
                 if event.seq != seq:
                     raise DecodeError(f"{where}: the stored event says seq {event.seq}")
                 yield event
@@ -305,16 +277,13 @@ class SqliteStore(StoreBase):
                 return
             after = rows[-1][0]
 
-    def version(self, stream: str) -> int:
-        """The last seq of ``stream`` (0 if none): one index seek."""
-        check_stream(stream)
-        with self._lock, self._failing(f"version of stream {stream!r}"):
+    def _version(self, stream: str) -> int:
+        with self._failing(f"version of stream {stream!r}"):
             db = self._connection()
-            return self._version(db, stream) if self._has_events(db) else 0
+            return self._last_seq(db, stream) if self._has_events(db) else 0
 
-    def streams(self) -> list[str]:
-        """Sorted names of the streams that have events."""
-        with self._lock, self._failing("listing the streams"):
+    def _stream_names(self) -> list[str]:
+        with self._failing("listing the streams"):
             db = self._connection()
             names = [name for (name,) in db.execute(_STREAMS)] if self._has_events(db) else []
         for name in names:  # the file store checks names as it reads them; so does this one
@@ -324,25 +293,13 @@ class SqliteStore(StoreBase):
                 raise DecodeError(f"{self.url}: a stored stream has an invalid name: {exc}") from None
         return names
 
-
-    def close(self) -> None:
-        """Close the connection and release the leases; later calls raise ``ValueError``."""
-        with self._lock:
-            db, self._db = self._db, None
-        self._leases.close()
+    def _close(self) -> None:
+        db, self._db = self._db, None
         if db is not None:
             with self._failing("closing"):
                 db.close()
 
-
-    def __repr__(self) -> str:
-        mode = ", read_only=True" if self.read_only else ""
-        return f"SqliteStore({self.path!r}{mode})"
-
     # -- internals -------------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        self._connection()
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
@@ -367,7 +324,7 @@ class SqliteStore(StoreBase):
                 self._ready = self._check_schema(db)
         return self._ready
 
-    def _version(self, db: sqlite3.Connection, stream: str) -> int:
+    def _last_seq(self, db: sqlite3.Connection, stream: str) -> int:
         last = db.execute("SELECT max(seq) FROM events WHERE stream = ?", (stream,)).fetchone()[0]
         if last is None:
             return 0
@@ -376,15 +333,6 @@ class SqliteStore(StoreBase):
                 f"{self.url} stream {stream!r}: the last seq is {last!r}, not an integer"
             )
         return last
-
-    def _encode(self, stream: str, event: Event) -> bytes:
-        body = _encoder.encode(event)
-        if len(body) > self._max:
-            raise RecordTooLargeError(
-                f"{self.url}: an event of stream {stream!r} encodes to {len(body)} bytes, "
-                f"above the limit of {self._max} bytes; nothing was written"
-            )
-        return body
 
     def _transaction(self, db: sqlite3.Connection) -> _Transaction:
         return _Transaction(db, self.url, self._timeout)

@@ -1,0 +1,725 @@
+"""PostgresStore (``postgresql://...``): sessions shared by many machines, one owner each.
+
+When agent hosts run on several machines, a steer arrives at whichever web server took the
+request, and any host may die mid-run, the log must live in a server they all reach. This store
+keeps it in PostgreSQL through psycopg 3 (``pip install nous-inbox[postgres]``); nothing else in
+the library imports psycopg.
+
+Schema (created and versioned on open, in the URL's ``schema``, ``public`` by default)::
+
+    nous_inbox_meta    (key, value)                       format and schema versions
+    nous_inbox_streams (stream PK, version, holder, pid, host, epoch, expires)
+    nous_inbox_events  (stream, seq, body, batch; PK (stream, seq))
+
+An append is one transaction: it moves the stream's row from the expected version to the new
+one (``UPDATE ... WHERE version = expected``; no row updated means
+:class:`~nous_inbox.errors.ConcurrencyError` and nothing written), inserts the events (bodies
+are MessagePack, as in the SQLite store) and sends a notification, all committed at once. The
+row lock on the stream row serialises writers of one stream; writers of different streams never
+wait for each other.
+
+Ownership across machines. A process dying does not free anything in a server, so ``own(stream)``
+takes a *lease* in the stream's row: a holder token, the holder's pid and host, and an expiry on
+the database's clock (``lease`` seconds ahead, 5 by default). A background thread renews it every
+third of that while held; ``release`` and ``close`` clear it. Taking a lease bumps the stream's
+``epoch``, a fencing token: every append this store makes to a stream it owns says "only if my
+token and epoch still hold the lease", so an owner whose lease expired and was taken over (it was
+paused, partitioned, or its renewals failed) is refused with
+:class:`~nous_inbox.errors.LeaseLostError` and writes nothing, however late its append arrives.
+That error is final: catching up and retrying cannot fix it, so it is deliberately not a
+``ConcurrencyError``.
+
+How this differs from the local stores: there, a lease dies with its process at once (the kernel
+drops the lock). Here a crashed host's sessions are taken over only when its lease has expired,
+``lease`` seconds after its last renewal. A shorter lease means a faster takeover and more renewal
+traffic; an owner that cannot reach the server for longer than its lease loses its sessions.
+
+Wake-ups. Each append notifies the channel of its schema with the stream's name. The background
+thread LISTENs (first, on every (re)connect, then nudges every subscriber, since a notification
+sent while nobody listened is lost) and calls :meth:`PostgresStore.subscribe` callbacks: on a
+notification for their stream, after a reconnect, and every ``poll`` seconds as a backstop. The
+callback is a hint: the subscriber reads the version to see what changed.
+
+Lost acknowledgements. Each append carries a random batch id stored with its events. When the
+connection drops during an append, the store reconnects (for up to ``reconnect`` seconds) and
+looks for that id: found, the append had committed and its events are returned as stored; not
+found, it is made again. So a retry after a commit whose answer was lost neither loses nor
+doubles the events. Reads and version checks retry the same way.
+
+Connection poolers. Behind a pooler in transaction mode (PgBouncer, say), pass
+``pooler=transaction``: no prepared statements are used (``prepare_threshold=None``), and, since
+such a pooler cannot hold a LISTEN, wake-ups come from the polling backstop alone. Leases are
+rows, not advisory locks, so they survive the pooler handing out other connections.
+
+URL query parameters read by this store (removed before the URL reaches libpq): ``schema``,
+``lease`` (seconds), ``poll`` (seconds), ``pooler`` (``transaction``). Everything else is libpq's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import socket
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final
+
+import msgspec
+import psycopg
+
+from nous_inbox.codec import FORMAT_NAME, MAX_RECORD_SIZE
+from nous_inbox.errors import (
+    ConcurrencyError,
+    DecodeError,
+    LeaseLostError,
+    RecordTooLargeError,
+    StoreError,
+)
+from nous_inbox.events import SCHEMA_VERSION, Event
+from nous_inbox.store.base import (
+    StoreBase,
+    check_expected_version,
+    check_stream,
+    conflict,
+    number_events,
+    read_only_error,
+)
+from nous_inbox.store.lease import OwnerLease, owned_error
+
+__all__ = ["PostgresLease", "PostgresStore"]
+
+logger: Final = logging.getLogger("nous_inbox.store.postgres")
+
+#: The layout of our tables; bumped (with a migration) when it changes.
+TABLES_VERSION: Final = 1
+DEFAULT_LEASE: Final = 5.0
+DEFAULT_POLL: Final = 2.0
+_PAGE: Final = 512
+_OURS: Final = ("schema", "lease", "poll", "pooler")
+_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+_decoder: Final = msgspec.msgpack.Decoder(Event)
+
+
+class PostgresLease(OwnerLease):
+    """An :class:`~nous_inbox.store.lease.OwnerLease` held in a PostgreSQL row, with its epoch.
+
+    ``epoch`` is the fencing token this lease carries in every append; ``lost`` says whether a
+    renewal found it taken over (appends then raise ``LeaseLostError`` without asking).
+    """
+
+    __slots__ = ("epoch", "lost", "token")
+
+    def __init__(self, stream: str, release: Callable[[], None], token: str, epoch: int) -> None:
+        super().__init__(stream, release)
+        self.token = token
+        self.epoch = epoch
+        self.lost = False
+
+
+def _split_url(url: str) -> tuple[str, dict[str, str], str]:
+    """``(conninfo for libpq, our parameters, the URL to show with any password hidden)``."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in query if k in _OURS}
+    theirs = [(k, v) for k, v in query if k not in _OURS]
+    conninfo = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(theirs)))
+    shown = url
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        shown = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return conninfo, ours, shown
+
+
+def _seconds(name: str, value: str | float | None, default: float, url: str) -> float:
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{url}: {name} must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
+class PostgresStore(StoreBase):
+    """A :class:`~nous_inbox.store.base.Store` in a PostgreSQL database, shared by many hosts.
+
+    ``url`` is a libpq URL (``postgresql://user@host/db``), optionally with the parameters the
+    module docstring lists; the keyword arguments, when given, win over them. ``read_only=True``
+    opens an existing store without writing to it. ``reconnect`` bounds how long an operation
+    keeps retrying a lost connection before it raises ``StoreError``.
+    """
+
+    def __init__(
+        self, url: str, *, read_only: bool = False, schema: str | None = None,
+        lease: float | None = None, poll: float | None = None, pooler: str | None = None,
+        reconnect: float = 10.0, connect_timeout: float = 5.0,
+        max_record_size: int = MAX_RECORD_SIZE,
+    ) -> None:
+        self._conninfo, ours, self.url = _split_url(url)
+        self.read_only = read_only
+        self.schema = schema if schema is not None else ours.get("schema", "public")
+        if not _IDENTIFIER.fullmatch(self.schema):
+            raise ValueError(f"{self.url}: schema must be a plain SQL name "
+                             f"(letters, digits, _), got {self.schema!r}")
+        self.lease = _seconds("lease", lease if lease is not None else ours.get("lease"),
+                              DEFAULT_LEASE, self.url)
+        self.poll = _seconds("poll", poll if poll is not None else ours.get("poll"),
+                             DEFAULT_POLL, self.url)
+        self.pooler = pooler if pooler is not None else ours.get("pooler")
+        if self.pooler not in (None, "", "transaction", "session"):
+            raise ValueError(f"{self.url}: pooler must be 'transaction' or 'session', "
+                             f"got {self.pooler!r}")
+        self._reconnect = reconnect
+        self._connect_timeout = connect_timeout
+        self.max_record_size = self._max = max_record_size
+        self.channel = "nous_inbox_" + hashlib.sha256(self.schema.encode()).hexdigest()[:16]
+        q = f'"{self.schema}".'
+        self._t_meta, self._t_streams, self._t_events = (
+            q + "nous_inbox_meta", q + "nous_inbox_streams", q + "nous_inbox_events")
+        self._lock = threading.RLock()
+        self._held: dict[str, PostgresLease] = {}
+        self._subscribers: dict[str, list[Callable[[], None]]] = {}
+        self._closed = False
+        self._db: psycopg.Connection[Any] | None = None
+        self._background: _Background | None = None
+        self._host = socket.gethostname()
+        with self._lock:
+            self._db = self._connect_first()
+            try:
+                self._setup(self._db)
+            except BaseException:
+                self._db.close()
+                raise
+
+    # -- connecting ------------------------------------------------------------------------------
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection to the store's database (no prepared statements behind a
+        transaction pooler)."""
+        return psycopg.connect(
+            self._conninfo, autocommit=True, connect_timeout=max(1, round(self._connect_timeout)),
+            prepare_threshold=None if self.pooler == "transaction" else 5,
+        )
+
+    def _connect_first(self) -> psycopg.Connection[Any]:
+        try:
+            return self.connect()
+        except psycopg.Error as exc:
+            raise StoreError(f"{self.url}: cannot connect: {_first_line(exc)}") from exc
+
+    def _setup(self, db: psycopg.Connection[Any]) -> None:
+        try:
+            found = self._check_schema(db)
+            if found or self.read_only:
+                if not found:
+                    raise StoreError(
+                        f"{self.url}: no store in schema {self.schema!r} (opened read-only, so "
+                        f"nothing was created)"
+                    )
+                return
+            with db.transaction():
+                # Two hosts opening a new database at once: one creates, the other waits.
+                db.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema),))
+                if not self._check_schema(db):
+                    self._create_schema(db)
+        except psycopg.Error as exc:
+            raise StoreError(f"{self.url} is not a usable PostgreSQL store: "
+                             f"{_first_line(exc)}") from exc
+
+    def _check_schema(self, db: psycopg.Connection[Any]) -> bool:
+        """Whether our tables are there (checking they are ours); ``False`` if none is."""
+        rows = db.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+            "AND table_name LIKE 'nous\\_inbox\\_%%'", (self.schema,),
+        ).fetchall()
+        tables = {name for (name,) in rows}
+        if not tables:
+            return False
+        if tables != {"nous_inbox_meta", "nous_inbox_streams", "nous_inbox_events"}:
+            raise StoreError(f"{self.url} is not a usable PostgreSQL store: schema "
+                             f"{self.schema!r} has only {', '.join(sorted(tables))}")
+        meta = dict(db.execute(f"SELECT key, value FROM {self._t_meta}").fetchall())
+        if meta.get("format") != FORMAT_NAME:
+            raise StoreError(f"{self.url} is not a usable PostgreSQL store: not a nous-inbox "
+                             f"store (meta format {meta.get('format')!r})")
+        for key, ours in (("version", SCHEMA_VERSION), ("tables", TABLES_VERSION)):
+            try:
+                theirs = int(meta.get(key, ""))
+            except (TypeError, ValueError):
+                raise DecodeError(f"{self.url}: invalid {key} {meta.get(key)!r} in meta") from None
+            if theirs > ours:
+                raise DecodeError(
+                    f"{self.url}: written with {key} {theirs}, newer than this nous-inbox "
+                    f"reads ({ours}); upgrade nous-inbox to read it"
+                )
+        return True
+
+    def _create_schema(self, db: psycopg.Connection[Any]) -> None:
+        db.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+        db.execute(f"CREATE TABLE {self._t_meta} (key text PRIMARY KEY, value text NOT NULL)")
+        db.execute(
+            f"CREATE TABLE {self._t_streams} ("
+            ' stream text COLLATE "C" PRIMARY KEY, version bigint NOT NULL DEFAULT 0,'
+            " holder text, pid integer, host text, epoch bigint NOT NULL DEFAULT 0,"
+            " expires timestamptz)"
+        )
+        db.execute(
+            f"CREATE TABLE {self._t_events} ("
+            ' stream text COLLATE "C" NOT NULL, seq bigint NOT NULL, body bytea NOT NULL,'
+            " batch uuid, PRIMARY KEY (stream, seq))"
+        )
+        with db.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {self._t_meta} (key, value) VALUES (%s, %s)",
+                [("format", FORMAT_NAME), ("version", str(SCHEMA_VERSION)),
+                 ("tables", str(TABLES_VERSION))],
+            )
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The live connection, made again if the last one broke (call with the lock)."""
+        if self._closed:
+            raise ValueError(f"{self.url} store is closed")
+        db = self._db
+        if db is None or db.closed or db.broken:
+            self._db = None
+            if db is not None:
+                with contextlib.suppress(Exception):
+                    db.close()
+            db = self._db = self.connect()
+        return db
+
+    def _retrying(self, what: str, work: Callable[[psycopg.Connection[Any]], Any],
+                  recover: Callable[[psycopg.Connection[Any]], Any] | None = None) -> Any:
+        """Run ``work(connection)`` under the lock, reconnecting after a lost connection.
+
+        After a loss, ``recover(connection)`` (when given) runs first on the new connection; a
+        result other than ``None`` is returned instead of running ``work`` again.
+        """
+        deadline = time.monotonic() + self._reconnect
+        pause = 0.02
+        lost = False
+        with self._lock:
+            while True:
+                db: psycopg.Connection[Any] | None = None
+                try:
+                    db = self._connection()
+                    if lost and recover is not None:
+                        found = recover(db)
+                        if found is not None:
+                            return found
+                    return work(db)
+                except psycopg.Error as exc:
+                    gone = db is None or db.closed or db.broken
+                    if not gone or not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+                        raise StoreError(f"{self.url}: {what} failed: {_first_line(exc)}") from exc
+                    if time.monotonic() + pause > deadline:
+                        raise StoreError(
+                            f"{self.url}: {what} failed: lost the connection and could not get "
+                            f"it back within {self._reconnect:g}s: {_first_line(exc)}"
+                        ) from exc
+                    lost = True
+                    logger.info("%s: lost the connection during %s; reconnecting", self.url, what)
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.5)
+
+    # -- the protocol ----------------------------------------------------------------------------
+
+    def append(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None,
+    ) -> list[Event]:
+        """Append in one transaction, fenced when this store owns the stream; see the module."""
+        check_stream(stream)
+        check_expected_version(expected_version)
+        if self.read_only:
+            raise read_only_error(self.url)
+        number_events(stream, events, 0)  # refuse a bad batch before anything is sent
+        if not events:
+            return []
+        batch = uuid.uuid4()
+        floor = [expected_version or 0]  # below every seq this batch can have
+
+        def recover(db: psycopg.Connection[Any]) -> list[Event] | None:
+            # The lost attempt may still be committing: taking the stream row's lock waits for
+            # its transaction to end either way (the INSERT waits for one that was creating the
+            # row), so the look that follows sees its outcome.
+            with db.transaction():
+                db.execute(f"INSERT INTO {self._t_streams} (stream) VALUES (%s) "
+                           f"ON CONFLICT DO NOTHING", (stream,))
+                db.execute(f"SELECT 1 FROM {self._t_streams} WHERE stream = %s FOR UPDATE",
+                           (stream,))
+                rows = db.execute(
+                    f"SELECT seq, body FROM {self._t_events} WHERE stream = %s AND seq > %s "
+                    f"AND batch = %s ORDER BY seq", (stream, floor[0], batch),
+                ).fetchall()
+            return [self._decode_row(stream, seq, body) for seq, body in rows] if rows else None
+
+        def attempt(db: psycopg.Connection[Any]) -> list[Event]:
+            with self._lock:
+                held = self._held.get(stream)
+                if held is not None and held.lost:
+                    raise self._lost(stream, held)
+            with db.transaction():
+                version = self._move(db, stream, len(events), expected_version, held)
+                floor[0] = version
+                stored = number_events(stream, events, version)
+                bodies = self._prove(stream, stored)  # the template's size limit and read-back
+                rows = [(stream, e.seq, body, batch)
+                        for e, body in zip(stored, bodies, strict=True)]
+                with db.cursor() as cur:
+                    cur.executemany(
+                        f"INSERT INTO {self._t_events} (stream, seq, body, batch) "
+                        f"VALUES (%s, %s, %s, %s)", rows,
+                    )
+                db.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
+            return stored
+
+        result: list[Event] = self._retrying(f"append to stream {stream!r}", attempt, recover)
+        return result
+
+    def _move(self, db: psycopg.Connection[Any], stream: str, count: int, expected: int | None,
+              held: PostgresLease | None) -> int:
+        """Move the stream's row ``count`` ahead; return the version it moved from."""
+        where = ""
+        params: list[Any] = [count, stream]
+        if expected is not None:
+            where += " AND version = %s"
+            params.append(expected)
+        if held is not None:
+            where += " AND holder = %s AND epoch = %s"
+            params += [held.token, held.epoch]
+        for _ in range(2):
+            row = db.execute(
+                f"UPDATE {self._t_streams} SET version = version + %s WHERE stream = %s{where} "
+                f"RETURNING version", params,
+            ).fetchone()
+            if row is not None:
+                return int(row[0]) - count
+            now = db.execute(
+                f"SELECT version, holder, epoch FROM {self._t_streams} WHERE stream = %s",
+                (stream,),
+            ).fetchone()
+            if now is not None:
+                if held is not None and (now[1], now[2]) != (held.token, held.epoch):
+                    held.lost = True
+                    raise self._lost(stream, held)
+                raise conflict(stream, expected or 0, int(now[0]))
+            if held is not None:
+                held.lost = True
+                raise self._lost(stream, held)
+            if expected not in (None, 0):
+                raise conflict(stream, expected, 0)
+            made = db.execute(
+                f"INSERT INTO {self._t_streams} (stream, version) VALUES (%s, %s) "
+                f"ON CONFLICT DO NOTHING RETURNING version", (stream, count),
+            ).fetchone()
+            if made is not None:
+                return 0
+            # Another writer made the row first: move it as it stands now.
+        raise ConcurrencyError(f"stream {stream!r}: another writer appended concurrently; "
+                               f"nothing was written")
+
+    def _lost(self, stream: str, held: PostgresLease) -> LeaseLostError:
+        return LeaseLostError(
+            f"stream {stream!r} of {self.url}: this owner's lease (epoch {held.epoch}) expired "
+            f"and was taken over; nothing was written", stream=stream, epoch=held.epoch,
+        )
+
+    def read(self, stream: str, after: int = 0) -> Iterator[Event]:
+        """The events of ``stream`` after seq ``after``, in order, a page at a time."""
+        check_stream(stream)
+        with self._lock:
+            self._connection()  # fail now, not at the first next(), if closed
+        return self._read(stream, max(after, 0))
+
+    def _read(self, stream: str, after: int) -> Iterator[Event]:
+        query = (f"SELECT seq, body FROM {self._t_events} WHERE stream = %s AND seq > %s "
+                 f"ORDER BY seq LIMIT {_PAGE}")
+        while True:
+            page = (stream, after)
+            rows: list[tuple[int, Any]] = self._retrying(
+                f"read of stream {stream!r}",
+                lambda db, page=page: db.execute(query, page).fetchall(),  # type: ignore[misc]
+            )
+            for seq, body in rows:
+                yield self._decode_row(stream, seq, body)
+            if len(rows) < _PAGE:
+                return
+            after = rows[-1][0]
+
+    def version(self, stream: str) -> int:
+        """The last seq of ``stream`` (0 if none): one primary-key lookup."""
+        check_stream(stream)
+        row = self._retrying(
+            f"version of stream {stream!r}",
+            lambda db: db.execute(f"SELECT version FROM {self._t_streams} WHERE stream = %s",
+                                  (stream,)).fetchone(),
+        )
+        return 0 if row is None else int(row[0])
+
+    def streams(self) -> list[str]:
+        """Sorted names of the streams that have events."""
+        rows = self._retrying(
+            "listing the streams",
+            lambda db: db.execute(f"SELECT stream FROM {self._t_streams} WHERE version > 0 "
+                                  f"ORDER BY stream").fetchall(),
+        )
+        return [name for (name,) in rows]
+
+    def own(self, stream: str) -> PostgresLease:
+        """Take ``stream``'s lease row, or raise ``StreamOwnedError``; see the module docstring."""
+        check_stream(stream)
+        with self._lock:
+            self._check_writable()
+            if stream in self._held:
+                raise owned_error(stream, self.url, os.getpid())
+        token = uuid.uuid4().hex
+
+        def take(db: psycopg.Connection[Any]) -> tuple[int, int | None]:
+            with db.transaction():
+                db.execute(f"INSERT INTO {self._t_streams} (stream) VALUES (%s) "
+                           f"ON CONFLICT DO NOTHING", (stream,))
+                row = db.execute(
+                    f"UPDATE {self._t_streams} SET holder = %s, pid = %s, host = %s, "
+                    f"epoch = epoch + 1, expires = clock_timestamp() + make_interval(secs => %s) "
+                    f"WHERE stream = %s AND (holder IS NULL OR expires < clock_timestamp()) "
+                    f"RETURNING epoch", (token, os.getpid(), self._host, self.lease, stream),
+                ).fetchone()
+                if row is not None:
+                    return int(row[0]), None
+                other = db.execute(f"SELECT pid FROM {self._t_streams} WHERE stream = %s",
+                                   (stream,)).fetchone()
+                return 0, (None if other is None else other[0])
+
+        def recover(db: psycopg.Connection[Any]) -> tuple[int, int | None] | None:
+            row = db.execute(f"SELECT epoch FROM {self._t_streams} WHERE stream = %s "
+                             f"AND holder = %s", (stream, token)).fetchone()
+            return None if row is None else (int(row[0]), None)
+
+        epoch, pid = self._retrying(f"owning stream {stream!r}", take, recover)
+        if not epoch:
+            raise owned_error(stream, self.url, pid)
+        lease = PostgresLease(stream, lambda: self._release(stream, token), token, epoch)
+        with self._lock:
+            if self._closed:  # closed while we took it: give it straight back
+                self._release_row(stream, token)
+                raise ValueError(f"{self.url} store is closed")
+            self._held[stream] = lease
+            self._start_background()
+        return lease
+
+    def _release(self, stream: str, token: str) -> None:
+        with self._lock:
+            held = self._held.get(stream)
+            if held is not None and held.token == token:
+                del self._held[stream]
+            self._release_row(stream, token)
+
+    def _release_row(self, stream: str, token: str) -> None:
+        # One try: if the server cannot be reached the lease simply expires.
+        try:
+            db = self._connection() if not self._closed else self._db
+            if db is not None and not db.closed:
+                db.execute(
+                    f"UPDATE {self._t_streams} SET holder = NULL, pid = NULL, host = NULL, "
+                    f"expires = NULL WHERE stream = %s AND holder = %s", (stream, token),
+                )
+        except (psycopg.Error, ValueError) as exc:
+            logger.warning("%s: could not release the lease of %r (it will expire): %s",
+                           self.url, stream, _first_line(exc))
+
+    def subscribe(self, stream: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` when ``stream`` may have changed; returns the unsubscribe function.
+
+        A hint, never a report: it comes on a notification for the stream, after every
+        reconnect of the listening connection, and every ``poll`` seconds as a backstop, from a
+        background thread. Keep it quick (set an event); read the version to see what changed.
+        """
+        check_stream(stream)
+        with self._lock:
+            self._check_open()
+            self._subscribers.setdefault(stream, []).append(callback)
+            self._start_background()
+
+        def unsubscribe() -> None:
+            with self._lock:
+                callbacks = self._subscribers.get(stream, [])
+                with contextlib.suppress(ValueError):
+                    callbacks.remove(callback)
+                if not callbacks:
+                    self._subscribers.pop(stream, None)
+
+        return unsubscribe
+
+    def close(self) -> None:
+        """Stop the background thread, release the leases, close the connection."""
+        with self._lock:
+            if self._closed:
+                return
+            held = list(self._held.values())
+        for lease in held:
+            lease.release()
+        with self._lock:
+            self._closed = True
+            background, self._background = self._background, None
+            db, self._db = self._db, None
+            self._subscribers.clear()
+        if background is not None:
+            background.stop()
+        if db is not None:
+            with contextlib.suppress(psycopg.Error):
+                db.close()
+
+    def __repr__(self) -> str:
+        mode = ", read_only=True" if self.read_only else ""
+        return f"PostgresStore({self.url!r}{mode})"
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self.url} store is closed")
+
+    def _start_background(self) -> None:
+        if self._background is None:
+            self._background = _Background(self)
+
+    # The template's hooks (see nous_inbox.store.base). This store keeps its own append, read,
+    # version, streams and close, because its append retries across reconnects and finds a
+    # commit whose answer was lost by its batch id, which the template's one transaction does
+    # not model; it shares the template's checks through _prove. The hooks below serve the
+    # template's own calls and are not reached through this store's methods.
+
+    def _appending(self, stream: str) -> contextlib.AbstractContextManager[int]:
+        raise NotImplementedError("PostgresStore.append makes its own transaction")
+
+    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
+        raise NotImplementedError("PostgresStore.append makes its own transaction")
+
+    def _version(self, stream: str) -> int:
+        return self.version(stream)
+
+    def _stream_names(self) -> list[str]:
+        return self.streams()
+
+    def _close(self) -> None:
+        self.close()
+
+    def _decode_row(self, stream: str, seq: int, body: Any) -> Event:
+        where = f"{self.url} stream {stream!r} seq {seq}"
+        if type(body) is not bytes:
+            raise DecodeError(f"{where}: the stored body is {type(body).__name__}, not bytes")
+        if len(body) > self._max:
+            raise RecordTooLargeError(f"{where}: record of {len(body)} bytes is above the limit "
+                                      f"of {self._max} bytes")
+        try:
+            event: Event = _decoder.decode(body)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise DecodeError(f"{where}: {exc}") from None
+        if event.seq != seq:
+            raise DecodeError(f"{where}: the stored event says seq {event.seq}")
+        return event
+
+    # -- for the background thread ---------------------------------------------------------------
+
+    def _nudge(self, stream: str | None) -> None:
+        """Call the subscribers of ``stream`` (of every stream for ``None``)."""
+        with self._lock:
+            if stream is None:
+                callbacks = [c for cs in self._subscribers.values() for c in cs]
+            else:
+                callbacks = list(self._subscribers.get(stream, ()))
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                logger.exception("%s: a subscriber of %r failed", self.url, stream)
+
+    def _renew(self, db: psycopg.Connection[Any]) -> None:
+        with self._lock:
+            held = list(self._held.values())
+        for lease in held:
+            if lease.lost or lease.released:
+                continue
+            row = db.execute(
+                f"UPDATE {self._t_streams} SET expires = clock_timestamp() + "
+                f"make_interval(secs => %s) WHERE stream = %s AND holder = %s AND epoch = %s "
+                f"RETURNING 1", (self.lease, lease.stream, lease.token, lease.epoch),
+            ).fetchone()
+            if row is None and not lease.released:
+                lease.lost = True
+                logger.warning("%s: the lease of stream %r (epoch %d) was taken over",
+                               self.url, lease.stream, lease.epoch)
+
+
+class _Background:
+    """One thread and connection per store: renews leases, LISTENs, nudges subscribers."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"nous-inbox {store.url}",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(10)
+
+    def _run(self) -> None:
+        store = self._store
+        renew_every = store.lease / 3
+        tick = min(renew_every, store.poll, 0.2)
+        listening = store.pooler != "transaction"
+        while not self._stop.is_set():
+            db: psycopg.Connection[Any] | None = None
+            try:
+                db = store.connect()
+                if listening:
+                    db.execute(f"LISTEN {store.channel}")
+                store._nudge(None)  # anything sent while nobody listened
+                renewed = polled = time.monotonic()
+                store._renew(db)
+                while not self._stop.is_set():
+                    if listening:
+                        for note in db.notifies(timeout=tick):
+                            store._nudge(note.payload)
+                    else:
+                        self._stop.wait(tick)
+                    now = time.monotonic()
+                    if now - renewed >= renew_every:
+                        store._renew(db)
+                        renewed = now
+                    if now - polled >= store.poll:
+                        store._nudge(None)
+                        polled = now
+            except psycopg.Error as exc:
+                logger.info("%s: background connection failed (%s); reconnecting", store.url,
+                            _first_line(exc))
+                self._stop.wait(0.1)
+            except Exception:
+                logger.exception("%s: background thread failed; restarting it", store.url)
+                self._stop.wait(0.5)
+            finally:
+                if db is not None:
+                    with contextlib.suppress(Exception):
+                        db.close()
+
+
+def _lock_key(schema: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"nous-inbox:{schema}".encode()).digest()[:8], "big",
+                          signed=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,175 @@
+"""A real PostgreSQL server for the tests: the one ``NOUS_INBOX_TEST_POSTGRES`` names, or our own.
+
+With ``NOUS_INBOX_TEST_POSTGRES=postgresql://...`` set, the tests use that server (each test gets
+a schema of its own in it, dropped afterwards). Otherwise one private cluster is started per test
+session from the PostgreSQL binaries on the machine (``initdb``/``pg_ctl`` on ``PATH`` or under
+``/usr/lib/postgresql/*/bin``), in a temporary directory, listening on a free loopback port and on
+a unix socket in that directory, with ``trust`` authentication for a superuser ``nous``. As root
+(initdb refuses to run as root) the cluster runs as an unprivileged user: ``postgres`` when the
+system has one, else ``nobody``.
+
+Where no server can be had, the PostgreSQL tests are skipped, except in CI (``CI=true``), where a
+missing server is a failure: a suite that silently skipped its server tests would pass in CI while
+testing nothing.
+
+The cluster can be stopped (``stop(mode)``) and started again on the same port and data, which is
+what the failure tests use to restart the server under a running writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ENV = "NOUS_INBOX_TEST_POSTGRES"
+
+
+def in_ci() -> bool:
+    """Whether we run in CI, where a PostgreSQL suite that cannot run is a failure, not a skip."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def unavailable(reason: str) -> None:
+    """Skip (locally) or fail (in CI) because there is no server to test against."""
+    if in_ci():
+        pytest.fail(f"PostgreSQL tests cannot run in CI: {reason}", pytrace=False)
+    pytest.skip(f"no PostgreSQL server: {reason}")
+
+
+def find_binaries() -> Path | None:
+    """The directory holding ``initdb``, ``pg_ctl`` and ``postgres``, or ``None``."""
+    found = shutil.which("initdb")
+    candidates = [Path(found).resolve().parent] if found else []
+    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]
+    for directory in candidates:
+        if all((directory / name).exists() for name in ("initdb", "pg_ctl", "postgres")):
+            return directory
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Cluster:
+    """A private PostgreSQL cluster in a temporary directory (one per test session)."""
+
+    def __init__(self, binaries: Path) -> None:
+        self.binaries = binaries
+        self.root = Path(tempfile.mkdtemp(prefix="nous-inbox-pg-"))
+        self.data = self.root / "data"
+        self.port = _free_port()
+        self._user: pwd.struct_passwd | None = None
+        if os.geteuid() == 0:
+            for name in ("postgres", "nobody"):
+                with contextlib.suppress(KeyError):
+                    self._user = pwd.getpwnam(name)
+                    break
+            if self._user is None:
+                raise RuntimeError("running as root and no unprivileged user to run PostgreSQL")
+            os.chown(self.root, self._user.pw_uid, self._user.pw_gid)
+        self.url = f"postgresql://nous@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        env = dict(os.environ, LC_ALL="C", LANG="C")
+        if self._user is not None:
+            env["HOME"] = str(self.root)
+        demote: dict[str, object] = {}
+        if self._user is not None:
+            demote = {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}
+        done = subprocess.run(
+            [str(self.binaries / args[0]), *args[1:]], cwd=self.root, env=env,
+            capture_output=True, text=True, timeout=120, check=False, **demote,  # type: ignore[call-overload]
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{args[0]} failed ({done.returncode}): {done.stderr or done.stdout}")
+
+    def init(self) -> None:
+        """Create the cluster's data directory (``initdb``)."""
+        self._run("initdb", "-D", str(self.data), "-U", "nous", "--auth=trust", "-E", "UTF8",
+                  "--no-instructions", "--no-sync")
+
+    def start(self) -> None:
+        """Start the server and wait until it accepts connections."""
+        options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
+                   f"-c unix_socket_directories={self.root} -c fsync=on "
+                   f"-c max_connections=200 -c shared_buffers=32MB")
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w",
+                  "-t", "60", "-o", options, "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``mode`` as for ``pg_ctl stop -m``: smart, fast or immediate)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+
+    def destroy(self) -> None:
+        """Stop the server if it runs and remove its directory."""
+        with contextlib.suppress(Exception):
+            self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Server:
+    """The server the tests use: its URL, a fresh schema per test, and (ours only) restarts."""
+
+    def __init__(self, url: str, cluster: Cluster | None) -> None:
+        self.url = url
+        self.cluster = cluster
+
+    def fresh_url(self) -> tuple[str, str]:
+        """A URL naming a schema nothing has used yet, and that schema's name."""
+        schema = f"t_{uuid.uuid4().hex[:16]}"
+        joiner = "&" if "?" in self.url else "?"
+        return f"{self.url}{joiner}schema={schema}", schema
+
+    def drop(self, schema: str) -> None:
+        """Drop a test's schema (and everything in it)."""
+        import psycopg
+
+        with contextlib.suppress(psycopg.Error), psycopg.connect(self.url, autocommit=True) as db:
+            db.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@contextlib.contextmanager
+def server() -> Iterator[Server]:
+    """The session's server: the one the environment names, or a private cluster of ours."""
+    try:
+        import psycopg
+    except ImportError:
+        unavailable("psycopg is not installed (pip install nous-inbox[postgres])")
+        raise  # unreachable: unavailable() skips or fails
+    given = os.environ.get(ENV, "")
+    if given:
+        try:
+            psycopg.connect(given, connect_timeout=10).close()
+        except psycopg.Error as exc:
+            unavailable(f"{ENV}={given!r} does not answer: {exc}")
+        yield Server(given, None)
+        return
+    binaries = find_binaries()
+    if binaries is None:
+        unavailable(f"no initdb/pg_ctl/postgres on PATH or in /usr/lib/postgresql, and {ENV} "
+                    "is not set")
+        raise AssertionError("unreachable")
+    cluster = Cluster(binaries)
+    try:
+        try:
+            cluster.init()
+            cluster.start()
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            unavailable(f"could not start a private cluster from {binaries}: {exc}")
+        yield Server(cluster.url, cluster)
+    finally:
+        cluster.destroy()

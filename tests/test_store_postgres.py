@@ -1,0 +1,339 @@
+"""The PostgreSQL store's own promises, against a real server (see ``tests/postgres_server.py``).
+
+The store contract every store keeps runs in ``test_store.py`` and ``test_store_lease.py`` with the
+``postgres`` kind. Here: what only this store does. Its URL parameters; the schema it creates and
+versions; leases that expire on the database clock, fenced by an epoch so a stale owner writes
+nothing; an append whose answer was lost is recognised by its batch id, neither lost nor doubled;
+wake-up hints by LISTEN/NOTIFY; no prepared statements behind a transaction pooler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from nous_inbox import ConcurrencyError, LeaseLostError, StoreError, StreamOwnedError
+from nous_inbox.events import Warned
+from nous_inbox.journal import Journal
+from nous_inbox.store import open_store
+from nous_inbox.store.postgres import PostgresLease, PostgresStore
+
+WAIT = 30  # seconds; a bound for a wait that should end at once, never a sync sleep
+
+
+@pytest.fixture
+def pg(postgres_url: str) -> Iterator[PostgresStore]:
+    with PostgresStore(postgres_url) as store:
+        yield store
+
+
+def sql(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Run ``query`` on a connection of our own (as another host, or an operator, would)."""
+    with PostgresStore(url, read_only=True) as store, store.connect() as db:
+        cursor = db.execute(query.replace("SCHEMA", store.schema), params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def expire(url: str, stream: str) -> None:
+    """Make ``stream``'s lease expire now, as if its holder had stopped renewing long ago."""
+    sql(url, "UPDATE \"SCHEMA\".nous_inbox_streams SET expires = now() - interval '1 second' "
+             "WHERE stream = %s", stream)
+
+
+# -- URLs and the schema ------------------------------------------------------------------------
+
+
+def test_open_store_opens_postgresql_urls(postgres_url):
+    with open_store(postgres_url) as store:
+        assert isinstance(store, PostgresStore) and store.url == postgres_url
+        store.append("s", [Warned(text="a")])
+    with open_store(postgres_url.replace("postgresql://", "postgres://")) as again:
+        assert [e.text for e in again.read("s")] == ["a"]
+
+
+def test_the_url_never_shows_a_password(postgres_url):
+    url = postgres_url.replace("nous@", "nous:secret@")
+    with PostgresStore(url) as store:
+        assert "secret" not in store.url and "secret" not in repr(store)
+        assert store.url == postgres_url.replace("nous@", "nous:***@")
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ("schema=bad-name", "schema must be a plain SQL name"),
+    ("lease=0", "lease must be a positive number of seconds"),
+    ("lease=soon", "lease must be a positive number of seconds"),
+    ("poll=-1", "poll must be a positive number of seconds"),
+    ("pooler=statement", "pooler must be 'transaction' or 'session'"),
+])
+def test_bad_parameters_are_refused_naming_them(postgres, query, message):
+    with pytest.raises(ValueError, match=message):
+        open_store(f"{postgres.url}?{query}")
+
+
+def test_parameters_reach_the_store_and_not_libpq(postgres_url):
+    with open_store(f"{postgres_url}&lease=7.5&poll=0.5") as store:
+        assert (store.lease, store.poll) == (7.5, 0.5)
+
+
+def test_a_server_that_does_not_answer_is_a_store_error_naming_the_url():
+    url = "postgresql://nobody@127.0.0.1:1/none"
+    with pytest.raises(StoreError, match=r"^postgresql://nobody@127.0.0.1:1/none: cannot connect"):
+        open_store(url)
+
+
+def test_read_only_opening_of_an_empty_schema_creates_nothing(postgres, postgres_url):
+    with pytest.raises(StoreError, match=r"no store in schema .* nothing was created"):
+        open_store(postgres_url, read_only=True)
+    schema = postgres_url.rsplit("schema=", 1)[1]
+    with psycopg.connect(postgres.url) as db:
+        assert db.execute("SELECT count(*) FROM information_schema.tables "
+                          "WHERE table_schema = %s", (schema,)).fetchone() == (0,)
+
+
+def test_the_schema_records_its_format_and_versions(pg, postgres_url):
+    rows = dict(sql(postgres_url, 'SELECT key, value FROM "SCHEMA".nous_inbox_meta'))
+    assert rows == {"format": "nous-inbox", "version": "1", "tables": "1"}
+
+
+def test_a_newer_table_layout_is_refused(pg, postgres_url):
+    sql(postgres_url, "UPDATE \"SCHEMA\".nous_inbox_meta SET value = '99' WHERE key = 'tables'")
+    with pytest.raises(ValueError, match="tables 99, newer than this nous-inbox reads"):
+        open_store(postgres_url)
+
+
+def test_someone_elses_tables_are_refused(pg, postgres_url):
+    sql(postgres_url, 'DROP TABLE "SCHEMA".nous_inbox_events')
+    with pytest.raises(StoreError, match="is not a usable PostgreSQL store"):
+        open_store(postgres_url)
+
+
+def test_streams_sort_as_python_sorts_them(pg):
+    names = ["b", "B", "a", "é", "z", "_"]
+    for name in names:
+        pg.append(name, [Warned(text=name)])
+    assert pg.streams() == sorted(names)
+
+
+def test_a_transaction_pooler_gets_no_prepared_statements(postgres_url):
+    for pooler, prepared in (("transaction", False), ("session", True)):
+        with PostgresStore(f"{postgres_url}&pooler={pooler}") as store:
+            for i in range(10):
+                store.append("s", [Warned(text=f"{i}")])
+                store.version("s")
+            db = store._connection()
+            count = db.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+            assert (count is not None and count[0] > 0) is prepared
+
+
+# -- appends --------------------------------------------------------------------------------------
+
+
+def test_an_append_is_one_transaction_even_for_many_events(pg, postgres_url):
+    events = [Warned(text=str(i)) for i in range(50)]
+    pg.append("s", events)
+    batches = sql(postgres_url, 'SELECT count(DISTINCT batch), count(*), '
+                                'count(DISTINCT xmin::text) FROM "SCHEMA".nous_inbox_events')
+    assert batches == [(1, 50, 1)]
+
+
+def test_an_event_too_large_writes_nothing(postgres_url):
+    with PostgresStore(postgres_url, max_record_size=100) as store:
+        with pytest.raises(ValueError, match="above the limit of 100 bytes; nothing was written"):
+            store.append("s", [Warned(text="small"), Warned(text="x" * 200)])
+        assert store.version("s") == 0 and list(store.read("s")) == []
+
+
+def lose_answers(store: PostgresStore, monkeypatch: pytest.MonkeyPatch, when: str) -> list[int]:
+    """Make the next append's connection drop ``before`` or ``after`` its commit, once."""
+    db = store._connection()
+    real = db.transaction
+    dropped: list[int] = []
+
+    @contextlib.contextmanager
+    def lossy(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        with real(*args, **kwargs) as tx:
+            if when == "before" and not dropped:
+                dropped.append(1)
+                db.close()
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            yield tx
+        if when == "after" and not dropped:
+            dropped.append(1)
+            db.close()  # committed; the answer never reaches us
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(db, "transaction", lossy)
+    return dropped
+
+
+@pytest.mark.parametrize("expected", [None, 1])
+def test_an_append_whose_answer_was_lost_after_commit_is_neither_lost_nor_doubled(
+    pg, monkeypatch, expected,
+):
+    pg.append("s", [Warned(text="first")])
+    dropped = lose_answers(pg, monkeypatch, "after")
+    stored = pg.append("s", [Warned(text="a"), Warned(text="b")], expected_version=expected)
+    assert dropped == [1]
+    assert [(e.seq, e.text) for e in stored] == [(2, "a"), (3, "b")]
+    assert [e.text for e in pg.read("s")] == ["first", "a", "b"] and pg.version("s") == 3
+
+
+def test_an_append_whose_connection_dropped_before_commit_is_made_once(pg, monkeypatch):
+    dropped = lose_answers(pg, monkeypatch, "before")
+    stored = pg.append("s", [Warned(text="a")], expected_version=0)
+    assert dropped == [1] and [e.seq for e in stored] == [1]
+    assert [e.text for e in pg.read("s")] == ["a"]
+
+
+def test_a_terminated_backend_is_reconnected_and_the_append_made(pg, postgres_url):
+    pg.append("s", [Warned(text="a")])
+    pid = pg._connection().info.backend_pid
+    sql(postgres_url, "SELECT pg_terminate_backend(%s)", pid)
+    pg.append("s", [Warned(text="b")])
+    assert [e.text for e in pg.read("s")] == ["a", "b"]
+    assert pg._connection().info.backend_pid != pid
+
+
+def test_a_lost_connection_that_does_not_come_back_is_a_store_error(postgres_url):
+    with PostgresStore(postgres_url, reconnect=0.01) as store:
+        store.append("s", [Warned(text="a")])
+        store._conninfo = "postgresql://nobody@127.0.0.1:1/none"  # the server is gone for good
+        sql(postgres_url, "SELECT pg_terminate_backend(%s)", store._connection().info.backend_pid)
+        with pytest.raises(StoreError, match=r"could not get it back within 0.01s"):
+            store.append("s", [Warned(text="b")])
+
+
+# -- leases and fencing ---------------------------------------------------------------------------
+
+
+def test_a_lease_is_a_row_with_a_holder_an_epoch_and_an_expiry_on_the_server_clock(pg, postgres_url):
+    lease = pg.own("s")
+    assert isinstance(lease, PostgresLease) and lease.epoch == 1 and not lease.lost
+    [(holder, epoch, left)] = sql(
+        postgres_url, 'SELECT holder, epoch, extract(epoch FROM expires - now()) '
+                      'FROM "SCHEMA".nous_inbox_streams WHERE stream = %s', "s")
+    assert holder == lease.token and epoch == 1 and 0 < left <= pg.lease
+    lease.release()
+    assert sql(postgres_url, 'SELECT holder, expires FROM "SCHEMA".nous_inbox_streams') == [
+        (None, None)]
+    assert pg.own("s").epoch == 2  # every taking of the lease is a new epoch
+
+
+def test_a_lease_is_refused_while_it_lasts_and_taken_over_once_it_expired(postgres_url):
+    with PostgresStore(postgres_url) as first, PostgresStore(postgres_url) as second:
+        old = first.own("s")
+        with pytest.raises(StreamOwnedError, match="another owner holds stream 's'"):
+            second.own("s")
+        expire(postgres_url, "s")
+        new = second.own("s")
+        assert new.epoch == old.epoch + 1
+
+
+def test_a_stale_owner_is_fenced_and_writes_nothing(postgres_url):
+    with PostgresStore(postgres_url) as stale, PostgresStore(postgres_url) as fresh:
+        stale.own("s")
+        stale.append("s", [Warned(text="while it held the lease")])
+        expire(postgres_url, "s")
+        fresh.own("s")
+        fresh.append("s", [Warned(text="the new owner")])
+        with pytest.raises(LeaseLostError, match=r"lease .* was taken over; nothing was written"):
+            stale.append("s", [Warned(text="too late")], expected_version=2)
+        with pytest.raises(LeaseLostError):  # and it stays fenced, asked or not
+            stale.append("s", [Warned(text="still too late")])
+        assert [e.text for e in fresh.read("s")] == ["while it held the lease", "the new owner"]
+
+
+def test_a_lost_lease_is_not_a_concurrency_error_so_a_journal_never_retries_it(postgres_url):
+    assert not issubclass(LeaseLostError, ConcurrencyError)
+    with PostgresStore(postgres_url) as stale, PostgresStore(postgres_url) as fresh:
+        stale.own("s")
+        journal = Journal(stale, "s")
+        expire(postgres_url, "s")
+        fresh.own("s")
+        fresh.append("s", [Warned(text="the new owner")])
+        with pytest.raises(LeaseLostError):
+            journal.commit(lambda session: ([Warned(text="stale")], None))
+        assert fresh.version("s") == 1
+
+
+def test_a_held_lease_is_renewed_and_a_taken_one_is_noticed(postgres_url):
+    with PostgresStore(postgres_url, lease=0.6) as first, PostgresStore(postgres_url) as other:
+        lease = first.own("s")
+        start = sql(postgres_url, 'SELECT expires FROM "SCHEMA".nous_inbox_streams')[0][0]
+        renewed = threading.Event()
+        # Watch the row until the background thread has moved the expiry forward.
+        with other.connect() as db:
+            for _ in range(10_000):
+                now = db.execute(f'SELECT expires FROM "{other.schema}".nous_inbox_streams'
+                                 ).fetchone()
+                if now is not None and now[0] > start:
+                    renewed.set()
+                    break
+                with contextlib.suppress(psycopg.errors.QueryCanceled):
+                    db.execute("SELECT pg_sleep(0.05)")
+        assert renewed.is_set()
+        sql(postgres_url, "UPDATE \"SCHEMA\".nous_inbox_streams SET holder = 'someone else', "
+                          "epoch = epoch + 1")
+        noticed = lease.lost
+        for _ in range(10_000):
+            if lease.lost:
+                noticed = True
+                break
+            with other.connect() as db:
+                db.execute("SELECT pg_sleep(0.05)")
+        assert noticed
+
+
+def test_appending_needs_no_lease_and_is_not_fenced_by_anothers(postgres_url):
+    with PostgresStore(postgres_url) as owner, PostgresStore(postgres_url) as sender:
+        owner.own("s")
+        sender.append("s", [Warned(text="a steer from elsewhere")])
+        owner.append("s", [Warned(text="the owner's own")], expected_version=1)
+        assert owner.version("s") == 2
+
+
+# -- wake-ups --------------------------------------------------------------------------------------
+
+
+def test_a_subscriber_is_woken_by_an_append_from_another_store(postgres_url):
+    with PostgresStore(postgres_url, poll=3600) as watcher, PostgresStore(postgres_url) as sender:
+        woken = threading.Event()
+        ready = threading.Event()
+
+        def nudged() -> None:
+            ready.set()
+            if watcher.version("s") > 0:
+                woken.set()
+
+        unsubscribe = watcher.subscribe("s", nudged)
+        assert ready.wait(WAIT)  # the listening connection is up (it nudges once on connect)
+        sender.append("s", [Warned(text="wake")])
+        assert woken.wait(WAIT)
+        unsubscribe()
+
+
+def test_a_subscriber_of_another_stream_is_not_woken(postgres_url):
+    with PostgresStore(postgres_url, poll=3600) as watcher, PostgresStore(postgres_url) as sender:
+        calls: list[str] = []
+        ready = threading.Event()
+        b_woken = threading.Event()
+        watcher.subscribe("a", lambda: calls.append("a"))
+        watcher.subscribe("b", lambda: (calls.append("b"), ready.set(),
+                                        watcher.version("b") and b_woken.set()))
+        assert ready.wait(WAIT)
+        before = calls.count("a")
+        sender.append("b", [Warned(text="for b only")])
+        assert b_woken.wait(WAIT)
+        assert calls.count("a") == before
+
+
+def test_the_poll_backstop_nudges_without_any_notification(postgres_url):
+    with PostgresStore(f"{postgres_url}&pooler=transaction", poll=0.05) as watcher:
+        nudges = threading.Semaphore(0)
+        watcher.subscribe("s", nudges.release)
+        assert all(nudges.acquire(timeout=WAIT) for _ in range(3))
