@@ -17,6 +17,7 @@ SUITES = (
     ("Event log: replay, decoding and durable appends", "bench.log_bench"),
     ("Runner overhead per step against a hand-written loop", "bench.runner_bench"),
     ("Owner send-to-claim against a deque + Lock inbox", "bench.owner_bench"),
+    ("Mailbox against PraisonAI's InProcessMailbox", "bench.mailbox_bench"),
 )
 
 

@@ -27,7 +27,7 @@ is refused with a clear error rather than misread.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -36,8 +36,17 @@ from nous_inbox.message import Message, ToolCall, enc_hook
 
 __all__ = [
     "EVENT_TYPES",
+    "MAIL_EVENT_TYPES",
     "SCHEMA_VERSION",
     "Event",
+    "MailAnswered",
+    "MailDropped",
+    "MailEvent",
+    "MailNoticed",
+    "MailRead",
+    "MailReceived",
+    "MailSent",
+    "MailWithdrawn",
     "MessageSent",
     "ModelReplied",
     "ModelRequested",
@@ -171,6 +180,86 @@ class Warned(_Base, tag="warned", frozen=True):
     text: str
 
 
+# -- The mailbox's events (nous_inbox.mailbox) -------------------------------------------------------
+# Addressed delivery between named agents lives in a stream of its own (never a session's), folded
+# by nous_inbox.mailbox.state, not by Session.apply (which passes them by, as it does any event it
+# has no use for). One fact each: sent, dropped at the bound, received, noticed, read, answered,
+# withdrawn. They are not tracked by the cyclic garbage collector (gc=False: a JSON body cannot
+# refer back to its event), so a mailbox holding many queued messages does not make every
+# collection walk them all.
+
+
+class MailSent(_Base, tag="mail_sent", frozen=True, gc=False):
+    """Message ``id`` from ``sender`` to ``recipient``: a JSON-able ``body``, of class ``kind``
+    (``"action"``, ``"blocker"``, ``"report"``, ``"fyi"`` or ``"reply"``), in ``thread`` (the
+    sender's name when it named none); ``reply_to`` is the id a reply answers."""
+
+    id: str
+    sender: str
+    recipient: str
+    body: Any = None
+    kind: str = "action"
+    thread: str = ""
+    correlation_id: str | None = None
+    reply_to: str | None = None
+
+
+class MailDropped(_Base, tag="mail_dropped", frozen=True, gc=False):
+    """Message ``id``, the oldest queued for ``recipient``, was dropped to make room (drop_oldest)."""
+
+    id: str
+    recipient: str
+
+
+class MailReceived(_Base, tag="mail_received", frozen=True, gc=False):
+    """``recipient`` took ``ids`` out of the mailbox (``receive``): they are its caller's now."""
+
+    recipient: str
+    ids: tuple[str, ...]
+
+
+class MailNoticed(_Base, tag="mail_noticed", frozen=True, gc=False):
+    """The notice ``notice`` carrying ``ids`` went into ``recipient``'s run (it was claimed)."""
+
+    recipient: str
+    notice: str
+    ids: tuple[str, ...]
+
+
+class MailRead(_Base, tag="mail_read", frozen=True, gc=False):
+    """``recipient`` read ``ids`` (a thread read whole)."""
+
+    recipient: str
+    ids: tuple[str, ...]
+
+
+class MailAnswered(_Base, tag="mail_answered", frozen=True, gc=False):
+    """``ids`` (messages to ``recipient``) were answered by the reply ``by``."""
+
+    recipient: str
+    ids: tuple[str, ...]
+    by: str
+
+
+class MailWithdrawn(_Base, tag="mail_withdrawn", frozen=True, gc=False):
+    """Its sender withdrew message ``id``: unsent (no notice had carried it) or ``retracted``."""
+
+    id: str
+    recipient: str
+    retracted: bool = False
+
+
+MailEvent = (
+    MailSent | MailDropped | MailReceived | MailNoticed | MailRead | MailAnswered | MailWithdrawn
+)
+"""Any of the mailbox's events."""
+
+MAIL_EVENT_TYPES: Final[tuple[type[_Base], ...]] = (
+    MailSent, MailDropped, MailReceived, MailNoticed, MailRead, MailAnswered, MailWithdrawn,
+)
+# -- end of the mailbox's events ----------------------------------------------------------------------
+
+
 Event = (
     MessageSent
     | QueueClaimed
@@ -184,6 +273,7 @@ Event = (
     | Nudged
     | TurnEnded
     | Warned
+    | MailEvent
 )
 """Any event of the vocabulary (a tagged union msgspec decodes by its ``type`` key)."""
 
@@ -200,4 +290,5 @@ EVENT_TYPES: Final[tuple[type[_Base], ...]] = (
     Nudged,
     TurnEnded,
     Warned,
+    *MAIL_EVENT_TYPES,
 )

@@ -40,7 +40,17 @@ from nous_inbox import (
     Warned,
     replay,
 )
-from nous_inbox.events import EVENT_TYPES, Event
+from nous_inbox.events import (
+    EVENT_TYPES,
+    Event,
+    MailAnswered,
+    MailDropped,
+    MailNoticed,
+    MailRead,
+    MailReceived,
+    MailSent,
+    MailWithdrawn,
+)
 from nous_inbox.loop import (
     CallModel,
     Cancelled,
@@ -137,6 +147,14 @@ def test_every_event_type_of_the_vocabulary_folds_and_agrees_with_replay() -> No
         Nudged: Nudged(turn=1, step=1, message=Message.user("go on")),
         TurnEnded: TurnEnded(turn=1, steps=1, reason="final"),
         Warned: Warned(text="w"),
+        # The mailbox's events live in a stream of their own; a session passes them by.
+        MailSent: MailSent(id="m", sender="a", recipient="b", body="hi"),
+        MailDropped: MailDropped(id="m", recipient="b"),
+        MailReceived: MailReceived(recipient="b", ids=("m",)),
+        MailNoticed: MailNoticed(recipient="b", notice="n", ids=("m",)),
+        MailRead: MailRead(recipient="b", ids=("m",)),
+        MailAnswered: MailAnswered(recipient="b", ids=("m",), by="r"),
+        MailWithdrawn: MailWithdrawn(id="m", recipient="b"),
     }
     assert set(samples) == set(EVENT_TYPES)
     events = numbered(*samples.values())

@@ -1,0 +1,183 @@
+"""The mailbox against PraisonAI's own ``InProcessMailbox``, and how its costs grow.
+
+Sides, in one process, the same calls:
+
+* baseline: ``praisonaiagents.messaging.InProcessMailbox`` (a ``deque`` per recipient under an
+  ``RLock``; each message a dataclass with a ``uuid4`` id);
+* ``compat.praisonai.InProcessMailbox``, the drop-in, in memory and on ``sqlite:`` (durable: every
+  send and every receive is a committed transaction);
+* ``mailbox.Mailbox``, the library's own API underneath (no store).
+
+Throughput: a sender sends a burst of 100 messages to one recipient, which then drains them with
+``receive`` (limit 50), repeated; messages per second, the best of the repeats, each side
+interleaved with the others. Memory: bytes allocated per queued message (``tracemalloc``) with
+10,000 messages waiting. Growth: the time of one send when 1, 100 and 10,000 recipients already
+hold messages, and the time to compose and deliver one notice when the agent has 1, 100 and 1,000
+threads (all read but one new message): flat is the target. Run ``python -m bench.mailbox_bench``
+(``--quick``: small and fast).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nous_inbox.compat.praisonai import InProcessMailbox
+from nous_inbox.events import MailNoticed
+from nous_inbox.mailbox import Mailbox, compose
+
+__all__ = ["growth", "memory", "render", "run", "throughput", "main"]
+
+BURST = 100
+
+
+def _praisonai() -> Any:
+    from praisonaiagents.messaging import InProcessMailbox as Baseline
+
+    return Baseline
+
+
+def _rate(box: Any, n: int) -> float:
+    send, receive = box.send, box.receive
+    begin = time.perf_counter()
+    for _ in range(n // BURST):
+        for _ in range(BURST):
+            send("writer", "findings", sender="researcher")
+        while receive("writer", limit=50):
+            pass
+    return n / (time.perf_counter() - begin)
+
+
+def throughput(quick: bool = False) -> dict[str, float]:
+    """Messages per second through send+receive, per side (best of the repeats)."""
+    n = 5_000 if quick else 100_000
+    n_sqlite = 300 if quick else 3_000
+    repeats = 1 if quick else 5
+    best: dict[str, float] = {}
+    baseline = _praisonai()
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(repeats):
+            sides: dict[str, Callable[[], float]] = {
+                "PraisonAI InProcessMailbox (baseline)": lambda: _rate(baseline(), n),
+                "drop-in InProcessMailbox, in memory": lambda: _rate(InProcessMailbox(), n),
+                "Mailbox (library API), in memory": lambda: _rate(Mailbox(), n),
+                "PraisonAI (baseline, sqlite-sized run)": lambda: _rate(baseline(), n_sqlite),
+                "drop-in InProcessMailbox, sqlite: (durable)": lambda r=r: _rate(
+                    InProcessMailbox(store=f"sqlite:{Path(tmp) / f'b{r}.sqlite'}"), n_sqlite),
+            }
+            for side, fn in sides.items():
+                gc.collect()
+                rate = fn()
+                best[side] = max(best.get(side, 0.0), rate)
+    return best
+
+
+def _bytes_per_message(make: Callable[[], Any], n: int) -> float:
+    gc.collect()
+    tracemalloc.start()
+    box = make()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(n):
+        box.send("writer", f"finding number {i}", sender="researcher")
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return (after - before) / n
+
+
+def memory(quick: bool = False) -> dict[str, float]:
+    """Bytes per queued message, per side."""
+    n = 2_000 if quick else 10_000
+    return {
+        "PraisonAI InProcessMailbox (baseline)": _bytes_per_message(
+            lambda: _praisonai()(max_inbox=n), n),
+        "drop-in InProcessMailbox, in memory": _bytes_per_message(
+            lambda: InProcessMailbox(max_inbox=n), n),
+    }
+
+
+def _per_call(fn: Callable[[], Any], calls: int) -> float:
+    best = float("inf")
+    for _ in range(3):
+        begin = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - begin) / calls)
+    return best
+
+
+def growth(quick: bool = False) -> list[tuple[str, int, float]]:
+    """(what, size, seconds per call): a send with many recipients, a notice with many threads."""
+    rows = []
+    for recipients in (1, 100, 1_000 if quick else 10_000):
+        box = Mailbox(max_queue=1_000_000)
+        for i in range(recipients):
+            box.send(f"agent-{i}", "waiting", sender="lead")
+        rows.append(("send", recipients, _per_call(
+            lambda box=box: box.send("agent-0", "one more", sender="lead"), 2_000)))
+    for threads in (1, 100, 1_000):
+        box = Mailbox(retain=100_000)
+        for i in range(threads):
+            box.send("dev", "old", sender=f"peer-{i}")
+        box.receive("dev", limit=threads)  # nothing old is new
+        for i in range(threads):
+            box.send("dev", "kept", sender=f"peer-{i}", kind="fyi")
+        for thread in box.threads("dev"):
+            box.read_thread("dev", thread.thread)
+
+        def notice(box: Mailbox = box) -> None:
+            box.send("dev", "the one new message", sender="peer-0", kind="fyi")
+            _, ids = compose(box.state, "dev", "n")
+            box.state.apply(MailNoticed(recipient="dev", notice="n", ids=ids))  # it was claimed
+
+        rows.append(("send + notice", threads, _per_call(notice, 200)))
+    return rows
+
+
+def render(quick: bool = False) -> str:
+    """Every table, measured now."""
+    rates = throughput(quick)
+    base = rates["PraisonAI InProcessMailbox (baseline)"]
+    base_sqlite = rates["PraisonAI (baseline, sqlite-sized run)"]
+    lines = ["| side | messages/s (send+receive) | vs PraisonAI |", "|---|---:|---:|"]
+    for side, rate in rates.items():
+        ratio = rate / (base_sqlite if "sqlite" in side else base)
+        said = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:,.0f}x slower"
+        lines.append(f"| {side} | {rate:,.0f} | {said} |")
+    mem = memory(quick)
+    base_mem = mem["PraisonAI InProcessMailbox (baseline)"]
+    lines += ["", "| side | bytes per queued message | vs PraisonAI |", "|---|---:|---:|"]
+    for side, size in mem.items():
+        lines.append(f"| {side} | {size:,.0f} | {size / base_mem:.2f}x |")
+    rows = growth(quick)
+    lines += ["", "| operation | recipients or threads | µs per call | vs smallest |",
+              "|---|---:|---:|---:|"]
+    first: dict[str, float] = {}
+    for what, size, seconds in rows:
+        first.setdefault(what, seconds)
+        lines.append(f"| {what} | {size:,} | {seconds * 1e6:.2f} | "
+                     f"{seconds / first[what]:.2f}x |")
+    if quick:
+        lines += ["", "(quick run: small sizes, one repeat; shows the code works, not the figures)"]
+    return "\n".join(lines)
+
+
+def run(quick: bool = False) -> str:
+    """Measure and render."""
+    return render(quick)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
+    args = parser.parse_args(argv)
+    print(run(args.quick))
+
+
+if __name__ == "__main__":
+    main()

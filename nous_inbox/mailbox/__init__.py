@@ -1,0 +1,42 @@
+"""The mailbox layer: addressed delivery between named agents (threads, wake classes, notices,
+withdraw, replies), durable in the store's one event vocabulary.
+
+See :mod:`nous_inbox.mailbox.post` for the rules, :mod:`nous_inbox.mailbox.notice` for when and
+how an agent hears of its mail, and :mod:`nous_inbox.mailbox.state` for the fold.
+"""
+
+from nous_inbox.mailbox.notice import DEBOUNCE, MAX_WAIT, NOTICE, compose, plan, preview
+from nous_inbox.mailbox.post import (
+    KIND_ALIASES,
+    MAX_QUEUE,
+    STREAM,
+    Letter,
+    Mailbox,
+    MailboxFullError,
+    Receipt,
+    ThreadSummary,
+)
+from nous_inbox.mailbox.state import KINDS, RETAIN, MailboxState, wakes
+from nous_inbox.mailbox.wiring import Recipient
+
+__all__ = [
+    "DEBOUNCE",
+    "KINDS",
+    "KIND_ALIASES",
+    "MAX_QUEUE",
+    "MAX_WAIT",
+    "NOTICE",
+    "RETAIN",
+    "STREAM",
+    "Letter",
+    "Mailbox",
+    "MailboxFullError",
+    "MailboxState",
+    "Receipt",
+    "Recipient",
+    "ThreadSummary",
+    "compose",
+    "plan",
+    "preview",
+    "wakes",
+]

@@ -1,0 +1,610 @@
+"""Mailbox: addressed delivery between named agents, durable, with threads, notices and replies.
+
+Send a message to an agent by name; the recipient pulls it (``receive``), is called back
+(``subscribe``), or, when an owner runs it (``attach``), hears of it as one notice at the right
+moment. Every fact is an event in one stream of the store, so a restarted mailbox is exactly
+where the old one stopped.
+
+>>> box = Mailbox()
+>>> box.send("writer", "draft ready", sender="researcher").state
+'queued'
+>>> for agent in ("writer", "editor"):
+...     _ = box.send(agent, {"v": 2}, sender="researcher", correlation_id="q1")
+>>> box.pending("writer"), box.pending("editor")
+(2, 1)
+>>> [(m.sender, m.body) for m in box.receive("writer")]
+[('researcher', 'draft ready'), ('researcher', {'v': 2})]
+>>> box.send("writer", object(), sender="researcher")
+Traceback (most recent call last):
+...
+TypeError: send to 'writer': body: object is not JSON-able (allowed: None, bool, int, float, str, list, tuple, dict with str keys)
+
+Rules, each a test in ``tests/test_mailbox*.py``:
+
+* A body is any JSON-able value, checked (and frozen) at send; anything else is an error and
+  nothing is queued. Each recipient's queue is bounded (``max_queue``, 1000): by default a send
+  beyond it is refused with :class:`MailboxFullError`; with ``overflow="drop_oldest"`` the oldest
+  queued message makes room, and the drop is an event and counted (``dropped(agent)``).
+* A message's ``thread`` is the one its sender names, else the sender. ``kind`` is its class:
+  ``"action"`` (the default; alias ``"result"``), ``"blocker"`` (alias ``"question"``,
+  ``"block"``), ``"report"``, ``"fyi"``; it decides whether the message may wake an idle
+  recipient (:func:`~nous_inbox.mailbox.state.wakes`).
+* ``id`` makes a send idempotent: sending an id again answers what became of it (the
+  :class:`Receipt` has ``duplicate=True``) and carries nothing, before or after a restart.
+* ``read_thread`` reads a thread whole and marks it read (another agent's threads are refused);
+  ``reply`` answers into the original sender's inbox under the same thread, waking nobody;
+  ``withdraw`` unsends a message no notice has carried yet, and retracts one that was.
+* Retention keeps ``retain`` messages per recipient (500) and lets go only of those read and
+  answered.
+
+Design notes. One lock guards the fold (:class:`~nous_inbox.mailbox.state.MailboxState`) and
+the append: an event is appended before it is folded, so the fold never holds what the store
+does not. Subscribers and owners are called outside the lock, so a callback may send. With a
+store, the stream's version is checked first on every call (stores answer that cheaply), so two
+processes sharing a store see each other's mail; an append that loses a race reads what it missed
+and is computed again. Without one, nothing is kept but the fold.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from typing import Any, Final, Literal, TypeVar
+
+import msgspec
+
+from nous_inbox.errors import ConcurrencyError
+from nous_inbox.events import (
+    Event,
+    MailAnswered,
+    MailDropped,
+    MailNoticed,
+    MailRead,
+    MailReceived,
+    MailSent,
+    MailWithdrawn,
+    QueueClaimed,
+)
+from nous_inbox.inbox import Target
+from nous_inbox.mailbox.notice import DEBOUNCE, MAX_WAIT, NOTICE, compose, plan
+from nous_inbox.mailbox.state import FRESH, NOTICED, READ, RETAIN, RETRACTED, MailboxState, Thread
+from nous_inbox.mailbox.wiring import Desk, Recipient
+from nous_inbox.message import freeze_json
+from nous_inbox.store import Store, open_store
+
+__all__ = ["KIND_ALIASES", "MAX_QUEUE", "STREAM", "Letter", "Mailbox", "MailboxFullError",
+           "Receipt", "ThreadSummary"]
+
+logger: Final = logging.getLogger("nous_inbox.mailbox")
+
+STREAM: Final = "mailbox"
+"""The store stream a mailbox keeps its events in, unless told another."""
+
+MAX_QUEUE: Final = 1000
+"""Messages queued per recipient before the overflow policy applies."""
+
+KIND_ALIASES: Final = {
+    "action": "action", "result": "action", "blocker": "blocker", "question": "blocker",
+    "block": "blocker", "report": "report", "fyi": "fyi", "reply": "reply",
+}
+"""Every accepted ``kind`` and the class it means."""
+
+Overflow = Literal["refuse", "drop_oldest"]
+Subscriber = Callable[[MailSent], None]
+_TURN: Final = Target.NEXT_TURN
+_ATTEMPTS: Final = 100
+_T = TypeVar("_T")
+
+
+class MailboxFullError(RuntimeError):
+    """A send beyond a recipient's bound under the default ``overflow="refuse"``: nothing queued."""
+
+
+class Receipt(msgspec.Struct, frozen=True):
+    """What a send answers: the message's ``id``, what became of it (``state``), whether the id
+    had been sent before (``duplicate``) and, once answered, the reply that answered it."""
+
+    id: str
+    state: str
+    duplicate: bool = False
+    answer: str | None = None
+
+
+class Letter(msgspec.Struct, frozen=True):
+    """One message of a thread as ``read_thread`` shows it, with its ``state`` before the read."""
+
+    id: str
+    sender: str
+    body: Any
+    kind: str
+    at: float
+    state: str
+    correlation_id: str | None = None
+
+
+class ThreadSummary(msgspec.Struct, frozen=True):
+    """One of an agent's threads: who wrote in it, how many messages, unread and new ones."""
+
+    thread: str
+    senders: tuple[str, ...]
+    count: int
+    unread: int
+    new: int
+    newest_at: float
+    preview: str
+
+
+_KINDS: Final = dict(KIND_ALIASES)
+
+
+def _check_send(recipient: object, sender: object, thread: object, correlation: object) -> None:
+    _text(recipient, "recipient", "send")
+    where = f"send to {recipient!r}"
+    _text(sender, "sender", where)
+    if thread is not None:
+        _text(thread, "thread", where)
+    if correlation is not None and type(correlation) is not str:
+        raise TypeError(f"{where}: correlation_id must be a str or None, got {correlation!r}")
+
+
+def _text(value: object, what: str, where: str) -> str:
+    if type(value) is not str or not value:
+        raise TypeError(f"{where}: {what} must be a non-empty str, got {value!r}")
+    return value
+
+
+class Mailbox:
+    """Addressed delivery between named agents; ``store`` (a Store or a URL) makes it durable.
+
+    ``clock`` gives every time the mailbox uses (sends are stamped with it; debounce and the
+    bounded wait are measured by it), so tests advance time without sleeping. ``autotick``
+    starts a thread that delivers notices to attached agents when they fall due; without it,
+    call :meth:`tick`.
+    """
+
+    def __init__(
+        self,
+        store: Store | str | None = None,
+        *,
+        stream: str = STREAM,
+        max_queue: int = MAX_QUEUE,
+        overflow: Overflow = "refuse",
+        retain: int = RETAIN,
+        debounce: float = DEBOUNCE,
+        max_wait: float = MAX_WAIT,
+        clock: Callable[[], float] = time.time,
+        autotick: bool = False,
+    ) -> None:
+        if type(max_queue) is not int or max_queue <= 0:
+            raise ValueError(f"Mailbox: max_queue must be an int > 0, got {max_queue!r}")
+        if overflow not in ("refuse", "drop_oldest"):
+            raise ValueError(f"Mailbox: overflow must be 'refuse' or 'drop_oldest', got {overflow!r}")
+        if type(retain) is not int or retain <= 0:
+            raise ValueError(f"Mailbox: retain must be an int > 0, got {retain!r}")
+        self._owns_store = isinstance(store, str)
+        self._store: Store | None = open_store(store) if isinstance(store, str) else store
+        self._stream = stream
+        self._max_queue = max_queue
+        self._overflow = overflow
+        self._debounce = debounce
+        self._max_wait = max_wait
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._state = MailboxState(retain)
+        self._subscribers: dict[str, list[Subscriber]] = {}
+        self._desks: dict[str, Desk] = {}
+        self._prefix = os.urandom(5).hex() + "-"
+        self._counter = itertools.count(1)
+        self._closed = threading.Event()
+        self._due = threading.Condition(self._lock)
+        if self._store is not None:
+            for event in self._store.read(stream):
+                self._state.apply(event)
+        self._ticker: threading.Thread | None = None
+        if autotick:
+            self._ticker = threading.Thread(target=self._tick_forever, daemon=True,
+                                            name=f"nous-inbox mailbox {stream}")
+            self._ticker.start()
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    def send(
+        self,
+        recipient: str,
+        body: Any,
+        *,
+        sender: str,
+        correlation_id: str | None = None,
+        thread: str | None = None,
+        kind: str = "action",
+        id: str | None = None,
+    ) -> Receipt:
+        """Queue ``body`` for ``recipient`` from ``sender``; see the module's rules.
+
+        Raises ``TypeError``/``ValueError`` for bad input and :class:`MailboxFullError` at the
+        bound (default policy), leaving everything unchanged.
+        """
+        if (type(recipient) is not str or type(sender) is not str or not recipient or not sender
+                or (thread is not None and (type(thread) is not str or not thread))
+                or (correlation_id is not None and type(correlation_id) is not str)):
+            _check_send(recipient, sender, thread, correlation_id)
+        if type(body) is not str or not body.isascii():
+            body = freeze_json(body, f"send to {recipient!r}: body")
+        cls = _KINDS.get(kind) if type(kind) is str else None
+        if cls is None:
+            raise ValueError(f"send to {recipient!r}: kind must be one of "
+                             f"{sorted(KIND_ALIASES)}, got {kind!r}")
+        if id is None:
+            event = MailSent(id=self._prefix + str(next(self._counter)), sender=sender,
+                             recipient=recipient, body=body, kind=cls, thread=thread or "",
+                             correlation_id=correlation_id, at=self._clock())
+            with self._lock:
+                state = self._state
+                if self._store is None and state.pending(recipient) < self._max_queue:
+                    state.apply(event)  # the common case, without a store: nothing to retry
+                    stored: Sequence[Event] = (event,)
+                    receipt = Receipt(event.id, "queued")
+                else:
+                    stored, receipt = self._commit(partial(self._sent, event, False))
+                callbacks = self._subscribers.get(recipient)
+                if self._desks and recipient in self._desks:
+                    self._due.notify_all()
+        else:
+            _text(id, "id", f"send to {recipient!r}")
+            event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
+                             thread=thread or "", correlation_id=correlation_id,
+                             at=self._clock())
+            with self._lock:
+                stored, receipt = self._commit(partial(self._sent, event, True))
+                callbacks = self._subscribers.get(recipient) if stored else None
+                if stored and self._desks and recipient in self._desks:
+                    self._due.notify_all()
+        if callbacks:
+            self._call(callbacks, stored[-1])  # type: ignore[arg-type]
+        return receipt
+
+    def _sent(
+        self, event: MailSent, given: bool, state: MailboxState
+    ) -> tuple[list[Event], Receipt]:
+        """The events a send appends: none for an id already sent, a drop first at the bound."""
+        if given:
+            seen = self._receipt(state, event.id)
+            if seen is not None:
+                return [], seen
+        recipient = event.recipient
+        if state.pending(recipient) < self._max_queue:
+            return [event], Receipt(event.id, "queued")
+        if self._overflow == "refuse":
+            raise MailboxFullError(
+                f"send to {recipient!r}: {self._max_queue} messages already queued "
+                "(max_queue); nothing was queued (receive some, or use overflow='drop_oldest')"
+            )
+        (oldest,) = state.oldest_queued(recipient, 1)
+        return ([MailDropped(id=oldest.id, recipient=recipient, at=event.at), event],
+                Receipt(event.id, "queued"))
+
+    def reply(self, agent: str, thread: str, body: Any, *, to: str | None = None,
+              id: str | None = None) -> Receipt:
+        """``agent`` answers ``thread``: into the original sender's inbox, same thread, no wake.
+
+        ``to`` is whom to answer (default: the sender of the thread's newest message from
+        someone else). Every message of theirs in the thread not yet answered is marked answered
+        by this reply.
+        """
+        where = f"reply of {agent!r} in thread {thread!r}"
+        with self._lock:
+            self._catch_up()
+            found = self._thread(agent, thread, agent, where)
+            mails = found.mails
+            if to is None:
+                others = [m for m in mails if m.event.sender != agent]
+                if not others:
+                    raise LookupError(f"{where}: no message from another agent to answer")
+                to = others[-1].event.sender
+            answered = [m for m in mails if m.event.sender == to and m.answered_by is None]
+            newest = answered[-1] if answered else mails[-1]
+        receipt = self.send(to, body, sender=agent, thread=found.key, kind="reply", id=id,
+                            correlation_id=newest.event.correlation_id)
+        if answered and not receipt.duplicate:
+            with self._lock:
+                self._commit(lambda state: (
+                    [MailAnswered(recipient=agent, ids=tuple(m.id for m in answered),
+                                  by=receipt.id, at=self._clock())], None))
+        return receipt
+
+    def withdraw(self, id: str, *, sender: str) -> str:
+        """``sender`` takes back message ``id``: ``"withdrawn"`` if no notice carried it yet (it
+        is unsent; a resend of the id answers ``"withdrawn"``), ``"retracted"`` if one did (it
+        stays in its thread, marked retracted). A message already gone answers what became of it.
+        """
+        _text(id, "id", "withdraw")
+
+        def change(state: MailboxState) -> tuple[list[Event], str]:
+            mail = state.mail(id)
+            if mail is None:
+                gone = state.outcome(id)
+                if gone is None:
+                    raise LookupError(f"withdraw: no message {id!r}")
+                return [], gone[0]
+            if mail.event.sender != sender:
+                raise PermissionError(
+                    f"withdraw: message {id!r} was sent by {mail.event.sender!r}, not {sender!r}")
+            if mail.flags & RETRACTED:
+                return [], "retracted"
+            retract = bool(mail.flags & (NOTICED | READ))
+            return [MailWithdrawn(id=id, recipient=mail.event.recipient, retracted=retract,
+                                  at=self._clock())], ("retracted" if retract else "withdrawn")
+
+        with self._lock:
+            _, answer = self._commit(change)
+        return answer
+
+    # -- receiving --------------------------------------------------------------------------------
+
+    def receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
+        """Take up to ``limit`` of ``agent``'s queued messages, oldest first; they leave the mailbox."""
+        if type(limit) is not int or limit < 0:
+            raise ValueError(f"receive for {agent!r}: limit must be an int >= 0, got {limit!r}")
+
+        def change(state: MailboxState) -> tuple[list[Event], list[MailSent]]:
+            taken = state.oldest_queued(agent, limit)
+            if not taken:
+                return [], []
+            return [MailReceived(recipient=agent, ids=tuple([m.id for m in taken]),
+                                 at=self._clock())], taken
+
+        with self._lock:
+            _, taken = self._commit(change)
+        return taken
+
+    def subscribe(self, agent: str, callback: Subscriber) -> None:
+        """Call ``callback(message)`` for every message sent to ``agent`` from now on.
+
+        Called on the sender's thread, outside the mailbox's lock (so it may send); one that
+        raises is logged, and the others still run.
+        """
+        if not callable(callback):
+            raise TypeError(f"subscribe to {agent!r}: callback must be callable")
+        with self._lock:
+            self._subscribers[agent] = [*self._subscribers.get(agent, ()), callback]
+
+    def pending(self, agent: str) -> int:
+        """How many messages wait for ``agent``: neither received, read nor withdrawn."""
+        with self._lock:
+            self._catch_up()
+            return self._state.pending(agent)
+
+    def dropped(self, agent: str) -> int:
+        """How many of ``agent``'s messages ``drop_oldest`` let go of, ever."""
+        with self._lock:
+            self._catch_up()
+            return self._state.box(agent).dropped
+
+    def status(self, id: str) -> str | None:
+        """What became of message ``id`` (``None`` if it was never sent)."""
+        with self._lock:
+            self._catch_up()
+            receipt = self._receipt(self._state, id)
+        return None if receipt is None else receipt.state
+
+    def threads(self, agent: str) -> list[ThreadSummary]:
+        """``agent``'s threads, the most recent first."""
+        from nous_inbox.mailbox.notice import preview
+
+        with self._lock:
+            self._catch_up()
+            result = []
+            for thread in self._state.threads(agent):
+                newest = thread.newest.event
+                result.append(ThreadSummary(thread.key, thread.senders, len(thread.mails),
+                                            thread.unread, thread.new, newest.at,
+                                            preview(newest.body)))
+            return result
+
+    def read_thread(self, agent: str, thread: str, *, reader: str | None = None) -> list[Letter]:
+        """Read ``agent``'s ``thread`` whole and mark it read; ``reader`` (default ``agent``)
+        reading another agent's thread is refused with ``PermissionError``."""
+        where = f"read of thread {thread!r} of {agent!r}"
+        with self._lock:
+            self._catch_up()
+            found = self._thread(agent, thread, agent if reader is None else reader, where)
+            mails = found.mails
+            letters = [Letter(m.id, m.event.sender, m.event.body, m.event.kind, m.event.at,
+                              m.state, m.event.correlation_id) for m in mails]
+            unread = tuple(m.id for m in mails if not m.flags & READ)
+            if unread:
+                self._commit(lambda state: (
+                    [MailRead(recipient=agent, ids=unread, at=self._clock())], None))
+            return letters
+
+    # -- notices: agents run by an owner ------------------------------------------------------------
+
+    def attach(self, agent: str, owner: Recipient) -> None:
+        """Deliver ``agent``'s mail to the session ``owner`` runs, as notices (see
+        :mod:`nous_inbox.mailbox.notice`). A notice counts as heard only once a run claimed it.
+
+        Reconciles with the session first: a notice the session already claimed marks its
+        messages noticed; one still queued there is the notice in flight.
+        """
+        _text(agent, "agent", "attach")
+        desk = Desk(agent, owner)
+        with self._lock:
+            if agent in self._desks:
+                raise ValueError(f"attach: agent {agent!r} is already attached")
+            self._desks[agent] = desk
+            heard: list[str] = []
+            for message in owner.session.transcript:
+                if message.metadata.get("provenance") == NOTICE:
+                    heard.extend(message.metadata.get("ids", ()))
+            flags = self._state.flags
+            fresh = tuple(i for i in heard if i in self._state.events and flags[i] & FRESH)
+            if fresh:
+                self._commit(lambda state: ([MailNoticed(recipient=agent, notice="(replayed)",
+                                                         ids=fresh, at=self._clock())], None))
+            for target in Target:
+                for message, _ in owner.session.inbox.entries(target):
+                    if message.metadata.get("provenance") == NOTICE:
+                        desk.in_flight = (message.metadata["notice"],
+                                          tuple(message.metadata.get("ids", ())))
+        owner.listen(lambda event: self._on_session_event(desk, event))
+        self.tick()
+
+    def tick(self) -> float | None:
+        """Deliver every notice that is due now; return when the next one falls due (or None)."""
+        now = self._clock()
+        deliveries = []
+        due: float | None = None
+        with self._lock:
+            self._catch_up()
+            for agent, desk in self._desks.items():
+                if desk.in_flight is not None:
+                    continue
+                session = desk.owner.session
+                how, when = plan(self._state, agent, now,
+                                 running=desk.owner.running or session.running,
+                                 prompt_waiting=session.inbox.count(_TURN) > 0,
+                                 debounce=self._debounce, max_wait=self._max_wait)
+                if how is None:
+                    if when is not None:
+                        due = when if due is None else min(due, when)
+                    continue
+                notice_id = f"notice-{self._prefix}{next(self._counter)}"
+                message, ids = compose(self._state, agent, notice_id)
+                desk.in_flight = (notice_id, ids)
+                deliveries.append((desk, how, message))
+        for desk, how, message in deliveries:
+            try:
+                if how == "steer":
+                    desk.owner.steer(message)
+                else:
+                    desk.owner.followup(message)
+            except Exception:
+                logger.exception("delivering a notice to %r failed; it will be tried again",
+                                 desk.agent)
+                with self._lock:
+                    desk.in_flight = None
+        return due
+
+    def _on_session_event(self, desk: Desk, event: Event) -> None:
+        # Runs inside the owner's lock: take only the mailbox's (never the other way round).
+        if type(event) is not QueueClaimed or desk.in_flight is None:
+            return
+        notice_id, ids = desk.in_flight
+        transcript = desk.owner.session.transcript
+        claimed = transcript[len(transcript) - event.count:]
+        if not any(m.metadata.get("notice") == notice_id for m in claimed):
+            return
+        with self._lock:
+            desk.in_flight = None
+            live = tuple(i for i in ids if i in self._state.events)
+            if live:
+                self._commit(lambda state: ([MailNoticed(recipient=desk.agent, notice=notice_id,
+                                                         ids=live, at=self._clock())], None))
+            self._due.notify_all()
+
+    def _tick_forever(self) -> None:
+        while not self._closed.is_set():
+            try:
+                due = self.tick()
+            except Exception:
+                logger.exception("the mailbox's notice timer failed; retrying")
+                due = None
+            with self._lock:
+                timeout = 1.0 if due is None else max(0.0, due - self._clock())
+                self._due.wait(min(timeout, 1.0))
+
+    # -- the state --------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> MailboxState:
+        """The folded state (read it under no illusions: it changes as mail moves)."""
+        return self._state
+
+    def events(self) -> list[Event]:
+        """The mailbox's stored events (none without a store)."""
+        return [] if self._store is None else list(self._store.read(self._stream))
+
+    def close(self) -> None:
+        """Stop the notice timer; close the store if the mailbox opened it from a URL."""
+        self._closed.set()
+        with self._lock:
+            self._due.notify_all()
+        if self._ticker is not None and self._ticker is not threading.current_thread():
+            self._ticker.join(5)
+        if self._owns_store and self._store is not None:
+            self._store.close()
+
+    def __enter__(self) -> Mailbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _receipt(self, state: MailboxState, id: str) -> Receipt | None:
+        mail = state.mail(id)
+        if mail is not None:
+            return Receipt(id, mail.state, True, mail.answered_by)
+        gone = state.outcome(id)
+        if gone is not None:
+            return Receipt(id, gone[0], True, gone[1])
+        return None
+
+    def _thread(self, agent: str, thread: str, reader: str, where: str) -> Thread:
+        if reader != agent:
+            raise PermissionError(f"{where}: {reader!r} may not read another agent's threads")
+        found = self._state.thread(agent, thread)
+        if found is None:
+            raise LookupError(f"{where}: no such thread")
+        return found
+
+    def _call(self, callbacks: Iterable[Subscriber], message: MailSent) -> None:
+        for callback in callbacks:
+            try:
+                callback(message)
+            except Exception:
+                logger.exception("a mailbox subscriber of %r failed on message %r",
+                                 message.recipient, message.id)
+
+    def _catch_up(self) -> bool:
+        store = self._store
+        if store is None or store.version(self._stream) == self._state.version:
+            return False
+        for event in store.read(self._stream, self._state.version):
+            self._state.apply(event)
+        return True
+
+    def _commit(
+        self, change: Callable[[MailboxState], tuple[Sequence[Event], _T]]
+    ) -> tuple[Sequence[Event], _T]:
+        """Append what ``change`` computes from the state, then fold it; called with the lock."""
+        store = self._store
+        state = self._state
+        if store is None:
+            events, result = change(state)
+            for event in events:
+                state.apply(event)
+            return events, result
+        self._catch_up()
+        lost: ConcurrencyError | None = None
+        for _ in range(_ATTEMPTS):
+            events, result = change(state)
+            if not events:
+                return [], result
+            try:
+                stored = store.append(self._stream, events, state.version)
+            except ConcurrencyError as exc:
+                if not self._catch_up():
+                    raise
+                lost = exc
+                continue
+            for event in stored:
+                state.apply(event)
+            return stored, result
+        raise ConcurrencyError(
+            f"mailbox stream {self._stream!r}: other writers kept appending; gave up after "
+            f"{_ATTEMPTS} attempts (nothing was written)") from lost

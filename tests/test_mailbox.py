@@ -1,0 +1,463 @@
+"""The mailbox: addressed delivery, bounds, ids, threads, replies, withdraw, retention, replay.
+
+Each rule of issue 9 is its own test; the notices (wake classes, debounce, delivery through an
+owner) are in ``test_mailbox_notices.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from nous_inbox.events import MailDropped, MailSent
+from nous_inbox.mailbox import Mailbox, MailboxFullError, MailboxState
+from nous_inbox.store import Store, open_store
+
+_STRESS = max(1, int(os.environ.get("NOUS_INBOX_STRESS", "1")))
+
+
+def bodies(messages: list[MailSent]) -> list[Any]:
+    return [m.body for m in messages]
+
+
+# -- addressed delivery ------------------------------------------------------------------------
+
+
+def test_receive_returns_the_oldest_first_and_removes_what_it_returns() -> None:
+    box = Mailbox()
+    for i in range(5):
+        box.send("writer", f"m{i}", sender="researcher")
+    assert bodies(box.receive("writer", limit=2)) == ["m0", "m1"]
+    assert box.pending("writer") == 3
+    assert bodies(box.receive("writer")) == ["m2", "m3", "m4"]
+    assert box.receive("writer") == []
+
+
+def test_messages_carry_sender_recipient_correlation_and_time() -> None:
+    box = Mailbox(clock=lambda: 42.0)
+    receipt = box.send("writer", "title?", sender="researcher", correlation_id="q1")
+    (message,) = box.receive("writer")
+    assert (message.id, message.sender, message.recipient, message.correlation_id, message.at) \
+        == (receipt.id, "researcher", "writer", "q1", 42.0)
+
+
+def test_fan_out_queues_one_copy_per_recipient() -> None:
+    box = Mailbox()
+    for agent in ("writer", "editor", "reviewer"):
+        box.send(agent, "Draft v2 is ready", sender="researcher")
+    assert [box.pending(a) for a in ("writer", "editor", "reviewer")] == [1, 1, 1]
+    assert bodies(box.receive("editor")) == ["Draft v2 is ready"]
+    assert box.pending("writer") == 1
+
+
+def test_request_and_reply_match_by_correlation_id() -> None:
+    box = Mailbox()
+    box.send("writer", "What's the headline?", sender="researcher", correlation_id="c1")
+    for request in box.receive("writer"):
+        box.send(request.sender, "RAG in Practice", sender="writer",
+                 correlation_id=request.correlation_id)
+    (reply,) = [m for m in box.receive("researcher") if m.correlation_id == "c1"]
+    assert reply.body == "RAG in Practice"
+
+
+def test_pending_of_an_agent_never_written_to_is_zero() -> None:
+    assert Mailbox().pending("nobody") == 0
+
+
+def test_a_body_is_any_json_value() -> None:
+    box = Mailbox()
+    sent = [None, True, 3, 2.5, "text", [1, "a"], {"findings": [{"k": None}]}]
+    for body in sent:
+        box.send("w", body, sender="r")
+    assert bodies(box.receive("w")) == sent
+
+
+@pytest.mark.parametrize("body", [object(), {1: "int key"}, float("nan"), {"f": print}, b"x"])
+def test_a_body_that_is_not_json_is_refused_at_send_and_nothing_is_queued(body: Any) -> None:
+    box = Mailbox()
+    with pytest.raises((TypeError, ValueError), match="send to 'w': body"):
+        box.send("w", body, sender="r")
+    assert box.pending("w") == 0
+    assert box.state.snapshot() == MailboxState().snapshot()
+
+
+@pytest.mark.parametrize(("args", "kwargs", "match"), [
+    (("", "x"), {"sender": "r"}, "recipient"),
+    ((3, "x"), {"sender": "r"}, "recipient"),
+    (("w", "x"), {"sender": ""}, "sender"),
+    (("w", "x"), {"sender": "r", "kind": "urgent"}, "kind must be one of"),
+    (("w", "x"), {"sender": "r", "thread": ""}, "thread"),
+    (("w", "x"), {"sender": "r", "correlation_id": 7}, "correlation_id"),
+    (("w", "x"), {"sender": "r", "id": ""}, "id"),
+])
+def test_bad_send_input_is_a_clear_error_and_changes_nothing(
+    args: tuple[Any, ...], kwargs: dict[str, Any], match: str
+) -> None:
+    box = Mailbox()
+    with pytest.raises((TypeError, ValueError), match=match):
+        box.send(*args, **kwargs)
+    assert box.state.snapshot() == MailboxState().snapshot()
+
+
+def test_a_subscriber_is_called_with_each_message_for_its_agent() -> None:
+    box = Mailbox()
+    seen: list[Any] = []
+    box.subscribe("writer", lambda m: seen.append((m.sender, m.body)))
+    box.send("writer", "a", sender="r")
+    box.send("editor", "not mine", sender="r")
+    assert seen == [("r", "a")]
+    assert box.pending("writer") == 1  # a subscriber sees the message; the queue still has it
+
+
+def test_a_raising_subscriber_is_logged_and_the_others_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    box = Mailbox()
+    seen: list[str] = []
+
+    def broken(message: MailSent) -> None:
+        raise RuntimeError("boom")
+
+    box.subscribe("w", broken)
+    box.subscribe("w", lambda m: seen.append(m.body))
+    with caplog.at_level(logging.ERROR, logger="nous_inbox.mailbox"):
+        box.send("w", "hello", sender="r")
+    assert seen == ["hello"]
+    assert "subscriber of 'w' failed" in caplog.text
+
+
+def test_a_subscriber_may_send_from_inside_its_callback() -> None:
+    box = Mailbox()
+    box.subscribe("writer", lambda m: box.send(m.sender, f"got {m.body}", sender="writer"))
+    box.send("writer", "draft", sender="researcher")
+    assert bodies(box.receive("researcher")) == ["got draft"]
+
+
+def test_subscribers_run_outside_the_lock() -> None:
+    box = Mailbox()
+    pending_seen: list[int] = []
+
+    def from_another_thread(message: MailSent) -> None:
+        thread = threading.Thread(target=lambda: pending_seen.append(box.pending("w")))
+        thread.start()
+        thread.join(10)
+
+    box.subscribe("w", from_another_thread)
+    box.send("w", "x", sender="r")
+    assert pending_seen == [1]
+
+
+# -- bounds ------------------------------------------------------------------------------------
+
+
+def test_a_full_queue_refuses_a_send_by_default_and_queues_nothing() -> None:
+    box = Mailbox(max_queue=2)
+    box.send("w", "a", sender="r")
+    box.send("w", "b", sender="r")
+    with pytest.raises(MailboxFullError, match="2 messages already queued"):
+        box.send("w", "c", sender="r")
+    assert bodies(box.receive("w")) == ["a", "b"]
+    box.send("w", "c", sender="r")  # room again once received
+    assert box.pending("w") == 1
+
+
+def test_the_bound_is_per_recipient() -> None:
+    box = Mailbox(max_queue=1)
+    box.send("a", "x", sender="r")
+    box.send("b", "x", sender="r")
+    assert (box.pending("a"), box.pending("b")) == (1, 1)
+
+
+def test_drop_oldest_makes_room_records_the_drop_and_counts_it() -> None:
+    store = open_store("memory:")
+    box = Mailbox(store, max_queue=100, overflow="drop_oldest")
+    for i in range(150):
+        box.send("slow-worker", f"job-{i}", sender="dispatcher")
+    assert box.pending("slow-worker") == 100
+    assert box.dropped("slow-worker") == 50
+    assert bodies(box.receive("slow-worker", limit=1)) == ["job-50"]
+    drops = [e for e in box.events() if isinstance(e, MailDropped)]
+    assert len(drops) == 50 and drops[0].recipient == "slow-worker"
+    assert box.status(drops[0].id) == "dropped"
+
+
+@pytest.mark.parametrize("kwargs", [{"max_queue": 0}, {"max_queue": -1}, {"retain": 0},
+                                    {"overflow": "drop_newest"}])
+def test_bad_mailbox_options_are_refused(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        Mailbox(**kwargs)
+
+
+# -- ids ---------------------------------------------------------------------------------------
+
+
+def test_sending_an_id_again_answers_the_same_and_carries_nothing() -> None:
+    box = Mailbox()
+    first = box.send("w", "once", sender="r", id="m-1")
+    again = box.send("w", "once", sender="r", id="m-1")
+    assert (first.id, first.duplicate, again.id, again.duplicate) == ("m-1", False, "m-1", True)
+    assert box.pending("w") == 1
+    box.receive("w")
+    assert box.send("w", "once", sender="r", id="m-1").state == "received"
+    assert box.pending("w") == 0
+
+
+def test_an_id_stays_idempotent_after_a_restart(url: str) -> None:
+    store = open_store(url)
+    Mailbox(store).send("w", "once", sender="r", id="m-1")
+    again = Mailbox(store).send("w", "once", sender="r", id="m-1")
+    assert again.duplicate
+    assert Mailbox(store).pending("w") == 1
+    store.close()
+
+
+def test_generated_ids_are_unique_across_mailboxes_on_one_store() -> None:
+    store = open_store("memory:")
+    ids = {Mailbox(store).send("w", "x", sender="r").id for _ in range(20)}
+    assert len(ids) == 20
+
+
+# -- threads, reading, replying ------------------------------------------------------------------
+
+
+def test_a_thread_is_the_one_the_sender_names_else_the_sender() -> None:
+    box = Mailbox()
+    box.send("dev", "a", sender="lead")
+    box.send("dev", "b", sender="qa", thread="release-7")
+    box.send("dev", "c", sender="lead", thread="release-7")
+    threads = {t.thread: t for t in box.threads("dev")}
+    assert set(threads) == {"lead", "release-7"}
+    assert threads["release-7"].senders == ("qa", "lead")
+    assert threads["release-7"].count == 2
+
+
+def test_threads_are_listed_most_recent_first_with_unread_counts() -> None:
+    box = Mailbox()
+    box.send("dev", "old", sender="a")
+    box.send("dev", "new", sender="b")
+    assert [(t.thread, t.unread, t.preview) for t in box.threads("dev")] == [
+        ("b", 1, "new"), ("a", 1, "old")]
+
+
+def test_reading_a_thread_returns_it_whole_and_marks_it_read() -> None:
+    box = Mailbox()
+    box.send("dev", "one", sender="lead")
+    box.send("dev", "two", sender="lead")
+    letters = box.read_thread("dev", "lead")
+    assert [(m.body, m.state) for m in letters] == [("one", "queued"), ("two", "queued")]
+    assert box.pending("dev") == 0
+    assert [m.state for m in box.read_thread("dev", "lead")] == ["read", "read"]
+    assert box.threads("dev")[0].unread == 0
+
+
+def test_reading_another_agents_thread_is_refused() -> None:
+    box = Mailbox()
+    box.send("dev", "secret", sender="lead")
+    with pytest.raises(PermissionError, match="'qa' may not read another agent's threads"):
+        box.read_thread("dev", "lead", reader="qa")
+    assert box.pending("dev") == 1
+
+
+def test_reading_a_thread_that_does_not_exist_is_a_lookup_error() -> None:
+    with pytest.raises(LookupError, match="no such thread"):
+        Mailbox().read_thread("dev", "nothing")
+
+
+def test_a_reply_goes_to_the_original_sender_in_the_same_thread_and_answers() -> None:
+    box = Mailbox()
+    asked = box.send("dev", "which branch?", sender="lead", thread="release-7", kind="blocker",
+                     correlation_id="q9")
+    box.read_thread("dev", "release-7")
+    reply = box.reply("dev", "release-7", "main")
+    (answer,) = box.receive("lead")
+    assert (answer.sender, answer.thread, answer.kind, answer.correlation_id, answer.body) == (
+        "dev", "release-7", "reply", "q9", "main")
+    assert box.status(asked.id) == "answered"
+    assert box.send("dev", "which branch?", sender="lead", id=asked.id).answer == reply.id
+
+
+def test_a_reply_never_wakes_its_recipient() -> None:
+    box = Mailbox()
+    box.send("dev", "go", sender="lead")
+    box.reply("dev", "lead", "done")
+    assert box.state.oldest_fresh("lead", waking=True) is None
+
+
+def test_a_reply_with_nobody_to_answer_is_refused() -> None:
+    box = Mailbox()
+    box.send("lead", "note to self", sender="lead", thread="t")
+    with pytest.raises(LookupError, match="no message from another agent"):
+        box.reply("lead", "t", "?")
+
+
+# -- withdraw ----------------------------------------------------------------------------------
+
+
+def test_withdrawing_before_any_notice_unsends_and_a_resend_answers_withdrawn() -> None:
+    box = Mailbox()
+    sent = box.send("dev", "never mind", sender="lead", id="w1")
+    assert box.withdraw(sent.id, sender="lead") == "withdrawn"
+    assert box.pending("dev") == 0 and box.threads("dev") == []
+    again = box.send("dev", "never mind", sender="lead", id="w1")
+    assert (again.state, again.duplicate) == ("withdrawn", True)
+    assert box.pending("dev") == 0
+
+
+def test_withdrawing_after_it_was_read_retracts_it_into_its_thread() -> None:
+    box = Mailbox()
+    sent = box.send("dev", "use v1", sender="lead")
+    box.read_thread("dev", "lead")
+    assert box.withdraw(sent.id, sender="lead") == "retracted"
+    (letter,) = box.read_thread("dev", "lead")
+    assert (letter.body, letter.state) == ("use v1", "retracted")
+    assert box.withdraw(sent.id, sender="lead") == "retracted"
+
+
+def test_only_the_sender_may_withdraw() -> None:
+    box = Mailbox()
+    sent = box.send("dev", "x", sender="lead")
+    with pytest.raises(PermissionError, match="sent by 'lead', not 'qa'"):
+        box.withdraw(sent.id, sender="qa")
+    with pytest.raises(LookupError, match="no message 'nope'"):
+        box.withdraw("nope", sender="lead")
+
+
+def test_withdrawing_a_message_already_received_answers_received() -> None:
+    box = Mailbox()
+    sent = box.send("dev", "x", sender="lead")
+    box.receive("dev")
+    assert box.withdraw(sent.id, sender="lead") == "received"
+
+
+# -- retention ---------------------------------------------------------------------------------
+
+
+def test_retention_lets_go_only_of_messages_read_and_answered() -> None:
+    box = Mailbox(retain=3)
+    for i in range(5):
+        box.send("dev", f"q{i}", sender="lead")
+    assert len(box.read_thread("dev", "lead")) == 5  # read, but none answered: all kept
+    box.reply("dev", "lead", "all done")  # answers all five
+    box.send("dev", "next", sender="lead")
+    kept = [m.body for m in box.read_thread("dev", "lead")]
+    assert len(kept) == 3 and kept[-1] == "next"
+    assert box.status(box.state.box("dev").queue[0].id) == "released"
+
+
+def test_unread_messages_are_never_let_go() -> None:
+    box = Mailbox(retain=2)
+    for i in range(5):
+        box.send("dev", f"q{i}", sender="lead")
+    assert box.pending("dev") == 5
+
+
+def test_a_released_message_keeps_its_answer_for_a_resend() -> None:
+    box = Mailbox(retain=1)
+    box.send("dev", "q", sender="lead", id="q1")
+    box.read_thread("dev", "lead")
+    reply = box.reply("dev", "lead", "a")
+    box.send("dev", "more", sender="lead")
+    again = box.send("dev", "q", sender="lead", id="q1")
+    assert (again.state, again.answer) == ("released", reply.id)
+
+
+# -- concurrency -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_eight_producers_and_a_consumer_lose_nothing_double_nothing_keep_order() -> None:
+    box = Mailbox(max_queue=1_000_000)
+    per_sender = 2_000 * _STRESS
+    senders = [f"s{i}" for i in range(8)]
+    done = threading.Event()
+    got: list[MailSent] = []
+
+    def produce(sender: str) -> None:
+        for n in range(per_sender):
+            box.send("hub", n, sender=sender)
+
+    def consume() -> None:
+        while True:
+            finished = done.is_set()
+            batch = box.receive("hub", limit=64)
+            got.extend(batch)
+            if finished and not batch:
+                return
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    producers = [threading.Thread(target=produce, args=(s,)) for s in senders]
+    for p in producers:
+        p.start()
+    for p in producers:
+        p.join()
+    done.set()
+    consumer.join()
+    assert len(got) == 8 * per_sender
+    assert len({m.id for m in got}) == len(got)
+    per: dict[str, list[int]] = defaultdict(list)
+    for m in got:
+        per[m.sender].append(m.body)
+    assert all(per[s] == list(range(per_sender)) for s in senders)
+
+
+# -- durability: every state rebuilt by replay -----------------------------------------------------
+
+
+def _exercise(box: Mailbox) -> None:
+    box.send("dev", "first work", sender="lead", id="a1")
+    box.send("dev", "fyi", sender="qa", kind="fyi")
+    box.send("dev", "which?", sender="lead", thread="t7", kind="blocker", correlation_id="c")
+    box.send("lead", "report", sender="dev", kind="report")
+    box.send("dev", "gone soon", sender="qa", id="w1")
+    box.withdraw("w1", sender="qa")
+    box.read_thread("dev", "t7")
+    box.reply("dev", "t7", "main")
+    box.send("dev", "to retract", sender="qa", id="r1")
+    box.read_thread("dev", "qa")
+    box.withdraw("r1", sender="qa")
+    box.receive("lead", limit=1)
+    for i in range(5):
+        box.send("ops", i, sender="cron")
+
+
+def test_a_restarted_mailbox_rebuilds_every_state_by_replay(store: Store) -> None:
+    live = Mailbox(store, max_queue=3, overflow="drop_oldest")
+    _exercise(live)
+    again = Mailbox(store, max_queue=3, overflow="drop_oldest")
+    assert again.state == live.state
+    assert again.state.snapshot()["boxes"]["ops"]["counts"] == (3, 3, 2)
+    assert again.pending("dev") == live.pending("dev")
+    assert [t.thread for t in again.threads("dev")] == [t.thread for t in live.threads("dev")]
+
+
+def test_replay_of_the_stored_events_equals_the_live_state(store: Store) -> None:
+    live = Mailbox(store, retain=2)
+    _exercise(live)
+    folded = MailboxState(retain=2)
+    for event in store.read("mailbox"):
+        folded.apply(event)
+    assert folded == live.state
+
+
+def test_two_mailboxes_on_one_store_see_each_others_mail(tmp_path: Any) -> None:
+    url = f"sqlite:{tmp_path / 'mail.sqlite'}"
+    with open_store(url) as one, open_store(url) as two:
+        a, b = Mailbox(one), Mailbox(two)
+        a.send("dev", "from a", sender="lead")
+        b.send("dev", "from b", sender="qa")
+        assert bodies(a.receive("dev")) == ["from a", "from b"]
+        assert b.pending("dev") == 0
+
+
+def test_a_mailbox_opened_from_a_url_closes_its_store(tmp_path: Any) -> None:
+    url = f"sqlite:{tmp_path / 'mail.sqlite'}"
+    with Mailbox(url) as box:
+        box.send("dev", "kept", sender="lead")
+    with Mailbox(url) as box:
+        assert bodies(box.receive("dev")) == ["kept"]

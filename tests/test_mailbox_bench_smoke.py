@@ -1,0 +1,15 @@
+"""The mailbox benchmark runs and renders its tables (structure only: timings belong to bench/)."""
+
+import pytest
+
+from bench import mailbox_bench
+
+pytest.importorskip("praisonaiagents.messaging")
+
+
+def test_mailbox_bench_quick_renders_every_table() -> None:
+    table = mailbox_bench.run(quick=True)
+    assert "| PraisonAI InProcessMailbox (baseline) |" in table
+    assert "| drop-in InProcessMailbox, sqlite: (durable) |" in table
+    assert "bytes per queued message" in table
+    assert table.count("| send + notice |") == 3

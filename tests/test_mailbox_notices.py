@@ -1,0 +1,415 @@
+"""Agent messages are inbox items, not turns: wake classes, debounce, the bounded wait, notices.
+
+The clock is a list the test moves forward (``clock.now``), so no test sleeps. Agents run by a
+real :class:`~nous_inbox.owner.Owner`; a mid-run send is made by a tool while it runs, which is
+"another agent wrote while this one was working" and needs no sleeps either.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from nous_inbox.events import MailNoticed
+from nous_inbox.mailbox import NOTICE, Mailbox, compose, plan
+from nous_inbox.message import Message, ToolCall
+from nous_inbox.owner import Owner
+from nous_inbox.runner import Runner
+from nous_inbox.store import Store, open_store
+
+WAIT = 30  # seconds: a bound for a wait that should end at once, never a synchronisation sleep
+
+
+class Clock:
+    """A clock tests move by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Model:
+    """Calls ``work`` for the first ``tool_steps`` steps of each turn, then answers."""
+
+    def __init__(self, tool_steps: int = 0) -> None:
+        self.tool_steps = tool_steps
+        self.requests: list[list[Message]] = []
+
+    def __call__(self, transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+        self.requests.append(list(transcript))
+        steps = 0
+        for message in reversed(transcript):
+            if message.role == "assistant" and not message.tool_calls:
+                break
+            steps += message.role == "tool"
+        if steps < self.tool_steps:
+            return Message.assistant(tool_calls=[ToolCall(f"c{len(transcript)}", "work", {})])
+        return Message.assistant("ok")
+
+
+def notices(messages: Sequence[Message]) -> list[Message]:
+    return [m for m in messages if m.metadata.get("provenance") == NOTICE]
+
+
+def make(
+    model: Model, during_tool: Callable[[], None] | None = None, store: Store | None = None,
+    **options: Any,
+) -> tuple[Mailbox, Owner, Clock]:
+    clock = Clock()
+    box = Mailbox(store, clock=clock, **options)
+
+    def work() -> str:
+        if during_tool is not None:
+            during_tool()
+        return "worked"
+
+    owner = Owner(store or open_store("memory:"), "dev", Runner(model, [work]), watch=False)
+    box.attach("dev", owner)
+    return box, owner, clock
+
+
+# -- wake classes (pure) -------------------------------------------------------------------------
+
+
+def test_an_fyi_never_wakes_an_idle_agent() -> None:
+    box = Mailbox(clock=Clock())
+    box.send("dev", "fyi", sender="qa", kind="fyi")
+    assert box.state.oldest_fresh("dev", waking=True) is None
+
+
+def test_a_blocker_may_wake() -> None:
+    box = Mailbox()
+    box.send("dev", "fyi", sender="qa", kind="fyi")
+    box.send("dev", "which branch?", sender="stranger", kind="question")
+    woken = box.state.oldest_fresh("dev", waking=True)
+    assert woken is not None and woken.event.kind == "blocker"
+
+
+def test_the_first_work_wakes_and_its_sender_becomes_the_parent() -> None:
+    box = Mailbox()
+    box.send("dev", "build it", sender="lead")
+    box.send("dev", "also this", sender="stranger")
+    box.send("dev", "and this", sender="lead")
+    waking = [m.event.body for m in box.state.fresh("dev") if m.flags & 32]
+    assert waking == ["build it", "and this"]
+    assert box.state.box("dev").parent == "lead"
+
+
+def test_an_action_from_a_stranger_after_the_first_work_does_not_wake() -> None:
+    box = Mailbox()
+    box.send("dev", "build it", sender="lead")
+    box.receive("dev")
+    box.send("dev", "do my thing", sender="stranger")
+    assert box.state.oldest_fresh("dev", waking=True) is None
+
+
+def test_a_report_wakes_only_the_agent_that_gave_out_the_work() -> None:
+    box = Mailbox()
+    box.send("worker", "index the logs", sender="lead")
+    box.send("lead", "indexed", sender="worker", kind="report")
+    box.send("lead", "unrelated report", sender="someone", kind="report")
+    assert [m.event.body for m in box.state.fresh("lead") if m.flags & 32] == ["indexed"]
+
+
+# -- when a notice goes (pure) -------------------------------------------------------------------
+
+
+def test_a_waking_burst_waits_the_debounce_then_is_one_notice() -> None:
+    clock = Clock()
+    box = Mailbox(clock=clock)
+    box.send("dev", "q1", sender="lead", kind="blocker")
+    clock.now += 1.5
+    box.send("dev", "q2", sender="qa", kind="blocker")
+    assert plan(box.state, "dev", clock.now, running=False, prompt_waiting=False) == (
+        None, 1002.0)
+    assert plan(box.state, "dev", 1002.0, running=False, prompt_waiting=False)[0] == "followup"
+
+
+def test_the_debounce_and_the_bounded_wait_are_configurable() -> None:
+    box = Mailbox(clock=Clock())
+    box.send("dev", "fyi", sender="qa", kind="fyi")
+    box.send("dev", "q", sender="qa", kind="blocker")
+    assert plan(box.state, "dev", 1000.0, running=False, prompt_waiting=False, debounce=5.0,
+                max_wait=3.0) == (None, 1003.0)
+
+
+def test_messages_that_cannot_wake_wait_at_most_the_bounded_time() -> None:
+    box = Mailbox(clock=Clock())
+    box.send("dev", "fyi", sender="qa", kind="fyi")
+    assert plan(box.state, "dev", 1599.0, running=False, prompt_waiting=False) == (None, 1600.0)
+    assert plan(box.state, "dev", 1600.0, running=False, prompt_waiting=False)[0] == "followup"
+
+
+def test_in_a_running_turn_a_notice_is_a_steer_at_once() -> None:
+    box = Mailbox(clock=Clock())
+    box.send("dev", "fyi", sender="qa", kind="fyi")
+    assert plan(box.state, "dev", 1000.0, running=True, prompt_waiting=False)[0] == "steer"
+
+
+def test_with_a_prompt_waiting_a_notice_joins_that_prompts_turn() -> None:
+    box = Mailbox(clock=Clock())
+    box.send("dev", "fyi", sender="qa", kind="fyi")
+    assert plan(box.state, "dev", 1000.0, running=True, prompt_waiting=True)[0] == "followup"
+    assert plan(box.state, "dev", 1000.0, running=False, prompt_waiting=True)[0] == "followup"
+
+
+def test_nothing_new_plans_nothing() -> None:
+    assert plan(Mailbox().state, "dev", 0.0, running=True, prompt_waiting=True) == (None, None)
+
+
+# -- what a notice says (pure) -------------------------------------------------------------------
+
+
+def test_a_notice_has_one_line_per_thread_blockers_first_newest_next() -> None:
+    box = Mailbox()
+    box.send("dev", "old news", sender="qa", kind="fyi")
+    box.send("dev", "more news", sender="qa", kind="fyi")
+    box.send("dev", "which branch?", sender="lead", thread="release", kind="blocker")
+    box.send("dev", "deploy is frozen", sender="ops", kind="fyi")
+    box.send("dev", "me too", sender="pm", thread="release")
+    message, ids = compose(box.state, "dev", "n1")
+    head, *lines = message.content.split("\n")
+    assert head.startswith("5 new messages")
+    assert lines == [
+        "- release [blocker]: 2 from lead, pm: me too",
+        "- ops: 1 from ops: deploy is frozen",
+        "- qa: 2 from qa: more news",
+    ]
+    assert len(ids) == 5
+
+
+def test_a_notice_shows_the_newest_first_line_cut_to_120_characters() -> None:
+    box = Mailbox()
+    box.send("dev", "x" * 300 + "\nsecond line", sender="qa")
+    message, _ = compose(box.state, "dev", "n1")
+    line = message.content.split("\n")[1]
+    preview = line.split(": ", 2)[2]
+    assert len(preview) == 120 and "second" not in line
+
+
+def test_a_notice_is_tagged_as_the_mailboxs_not_anyones_words() -> None:
+    box = Mailbox()
+    box.send("dev", "hi", sender="qa")
+    message, ids = compose(box.state, "dev", "n1")
+    assert message.metadata["provenance"] == NOTICE
+    assert message.metadata["notice"] == "n1"
+    assert message.metadata["ids"] == list(ids)
+    assert message.name is None
+
+
+# -- delivery through the owner ------------------------------------------------------------------
+
+
+def test_an_idle_agent_is_woken_once_for_a_burst_after_the_debounce() -> None:
+    model = Model()
+    box, owner, clock = make(model)
+    for i in range(300):
+        box.send("dev", f"question {i}", sender="lead", kind="blocker")
+    assert box.tick() == 1002.0
+    assert owner.session.turn == 0
+    clock.now = 1002.0
+    box.tick()
+    assert owner.wait_idle(WAIT)
+    assert owner.session.turn == 1
+    (notice,) = notices(owner.transcript)
+    assert notice.content.startswith("300 new messages")
+    assert [m.role for m in owner.transcript] == ["user", "assistant"]
+    owner.close()
+
+
+def test_an_fyi_is_brought_by_a_notice_after_the_bounded_wait() -> None:
+    model = Model()
+    box, owner, clock = make(model)
+    box.send("dev", "fyi", sender="qa", kind="fyi")
+    clock.now += 599
+    box.tick()
+    assert owner.wait_idle(WAIT) and owner.session.turn == 0
+    clock.now += 1
+    box.tick()
+    assert owner.wait_idle(WAIT) and owner.session.turn == 1
+    owner.close()
+
+
+def test_messages_are_marked_noticed_only_once_the_notice_was_claimed() -> None:
+    model = Model(tool_steps=1)
+    holder: dict[str, Any] = {}
+    seen: list[str | None] = []
+
+    def during_tool() -> None:
+        if seen:
+            return
+        box = holder["box"]
+        sent = box.send("dev", "fyi", sender="qa", kind="fyi")
+        holder["id"] = sent.id
+        box.tick()  # the notice is queued in the session as a steer, not yet claimed
+        seen.append(box.status(sent.id))
+
+    box, owner, _ = make(model, during_tool)
+    holder["box"] = box
+    owner.prompt("go")
+    assert owner.wait_idle(WAIT)
+    assert seen == ["queued"]
+    assert box.status(holder["id"]) == "noticed"
+    owner.close()
+
+
+def test_a_notice_refused_by_the_owner_leaves_the_messages_new(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    model = Model()
+    box, owner, clock = make(model)
+    owner.close()  # a closed owner refuses sends
+    sent = box.send("dev", "q", sender="lead", kind="blocker")
+    clock.now += 2
+    box.tick()
+    assert box.status(sent.id) == "queued"
+    assert "delivering a notice to 'dev' failed" in caplog.text
+
+
+def test_in_a_running_turn_the_notice_is_a_steer_read_at_the_next_step() -> None:
+    model = Model(tool_steps=2)
+    holder: dict[str, Mailbox] = {}
+    sent_during: list[str] = []
+
+    def during_tool() -> None:
+        if not sent_during:
+            sent_during.append(holder["box"].send("dev", "fyi mid-run", sender="qa",
+                                                  kind="fyi").id)
+            holder["box"].tick()
+
+    box, owner, _ = make(model, during_tool)
+    holder["box"] = box
+    owner.prompt("work twice")
+    assert owner.wait_idle(WAIT)
+    assert owner.session.turn == 1  # the notice made no turn of its own
+    second = model.requests[1]
+    assert notices(second) and second[-1].metadata.get("provenance") == NOTICE
+    assert box.status(sent_during[0]) == "noticed"
+    owner.close()
+
+
+def test_only_one_notice_is_in_flight_at_a_time() -> None:
+    model = Model(tool_steps=1)
+    holder: dict[str, Mailbox] = {}
+    counts: list[int] = []
+
+    def during_tool() -> None:
+        if counts:
+            return
+        box = holder["box"]
+        box.send("dev", "a", sender="qa", kind="fyi")
+        box.tick()
+        box.send("dev", "b", sender="qa", kind="fyi")
+        box.tick()  # the first notice is not claimed yet: nothing more goes
+        counts.append(len(notices([m for m, _ in owner.inbox.entries("next_step")])))
+
+    box, owner, clock = make(model, during_tool)
+    holder["box"] = box
+    owner.prompt("go")
+    assert owner.wait_idle(WAIT)
+    assert counts == [1]
+    assert box.tick() == 1600.0  # "b" is an FYI, and the agent is idle again: it waits
+    clock.now = 1600.0
+    box.tick()
+    assert owner.wait_idle(WAIT)
+    assert len(notices(owner.transcript)) == 2
+    owner.close()
+
+
+def test_a_notice_never_goes_ahead_of_a_waiting_prompt() -> None:
+    model = Model(tool_steps=1)
+    holder: dict[str, Any] = {}
+
+    def during_tool() -> None:
+        if "done" not in holder:
+            holder["done"] = True
+            holder["owner"].prompt("the person's next question")
+            holder["box"].send("dev", "fyi", sender="qa", kind="fyi")
+            holder["box"].tick()
+
+    box, owner, _ = make(model, during_tool)
+    holder.update(box=box, owner=owner)
+    owner.prompt("first")
+    assert owner.wait_idle(WAIT)
+    contents = [m.content for m in owner.transcript if m.role == "user"]
+    assert contents[:2] == ["first", "the person's next question"]
+    assert notices(owner.transcript)
+    assert owner.session.turn == 2  # the notice rode in the prompt's turn
+    first_turn = model.requests[1]
+    assert not notices(first_turn)
+    owner.close()
+
+
+def test_a_withdraw_after_the_notice_retracts() -> None:
+    model = Model()
+    box, owner, clock = make(model)
+    sent = box.send("dev", "q", sender="lead", kind="blocker")
+    clock.now += 2
+    box.tick()
+    assert owner.wait_idle(WAIT)
+    assert box.withdraw(sent.id, sender="lead") == "retracted"
+    owner.close()
+
+
+def test_a_restarted_mailbox_knows_which_notices_went_in(tmp_path: Any) -> None:
+    url = f"sqlite:{tmp_path / 'all.sqlite'}"
+    store = open_store(url)
+    model = Model()
+    box, owner, clock = make(model, store=store)
+    sent = box.send("dev", "q", sender="lead", kind="blocker")
+    clock.now += 2
+    box.tick()
+    assert owner.wait_idle(WAIT)
+    owner.close()
+    again = Mailbox(store)
+    assert again.state == box.state
+    assert again.status(sent.id) == "noticed"
+    assert any(isinstance(e, MailNoticed) for e in again.events())
+    store.close()
+
+
+def test_attaching_reconciles_a_notice_claimed_before_a_crash() -> None:
+    store = open_store("memory:")
+    model = Model()
+    box, owner, clock = make(model, store=store)
+    sent = box.send("dev", "q", sender="lead", kind="blocker")
+    clock.now += 2
+    box.tick()
+    assert owner.wait_idle(WAIT)
+    owner.close()
+    # A mailbox that never saw the claim (its MailNoticed was lost): attaching reads the session.
+    fresh = Mailbox()
+    fresh.send("dev", "q", sender="lead", kind="blocker", id=sent.id)
+    again = Owner(store, "dev", Runner(model), watch=False, start=False)
+    fresh.attach("dev", again)
+    assert fresh.status(sent.id) == "noticed"
+    again.close()
+
+
+def test_attaching_an_agent_twice_is_refused() -> None:
+    box, owner, _ = make(Model())
+    with pytest.raises(ValueError, match="already attached"):
+        box.attach("dev", owner)
+    owner.close()
+
+
+def test_autotick_delivers_a_due_notice_without_anyone_calling_tick() -> None:
+    woke = threading.Event()
+
+    class Waking(Model):
+        def __call__(self, transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+            woke.set()
+            return super().__call__(transcript, tools)
+
+    box, owner, _ = make(Waking(), debounce=0.0, autotick=True)
+    box.send("dev", "which branch?", sender="lead", kind="blocker")
+    assert woke.wait(WAIT)
+    assert owner.wait_idle(WAIT)
+    assert notices(owner.transcript)
+    box.close()
+    owner.close()
