@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from nous_inbox import ConcurrencyError, LeaseLostError, StoreError, StreamOwnedError
-from nous_inbox.events import Warned
+from nous_inbox.events import SCHEMA_VERSION, Warned
 from nous_inbox.journal import Journal
 from nous_inbox.store import open_store
 from nous_inbox.store.postgres import PostgresLease, PostgresStore
@@ -97,7 +97,7 @@ def test_read_only_opening_of_an_empty_schema_creates_nothing(postgres, postgres
 
 def test_the_schema_records_its_format_and_versions(pg, postgres_url):
     rows = dict(sql(postgres_url, 'SELECT key, value FROM "SCHEMA".nous_inbox_meta'))
-    assert rows == {"format": "nous-inbox", "version": "1", "tables": "1"}
+    assert rows == {"format": "nous-inbox", "version": str(SCHEMA_VERSION), "tables": "1"}
 
 
 def test_a_newer_table_layout_is_refused(pg, postgres_url):
