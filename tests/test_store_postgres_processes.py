@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -340,3 +341,20 @@ def test_a_stale_owner_cannot_run_the_session_beside_its_successor(postgres_url:
                 old.inject("from the stale owner")
             assert new_store.version("s") == version
         old.close()
+
+
+def test_an_idle_owner_is_woken_by_the_notification_of_a_cli_steer(postgres_url: str) -> None:
+    url = f"{postgres_url}&poll=3600"  # the backstop would take an hour: only NOTIFY can wake it
+    answered = threading.Event()
+    with open_store(url) as store, Owner(
+        store, "s", Runner(model, [work]), poll_interval=3600,
+        listen=lambda e: answered.set() if type(e).__name__ == "TurnEnded" else None,
+    ) as owner:
+        steer = subprocess.run(
+            [sys.executable, "-m", "nous_inbox", "steer", "--store", url, "s", "wake up"],
+            capture_output=True, text=True, cwd=ROOT, env=ENV,
+        )
+        assert steer.returncode == 0, steer.stderr
+        assert answered.wait(WAIT)
+        assert owner.wait_idle(WAIT)
+        assert [m.content for m in owner.transcript][:1] == ["wake up"]
