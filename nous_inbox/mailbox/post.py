@@ -441,8 +441,8 @@ class Mailbox:
             for message in owner.session.transcript:
                 if message.metadata.get("provenance") == NOTICE:
                     heard.extend(message.metadata.get("ids", ()))
-            flags = self._state.flags
-            fresh = tuple(i for i in heard if i in self._state.events and flags[i] & FRESH)
+            state = self._state
+            fresh = tuple(i for i in heard if (m := state.mail(i)) is not None and m.flags & FRESH)
             if fresh:
                 self._commit(lambda state: ([MailNoticed(recipient=agent, notice="(replayed)",
                                                          ids=fresh, at=self._clock())], None))
@@ -501,7 +501,7 @@ class Mailbox:
             return
         with self._lock:
             desk.in_flight = None
-            live = tuple(i for i in ids if i in self._state.events)
+            live = tuple(i for i in ids if self._state.is_kept(i))
             if live:
                 self._commit(lambda state: ([MailNoticed(recipient=desk.agent, notice=notice_id,
                                                          ids=live, at=self._clock())], None))
