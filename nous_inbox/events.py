@@ -22,11 +22,16 @@ may add its own nudge (``Nudged``), and the turn ends with its step count and re
 
 Schema evolution: ``SCHEMA_VERSION`` is written in every log header. A field added later always
 has a default, so records written by an older version still decode; a log from a *newer* version
-is refused with a clear error rather than misread.
+is refused with a clear error rather than misread. A renamed field keeps its old wire name as a
+private, defaulted field that the event's ``__post_init__`` folds into the new one, so the
+upgrade happens in the type itself: every decoder (JSON Lines, MessagePack, a store's own) reads
+both spellings, record by record, and no decoder needs to know the history. Schema 2 renamed
+``ModelRequested.messages`` to ``count`` this way.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Final, Literal
 
 import msgspec
@@ -63,7 +68,11 @@ __all__ = [
     "enc_hook",
 ]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+"""The version of the event schema this library writes; it reads every version up to it.
+
+1: the first. 2: ``ModelRequested.messages`` is renamed ``count`` (it always held a count).
+"""
 
 
 class _Base(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True,
@@ -112,11 +121,49 @@ class StepStarted(_Base, tag="step_started", frozen=True):
 
 
 class ModelRequested(_Base, tag="model_requested", frozen=True):
-    """The model was asked, with a transcript of ``messages`` entries."""
+    """The model was asked, with a transcript of ``count`` entries.
+
+    Schema 1 called the field ``messages``; a record written so still decodes, into ``count``
+    (see the module's note on schema evolution). ``.messages`` still reads, with a
+    ``DeprecationWarning``.
+
+    >>> import msgspec
+    >>> old = b'{"type":"model_requested","turn":1,"step":2,"messages":5}'
+    >>> msgspec.json.decode(old, type=Event)
+    ModelRequested(turn=1, step=2, count=5)
+    """
 
     turn: int
     step: int
-    messages: int
+    count: int = -1  # required: the default only lets a schema-1 record decode (checked below)
+    _schema1_messages: int | None = msgspec.field(default=None, name="messages")
+
+    def __post_init__(self) -> None:
+        # Upgrade a schema-1 record as it is decoded, whatever its log's header says: a log
+        # begun by an older version may have been appended to by a newer one.
+        if self._schema1_messages is not None or type(self.count) is not int or self.count < 0:
+            self._upgrade_or_refuse()
+
+    def _upgrade_or_refuse(self) -> None:
+        old = self._schema1_messages
+        if old is not None:
+            if self.count == -1:
+                msgspec.structs.force_setattr(self, "count", old)
+            msgspec.structs.force_setattr(self, "_schema1_messages", None)
+        count = self.count
+        if type(count) is not int or count < 0:
+            if count == -1:
+                raise ValueError("ModelRequested needs count (schema 1 called it messages)")
+            raise ValueError(f"ModelRequested.count must be an int >= 0, got {count!r}")
+
+    @property
+    def messages(self) -> int:
+        """Deprecated: ``count``, by its schema-1 name."""
+        warnings.warn(
+            "ModelRequested.messages is deprecated; read ModelRequested.count",
+            DeprecationWarning, stacklevel=2,
+        )
+        return self.count
 
 
 class ModelReplied(_Base, tag="model_replied", frozen=True):

@@ -453,7 +453,7 @@ def _start_step(state: LoopState, events: list[Event]) -> Advance:
     step = state.step + 1
     state = _replace(state, phase=Phase.MODEL, step=step, steps_left=state.steps_left - 1)
     events.append(StepStarted(turn=state.turn, step=step))
-    events.append(ModelRequested(turn=state.turn, step=step, messages=len(state.transcript)))
+    events.append(ModelRequested(turn=state.turn, step=step, count=len(state.transcript)))
     tools = () if state.structured else state.tools
     return Advance(state, CallModel(state.transcript, tools), tuple(events))
 

@@ -34,7 +34,9 @@ refused with ``StreamOwnedError``. The lease dies with its process, however it d
 Other processes. Appends are made with the stream's expected version. When another process (the
 ``nous-inbox steer`` command, say) has appended in between, the store refuses, the owner reads
 what it missed, folds it in, and tries again; a watcher thread polls the store's cheap version
-number so an idle owner wakes for such a send too. A running owner also checks the version at each
+number so an idle owner wakes for such a send too (a store that offers
+``subscribe(stream, callback)``, as the PostgreSQL store does, wakes the watcher instead, and
+polls only as a slow backstop). A running owner also checks the version at each
 claim, so a steer from another terminal reaches the run at its next step boundary.
 
 Cancelling (ruling 9): ``cancel()`` ends the current turn as ``"cancelled"`` at its next boundary
@@ -120,6 +122,7 @@ class Owner(SendPresets):
         self._worker: threading.Thread | None = None
         self._cancel: threading.Event | None = None
         self._closed = threading.Event()
+        self._nudge = threading.Event()  # the store says the stream may have changed (or close)
         self._failure: BaseException | None = None
         self._prompted = False
         self._port = _Port(self)
@@ -239,6 +242,7 @@ class Owner(SendPresets):
         seconds the lease is kept, so no other owner can start a run beside it.
         """
         self._closed.set()
+        self._nudge.set()
         self.cancel()
         with self._lock:
             worker = self._worker
@@ -373,10 +377,27 @@ class Owner(SendPresets):
         self._changed.notify_all()
 
     def _watch(self, interval: float) -> None:
-        while not self._closed.wait(interval):
-            try:
-                if self._store.version(self._stream) != self._journal.session.version:
-                    with self._lock:
-                        self._journal.catch_up()
-            except Exception:
-                logger.exception("watching session %r failed; retrying", self._stream)
+        # The wake-up hook: a store with ``subscribe(stream, callback) -> unsubscribe`` (the
+        # PostgreSQL store: LISTEN/NOTIFY, with its own slow poll as the backstop) calls back
+        # when the stream may have changed, and the watcher waits for that instead of polling.
+        subscribe = getattr(self._store, "subscribe", None)
+        unsubscribe = subscribe(self._stream, self._nudge.set) if callable(subscribe) else None
+        try:
+            while True:
+                if unsubscribe is None:
+                    if self._closed.wait(interval):
+                        return
+                else:
+                    self._nudge.wait()
+                    self._nudge.clear()
+                    if self._closed.is_set():
+                        return
+                try:
+                    if self._store.version(self._stream) != self._journal.session.version:
+                        with self._lock:
+                            self._journal.catch_up()
+                except Exception:
+                    logger.exception("watching session %r failed; retrying", self._stream)
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()

@@ -157,7 +157,8 @@ _APPLY: Final[Mapping[type, _Fold]] = MappingProxyType({
     StepEnded: _count_only,
     Warned: _count_only,
 })
-"""Event type -> how it folds into a session. Every type of the vocabulary is listed."""
+"""Event type -> how it folds into a session. A type not listed (the mailbox's events, kept in a
+stream of their own) changes only the version, like the inert ones listed last."""
 
 
 def replay(events: Iterable[Event], start: Session | None = None, stream: str = "") -> Session:

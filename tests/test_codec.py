@@ -54,7 +54,7 @@ def every_kind() -> list:
         QueueClaimed(seq=2, at=2.0, target=Target.NEXT_STEP, count=1),
         TurnStarted(seq=3, turn=1, reason="prompt"),
         StepStarted(seq=4, turn=1, step=1),
-        ModelRequested(seq=5, turn=1, step=1, messages=3),
+        ModelRequested(seq=5, turn=1, step=1, count=3),
         ModelReplied(seq=6, turn=1, step=1, message=Message.assistant("", tool_calls=[call])),
         ToolCalled(seq=7, turn=1, step=1, call=call),
         ToolReturned(seq=8, turn=1, step=1, message=Message.tool("42 lines", "c1")),

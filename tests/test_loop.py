@@ -84,7 +84,7 @@ def test_a_turn_opens_by_claiming_next_turn_then_next_step_right_before_the_requ
     assert isinstance(command, CallModel)
     assert list(command.transcript) == [PROMPT, Message.user("later"), STEER]
     assert names(events) == ["StepStarted", "ModelRequested"]
-    assert events[1].messages == 3  # type: ignore[union-attr]
+    assert events[1].count == 3  # type: ignore[union-attr]
 
 
 def test_later_steps_claim_only_next_step_and_a_mid_tool_message_lands_after_the_result() -> None:

@@ -633,7 +633,7 @@ def test_each_event_is_recorded_before_the_runner_acts_on_it(mode: str) -> None:
 
     def request_recorded() -> Message:
         last = local.events[-1]
-        assert isinstance(last, ModelRequested) and last.messages == 1
+        assert isinstance(last, ModelRequested) and last.count == 1
         return calls("work")
 
     def work() -> str:

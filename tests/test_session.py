@@ -123,7 +123,7 @@ def test_turns_and_steps_move_the_run_bookkeeping() -> None:
 
 @pytest.mark.parametrize(
     "event",
-    [ModelRequested(turn=1, step=1, messages=4), ToolCalled(turn=1, step=1, call=CALL),
+    [ModelRequested(turn=1, step=1, count=4), ToolCalled(turn=1, step=1, call=CALL),
      StepEnded(turn=1, step=1), Warned(text="careful")],
     ids=lambda e: type(e).__name__,
 )
@@ -139,7 +139,7 @@ def test_every_event_type_of_the_vocabulary_folds_and_agrees_with_replay() -> No
         QueueClaimed: QueueClaimed(target=STEP, count=1),
         TurnStarted: TurnStarted(turn=1),
         StepStarted: StepStarted(turn=1, step=1),
-        ModelRequested: ModelRequested(turn=1, step=1, messages=1),
+        ModelRequested: ModelRequested(turn=1, step=1, count=1),
         ModelReplied: ModelReplied(turn=1, step=1, message=Message.assistant("x")),
         ToolCalled: ToolCalled(turn=1, step=1, call=CALL),
         ToolReturned: ToolReturned(turn=1, step=1, message=Message.tool("r", "c1")),

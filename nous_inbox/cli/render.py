@@ -104,7 +104,7 @@ def _body(event: Event, style: Style) -> str:
     if isinstance(event, StepStarted):
         return style.paint(f"  step {event.step}", "cyan")
     if isinstance(event, ModelRequested):
-        return style.paint(f"  model    asked with {event.messages} messages", "dim")
+        return style.paint(f"  model    asked with {event.count} messages", "dim")
     if isinstance(event, ModelReplied):
         message = event.message
         calls = ", ".join(f"{printable(c.name)}({_args(c.arguments)})" for c in message.tool_calls)

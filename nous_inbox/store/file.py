@@ -10,7 +10,7 @@ acknowledged append is on disk.
 >>> with FileStore(path) as store:
 ...     _ = store.append("s1", [Warned(text="a", at=1.0), Warned(text="b", at=1.0)])
 >>> print(open(path).read(), end="")
-{"format":"nous-inbox","version":1}
+{"format":"nous-inbox","version":2}
 {"stream":"s1","event":{"type":"warned","text":"a","seq":1,"at":1.0},"more":1}
 {"stream":"s1","event":{"type":"warned","text":"b","seq":2,"at":1.0}}
 >>> with FileStore(path, read_only=True) as store:
@@ -56,6 +56,7 @@ import msgspec
 from nous_inbox.codec import JSON_LINES, MAX_RECORD_SIZE, Record
 from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
+from nous_inbox.store._safety import check_store_file
 from nous_inbox.store.base import StoreBase, StoreLockedError, check_stream
 from nous_inbox.store.lease import Leases
 
@@ -194,6 +195,7 @@ class FileStore(StoreBase):
                     f"{self.url} is not a usable log file: it is "
                     f"{'a directory' if stat.S_ISDIR(mode) else 'not a regular file'}"
                 )
+            check_store_file(self.url, self.path, fd=fd, read_only=self.read_only)
         except BaseException:
             os.close(fd)
             raise

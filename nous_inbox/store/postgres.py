@@ -70,26 +70,12 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
-import msgspec
 import psycopg
 
-from nous_inbox.codec import FORMAT_NAME, MAX_RECORD_SIZE
-from nous_inbox.errors import (
-    ConcurrencyError,
-    DecodeError,
-    LeaseLostError,
-    RecordTooLargeError,
-    StoreError,
-)
+from nous_inbox.codec import FORMAT_NAME, MAX_RECORD_SIZE, MSGPACK
+from nous_inbox.errors import DecodeError, LeaseLostError, StoreError
 from nous_inbox.events import SCHEMA_VERSION, Event
-from nous_inbox.store.base import (
-    StoreBase,
-    check_expected_version,
-    check_stream,
-    conflict,
-    number_events,
-    read_only_error,
-)
+from nous_inbox.store.base import StoreBase, check_stream
 from nous_inbox.store.lease import OwnerLease, owned_error
 
 __all__ = ["PostgresLease", "PostgresStore"]
@@ -103,8 +89,6 @@ DEFAULT_POLL: Final = 2.0
 _PAGE: Final = 512
 _OURS: Final = ("schema", "lease", "poll", "pooler")
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-
-_decoder: Final = msgspec.msgpack.Decoder(Event)
 
 
 class PostgresLease(OwnerLease):
@@ -180,7 +164,10 @@ class PostgresStore(StoreBase):
                              f"got {self.pooler!r}")
         self._reconnect = reconnect
         self._connect_timeout = connect_timeout
-        self.max_record_size = self._max = max_record_size
+        self._format = MSGPACK
+        self.max_record_size = max_record_size
+        self._batch = uuid.uuid4()  # the identity of the append under way
+        self._floor = 0  # a seq below every seq that append can have
         self.channel = "nous_inbox_" + hashlib.sha256(self.schema.encode()).hexdigest()[:16]
         q = f'"{self.schema}".'
         self._t_meta, self._t_streams, self._t_events = (
@@ -336,16 +323,17 @@ class PostgresStore(StoreBase):
     def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = None,
     ) -> list[Event]:
-        """Append in one transaction, fenced when this store owns the stream; see the module."""
-        check_stream(stream)
-        check_expected_version(expected_version)
-        if self.read_only:
-            raise read_only_error(self.url)
-        number_events(stream, events, 0)  # refuse a bad batch before anything is sent
-        if not events:
-            return []
+        """Append in one transaction, fenced when this store owns the stream; see the module.
+
+        A connection lost on the way is made again, and the batch looked for before the append
+        is tried again, so it is written once whether or not the lost attempt committed.
+        """
         batch = uuid.uuid4()
-        floor = [expected_version or 0]  # below every seq this batch can have
+
+        def attempt(db: psycopg.Connection[Any]) -> list[Event]:
+            self._batch = batch
+            self._floor = expected_version or 0
+            return StoreBase.append(self, stream, events, expected_version)
 
         def recover(db: psycopg.Connection[Any]) -> list[Event] | None:
             # The lost attempt may still be committing: taking the stream row's lock waits for
@@ -358,74 +346,52 @@ class PostgresStore(StoreBase):
                            (stream,))
                 rows = db.execute(
                     f"SELECT seq, body FROM {self._t_events} WHERE stream = %s AND seq > %s "
-                    f"AND batch = %s ORDER BY seq", (stream, floor[0], batch),
+                    f"AND batch = %s ORDER BY seq", (stream, self._floor, batch),
                 ).fetchall()
-            return [self._decode_row(stream, seq, body) for seq, body in rows] if rows else None
+            return [self._row(stream, seq, body) for seq, body in rows] if rows else None
 
-        def attempt(db: psycopg.Connection[Any]) -> list[Event]:
-            with self._lock:
-                held = self._held.get(stream)
-                if held is not None and held.lost:
-                    raise self._lost(stream, held)
-            with db.transaction():
-                version = self._move(db, stream, len(events), expected_version, held)
-                floor[0] = version
-                stored = number_events(stream, events, version)
-                bodies = self._prove(stream, stored)  # the template's size limit and read-back
-                rows = [(stream, e.seq, body, batch)
-                        for e, body in zip(stored, bodies, strict=True)]
-                with db.cursor() as cur:
-                    cur.executemany(
-                        f"INSERT INTO {self._t_events} (stream, seq, body, batch) "
-                        f"VALUES (%s, %s, %s, %s)", rows,
-                    )
-                db.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
-            return stored
+        check_stream(stream)  # a bad name is a ValueError before any connection is made
+        stored: list[Event] = self._retrying(f"append to stream {stream!r}", attempt, recover)
+        return stored
 
-        result: list[Event] = self._retrying(f"append to stream {stream!r}", attempt, recover)
-        return result
-
-    def _move(self, db: psycopg.Connection[Any], stream: str, count: int, expected: int | None,
-              held: PostgresLease | None) -> int:
-        """Move the stream's row ``count`` ahead; return the version it moved from."""
-        where = ""
-        params: list[Any] = [count, stream]
-        if expected is not None:
-            where += " AND version = %s"
-            params.append(expected)
-        if held is not None:
-            where += " AND holder = %s AND epoch = %s"
-            params += [held.token, held.epoch]
-        for _ in range(2):
-            row = db.execute(
-                f"UPDATE {self._t_streams} SET version = version + %s WHERE stream = %s{where} "
-                f"RETURNING version", params,
-            ).fetchone()
-            if row is not None:
-                return int(row[0]) - count
-            now = db.execute(
-                f"SELECT version, holder, epoch FROM {self._t_streams} WHERE stream = %s",
-                (stream,),
-            ).fetchone()
-            if now is not None:
-                if held is not None and (now[1], now[2]) != (held.token, held.epoch):
-                    held.lost = True
-                    raise self._lost(stream, held)
-                raise conflict(stream, expected or 0, int(now[0]))
-            if held is not None:
+    @contextlib.contextmanager
+    def _appending(self, stream: str) -> Iterator[int]:
+        """One transaction holding the stream row's lock, fenced by the lease this store holds."""
+        db = self._connection()
+        held = self._held.get(stream)
+        if held is not None and held.lost:
+            raise self._lost(stream, held)
+        with db.transaction():
+            for _ in range(2):
+                row = db.execute(
+                    f"SELECT version, holder, epoch FROM {self._t_streams} WHERE stream = %s "
+                    f"FOR UPDATE", (stream,),
+                ).fetchone()
+                if row is not None:
+                    break
+                db.execute(f"INSERT INTO {self._t_streams} (stream) VALUES (%s) "
+                           f"ON CONFLICT DO NOTHING", (stream,))
+            if row is None:
+                raise StoreError(f"{self.url}: the row of stream {stream!r} vanished")
+            if held is not None and (row[1], row[2]) != (held.token, held.epoch):
                 held.lost = True
                 raise self._lost(stream, held)
-            if expected not in (None, 0):
-                raise conflict(stream, expected, 0)
-            made = db.execute(
-                f"INSERT INTO {self._t_streams} (stream, version) VALUES (%s, %s) "
-                f"ON CONFLICT DO NOTHING RETURNING version", (stream, count),
-            ).fetchone()
-            if made is not None:
-                return 0
-            # Another writer made the row first: move it as it stands now.
-        raise ConcurrencyError(f"stream {stream!r}: another writer appended concurrently; "
-                               f"nothing was written")
+            self._floor = version = int(row[0])
+            yield version
+
+    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
+        """Move the stream row on, insert the events with the batch id, and notify."""
+        db = self._connection()
+        db.execute(f"UPDATE {self._t_streams} SET version = %s WHERE stream = %s",
+                   (events[-1].seq, stream))
+        batch = self._batch
+        with db.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {self._t_events} (stream, seq, body, batch) VALUES (%s, %s, %s, %s)",
+                [(stream, event.seq, body, batch)
+                 for event, body in zip(events, records, strict=True)],
+            )
+        db.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
 
     def _lost(self, stream: str, held: PostgresLease) -> LeaseLostError:
         return LeaseLostError(
@@ -433,14 +399,12 @@ class PostgresStore(StoreBase):
             f"and was taken over; nothing was written", stream=stream, epoch=held.epoch,
         )
 
-    def read(self, stream: str, after: int = 0) -> Iterator[Event]:
-        """The events of ``stream`` after seq ``after``, in order, a page at a time."""
-        check_stream(stream)
-        with self._lock:
-            self._connection()  # fail now, not at the first next(), if closed
-        return self._read(stream, max(after, 0))
-
     def _read(self, stream: str, after: int) -> Iterator[Event]:
+        return self._pages(stream, after)
+
+    def _pages(self, stream: str, after: int) -> Iterator[Event]:
+        # A page of rows at a time, the lock taken per page: nothing stays locked or open while
+        # the caller iterates.
         query = (f"SELECT seq, body FROM {self._t_events} WHERE stream = %s AND seq > %s "
                  f"ORDER BY seq LIMIT {_PAGE}")
         while True:
@@ -450,14 +414,13 @@ class PostgresStore(StoreBase):
                 lambda db, page=page: db.execute(query, page).fetchall(),  # type: ignore[misc]
             )
             for seq, body in rows:
-                yield self._decode_row(stream, seq, body)
+                yield self._row(stream, seq, body)
             if len(rows) < _PAGE:
                 return
             after = rows[-1][0]
 
-    def version(self, stream: str) -> int:
+    def _version(self, stream: str) -> int:
         """The last seq of ``stream`` (0 if none): one primary-key lookup."""
-        check_stream(stream)
         row = self._retrying(
             f"version of stream {stream!r}",
             lambda db: db.execute(f"SELECT version FROM {self._t_streams} WHERE stream = %s",
@@ -465,8 +428,7 @@ class PostgresStore(StoreBase):
         )
         return 0 if row is None else int(row[0])
 
-    def streams(self) -> list[str]:
-        """Sorted names of the streams that have events."""
+    def _stream_names(self) -> list[str]:
         rows = self._retrying(
             "listing the streams",
             lambda db: db.execute(f"SELECT stream FROM {self._t_streams} WHERE version > 0 "
@@ -592,41 +554,17 @@ class PostgresStore(StoreBase):
         if self._background is None:
             self._background = _Background(self)
 
-    # The template's hooks (see nous_inbox.store.base). This store keeps its own append, read,
-    # version, streams and close, because its append retries across reconnects and finds a
-    # commit whose answer was lost by its batch id, which the template's one transaction does
-    # not model; it shares the template's checks through _prove. The hooks below serve the
-    # template's own calls and are not reached through this store's methods.
-
-    def _appending(self, stream: str) -> contextlib.AbstractContextManager[int]:
-        raise NotImplementedError("PostgresStore.append makes its own transaction")
-
-    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
-        raise NotImplementedError("PostgresStore.append makes its own transaction")
-
-    def _version(self, stream: str) -> int:
-        return self.version(stream)
-
-    def _stream_names(self) -> list[str]:
-        return self.streams()
-
-    def _close(self) -> None:
-        self.close()
-
-    def _decode_row(self, stream: str, seq: int, body: Any) -> Event:
+    def _row(self, stream: str, seq: int, body: Any) -> Event:
         where = f"{self.url} stream {stream!r} seq {seq}"
         if type(body) is not bytes:
             raise DecodeError(f"{where}: the stored body is {type(body).__name__}, not bytes")
-        if len(body) > self._max:
-            raise RecordTooLargeError(f"{where}: record of {len(body)} bytes is above the limit "
-                                      f"of {self._max} bytes")
-        try:
-            event: Event = _decoder.decode(body)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            raise DecodeError(f"{where}: {exc}") from None
+        event: Event = self._format.decode(body, Event, where, self.max_record_size)
         if event.seq != seq:
             raise DecodeError(f"{where}: the stored event says seq {event.seq}")
         return event
+
+    def _close(self) -> None:  # close() is this store's own: see there
+        raise NotImplementedError
 
     # -- for the background thread ---------------------------------------------------------------
 
