@@ -240,15 +240,17 @@ class Mailbox:
             raise ValueError(f"send to {recipient!r}: kind must be one of "
                              f"{sorted(KIND_ALIASES)}, got {kind!r}")
         if id is None:
-            event = MailSent(id=self._prefix + str(next(self._counter)), sender=sender,
-                             recipient=recipient, body=body, kind=cls, thread=thread or "",
-                             correlation_id=correlation_id, at=self._clock())
+            id = self._prefix + str(next(self._counter))
+            event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
+                             thread=thread or "", correlation_id=correlation_id,
+                             at=self._clock())
             with self._lock:
                 state = self._state
-                if self._store is None and state.pending(recipient) < self._max_queue:
-                    state.apply(event)  # the common case, without a store: nothing to retry
+                box = state.boxes.get(recipient)
+                if self._store is None and (box is None or box.queued < self._max_queue):
+                    state.sent(event)  # the common case, without a store: nothing to retry
                     stored: Sequence[Event] = (event,)
-                    receipt = Receipt(event.id, "queued")
+                    receipt = Receipt(id, "queued")
                 else:
                     stored, receipt = self._commit(partial(self._sent, event, False))
                 callbacks = self._subscribers.get(recipient)
@@ -359,6 +361,8 @@ class Mailbox:
                                  at=self._clock())], taken
 
         with self._lock:
+            if self._store is None:
+                return self._state.take(agent, limit)  # the fold of the MailReceived above
             _, taken = self._commit(change)
         return taken
 
