@@ -270,6 +270,25 @@ class Mailbox:
             self.tick((recipient,))  # a running agent hears of it at its next step
         return receipt
 
+    def _post(self, recipient: str, body: Any, sender: str, correlation_id: str | None) -> str:
+        """``send(recipient, body, sender=sender, correlation_id=correlation_id).id``, for the
+        PraisonAI drop-in's hot path: plain text to a recipient with room, no store, no
+        subscriber, no attached agent; anything else goes the whole way through :meth:`send`."""
+        if (self._store is None and type(body) is str and body.isascii()
+                and type(recipient) is str and type(sender) is str and recipient and sender
+                and (correlation_id is None or type(correlation_id) is str)
+                and not self._subscribers and not self._desks):
+            id = self._prefix + str(next(self._counter))
+            event = MailSent(id=id, sender=sender, recipient=recipient, body=body,
+                             correlation_id=correlation_id, at=self._clock())
+            with self._lock:
+                state = self._state
+                box = state.boxes.get(recipient)
+                if box is None or box.queued < self._max_queue:
+                    state.sent(event)
+                    return id
+        return self.send(recipient, body, sender=sender, correlation_id=correlation_id).id
+
     def _sent(
         self, event: MailSent, given: bool, state: MailboxState
     ) -> tuple[list[Event], Receipt]:
