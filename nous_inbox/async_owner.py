@@ -7,6 +7,9 @@ threaded owner it drives, and only the two ends change. Sends, waits and reads a
 the store I/O done in a worker thread so the event loop never blocks on a disk or a database;
 and the turns themselves run *on the host's event loop*, through the runner's ``arun_turn``
 (an async model, async tools and a pydantic-ai agent stay on the loop they were built for).
+Inside a turn the runner makes the port calls: the pydantic-ai
+:class:`~nous_inbox.compat.pydantic_ai.AgentRunner` sends them to a thread too;
+:class:`~nous_inbox.runner.Runner` still makes them inline (one short append each).
 
 >>> import asyncio
 >>> from nous_inbox.message import Message
