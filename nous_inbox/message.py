@@ -24,7 +24,8 @@ and decoded natively by msgspec. Nested containers are frozen (``FrozenDict`` an
 see ``nous_inbox.frozen``) so a message is hashable, and they compare equal to the dicts and lists
 given.
 "Serializable" means by both log formats, JSON and MessagePack: so integers must fit in 64 bits,
-floats must be finite, and text must have a UTF-8 form (no lone surrogates).
+floats must be finite, text must have a UTF-8 form (no lone surrogates), and containers may nest
+at most ``MAX_DEPTH`` (64) deep, well inside what every decoder here reads back.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ from pyrsistent import PMap, PVector
 
 from nous_inbox.frozen import FrozenDict, FrozenList
 
-__all__ = ["ROLES", "Message", "Role", "ToolCall", "enc_hook", "freeze_json", "thaw_json"]
+__all__ = [
+    "MAX_DEPTH", "ROLES", "Message", "Role", "ToolCall", "enc_hook", "freeze_json", "thaw_json",
+]
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
@@ -47,6 +50,13 @@ _EMPTY: Final = FrozenDict()
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**64 - 1
 _set = msgspec.structs.force_setattr
+
+#: How many containers deep a JSON tree (a message's ``metadata``, a tool call's ``arguments``)
+#: may nest, the outermost one counted as 1. Every reader here handles far more (msgspec's JSON and
+#: MessagePack decoders and ``json.dumps`` stop near Python's recursion limit, some 500 to 1000
+#: levels, less on a thread with a deep stack already), so a value accepted once is read back by
+#: every store and printed by ``show --json``; real metadata is a few levels deep.
+MAX_DEPTH: Final = 64
 
 
 def freeze_json(value: Any, path: str) -> Any:
@@ -62,6 +72,18 @@ def freeze_json(value: Any, path: str) -> Any:
     Traceback (most recent call last):
     ...
     ValueError: x['a']: nan cannot be serialized (JSON has no NaN or infinity)
+
+    A tree may nest ``MAX_DEPTH`` containers deep, the outermost counted as 1:
+
+    >>> deep = [[[]]]
+    >>> freeze_json(deep, "x") == deep
+    True
+    >>> for _ in range(MAX_DEPTH - 3):
+    ...     deep = [deep]
+    >>> freeze_json([deep], "x")
+    Traceback (most recent call last):
+    ...
+    ValueError: x[0][0]...[0]: nested 65 containers deep, deeper than the limit of 64 (a log must be able to read back what it accepts)
     """
     return _freeze(value, path, ())
 
@@ -99,6 +121,8 @@ def _freeze(value: Any, root: str, trail: tuple[str | int, ...]) -> Any:
         _check_text(value, _where(root, trail))
         return value
     if kind is dict or isinstance(value, Mapping):
+        if len(trail) >= MAX_DEPTH:
+            _too_deep(root, trail)
         items = {}
         for key, item in value.items():
             if not isinstance(key, str):
@@ -113,10 +137,19 @@ def _freeze(value: Any, root: str, trail: tuple[str | int, ...]) -> Any:
                 items[key] = _freeze(item, root, (*trail, key))
         return FrozenDict(items)
     if isinstance(value, (list, tuple, PVector)):
+        if len(trail) >= MAX_DEPTH:
+            _too_deep(root, trail)
         return FrozenList([_freeze(item, root, (*trail, i)) for i, item in enumerate(value)])
     raise TypeError(
         f"{_where(root, trail)}: {type(value).__name__} is not JSON-able (allowed: None, bool, "
         "int, float, str, list, tuple, dict with str keys)"
+    )
+
+
+def _too_deep(root: str, trail: tuple[str | int, ...]) -> None:
+    raise ValueError(
+        f"{_where(root, trail)}: nested {len(trail) + 1} containers deep, deeper than the limit "
+        f"of {MAX_DEPTH} (a log must be able to read back what it accepts)"
     )
 
 

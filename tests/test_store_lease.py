@@ -191,21 +191,25 @@ def test_a_holder_whose_pid_is_unknown_is_still_named_as_another_owner(url):
 
 def test_a_lock_on_a_file_unlinked_or_replaced_meanwhile_does_not_count(tmp_path):
     path = tmp_path / "x.lock"
-    for replace in (False, True):
-        path.write_text("")
+    directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for replace in (False, True):
+            path.write_text("")
+            fd = os.open(path, os.O_RDWR)
+            try:
+                path.unlink()
+                if replace:
+                    path.write_text("")
+                assert _take(fd, directory, "x.lock") is False
+            finally:
+                os.close(fd)
         fd = os.open(path, os.O_RDWR)
         try:
-            path.unlink()
-            if replace:
-                path.write_text("")
-            assert _take(fd, str(path)) is False
+            assert _take(fd, directory, "x.lock") is True
         finally:
             os.close(fd)
-    fd = os.open(path, os.O_RDWR)
-    try:
-        assert _take(fd, str(path)) is True
     finally:
-        os.close(fd)
+        os.close(directory)
 
 
 # -- across processes ----------------------------------------------------------------------------

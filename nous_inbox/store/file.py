@@ -56,6 +56,7 @@ import msgspec
 from nous_inbox.codec import JSON_LINES, MAX_RECORD_SIZE, Record
 from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
+from nous_inbox.store._safety import check_store_file
 from nous_inbox.store.base import StoreBase, StoreLockedError, check_stream
 from nous_inbox.store.lease import Leases
 
@@ -194,6 +195,7 @@ class FileStore(StoreBase):
                     f"{self.url} is not a usable log file: it is "
                     f"{'a directory' if stat.S_ISDIR(mode) else 'not a regular file'}"
                 )
+            check_store_file(self.url, self.path, fd=fd, read_only=self.read_only)
         except BaseException:
             os.close(fd)
             raise

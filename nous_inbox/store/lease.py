@@ -22,6 +22,13 @@ the lock; a taker that locked a file already unlinked notices (its inode is no l
 and tries again, so two owners can never each lock a different file for one stream. Closing a
 store releases the leases it holds.
 
+The lease never follows a symbolic link and trusts nothing another user made: in a shared
+directory, someone could plant ``PATH.owners/HASH.lock`` as a link to a file of ours, which the
+owner would then truncate. So the directory is opened ``O_NOFOLLOW`` and the lock file by name
+relative to it, ``O_NOFOLLOW`` too; a link, or a directory or lock file another user owns or may
+write to, is a :class:`~nous_inbox.errors.StoreError` and is left untouched (see
+:mod:`nous_inbox.store._safety`).
+
 The lock belongs to the open file, which is opened close-on-exec: a program started with ``exec``
 does not inherit it, but a child made by ``fork`` shares it until both have let go. The
 ``PATH.owners`` directory stays once made; its files go as their leases are released.
@@ -30,7 +37,6 @@ does not inherit it, but a child made by ``fork`` shares it until both have let 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import os
@@ -39,6 +45,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from nous_inbox.errors import StoreError, StreamOwnedError
+from nous_inbox.store._safety import open_lock_file, open_private_directory
 
 __all__ = ["Leases", "OwnerLease", "owned_error"]
 
@@ -117,8 +124,8 @@ class Leases:
             if self._directory is None:
                 lease = OwnerLease(stream, lambda: self._forget(stream))
             else:
-                path, fd = self._lock_file(stream)
-                lease = OwnerLease(stream, lambda: self._unlock(stream, path, fd))
+                held = self._lock_file(stream)
+                lease = OwnerLease(stream, lambda: self._unlock(stream, held))
             self._held[stream] = lease
             return lease
 
@@ -134,37 +141,28 @@ class Leases:
         with self._lock:
             self._held.pop(stream, None)
 
-    def _unlock(self, stream: str, path: str, fd: int) -> None:
+    def _unlock(self, stream: str, held: tuple[int, str, int]) -> None:
+        directory_fd, name, fd = held
         self._forget(stream)
         try:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)  # while still locked: see the module docstring
+                os.unlink(name, dir_fd=directory_fd)  # while still locked: see the module docstring
         finally:
             os.close(fd)
+            os.close(directory_fd)
 
-    def _lock_file(self, stream: str) -> tuple[str, int]:
+    def _lock_file(self, stream: str) -> tuple[int, str, int]:
         assert self._directory is not None
         directory = self._directory
-        name = hashlib.sha256(stream.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-        path = os.path.join(directory, f"{name}.lock")
+        name = hashlib.sha256(stream.encode("utf-8", "surrogatepass")).hexdigest()[:32] + ".lock"
+        path = os.path.join(directory, name)
         try:
-            _make_private_directory(directory)
-            while True:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-                try:
-                    if _take(fd, path):
-                        _set_private(fd)
-                        os.ftruncate(fd, 0)
-                        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-                        return path, fd
-                except BlockingIOError:
-                    pid = _read_pid(fd)
-                    os.close(fd)
-                    raise owned_error(stream, self._url, pid) from None
-                except BaseException:
-                    os.close(fd)
-                    raise
-                os.close(fd)  # locked a file a releasing owner had just unlinked: again
+            directory_fd = open_private_directory(self._url, directory)
+            try:
+                return directory_fd, name, self._take_file(stream, directory_fd, name, path)
+            except BaseException:
+                os.close(directory_fd)
+                raise
         except OSError as exc:
             if isinstance(exc, StoreError):
                 raise
@@ -173,12 +171,29 @@ class Leases:
                 f"in {directory}: {exc.strerror or exc}"
             ) from exc
 
+    def _take_file(self, stream: str, directory_fd: int, name: str, path: str) -> int:
+        while True:
+            fd = open_lock_file(self._url, directory_fd, name, path)
+            try:
+                if _take(fd, directory_fd, name):
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                    return fd
+            except BlockingIOError:
+                pid = _read_pid(fd)
+                os.close(fd)
+                raise owned_error(stream, self._url, pid) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # locked a file a releasing owner had just unlinked: again
 
-def _take(fd: int, path: str) -> bool:
+
+def _take(fd: int, directory_fd: int, name: str) -> bool:
     """Lock ``fd``; ``False`` when the file was unlinked or replaced meanwhile (try again)."""
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     try:
-        now = os.stat(path)
+        now = os.stat(name, dir_fd=directory_fd, follow_symlinks=False)
     except FileNotFoundError:
         return False
     mine = os.fstat(fd)
@@ -191,19 +206,3 @@ def _read_pid(fd: int) -> int | None:
         return int(text) if text else None
     except (OSError, ValueError):
         return None  # the holder had not written it yet, or the file is not ours
-
-
-def _make_private_directory(directory: str) -> None:
-    try:
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        if not os.path.isdir(directory):
-            raise NotADirectoryError(errno.ENOTDIR, "not a directory", directory) from None
-        return
-    os.chmod(directory, 0o700)  # mkdir's mode is filtered by the umask
-
-
-def _set_private(fd: int) -> None:
-    st = os.fstat(fd)
-    if st.st_mode & 0o777 != 0o600 and st.st_uid == os.geteuid():
-        os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask

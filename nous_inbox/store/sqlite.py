@@ -50,7 +50,6 @@ import contextlib
 import os
 import sqlite3
 import threading
-import urllib.parse
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Final
@@ -58,12 +57,14 @@ from typing import Any, Final
 from nous_inbox.codec import FORMAT_NAME, MAX_RECORD_SIZE, MSGPACK, Header
 from nous_inbox.errors import ConcurrencyError, DecodeError, StoreError
 from nous_inbox.events import SCHEMA_VERSION, Event
+from nous_inbox.store._safety import check_store_file, read_only_sqlite_uri
 from nous_inbox.store.base import StoreBase, StoreLockedError, check_stream
 from nous_inbox.store.lease import Leases
 
 __all__ = ["SqliteStore"]
 
 _PAGE: Final = 512
+_COMPANIONS: Final = ("-wal", "-shm")
 _SCHEMA: Final = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
     "CREATE TABLE events ("
@@ -117,17 +118,16 @@ class SqliteStore(StoreBase):
         if os.path.isdir(self.path):
             raise StoreError(f"{self.url} is not a usable SQLite store: it is a directory")
         try:
+            check_store_file(self.url, self.path, read_only=self.read_only, companions=_COMPANIONS)
             if self.read_only:
                 if not os.path.exists(self.path):
                     raise StoreError(
                         f"{self.url}: no store at {self.path} (opened read-only, so nothing was "
                         f"created)"
                     )
-                # An URI with an empty authority, so that no path can be read as a host name.
-                uri = "file://" + urllib.parse.quote(os.path.abspath(self.path)) + "?mode=ro"
                 return sqlite3.connect(
-                    uri, uri=True, timeout=self._timeout, isolation_level=None,
-                    check_same_thread=False,
+                    read_only_sqlite_uri(self.path), uri=True, timeout=self._timeout,
+                    isolation_level=None, check_same_thread=False,
                 )
             _create_private(self.path)
             return sqlite3.connect(
