@@ -370,7 +370,9 @@ class Raising(LocalSession):
         super().__init__()
         self.asked = 0
 
-    def claim(self, target: Target | str) -> tuple[Sequence[Message], QueueClaimed | None]:
+    def claim(
+        self, target: Target | str, *, wake_only: bool = False
+    ) -> tuple[Sequence[Message], QueueClaimed | None]:
         self.asked += 1
         raise OSError("disk on fire")
 
@@ -380,7 +382,7 @@ class Shaped(LocalSession):
         super().__init__()
         self.answer = answer
 
-    def claim(self, target: Target | str) -> Any:
+    def claim(self, target: Target | str, *, wake_only: bool = False) -> Any:
         return self.answer
 
 
@@ -435,6 +437,13 @@ class ZeroArgClaim(NoClaim):
         return (), None
 
 
+class TargetOnlyClaim(NoClaim):
+    """A port written before claims learned ``wake_only``: refused, with the fix."""
+
+    def claim(self, target: Target) -> Any:
+        return (), None
+
+
 class SessionMethod(ZeroArgClaim):
     def session(self) -> Session:  # type: ignore[override]
         return Session()
@@ -443,7 +452,7 @@ class SessionMethod(ZeroArgClaim):
 class RecordTwoArgs:
     session = Session()
 
-    def claim(self, target: Target) -> Any:
+    def claim(self, target: Target, *, wake_only: bool = False) -> Any:
         return (), None
 
     def record(self, event: Event, where: str) -> Event:
@@ -455,7 +464,9 @@ class RecordTwoArgs:
     [
         (NoClaim(), ["NoClaim has no 'claim'", "SessionPort"]),
         (ZeroArgClaim(), ["ZeroArgClaim.claim()", "one positional argument",
-                          "`def claim(self, target)`"]),
+                          "`def claim(self, target, *, wake_only=False)`"]),
+        (TargetOnlyClaim(), ["TargetOnlyClaim.claim(target", "wake_only as a keyword",
+                             "`def claim(self, target, *, wake_only=False)`"]),
         (SessionMethod(), ["SessionMethod.session is a method", "@property"]),
         (RecordTwoArgs(), ["RecordTwoArgs.record(event", "where", "`def record(self, event)`"]),
     ],
