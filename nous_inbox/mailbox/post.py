@@ -338,6 +338,8 @@ class Mailbox(Notices):
         """``sender`` takes back message ``id``: ``"withdrawn"`` if no notice carried it yet (it
         is unsent; a resend of the id answers ``"withdrawn"``), ``"retracted"`` if one did (it
         stays in its thread, marked retracted). A message already gone answers what became of it.
+        A message named by a notice that is on its way but not yet claimed is still unsent: the
+        notice, once claimed, marks only the messages still there as noticed.
         """
         _text(id, "id", "withdraw")
 
