@@ -13,8 +13,10 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from nous_inbox.events import MailDropped, MailSent
+from nous_inbox.events import MailDropped, MailNoticed, MailReceived, MailSent
 from nous_inbox.mailbox import Mailbox, MailboxFullError, MailboxState
 from nous_inbox.store import Store, open_store
 
@@ -346,7 +348,7 @@ def test_retention_lets_go_only_of_messages_read_and_answered() -> None:
     box.send("dev", "next", sender="lead")
     kept = [m.body for m in box.read_thread("dev", "lead")]
     assert len(kept) == 3 and kept[-1] == "next"
-    assert box.status(box.state.box("dev").queue[0].id) == "released"
+    assert box.status(box.state.ids[0]) == "released"
 
 
 def test_unread_messages_are_never_let_go() -> None:
@@ -461,3 +463,50 @@ def test_a_mailbox_opened_from_a_url_closes_its_store(tmp_path: Any) -> None:
         box.send("dev", "kept", sender="lead")
     with Mailbox(url) as box:
         assert bodies(box.receive("dev")) == ["kept"]
+
+
+def test_a_receive_record_naming_messages_out_of_queue_order_still_folds() -> None:
+    state = MailboxState()
+    for i in range(3):
+        state.apply(MailSent(id=f"m{i}", sender="r", recipient="w", body=i))
+    state.apply(MailReceived(recipient="w", ids=("m2", "m0")))
+    assert [e.id for e in state.oldest_queued("w", 10)] == ["m1"]
+    assert state.outcome("m2") == ("received", None)
+
+
+_ops = st.lists(st.tuples(
+    st.sampled_from(["send", "blocker", "fyi", "receive", "read", "reply", "withdraw",
+                     "notice"]),
+    st.sampled_from(["dev", "lead", "qa"]),
+    st.sampled_from(["dev", "lead", "qa"]),
+), max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_ops)
+def test_replay_equals_live_after_any_sequence_of_operations(ops: list[tuple[str, str, str]]) -> None:
+    store = open_store("memory:")
+    box = Mailbox(store, max_queue=4, overflow="drop_oldest", retain=3)
+    sent: list[tuple[str, str]] = []
+    for op, a, b in ops:
+        if op in ("send", "blocker", "fyi"):
+            kind = "action" if op == "send" else op
+            sent.append((box.send(b, op, sender=a, kind=kind).id, a))
+        elif op == "receive":
+            box.receive(a, limit=2)
+        elif op == "read" and box.threads(a):
+            box.read_thread(a, box.threads(a)[0].thread)
+        elif op == "reply":
+            others = [t for t in box.threads(a) if set(t.senders) - {a}]
+            if others:
+                box.reply(a, others[0].thread, "ok")
+        elif op == "withdraw" and sent:
+            id, sender = sent.pop()
+            box.withdraw(id, sender=sender)
+        elif op == "notice":
+            ids = tuple(m.id for m in box.state.fresh(a))
+            if ids:
+                box.state.apply(MailNoticed(recipient=a, notice="n", ids=ids))
+                store.append("mailbox", [MailNoticed(recipient=a, notice="n", ids=ids)])
+    again = Mailbox(store, max_queue=4, overflow="drop_oldest", retain=3)
+    assert again.state == box.state

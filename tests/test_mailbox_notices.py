@@ -413,3 +413,20 @@ def test_autotick_delivers_a_due_notice_without_anyone_calling_tick() -> None:
     assert notices(owner.transcript)
     box.close()
     owner.close()
+
+
+def test_a_send_to_a_running_agent_is_noticed_at_its_next_step_without_a_tick() -> None:
+    model = Model(tool_steps=1)
+    holder: dict[str, Any] = {}
+
+    def during_tool() -> None:
+        if "id" not in holder:
+            holder["id"] = holder["box"].send("dev", "fyi", sender="qa", kind="fyi").id
+
+    box, owner, _ = make(model, during_tool)
+    holder["box"] = box
+    owner.prompt("go")
+    assert owner.wait_idle(WAIT)
+    assert notices(model.requests[1])
+    assert box.status(holder["id"]) == "noticed"
+    owner.close()

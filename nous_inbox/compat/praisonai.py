@@ -86,10 +86,14 @@ class AgentMessage(msgspec.Struct, gc=False):
                    correlation_id=data.get("correlation_id"))
 
 
+def _thawed(body: Any) -> Any:
+    return body if body is None else thaw_json(body)
+
+
 def _message(event: MailSent) -> AgentMessage:
     body = event.body
-    if type(body) is not str and body is not None:
-        body = thaw_json(body)
+    if type(body) is not str:
+        body = _thawed(body)
     return AgentMessage(event.sender, event.recipient, body, event.id, event.at,
                         event.correlation_id)
 
@@ -115,7 +119,10 @@ class InProcessMailbox:
         """Take up to ``limit`` pending messages for ``agent_id``, oldest first."""
         if limit <= 0:
             return []
-        return [_message(event) for event in self._mailbox.receive(agent_id, limit=limit)]
+        return [AgentMessage(e.sender, e.recipient,
+                             e.body if type(e.body) is str else _thawed(e.body), e.id, e.at,
+                             e.correlation_id)
+                for e in self._mailbox.receive(agent_id, limit=limit)]
 
     def subscribe(self, agent_id: str, callback: Callable[[AgentMessage], None]) -> None:
         """Call ``callback(message)`` for each message delivered to ``agent_id`` from now on."""

@@ -252,8 +252,7 @@ class Mailbox:
                 else:
                     stored, receipt = self._commit(partial(self._sent, event, False))
                 callbacks = self._subscribers.get(recipient)
-                if self._desks and recipient in self._desks:
-                    self._due.notify_all()
+                attached = bool(self._desks) and recipient in self._desks
         else:
             _text(id, "id", f"send to {recipient!r}")
             event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
@@ -262,10 +261,11 @@ class Mailbox:
             with self._lock:
                 stored, receipt = self._commit(partial(self._sent, event, True))
                 callbacks = self._subscribers.get(recipient) if stored else None
-                if stored and self._desks and recipient in self._desks:
-                    self._due.notify_all()
+                attached = bool(stored) and recipient in self._desks
         if callbacks:
             self._call(callbacks, stored[-1])  # type: ignore[arg-type]
+        if attached:
+            self.tick((recipient,))  # a running agent hears of it at its next step
         return receipt
 
     def _sent(
@@ -441,8 +441,8 @@ class Mailbox:
             for message in owner.session.transcript:
                 if message.metadata.get("provenance") == NOTICE:
                     heard.extend(message.metadata.get("ids", ()))
-            flags = self._state.flags
-            fresh = tuple(i for i in heard if i in self._state.events and flags[i] & FRESH)
+            state = self._state
+            fresh = tuple(i for i in heard if (m := state.mail(i)) is not None and m.flags & FRESH)
             if fresh:
                 self._commit(lambda state: ([MailNoticed(recipient=agent, notice="(replayed)",
                                                          ids=fresh, at=self._clock())], None))
@@ -454,14 +454,23 @@ class Mailbox:
         owner.listen(lambda event: self._on_session_event(desk, event))
         self.tick()
 
-    def tick(self) -> float | None:
-        """Deliver every notice that is due now; return when the next one falls due (or None)."""
+    def tick(self, agents: Iterable[str] | None = None) -> float | None:
+        """Deliver every notice that is due now (to ``agents``, default every attached one);
+        return when the next one falls due (or None).
+
+        A send to an attached agent ticks it at once (so a running agent hears at its next
+        step); what waits on the clock (the debounce, the bounded wait) needs a later tick: call
+        this, or let ``autotick=True`` do it.
+        """
         now = self._clock()
         deliveries = []
         due: float | None = None
         with self._lock:
             self._catch_up()
-            for agent, desk in self._desks.items():
+            desks = self._desks.values() if agents is None else [
+                self._desks[a] for a in agents if a in self._desks]
+            for desk in desks:
+                agent = desk.agent
                 if desk.in_flight is not None:
                     continue
                 session = desk.owner.session
@@ -477,6 +486,9 @@ class Mailbox:
                 message, ids = compose(self._state, agent, notice_id)
                 desk.in_flight = (notice_id, ids)
                 deliveries.append((desk, how, message))
+        if due is not None and self._ticker is not None:
+            with self._lock:
+                self._due.notify_all()  # the timer thread may need to wake sooner
         for desk, how, message in deliveries:
             try:
                 if how == "steer":
@@ -501,7 +513,7 @@ class Mailbox:
             return
         with self._lock:
             desk.in_flight = None
-            live = tuple(i for i in ids if i in self._state.events)
+            live = tuple(i for i in ids if self._state.is_kept(i))
             if live:
                 self._commit(lambda state: ([MailNoticed(recipient=desk.agent, notice=notice_id,
                                                          ids=live, at=self._clock())], None))

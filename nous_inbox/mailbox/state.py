@@ -19,20 +19,23 @@ threads, unread and noticed marks, counts and outcomes.
 
 Design notes. The fold is mutable and kept under its mailbox's lock: a send is the hot path (the
 benchmark races PraisonAI's deque), and a persistent value per send would cost several times a
-few dict and list updates. For the same reason a message is not an object of its own: it is its
-``MailSent`` event (kept by id) and an ``int`` of flags (its send order above the flag bits), so
-a send allocates nothing the cyclic garbage collector tracks (the events are ``gc=False``). With
-thousands of queued messages, each tracked object would make every collection walk them all;
-measured, that alone cost more than the rest of a send. :class:`Mail` is a view built on demand.
+few list appends. For the same reason a message is not an object of its own but a *position* in
+three lists (its event, its id, an ``int`` of flags with its send order above the flag bits), so
+a send allocates nothing the cyclic garbage collector tracks (the events are ``gc=False``) and
+inserts into no dict: with thousands of queued messages, tracked objects made every collection
+walk them all, and two dict inserts per send cost more than the rest of it. Ids are indexed
+lazily, the first time one is looked up (a withdraw, a read, a notice, a resend of a given id);
+a receive finds its messages at the head of the queue without the index. :class:`Mail` is a view
+built on demand.
 
-Each recipient's :class:`Box` holds its messages in send order (``queue``, a list read from a
+Each recipient's :class:`Box` holds its messages' positions in send order (``queue``, read from a
 head index, so taking from the front is O(1)); a message taken out of the middle (read,
 withdrawn) only changes its flags and is skipped when the head reaches it; the list is compacted
 when more than half of it is gone. So every event costs O(messages it names), never O(queue
 length), O(recipients) or O(threads). Threads are grouped from the kept messages when asked for
 (a listing or a read), and a notice groups only the new ones. Retention (``retain`` messages kept
 per recipient) lets go only of messages that are read and answered, in the order they became so;
-a message let go leaves its outcome behind (its flags), so a resend of its id gets the same answer
+a message let go leaves its id and outcome behind, so a resend of its id gets the same answer
 after a restart. Equality compares :meth:`MailboxState.snapshot`, a plain structure of everything
 observable.
 """
@@ -40,7 +43,7 @@ observable.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Final, Literal
 
 from nous_inbox.events import (
@@ -79,7 +82,6 @@ ORDER: Final = 1024  # flags // ORDER is the message's place among every message
 _OUTCOMES: Final[dict[int, Outcome]] = {
     RECEIVED: "received", WITHDRAWN: "withdrawn", DROPPED: "dropped", RELEASED: "released",
 }
-_OUTCOME_FLAGS: Final = {name: flag for flag, name in _OUTCOMES.items()}
 _NEW: Final = QUEUED | FRESH
 _COMPACT: Final = 1024  # a queue is compacted once it is this long and more than half gone
 
@@ -153,19 +155,19 @@ class Thread:
 
 
 class Box:
-    """One recipient's share of the mailbox."""
+    """One recipient's share of the mailbox (messages named by their position in the log)."""
 
     __slots__ = ("dropped", "fresh_head", "gave_work", "head", "kept", "parent", "queue",
                  "queued", "settled", "started", "waking")
 
     def __init__(self) -> None:
-        self.queue: list[MailSent] = []  # its messages in send order; those gone are skipped
+        self.queue: list[int] = []  # its messages in send order; those gone are skipped
         self.head = 0  # queue[head] is the oldest message that may still be queued
         self.fresh_head = 0  # and queue[fresh_head] the oldest that may still be fresh
         self.queued = 0
         self.kept = 0  # how many of ``queue`` are not gone
-        self.waking: deque[MailSent] = deque()  # those that may wake it (lazily cleaned)
-        self.settled: deque[str] = deque()  # ids read and answered, in the order they became so
+        self.waking: deque[int] = deque()  # those that may wake it (lazily cleaned)
+        self.settled: deque[int] = deque()  # read and answered, in the order they became so
         self.dropped = 0
         self.parent: str | None = None  # who gave it its first work
         self.started = False  # whether it has taken any message yet
@@ -196,18 +198,42 @@ _EMPTY_BOX: Final = Box()
 
 
 class MailboxState:
-    """Everything the mailbox's events say, folded; ``retain`` bounds each recipient's kept mail."""
+    """Everything the mailbox's events say, folded; ``retain`` bounds each recipient's kept mail.
+
+    Every message ever sent has a position (0, 1, 2, ... in send order): ``log[p]`` is its event
+    while it is kept (None once gone), ``ids[p]`` its id and ``marks[p]`` its flags (or, once
+    gone, what became of it). Positions are found from ids by an index built lazily: a mailbox
+    used only to send and receive never needs it.
+    """
 
     def __init__(self, retain: int = RETAIN) -> None:
         self.retain = retain
         self.version = 0
-        self.sent = 0
-        self.events: dict[str, MailSent] = {}  # the kept messages by id
-        self.flags: dict[str, int] = {}  # every id ever sent: its flags, or its outcome if gone
-        self.answers: dict[str, str] = {}  # id -> the reply that answered it
+        self.log: list[MailSent | None] = []
+        self.ids: list[str] = []
+        self.marks: list[int] = []
+        self.answers: dict[int, str] = {}  # position -> the reply that answered it
         self.boxes: dict[str, Box] = {}
+        self._index: dict[str, int] = {}
+        self._indexed = 0
 
     # -- reading ------------------------------------------------------------------------------
+
+    def position(self, id: str) -> int | None:
+        """The position of the message ``id`` (kept or gone), or None if it was never sent."""
+        found = self._index.get(id)
+        if found is None and self._indexed < len(self.ids):
+            index, ids = self._index, self.ids
+            for p in range(self._indexed, len(ids)):
+                index[ids[p]] = p
+            self._indexed = len(ids)
+            found = index.get(id)
+        return found
+
+    def is_kept(self, id: str) -> bool:
+        """Whether the mailbox still keeps message ``id``."""
+        p = self.position(id)
+        return p is not None and self.log[p] is not None
 
     def box(self, agent: str) -> Box:
         """``agent``'s box (an empty one, not to be changed, if it has none yet)."""
@@ -215,18 +241,20 @@ class MailboxState:
 
     def mail(self, id: str) -> Mail | None:
         """A view of the kept message ``id``, or None."""
-        event = self.events.get(id)
-        if event is None:
-            return None
-        return Mail(event, self.flags[id], self.answers.get(id))
+        p = self.position(id)
+        return None if p is None else self._view(p)
+
+    def _view(self, p: int) -> Mail | None:
+        event = self.log[p]
+        return None if event is None else Mail(event, self.marks[p], self.answers.get(p))
 
     def outcome(self, id: str) -> tuple[Outcome, str | None] | None:
         """What became of ``id`` if the mailbox no longer keeps it (and the reply that answered
         it, if one did); None for a kept message or an id never sent."""
-        if id in self.events:
+        p = self.position(id)
+        if p is None or self.log[p] is not None:
             return None
-        flags = self.flags.get(id)
-        return None if flags is None else (_OUTCOMES[flags], self.answers.get(id))
+        return _OUTCOMES[self.marks[p]], self.answers.get(p)
 
     def pending(self, agent: str) -> int:
         """How many messages wait for ``agent`` (neither received nor read nor withdrawn)."""
@@ -239,17 +267,13 @@ class MailboxState:
         if box is None or not box.queued:
             return []
         i = self._head(box)  # first: it may compact the queue
-        queue, flags = box.queue, self.flags
-        end = min(len(queue), i + limit)
-        found = queue[i:end]
-        if all(flags[e.id] & QUEUED for e in found):
-            return found  # the common case: no holes
-        found = []
-        i, end = box.head, len(queue)
+        queue, marks, log = box.queue, self.marks, self.log
+        found: list[MailSent] = []
+        end = len(queue)
         while i < end and len(found) < limit:
-            event = queue[i]
-            if flags[event.id] & QUEUED:
-                found.append(event)
+            p = queue[i]
+            if marks[p] & QUEUED:
+                found.append(log[p])  # type: ignore[arg-type]  # queued means kept
             i += 1
         return found
 
@@ -258,10 +282,9 @@ class MailboxState:
         box = self.boxes.get(agent)
         if box is None:
             return iter(())
-        queue, flags, answers = box.queue, self.flags, self.answers
+        queue, marks = box.queue, self.marks
         start = self._fresh_head(box)
-        return (Mail(e, flags[e.id], answers.get(e.id)) for e in queue[start:]
-                if flags[e.id] & FRESH)
+        return (self._view(p) for p in queue[start:] if marks[p] & FRESH)  # type: ignore[misc]
 
     def oldest_fresh(self, agent: str, waking: bool = False) -> Mail | None:
         """The oldest fresh message of ``agent`` (only those that may wake it, if ``waking``)."""
@@ -269,20 +292,20 @@ class MailboxState:
         if box is None:
             return None
         if waking:
-            waiting = box.waking
-            while waiting and not self.flags[waiting[0].id] & FRESH:
+            waiting, marks = box.waking, self.marks
+            while waiting and not marks[waiting[0]] & FRESH:
                 waiting.popleft()
-            return self.mail(waiting[0].id) if waiting else None
+            return self._view(waiting[0]) if waiting else None
         i = self._fresh_head(box)
-        return self.mail(box.queue[i].id) if i < len(box.queue) else None
+        return self._view(box.queue[i]) if i < len(box.queue) else None
 
     def kept(self, agent: str) -> list[Mail]:
         """The messages ``agent`` still has, in send order."""
         box = self.boxes.get(agent)
         if box is None:
             return []
-        flags, answers, events = self.flags, self.answers, self.events
-        return [Mail(e, flags[e.id], answers.get(e.id)) for e in box.queue if e.id in events]
+        views = (self._view(p) for p in box.queue)
+        return [view for view in views if view is not None]
 
     def threads(self, agent: str) -> list[Thread]:
         """``agent``'s threads, grouped from its kept messages, newest message first."""
@@ -298,9 +321,9 @@ class MailboxState:
         return Thread(key, mails) if mails else None
 
     def _head(self, box: Box) -> int:
-        queue, flags = box.queue, self.flags
+        queue, marks = box.queue, self.marks
         i, end = box.head, len(queue)
-        while i < end and not flags[queue[i].id] & QUEUED:
+        while i < end and not marks[queue[i]] & QUEUED:
             i += 1
         box.head = i
         if end > _COMPACT and end > 2 * box.kept:
@@ -309,15 +332,15 @@ class MailboxState:
 
     def _compact(self, box: Box) -> None:
         # Cut out the messages gone: mostly a consumed head, and holes retention let go of.
-        queue, kept, head = box.queue, self.events, box.head
-        before = sum(1 for e in queue[:head] if e.id in kept)
-        box.queue = [e for e in queue if e.id in kept]
+        queue, log, head = box.queue, self.log, box.head
+        before = sum(1 for p in queue[:head] if log[p] is not None)
+        box.queue = [p for p in queue if log[p] is not None]
         box.head, box.fresh_head = before, 0
 
     def _fresh_head(self, box: Box) -> int:
-        queue, flags = box.queue, self.flags
+        queue, marks = box.queue, self.marks
         i, end = max(box.fresh_head, box.head), len(queue)
-        while i < end and not flags[queue[i].id] & FRESH:
+        while i < end and not marks[queue[i]] & FRESH:
             i += 1
         box.fresh_head = i
         return i
@@ -334,8 +357,8 @@ class MailboxState:
                 box = self.boxes[recipient] = Box()
             sender = event.sender
             cls = event.kind
-            self.sent += 1
-            flags = _NEW + self.sent * ORDER
+            p = len(self.log)
+            flags = _NEW + (p + 1) * ORDER
             if cls == "action":
                 if box.parent is None:
                     if not box.started:
@@ -349,67 +372,93 @@ class MailboxState:
                 giver.gave_work.add(recipient)
             elif wakes(box, cls, sender):
                 flags |= WAKES
-            id = event.id
-            self.events[id] = event
-            self.flags[id] = flags
-            box.queue.append(event)
+            self.log.append(event)
+            self.ids.append(event.id)
+            self.marks.append(flags)
+            box.queue.append(p)
             box.queued += 1
             box.kept += 1
             if flags & WAKES:
-                box.waking.append(event)
+                box.waking.append(p)
             if box.settled and box.kept > self.retain:
                 self._trim(box)
         elif kind is MailReceived:
             box = self._box(event.recipient)
             box.started = True
-            events, marks = self.events, self.flags
-            taken = queued = 0
-            for id in event.ids:
-                if events.pop(id, None) is not None:
-                    queued += marks[id] & QUEUED
-                    marks[id] = RECEIVED
-                    taken += 1
-            box.queued -= queued
-            box.kept -= taken
+            self._received(box, event.ids)
         elif kind is MailNoticed:
             self._box(event.recipient).started = True
-            marks = self.flags
-            for id in event.ids:
-                if id in self.events and not marks[id] & RETRACTED:
-                    marks[id] = (marks[id] | NOTICED) & ~FRESH
+            marks = self.marks
+            for p in self._kept(event.ids):
+                if not marks[p] & RETRACTED:
+                    marks[p] = (marks[p] | NOTICED) & ~FRESH
         elif kind is MailRead:
             box = self._box(event.recipient)
             box.started = True
-            marks = self.flags
-            for id in event.ids:
-                if id in self.events and not marks[id] & READ:
-                    if marks[id] & QUEUED:
+            marks = self.marks
+            for p in self._kept(event.ids):
+                if not marks[p] & READ:
+                    if marks[p] & QUEUED:
                         box.queued -= 1
-                    marks[id] = (marks[id] | READ) & ~_NEW
-                    if id in self.answers:
-                        self._settle(box, id)
+                    marks[p] = (marks[p] | READ) & ~_NEW
+                    if p in self.answers:
+                        self._settle(box, p)
         elif kind is MailAnswered:
             box = self._box(event.recipient)
-            for id in event.ids:
-                if id in self.events and id not in self.answers:
-                    self.answers[id] = event.by
-                    if self.flags[id] & READ:
-                        self._settle(box, id)
+            for p in self._kept(event.ids):
+                if p not in self.answers:
+                    self.answers[p] = event.by
+                    if self.marks[p] & READ:
+                        self._settle(box, p)
         elif kind is MailWithdrawn:
-            id = event.id
-            if id in self.events:
+            for p in self._kept((event.id,)):
                 if event.retracted:
                     box = self._box(event.recipient)
-                    if self.flags[id] & QUEUED:
+                    if self.marks[p] & QUEUED:
                         box.queued -= 1
-                    self.flags[id] = (self.flags[id] | RETRACTED) & ~_NEW
+                    self.marks[p] = (self.marks[p] | RETRACTED) & ~_NEW
                 else:
-                    self._remove(id, "withdrawn")
+                    self._remove(p, WITHDRAWN)
         elif kind is MailDropped:
-            if event.id in self.events:
-                self._remove(event.id, "dropped")
+            for p in self._kept((event.id,)):
+                self._remove(p, DROPPED)
             self._box(event.recipient).dropped += 1
         self.version = event.seq or self.version + 1
+
+    def _kept(self, ids: Iterable[str]) -> list[int]:
+        """The positions of the kept messages among ``ids``."""
+        found = []
+        log = self.log
+        for id in ids:
+            p = self.position(id)
+            if p is not None and log[p] is not None:
+                found.append(p)
+        return found
+
+    def _received(self, box: Box, taken: tuple[str, ...]) -> None:
+        # A receive takes the oldest queued: walk the queue from its head, matching ids, so the
+        # common case needs no index; an id out of step falls back to it.
+        i = self._head(box)  # first: it may compact the queue
+        queue, marks, log, ids = box.queue, self.marks, self.log, self.ids
+        end = len(queue)
+        count = queued = 0
+        for id in taken:
+            while i < end and not marks[queue[i]] & QUEUED:
+                i += 1
+            if i < end and ids[queue[i]] == id:
+                p = queue[i]
+                i += 1
+            else:
+                found = self._kept((id,))
+                if not found:
+                    continue
+                p = found[0]
+            queued += marks[p] & QUEUED
+            marks[p] = RECEIVED
+            log[p] = None
+            count += 1
+        box.queued -= queued
+        box.kept -= count
 
     def _box(self, agent: str) -> Box:
         box = self.boxes.get(agent)
@@ -417,51 +466,55 @@ class MailboxState:
             box = self.boxes[agent] = Box()
         return box
 
-    def _remove(self, id: str, outcome: Outcome) -> None:
-        event = self.events.pop(id)
+    def _remove(self, p: int, outcome: int) -> None:
+        event = self.log[p]
+        assert event is not None
         box = self._box(event.recipient)
-        if self.flags[id] & QUEUED:
+        if self.marks[p] & QUEUED:
             box.queued -= 1
         box.kept -= 1
-        self.flags[id] = _OUTCOME_FLAGS[outcome]
+        self.marks[p] = outcome
+        self.log[p] = None
         if len(box.queue) > _COMPACT and len(box.queue) > 2 * box.kept:
             self._head(box)  # which compacts
 
-    def _settle(self, box: Box, id: str) -> None:
-        box.settled.append(id)
+    def _settle(self, box: Box, p: int) -> None:
+        box.settled.append(p)
         if box.kept > self.retain:
             self._trim(box)
 
     def _trim(self, box: Box) -> None:
         settled = box.settled
         while box.kept > self.retain and settled:
-            id = settled.popleft()
-            if id in self.events:
-                self._remove(id, "released")
+            p = settled.popleft()
+            if self.log[p] is not None:
+                self._remove(p, RELEASED)
 
     # -- equality -----------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
         """Everything observable, as plain values: two states are equal when these are."""
         boxes = {}
+        log, ids = self.log, self.ids
         for agent, box in sorted(self.boxes.items()):
             boxes[agent] = {
                 "queue": [e.id for e in self.oldest_queued(agent, box.queued)],
                 "fresh": [m.id for m in self.fresh(agent)],
                 "threads": [(t.key, [m.id for m in t.mails], t.senders, t.unread, t.new)
                             for t in self.threads(agent)],
-                "settled": [id for id in box.settled if id in self.events],
+                "settled": [ids[p] for p in box.settled if log[p] is not None],
                 "counts": (box.queued, box.kept, box.dropped),
                 "family": (box.parent, box.started, sorted(box.gave_work)),
             }
-        mails = {}
-        for id, event in self.events.items():
-            mails[id] = (event.sender, event.recipient, thaw_json(event.body), event.kind,
-                         event.thread, event.correlation_id, event.reply_to, event.at,
-                         self.flags[id], self.answers.get(id))
-        return {"version": self.version, "sent": self.sent, "mails": mails,
-                "gone": {id: self.outcome(id) for id in self.flags if id not in self.events},
-                "boxes": boxes}
+        mails: dict[str, Any] = {}
+        for p, event in enumerate(log):
+            if event is None:
+                mails[ids[p]] = (_OUTCOMES[self.marks[p]], self.answers.get(p))
+            else:
+                mails[ids[p]] = (event.sender, event.recipient, thaw_json(event.body),
+                                 event.kind, event.thread, event.correlation_id, event.reply_to,
+                                 event.at, self.marks[p], self.answers.get(p))
+        return {"version": self.version, "mails": mails, "boxes": boxes}
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MailboxState):
