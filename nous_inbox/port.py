@@ -1,14 +1,20 @@
 """The session port: what a runner needs from a session, and ``LocalSession``, the in-memory one.
 
 A run reads and writes its session through three members. ``session`` is the folded
-:class:`~nous_inbox.session.Session` (the runner reads it as a turn opens, for the turn number and
-transcript, and at a would-be final answer, for whether a waking message is pending).
-``claim(target)`` drains one queue *and records the claim* in one atomic step (the claim is the
-transcript entry, ruling 6) and returns ``(messages, event)``: the messages in send order and the
-``QueueClaimed`` it recorded, or ``((), None)`` when the queue was empty (an empty claim records
-nothing). ``record(event)`` durably appends one event and returns it as recorded, ``seq`` and
-``at`` set. An owner implements these over its store; :class:`LocalSession` implements them over
-a list, for tests, examples and single-process hosts.
+:class:`~nous_inbox.session.Session`, which the runner reads once, as a turn opens, for the turn
+number and the transcript; it decides nothing else from it. ``claim(target, *, wake_only=False)``
+drains one queue *and records the claim* in one atomic step (the claim is the transcript entry,
+ruling 6) and returns ``(messages, event)``: the messages in send order and the ``QueueClaimed``
+it recorded, or ``((), None)`` when nothing was claimed (an empty claim records nothing). With
+``wake_only`` it claims only when a waking message worth a model round is queued: the question a
+run asks where it would otherwise stop (ruling 2), answered by the pure core
+(:meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`). ``record(event)`` durably appends one event
+and returns it as recorded, ``seq`` and ``at`` set.
+
+There is one implementation: :class:`JournalPort`, a :class:`~nous_inbox.journal.Journal` (one
+stream of a store) seen from a runner. The owner runs its turns through one; :class:`LocalSession`
+is one over a ``memory:`` store, with the send verbs added, for tests, examples and
+single-process hosts; the aimu adapter claims through the same journal method.
 
 >>> local = LocalSession()
 >>> local.inject("recall: the deploy is frozen").seq, local.steer("stop and summarize").seq
@@ -35,14 +41,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol, runtime_checkable
 
-import msgspec
-
 from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target, as_message, as_target
+from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
+from nous_inbox.store.memory import MemoryStore
 
-__all__ = ["LocalSession", "SendPresets", "SessionPort", "check_port", "sent_event"]
+__all__ = [
+    "JournalPort", "LocalSession", "SendPresets", "SessionPort", "check_port", "sent_event",
+]
 
 _EVENT_TYPES: Final = frozenset(EVENT_TYPES)
 
@@ -55,8 +63,11 @@ class SessionPort(Protocol):
     def session(self) -> Session:
         """The session folded so far (turn number, transcript, inbox)."""
 
-    def claim(self, target: Target) -> tuple[Sequence[Message], QueueClaimed | None]:
-        """Drain ``target`` and record the claim atomically; ``((), None)`` if it was empty."""
+    def claim(
+        self, target: Target, *, wake_only: bool = False
+    ) -> tuple[Sequence[Message], QueueClaimed | None]:
+        """Drain ``target`` and record the claim atomically; ``((), None)`` if nothing was
+        claimed. ``wake_only``: claim only if a waking message worth a round is queued."""
 
     def record(self, event: Event) -> Event:
         """Durably append ``event``; return it as recorded (``seq`` and ``at`` set)."""
@@ -64,7 +75,8 @@ class SessionPort(Protocol):
 
 _PORT_FIX: Final = (
     "A session port needs `session` (a property holding the folded Session), "
-    "`claim(self, target)` and `record(self, event)`; see nous_inbox.port.SessionPort."
+    "`claim(self, target, *, wake_only=False)` and `record(self, event)`; see "
+    "nous_inbox.port.SessionPort."
 )
 
 
@@ -84,7 +96,7 @@ def check_port(port: object) -> None:
     >>> check_port(Drain())
     Traceback (most recent call last):
     ...
-    TypeError: Drain.claim() cannot be called the way the runner calls it: claim(target), with the queue to claim as one positional argument. Widen the signature in the class body: `def claim(self, target)`.
+    TypeError: Drain.claim() cannot be called the way the runner calls it: claim(target, wake_only=True), with the queue to claim as one positional argument and wake_only as a keyword. Widen the signature in the class body: `def claim(self, target, *, wake_only=False)`.
     """
     cls = type(port).__name__
     for name in ("session", "claim", "record"):
@@ -106,15 +118,23 @@ def check_port(port: object) -> None:
             signature = inspect.signature(member)
         except (TypeError, ValueError):
             continue
-        arg = "target" if name == "claim" else "event"
-        what = "the queue to claim" if name == "claim" else "the event to record"
+        if name == "claim":
+            call, what, fix = (
+                "claim(target, wake_only=True)",
+                "the queue to claim as one positional argument and wake_only as a keyword",
+                "def claim(self, target, *, wake_only=False)",
+            )
+            kwargs = {"wake_only": True}
+        else:
+            call, what, fix = "record(event)", "the event to record as one positional argument", (
+                "def record(self, event)")
+            kwargs = {}
         try:
-            signature.bind(Target.NEXT_STEP)
+            signature.bind(Target.NEXT_STEP, **kwargs)
         except TypeError:
             raise TypeError(
                 f"{cls}.{name}{signature} cannot be called the way the runner calls it: "
-                f"{name}({arg}), with {what} as one positional argument. Widen the signature "
-                f"in the class body: `def {name}(self, {arg})`."
+                f"{call}, with {what}. Widen the signature in the class body: `{fix}`."
             ) from None
 
 
@@ -155,53 +175,46 @@ class SendPresets(abc.ABC):
         return self.send(message, Target.NEXT_TURN, True)
 
 
-class LocalSession(SendPresets):
-    """An in-memory, thread-safe session port: the inbox and its event log in one process.
+class JournalPort:
+    """The session port over a :class:`~nous_inbox.journal.Journal`: the one port there is.
 
-    Sends (``steer``, ``inject``, ``followup``, ``send``) and the runner's claims and records all
-    append to one event list under one lock, and fold into ``session`` as they do; so
-    ``replay(local.events) == local.session`` at every moment. Give it earlier ``events`` to resume.
+    ``session`` reads what other writers appended first (a steer from another process is part of
+    the turn the runner opens); ``claim`` is the journal's one claim path; ``record`` appends one
+    event with the journal's expected version. ``lock`` serializes every use with its holder's
+    other uses of the journal (an owner passes its own; a journal is not locked by itself).
 
-    >>> local = LocalSession()
-    >>> _ = local.followup("later")
-    >>> LocalSession(local.events).session == local.session
-    True
+    >>> from nous_inbox.store import open_store
+    >>> port = JournalPort(Journal(open_store("memory:"), "s"))
+    >>> port.claim("next_step")
+    ((), None)
     """
 
-    def __init__(
-        self, events: Iterable[Event] = (), *, clock: Callable[[], float] = time.time
-    ) -> None:
-        self._lock = threading.Lock()
-        self._events: list[Event] = list(events)
-        self._session = replay(self._events)
-        self._clock = clock
+    __slots__ = ("_journal", "_lock")
+
+    def __init__(self, journal: Journal, lock: threading.RLock | None = None) -> None:
+        self._journal = journal
+        self._lock = threading.RLock() if lock is None else lock
+
+    @property
+    def journal(self) -> Journal:
+        """The journal this port reads and writes."""
+        return self._journal
 
     @property
     def session(self) -> Session:
-        """The session as the events so far fold it."""
-        return self._session
-
-    @property
-    def events(self) -> tuple[Event, ...]:
-        """Every event recorded, in order (a snapshot)."""
+        """The session with what other writers appended folded in."""
         with self._lock:
-            return tuple(self._events)
+            self._journal.catch_up()
+            return self._journal.session
 
-    def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
-        """Queue ``message`` on ``target`` (the primitive); returns the recorded ``MessageSent``."""
-        sent = sent_event(message, target, wakeup)
+    def claim(
+        self, target: Target | str, *, wake_only: bool = False
+    ) -> tuple[Sequence[Message], QueueClaimed | None]:
+        """Drain ``target`` and record the claim, atomically; ``((), None)`` if nothing was
+        claimed. See :meth:`Journal.claim <nous_inbox.journal.Journal.claim>`."""
         with self._lock:
-            return self._append(sent)  # type: ignore[return-value]
-
-    def claim(self, target: Target | str) -> tuple[Sequence[Message], QueueClaimed | None]:
-        """Drain ``target`` and record the claim, atomically; ``((), None)`` if it was empty."""
-        where = as_target(target)
-        with self._lock:
-            claimed, _ = self._session.inbox.claim(where)
-            if not claimed:
-                return (), None
-            event = self._append(QueueClaimed(target=where, count=len(claimed)))
-            return tuple(claimed), event  # type: ignore[return-value]
+            messages, event = self._journal.claim(target, wake_only=wake_only)
+            return (tuple(messages), event) if event is not None else ((), None)
 
     def record(self, event: Event) -> Event:
         """Append ``event``, numbered and timed; returns it as recorded.
@@ -212,14 +225,49 @@ class LocalSession(SendPresets):
         if type(event) not in _EVENT_TYPES and not isinstance(event, EVENT_TYPES):
             raise TypeError(f"record needs an event, got {type(event).__name__}")
         with self._lock:
-            return self._append(event)
+            (stored,), _ = self._journal.commit(lambda session: ([event], None))
+            return stored
 
-    def _append(self, event: Event) -> Event:
-        stamped = msgspec.structs.replace(event, seq=self._session.version + 1, at=self._clock())
-        self._session = self._session.apply(stamped)
-        self._events.append(stamped)
-        return stamped
+
+class LocalSession(JournalPort, SendPresets):
+    """An in-memory, thread-safe session: a :class:`JournalPort` over a ``memory:`` store, with
+    the send verbs.
+
+    Sends (``steer``, ``inject``, ``followup``, ``send``) and the runner's claims and records all
+    append to one log under one lock, and fold into ``session`` as they do; so
+    ``replay(local.events) == local.session`` at every moment. Give it earlier ``events`` to
+    resume; ``clock`` times the events it records.
+
+    >>> local = LocalSession()
+    >>> _ = local.followup("later")
+    >>> LocalSession(local.events).session == local.session
+    True
+    """
+
+    def __init__(
+        self, events: Iterable[Event] = (), *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._store = MemoryStore()
+        earlier = list(events)
+        replay(earlier)  # refuse a log that does not fold before keeping any of it
+        if earlier:
+            self._store.append(_STREAM, earlier)
+        super().__init__(Journal(self._store, _STREAM, clock=clock))
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """Every event recorded, in order (a snapshot)."""
+        with self._lock:
+            return tuple(self._store.read(_STREAM))
+
+    def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
+        """Queue ``message`` on ``target`` (the primitive); returns the recorded ``MessageSent``."""
+        stored = self.record(sent_event(message, target, wakeup))
+        return stored  # type: ignore[return-value]
 
     def __repr__(self) -> str:
-        s = self._session
+        s = self._journal.session
         return f"LocalSession(events={s.version}, turn={s.turn}, inbox={s.inbox!r})"
+
+
+_STREAM: Final = "local"

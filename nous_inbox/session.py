@@ -208,14 +208,33 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
     join = added.append
     # The loop dispatches on the exact type, which mypy cannot follow through ``kind``: each
     # branch reads only the fields of the type it matched, so the event is typed Any here.
-    # The branches run in the order events are common in a run's log.
+    # The branches run in the order events are common: sends (most of an inbox's log), then
+    # what a run's turns write most.
     event: Any
     for event in events:
         version += 1
         if event.seq != version:
             raise _gap(stream, event.seq, version - 1)
         kind = type(event)
-        if kind is ModelReplied or kind is ToolReturned:
+        if kind is MessageSent:
+            message = event.message
+            target = event.target
+            wakeup = event.wakeup
+            if type(message) is not Message or (wakeup is not True and wakeup is not False):
+                message, target, wakeup = _checked_send(message, target, wakeup)
+            if target is _STEP:
+                step_messages.append(message)
+                step_wakes.append(wakeup)
+            elif target is _TURN:
+                turn_messages.append(message)
+                turn_wakes.append(wakeup)
+            else:
+                message, target, wakeup = _checked_send(message, target, wakeup)
+                messages, wakes = ((step_messages, step_wakes) if target is _STEP
+                                   else (turn_messages, turn_wakes))
+                messages.append(message)
+                wakes.append(wakeup)
+        elif kind is ModelReplied or kind is ToolReturned:
             join(event.message)
         elif kind is QueueClaimed:
             target = event.target
@@ -245,24 +264,6 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
                 del wakes[:count]
         elif kind in _INERT:
             pass
-        elif kind is MessageSent:
-            message = event.message
-            target = event.target
-            wakeup = event.wakeup
-            if type(message) is not Message or (wakeup is not True and wakeup is not False):
-                message, target, wakeup = _checked_send(message, target, wakeup)
-            if target is _STEP:
-                step_messages.append(message)
-                step_wakes.append(wakeup)
-            elif target is _TURN:
-                turn_messages.append(message)
-                turn_wakes.append(wakeup)
-            else:
-                message, target, wakeup = _checked_send(message, target, wakeup)
-                messages, wakes = ((step_messages, step_wakes) if target is _STEP
-                                   else (turn_messages, turn_wakes))
-                messages.append(message)
-                wakes.append(wakeup)
         elif kind is StepStarted:
             step = event.step
         elif kind is TurnStarted:

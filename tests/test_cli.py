@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nous_inbox.cli import main
 from nous_inbox.store import open_store
@@ -83,6 +85,15 @@ def test_the_default_store_comes_from_the_environment(
         ["run", "s", "--step-seconds", "1e308"],
         ["demo", "--step-seconds", "nan"],
         ["demo", "--step-seconds", "-inf"],
+        ["steer", "", "text"],
+        ["show", ""],
+        ["log", "a\x1b[2Jb"],
+        ["run", "tab\there"],
+        ["followup", "bell\x07", "text"],
+        ["steer", "--store", "", "s", "text"],
+        ["show", "--store", "", "s"],
+        ["sessions", "--store", "  "],
+        ["demo", "--store", ""],
     ],
 )
 def test_usage_errors_exit_2(
@@ -128,7 +139,6 @@ def test_an_empty_message_is_a_usage_error(url: str, capsys: pytest.CaptureFixtu
         (["show", "--store", "{url}", "nobody"], "no session 'nobody'"),
         (["log", "--store", "{url}", "nobody"], "no session 'nobody'"),
         (["show", "--store", "ftp:x", "s"], "ftp"),
-        (["steer", "--store", "{url}", "", "text"], "stream"),
     ],
 )
 def test_data_errors_exit_1_with_one_line_and_no_traceback(
@@ -490,3 +500,100 @@ def test_the_usage_error_is_still_importable_from_main() -> None:
     from nous_inbox.cli.usage import UsageError as Moved
 
     assert UsageError is Moved
+
+
+# -- hostile text: nothing from a log or an argument steers the terminal ---------------------------
+
+RAW_CONTROLS = "\x1b\x07\x7f\x9b\x85\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+CRAFTED = "pay \u202eexe.txt\u202c now \x1b]0;pwned\x07 \x9b2J \x7f \u2066x\u2069 \u2028 end"
+
+
+def test_json_output_escapes_del_c1_and_bidi_controls_and_still_decodes_to_the_log(url: str) -> None:
+    assert cli("steer", "--store", url, "s", CRAFTED)[0] == 0
+    shown = cli("show", "--store", url, "s", "--json")[1]
+    logged = cli("log", "--store", url, "s", "--json")[1]
+    for text in (shown, logged):
+        assert not any(c in text for c in RAW_CONTROLS + "\u2028"), repr(text)
+    assert "\\u009b2J" in shown and "\\u202e" in logged and "\\u007f" in logged
+    assert json.loads(shown)["next_step"][0]["content"] == CRAFTED
+    assert json.loads(logged)["message"]["content"] == CRAFTED
+
+
+def test_run_json_output_is_escaped_too(url: str) -> None:
+    out = io.StringIO()
+    status = main(["run", "--store", url, "s", "--json", "--steps", "1", "--step-seconds", "0",
+                   "--task", f"survey {CRAFTED}"], out=out)
+    assert status == 0
+    assert not any(c in out.getvalue() for c in RAW_CONTROLS), repr(out.getvalue())
+    first = json.loads(out.getvalue().splitlines()[0])
+    assert first["message"]["content"] == f"survey {CRAFTED}"
+
+
+def test_text_output_neutralises_bidi_overrides(url: str) -> None:
+    assert cli("steer", "--store", url, "s", CRAFTED)[0] == 0
+    for command in ("show", "log"):
+        status, text = cli(command, "--store", url, "s")
+        assert status == 0
+        assert not any(c in text for c in RAW_CONTROLS), repr(text)
+        assert "pay \\u202eexe.txt\\u202c now" in text
+
+
+def test_an_error_quoting_a_crafted_log_prints_its_controls_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "log.jsonl"
+    url = f"file:{path}"
+    assert cli("steer", "--store", url, "s", "one")[0] == 0
+    header, record = path.read_text().splitlines()
+    crafted = json.dumps({"stream": "s", "event": {"type": "\x1b]0;pwned\x07\x9b2J\u202eevil"}})
+    path.write_text("\n".join([header, crafted, record]) + "\n")
+    status, _ = cli("show", "--store", url, "s")
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert not any(c in err for c in RAW_CONTROLS), repr(err)
+    assert "\\x1b]0;pwned\\x07" in err and err.count("\n") == 1
+
+
+def test_a_bad_session_name_is_a_usage_error_shown_escaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("NOUS_INBOX_STORE", f"sqlite:{tmp_path / 'untouched.sqlite'}")
+    assert cli("show", "evil\x1b[2J\u202e")[0] == 2
+    err = capsys.readouterr().err
+    assert "control character" in err and "\x1b" not in err and "\u202e" not in err
+    assert cli("steer", "", "text")[0] == 2
+    assert "SESSION must not be empty" in capsys.readouterr().err
+    assert not (tmp_path / "untouched.sqlite").exists()
+
+
+def test_an_explicitly_empty_store_is_a_usage_error_not_the_default_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    default = tmp_path / "default.sqlite"
+    monkeypatch.setenv("NOUS_INBOX_STORE", f"sqlite:{default}")
+    assert cli("steer", "--store", "", "s", "text")[0] == 2
+    assert "--store is empty" in capsys.readouterr().err
+    assert not default.exists()
+
+
+def _steers_the_terminal(c: str) -> bool:
+    import unicodedata
+
+    return unicodedata.category(c) == "Cc" or 0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069
+
+
+@given(st.text())
+def test_printable_and_one_line_leave_nothing_a_terminal_obeys(text: str) -> None:
+    from nous_inbox.cli.terminal import one_line, printable
+
+    for shown in (printable(text), one_line(text)):
+        assert not any(_steers_the_terminal(c) for c in shown)
+
+
+@given(st.recursive(st.none() | st.text(), lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner)))
+def test_json_safe_output_decodes_to_the_same_value_and_has_no_raw_controls(value: object) -> None:
+    from nous_inbox.cli.terminal import json_safe
+
+    document = json_safe(json.dumps(value, ensure_ascii=False))
+    assert json.loads(document) == value
+    assert not any(_steers_the_terminal(c) or c in "\u2028\u2029" for c in document)

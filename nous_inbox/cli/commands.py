@@ -15,8 +15,9 @@ from typing import IO, Any, Final
 from nous_inbox.cli.agent import MAX_STEPS
 from nous_inbox.cli.live import run_demo, run_session
 from nous_inbox.cli.progress import with_progress
-from nous_inbox.cli.render import event_json, format_event, printable
+from nous_inbox.cli.render import event_json, format_event
 from nous_inbox.cli.style import Style
+from nous_inbox.cli.terminal import json_safe, printable
 from nous_inbox.cli.tour import run_tour
 from nous_inbox.cli.usage import UsageError
 from nous_inbox.events import MessageSent
@@ -120,7 +121,7 @@ def show(args: argparse.Namespace, out: IO[str]) -> int:
         document["wants_wake"] = inbox.wants_wake()  # type: ignore[assignment]
         document["transcript_length"] = len(session.transcript)  # type: ignore[assignment]
         document["version"] = session.version  # type: ignore[assignment]
-        out.write(json.dumps(document, ensure_ascii=False) + "\n")
+        out.write(json_safe(json.dumps(document, ensure_ascii=False)) + "\n")
         return 0
     style = Style(out)
     out.write(style.paint(f"session {args.session!r}", "bold") + f" at event #{session.version}, ")

@@ -25,6 +25,7 @@ from nous_inbox.cli.agent import ScriptedAgent
 from nous_inbox.cli.pipe import is_broken_pipe, quiet_broken_pipe
 from nous_inbox.cli.render import event_json, format_event
 from nous_inbox.cli.style import Style
+from nous_inbox.cli.terminal import printable
 from nous_inbox.events import Event, ToolCalled
 from nous_inbox.owner import Owner
 from nous_inbox.runner import Runner
@@ -110,7 +111,7 @@ def run_demo(store: Store, url: str, out: IO[str], *, step_seconds: float, as_js
     style, write = printer.style, printer.write
     if not as_json:
         write(style.paint("nous-inbox demo", "bold") + ": a person talks to an agent while it works\n")
-        write(f"  session {session!r} in {url}\n")
+        write(f"  session {session!r} in {printable(url)}\n")
         write("  The agent reads logs, one tool call per step. While a tool runs, the person\n")
         write("  injects context, steers, and asks a followup; watch where each one lands.\n\n")
         write(style.paint(f"        person > prompt: {TASK}", "magenta") + "\n")
@@ -135,7 +136,7 @@ def run_demo(store: Store, url: str, out: IO[str], *, step_seconds: float, as_js
         f"state ({len(replayed.transcript)} transcript entries, "
         f"{replayed.inbox.count()} message(s) still queued).\n"
     )
-    write(f"  See it again: nous-inbox log --store {url} {session}\n")
+    write(f"  See it again: nous-inbox log --store {printable(url)} {session}\n")
     return 0
 
 

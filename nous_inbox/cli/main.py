@@ -10,8 +10,10 @@ Commands::
     nous-inbox log [--store URL] SESSION [--json]     the events, one per line
     nous-inbox sessions [--store URL]
 
-Exit status: 0 on success, 2 for a usage error, 1 for a data error (a bad log, an unknown store).
-Errors are one line on stderr, never a traceback: argparse's usage errors too (``_Parser``), and
+Exit status: 0 on success, 2 for a usage error (including an empty ``--store`` and a session
+name a store refuses), 1 for a data error (a bad log, an unknown store). Errors are one line on
+stderr, with any control or bidi character from a log or an argument shown escaped (see
+``nous_inbox.cli.terminal``), never a traceback: argparse's usage errors too (``_Parser``), and
 warnings the library logs while a command runs (``_OneLine``; a failing tool, say). Without
 ``--store`` the default store is an SQLite file (see ``nous_inbox.store.default_store_url``; the
 environment variable ``NOUS_INBOX_STORE`` overrides it).
@@ -39,13 +41,10 @@ from contextlib import contextmanager
 from typing import IO, NoReturn
 
 from nous_inbox.cli.pipe import quiet_broken_pipe
+from nous_inbox.cli.terminal import one_line
 from nous_inbox.cli.usage import UsageError
 
 __all__ = ["UsageError", "main"]
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
 
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line on stderr, then exit status 2.
@@ -55,7 +54,7 @@ class _Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: {_one_line(message)} (see {self.prog} --help)\n")
+        sys.stderr.write(f"{self.prog}: {one_line(message)} (see {self.prog} --help)\n")
         raise SystemExit(2)
 
 
@@ -75,7 +74,7 @@ class _OneLine(logging.Formatter):
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
             text += f" ({type(exc).__name__}: {exc})"
-        return f"nous-inbox: {record.levelname.lower()}: {_one_line(text)}"
+        return f"nous-inbox: {record.levelname.lower()}: {one_line(text)}"
 
 
 @contextmanager
@@ -160,6 +159,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_usage(args: argparse.Namespace) -> None:
+    """Refuse, as usage errors, the arguments only the library can judge.
+
+    An explicitly empty ``--store ""`` would otherwise fall back to the default store (a
+    script's unset variable must not write somewhere else); a session name a store refuses
+    (empty, a control character) is a mistake on the command line, not a data error.
+    """
+    store = getattr(args, "store", None)
+    if store is not None and not store.strip():
+        raise UsageError(
+            "--store is empty: give a store URL (memory:, file:PATH, sqlite:PATH or a path), "
+            "or leave --store out for the default store"
+        )
+    session = getattr(args, "session", None)
+    if session is not None:
+        from nous_inbox.store.base import check_stream
+
+        try:
+            check_stream(session)
+        except ValueError as exc:
+            raise UsageError(str(exc).replace("stream name", "SESSION", 1)) from None
+
+
 def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     out = sys.stdout if out is None else out
@@ -182,10 +204,11 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         "sessions": commands.sessions,
     }
     try:
+        _check_usage(args)
         with _cli_logging():
             return handlers[args.command](args, out)
     except UsageError as exc:
-        sys.stderr.write(f"nous-inbox {args.command}: {_one_line(str(exc))}\n")
+        sys.stderr.write(f"nous-inbox {args.command}: {one_line(str(exc))}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("nous-inbox: interrupted\n")
@@ -195,5 +218,5 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         return 0
     # sqlite3.Error is not an OSError; listed so a store the engine refuses is one line, too.
     except (ValueError, OSError, RuntimeError, TypeError, sqlite3.Error) as exc:
-        sys.stderr.write(f"nous-inbox {args.command}: {_one_line(str(exc))}\n")
+        sys.stderr.write(f"nous-inbox {args.command}: {one_line(str(exc))}\n")
         return 1

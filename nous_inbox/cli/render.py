@@ -5,8 +5,9 @@ only decides how each one reads on a terminal.
 
 Text that came from a message, a model or a tool is shown through ``printable``: a message could
 otherwise carry terminal escape sequences that move the cursor, recolour or retitle the reader's
-terminal. ``event_json`` needs no such care, since JSON escapes control characters itself, and
-``--json`` output must stay the exact log.
+terminal, or bidi overrides that reorder what a line seems to say (see
+``nous_inbox.cli.terminal``). ``event_json`` escapes what JSON encoders leave raw (DEL, C1 and
+bidi controls) as ``\\u`` escapes, so ``--json`` output still decodes to the exact log.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Final
 import msgspec
 
 from nous_inbox.cli.style import Style
+from nous_inbox.cli.terminal import json_safe, printable
 from nous_inbox.events import (
     Event,
     MessageSent,
@@ -42,24 +44,12 @@ __all__ = ["FINAL_LIMIT", "LIMIT", "event_json", "format_event", "printable", "s
 LIMIT: Final = 100
 FINAL_LIMIT: Final = 500
 
-# C0 controls, DEL and C1 controls (Unicode category Cc) become their repr-style escapes.
-_ESCAPES: Final = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
-
 _SEND_MODE = {
     ("next_step", True): "steer",
     ("next_step", False): "inject",
     ("next_turn", True): "followup",
     ("next_turn", False): "send(next_turn, no wake)",
 }
-
-
-def printable(text: str) -> str:
-    """``text`` safe to print on a terminal: control characters shown as ``\\x1b``-style escapes.
-
-    >>> print(printable("\\x1b[2Jgone\\tand\\nback\\x9b"))
-    \\x1b[2Jgone\\x09and\\x0aback\\x9b
-    """
-    return text.translate(_ESCAPES)
 
 
 def short(text: str, limit: int = LIMIT) -> str:
@@ -75,8 +65,15 @@ def short(text: str, limit: int = LIMIT) -> str:
 
 
 def event_json(event: Event) -> str:
-    """The event as one line of JSON (the JSON Lines log form)."""
-    return msgspec.json.encode(event, enc_hook=enc_hook).decode()
+    """The event as one line of JSON (the JSON Lines log form), safe to print on a terminal.
+
+    >>> from nous_inbox.message import Message
+    >>> line = event_json(MessageSent(target="next_step", wakeup=False,
+    ...                               message=Message.user("\\x9b2J")))
+    >>> "\\x9b" in line, "\\\\u009b2J" in line
+    (False, True)
+    """
+    return json_safe(msgspec.json.encode(event, enc_hook=enc_hook).decode())
 
 
 def format_event(event: Event, style: Style, *, with_time: bool = True) -> str:
