@@ -124,6 +124,9 @@ class FileStore(StoreBase):
         self._header = 0  # offset just past the header line (0: no header yet)
         self._end = 0  # offset just past the last complete append taken in
         self._torn = -1  # where a tail set aside (read-only) or left unread begins
+        self._checked = 0  # lines before this offset were checked to begin with the envelope
+        self._stray: dict[str, int] = {}  # stream -> a line of it without the usual envelope
+        self._stray_bad: tuple[int, str] | None = None  # a line without envelope, undecodable
         self._seen: tuple[int, int] = (-1, -1)
         self._fd = self._open()
         self._leases = Leases(self.url, os.path.realpath(self.path) + ".owners")
@@ -526,8 +529,49 @@ class FileStore(StoreBase):
             self._streams[stream] = log
         return log
 
+    def _check_envelopes(self) -> None:
+        """Check that every line begins with the envelope this library writes; cached.
+
+        Two byte counts per chunk, in C: the lines, and the lines that begin
+        ``{"stream":"``. Only a chunk where they differ is walked line by line; a line found
+        there is decoded: one that does not decode is damage no stream can be read past, one
+        that does is refused to its own stream's readers only.
+        """
+        pos, end = max(self._checked, self._header) - 1, self._end - 1
+        while pos < end:
+            data = self._pread(pos, min(end, pos + _CHUNK) + 1)
+            cut = data.rfind(b"\n")
+            if cut <= 0:
+                data = self._pread(pos, end + 1)
+                cut = data.rfind(b"\n")
+            chunk = data[:cut]
+            if chunk.count(b"\n") != chunk.count(b'\n{"stream":"'):
+                self._find_strays(chunk, pos)
+            pos += cut
+        self._checked = self._end
+
+    def _find_strays(self, chunk: bytes, base: int) -> None:
+        lines = chunk.split(b"\n")
+        offset = base + 1
+        for line in lines[1:]:
+            if not line.startswith(b'{"stream":"'):
+                try:
+                    record = _record.decode(line)
+                except _BAD as exc:
+                    if self._stray_bad is None:
+                        self._stray_bad = (offset, _reason(exc))
+                else:
+                    self._stray.setdefault(record.stream, offset)
+            offset += len(line) + 1
+
     def _scan(self, stream: str) -> list[Event]:
         # Find the stream's lines by their envelope in the mapped file and decode only those.
+        self._check_envelopes()
+        if self._stray_bad is not None:
+            raise self._damage(*self._stray_bad)
+        if stream in self._stray:
+            raise self._damage(self._stray[stream], f"a record of stream {stream!r} not in the "
+                               f'form this library writes ({{"stream":...,"event":...}})')
         key = b'\n{"stream":' + _encode_name(stream) + b',"event":'
         end = self._end
         events: list[Event] = []
@@ -580,40 +624,22 @@ class FileStore(StoreBase):
             pos = stop + 1
 
     def _scan_names(self) -> set[str]:
-        # Every line's envelope, no event decoded. A line without one is damage no stream's
-        # reader would see, so it is named here.
+        # Every line's envelope, no event decoded; a line without one was named by the check.
+        self._check_envelopes()
+        if self._stray_bad is not None:
+            raise self._damage(*self._stray_bad)
         found: dict[bytes, int] = {}
-        matches = 0
         if self._end > self._header:
             with mmap.mmap(self._fd, self._end, prot=mmap.PROT_READ) as mapped:
                 for match in _ENVELOPE.finditer(mapped, self._header - 1, self._end):
                     found.setdefault(match.group(1), match.start() + 1)
-                    matches += 1
-                if matches != self._count_lines(self._header, self._end):
-                    self._find_stray_line(mapped)
-        names = set()
+        names = set(self._stray)
         for raw, offset in found.items():
             try:
                 names.add(check_stream(msgspec.json.decode(raw, type=str)))
             except (ValueError, msgspec.DecodeError) as exc:
                 raise self._damage(offset, str(exc)) from None
         return names
-
-    def _count_lines(self, start: int, end: int) -> int:
-        lines = 0
-        for pos in range(start, end, _CHUNK):
-            lines += self._pread(pos, min(end, pos + _CHUNK)).count(b"\n")
-        return lines
-
-    def _find_stray_line(self, mapped: mmap.mmap) -> None:
-        pos = self._header
-        while pos < self._end:
-            stop = mapped.find(b"\n", pos, self._end)
-            if _ENVELOPE.match(mapped, pos - 1, stop + 1) is None:
-                self._find_damage(mapped, pos, stop + 1)
-                raise self._damage(pos, "a record without the envelope {\"stream\":...,"
-                                        "\"event\":... this library writes")
-            pos = stop + 1
 
     # -- errors that name the line (worked out only when there is one) ---------------------------
 
