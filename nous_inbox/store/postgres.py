@@ -51,6 +51,14 @@ Connection poolers. Behind a pooler in transaction mode (PgBouncer, say), pass
 such a pooler cannot hold a LISTEN, wake-ups come from the polling backstop alone. Leases are
 rows, not advisory locks, so they survive the pooler handing out other connections.
 
+Connections. A store uses one connection for its calls, shared by its threads behind a lock (as
+the SQLite store shares its one), plus one for the background thread once it owns or is
+subscribed to a stream. No pool (``psycopg-pool`` is in the extra for hosts that want one):
+writes to one stream serialise on its row anyway, and the owner's group commit already joins
+concurrent sends into one transaction, so more connections would only mean more server
+processes. An append is pipelined: two round trips (the row lock, then the writes with the
+COMMIT), whatever the number of events.
+
 URL query parameters read by this store (removed before the URL reaches libpq): ``schema``,
 ``lease`` (seconds), ``poll`` (seconds), ``pooler`` (``transaction``). Everything else is libpq's.
 """
