@@ -86,8 +86,10 @@ class _Port:
         # process appended counts too, so read what the store has first.
         return self._owner._fresh_session()
 
-    def claim(self, target: Target) -> tuple[Sequence[Message], QueueClaimed | None]:
-        return self._owner._claim(target)
+    def claim(
+        self, target: Target, *, wake_only: bool = False
+    ) -> tuple[Sequence[Message], QueueClaimed | None]:
+        return self._owner._claim(target, wake_only=wake_only)
 
     def record(self, event: Event) -> Event:
         (stored,) = self._owner._append([event])
@@ -293,12 +295,14 @@ class Owner(SendPresets):
             stored, _ = self._journal.commit(lambda session: (events, None))
             return stored
 
-    def _claim(self, target: Target) -> tuple[Sequence[Message], QueueClaimed | None]:
+    def _claim(
+        self, target: Target, *, wake_only: bool = False
+    ) -> tuple[Sequence[Message], QueueClaimed | None]:
         where = as_target(target)
 
         def claim(session: Session) -> tuple[list[Event], Sequence[Message]]:
             # Computed again if another writer appended first: the queue may have grown.
-            claimed, _ = session.inbox.claim(where)
+            claimed, _ = session.inbox.claim(where, wake_only=wake_only)
             return ([QueueClaimed(target=where, count=len(claimed))] if claimed else []), claimed
 
         with self._lock:

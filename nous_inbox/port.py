@@ -3,10 +3,12 @@
 A run reads and writes its session through three members. ``session`` is the folded
 :class:`~nous_inbox.session.Session` (the runner reads it as a turn opens, for the turn number and
 transcript, and at a would-be final answer, for whether a waking message is pending).
-``claim(target)`` drains one queue *and records the claim* in one atomic step (the claim is the
-transcript entry, ruling 6) and returns ``(messages, event)``: the messages in send order and the
-``QueueClaimed`` it recorded, or ``((), None)`` when the queue was empty (an empty claim records
-nothing). ``record(event)`` durably appends one event and returns it as recorded, ``seq`` and
+``claim(target, *, wake_only=False)`` drains one queue *and records the claim* in one atomic step
+(the claim is the transcript entry, ruling 6) and returns ``(messages, event)``: the messages in
+send order and the ``QueueClaimed`` it recorded, or ``((), None)`` when nothing was claimed (an
+empty claim records nothing). ``wake_only=True`` is the claim a run makes where it would otherwise
+stop: the core's ``Inbox.claim(target, wake_only=True)`` decides, on the session as it stands at
+that moment, whether a queued waking entry is worth a model round; if not, nothing is claimed. ``record(event)`` durably appends one event and returns it as recorded, ``seq`` and
 ``at`` set. An owner implements these over its store; :class:`LocalSession` implements them over
 a list, for tests, examples and single-process hosts.
 
@@ -17,6 +19,8 @@ a list, for tests, examples and single-process hosts.
 >>> [m.content for m in messages], (event.count, event.seq)
 (['recall: the deploy is frozen', 'stop and summarize'], (2, 3))
 >>> local.claim("next_step")
+((), None)
+>>> _ = local.inject("fyi"); local.claim("next_step", wake_only=True)   # an injection alone
 ((), None)
 >>> replay(local.events) == local.session
 True
@@ -55,8 +59,11 @@ class SessionPort(Protocol):
     def session(self) -> Session:
         """The session folded so far (turn number, transcript, inbox)."""
 
-    def claim(self, target: Target) -> tuple[Sequence[Message], QueueClaimed | None]:
-        """Drain ``target`` and record the claim atomically; ``((), None)`` if it was empty."""
+    def claim(
+        self, target: Target, *, wake_only: bool = False
+    ) -> tuple[Sequence[Message], QueueClaimed | None]:
+        """Drain ``target`` and record the claim atomically; ``((), None)`` if nothing was
+        claimed. ``wake_only``: claim only if ``Inbox.claim(target, wake_only=True)`` would."""
 
     def record(self, event: Event) -> Event:
         """Durably append ``event``; return it as recorded (``seq`` and ``at`` set)."""
@@ -64,7 +71,8 @@ class SessionPort(Protocol):
 
 _PORT_FIX: Final = (
     "A session port needs `session` (a property holding the folded Session), "
-    "`claim(self, target)` and `record(self, event)`; see nous_inbox.port.SessionPort."
+    "`claim(self, target, *, wake_only=False)` and `record(self, event)`; see "
+    "nous_inbox.port.SessionPort."
 )
 
 
@@ -84,7 +92,17 @@ def check_port(port: object) -> None:
     >>> check_port(Drain())
     Traceback (most recent call last):
     ...
-    TypeError: Drain.claim() cannot be called the way the runner calls it: claim(target), with the queue to claim as one positional argument. Widen the signature in the class body: `def claim(self, target)`.
+    TypeError: Drain.claim() cannot be called the way the runner calls it: claim(target), with the queue to claim as one positional argument. Widen the signature in the class body: `def claim(self, target, *, wake_only=False)`.
+
+    A claim written before ``wake_only`` existed is refused too, with the same fix:
+
+    >>> class OldDrain(Drain):
+    ...     def claim(self, target):
+    ...         return (), None
+    >>> check_port(OldDrain())
+    Traceback (most recent call last):
+    ...
+    TypeError: OldDrain.claim(target) cannot take the keyword wake_only, which the runner passes where a run would otherwise stop (the core's Inbox.claim(target, wake_only=True) decides). Widen the signature in the class body: `def claim(self, target, *, wake_only=False)`.
     """
     cls = type(port).__name__
     for name in ("session", "claim", "record"):
@@ -108,14 +126,25 @@ def check_port(port: object) -> None:
             continue
         arg = "target" if name == "claim" else "event"
         what = "the queue to claim" if name == "claim" else "the event to record"
+        fix = "def claim(self, target, *, wake_only=False)" if name == "claim" else "def record(self, event)"
         try:
             signature.bind(Target.NEXT_STEP)
         except TypeError:
             raise TypeError(
                 f"{cls}.{name}{signature} cannot be called the way the runner calls it: "
                 f"{name}({arg}), with {what} as one positional argument. Widen the signature "
-                f"in the class body: `def {name}(self, {arg})`."
+                f"in the class body: `{fix}`."
             ) from None
+        if name == "claim":
+            try:
+                signature.bind(Target.NEXT_STEP, wake_only=True)
+            except TypeError:
+                raise TypeError(
+                    f"{cls}.claim{signature} cannot take the keyword wake_only, which the runner "
+                    "passes where a run would otherwise stop (the core's Inbox.claim(target, "
+                    "wake_only=True) decides). Widen the signature in the class body: "
+                    f"`{fix}`."
+                ) from None
 
 
 def sent_event(message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
@@ -193,11 +222,14 @@ class LocalSession(SendPresets):
         with self._lock:
             return self._append(sent)  # type: ignore[return-value]
 
-    def claim(self, target: Target | str) -> tuple[Sequence[Message], QueueClaimed | None]:
-        """Drain ``target`` and record the claim, atomically; ``((), None)`` if it was empty."""
+    def claim(
+        self, target: Target | str, *, wake_only: bool = False
+    ) -> tuple[Sequence[Message], QueueClaimed | None]:
+        """Drain ``target`` and record the claim, atomically; ``((), None)`` if nothing was
+        claimed (``wake_only``: see :class:`SessionPort`)."""
         where = as_target(target)
         with self._lock:
-            claimed, _ = self._session.inbox.claim(where)
+            claimed, _ = self._session.inbox.claim(where, wake_only=wake_only)
             if not claimed:
                 return (), None
             event = self._append(QueueClaimed(target=where, count=len(claimed)))

@@ -368,7 +368,9 @@ class Raising(LocalSession):
         super().__init__()
         self.asked = 0
 
-    def claim(self, target: Target | str) -> tuple[Sequence[Message], QueueClaimed | None]:
+    def claim(
+        self, target: Target | str, *, wake_only: bool = False
+    ) -> tuple[Sequence[Message], QueueClaimed | None]:
         self.asked += 1
         raise OSError("disk on fire")
 
@@ -378,7 +380,7 @@ class Shaped(LocalSession):
         super().__init__()
         self.answer = answer
 
-    def claim(self, target: Target | str) -> Any:
+    def claim(self, target: Target | str, *, wake_only: bool = False) -> Any:
         return self.answer
 
 
@@ -433,6 +435,11 @@ class ZeroArgClaim(NoClaim):
         return (), None
 
 
+class ClaimWithoutWakeOnly(NoClaim):
+    def claim(self, target: Target) -> Any:
+        return (), None
+
+
 class SessionMethod(ZeroArgClaim):
     def session(self) -> Session:  # type: ignore[override]
         return Session()
@@ -441,7 +448,7 @@ class SessionMethod(ZeroArgClaim):
 class RecordTwoArgs:
     session = Session()
 
-    def claim(self, target: Target) -> Any:
+    def claim(self, target: Target, *, wake_only: bool = False) -> Any:
         return (), None
 
     def record(self, event: Event, where: str) -> Event:
@@ -453,7 +460,9 @@ class RecordTwoArgs:
     [
         (NoClaim(), ["NoClaim has no 'claim'", "SessionPort"]),
         (ZeroArgClaim(), ["ZeroArgClaim.claim()", "one positional argument",
-                          "`def claim(self, target)`"]),
+                          "`def claim(self, target, *, wake_only=False)`"]),
+        (ClaimWithoutWakeOnly(), ["ClaimWithoutWakeOnly.claim(target", "wake_only",
+                                  "`def claim(self, target, *, wake_only=False)`"]),
         (SessionMethod(), ["SessionMethod.session is a method", "@property"]),
         (RecordTwoArgs(), ["RecordTwoArgs.record(event", "where", "`def record(self, event)`"]),
     ],
