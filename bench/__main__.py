@@ -18,6 +18,8 @@ SUITES = (
     ("Runner overhead per step against a hand-written loop", "bench.runner_bench"),
     ("Owner send-to-claim against a deque + Lock inbox", "bench.owner_bench"),
     ("Mailbox against PraisonAI's InProcessMailbox", "bench.mailbox_bench"),
+    ("PostgreSQL against SQLite: appends, owners, senders, cross-process steers",
+     "bench.postgres_bench"),
 )
 
 

@@ -1,12 +1,11 @@
-"""Runner: drive the loop with a model and tools, sync or asyncio, streaming events as they happen.
+"""Runner: one turn body, written once, pumped by a short sync and a short asyncio driver.
 
 A model is any callable, sync or async, ``model(transcript, tools) -> Message`` returning an
-assistant message with content and/or tool calls. Tools are plain callables, sync or async; their
-name is their ``__name__`` (or wrap them in :class:`Tool` / :func:`tool` to say otherwise). The
-runner reads and writes the session through a :class:`SessionPort`: an owner implements it over a
-durable store; :class:`LocalSession` is the in-memory one.
+assistant message with content and/or tool calls. Tools are plain callables, sync or async (see
+:mod:`nous_inbox.tool`). The runner reads and writes the session through a :class:`SessionPort`:
+an owner implements it over a durable store; :class:`LocalSession` is the in-memory one.
 
->>> from nous_inbox.message import Message, ToolCall
+>>> from nous_inbox.message import Message, ToolCall, enc_hook
 >>> def model(transcript, tools):
 ...     if transcript[-1].role == "tool":
 ...         return Message.assistant("2 + 3 = " + transcript[-1].content)
@@ -37,22 +36,25 @@ durable store; :class:`LocalSession` is the in-memory one.
 How a run reads the inbox: the turn's first claim takes ``next_turn`` (followups), and every step
 boundary claims ``next_step`` (steers and injections) right before the model request. The rules
 (a steer at the would-be final answer extends the run, the budget, nudges, whitespace) are the
-loop's: see ``nous_inbox.loop``.
+loop's (``nous_inbox.loop``) and the inbox's (``Inbox.claim(..., wake_only=True)``): the runner
+decides none of them and never inspects the session beyond reading it as a turn opens.
 
-The port (``nous_inbox.port``): ``session``, the folded session; ``claim(target)``, which drains a
-queue and records the claim atomically, returning ``(messages, QueueClaimed | None)``; and
-``record(event)``. Every event is recorded before the runner acts on it, and the runner yields
-exactly the events it recorded or claimed, in order; messages others send meanwhile are in the
-log but not in the stream.
+The port (``nous_inbox.port``): ``session``, the folded session, read as a turn opens (turn
+number, transcript); ``claim(target, wake_only=...)``, which drains a queue and records the
+claim atomically, returning ``(messages, QueueClaimed | None)``; and ``record(event)``. Every
+event is recorded before the runner acts on it, and the runner yields exactly the events it
+recorded or claimed, in order; messages others send meanwhile are in the log but not the stream.
 
-Failures. A port the runner cannot call (a missing member, a ``claim`` that will not take one
-positional target) is refused with ``TypeError`` when ``run_turn`` is called, before anything is
-recorded. A claim that raises or answers in the wrong shape is logged, recorded as ``Warned``, and
-the run goes on without the inbox for the rest of the turn (ruling 7). A tool that raises, or a
-call to a tool nobody has, becomes an error tool message and the run goes on. A model that raises
-(or returns something that is not an assistant ``Message`` or ``str``) ends the turn with reason
-``"error"``, recorded, and the exception is re-raised to the consumer. Closing the stream early
-(or cancelling the task running ``arun_turn``) ends the turn as ``"cancelled"``, recorded.
+Failures. A port the runner cannot call is refused with ``TypeError`` when ``run_turn`` is
+called, before anything is recorded. A claim that raises or answers in the wrong shape is logged,
+recorded as ``Warned``, and the run goes on without the inbox for the rest of the turn (ruling 7).
+A tool that raises, a call to a tool nobody has, arguments that do not fit the tool's annotations,
+and a result the log cannot hold (text with a lone surrogate, as ``os.listdir`` returns for a
+name that is not UTF-8; a record above the size limit) each become an error tool message the
+model sees, and the run goes on. A model that raises (or returns something that is not an
+assistant ``Message`` or ``str``) ends the turn with reason ``"error"``, recorded, and the
+exception is re-raised to the consumer. Closing the stream early (or cancelling the task running
+``arun_turn``) ends the turn as ``"cancelled"``, recorded.
 
 Sync and async. ``run_turn`` is a generator for sync models and tools (it refuses async ones).
 ``arun_turn`` is an async generator that awaits async models and tools and, by default, runs sync
@@ -60,6 +62,16 @@ ones in a worker thread (``asyncio.to_thread``) so a slow model or tool never bl
 that steers arrive on; ``Runner(..., offload=False)`` calls them inline (cheaper for trivial
 functions). Tool calls run one after another, in the order the model gave them, in both drivers.
 The port is called directly from the driving thread or event loop: its methods must be quick.
+
+Design note. As httpx writes an auth flow once, as a generator the client pumps, the turn is one
+generator (``Runner._turn``) that does everything that is not a call of the user's code: it
+advances the loop, claims and records through the port, and decides what a failure, a cancel or
+a bad result means. It yields two kinds of request: a list of events (recorded already: stream
+them) and a ``_Call`` (call the model or a tool and send back what it returned, or throw in
+what it raised). ``run_turn`` and ``arun_turn`` are the two pumps, a dozen lines each: they
+differ only in how a call is made (inline, or awaited against the cancel event) and in how
+events are handed on. Closing the body (the pump's ``finally``) is the one place an abandoned
+turn is recorded as cancelled.
 """
 
 from __future__ import annotations
@@ -69,17 +81,23 @@ import inspect
 import json
 import logging
 import threading
-import typing
+import types
 from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Generator,
     Iterable,
     Iterator,
+    Mapping,
     Sequence,
 )
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, Protocol
 
+import attrs
+import msgspec
+
+from nous_inbox.codec import MAX_RECORD_SIZE
 from nous_inbox.events import Event, QueueClaimed, Warned
 from nous_inbox.inbox import Target
 from nous_inbox.loop import (
@@ -91,6 +109,7 @@ from nous_inbox.loop import (
     EndTurn,
     Failed,
     Happening,
+    LoopState,
     ModelAnswered,
     Phase,
     ToolsFinished,
@@ -100,11 +119,12 @@ from nous_inbox.loop import (
     cancelled_result,
     new_state,
 )
-from nous_inbox.message import Message, ToolCall, thaw_json
+from nous_inbox.message import Message, ToolCall, enc_hook
 from nous_inbox.port import LocalSession, SessionPort, check_port
 from nous_inbox.session import Session
+from nous_inbox.tool import Tool, tool
 
-# The port's names are re-exported: a runner and its port are used together.
+# The port's names are re-exported: a runner and its port are used together; so are its tools.
 __all__ = ["LocalSession", "Model", "Runner", "SessionPort", "Tool", "check_port", "tool"]
 
 logger: Final = logging.getLogger("nous_inbox.runner")
@@ -113,15 +133,44 @@ Model = Callable[[Sequence[Message], Sequence[ToolSpec]], "Message | str | Await
 """A model: ``model(transcript, tools)`` returns (or, async, resolves to) an assistant Message."""
 
 
+class _Flag(Protocol):
+    """A cancel event: ``threading.Event`` for ``run_turn``, ``asyncio.Event`` for ``arun_turn``."""
+
+    def is_set(self) -> bool: ...
+
+
+# -- what the turn body asks its pump to do -------------------------------------------------------
+
+
+class _Call(NamedTuple):
+    """Call ``fn(*args, **kwargs)`` (async when ``is_async``); ``what`` names it in errors."""
+
+    fn: Callable[..., Any]
+    is_async: bool
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    what: str
+
+
+_Request = list[Event] | _Call
+"""A list: events already recorded, to stream in order. A ``_Call``: send back its result."""
+
+_ABANDONED: Final = object()
+"""What an asyncio pump sends back for a call the cancel event won the race against."""
+
+
+# -- the port's claim side, guarded (ruling 7) ----------------------------------------------------
+
+
 def _step_wants_wake(session: Session) -> bool:
     # Whether an entry on next_step asked for a wake, in O(1) through the public API: draining
     # next_turn leaves exactly the next_step wake count behind.
     return session.inbox.claim(Target.NEXT_TURN)[1].wants_wake()
 
 
-class _Source:
-    """The port's claim side, guarded (ruling 7): a claim that raises or answers in the wrong
-    shape is logged, reported as a ``Warned`` event, and not asked again for the rest of the run."""
+class _Claims:
+    """The port's claim, guarded: a claim that raises or answers in the wrong shape is logged,
+    recorded as ``Warned``, and not asked again for the rest of the turn."""
 
     __slots__ = ("failed", "port")
 
@@ -129,47 +178,48 @@ class _Source:
         self.port = port
         self.failed = False
 
-    def claim(self, command: Claim) -> tuple[Sequence[Message], QueueClaimed | None, Warned | None]:
+    def take(self, command: Claim) -> tuple[list[Event], Drained]:
+        """Claim as the loop asks: the events to stream (a recorded warning, the port's claim)
+        and what the loop is told."""
         if self.failed:
-            return (), None, None
-        target = command.target
-        cls = type(self.port).__name__
+            return [], Drained(command.target)
+        target, port = command.target, self.port
         try:
             if command.wake_only:
-                session = self.port.session
+                session = port.session
                 if not isinstance(session, Session):
                     return self._fail(
-                        f"{cls}.session is a {type(session).__name__}, not a Session"
+                        command, f"session is a {type(session).__name__}, not a Session"
                     )
                 if not _step_wants_wake(session):
-                    return (), None, None
-            result = self.port.claim(target)
+                    return [], Drained(target)
+            result = port.claim(target)
         except Exception as exc:
-            logger.warning("message source %s failed", cls, exc_info=True)
-            return self._fail(f"{cls}.claim({target}) raised {type(exc).__name__}: {exc}")
+            logger.warning("message source %s failed", type(port).__name__, exc_info=True)
+            return self._fail(command, f"claim({target}) raised {type(exc).__name__}: {exc}")
         problem = _claim_shape_problem(result, target)
         if problem:
-            return self._fail(f"{cls}.claim({target}) {problem}")
-        messages, event = result
-        return messages, event, None
+            return self._fail(command, f"claim({target}) {problem}")
+        messages, claimed = result
+        return ([claimed] if claimed is not None else []), Drained(target, messages)
 
-    def take(self, command: Claim) -> tuple[list[Event], Drained]:
-        """Claim for a driver: the events to stream (a recorded warning, the port's claim) and
-        what the loop is told. One place for both drivers, so they cannot drift apart."""
-        messages, claimed, warned = self.claim(command)
-        shown = [self.port.record(warned)] if warned is not None else []
-        if claimed is not None:
-            shown.append(claimed)
-        return shown, Drained(command.target, messages)
-
-    def _fail(self, problem: str) -> tuple[Sequence[Message], None, Warned]:
+    def _fail(self, command: Claim, problem: str) -> tuple[list[Event], Drained]:
         self.failed = True
-        text = f"message source failed: {problem}; the run goes on without it for this turn"
+        text = (f"message source failed: {type(self.port).__name__}.{problem}; the run goes on "
+                "without it for this turn")
         logger.warning(text)
-        return (), None, Warned(text=text)
+        return [self.port.record(Warned(text=text))], Drained(command.target)
 
 
 def _claim_shape_problem(result: object, target: Target) -> str | None:
+    if type(result) is tuple and len(result) == 2 and type(result[0]) is tuple:
+        # The shape every well-behaved port answers in, checked without the ABC machinery.
+        messages, event = result
+        if event is None and not messages:
+            return None
+        if (type(event) is QueueClaimed and event.target is target
+                and event.count == len(messages) and all(type(m) is Message for m in messages)):
+            return None
     expected = "expected (messages, QueueClaimed | None)"
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         if isinstance(result, str):
@@ -190,212 +240,60 @@ def _claim_shape_problem(result: object, target: Target) -> str | None:
     return None
 
 
-# -- tools ----------------------------------------------------------------------------------------
-
-_JSON_TYPES: Final[dict[Any, str]] = {
-    str: "string", int: "integer", float: "number", bool: "boolean", list: "array",
-    tuple: "array", dict: "object",
-}
-
-
-def _is_async(fn: object) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
-    )
-
-
-def _parameters(fn: Callable[..., Any], where: str) -> dict[str, Any]:
-    """A JSON schema of ``fn``'s keyword arguments, from its signature and annotations."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return {"type": "object"}
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:  # unresolvable annotations only cost the schema its types
-        hints = {}
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for param in signature.parameters.values():
-        if param.kind is param.VAR_POSITIONAL or param.kind is param.VAR_KEYWORD:
-            continue
-        if param.kind is param.POSITIONAL_ONLY:
-            raise TypeError(
-                f"{where}: parameter {param.name!r} is positional-only, but tools are called "
-                "with keyword arguments"
-            )
-        hint = hints.get(param.name)
-        kind = _JSON_TYPES.get(typing.get_origin(hint) or hint)
-        properties[param.name] = {"type": kind} if kind else {}
-        if param.default is param.empty:
-            required.append(param.name)
-    return {"type": "object", "properties": properties, "required": required}
-
-
-class Tool:
-    """A callable the model may ask for, with the name and description the model is shown.
-
-    ``Tool(fn)`` takes the name from ``fn.__name__``, the description from its docstring's first
-    paragraph and the parameter schema from its signature; each may be given instead.
-
-    >>> def grep(pattern: str, path: str = ".") -> str:
-    ...     '''Search files for a pattern.'''
-    ...     return ""
-    >>> Tool(grep).spec.to_dict()
-    {'name': 'grep', 'description': 'Search files for a pattern.', 'parameters': {'type': 'object', 'properties': {'pattern': {'type': 'string'}, 'path': {'type': 'string'}}, 'required': ['pattern']}}
-    """
-
-    __slots__ = ("fn", "is_async", "spec")
-
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        parameters: dict[str, Any] | None = None,
-    ) -> None:
-        if not callable(fn):
-            raise TypeError(f"a tool must be callable, got {type(fn).__name__}")
-        if name is None:
-            name = getattr(fn, "__name__", None)
-            if not isinstance(name, str) or name == "<lambda>":
-                raise TypeError(f"cannot name the tool {fn!r}: pass Tool(fn, name=...)")
-        if description is None:
-            description = (inspect.getdoc(fn) or "").split("\n\n", 1)[0].strip()
-        if parameters is None:
-            parameters = _parameters(fn, f"tool {name!r}")
-        self.fn = fn
-        self.is_async = _is_async(fn)
-        self.spec = ToolSpec(name, description, parameters)
-
-    @property
-    def name(self) -> str:
-        """The name the model calls it by."""
-        return self.spec.name
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"Tool({self.name!r})"
-
-
-@typing.overload
-def tool(fn: Callable[..., Any], /) -> Tool: ...
-
-
-@typing.overload
-def tool(
-    *, name: str | None = None, description: str | None = None,
-    parameters: dict[str, Any] | None = None,
-) -> Callable[[Callable[..., Any]], Tool]: ...
-
-
-def tool(
-    fn: Callable[..., Any] | None = None,
-    /,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    parameters: dict[str, Any] | None = None,
-) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Decorator making a :class:`Tool`: bare (``@tool``) or with overrides (``@tool(name=...)``).
-
-    >>> @tool(name="now")
-    ... def current_time() -> str:
-    ...     return "12:00"
-    >>> current_time.name, current_time()
-    ('now', '12:00')
-    """
-    if fn is not None:
-        return Tool(fn, name=name, description=description, parameters=parameters)
-    return lambda f: Tool(f, name=name, description=description, parameters=parameters)
-
-
-def _content(value: object) -> str:
-    """A tool's return value as tool-message text: str as is, containers as JSON, else str()."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, ensure_ascii=False, default=str)
-    return str(value)
-
-
-def _error_result(call: ToolCall, kind: str, text: str) -> Message:
-    return Message.tool(f"error: {text}", call.id, name=call.name, metadata={"error": kind})
-
-
-def _not_awaitable(value: object, what: str) -> None:
-    if inspect.isawaitable(value):
-        if inspect.iscoroutine(value):
-            value.close()
-        raise TypeError(f"{what} returned an awaitable; drive async callables with arun_turn")
-
-
-def _as_reply(value: object) -> Message:
-    if isinstance(value, str):
-        return Message.assistant(value)
-    if not isinstance(value, Message):
-        raise TypeError(
-            f"the model returned {type(value).__name__}, expected an assistant Message (or a str)"
-        )
-    if value.role != "assistant":
-        raise TypeError(f"the model returned a {value.role!r} message, expected an assistant one")
-    return value
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
 # -- the runner -----------------------------------------------------------------------------------
 
 
+def _callable_model(model: Model) -> Model:
+    if not callable(model):
+        raise TypeError(f"model must be callable, got {type(model).__name__}")
+    return model
+
+
+def _by_name(tools: Iterable[Tool | Callable[..., Any]]) -> Mapping[str, Tool]:
+    by_name: dict[str, Tool] = {}
+    for item in tools:
+        wrapped = item if isinstance(item, Tool) else Tool(item)
+        if wrapped.name in by_name:
+            raise ValueError(f"two tools are named {wrapped.name!r}; tool names must be unique")
+        by_name[wrapped.name] = wrapped
+    return types.MappingProxyType(by_name)
+
+
+def _start(self: Runner) -> LoopState:
+    return new_state(
+        self.max_steps, structured=self.structured, tools=[t.spec for t in self.tools.values()]
+    )
+
+
+@attrs.frozen(eq=False)
 class Runner:
     """Runs turns: a model, its tools, and the loop's rules, over any :class:`SessionPort`.
 
-    ``max_steps`` bounds the model requests since the last delivered message (ruling 5);
-    ``structured=True`` makes each turn a single model request that claims nothing (ruling 8);
-    ``offload`` (async driver only) runs sync models and tools in a worker thread.
+    ``tools`` are :class:`Tool` s or plain callables (wrapped), uniquely named; ``max_steps``
+    bounds the model requests since the last delivered message (ruling 5); ``structured=True``
+    makes each turn a single model request that claims nothing (ruling 8); ``offload`` (async
+    driver only) runs sync models and tools in a worker thread.
+
+    >>> Runner(lambda transcript, tools: "hi", [print], max_steps=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_steps must be an int >= 1, got 0
     """
 
-    def __init__(
-        self,
-        model: Model,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
-        *,
-        max_steps: int = 10,
-        structured: bool = False,
-        offload: bool = True,
-    ) -> None:
-        if not callable(model):
-            raise TypeError(f"model must be callable, got {type(model).__name__}")
-        by_name: dict[str, Tool] = {}
-        for item in tools:
-            wrapped = item if isinstance(item, Tool) else Tool(item)
-            if wrapped.name in by_name:
-                raise ValueError(f"two tools are named {wrapped.name!r}; tool names must be unique")
-            by_name[wrapped.name] = wrapped
-        self.model = model
-        self.tools: dict[str, Tool] = by_name
-        self.offload = bool(offload)
-        self._start = new_state(
-            max_steps, structured=structured, tools=[t.spec for t in by_name.values()]
-        )
-        self._model_is_async = _is_async(model)
-
-    @property
-    def max_steps(self) -> int:
-        """The step budget: model requests allowed since the last delivered message."""
-        return self._start.max_steps
-
-    @property
-    def structured(self) -> bool:
-        """Whether each turn is a single model request that claims nothing."""
-        return self._start.structured
-
-    # -- sync driver ------------------------------------------------------------------------------
+    model: Model = attrs.field(converter=_callable_model, repr=False)
+    tools: Mapping[str, Tool] = attrs.field(default=(), converter=_by_name)
+    max_steps: int = attrs.field(default=10, kw_only=True)
+    structured: bool = attrs.field(default=False, kw_only=True)
+    offload: bool = attrs.field(default=True, kw_only=True, converter=bool)
+    _start: LoopState = attrs.field(
+        init=False, repr=False, default=attrs.Factory(_start, takes_self=True)
+    )
+    _model_is_async: bool = attrs.field(
+        init=False, repr=False,
+        default=attrs.Factory(lambda self: inspect.iscoroutinefunction(self.model) or (
+            inspect.iscoroutinefunction(getattr(self.model, "__call__", None))  # noqa: B004
+        ), takes_self=True),
+    )
 
     def run_turn(
         self, port: SessionPort, *, reason: str = "wake", cancel: threading.Event | None = None
@@ -410,179 +308,195 @@ class Runner:
         if self._model_is_async or any(t.is_async for t in self.tools.values()):
             found = "the model" if self._model_is_async else "a tool"
             raise TypeError(f"{found} is async: drive this runner with arun_turn")
-        return self._run(port, reason, cancel)
-
-    def _check(self, port: object, reason: str) -> None:
-        check_port(port)
-        if not isinstance(reason, str):
-            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
-
-    def _open(self, port: SessionPort, reason: str) -> Advance:
-        session = port.session
-        if not isinstance(session, Session):
-            raise TypeError(
-                f"{type(port).__name__}.session is a {type(session).__name__}, not a Session"
-            )
-        opened = TurnOpened(session.turn + 1, reason, session.transcript)
-        return advance(self._start, opened)
-
-    def _run(
-        self, port: SessionPort, reason: str, cancel: threading.Event | None
-    ) -> Iterator[Event]:
-        source = _Source(port)
-        adv = self._open(port, reason)
-        error: Exception | None = None
-        try:
-            while True:
-                # Record all of a step's events before yielding any, so a consumer that stops
-                # reading never leaves half of them unrecorded.
-                recorded = _record_all(port, adv.events)
-                yield from recorded
-                command = adv.command
-                happening: Happening
-                if type(command) is EndTurn:
-                    break
-                if cancel is not None and cancel.is_set():
-                    happening = Cancelled()
-                elif type(command) is Claim:
-                    shown, happening = source.take(command)
-                    yield from shown
-                elif type(command) is CallModel:
-                    try:
-                        value = self.model(command.transcript, command.tools)
-                        _not_awaitable(value, "the model")
-                        reply = _as_reply(value)
-                    except Exception as exc:
-                        error, happening = _failed_unless_cancelled(exc, cancel)
-                    else:
-                        cancelled = cancel is not None and cancel.is_set()
-                        happening = Cancelled() if cancelled else ModelAnswered(reply)
-                else:
-                    calls: tuple[ToolCall, ...] = command.calls  # type: ignore[union-attr]
-                    happening = ToolsFinished([self._call_tool(call, cancel) for call in calls])
-                adv = advance(adv.state, happening)
-        except GeneratorExit:
-            _end_abandoned(port, adv)
-            raise
-        if error is not None:
-            raise error
-
-    def _call_tool(self, call: ToolCall, cancel: threading.Event | None) -> Message:
-        if cancel is not None and cancel.is_set():
-            return cancelled_result(call)
-        found = self._find(call)
-        if isinstance(found, Message):
-            return found
-        try:
-            value = found.fn(**thaw_json(call.arguments))
-            _not_awaitable(value, f"tool {call.name!r}")
-        except Exception as exc:
-            return _tool_failed(call, exc)
-        return Message.tool(_content(value), call.id, name=call.name)
-
-    def _find(self, call: ToolCall) -> Tool | Message:
-        found = self.tools.get(call.name)
-        if found is not None:
-            return found
-        have = ", ".join(sorted(self.tools)) or "none"
-        return _error_result(
-            call, "unknown_tool", f"unknown tool {call.name!r} (this run's tools: {have})"
-        )
-
-    # -- async driver -----------------------------------------------------------------------------
+        return _pump(self._turn(port, reason, cancel))
 
     def arun_turn(
         self, port: SessionPort, *, reason: str = "wake", cancel: asyncio.Event | None = None
     ) -> AsyncIterator[Event]:
         """Run one turn on ``port`` under asyncio, yielding each event as it is recorded.
 
-        Same loop, same events as :meth:`run_turn`. Async models and tools are awaited; sync ones
+        Same turn, same events as :meth:`run_turn`. Async models and tools are awaited; sync ones
         run in a worker thread unless the runner was built with ``offload=False``. Setting
         ``cancel`` abandons a model request or tool in flight (its reply is discarded) and ends
         the turn as ``"cancelled"``; so does cancelling the task that iterates.
         """
         self._check(port, reason)
-        return self._arun(port, reason, cancel)
+        return _apump(self._turn(port, reason, cancel), cancel, self.offload)
 
-    async def _arun(
-        self, port: SessionPort, reason: str, cancel: asyncio.Event | None
-    ) -> AsyncIterator[Event]:
-        source = _Source(port)
-        adv = self._open(port, reason)
+    def _check(self, port: object, reason: str) -> None:
+        check_port(port)
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+
+    # -- the turn, once ---------------------------------------------------------------------------
+
+    def _turn(
+        self, port: SessionPort, reason: str, cancel: _Flag | None
+    ) -> Generator[_Request, Any, None]:
+        """The whole turn, as requests to a pump (see the module's design note)."""
+        session = port.session
+        if not isinstance(session, Session):
+            raise TypeError(
+                f"{type(port).__name__}.session is a {type(session).__name__}, not a Session"
+            )
+        adv = advance(self._start, TurnOpened(session.turn + 1, reason, session.transcript))
+        claims = _Claims(port)
         error: Exception | None = None
         try:
             while True:
-                recorded = _record_all(port, adv.events)
-                for event in recorded:
-                    yield event
+                # Record all of a step's events before streaming any, so a consumer that stops
+                # reading never leaves half of them unrecorded.
+                if adv.events:
+                    yield _record_all(port, adv.events)
                 command = adv.command
+                kind = type(command)
                 happening: Happening
-                if type(command) is EndTurn:
+                if kind is EndTurn:
                     break
                 if cancel is not None and cancel.is_set():
                     happening = Cancelled()
-                elif type(command) is Claim:
-                    shown, happening = source.take(command)
-                    for event in shown:
-                        yield event
-                elif type(command) is CallModel:
-                    transcript, specs = command.transcript, command.tools
+                elif kind is Claim:
+                    shown, happening = claims.take(command)  # type: ignore[arg-type]
+                    if shown:
+                        yield shown
+                elif kind is CallModel:
+                    ask: CallModel = command  # type: ignore[assignment]
                     try:
-                        done, value = await _unless_cancelled(
-                            self._acall(self.model, self._model_is_async, transcript, specs),
-                            cancel,
-                        )
-                        reply = _as_reply(value) if done else None
+                        value = yield _Call(self.model, self._model_is_async,
+                                            (ask.transcript, ask.tools), {}, "the model")
+                        reply = None if value is _ABANDONED else _as_reply(value)
                     except Exception as exc:
-                        error, happening = _failed_unless_cancelled(exc, cancel)
+                        # A model that fails after the turn was cancelled is part of the cancel.
+                        if cancel is not None and cancel.is_set():
+                            happening = Cancelled()
+                        else:
+                            error, happening = exc, Failed(_describe(exc))
                     else:
-                        cancelled = reply is None or (cancel is not None and cancel.is_set())
-                        happening = Cancelled() if cancelled else ModelAnswered(reply)  # type: ignore[arg-type]
+                        if reply is None or (cancel is not None and cancel.is_set()):
+                            happening = Cancelled()
+                        else:
+                            happening = ModelAnswered(reply)
                 else:
-                    calls: tuple[ToolCall, ...] = command.calls  # type: ignore[union-attr]
-                    happening = ToolsFinished([await self._acall_tool(c, cancel) for c in calls])
+                    results = []
+                    for call in command.calls:  # type: ignore[union-attr]
+                        results.append((yield from self._tool(call, cancel)))
+                    happening = ToolsFinished(results)
                 adv = advance(adv.state, happening)
-        except (GeneratorExit, asyncio.CancelledError):
+        except GeneratorExit:  # the consumer stopped reading, or the task was cancelled
             _end_abandoned(port, adv)
             raise
         if error is not None:
             raise error
 
-    async def _acall(
-        self, fn: Callable[..., Any], is_async: bool, /, *args: Any, **kwargs: Any
-    ) -> Any:
-        if is_async or not self.offload:
-            value = fn(*args, **kwargs)
-        else:
-            value = await asyncio.to_thread(fn, *args, **kwargs)
-        if inspect.isawaitable(value):
-            value = await value
-        return value
-
-    async def _acall_tool(self, call: ToolCall, cancel: asyncio.Event | None) -> Message:
+    def _tool(
+        self, call: ToolCall, cancel: _Flag | None
+    ) -> Generator[_Request, Any, Message]:
+        """One tool call, answered by a tool message whatever happens."""
         if cancel is not None and cancel.is_set():
             return cancelled_result(call)
-        found = self._find(call)
-        if isinstance(found, Message):
-            return found
-        try:
-            done, value = await _unless_cancelled(
-                self._acall(found.fn, found.is_async, **thaw_json(call.arguments)), cancel
+        found = self.tools.get(call.name)
+        if found is None:
+            have = ", ".join(sorted(self.tools)) or "none"
+            return _error_result(
+                call, "unknown_tool", f"unknown tool {call.name!r} (this run's tools: {have})"
             )
+        try:
+            value = yield _Call(found.fn, found.is_async, (), found.arguments(call.arguments),
+                                f"tool {call.name!r}")
         except Exception as exc:
-            return _tool_failed(call, exc)
-        if not done:
+            logger.warning("tool %r raised; the model gets an error result", call.name,
+                           exc_info=True)
+            return _error_result(call, type(exc).__name__, _describe(exc))
+        if value is _ABANDONED:
             return cancelled_result(call)
-        return Message.tool(_content(value), call.id, name=call.name)
+        return _tool_message(call, value)
 
 
-def _failed_unless_cancelled(
-    exc: Exception, cancel: threading.Event | asyncio.Event | None
-) -> tuple[Exception | None, Happening]:
-    # A model that fails after the turn was cancelled is part of the cancel, not an error.
-    if cancel is not None and cancel.is_set():
-        return None, Cancelled()
-    return exc, Failed(_describe(exc))
+# -- the two pumps --------------------------------------------------------------------------------
+
+
+def _pump(turn: Generator[_Request, Any, None]) -> Iterator[Event]:
+    """The sync driver: calls inline, events handed on as they come."""
+    try:
+        request = next(turn)
+        while True:
+            if type(request) is list:
+                yield from request
+                request = next(turn)
+                continue
+            call: _Call = request  # type: ignore[assignment]
+            try:
+                value = call.fn(*call.args, **call.kwargs)
+                _not_awaitable(value, call.what)
+            except Exception as exc:
+                request = turn.throw(exc)
+            else:
+                request = turn.send(value)
+    except StopIteration:
+        return
+    finally:
+        turn.close()  # abandoned mid-turn: the body records the turn as cancelled
+
+
+async def _apump(
+    turn: Generator[_Request, Any, None], cancel: asyncio.Event | None, offload: bool
+) -> AsyncIterator[Event]:
+    """The asyncio driver: calls awaited (sync ones in a thread when ``offload``), each raced
+    against ``cancel``."""
+    try:
+        request = next(turn)
+        while True:
+            if type(request) is list:
+                for event in request:
+                    yield event
+                request = next(turn)
+                continue
+            call: _Call = request  # type: ignore[assignment]
+            try:
+                value = await _unless_cancelled(_acall(call, offload), cancel)
+            except Exception as exc:
+                request = turn.throw(exc)
+            else:
+                request = turn.send(value)
+    except StopIteration:
+        return
+    finally:
+        turn.close()  # abandoned mid-turn (aclose, task cancelled): recorded as cancelled
+
+
+async def _acall(call: _Call, offload: bool) -> Any:
+    if call.is_async or not offload:
+        value = call.fn(*call.args, **call.kwargs)
+    else:
+        value = await asyncio.to_thread(call.fn, *call.args, **call.kwargs)
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+async def _unless_cancelled(work: Awaitable[Any], cancel: asyncio.Event | None) -> Any:
+    """Await ``work`` unless ``cancel`` is set first: its result, or ``_ABANDONED`` when the
+    cancel won and ``work`` was abandoned (work that finished first keeps its result)."""
+    if cancel is None:
+        return await work
+    if cancel.is_set():
+        if inspect.iscoroutine(work):
+            work.close()
+        return _ABANDONED
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+    if task.cancelled():
+        return _ABANDONED
+    return task.result()
+
+
+# -- small rules the body applies -----------------------------------------------------------------
 
 
 def _record_all(port: SessionPort, events: Sequence[Event]) -> list[Event]:
@@ -593,35 +507,6 @@ def _record_all(port: SessionPort, events: Sequence[Event]) -> list[Event]:
     return recorded
 
 
-def _tool_failed(call: ToolCall, exc: Exception) -> Message:
-    logger.warning("tool %r raised; the model gets an error result", call.name, exc_info=True)
-    return _error_result(call, type(exc).__name__, _describe(exc))
-
-
-async def _unless_cancelled(
-    work: Awaitable[Any], cancel: asyncio.Event | None
-) -> tuple[bool, Any]:
-    """Await ``work`` unless ``cancel`` is set first: ``(True, result)``, or ``(False, None)``
-    when the cancel won and ``work`` was abandoned (work that finished first keeps its result)."""
-    if cancel is None:
-        return True, await work
-    if cancel.is_set():
-        if inspect.iscoroutine(work):
-            work.close()
-        return False, None
-    task = asyncio.ensure_future(work)
-    waiter = asyncio.ensure_future(cancel.wait())
-    try:
-        await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
-        if not task.done():
-            task.cancel()
-    if task.cancelled():
-        return False, None
-    return True, task.result()
-
-
 def _end_abandoned(port: SessionPort, adv: Advance) -> None:
     """The consumer stopped reading mid-turn: record the turn as cancelled, so the log does not
     show it running forever. Nothing is yielded (a closing generator may not yield)."""
@@ -629,3 +514,65 @@ def _end_abandoned(port: SessionPort, adv: Advance) -> None:
         return
     for event in advance(adv.state, Cancelled()).events:
         port.record(event)
+
+
+def _as_reply(value: object) -> Message:
+    if isinstance(value, str):
+        return Message.assistant(value)
+    if not isinstance(value, Message):
+        raise TypeError(
+            f"the model returned {type(value).__name__}, expected an assistant Message (or a str)"
+        )
+    if value.role != "assistant":
+        raise TypeError(f"the model returned a {value.role!r} message, expected an assistant one")
+    return value
+
+
+_NOT_AWAITABLE: Final = frozenset({Message, str, int, float, bool, dict, list, tuple, type(None)})
+
+
+def _not_awaitable(value: object, what: str) -> None:
+    if type(value) not in _NOT_AWAITABLE and inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()
+        raise TypeError(f"{what} returned an awaitable; drive async callables with arun_turn")
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _error_result(call: ToolCall, kind: str, text: str) -> Message:
+    return Message.tool(f"error: {text}", call.id, name=call.name, metadata={"error": kind})
+
+
+_ROOM: Final = 4096
+"""Bytes a ToolReturned record needs around its text: the envelope, the call id and name."""
+
+
+def _tool_message(call: ToolCall, value: object) -> Message:
+    """A tool's return value as its tool message, or an error message when the log cannot hold
+    it (issue 8): text with a lone surrogate, or a record above the store's default size limit.
+    The transcript stays well-formed either way: every call gets its answer."""
+    try:
+        if isinstance(value, str):
+            text = value
+        elif isinstance(value, (dict, list, tuple)):
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        else:
+            text = str(value)
+        message = Message.tool(text, call.id, name=call.name)
+    except (TypeError, ValueError, RecursionError) as exc:
+        logger.warning("tool %r returned a result the log cannot hold", call.name)
+        return _error_result(call, "unstorable_result", f"the result cannot be stored: {exc}")
+    # A JSON-escaped character takes at most 6 bytes, so only a long text can be near the limit.
+    if len(text) * 6 + _ROOM > MAX_RECORD_SIZE:
+        size = len(msgspec.json.encode(message, enc_hook=enc_hook)) + _ROOM
+        if size > MAX_RECORD_SIZE:
+            logger.warning("tool %r returned %d bytes, above the record limit", call.name, size)
+            return _error_result(
+                call, "result_too_large",
+                f"the result is about {size} bytes as a log record, above the limit of "
+                f"{MAX_RECORD_SIZE} bytes; return less (a summary, a page, a path)",
+            )
+    return message

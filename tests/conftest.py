@@ -20,7 +20,7 @@ KINDS = ["memory", "file", "sqlite", "postgres"]
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[postgres_server.Server]:
     """The PostgreSQL server of this test session (skipped where there is none, failed in CI)."""
-    with postgres_server.server() as server:
+    with postgres_server.for_tests() as server:
         yield server
 
 

@@ -40,6 +40,10 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+class Unavailable(Exception):
+    """No server can be had here; the message says why."""
+
+
 def unavailable(reason: str) -> None:
     """Skip (locally) or fail (in CI) because there is no server to test against."""
     if in_ci():
@@ -144,32 +148,48 @@ class Server:
 
 @contextlib.contextmanager
 def server() -> Iterator[Server]:
-    """The session's server: the one the environment names, or a private cluster of ours."""
+    """The session's server: the one the environment names, or a private cluster of ours.
+
+    Raises :class:`Unavailable` when there is none (the benchmarks use this directly).
+    """
     try:
         import psycopg
     except ImportError:
-        unavailable("psycopg is not installed (pip install nous-inbox[postgres])")
-        raise  # unreachable: unavailable() skips or fails
+        raise Unavailable("psycopg is not installed (pip install nous-inbox[postgres])") from None
     given = os.environ.get(ENV, "")
     if given:
         try:
             psycopg.connect(given, connect_timeout=10).close()
         except psycopg.Error as exc:
-            unavailable(f"{ENV}={given!r} does not answer: {exc}")
+            raise Unavailable(f"{ENV}={given!r} does not answer: {exc}") from None
         yield Server(given, None)
         return
     binaries = find_binaries()
     if binaries is None:
-        unavailable(f"no initdb/pg_ctl/postgres on PATH or in /usr/lib/postgresql, and {ENV} "
-                    "is not set")
-        raise AssertionError("unreachable")
+        raise Unavailable(f"no initdb/pg_ctl/postgres on PATH or in /usr/lib/postgresql, and "
+                          f"{ENV} is not set")
     cluster = Cluster(binaries)
     try:
         try:
             cluster.init()
             cluster.start()
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            unavailable(f"could not start a private cluster from {binaries}: {exc}")
+            raise Unavailable(f"could not start a private cluster from {binaries}: {exc}") from None
         yield Server(cluster.url, cluster)
     finally:
         cluster.destroy()
+
+
+@contextlib.contextmanager
+def for_tests() -> Iterator[Server]:
+    """:func:`server`, skipped where there is none, failed in CI."""
+    try:
+        context = server()
+        running = context.__enter__()
+    except Unavailable as exc:
+        unavailable(str(exc))
+        raise  # unreachable: unavailable() skips or fails
+    try:
+        yield running
+    finally:
+        context.__exit__(None, None, None)

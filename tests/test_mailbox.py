@@ -510,3 +510,19 @@ def test_replay_equals_live_after_any_sequence_of_operations(ops: list[tuple[str
                 store.append("mailbox", [MailNoticed(recipient=a, notice="n", ids=ids)])
     again = Mailbox(store, max_queue=4, overflow="drop_oldest", retain=3)
     assert again.state == box.state
+
+
+def test_without_a_store_the_fast_paths_fold_exactly_as_the_recorded_events_do() -> None:
+    plain = Mailbox(max_queue=3, overflow="drop_oldest", clock=lambda: 5.0)
+    recorded = Mailbox(open_store("memory:"), max_queue=3, overflow="drop_oldest",
+                       clock=lambda: 5.0)
+    recorded._prefix = plain._prefix  # the same generated ids on both sides
+    for box in (plain, recorded):
+        for i in range(5):
+            box.send("dev", i, sender="lead")
+            box.send("qa", i, sender="dev", kind="fyi")
+        box.receive("dev", limit=2)
+        box.read_thread("qa", "dev")
+        box.send("dev", "after", sender="lead")
+        box.receive("dev")
+    assert plain.state == recorded.state

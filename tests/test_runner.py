@@ -21,8 +21,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
 import pytest
 
+from nous_inbox.codec import MAX_RECORD_SIZE
 from nous_inbox.events import (
     Event,
     MessageSent,
@@ -749,6 +751,100 @@ def test_tools_are_named_described_and_checked() -> None:
         Runner("gpt")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_steps"):
         Runner(Script(), max_steps=0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "result", ["caf\udce9.txt", ["a.txt", "caf\udce9.txt"]], ids=["str", "list"]
+)
+def test_a_tool_result_with_a_lone_surrogate_becomes_an_error_result(
+    mode: str, result: object
+) -> None:
+    # os.listdir returns a name that is not UTF-8 with lone surrogates: no log can hold it.
+    local = LocalSession()
+    local.followup("list the directory")
+    model = Script(calls("listdir"), FINAL)
+    events = run(mode, local, model, [tool(name="listdir")(lambda: result)])
+    answer = model.seen[1][-1]
+    assert answer.role == "tool" and answer.tool_call_id == "c1"
+    assert answer.metadata["error"] == "unstorable_result"
+    assert "lone surrogate" in answer.content and "\\udce9" in answer.content
+    assert ended(events).reason == "final"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_tool_result_over_the_record_limit_becomes_an_error_result(mode: str) -> None:
+    local = LocalSession()
+    local.followup("read the dump")
+    model = Script(calls("dump"), FINAL)
+    events = run(mode, local, model, [tool(name="dump")(lambda: "x" * MAX_RECORD_SIZE)])
+    answer = model.seen[1][-1]
+    assert answer.metadata["error"] == "result_too_large"
+    assert f"above the limit of {MAX_RECORD_SIZE} bytes" in answer.content
+    assert len(answer.content) < 1000
+    assert ended(events).reason == "final"
+
+
+@pytest.mark.parametrize("mode", ["sync", "thread"])  # native wraps tools in **kwargs
+def test_arguments_that_do_not_fit_the_annotations_become_an_error_result(mode: str) -> None:
+    local = LocalSession()
+    local.followup("add")
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    reply = Message.assistant(tool_calls=[ToolCall("c1", "add", {"a": "2", "b": 3})])
+    model = Script(reply, FINAL)
+    run(mode, local, model, [add])
+    answer = model.seen[1][-1]
+    assert answer.metadata["error"] == "TypeError"
+    assert "argument 'a': Expected `int`, got `str`" in answer.content
+
+
+class Point(msgspec.Struct):
+    x: int
+    y: int
+
+
+@pytest.mark.parametrize("mode", ["sync", "thread"])
+def test_a_struct_parameter_receives_a_struct(mode: str) -> None:
+    local = LocalSession()
+    local.followup("move")
+    got: list[object] = []
+
+    def move(to: Point) -> str:
+        got.append(to)
+        return "moved"
+
+    reply = Message.assistant(tool_calls=[ToolCall("c1", "move", {"to": {"x": 1, "y": 2}})])
+    run(mode, local, Script(reply, FINAL), [move])
+    assert got == [Point(1, 2)]
+
+
+def test_the_sync_driver_refuses_a_sync_callable_that_returns_an_awaitable() -> None:
+    local = LocalSession()
+    local.followup("go")
+
+    async def later() -> Message:
+        return FINAL
+
+    with pytest.raises(TypeError, match="the model returned an awaitable; drive async"):
+        run("sync", local, Script(later))  # type: ignore[arg-type]
+    assert ended(local.events).reason == "error"
+
+
+def test_an_interrupt_during_a_model_request_records_the_turn_as_cancelled() -> None:
+    local = LocalSession()
+    local.followup("go")
+
+    def interrupted() -> Message:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        list(Runner(Script(interrupted)).run_turn(local))
+    last = local.events[-1]
+    assert isinstance(last, TurnEnded) and last.reason == "cancelled"
+    assert replay(local.events) == local.session
 
 
 def test_the_model_is_offered_the_runners_tools() -> None:

@@ -39,8 +39,11 @@ def sql(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
         return cursor.fetchall() if cursor.description else []
 
 
-def expire(url: str, stream: str) -> None:
-    """Make ``stream``'s lease expire now, as if its holder had stopped renewing long ago."""
+def expire(url: str, stream: str, holder: PostgresStore) -> None:
+    """Make ``stream``'s lease expire now, as if ``holder`` had stopped renewing long ago (its
+    renewals are stopped first, as a paused or partitioned host's would be)."""
+    assert holder._background is not None
+    holder._background.stop()
     sql(url, "UPDATE \"SCHEMA\".nous_inbox_streams SET expires = now() - interval '1 second' "
              "WHERE stream = %s", stream)
 
@@ -229,7 +232,7 @@ def test_a_lease_is_refused_while_it_lasts_and_taken_over_once_it_expired(postgr
         old = first.own("s")
         with pytest.raises(StreamOwnedError, match="another owner holds stream 's'"):
             second.own("s")
-        expire(postgres_url, "s")
+        expire(postgres_url, "s", first)
         new = second.own("s")
         assert new.epoch == old.epoch + 1
 
@@ -238,7 +241,7 @@ def test_a_stale_owner_is_fenced_and_writes_nothing(postgres_url):
     with PostgresStore(postgres_url) as stale, PostgresStore(postgres_url) as fresh:
         stale.own("s")
         stale.append("s", [Warned(text="while it held the lease")])
-        expire(postgres_url, "s")
+        expire(postgres_url, "s", stale)
         fresh.own("s")
         fresh.append("s", [Warned(text="the new owner")])
         with pytest.raises(LeaseLostError, match=r"lease .* was taken over; nothing was written"):
@@ -253,7 +256,7 @@ def test_a_lost_lease_is_not_a_concurrency_error_so_a_journal_never_retries_it(p
     with PostgresStore(postgres_url) as stale, PostgresStore(postgres_url) as fresh:
         stale.own("s")
         journal = Journal(stale, "s")
-        expire(postgres_url, "s")
+        expire(postgres_url, "s", stale)
         fresh.own("s")
         fresh.append("s", [Warned(text="the new owner")])
         with pytest.raises(LeaseLostError):

@@ -330,6 +330,7 @@ def test_an_owner_on_postgres_resumes_where_the_last_one_stopped(postgres_url: s
 def test_a_stale_owner_cannot_run_the_session_beside_its_successor(postgres_url: str) -> None:
     with open_store(postgres_url) as old_store, open_store(postgres_url) as new_store:
         old = Owner(old_store, "s", Runner(model, [work]), watch=False)
+        old_store._background.stop()  # type: ignore[attr-defined]  # paused: no renewals
         with PostgresStore(postgres_url) as admin, admin.connect() as db:
             db.execute(f'UPDATE "{admin.schema}".nous_inbox_streams '
                        "SET expires = now() - interval '1 second'")

@@ -112,8 +112,7 @@ class InProcessMailbox:
     def send(self, recipient: str, body: Any, *, sender: str,
              correlation_id: str | None = None) -> str:
         """Send ``body`` to the agent named ``recipient``; returns the message's id."""
-        return self._mailbox.send(recipient, body, sender=sender,
-                                  correlation_id=correlation_id).id
+        return self._mailbox._post(recipient, body, sender, correlation_id)
 
     def receive(self, agent_id: str, *, limit: int = 50) -> list[AgentMessage]:
         """Take up to ``limit`` pending messages for ``agent_id``, oldest first."""

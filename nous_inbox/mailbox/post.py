@@ -240,15 +240,17 @@ class Mailbox:
             raise ValueError(f"send to {recipient!r}: kind must be one of "
                              f"{sorted(KIND_ALIASES)}, got {kind!r}")
         if id is None:
-            event = MailSent(id=self._prefix + str(next(self._counter)), sender=sender,
-                             recipient=recipient, body=body, kind=cls, thread=thread or "",
-                             correlation_id=correlation_id, at=self._clock())
+            id = self._prefix + str(next(self._counter))
+            event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
+                             thread=thread or "", correlation_id=correlation_id,
+                             at=self._clock())
             with self._lock:
                 state = self._state
-                if self._store is None and state.pending(recipient) < self._max_queue:
-                    state.apply(event)  # the common case, without a store: nothing to retry
+                box = state.boxes.get(recipient)
+                if self._store is None and (box is None or box.queued < self._max_queue):
+                    state.sent(event)  # the common case, without a store: nothing to retry
                     stored: Sequence[Event] = (event,)
-                    receipt = Receipt(event.id, "queued")
+                    receipt = Receipt(id, "queued")
                 else:
                     stored, receipt = self._commit(partial(self._sent, event, False))
                 callbacks = self._subscribers.get(recipient)
@@ -267,6 +269,25 @@ class Mailbox:
         if attached:
             self.tick((recipient,))  # a running agent hears of it at its next step
         return receipt
+
+    def _post(self, recipient: str, body: Any, sender: str, correlation_id: str | None) -> str:
+        """``send(recipient, body, sender=sender, correlation_id=correlation_id).id``, for the
+        PraisonAI drop-in's hot path: plain text to a recipient with room, no store, no
+        subscriber, no attached agent; anything else goes the whole way through :meth:`send`."""
+        if (self._store is None and type(body) is str and body.isascii()
+                and type(recipient) is str and type(sender) is str and recipient and sender
+                and (correlation_id is None or type(correlation_id) is str)
+                and not self._subscribers and not self._desks):
+            id = self._prefix + str(next(self._counter))
+            event = MailSent(id=id, sender=sender, recipient=recipient, body=body,
+                             correlation_id=correlation_id, at=self._clock())
+            with self._lock:
+                state = self._state
+                box = state.boxes.get(recipient)
+                if box is None or box.queued < self._max_queue:
+                    state.sent(event)
+                    return id
+        return self.send(recipient, body, sender=sender, correlation_id=correlation_id).id
 
     def _sent(
         self, event: MailSent, given: bool, state: MailboxState
@@ -359,6 +380,8 @@ class Mailbox:
                                  at=self._clock())], taken
 
         with self._lock:
+            if self._store is None:
+                return self._state.take(agent, limit)  # the fold of the MailReceived above
             _, taken = self._commit(change)
         return taken
 

@@ -347,42 +347,72 @@ class MailboxState:
 
     # -- folding ------------------------------------------------------------------------------
 
+    def take(self, agent: str, limit: int) -> list[MailSent]:
+        """Take the ``limit`` oldest queued messages of ``agent``: what folding the
+        ``MailReceived`` naming them does, in one pass (a mailbox without a store records
+        nothing, so it need not build the event)."""
+        box = self.boxes.get(agent)
+        if box is None or not box.queued or limit <= 0:
+            return []
+        i = self._head(box)
+        queue, marks, log = box.queue, self.marks, self.log
+        taken: list[MailSent] = []
+        end = len(queue)
+        while i < end and len(taken) < limit:
+            p = queue[i]
+            if marks[p] & QUEUED:
+                taken.append(log[p])  # type: ignore[arg-type]  # queued means kept
+                marks[p] = RECEIVED
+                log[p] = None
+            i += 1
+        box.started = True
+        box.queued -= len(taken)
+        box.kept -= len(taken)
+        self.version += 1
+        return taken
+
+    def sent(self, event: MailSent) -> None:
+        """Fold one ``MailSent`` in: what :meth:`apply` does with it, called directly by a send."""
+        recipient = event.recipient
+        box = self.boxes.get(recipient)
+        if box is None:
+            box = self.boxes[recipient] = Box()
+        sender = event.sender
+        cls = event.kind
+        p = len(self.log)
+        flags = _NEW + (p + 1) * ORDER
+        if cls == "action":
+            if box.parent is None:
+                if not box.started:
+                    flags |= WAKES
+                box.parent = sender
+            elif sender == box.parent:
+                flags |= WAKES
+            giver = self.boxes.get(sender)
+            if giver is None:
+                giver = self.boxes[sender] = Box()
+            giver.gave_work.add(recipient)
+        elif wakes(box, cls, sender):
+            flags |= WAKES
+        self.log.append(event)
+        self.ids.append(event.id)
+        self.marks.append(flags)
+        box.queue.append(p)
+        box.queued += 1
+        box.kept += 1
+        if flags & WAKES:
+            box.waking.append(p)
+        if box.settled and box.kept > self.retain:
+            self._trim(box)
+        self.version = event.seq or self.version + 1
+
     def apply(self, event: Any) -> None:
         """Fold one mailbox event in (events of other kinds are passed by)."""
         kind = type(event)
         if kind is MailSent:
-            recipient = event.recipient
-            box = self.boxes.get(recipient)
-            if box is None:
-                box = self.boxes[recipient] = Box()
-            sender = event.sender
-            cls = event.kind
-            p = len(self.log)
-            flags = _NEW + (p + 1) * ORDER
-            if cls == "action":
-                if box.parent is None:
-                    if not box.started:
-                        flags |= WAKES
-                    box.parent = sender
-                elif sender == box.parent:
-                    flags |= WAKES
-                giver = self.boxes.get(sender)
-                if giver is None:
-                    giver = self.boxes[sender] = Box()
-                giver.gave_work.add(recipient)
-            elif wakes(box, cls, sender):
-                flags |= WAKES
-            self.log.append(event)
-            self.ids.append(event.id)
-            self.marks.append(flags)
-            box.queue.append(p)
-            box.queued += 1
-            box.kept += 1
-            if flags & WAKES:
-                box.waking.append(p)
-            if box.settled and box.kept > self.retain:
-                self._trim(box)
-        elif kind is MailReceived:
+            self.sent(event)
+            return
+        if kind is MailReceived:
             box = self._box(event.recipient)
             box.started = True
             self._received(box, event.ids)

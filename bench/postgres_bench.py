@@ -1,0 +1,255 @@
+"""PostgreSQL against SQLite, side by side: appends, owner round trips, concurrent senders, steers.
+
+The baseline is the store a user would otherwise pick: ``sqlite:`` (the embedded default, WAL,
+``synchronous=FULL``) on a local file. The PostgreSQL side is a real server: the one
+``NOUS_INBOX_TEST_POSTGRES`` names, or a private cluster started for the run from the binaries
+on the machine (``tests/postgres_server.py``; ``fsync=on``, loopback TCP). Every row is durable
+on both sides: nothing is acknowledged before its transaction committed.
+
+Measured, each side in the same run, interleaved, best of the repeats:
+
+* single appends: one event per ``append`` (with an expected version, as the owner appends);
+* batched appends: ten events per ``append``, per event;
+* owner send-to-claim: ``Owner.inject`` then the run's claim, one thread (``bench.owner_bench``);
+* concurrent senders: 1, 8 and 32 threads injecting into one owner; sends per second, and the
+  speed-up over one sender (what group commit in the owner would raise);
+* cross-process steer latency: another process appends a message; the time until an idle owner
+  has folded it in. ``sqlite:`` is polled (the owner's 50 ms watcher); ``postgresql:`` is woken
+  by NOTIFY, and, for comparison, by its polling backstop alone (``pooler=transaction`` turns
+  LISTEN off; ``poll`` 0.5 s here, 2 s by default).
+
+Ratios are PostgreSQL's time over SQLite's (above 1: PostgreSQL is slower). A local SQLite file
+has no network round trip; what PostgreSQL buys is many machines on one log, not speed.
+Run ``python -m bench.postgres_bench`` (``--quick``: small and fast).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.owner_bench import _NoRun, _owner
+from nous_inbox.events import Event, MessageSent, Warned
+from nous_inbox.owner import Owner
+from nous_inbox.store import open_store
+
+__all__ = ["Figures", "measure", "render", "run", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Figures:
+    """One store's figures (seconds per operation, sends per second)."""
+
+    single: float = float("inf")
+    batched: float = float("inf")  # per event
+    round_trip: float = float("inf")
+    senders: dict[int, float] | None = None
+    steer: float = float("inf")
+    steer_backstop: float = float("inf")
+
+
+def _appends(url: str, n: int, batch: int) -> float:
+    stream = f"append-{uuid.uuid4().hex[:8]}"
+    events = [Warned(text=f"w{i}") for i in range(batch)]
+    with open_store(url) as store:
+        store.append(stream, events)  # connection and schema warm
+        version = store.version(stream)
+        begin = time.perf_counter()
+        for _ in range(n):
+            version = store.append(stream, events, expected_version=version)[-1].seq
+        return (time.perf_counter() - begin) / (n * batch)
+
+
+def _senders(url: str, threads: int, per_thread: int) -> float:
+    with open_store(url) as store:
+        owner = Owner(store, f"senders-{uuid.uuid4().hex[:8]}", _NoRun(), watch=False,
+                      start=False)
+        try:
+            owner.inject("warm")
+            barrier = threading.Barrier(threads + 1)
+
+            def send() -> None:
+                barrier.wait()
+                for i in range(per_thread):
+                    owner.inject(f"m{i}")
+
+            workers = [threading.Thread(target=send) for _ in range(threads)]
+            for w in workers:
+                w.start()
+            barrier.wait()
+            begin = time.perf_counter()
+            for w in workers:
+                w.join()
+            return threads * per_thread / (time.perf_counter() - begin)
+        finally:
+            owner.close()
+
+
+STEERER = r"""
+import sys, time
+from nous_inbox.events import MessageSent
+from nous_inbox.message import Message
+from nous_inbox.store import open_store
+
+store = open_store(sys.argv[1])
+store.version(sys.argv[2])  # connected before the first command
+print("ready", flush=True)
+for line in sys.stdin:
+    sent = time.time()
+    store.append(sys.argv[2], [MessageSent(target="next_step", wakeup=False,
+                                           message=Message.user(line.strip()))])
+    print(sent, flush=True)
+"""
+
+
+def _steer_latency(url: str, samples: int, spread: float) -> float:
+    """Median seconds from another process's append to an idle owner having folded it in.
+
+    Each steer is sent after a random pause of up to ``spread`` seconds, so it falls anywhere in
+    a polling owner's interval (sent right after the last one was seen, every steer would wait
+    a whole interval).
+    """
+    stream = f"steer-{uuid.uuid4().hex[:8]}"
+    folded: dict[str, float] = {}
+    arrived = threading.Condition()
+
+    def on_event(event: Event) -> None:
+        if type(event) is MessageSent:
+            with arrived:
+                folded[event.message.content] = time.time()
+                arrived.notify_all()
+
+    latencies = []
+    with open_store(url) as store, Owner(store, stream, _NoRun(), listen=on_event, start=False):
+        child = subprocess.Popen(
+            [sys.executable, "-c", STEERER, url, stream], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        )
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            assert child.stdout.readline() == "ready\n"
+            for i in range(samples):
+                time.sleep(random.uniform(0, spread))  # a pause in the benchmark, not a sync
+                word = f"steer{i}"
+                child.stdin.write(word + "\n")
+                child.stdin.flush()
+                sent = float(child.stdout.readline())
+                with arrived:
+                    if not arrived.wait_for(lambda word=word: word in folded, timeout=60):
+                        raise RuntimeError(f"{url}: the owner never saw {word!r}")
+                latencies.append(folded[word] - sent)
+        finally:
+            child.stdin.close()
+            child.wait(30)
+    return statistics.median(latencies)
+
+
+def measure(quick: bool, pg_url: str, sqlite_url: str) -> dict[str, Figures]:
+    """Each figure for both stores, interleaved; the best repeat of each is kept."""
+    n = 50 if quick else 500
+    per_sender = 4 if quick else 40
+    samples = 3 if quick else 15
+    counts = (1, 8, 32)
+    repeats = 1 if quick else 3
+    figures = {"sqlite": Figures(senders={}), "postgres": Figures(senders={})}
+    urls = {"sqlite": sqlite_url, "postgres": pg_url}
+    for _ in range(repeats):
+        for side, url in urls.items():
+            f = figures[side]
+            assert f.senders is not None
+            f.single = min(f.single, _appends(url, n, 1))
+            f.batched = min(f.batched, _appends(url, n // 5, 10))
+            f.round_trip = min(f.round_trip, _owner(n, url).round_trip)
+            for k in counts:
+                f.senders[k] = max(f.senders.get(k, 0.0), _senders(url, k, per_sender))
+    for side, url in urls.items():
+        figures[side].steer = _steer_latency(url, samples, 0.1)
+    backstop = f"{pg_url}{'&' if '?' in pg_url else '?'}pooler=transaction&poll=0.5"
+    figures["postgres"].steer_backstop = _steer_latency(backstop, samples, 0.5)
+    return figures
+
+
+def _x(ratio: float) -> str:
+    return f"{ratio:.2f}x" if ratio < 1 else f"{ratio:.1f}x"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.2f} ms"
+
+
+def render(figures: dict[str, Figures], quick: bool = False) -> str:
+    """A markdown table: each figure for sqlite: and postgresql:, and their ratio."""
+    sq, pg = figures["sqlite"], figures["postgres"]
+    assert sq.senders is not None and pg.senders is not None
+    lines = ["| measure | sqlite: | postgresql: | postgresql / sqlite |", "|---|---:|---:|---:|"]
+    for name, a, b in (
+        ("single append (1 event)", sq.single, pg.single),
+        ("batched append, per event (10 a batch)", sq.batched, pg.batched),
+        ("owner send -> claim round trip", sq.round_trip, pg.round_trip),
+    ):
+        lines.append(f"| {name} | {_ms(a)} | {_ms(b)} | {_x(b / a)} |")
+    for k in sorted(sq.senders):
+        a, b = sq.senders[k], pg.senders[k]
+        lines.append(
+            f"| {k} sender(s) into one owner, sends/s (x one sender) | {a:,.0f} "
+            f"({a / sq.senders[1]:.1f}x) | {b:,.0f} ({b / pg.senders[1]:.1f}x) "
+            f"| {a / b:.1f}x slower |"
+        )
+    lines.append(f"| cross-process steer -> idle owner (sqlite polled; postgresql NOTIFY) "
+                 f"| {_ms(sq.steer)} | {_ms(pg.steer)} | {_x(pg.steer / sq.steer)} |")
+    lines.append(f"| the same, postgresql by its polling backstop alone (poll 0.5 s) | | "
+                 f"{_ms(pg.steer_backstop)} | NOTIFY is {pg.steer_backstop / pg.steer:.0f}x "
+                 f"faster than the backstop |")
+    if quick:
+        lines.append("")
+        lines.append("(quick run: small sizes, one repeat; shows the code works, not the figures)")
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _server() -> Iterator[str | None]:
+    sys.path.insert(0, str(ROOT))
+    from tests.postgres_server import Unavailable, server
+
+    try:
+        with server() as running:
+            yield running.fresh_url()[0]
+    except Unavailable as exc:
+        print(f"(no PostgreSQL server: {exc})", file=sys.stderr)
+        yield None
+
+
+def run(quick: bool = False, url: str | None = None) -> str:
+    """Measure and render; ``url`` names the PostgreSQL store, else a private cluster is started."""
+    with contextlib.ExitStack() as stack:
+        if url is None:
+            url = stack.enter_context(_server())
+            if url is None:
+                return "(skipped: no PostgreSQL server; set NOUS_INBOX_TEST_POSTGRES)"
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        return render(measure(quick, url, f"sqlite:{Path(tmp) / 'bench.sqlite'}"), quick)
+    raise AssertionError("unreachable")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
+    args = parser.parse_args(argv)
+    print(run(args.quick))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+"""The PostgreSQL benchmark runs against the test server and renders its table (structure only:
+timings belong to bench/)."""
+
+from bench import postgres_bench
+
+
+def test_postgres_bench_quick_renders_every_row(postgres_url: str) -> None:
+    table = postgres_bench.run(quick=True, url=postgres_url)
+    for row in ("| single append (1 event) |", "| batched append, per event",
+                "| owner send -> claim round trip |", "| 32 sender(s) into one owner",
+                "| cross-process steer -> idle owner", "polling backstop alone"):
+        assert row in table
+    assert "(quick run:" in table
