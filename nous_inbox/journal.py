@@ -7,7 +7,6 @@ first, read what it wrote and compute the change again. The owner does this for 
 the aimu adapter for each agent's queues; both do it here.
 
 >>> from nous_inbox.events import MessageSent
->>> from nous_inbox.message import Message
 >>> from nous_inbox.store import open_store
 >>> store = open_store("memory:")
 >>> journal = Journal(store, "s")
@@ -26,6 +25,7 @@ numbered but written nowhere, so a host without a store keeps no growing log.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol, TypeVar
 
@@ -33,10 +33,12 @@ import msgspec
 from pyrsistent import pvector
 
 from nous_inbox.errors import ConcurrencyError
-from nous_inbox.events import Event
+from nous_inbox.events import Event, QueueClaimed
+from nous_inbox.inbox import Inbox, Target, as_target
+from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
 
-__all__ = ["ATTEMPTS", "Journal", "Log"]
+__all__ = ["ATTEMPTS", "Journal", "Log", "claim_event"]
 
 T = TypeVar("T")
 
@@ -70,7 +72,8 @@ class Journal:
     ``on_events`` is called with every batch of events folded in, the journal's own appends and
     what another writer appended alike, in log order. ``transcript=False`` keeps only the inbox
     and the run bookkeeping (the transcript stays empty), for a holder that needs the queues
-    but would otherwise keep every delivered message in memory for nothing.
+    but would otherwise keep every delivered message in memory for nothing. ``clock``, when
+    given, times the events this journal appends (the store times them otherwise).
     """
 
     def __init__(
@@ -80,8 +83,10 @@ class Journal:
         *,
         on_events: Callable[[Sequence[Event]], None] | None = None,
         transcript: bool = True,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self._store = store
+        self._clock = clock
         self._stream = stream
         self._on_events = on_events
         self._keep_transcript = transcript
@@ -122,37 +127,111 @@ class Journal:
         Returns the events as stored (``[]`` when the change had none) and ``change``'s result.
         """
         lost: ConcurrencyError | None = None
+        replace = msgspec.structs.replace
         for _ in range(ATTEMPTS):
             events, result = change(self._session)
             if not events:
                 return [], result
+            # Numbered and timed here, and folded BEFORE the append: an event that does not fold
+            # (a claim the inbox cannot meet) is refused with nothing written, so the log never
+            # holds what replay would refuse. The store keeps the seq and time given.
+            version = self._session.version
+            now = self._clock() if self._clock is not None else time.time()
+            stamped = [replace(event, seq=version + i, at=float(event.at or now))
+                       for i, event in enumerate(events, 1)]
+            folded = self._folded(stamped)
             if self._store is None:
-                stored = [
-                    msgspec.structs.replace(event, seq=self._session.version + i)
-                    for i, event in enumerate(events, 1)
-                ]
+                stored = stamped
             else:
                 try:
-                    stored = list(self._store.append(self._stream, events, self._session.version))
+                    stored = list(self._store.append(self._stream, stamped, version))
                 except ConcurrencyError as exc:
                     if not self.catch_up():
                         raise
                     lost = exc
                     continue
-            self._fold(stored)
+            self._session = folded
+            if self._on_events is not None:
+                self._on_events(stored)
             return stored, result
         raise ConcurrencyError(
             f"stream {self._stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
             "attempts (nothing was written)"
         ) from lost
 
-    def _fold(self, events: Sequence[Event]) -> None:
+    def claim(
+        self, target: Target | str, *, wake_only: bool = False, limit: int | None = None
+    ) -> tuple[list[Message], QueueClaimed | None]:
+        """Drain ``target`` and record the claim in one atomic append: the one claim path.
+
+        Every claimer (the owner's runs, a :class:`~nous_inbox.port.LocalSession`, the aimu
+        adapter) claims here, so a claim is always one ``QueueClaimed`` that both drains the queue
+        and becomes the transcript entries (ruling 6). What is claimed is the core's decision
+        (:meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`: ``wake_only`` claims only when a
+        waking message worth a round is queued; ``limit`` takes only the oldest few, and the
+        event's ``rest`` says how many stayed). What other writers appended is read first, so a
+        steer sent from another process joins this claim. Returns the messages in send order and
+        the stored event, or ``([], None)`` when nothing was claimed (nothing is recorded then).
+
+        >>> from nous_inbox.events import MessageSent
+        >>> from nous_inbox.store import open_store
+        >>> journal = Journal(open_store("memory:"), "s")
+        >>> _ = journal.commit(lambda s: ([MessageSent(target="next_step", wakeup=False,
+        ...                                            message=Message.user("fyi"))], None))
+        >>> journal.claim("next_step", wake_only=True)       # an injection alone: not worth it
+        ([], None)
+        >>> messages, event = journal.claim("next_step")
+        >>> [m.content for m in messages], event.count, event.seq
+        (['fyi'], 1, 2)
+        """
+        where = as_target(target)
+
+        def change(session: Session) -> tuple[list[Event], list[Message]]:
+            # Computed again if another writer appended first: the queue may have grown.
+            claimed, event, _ = claim_event(session.inbox, where, wake_only=wake_only, limit=limit)
+            return ([event] if event is not None else []), claimed
+
+        self.catch_up()
+        stored, claimed = self.commit(change)
+        if not stored:
+            return [], None
+        event = stored[0]
+        if not isinstance(event, QueueClaimed):  # pragma: no cover - the change above made it
+            raise TypeError(f"a claim stored a {type(event).__name__}")
+        return claimed, event
+
+    def _folded(self, events: Sequence[Event]) -> Session:
         session = self._session
         for event in events:
             session = session.apply(event, self._stream)
-        self._session = session if self._keep_transcript else _without_transcript(session)
+        return session if self._keep_transcript else _without_transcript(session)
+
+    def _fold(self, events: Sequence[Event]) -> None:
+        self._session = self._folded(events)
         if self._on_events is not None:
             self._on_events(events)
+
+
+def claim_event(
+    inbox: Inbox, target: Target | str, *, wake_only: bool = False, limit: int | None = None
+) -> tuple[list[Message], QueueClaimed | None, Inbox]:
+    """A claim as the log records it: the messages, the ``QueueClaimed`` event (``None`` when
+    nothing was claimed) and the inbox left behind. Pure; the decision is :meth:`Inbox.claim`'s.
+
+    Every claimer builds its event here (through :meth:`Journal.claim`, or, for a holder that
+    claims several queues in one append like the aimu adapter, directly), so a claim's event
+    always says what the core decided.
+
+    >>> claimed, event, rest = claim_event(Inbox().followup("a").followup("b"), "next_turn", limit=1)
+    >>> [m.content for m in claimed], event.count, event.rest, rest.count()
+    (['a'], 1, 1, 1)
+    """
+    where = as_target(target)
+    claimed, rest = inbox.claim(where, limit, wake_only=wake_only)
+    if not claimed:
+        return [], None, inbox
+    left = rest.count(where) if limit is not None else 0
+    return list(claimed), QueueClaimed(target=where, count=len(claimed), rest=left), rest
 
 
 def _without_transcript(session: Session) -> Session:

@@ -3,7 +3,8 @@
 A host embeds one owner per session. People and other agents call ``steer``, ``inject``,
 ``followup`` or ``prompt`` from any thread (or asyncio task: the calls never wait for a run). The
 owner appends each send to its store, folds it into the session value and, when the send asks to
-wake, asks the inbox ``wants_wake()``: if no run is going, it starts one on a worker thread. When a
+wake, asks the inbox ``worth_waking()`` (a waking message worth a model round is queued; a blank
+one never is, ruling 4): if no run is going, it starts one on a worker thread. When a
 run ends it asks again, so a steer that landed after the run's last claim still gets its run. It
 never starts two runs at once. A send that does not ask to wake (an injection) never starts a run,
 even when an older waking entry is still queued after a cancel (ruling 9).
@@ -51,10 +52,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Protocol
 
 from nous_inbox.events import Event, MessageSent, QueueClaimed, TurnEnded, Warned
-from nous_inbox.inbox import Inbox, Target, as_target
+from nous_inbox.inbox import Inbox, Target
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
-from nous_inbox.port import SendPresets, sent_event
+from nous_inbox.port import JournalPort, SendPresets, sent_event
 from nous_inbox.session import Session
 from nous_inbox.store import Store
 
@@ -72,28 +73,6 @@ class TurnRunner(Protocol):
         self, port: Any, *, reason: str = ..., cancel: threading.Event | None = ...
     ) -> Iterator[Event]:
         """Run one turn; see ``nous_inbox.runner.Runner.run_turn``."""
-
-
-class _Port:
-    """The owner seen from its runner: the folded session, an atomic claim, a durable record."""
-
-    def __init__(self, owner: Owner) -> None:
-        self._owner = owner
-
-    @property
-    def session(self) -> Session:
-        # The runner asks at a would-be final answer whether a steer is pending: a steer another
-        # process appended counts too, so read what the store has first.
-        return self._owner._fresh_session()
-
-    def claim(
-        self, target: Target, *, wake_only: bool = False
-    ) -> tuple[Sequence[Message], QueueClaimed | None]:
-        return self._owner._claim(target, wake_only=wake_only)
-
-    def record(self, event: Event) -> Event:
-        (stored,) = self._owner._append([event])
-        return stored
 
 
 class Owner(SendPresets):
@@ -127,12 +106,14 @@ class Owner(SendPresets):
         self._nudge = threading.Event()  # the store says the stream may have changed (or close)
         self._failure: BaseException | None = None
         self._prompted = False
-        self._port = _Port(self)
         # One owner per stream, across processes: without the lease, a second owner would end
         # the first one's open turn as "interrupted" and run beside it.
         self._lease = store.own(stream)
         try:
             self._journal = Journal(store, stream, on_events=self._folded)
+            # The runner reads and writes the session through the one port there is; the
+            # journal's claim is the one claim path (a steer another process appended joins it).
+            self._port = JournalPort(self._journal, self._lock)
             replayed = self._journal.session
             if replayed.running:
                 self._append([TurnEnded(turn=replayed.turn, steps=replayed.step,
@@ -285,32 +266,10 @@ class Owner(SendPresets):
         if any(type(e) is MessageSent and e.wakeup for e in events):
             self._maybe_wake()
 
-    def _fresh_session(self) -> Session:
-        with self._lock:
-            self._journal.catch_up()
-            return self._journal.session
-
     def _append(self, events: Sequence[Event]) -> list[Event]:
         with self._lock:
             stored, _ = self._journal.commit(lambda session: (events, None))
             return stored
-
-    def _claim(
-        self, target: Target, *, wake_only: bool = False
-    ) -> tuple[Sequence[Message], QueueClaimed | None]:
-        where = as_target(target)
-
-        def claim(session: Session) -> tuple[list[Event], Sequence[Message]]:
-            # Computed again if another writer appended first: the queue may have grown.
-            claimed, _ = session.inbox.claim(where, wake_only=wake_only)
-            return ([QueueClaimed(target=where, count=len(claimed))] if claimed else []), claimed
-
-        with self._lock:
-            self._journal.catch_up()  # a steer another process appended joins this claim
-            stored, claimed = self._journal.commit(claim)
-            if not stored:
-                return (), None
-            return list(claimed), stored[0]  # type: ignore[return-value]
 
     # -- waking ---------------------------------------------------------------------------------
 
@@ -318,8 +277,8 @@ class Owner(SendPresets):
         with self._lock:
             if self._worker is not None or self._closed.is_set():
                 return
-            if not self._journal.session.inbox.wants_wake():
-                return
+            if not self._journal.session.inbox.worth_waking():
+                return  # ruling 4: a blank waking message is claimed later, never run for
             # The first turn's cancel exists as soon as the run does, so a cancel() right after
             # the send that woke it is honoured before the turn starts.
             self._cancel = threading.Event()
@@ -353,7 +312,7 @@ class Owner(SendPresets):
                 self._stop_working()
 
     def _should_stop(self, cancel: threading.Event, took: bool | None) -> bool:
-        if self._closed.is_set() or not self._journal.session.inbox.wants_wake():
+        if self._closed.is_set() or not self._journal.session.inbox.worth_waking():
             return True
         if cancel.is_set():
             return True  # ruling 9: a cancelled run wakes nothing

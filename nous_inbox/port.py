@@ -1,16 +1,20 @@
 """The session port: what a runner needs from a session, and ``LocalSession``, the in-memory one.
 
 A run reads and writes its session through three members. ``session`` is the folded
-:class:`~nous_inbox.session.Session` (the runner reads it as a turn opens, for the turn number and
-transcript, and at a would-be final answer, for whether a waking message is pending).
-``claim(target, *, wake_only=False)`` drains one queue *and records the claim* in one atomic step
-(the claim is the transcript entry, ruling 6) and returns ``(messages, event)``: the messages in
-send order and the ``QueueClaimed`` it recorded, or ``((), None)`` when nothing was claimed (an
-empty claim records nothing). ``wake_only=True`` is the claim a run makes where it would otherwise
-stop: the core's ``Inbox.claim(target, wake_only=True)`` decides, on the session as it stands at
-that moment, whether a queued waking entry is worth a model round; if not, nothing is claimed. ``record(event)`` durably appends one event and returns it as recorded, ``seq`` and
-``at`` set. An owner implements these over its store; :class:`LocalSession` implements them over
-a list, for tests, examples and single-process hosts.
+:class:`~nous_inbox.session.Session`, which the runner reads once, as a turn opens, for the turn
+number and the transcript; it decides nothing else from it. ``claim(target, *, wake_only=False)``
+drains one queue *and records the claim* in one atomic step (the claim is the transcript entry,
+ruling 6) and returns ``(messages, event)``: the messages in send order and the ``QueueClaimed``
+it recorded, or ``((), None)`` when nothing was claimed (an empty claim records nothing). With
+``wake_only`` it claims only when a waking message worth a model round is queued: the question a
+run asks where it would otherwise stop (ruling 2), answered by the pure core
+(:meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`). ``record(event)`` durably appends one event
+and returns it as recorded, ``seq`` and ``at`` set.
+
+There is one implementation: :class:`JournalPort`, a :class:`~nous_inbox.journal.Journal` (one
+stream of a store) seen from a runner. The owner runs its turns through one; :class:`LocalSession`
+is one over a ``memory:`` store, with the send verbs added, for tests, examples and
+single-process hosts; the aimu adapter claims through the same journal method.
 
 >>> local = LocalSession()
 >>> local.inject("recall: the deploy is frozen").seq, local.steer("stop and summarize").seq
@@ -19,8 +23,6 @@ a list, for tests, examples and single-process hosts.
 >>> [m.content for m in messages], (event.count, event.seq)
 (['recall: the deploy is frozen', 'stop and summarize'], (2, 3))
 >>> local.claim("next_step")
-((), None)
->>> _ = local.inject("fyi"); local.claim("next_step", wake_only=True)   # an injection alone
 ((), None)
 >>> replay(local.events) == local.session
 True
@@ -39,14 +41,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol, runtime_checkable
 
-import msgspec
-
 from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target, as_message, as_target
+from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
+from nous_inbox.store.memory import MemoryStore
 
-__all__ = ["LocalSession", "SendPresets", "SessionPort", "check_port", "sent_event"]
+__all__ = [
+    "JournalPort", "LocalSession", "SendPresets", "SessionPort", "check_port", "sent_event",
+]
 
 _EVENT_TYPES: Final = frozenset(EVENT_TYPES)
 
@@ -63,7 +67,7 @@ class SessionPort(Protocol):
         self, target: Target, *, wake_only: bool = False
     ) -> tuple[Sequence[Message], QueueClaimed | None]:
         """Drain ``target`` and record the claim atomically; ``((), None)`` if nothing was
-        claimed. ``wake_only``: claim only if ``Inbox.claim(target, wake_only=True)`` would."""
+        claimed. ``wake_only``: claim only if a waking message worth a round is queued."""
 
     def record(self, event: Event) -> Event:
         """Durably append ``event``; return it as recorded (``seq`` and ``at`` set)."""
@@ -92,17 +96,7 @@ def check_port(port: object) -> None:
     >>> check_port(Drain())
     Traceback (most recent call last):
     ...
-    TypeError: Drain.claim() cannot be called the way the runner calls it: claim(target), with the queue to claim as one positional argument. Widen the signature in the class body: `def claim(self, target, *, wake_only=False)`.
-
-    A claim written before ``wake_only`` existed is refused too, with the same fix:
-
-    >>> class OldDrain(Drain):
-    ...     def claim(self, target):
-    ...         return (), None
-    >>> check_port(OldDrain())
-    Traceback (most recent call last):
-    ...
-    TypeError: OldDrain.claim(target) cannot take the keyword wake_only, which the runner passes where a run would otherwise stop (the core's Inbox.claim(target, wake_only=True) decides). Widen the signature in the class body: `def claim(self, target, *, wake_only=False)`.
+    TypeError: Drain.claim() cannot be called the way the runner calls it: claim(target, wake_only=True), with the queue to claim as one positional argument and wake_only as a keyword. Widen the signature in the class body: `def claim(self, target, *, wake_only=False)`.
     """
     cls = type(port).__name__
     for name in ("session", "claim", "record"):
@@ -124,27 +118,24 @@ def check_port(port: object) -> None:
             signature = inspect.signature(member)
         except (TypeError, ValueError):
             continue
-        arg = "target" if name == "claim" else "event"
-        what = "the queue to claim" if name == "claim" else "the event to record"
-        fix = "def claim(self, target, *, wake_only=False)" if name == "claim" else "def record(self, event)"
+        if name == "claim":
+            call, what, fix = (
+                "claim(target, wake_only=True)",
+                "the queue to claim as one positional argument and wake_only as a keyword",
+                "def claim(self, target, *, wake_only=False)",
+            )
+            kwargs = {"wake_only": True}
+        else:
+            call, what, fix = "record(event)", "the event to record as one positional argument", (
+                "def record(self, event)")
+            kwargs = {}
         try:
-            signature.bind(Target.NEXT_STEP)
+            signature.bind(Target.NEXT_STEP, **kwargs)
         except TypeError:
             raise TypeError(
                 f"{cls}.{name}{signature} cannot be called the way the runner calls it: "
-                f"{name}({arg}), with {what} as one positional argument. Widen the signature "
-                f"in the class body: `{fix}`."
+                f"{call}, with {what}. Widen the signature in the class body: `{fix}`."
             ) from None
-        if name == "claim":
-            try:
-                signature.bind(Target.NEXT_STEP, wake_only=True)
-            except TypeError:
-                raise TypeError(
-                    f"{cls}.claim{signature} cannot take the keyword wake_only, which the runner "
-                    "passes where a run would otherwise stop (the core's Inbox.claim(target, "
-                    "wake_only=True) decides). Widen the signature in the class body: "
-                    f"`{fix}`."
-                ) from None
 
 
 def sent_event(message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
@@ -184,56 +175,46 @@ class SendPresets(abc.ABC):
         return self.send(message, Target.NEXT_TURN, True)
 
 
-class LocalSession(SendPresets):
-    """An in-memory, thread-safe session port: the inbox and its event log in one process.
+class JournalPort:
+    """The session port over a :class:`~nous_inbox.journal.Journal`: the one port there is.
 
-    Sends (``steer``, ``inject``, ``followup``, ``send``) and the runner's claims and records all
-    append to one event list under one lock, and fold into ``session`` as they do; so
-    ``replay(local.events) == local.session`` at every moment. Give it earlier ``events`` to resume.
+    ``session`` reads what other writers appended first (a steer from another process is part of
+    the turn the runner opens); ``claim`` is the journal's one claim path; ``record`` appends one
+    event with the journal's expected version. ``lock`` serializes every use with its holder's
+    other uses of the journal (an owner passes its own; a journal is not locked by itself).
 
-    >>> local = LocalSession()
-    >>> _ = local.followup("later")
-    >>> LocalSession(local.events).session == local.session
-    True
+    >>> from nous_inbox.store import open_store
+    >>> port = JournalPort(Journal(open_store("memory:"), "s"))
+    >>> port.claim("next_step")
+    ((), None)
     """
 
-    def __init__(
-        self, events: Iterable[Event] = (), *, clock: Callable[[], float] = time.time
-    ) -> None:
-        self._lock = threading.Lock()
-        self._events: list[Event] = list(events)
-        self._session = replay(self._events)
-        self._clock = clock
+    __slots__ = ("_journal", "_lock")
+
+    def __init__(self, journal: Journal, lock: threading.RLock | None = None) -> None:
+        self._journal = journal
+        self._lock = threading.RLock() if lock is None else lock
+
+    @property
+    def journal(self) -> Journal:
+        """The journal this port reads and writes."""
+        return self._journal
 
     @property
     def session(self) -> Session:
-        """The session as the events so far fold it."""
-        return self._session
-
-    @property
-    def events(self) -> tuple[Event, ...]:
-        """Every event recorded, in order (a snapshot)."""
+        """The session with what other writers appended folded in."""
         with self._lock:
-            return tuple(self._events)
-
-    def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
-        """Queue ``message`` on ``target`` (the primitive); returns the recorded ``MessageSent``."""
-        sent = sent_event(message, target, wakeup)
-        with self._lock:
-            return self._append(sent)  # type: ignore[return-value]
+            self._journal.catch_up()
+            return self._journal.session
 
     def claim(
         self, target: Target | str, *, wake_only: bool = False
     ) -> tuple[Sequence[Message], QueueClaimed | None]:
         """Drain ``target`` and record the claim, atomically; ``((), None)`` if nothing was
-        claimed (``wake_only``: see :class:`SessionPort`)."""
-        where = as_target(target)
+        claimed. See :meth:`Journal.claim <nous_inbox.journal.Journal.claim>`."""
         with self._lock:
-            claimed, _ = self._session.inbox.claim(where, wake_only=wake_only)
-            if not claimed:
-                return (), None
-            event = self._append(QueueClaimed(target=where, count=len(claimed)))
-            return tuple(claimed), event  # type: ignore[return-value]
+            messages, event = self._journal.claim(target, wake_only=wake_only)
+            return (tuple(messages), event) if event is not None else ((), None)
 
     def record(self, event: Event) -> Event:
         """Append ``event``, numbered and timed; returns it as recorded.
@@ -244,14 +225,49 @@ class LocalSession(SendPresets):
         if type(event) not in _EVENT_TYPES and not isinstance(event, EVENT_TYPES):
             raise TypeError(f"record needs an event, got {type(event).__name__}")
         with self._lock:
-            return self._append(event)
+            (stored,), _ = self._journal.commit(lambda session: ([event], None))
+            return stored
 
-    def _append(self, event: Event) -> Event:
-        stamped = msgspec.structs.replace(event, seq=self._session.version + 1, at=self._clock())
-        self._session = self._session.apply(stamped)
-        self._events.append(stamped)
-        return stamped
+
+class LocalSession(JournalPort, SendPresets):
+    """An in-memory, thread-safe session: a :class:`JournalPort` over a ``memory:`` store, with
+    the send verbs.
+
+    Sends (``steer``, ``inject``, ``followup``, ``send``) and the runner's claims and records all
+    append to one log under one lock, and fold into ``session`` as they do; so
+    ``replay(local.events) == local.session`` at every moment. Give it earlier ``events`` to
+    resume; ``clock`` times the events it records.
+
+    >>> local = LocalSession()
+    >>> _ = local.followup("later")
+    >>> LocalSession(local.events).session == local.session
+    True
+    """
+
+    def __init__(
+        self, events: Iterable[Event] = (), *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._store = MemoryStore()
+        earlier = list(events)
+        replay(earlier)  # refuse a log that does not fold before keeping any of it
+        if earlier:
+            self._store.append(_STREAM, earlier)
+        super().__init__(Journal(self._store, _STREAM, clock=clock))
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """Every event recorded, in order (a snapshot)."""
+        with self._lock:
+            return tuple(self._store.read(_STREAM))
+
+    def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
+        """Queue ``message`` on ``target`` (the primitive); returns the recorded ``MessageSent``."""
+        stored = self.record(sent_event(message, target, wakeup))
+        return stored  # type: ignore[return-value]
 
     def __repr__(self) -> str:
-        s = self._session
+        s = self._journal.session
         return f"LocalSession(events={s.version}, turn={s.turn}, inbox={s.inbox!r})"
+
+
+_STREAM: Final = "local"

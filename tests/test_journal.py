@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from nous_inbox import ConcurrencyError, Message, MessageSent, QueueClaimed, Session, replay
+from nous_inbox import (
+    ConcurrencyError,
+    Message,
+    MessageSent,
+    QueueClaimed,
+    ReplayError,
+    Session,
+    replay,
+)
 from nous_inbox.journal import ATTEMPTS, Journal
 from nous_inbox.store import StoreLockedError, open_store
 
@@ -111,3 +119,37 @@ def test_a_journal_without_a_transcript_keeps_only_the_queues() -> None:
     journal.commit(claim_all)
     assert list(journal.session.transcript) == []
     assert journal.session.inbox == replay(store.read("s")).inbox
+
+
+def test_an_event_that_does_not_fold_is_refused_before_anything_is_written() -> None:
+    store = open_store("memory:")
+    journal = Journal(store, "s")
+    with pytest.raises(ReplayError):
+        journal.commit(lambda s: ([QueueClaimed(target="next_step", count=3)], None))
+    assert store.version("s") == 0 and journal.session.version == 0
+
+
+def test_every_claim_goes_through_one_path_and_records_what_stayed_behind() -> None:
+    store = open_store("memory:")
+    journal = Journal(store, "s")
+    for text in ("a", "b", "c"):
+        journal.commit(lambda s, t=text: ([MessageSent(target="next_turn", wakeup=True,
+                                                       message=Message.user(t))], None))
+    messages, event = journal.claim("next_turn", limit=2)
+    assert [m.content for m in messages] == ["a", "b"]
+    assert event is not None and (event.count, event.rest) == (2, 1)
+    assert journal.claim("next_step") == ([], None)
+    assert replay(store.read("s")) == journal.session
+
+
+def test_a_wake_only_claim_takes_nothing_unless_a_waking_message_worth_a_round_is_queued() -> None:
+    journal = Journal(open_store("memory:"), "s")
+    journal.commit(lambda s: ([MessageSent(target="next_step", wakeup=False,
+                                           message=Message.user("fyi"))], None))
+    journal.commit(lambda s: ([MessageSent(target="next_step", wakeup=True,
+                                           message=Message.user("  "))], None))
+    assert journal.claim("next_step", wake_only=True) == ([], None)
+    journal.commit(lambda s: ([MessageSent(target="next_step", wakeup=True,
+                                           message=Message.user("stop"))], None))
+    messages, _ = journal.claim("next_step", wake_only=True)
+    assert [m.content for m in messages] == ["fyi", "  ", "stop"]

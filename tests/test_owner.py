@@ -206,6 +206,50 @@ def test_a_steer_that_lands_after_the_last_claim_still_gets_its_run() -> None:
         assert not owner.inbox.has_pending()
 
 
+# -- ruling 4: a blank message is never worth a model round --------------------------------------
+
+
+@pytest.mark.parametrize("send", ["steer", "followup", "prompt"])
+def test_a_blank_waking_message_sent_to_an_idle_owner_starts_no_run(send: str) -> None:
+    model = ScriptedModel()
+    with make_owner(model) as owner:
+        getattr(owner, send)("   \n")
+        assert owner.wait_idle(WAIT)
+        assert model.requests == []  # the model is never asked with ['   \n']
+        assert kinds(owner) == ["MessageSent"]
+        assert owner.inbox.count() == 1  # still queued: nothing is lost
+
+
+def test_a_blank_message_is_claimed_with_the_next_request_something_else_causes() -> None:
+    model = ScriptedModel()
+    with make_owner(model) as owner:
+        owner.steer(" ")
+        owner.steer("summarize")
+        assert owner.wait_idle(WAIT)
+        assert model.contents(0) == [" ", "summarize"]
+        assert not owner.inbox.has_pending()
+        assert replay(owner.events()) == owner.session
+
+
+def test_a_blank_steer_that_lands_after_the_last_claim_opens_no_new_turn() -> None:
+    model = ScriptedModel()
+    holder: dict[str, Owner] = {}
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, TurnEnded) and event.turn == 1:
+            holder["owner"].steer("\t ")
+
+    owner = make_owner(model, listen=on_event)
+    holder["owner"] = owner
+    with owner:
+        owner.prompt("go")
+        assert owner.wait_idle(WAIT)
+        assert [e.turn for e in owner.events() if isinstance(e, TurnStarted)] == [1]
+        assert len(model.requests) == 1
+        assert owner.inbox.count("next_step") == 1  # waits for the next request, not lost
+        assert replay(owner.events()) == owner.session
+
+
 def test_cancelling_a_run_wakes_nothing_and_queued_messages_stay() -> None:
     model = ScriptedModel(tool_steps=3)
 

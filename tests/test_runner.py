@@ -437,7 +437,9 @@ class ZeroArgClaim(NoClaim):
         return (), None
 
 
-class ClaimWithoutWakeOnly(NoClaim):
+class TargetOnlyClaim(NoClaim):
+    """A port written before claims learned ``wake_only``: refused, with the fix."""
+
     def claim(self, target: Target) -> Any:
         return (), None
 
@@ -463,8 +465,8 @@ class RecordTwoArgs:
         (NoClaim(), ["NoClaim has no 'claim'", "SessionPort"]),
         (ZeroArgClaim(), ["ZeroArgClaim.claim()", "one positional argument",
                           "`def claim(self, target, *, wake_only=False)`"]),
-        (ClaimWithoutWakeOnly(), ["ClaimWithoutWakeOnly.claim(target", "wake_only",
-                                  "`def claim(self, target, *, wake_only=False)`"]),
+        (TargetOnlyClaim(), ["TargetOnlyClaim.claim(target", "wake_only as a keyword",
+                             "`def claim(self, target, *, wake_only=False)`"]),
         (SessionMethod(), ["SessionMethod.session is a method", "@property"]),
         (RecordTwoArgs(), ["RecordTwoArgs.record(event", "where", "`def record(self, event)`"]),
     ],

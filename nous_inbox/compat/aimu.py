@@ -87,9 +87,9 @@ from typing import Final, Protocol, TypeVar
 
 import msgspec
 
-from nous_inbox.events import Event, MessageSent, QueueClaimed
+from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Entry, Inbox, Target
-from nous_inbox.journal import Journal, Log
+from nous_inbox.journal import Journal, Log, claim_event
 from nous_inbox.message import Message
 from nous_inbox.session import Session
 
@@ -198,22 +198,20 @@ def _claim_for_run(
 ) -> tuple[Inbox, list[Event], tuple[list[Message], list[Message]]]:
     """One address's share of a drain: the followups owed to the run (``owed_turn``: the
     ``next_turn`` entries queued when it opened; ``None`` once its first drain is done), then
-    everything on ``next_step``. Returns the new value, the events recording it, the messages."""
-    now = time.time()
+    everything on ``next_step``, in one append. Returns the new value, the events recording it,
+    the messages. Each claim is built by the one claim path, :func:`~nous_inbox.journal.claim_event`.
+    """
     events: list[Event] = []
     turn: list[Message] = []
     if owed_turn and box.has_pending(_TURN):
-        turn, late = _split_owed(box.entries(_TURN), owed_turn)
-        if turn:
+        owed, _ = _split_owed(box.entries(_TURN), owed_turn)
+        if owed:
             # The owed entries are the oldest (claims take the oldest; sends join the end), so a
             # claim of that many leaves the late ones queued, for the next run, untouched.
-            claimed, box = box.claim(_TURN, limit=len(turn))
-            events.append(QueueClaimed(target=_TURN, count=len(claimed), rest=len(late), at=now))
-    step: list[Message] = []
-    if box.has_pending(_STEP):
-        claimed, box = box.claim(_STEP)
-        events.append(QueueClaimed(target=_STEP, count=len(claimed), at=now))
-        step = list(claimed)
+            turn, event, box = claim_event(box, _TURN, limit=len(owed))
+            events.extend([event] if event is not None else [])
+    step, event, box = claim_event(box, _STEP)
+    events.extend([event] if event is not None else [])
     return box, events, (turn, step)
 
 
