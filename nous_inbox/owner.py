@@ -182,7 +182,9 @@ class Owner(SendPresets):
         """
         event = sent_event(message, target, wakeup)
         self._check_open()
-        (stored,) = self._append([event])  # a waking send wakes as it is folded in
+        # A group commit: concurrent sends share one transaction (see JournalPort.append); it
+        # returns once that has committed. A waking send wakes as its batch is folded in.
+        stored = self._port.append(event)
         return stored  # type: ignore[return-value]
 
     def prompt(self, text: Message | str) -> MessageSent:

@@ -175,6 +175,18 @@ class SendPresets(abc.ABC):
         return self.send(message, Target.NEXT_TURN, True)
 
 
+class _Pending:
+    """One event waiting for a group commit, and how it ended: stored, or the error to raise."""
+
+    __slots__ = ("done", "error", "event", "stored")
+
+    def __init__(self, event: Event) -> None:
+        self.event = event
+        self.done = False
+        self.stored: Event | None = None
+        self.error: BaseException | None = None
+
+
 class JournalPort:
     """The session port over a :class:`~nous_inbox.journal.Journal`: the one port there is.
 
@@ -183,17 +195,30 @@ class JournalPort:
     event with the journal's expected version. ``lock`` serializes every use with its holder's
     other uses of the journal (an owner passes its own; a journal is not locked by itself).
 
+    ``append`` is the hosts' write (every send goes through it): a **group commit**. Senders on
+    many threads that arrive while a transaction is being committed queue up; the first of them
+    to get the lock next (the leader) appends everything queued in one atomic append, one
+    transaction of the store, and hands each follower its stored event. No call returns before
+    the transaction holding its event committed, so acknowledged still means durable, and each
+    sender's events keep their order (a sender waits for one before it sends the next). A batch
+    the store refuses is tried again one event at a time, so one bad event fails only its own
+    sender.
+
     >>> from nous_inbox.store import open_store
     >>> port = JournalPort(Journal(open_store("memory:"), "s"))
     >>> port.claim("next_step")
     ((), None)
+    >>> port.append(sent_event("go", "next_step", True)).seq
+    1
     """
 
-    __slots__ = ("_journal", "_lock")
+    __slots__ = ("_journal", "_lock", "_pending", "_queue_lock")
 
     def __init__(self, journal: Journal, lock: threading.RLock | None = None) -> None:
         self._journal = journal
         self._lock = threading.RLock() if lock is None else lock
+        self._queue_lock = threading.Lock()  # held only to swap the queue, never across I/O
+        self._pending: list[_Pending] = []
 
     @property
     def journal(self) -> Journal:
@@ -222,11 +247,67 @@ class JournalPort:
         An event that does not fold (a claim count the inbox cannot meet) raises ``ReplayError``
         and nothing changes.
         """
-        if type(event) not in _EVENT_TYPES and not isinstance(event, EVENT_TYPES):
-            raise TypeError(f"record needs an event, got {type(event).__name__}")
+        _check_event(event)
         with self._lock:
             (stored,), _ = self._journal.commit(lambda session: ([event], None))
             return stored
+
+    def append(self, event: Event) -> Event:
+        """Append ``event`` in a group commit with whatever other threads are appending; return
+        it as stored, once the transaction holding it has committed (see the class notes)."""
+        _check_event(event)
+        mine = _Pending(event)
+        with self._queue_lock:
+            self._pending.append(mine)
+        with self._lock:
+            # Whoever held the lock before may have committed ours with its batch; if not, we
+            # lead: everything queued so far goes in one append.
+            if not mine.done:
+                with self._queue_lock:
+                    batch, self._pending = self._pending, []
+                self._commit_batch(batch)
+        if mine.error is not None:
+            raise mine.error
+        assert mine.stored is not None
+        return mine.stored
+
+    def _commit_batch(self, batch: list[_Pending]) -> None:
+        """Commit ``batch`` in one append (called with the lock); mark each done either way."""
+        try:
+            try:
+                events = [pending.event for pending in batch]
+                stored, _ = self._journal.commit(lambda session: (events, None))
+            except Exception as exc:
+                if len(batch) == 1:
+                    batch[0].error = exc
+                    return
+                # One event may be what the store refused: each on its own, so only its sender
+                # hears of it (the failed append wrote nothing).
+                for pending in batch:
+                    try:
+                        (pending.stored,), _ = self._journal.commit(_just(pending.event))
+                    except Exception as single:
+                        pending.error = single
+                return
+            for pending, event in zip(batch, stored, strict=True):
+                pending.stored = event
+        except BaseException as exc:  # an interrupt in the leader: no follower waits forever
+            for pending in batch:
+                if pending.stored is None and pending.error is None:
+                    pending.error = exc
+            raise
+        finally:
+            for pending in batch:
+                pending.done = True
+
+
+def _just(event: Event) -> Callable[[Session], tuple[list[Event], None]]:
+    return lambda session: ([event], None)
+
+
+def _check_event(event: object) -> None:
+    if type(event) not in _EVENT_TYPES and not isinstance(event, EVENT_TYPES):
+        raise TypeError(f"record needs an event, got {type(event).__name__}")
 
 
 class LocalSession(JournalPort, SendPresets):
@@ -262,7 +343,7 @@ class LocalSession(JournalPort, SendPresets):
 
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
         """Queue ``message`` on ``target`` (the primitive); returns the recorded ``MessageSent``."""
-        stored = self.record(sent_event(message, target, wakeup))
+        stored = self.append(sent_event(message, target, wakeup))
         return stored  # type: ignore[return-value]
 
     def __repr__(self) -> str:
