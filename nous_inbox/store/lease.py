@@ -44,24 +44,24 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
+import attrs
+
 from nous_inbox.errors import StoreError, StreamOwnedError
 from nous_inbox.store._safety import open_lock_file, open_private_directory
 
 __all__ = ["Leases", "OwnerLease", "owned_error"]
 
 
+@attrs.define(eq=False, repr=False)  # a lease is itself: two held leases are never "equal"
 class OwnerLease:
     """The right to own one stream, until :meth:`release` (or the end of a ``with`` block).
 
     ``release`` is idempotent and thread-safe; closing the store releases its leases too.
     """
 
-    __slots__ = ("_lock", "_release", "stream")
-
-    def __init__(self, stream: str, release: Callable[[], None]) -> None:
-        self.stream = stream
-        self._release: Callable[[], None] | None = release
-        self._lock = threading.Lock()
+    stream: str
+    _release: Callable[[], None] | None
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
     @property
     def released(self) -> bool:
@@ -96,6 +96,7 @@ def owned_error(stream: str, url: str, pid: int | None) -> StreamOwnedError:
     )
 
 
+@attrs.define(eq=False, repr=False)
 class Leases:
     """The owner leases one store holds.
 
@@ -104,12 +105,11 @@ class Leases:
     store can see). ``close`` releases every lease still held.
     """
 
-    def __init__(self, url: str, directory: str | None) -> None:
-        self._url = url
-        self._directory = directory
-        self._lock = threading.Lock()
-        self._held: dict[str, OwnerLease] = {}
-        self._closed = False
+    _url: str
+    _directory: str | None
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _held: dict[str, OwnerLease] = attrs.field(factory=dict, init=False)
+    _closed: bool = attrs.field(default=False, init=False)
 
     def own(self, stream: str) -> OwnerLease:
         """Take ``stream``'s lease or raise ``StreamOwnedError``; see :class:`OwnerLease`.
