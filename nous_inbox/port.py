@@ -38,15 +38,15 @@ import abc
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Protocol, runtime_checkable
 
+from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target, as_message, as_target
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
-from nous_inbox.store.memory import MemoryStore
 
 __all__ = [
     "JournalPort", "LocalSession", "SendPresets", "SessionPort", "check_port", "sent_event",
@@ -328,18 +328,14 @@ class LocalSession(JournalPort, SendPresets):
     def __init__(
         self, events: Iterable[Event] = (), *, clock: Callable[[], float] = time.time
     ) -> None:
-        self._store = MemoryStore()
-        earlier = list(events)
-        replay(earlier)  # refuse a log that does not fold before keeping any of it
-        if earlier:
-            self._store.append(_STREAM, earlier)
-        super().__init__(Journal(self._store, _STREAM, clock=clock))
+        self._log = _EventList(events)
+        super().__init__(Journal(self._log, _STREAM, clock=clock))
 
     @property
     def events(self) -> tuple[Event, ...]:
         """Every event recorded, in order (a snapshot)."""
         with self._lock:
-            return tuple(self._store.read(_STREAM))
+            return tuple(self._log.events)
 
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
         """Queue ``message`` on ``target`` (the primitive); returns the recorded ``MessageSent``."""
@@ -352,3 +348,35 @@ class LocalSession(JournalPort, SendPresets):
 
 
 _STREAM: Final = "local"
+
+
+class _EventList:
+    """A LocalSession's log: a list in memory, the smallest :class:`~nous_inbox.journal.Log`.
+
+    Not a ``memory:`` store on purpose: the journal numbers, times and folds every event before
+    it arrives here (an event replay would refuse is never kept), and a store's proof that each
+    event reads back from its wire format would cost a local session four times its append for
+    a log that is never written anywhere.
+    """
+
+    __slots__ = ("events",)
+
+    def __init__(self, events: Iterable[Event]) -> None:
+        self.events = list(events)
+        replay(self.events)  # refuse a log that does not fold before keeping any of it
+
+    def append(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None
+    ) -> Sequence[Event]:
+        if expected_version is not None and expected_version != len(self.events):
+            raise ConcurrencyError(  # one journal, one lock: a second writer is a bug
+                f"stream {stream!r} is at version {len(self.events)}, not {expected_version}"
+            )
+        self.events.extend(events)
+        return events
+
+    def read(self, stream: str, after: int = 0) -> Iterator[Event]:
+        return iter(self.events[max(after, 0):])
+
+    def version(self, stream: str) -> int:
+        return len(self.events)

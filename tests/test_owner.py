@@ -84,6 +84,14 @@ def make_owner(
     return owner
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A durable store nothing has used: the embedded SQLite default, then PostgreSQL."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return f"sqlite:{tmp_path / 'inbox.sqlite'}"
+
+
 def kinds(owner: Owner) -> list[str]:
     return [type(e).__name__ for e in owner.events()]
 
@@ -359,9 +367,9 @@ def test_live_state_equals_the_replayed_log() -> None:
 
 
 def test_an_owner_opened_on_an_existing_store_resumes_with_the_same_inbox_and_transcript(
-    tmp_path: Path,
+    durable_url: str,
 ) -> None:
-    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    url = durable_url
     with make_owner(ScriptedModel(), store_url=url) as first:
         first.prompt("go")
         assert first.wait_idle(WAIT)
@@ -372,8 +380,8 @@ def test_an_owner_opened_on_an_existing_store_resumes_with_the_same_inbox_and_tr
         assert second.inbox.count("next_step") == 1
 
 
-def test_a_turn_cut_off_by_a_crash_is_closed_as_an_error_on_resume(tmp_path: Path) -> None:
-    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+def test_a_turn_cut_off_by_a_crash_is_closed_as_an_error_on_resume(durable_url: str) -> None:
+    url = durable_url
     store = open_store(url)
     store.append("s", [MessageSent(target="next_step", wakeup=True, message=Message.user("go")),
                        TurnStarted(turn=1), QueueClaimed(target="next_turn", count=0)][:2])
@@ -388,8 +396,8 @@ def test_a_turn_cut_off_by_a_crash_is_closed_as_an_error_on_resume(tmp_path: Pat
         assert model.contents(0) == ["go", "again"]
 
 
-def test_a_steer_from_another_process_reaches_the_run_at_its_next_step(tmp_path: Path) -> None:
-    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+def test_a_steer_from_another_process_reaches_the_run_at_its_next_step(durable_url: str) -> None:
+    url = durable_url
     model = ScriptedModel(tool_steps=2)
 
     def during(owner: Owner, n: int) -> None:
@@ -406,8 +414,8 @@ def test_a_steer_from_another_process_reaches_the_run_at_its_next_step(tmp_path:
         assert owner.session == replay(owner.events())
 
 
-def test_an_idle_owner_wakes_for_a_steer_another_process_appended(tmp_path: Path) -> None:
-    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+def test_an_idle_owner_wakes_for_a_steer_another_process_appended(durable_url: str) -> None:
+    url = durable_url
     model = ScriptedModel()
     answered = threading.Event()
 
@@ -606,10 +614,10 @@ def test_a_steer_another_process_appended_during_the_final_request_extends_the_r
         assert model.contents(1)[-1] == "one more thing"
 
 
-def test_a_session_has_one_owner_at_a_time_even_across_processes(tmp_path: Path) -> None:
+def test_a_session_has_one_owner_at_a_time_even_across_processes(durable_url: str) -> None:
     from nous_inbox import StreamOwnedError
 
-    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    url = durable_url
     with make_owner(ScriptedModel(), store_url=url) as first:
         first.steer("go")
         assert first.wait_idle(WAIT)
