@@ -15,6 +15,7 @@ True
 
 from importlib import metadata as _metadata
 
+from nous_inbox.async_owner import AsyncOwner
 from nous_inbox.errors import (
     ConcurrencyError,
     DecodeError,
@@ -80,6 +81,7 @@ except _metadata.PackageNotFoundError:  # a bare checkout on sys.path, never ins
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AsyncOwner",
     "Claimed",
     "ConcurrencyError",
     "DecodeError",

@@ -162,12 +162,6 @@ _ABANDONED: Final = object()
 # -- the port's claim side, guarded (ruling 7) ----------------------------------------------------
 
 
-def _step_wants_wake(session: Session) -> bool:
-    # Whether an entry on next_step asked for a wake, in O(1) through the public API: draining
-    # next_turn leaves exactly the next_step wake count behind.
-    return session.inbox.claim(Target.NEXT_TURN)[1].wants_wake()
-
-
 class _Claims:
     """The port's claim, guarded: a claim that raises or answers in the wrong shape is logged,
     recorded as ``Warned``, and not asked again for the rest of the turn."""
@@ -185,15 +179,9 @@ class _Claims:
             return [], Drained(command.target)
         target, port = command.target, self.port
         try:
-            if command.wake_only:
-                session = port.session
-                if not isinstance(session, Session):
-                    return self._fail(
-                        command, f"session is a {type(session).__name__}, not a Session"
-                    )
-                if not _step_wants_wake(session):
-                    return [], Drained(target)
-            result = port.claim(target)
+            # Whether a waking message extends the run is the core's decision, made inside the
+            # port's atomic claim: the runner only says which claim the loop asked for.
+            result = port.claim(target, wake_only=True) if command.wake_only else port.claim(target)
         except Exception as exc:
             logger.warning("message source %s failed", type(port).__name__, exc_info=True)
             return self._fail(command, f"claim({target}) raised {type(exc).__name__}: {exc}")
@@ -204,6 +192,7 @@ class _Claims:
         return ([claimed] if claimed is not None else []), Drained(target, messages)
 
     def _fail(self, command: Claim, problem: str) -> tuple[list[Event], Drained]:
+        """Stop asking, and say so: a log line and a recorded ``Warned``."""
         self.failed = True
         text = (f"message source failed: {type(self.port).__name__}.{problem}; the run goes on "
                 "without it for this turn")

@@ -296,11 +296,40 @@ def test_after_a_degenerate_reply_with_nothing_pending_the_loop_nudges(mode: str
 def test_whitespace_only_content_is_not_worth_a_round(mode: str) -> None:
     local = LocalSession()
     local.followup("go")
-    model = Script(then(lambda: local.steer("  \n "), FINAL))
+    model = Script(then(lambda: local.steer("  \n "), FINAL), FINAL)
     events = run(mode, local, model)
-    assert ended(events).steps == 1
-    assert not local.session.inbox.has_pending()  # claimed, so not left to wake a turn
-    assert local.session.transcript[-1].content == "  \n "
+    assert ended(events).steps == 1  # a blank steer does not extend the run...
+    assert local.session.inbox.count("next_step") == 1  # ...it stays queued, never lost...
+    assert not local.session.inbox.worth_waking()  # ...and wakes no turn of its own
+    local.followup("next")
+    run(mode, local, model)  # it rides along with the next request something else causes
+    assert model.contents(1)[-2:] == ["next", "  \n "]
+    assert not local.session.inbox.has_pending()
+
+
+class CountingReads(LocalSession):
+    """A port that counts how often the runner reads its session."""
+
+    reads = 0
+
+    @property
+    def session(self) -> Session:
+        self.reads += 1
+        return super().session
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_runner_reads_the_session_once_as_the_turn_opens_and_decides_nothing_from_it(
+    mode: str,
+) -> None:
+    port = CountingReads()
+    port.followup("go")
+    model = Script(then(lambda: port.steer("also this"), FINAL), calls("work"), FINAL)
+    before = port.reads
+    events = run(mode, port, model, [tool(name="work")(lambda: "ok")])
+    assert port.reads - before == 3  # run() reads it twice itself, the runner once
+    assert ended(events).steps == 3  # the steer at the final answer extended the run
+    assert model.contents(1)[-1] == "also this"
 
 
 @pytest.mark.parametrize("mode", MODES)

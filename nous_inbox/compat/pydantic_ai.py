@@ -1,0 +1,439 @@
+"""pydantic-ai adapter: a real pydantic-ai ``Agent`` whose runs read a durable inbox.
+
+The idea: pydantic-ai already knows where a run's step boundaries are (its capability hooks); this
+module puts the inbox behind them and records everything in the session's store, so a message
+sent from another process (``nous-inbox steer --store URL S "text"``) reaches a running agent at
+its next model request, survives a crash, and a replay of the log gives back the transcript the
+model was shown. :class:`AgentRunner` is a turn runner for an :class:`~nous_inbox.owner.Owner`
+or :class:`~nous_inbox.async_owner.AsyncOwner`; each turn is one pydantic-ai run.
+
+>>> import asyncio
+>>> from pydantic_ai import Agent
+>>> from pydantic_ai.messages import ModelResponse, TextPart
+>>> from pydantic_ai.models.function import FunctionModel
+>>> from nous_inbox.port import LocalSession
+>>> def reply(messages, info):
+...     return ModelResponse(parts=[TextPart(f"heard {len(messages)} message(s)")])
+>>> local = LocalSession()
+>>> _ = local.followup("hello")
+>>> async def turn():
+...     return [type(e).__name__ async for e in AgentRunner(Agent(FunctionModel(reply))).arun_turn(local)]
+>>> asyncio.run(turn())  # doctest: +NORMALIZE_WHITESPACE
+['TurnStarted', 'QueueClaimed', 'StepStarted', 'ModelRequested', 'ModelReplied', 'StepEnded',
+ 'TurnEnded']
+>>> [m.content for m in local.session.transcript]
+['hello', 'heard 1 message(s)']
+
+Where the inbox joins a run (the rulings of ``DESIGN.md``, through pydantic-ai's own hooks):
+
+- A turn opens: ``next_turn`` is claimed (followups, prompts), then ``next_step`` as the first
+  step boundary; together they are the run's opening request (pydantic-ai needs a request to
+  start from), after the earlier transcript as ``message_history``.
+- Every later step boundary, in ``before_model_request``: ``next_step`` is claimed and the claimed
+  messages join that very request as user parts (through ``RunContext.enqueue``), after the tool
+  results it carries, so a steer sent during a tool call lands after that tool's result.
+- A would-be final answer, in ``after_node_run`` when the result is ``End``: a pending *waking*
+  message (a steer, not whitespace) is claimed and extends the run by one request (ruling 2);
+  an injection alone does not, it waits for the next request something else causes.
+- Cancelling ends the run at its next node boundary, recorded as ``"cancelled"`` (ruling 9).
+
+What is recorded: ``TurnStarted``; the claims (``QueueClaimed``: the claim *is* the transcript
+entry, ruling 6); per request ``StepStarted``, ``ModelRequested``, ``ModelReplied`` (the response as
+an assistant ``Message``) and a ``ToolCalled`` per tool call, all before the tools run; each tool
+result or retry prompt the model is then shown as ``ToolReturned`` (a retry prompt not tied to a
+tool, as ``Nudged``); ``StepEnded`` and ``TurnEnded``. Design choice: tool results are recorded
+from the request that carries them, in pydantic-ai's own rendering, rather than from the tool's
+raw return value, because the promise is the transcript *the model saw*. Not recorded: the
+agent's instructions and system prompts (configuration, not conversation), and content a host
+adds through pydantic-ai's own ``enqueue`` (send it through the inbox to have it kept).
+
+Store I/O never runs on the event loop: every port call goes through ``asyncio.to_thread``
+(``offload=False`` calls the port inline, for an in-memory port where a thread hop costs more than
+the call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+try:
+    from pydantic_ai import Agent
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.exceptions import UsageLimitExceeded
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelRequest,
+        ModelRequestPart,
+        ModelResponse,
+        RetryPromptPart,
+        SystemPromptPart,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+    from pydantic_graph import End
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "nous_inbox.compat.pydantic_ai needs pydantic-ai: pip install 'nous-inbox[pydantic-ai]'"
+    ) from exc
+
+from nous_inbox.events import (
+    Event,
+    ModelReplied,
+    ModelRequested,
+    Nudged,
+    StepEnded,
+    StepStarted,
+    ToolCalled,
+    ToolReturned,
+    TurnEnded,
+    TurnEndReason,
+    TurnStarted,
+)
+from nous_inbox.inbox import Target
+from nous_inbox.message import Message, ToolCall
+from nous_inbox.port import SessionPort, check_port
+
+__all__ = ["AgentRunner", "from_model_response", "to_model_messages"]
+
+logger: Final = logging.getLogger("nous_inbox.compat.pydantic_ai")
+
+_T = TypeVar("_T")
+_DONE: Final = object()
+
+
+# -- one transcript, two spellings ------------------------------------------------------------------
+
+
+def to_model_messages(transcript: Iterable[Message]) -> list[ModelMessage]:
+    """Our transcript as pydantic-ai's message history: what a new run continues from.
+
+    Consecutive user, system and tool entries make one ``ModelRequest`` (as pydantic-ai builds
+    them: tool results, then what joined them); an assistant entry is one ``ModelResponse``.
+
+    >>> from nous_inbox.message import ToolCall
+    >>> history = to_model_messages([
+    ...     Message.user("list files"),
+    ...     Message.assistant(tool_calls=[ToolCall("c1", "ls", {})]),
+    ...     Message.tool("a.txt", "c1", name="ls"),
+    ...     Message.user("only text files"),
+    ... ])
+    >>> [(type(m).__name__, [p.part_kind for p in m.parts]) for m in history]
+    [('ModelRequest', ['user-prompt']), ('ModelResponse', ['tool-call']), ('ModelRequest', ['tool-return', 'user-prompt'])]
+    """
+    history: list[ModelMessage] = []
+    parts: list[ModelRequestPart] = []
+    for message in transcript:
+        if message.role == "assistant":
+            if parts:
+                history.append(ModelRequest(parts=parts))
+                parts = []
+            history.append(_as_response(message))
+        else:
+            parts.append(_as_request_part(message))
+    if parts:
+        history.append(ModelRequest(parts=parts))
+    return history
+
+
+def _as_request_part(message: Message) -> ModelRequestPart:
+    if message.role == "system":
+        return SystemPromptPart(content=message.content)
+    if message.role == "tool":
+        return ToolReturnPart(
+            tool_name=message.name or "", content=message.content,
+            tool_call_id=message.tool_call_id or "",
+        )
+    return UserPromptPart(content=message.content)
+
+
+def _as_response(message: Message) -> ModelResponse:
+    parts: list[Any] = [TextPart(content=message.content)] if message.content else []
+    parts.extend(
+        ToolCallPart(tool_name=call.name, args=dict(call.arguments), tool_call_id=call.id)
+        for call in message.tool_calls
+    )
+    return ModelResponse(parts=parts)
+
+
+def from_model_response(response: ModelResponse) -> Message:
+    """A pydantic-ai response as the assistant ``Message`` the transcript keeps.
+
+    Text parts are joined; each tool call keeps its id, name and arguments. Other parts (thinking,
+    files, native tool calls) are not part of what a later request shows the model as text.
+
+    >>> from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    >>> from_model_response(ModelResponse(parts=[TextPart("looking"), ToolCallPart("ls", {"d": "."}, "c1")]))
+    Message(role='assistant', content='looking', tool_calls=(ToolCall(id='c1', name='ls', arguments={'d': '.'}),))
+    """
+    text = "".join(p.content for p in response.parts if isinstance(p, TextPart))
+    calls = [
+        ToolCall(p.tool_call_id, p.tool_name, p.args_as_dict())
+        for p in response.parts
+        if isinstance(p, ToolCallPart)
+    ]
+    return Message.assistant(text, calls)
+
+
+def _shown_part(part: ModelRequestPart, turn: int, step: int) -> Event | None:
+    """The event recording a part pydantic-ai put in a request itself (a tool result, a retry)."""
+    if isinstance(part, ToolReturnPart):
+        message = Message.tool(part.model_response_str(), part.tool_call_id, name=part.tool_name)
+        return ToolReturned(turn=turn, step=step, message=message)
+    if isinstance(part, RetryPromptPart):
+        text = part.model_response()
+        if part.tool_name is not None:
+            message = Message.tool(text, part.tool_call_id, name=part.tool_name,
+                                   metadata={"error": "retry"})
+            return ToolReturned(turn=turn, step=step, message=message)
+        return Nudged(turn=turn, step=step, message=Message.user(text))
+    return None
+
+
+def _parts(messages: Sequence[Message]) -> list[ModelRequestPart]:
+    return [_as_request_part(m) for m in messages]
+
+
+# -- the hooks ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _InboxHooks(AbstractCapability[Any]):
+    """One turn's bridge between a pydantic-ai run and a session port.
+
+    Built per turn by :class:`AgentRunner` (it holds the turn's counters). The port's methods do
+    store I/O, so each hook makes all its port calls in one trip through ``call``.
+    """
+
+    port: SessionPort
+    call: Callable[[Callable[[], Any]], Any]
+    turn: int = 0
+    step: int = 0
+    opening: bool = True
+    recorded: list[Event] = field(default_factory=list)
+
+    def get_serialization_name(cls) -> str | None:  # type: ignore[override]
+        return None  # built in code, never from a spec
+
+    def _record(self, event: Event) -> Event:
+        stored = self.port.record(event)
+        self.recorded.append(stored)
+        return stored
+
+    def _claim(self, target: Target) -> Sequence[Message]:
+        messages, claimed = self.port.claim(target)
+        if claimed is not None:
+            self.recorded.append(claimed)
+        return messages
+
+    def _requested(self) -> None:
+        count = len(self.port.session.transcript)
+        self._record(ModelRequested(turn=self.turn, step=self.step, count=count))
+
+    # The turn's opening, before the run: TurnStarted, next_turn, step 1, next_step.
+    def open(self, reason: str) -> list[ModelMessage]:
+        self.turn = self.port.session.turn + 1
+        self._record(TurnStarted(turn=self.turn, reason=reason))
+        self._claim(Target.NEXT_TURN)
+        self.step = 1
+        self._record(StepStarted(turn=self.turn, step=1))
+        self._claim(Target.NEXT_STEP)
+        return to_model_messages(self.port.session.transcript)
+
+    def _next_step(self, shown: Sequence[ModelRequestPart]) -> Sequence[Message]:
+        for part in shown:
+            event = _shown_part(part, self.turn, self.step)
+            if event is not None:
+                self._record(event)
+        self._record(StepEnded(turn=self.turn, step=self.step))
+        self.step += 1
+        self._record(StepStarted(turn=self.turn, step=self.step))
+        claimed = self._claim(Target.NEXT_STEP)
+        self._requested()
+        return claimed
+
+    async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
+        """Step boundary: record what the request shows, claim ``next_step`` into it."""
+        if self.opening:
+            self.opening = False
+            await self.call(self._requested)
+            return request_context
+        last = request_context.messages[-1] if request_context.messages else None
+        shown = list(last.parts) if isinstance(last, ModelRequest) else []
+        claimed = await self.call(lambda: self._next_step(shown))
+        if claimed:
+            ctx.enqueue(*_parts(claimed))
+        return request_context
+
+    def _replied(self, message: Message) -> None:
+        self._record(ModelReplied(turn=self.turn, step=self.step, message=message))
+        for call in message.tool_calls:
+            self._record(ToolCalled(turn=self.turn, step=self.step, call=call))
+
+    async def after_model_request(self, ctx: Any, *, request_context: Any, response: Any) -> Any:
+        """The reply, and every tool call it asks for, recorded before any tool runs."""
+        message = from_model_response(response)
+        await self.call(lambda: self._replied(message))
+        return response
+
+    def _claim_if_waking(self) -> Sequence[Message]:
+        if not self.port.session.inbox.worth_waking(Target.NEXT_STEP):
+            return ()
+        return self._claim(Target.NEXT_STEP)
+
+    async def after_node_run(self, ctx: Any, *, node: Any, result: Any) -> Any:
+        """A would-be final answer: a pending steer extends the run by one request (ruling 2)."""
+        if isinstance(result, End):
+            claimed = await self.call(self._claim_if_waking)
+            if claimed:
+                ctx.enqueue(*_parts(claimed))  # pydantic-ai redirects End into one more request
+        return result
+
+    def close(self, reason: TurnEndReason, error: str | None = None) -> None:
+        if self.step:
+            self._record(StepEnded(turn=self.turn, step=self.step))
+        self._record(TurnEnded(turn=self.turn, steps=self.step, reason=reason, error=error))
+
+    def take(self) -> list[Event]:
+        taken, self.recorded = self.recorded, []
+        return taken
+
+
+# -- the runner -----------------------------------------------------------------------------------
+
+
+async def _offloaded(fn: Callable[[], _T]) -> _T:
+    return await asyncio.to_thread(fn)
+
+
+async def _inline(fn: Callable[[], _T]) -> _T:
+    return fn()
+
+
+class AgentRunner:
+    """Runs turns of a pydantic-ai ``agent`` over a session port: one pydantic-ai run per turn.
+
+    Give it to an owner (``AsyncOwner(store, stream, AgentRunner(agent))``, or the threaded
+    ``Owner``); ``run_kwargs`` pass through to ``agent.iter`` (``deps``, ``usage_limits``,
+    ``model_settings``, ...). ``offload`` sends port calls (store I/O) to a worker thread.
+    """
+
+    def __init__(self, agent: Agent[Any, Any], *, offload: bool = True, **run_kwargs: Any) -> None:
+        if not isinstance(agent, Agent):
+            raise TypeError(f"AgentRunner needs a pydantic_ai.Agent, got {type(agent).__name__}")
+        for name in ("user_prompt", "message_history", "capabilities"):
+            if name in run_kwargs:
+                raise TypeError(
+                    f"AgentRunner sets {name} itself (from the inbox and the transcript); "
+                    f"do not pass it"
+                )
+        self.agent = agent
+        self.offload = bool(offload)
+        self.run_kwargs = run_kwargs
+
+    def arun_turn(
+        self,
+        port: SessionPort,
+        *,
+        reason: str = "wake",
+        cancel: asyncio.Event | threading.Event | None = None,
+    ) -> AsyncIterator[Event]:
+        """Run one turn on ``port`` under asyncio, yielding each event as it is recorded.
+
+        Setting ``cancel`` ends the run at its next node boundary as ``"cancelled"``; so does
+        closing the iterator early or cancelling its task. A failing model ends the turn as
+        ``"error"``, recorded, and the exception is re-raised.
+        """
+        check_port(port)
+        return self._arun(port, reason, cancel)
+
+    async def _arun(
+        self, port: SessionPort, reason: str, cancel: asyncio.Event | threading.Event | None
+    ) -> AsyncIterator[Event]:
+        hooks = _InboxHooks(port, _offloaded if self.offload else _inline)
+        history = await hooks.call(lambda: hooks.open(reason))
+        for event in hooks.take():
+            yield event
+        ended = False
+        try:
+            ending: TurnEndReason = "final"
+            if history and isinstance(history[-1], ModelRequest):
+                async with self.agent.iter(
+                    None, message_history=history, capabilities=[hooks], **self.run_kwargs
+                ) as run:
+                    async for _node in run:
+                        for event in hooks.take():
+                            yield event
+                        if cancel is not None and cancel.is_set():
+                            ending = "cancelled"
+                            break
+            await hooks.call(lambda: hooks.close(ending))
+            ended = True
+        except UsageLimitExceeded as exc:
+            spent = str(exc)
+            await hooks.call(lambda: hooks.close("budget", spent))
+            ended = True
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            await hooks.call(lambda: hooks.close("error", text))
+            ended = True
+            for event in hooks.take():
+                yield event
+            raise
+        finally:
+            if not ended:
+                # Closed early or cancelled: no more awaiting here, one quick inline record.
+                try:
+                    hooks.close("cancelled")
+                except Exception:
+                    logger.exception("could not record the end of a cancelled turn")
+        for event in hooks.take():
+            yield event
+
+    def run_turn(
+        self, port: SessionPort, *, reason: str = "wake", cancel: threading.Event | None = None
+    ) -> Iterator[Event]:
+        """The same turn for a thread (the threaded ``Owner``'s worker): an event loop of its own.
+
+        Events are yielded as the turn records them, in order.
+        """
+        check_port(port)
+        return self._run(port, reason, cancel)
+
+    def _run(
+        self, port: SessionPort, reason: str, cancel: threading.Event | None
+    ) -> Iterator[Event]:
+        # pydantic-ai's run must live in one task, so the turn runs whole on a loop in a thread
+        # of its own and hands each event over as it is recorded.
+        handed: queue.SimpleQueue[object] = queue.SimpleQueue()
+        failure: list[BaseException] = []
+
+        async def pump() -> None:
+            async for event in self._arun(port, reason, cancel):
+                handed.put(event)
+
+        def drive() -> None:
+            try:
+                asyncio.run(pump())
+            except BaseException as exc:
+                failure.append(exc)
+            finally:
+                handed.put(_DONE)
+
+        thread = threading.Thread(target=drive, name="nous-inbox pydantic-ai turn", daemon=True)
+        thread.start()
+        while (item := handed.get()) is not _DONE:
+            yield item  # type: ignore[misc]
+        thread.join()
+        if failure:
+            raise failure[0]
+
+    def __repr__(self) -> str:
+        return f"AgentRunner({self.agent!r})"

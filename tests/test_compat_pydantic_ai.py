@@ -1,0 +1,446 @@
+"""The inbox behind a real pydantic-ai Agent: steer a framework's run, durably, from anywhere.
+
+Offline, with pydantic-ai's own FunctionModel: each test scripts the replies and keeps every
+request the model was shown. Mid-run sends are made by a tool (or the model function) while it
+runs, which is "a person typed while the agent was working" and needs no sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from nous_inbox import Message, QueueClaimed, TurnEnded, TurnStarted, replay
+from nous_inbox.async_owner import AsyncOwner
+from nous_inbox.compat.pydantic_ai import (
+    AgentRunner,
+    from_model_response,
+    to_model_messages,
+)
+from nous_inbox.owner import Owner
+from nous_inbox.port import LocalSession
+from nous_inbox.store import open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+WAIT = 30  # seconds; a generous bound for a wait that should end at once, never a sync sleep
+
+Seen = list[tuple[str, str]]
+
+
+def shown(messages: list[ModelMessage]) -> Seen:
+    """What a request showed the model, as (kind, text) pairs: written here, not by the adapter."""
+    out: Seen = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, UserPromptPart):
+                out.append(("user", str(part.content)))
+            elif isinstance(part, ToolReturnPart):
+                out.append(("tool", part.model_response_str()))
+            elif isinstance(part, TextPart):
+                out.append(("text", part.content))
+            elif isinstance(part, ToolCallPart):
+                out.append(("call", part.tool_name))
+    return out
+
+
+def transcript_shown(transcript: list[Message]) -> Seen:
+    """The same pairs read from our replayed transcript."""
+    out: Seen = []
+    for m in transcript:
+        if m.role == "assistant":
+            if m.content:
+                out.append(("text", m.content))
+            out.extend(("call", c.name) for c in m.tool_calls)
+        else:
+            out.append((m.role, m.content))
+    return out
+
+
+class Script:
+    """A FunctionModel script: ``"tool"`` calls ``work``, any other string is the answer.
+
+    ``during`` runs inside request ``i`` (after its claim, before its reply), as a person typing
+    while the model thinks."""
+
+    def __init__(self, *replies: str,
+                 during: dict[int, Callable[[], Awaitable[None]]] | None = None) -> None:
+        self.replies = list(replies)
+        self.during = during or {}
+        self.requests: list[Seen] = []
+
+    async def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        index = len(self.requests)
+        self.requests.append(shown(messages))
+        if index in self.during:
+            await self.during[index]()
+        reply = self.replies[index] if index < len(self.replies) else "done"
+        if reply == "tool":
+            return ModelResponse(parts=[ToolCallPart("work", {"n": index}, f"c{index}")])
+        return ModelResponse(parts=[TextPart(reply)])
+
+
+def make_agent(script: Script, during_tool: Callable[[int], Awaitable[None]] | None = None) -> Agent[None, str]:
+    agent: Agent[None, str] = Agent(FunctionModel(script))
+
+    @agent.tool_plain
+    async def work(n: int) -> str:
+        """Do a piece of work."""
+        if during_tool is not None:
+            await during_tool(n)
+        return f"result {n}"
+
+    return agent
+
+
+async def run_owner(script: Script, body: Callable[[AsyncOwner], Awaitable[None]],
+                    during_tool: Callable[[AsyncOwner, int], Awaitable[None]] | None = None,
+                    url: str = "memory:") -> AsyncOwner:
+    holder: dict[str, AsyncOwner] = {}
+
+    async def tool_hook(n: int) -> None:
+        if during_tool is not None:
+            await during_tool(holder["owner"], n)
+
+    store = open_store(url)
+    owner = AsyncOwner(store, "s", AgentRunner(make_agent(script, tool_hook)))
+    holder["owner"] = owner
+    async with owner:
+        await body(owner)
+        assert await owner.wait_idle(WAIT)
+        assert owner.session == replay(owner._live.events())
+        holder["session"] = owner.session  # type: ignore[assignment]
+    return owner
+
+
+def turns(events: list[Any]) -> int:
+    return sum(isinstance(e, TurnStarted) for e in events)
+
+
+# -- the claim points ------------------------------------------------------------------------------
+
+
+def test_a_steer_sent_during_a_tool_call_is_absent_from_that_request_and_joins_the_next() -> None:
+    script = Script("tool", "done")
+
+    async def during(owner: AsyncOwner, n: int) -> None:
+        await owner.steer("also check b.py")
+
+    async def body(owner: AsyncOwner) -> None:
+        await owner.prompt("fix a.py")
+
+    asyncio.run(run_owner(script, body, during))
+    assert ("user", "also check b.py") not in script.requests[0]
+    assert script.requests[1][-2:] == [("tool", "result 0"), ("user", "also check b.py")]
+
+
+def test_an_injection_alone_at_a_final_answer_does_not_extend_the_run() -> None:
+    holder: dict[str, AsyncOwner] = {}
+
+    async def inject() -> None:
+        await holder["owner"].inject("fyi: tests are slow")
+
+    script = Script("answer", during={0: inject})
+
+    async def body(owner: AsyncOwner) -> None:
+        holder["owner"] = owner
+        await owner.prompt("go")
+        assert await owner.wait_idle(WAIT)
+        assert [m.content for m, _ in owner.inbox.entries("next_step")] == ["fyi: tests are slow"]
+
+    asyncio.run(run_owner(script, body))
+    assert len(script.requests) == 1
+
+
+def test_a_steer_at_a_final_answer_extends_the_run_by_one_request() -> None:
+    holder: dict[str, AsyncOwner] = {}
+
+    async def steer() -> None:
+        await holder["owner"].steer("stop and summarize")
+
+    script = Script("answer", "summary", during={0: steer})
+    events: list[Any] = []
+
+    async def body(owner: AsyncOwner) -> None:
+        holder["owner"] = owner
+        await owner.prompt("go")
+        assert await owner.wait_idle(WAIT)
+        events.extend(owner._live.events())
+
+    asyncio.run(run_owner(script, body))
+    assert len(script.requests) == 2
+    assert script.requests[1][-2:] == [("text", "answer"), ("user", "stop and summarize")]
+    assert turns(events) == 1  # the same run, one request longer
+
+
+def test_a_followup_sent_mid_run_waits_for_the_next_run() -> None:
+    script = Script("tool", "first done", "second done")
+    events: list[Any] = []
+
+    async def during(owner: AsyncOwner, n: int) -> None:
+        await owner.followup("and then deploy")
+
+    async def body(owner: AsyncOwner) -> None:
+        await owner.prompt("build")
+        assert await owner.wait_idle(WAIT)
+        events.extend(owner._live.events())
+
+    asyncio.run(run_owner(script, body, during))
+    assert all(("user", "and then deploy") not in r for r in script.requests[:2])
+    assert script.requests[2][-2:] == [("text", "first done"), ("user", "and then deploy")]
+    assert turns(events) == 2
+
+
+def test_cancel_ends_the_run_at_its_next_boundary_and_wakes_nothing() -> None:
+    script = Script("tool", "tool", "done")
+
+    async def during(owner: AsyncOwner, n: int) -> None:
+        await owner.steer("queued while cancelling")
+        assert owner.cancel()
+
+    events: list[Any] = []
+
+    async def body(owner: AsyncOwner) -> None:
+        await owner.prompt("go")
+        assert await owner.wait_idle(WAIT)
+        events.extend(owner._live.events())
+        assert owner.inbox.wants_wake()  # the steer waits for the next real wake
+
+    asyncio.run(run_owner(script, body, during))
+    ended = [e for e in events if isinstance(e, TurnEnded)]
+    assert [e.reason for e in ended] == ["cancelled"]
+    assert len(script.requests) == 1
+
+
+# -- the record -----------------------------------------------------------------------------------
+
+
+def test_the_replayed_transcript_is_what_the_model_was_shown() -> None:
+    script = Script("tool", "tool", "done")
+
+    async def during(owner: AsyncOwner, n: int) -> None:
+        await owner.inject(f"note {n}")
+
+    session: dict[str, Any] = {}
+
+    async def body(owner: AsyncOwner) -> None:
+        await owner.prompt("go")
+        assert await owner.wait_idle(WAIT)
+        session["transcript"] = list(replay(owner._live.events()).transcript)
+
+    asyncio.run(run_owner(script, body, during))
+    seen_last = script.requests[-1]
+    assert transcript_shown(session["transcript"])[: len(seen_last)] == seen_last
+    assert transcript_shown(session["transcript"])[len(seen_last):] == [("text", "done")]
+
+
+def test_a_new_turn_continues_from_the_recorded_transcript() -> None:
+    script = Script("one", "two")
+
+    async def body(owner: AsyncOwner) -> None:
+        await owner.prompt("first")
+        assert await owner.wait_idle(WAIT)
+        await owner.prompt("second")
+
+    asyncio.run(run_owner(script, body))
+    assert script.requests[1] == [("user", "first"), ("text", "one"), ("user", "second")]
+
+
+def test_a_failing_model_ends_the_turn_as_an_error_and_wait_idle_reports_it() -> None:
+    def broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise RuntimeError("model down")
+
+    local = LocalSession()
+    local.followup("go")
+
+    async def turn() -> None:
+        async for _ in AgentRunner(Agent(FunctionModel(broken))).arun_turn(local):
+            pass
+
+    with pytest.raises(RuntimeError, match="model down"):
+        asyncio.run(turn())
+    ended = [e for e in local.events if isinstance(e, TurnEnded)]
+    assert [(e.reason, e.error) for e in ended] == [("error", "RuntimeError: model down")]
+    assert local.session == replay(local.events)
+
+
+def test_the_threaded_owner_drives_a_pydantic_ai_agent_too() -> None:
+    script = Script("tool", "done")
+
+    def during(n: int) -> Awaitable[None]:
+        async def send() -> None:
+            owner.steer("from a thread")
+        return send()
+
+    owner = Owner(open_store("memory:"), "s", AgentRunner(make_agent(script, during)), start=False)
+    with owner:
+        owner.prompt("go")
+        assert owner.wait_idle(WAIT)
+        assert owner.session == replay(owner.events())
+    assert script.requests[1][-1] == ("user", "from a thread")
+
+
+def test_messages_cross_between_the_two_spellings() -> None:
+    reply = ModelResponse(parts=[TextPart("ok"), ToolCallPart("ls", {"d": "."}, "c1")])
+    message = from_model_response(reply)
+    assert message.content == "ok" and message.tool_calls[0].name == "ls"
+    (back,) = to_model_messages([message])
+    assert isinstance(back, ModelResponse) and shown([back]) == [("text", "ok"), ("call", "ls")]
+    (request,) = to_model_messages([Message.user("a"), Message.system("b")])
+    assert isinstance(request, ModelRequest) and len(request.parts) == 2
+
+
+def test_bad_arguments_are_refused_with_the_reason() -> None:
+    with pytest.raises(TypeError, match=r"pydantic_ai\.Agent"):
+        AgentRunner(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="message_history"):
+        AgentRunner(Agent(FunctionModel(Script()))), AgentRunner(
+            Agent(FunctionModel(Script())), message_history=[]
+        )
+
+
+# -- other processes ------------------------------------------------------------------------------
+
+
+def test_a_steer_from_another_terminal_reaches_a_running_agent(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    script = Script("tool", "done")
+
+    async def during(owner: AsyncOwner, n: int) -> None:
+        await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "nous_inbox", "steer", "--store", url, "s", "from the CLI"],
+            check=True, capture_output=True, cwd=ROOT,
+        )
+
+    async def body(owner: AsyncOwner) -> None:
+        await owner.prompt("go")
+
+    asyncio.run(run_owner(script, body, during, url=url))
+    assert script.requests[1][-2:] == [("tool", "result 0"), ("user", "from the CLI")]
+
+
+CHILD = r"""
+import asyncio, json, sys
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import FunctionModel
+from nous_inbox.async_owner import AsyncOwner
+from nous_inbox.compat.pydantic_ai import AgentRunner
+from nous_inbox.store import open_store
+sys.path.insert(0, sys.argv[2])
+from test_compat_pydantic_ai import shown
+
+holder = {}
+count = [0]
+
+async def model(messages, info):
+    count[0] += 1
+    print(json.dumps(shown(messages)), flush=True)
+    if count[0] == 3:
+        await asyncio.Event().wait()  # the model hangs; the parent kills us here
+    return ModelResponse(parts=[ToolCallPart("work", {"n": count[0]}, f"c{count[0]}")])
+
+agent = Agent(FunctionModel(model))
+
+@agent.tool_plain
+async def work(n: int) -> str:
+    for i in range(3):
+        await holder["owner"].steer(f"steer {n}.{i}")
+        print(json.dumps(f"steer {n}.{i}"), flush=True)  # acknowledged: durable
+    return f"result {n}"
+
+async def main():
+    async with AsyncOwner(open_store(sys.argv[1]), "s", AgentRunner(agent)) as owner:
+        holder["owner"] = owner
+        await owner.prompt("go")
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def test_killed_mid_run_nothing_is_lost_or_doubled_and_replay_is_what_the_model_saw(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, url, str(ROOT / "tests")], stdout=subprocess.PIPE,
+        text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert child.stdout is not None
+    requests: list[Seen] = []
+    acknowledged: list[str] = []
+    for line in child.stdout:
+        value = json.loads(line)
+        if isinstance(value, str):
+            acknowledged.append(value)
+        else:
+            requests.append([(kind, text) for kind, text in value])
+            if len(requests) == 3:
+                break
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+
+    store = open_store(url)
+    events = list(store.read("s"))
+    session = replay(events, stream="s")
+    assert session.running  # cut off mid-run
+    assert transcript_shown(list(session.transcript)) == requests[-1]
+    queued = [m.content for m, _ in session.inbox.entries("next_step")]
+    delivered = [m.content for m in session.transcript if m.role == "user"]
+    assert len(queued + delivered) == len(set(queued + delivered)), "a message was doubled"
+    assert set(acknowledged) <= set(queued + delivered), "an acknowledged message was lost"
+
+    # Reopened, the session resumes from the log: the cut-off turn is closed, and the next run
+    # continues from exactly the transcript the model was shown.
+    script = Script("resumed")
+
+    async def reopen() -> None:
+        async with AsyncOwner(store, "s", AgentRunner(make_agent(script))) as owner:
+            await owner.steer("carry on")
+            assert await owner.wait_idle(WAIT)
+            ended = [e for e in owner._live.events() if isinstance(e, TurnEnded)]
+            assert ended[0].reason == "error"
+
+    asyncio.run(reopen())
+    assert script.requests[0][: len(requests[-1])] == requests[-1]
+    assert script.requests[0][-1] == ("user", "carry on")
+    store.close()
+
+
+def test_claims_are_recorded_as_the_transcript_entries_they_become() -> None:
+    local = LocalSession()
+    local.followup("a")
+    local.inject("b")
+
+    async def turn() -> list[Any]:
+        runner = AgentRunner(Agent(FunctionModel(Script("ok"))), offload=False)
+        return [e async for e in runner.arun_turn(local)]
+
+    events = asyncio.run(turn())
+    claims = [(e.target, e.count) for e in events if isinstance(e, QueueClaimed)]
+    assert claims == [("next_turn", 1), ("next_step", 1)]
+    assert [m.content for m in local.session.transcript] == ["a", "b", "ok"]
