@@ -166,7 +166,7 @@ def test_a_json_or_msgpack_log_cut_anywhere_reads_a_prefix_or_says_truncated():
         (b'"seq":2', b'"seq":"2"', "Expected `int`, got `str`"),
         (b'"type":"message_sent"', b'"type":"message_lost"', "Invalid value 'message_lost'"),
         (b'"seq":2', b'"seq":5', "has seq 5 where 2 was due"),
-        (b'{"stream"', b'{"stream" ', None),  # harmless whitespace: still valid
+        (b'"event":{"type"', b'"event":{ "type"', None),  # harmless whitespace: still valid
         (b'"stream":"alpha"', b'"stream":"alp\\u0000a"', "control character"),
     ],
 )
@@ -181,11 +181,15 @@ def test_damage_in_the_middle_is_an_error_naming_the_line_never_skipped(tmp_path
     if message is None:
         with FileStore(path, read_only=True) as store:
             assert store.streams() == ["alpha", "gamma", "βeta"]
+            assert as_read(store) == as_read(FileStore(tmp_path / "log.jsonl", read_only=True))
         return
     offset = len(b"\n".join(lines[:target])) + 1
     for read_only in (True, False):
-        with pytest.raises(DecodeError) as info:
-            FileStore(path, read_only=read_only)
+        # The store opens; whoever touches the damaged stream (or lists them all) is told where.
+        with FileStore(path, read_only=read_only) as store, pytest.raises(DecodeError) as info:
+            as_read(store)
+            if not read_only:
+                store.append("alpha", [Warned(text="x")])
         assert f"line {target + 1} (byte {offset})" in str(info.value)
         assert message in str(info.value)
     assert path.read_bytes() == damaged  # a writer refused it and left it alone
@@ -197,8 +201,10 @@ def test_a_line_garbled_by_a_random_byte_is_refused(tmp_path):
     lines[5] = lines[5][:20] + b"\xff\x00" + lines[5][22:]
     path = tmp_path / "damaged.jsonl"
     path.write_bytes(b"\n".join(lines))
-    with pytest.raises(DecodeError, match=r"line 6 \(byte \d+\)"):
-        FileStore(path, read_only=True)
+    with FileStore(path, read_only=True) as store, pytest.raises(
+        DecodeError, match=r"line 6 \(byte \d+\)"
+    ):
+        as_read(store)
 
 
 # -- writers killed mid-burst --------------------------------------------------------------------
