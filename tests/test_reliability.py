@@ -263,9 +263,8 @@ def _check_burst(events: list, acked: int) -> None:
     assert isinstance(events[-1], Warned), "a batch was cut in half"
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite"])
-def test_a_writer_killed_mid_burst_loses_no_acknowledged_event(kind, tmp_path):
-    url = f"{kind}:{tmp_path / 'log'}"
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres"])
+def test_a_writer_killed_mid_burst_loses_no_acknowledged_event(kind, url):
     acked, _ = _kill_mid_burst(url, 40 * STRESS)
     with open_store(url) as store:
         events = list(store.read("burst"))
@@ -277,9 +276,8 @@ def test_a_writer_killed_mid_burst_loses_no_acknowledged_event(kind, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["file", "sqlite"])
-def test_repeated_kills_accumulate_a_consistent_log(kind, tmp_path):
-    url = f"{kind}:{tmp_path / 'log'}"
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres"])
+def test_repeated_kills_accumulate_a_consistent_log(kind, url):
     total = 0
     for _ in range(3 * STRESS):
         acked, _ = _kill_mid_burst(url, 15)
@@ -327,9 +325,8 @@ RACER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "file"])
-def test_two_processes_racing_with_expected_versions_lose_and_duplicate_nothing(kind, tmp_path):
-    url = f"{kind}:{tmp_path / 'race'}"
+@pytest.mark.parametrize("kind", ["sqlite", "file", "postgres"])
+def test_two_processes_racing_with_expected_versions_lose_and_duplicate_nothing(kind, url):
     open_store(url).close()
     free = 60 * STRESS
     procs = [subprocess.Popen([sys.executable, "-c", RACER, url, me, str(free)], cwd=ROOT,

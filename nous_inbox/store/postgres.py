@@ -537,7 +537,7 @@ class PostgresStore(StoreBase):
             db, self._db = self._db, None
             self._subscribers.clear()
         if background is not None:
-            background.stop()
+            background.stop(wait=False)
         if db is not None:
             with contextlib.suppress(psycopg.Error):
                 db.close()
@@ -610,9 +610,14 @@ class _Background:
                                         daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Stop the thread; with ``wait``, return only once it renews and nudges no more.
+
+        Closing the store does not wait: the thread ends at its next tick (at most 0.2 s), and
+        by then the store holds no leases and no subscribers for it to act on.
+        """
         self._stop.set()
-        if self._thread is not threading.current_thread():
+        if wait and self._thread is not threading.current_thread():
             self._thread.join(10)
 
     def _run(self) -> None:
