@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from nous_inbox.events import MailNoticed
+from nous_inbox.events import MailNoticed, MessageSent
 from nous_inbox.mailbox import NOTICE, Mailbox, compose, plan
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.owner import Owner
@@ -308,17 +308,43 @@ def test_only_one_notice_is_in_flight_at_a_time() -> None:
         box.tick()  # the first notice is not claimed yet: nothing more goes
         counts.append(len(notices([m for m, _ in owner.inbox.entries("next_step")])))
 
-    box, owner, clock = make(model, during_tool)
+    box, owner, _ = make(model, during_tool)
     holder["box"] = box
     owner.prompt("go")
     assert owner.wait_idle(WAIT)
     assert counts == [1]
-    assert box.tick() == 1600.0  # "b" is an FYI, and the agent is idle again: it waits
-    clock.now = 1600.0
-    box.tick()
-    assert owner.wait_idle(WAIT)
-    assert len(notices(owner.transcript)) == 2
     owner.close()
+
+
+def test_a_message_sent_while_a_notice_is_in_flight_is_a_steer_once_it_is_claimed() -> None:
+    model = Model(tool_steps=2)
+    holder: dict[str, Any] = {}
+    second_notice = threading.Event()
+
+    def during_tool() -> None:
+        box = holder["box"]
+        if "b" not in holder:
+            box.send("dev", "a", sender="qa", kind="fyi")
+            holder["b"] = box.send("dev", "which branch?", sender="lead", kind="blocker").id
+        else:  # the first notice was claimed; nobody ticks, yet the blocker is on its way
+            assert second_notice.wait(WAIT)
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, MessageSent) and event.message.metadata.get(
+                "provenance") == NOTICE and "which branch?" in event.message.content:
+            second_notice.set()
+
+    box, owner, _ = make(model, during_tool)
+    holder["box"] = box
+    owner.listen(on_event)
+    owner.prompt("go")
+    assert owner.wait_idle(WAIT)
+    assert owner.session.turn == 1  # it rode in the same turn, at its next step
+    third = model.requests[2]
+    assert third[-1].metadata.get("provenance") == NOTICE and "which branch?" in third[-1].content
+    assert box.status(holder["b"]) == "noticed"
+    owner.close()
+    box.close()
 
 
 def test_a_notice_never_goes_ahead_of_a_waiting_prompt() -> None:

@@ -202,6 +202,8 @@ class Mailbox(Notices):
             for event in self._store.read(stream):
                 self._state.apply(event)
         self._ticker: threading.Thread | None = None
+        self._recheck: set[str] = set()
+        self._deliverer: threading.Thread | None = None
         if autotick:
             self._ticker = threading.Thread(target=self._tick_forever, daemon=True,
                                             name=f"nous-inbox mailbox {stream}")
@@ -459,8 +461,9 @@ class Mailbox(Notices):
         self._closed.set()
         with self._lock:
             self._due.notify_all()
-        if self._ticker is not None and self._ticker is not threading.current_thread():
-            self._ticker.join(5)
+        for thread in (self._ticker, self._deliverer):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(5)
         if self._owns_store and self._store is not None:
             self._store.close()
 

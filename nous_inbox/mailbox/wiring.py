@@ -11,6 +11,12 @@ with these members.
 rules of :mod:`nous_inbox.mailbox.post` and the timing of notices each fit in one module. Locks:
 the owner calls the mailbox back (a claim) while holding its own lock, so the mailbox never calls
 the owner while holding the mailbox's; it decides under its lock and delivers after.
+
+When the notice in flight is claimed, messages that came while it was on its way are due at
+once (in a running turn, as the steer read at the next step). The claim is reported inside the
+owner's lock, where the owner may not be called, so the agent is handed to the mailbox's
+delivery thread (started with the first ``attach``), which checks it again once the lock is
+released: with ``autotick`` that is the notice timer, else a thread that only does this.
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ class Notices:
     _due: threading.Condition
     _closed: threading.Event
     _ticker: threading.Thread | None
+    _recheck: set[str]
+    _deliverer: threading.Thread | None
     _state: MailboxState
     _desks: dict[str, Desk]
     _clock: Callable[[], float]
@@ -121,6 +129,11 @@ class Notices:
                         desk.in_flight = (message.metadata["notice"],
                                           tuple(message.metadata.get("ids", ())))
         owner.listen(lambda event: self._on_session_event(desk, event))
+        with self._lock:
+            if self._ticker is None and self._deliverer is None:
+                self._deliverer = threading.Thread(target=self._deliver_forever, daemon=True,
+                                                   name="nous-inbox mailbox delivery")
+                self._deliverer.start()
         self.tick()
 
     def tick(self, agents: Iterable[str] | None = None) -> float | None:
@@ -186,16 +199,34 @@ class Notices:
             if live:
                 self._commit(lambda state: ([MailNoticed(recipient=desk.agent, notice=notice_id,
                                                          ids=live, at=self._clock())], None))
+            # What came while it was on its way is due now: checked again outside this lock.
+            self._recheck.add(desk.agent)
             self._due.notify_all()
+
+    def _deliver_forever(self) -> None:
+        # Without autotick: check again each agent whose notice was claimed, once the claim's
+        # locks are released (the owner's, by waiting for ours: it is taken after theirs).
+        while not self._closed.is_set():
+            with self._lock:
+                self._due.wait_for(lambda: self._recheck or self._closed.is_set())
+                agents, self._recheck = self._recheck, set()
+            if agents and not self._closed.is_set():
+                try:
+                    self.tick(agents)
+                except Exception:
+                    logger.exception("the mailbox's notice delivery failed; retrying")
 
     def _tick_forever(self) -> None:
         while not self._closed.is_set():
             try:
+                with self._lock:
+                    self._recheck.clear()  # this tick checks every agent
                 due = self.tick()
             except Exception:
                 logger.exception("the mailbox's notice timer failed; retrying")
                 due = None
             with self._lock:
                 timeout = 1.0 if due is None else max(0.0, due - self._clock())
-                self._due.wait(min(timeout, 1.0))
+                self._due.wait_for(lambda: self._recheck or self._closed.is_set(),
+                                   min(timeout, 1.0))
 
