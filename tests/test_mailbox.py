@@ -526,3 +526,31 @@ def test_without_a_store_the_fast_paths_fold_exactly_as_the_recorded_events_do()
         box.send("dev", "after", sender="lead")
         box.receive("dev")
     assert plain.state == recorded.state
+
+
+def test_a_reply_and_its_answered_mark_are_one_append(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = open_store("memory:")
+    box = Mailbox(store)
+    box.send("dev", "which branch?", sender="lead", kind="blocker", id="q1")
+    box.read_thread("dev", "lead")
+    batches: list[list[str]] = []
+    append = store.append
+
+    def recording(stream: str, events: Any, expected: Any = None) -> Any:
+        batches.append([type(e).__name__ for e in events])
+        return append(stream, events, expected)
+
+    monkeypatch.setattr(store, "append", recording)
+    box.reply("dev", "lead", "main", id="r1")
+    assert batches == [["MailSent", "MailAnswered"]]
+
+
+def test_a_retried_reply_still_marks_what_it_answers(store: Store) -> None:
+    box = Mailbox(store)
+    box.send("dev", "which branch?", sender="lead", kind="blocker", id="q1")
+    # A reply whose answered mark was lost (as an older version could leave it after a crash):
+    box.send("lead", "main", sender="dev", thread="lead", kind="reply", id="r1")
+    again = Mailbox(store).reply("dev", "lead", "main", id="r1")
+    assert again.duplicate and box.pending("lead") == 1
+    assert Mailbox(store).status("q1") == "answered"
+    assert Mailbox(store).send("dev", "which branch?", sender="lead", id="q1").answer == "r1"

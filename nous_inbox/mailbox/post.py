@@ -313,9 +313,18 @@ class Mailbox(Notices):
 
         ``to`` is whom to answer (default: the sender of the thread's newest message from
         someone else). Every message of theirs in the thread not yet answered is marked answered
-        by this reply.
+        by this reply, in the same append as the reply itself, so a crash leaves both or
+        neither; a retry with the same ``id`` carries nothing again but still marks what is
+        left unanswered.
         """
         where = f"reply of {agent!r} in thread {thread!r}"
+        if type(body) is not str or not body.isascii():
+            body = freeze_json(body, f"{where}: body")
+        given = id is not None
+        if id is None:
+            id = self._prefix + str(next(self._counter))
+        else:
+            _text(id, "id", where)
         with self._lock:
             self._catch_up()
             found = self._thread(agent, thread, agent, where)
@@ -325,15 +334,29 @@ class Mailbox(Notices):
                 if not others:
                     raise LookupError(f"{where}: no message from another agent to answer")
                 to = others[-1].event.sender
-            answered = [m for m in mails if m.event.sender == to and m.answered_by is None]
-            newest = answered[-1] if answered else mails[-1]
-        receipt = self.send(to, body, sender=agent, thread=found.key, kind="reply", id=id,
-                            correlation_id=newest.event.correlation_id)
-        if answered and not receipt.duplicate:
-            with self._lock:
-                self._commit(lambda state: (
-                    [MailAnswered(recipient=agent, ids=tuple(m.id for m in answered),
-                                  by=receipt.id, at=self._clock())], None))
+            answered = [m.id for m in mails if m.event.sender == to]
+            newest = next((m for m in reversed(mails) if m.event.sender == to), mails[-1])
+            event = MailSent(id=id, sender=agent, recipient=to, body=body, kind="reply",
+                             thread=found.key, correlation_id=newest.event.correlation_id,
+                             at=self._clock())
+
+            def change(state: MailboxState) -> tuple[list[Event], Receipt]:
+                events, receipt = self._sent(event, given, state)
+                still = tuple(i for i in answered
+                              if (m := state.mail(i)) is not None and m.answered_by is None)
+                if still:
+                    events = [*events, MailAnswered(recipient=agent, ids=still, by=id,
+                                                    at=event.at)]
+                return events, receipt
+
+            stored, receipt = self._commit(change)
+            sent = [e for e in stored if type(e) is MailSent]
+            callbacks = self._subscribers.get(to) if sent else None
+            attached = bool(sent) and to in self._desks
+        if callbacks:
+            self._call(callbacks, sent[-1])
+        if attached:
+            self.tick((to,))
         return receipt
 
     def withdraw(self, id: str, *, sender: str) -> str:
