@@ -382,6 +382,27 @@ def test_a_withdraw_after_the_notice_retracts() -> None:
     owner.close()
 
 
+def test_a_withdraw_while_its_notice_is_on_its_way_retracts() -> None:
+    model = Model(tool_steps=1)
+    holder: dict[str, Any] = {}
+
+    def during_tool() -> None:
+        if "answer" not in holder:
+            box = holder["box"]
+            box.send("dev", "wrong key, ignore", sender="qa", id="m1")  # its notice is queued
+            holder["answer"] = box.withdraw("m1", sender="qa")
+
+    box, owner, _ = make(model, during_tool)
+    holder["box"] = box
+    owner.prompt("go")
+    assert owner.wait_idle(WAIT)
+    assert holder["answer"] == "retracted"
+    assert "wrong key" in notices(owner.transcript)[0].content  # what the agent saw
+    assert [m.state for m in box.read_thread("dev", "qa")] == ["retracted"]
+    assert box.send("dev", "x", sender="qa", id="m1").state == "retracted"
+    owner.close()
+
+
 def test_a_restarted_mailbox_knows_which_notices_went_in(tmp_path: Any) -> None:
     url = f"sqlite:{tmp_path / 'all.sqlite'}"
     store = open_store(url)

@@ -363,8 +363,8 @@ class Mailbox(Notices):
         """``sender`` takes back message ``id``: ``"withdrawn"`` if no notice carried it yet (it
         is unsent; a resend of the id answers ``"withdrawn"``), ``"retracted"`` if one did (it
         stays in its thread, marked retracted). A message already gone answers what became of it.
-        A message named by a notice that is on its way but not yet claimed is still unsent: the
-        notice, once claimed, marks only the messages still there as noticed.
+        A notice on its way (queued in the owner, not yet claimed) already carries the message's
+        preview, so withdrawing a message it names retracts it too.
         """
         _text(id, "id", "withdraw")
 
@@ -380,7 +380,9 @@ class Mailbox(Notices):
                     f"withdraw: message {id!r} was sent by {mail.event.sender!r}, not {sender!r}")
             if mail.flags & RETRACTED:
                 return [], "retracted"
-            retract = bool(mail.flags & (NOTICED | READ))
+            desk = self._desks.get(mail.event.recipient)
+            retract = bool(mail.flags & (NOTICED | READ)) or (
+                desk is not None and desk.in_flight is not None and id in desk.in_flight[1])
             return [MailWithdrawn(id=id, recipient=mail.event.recipient, retracted=retract,
                                   at=self._clock())], ("retracted" if retract else "withdrawn")
 
