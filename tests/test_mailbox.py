@@ -283,6 +283,26 @@ def test_a_reply_goes_to_the_original_sender_in_the_same_thread_and_answers() ->
     assert box.send("dev", "which branch?", sender="lead", id=asked.id).answer == reply.id
 
 
+def test_replies_to_an_unnamed_thread_stay_apart_by_replier() -> None:
+    box = Mailbox()
+    box.send("dev", "build X", sender="lead")
+    box.send("qa", "test Y", sender="lead")
+    box.reply("dev", "lead", "X done")
+    box.reply("qa", "lead", "Y broken")
+    assert sorted((t.thread, t.senders) for t in box.threads("lead")) == [
+        ("dev", ("dev",)), ("qa", ("qa",))]
+    box.reply("lead", "dev", "thanks")  # and back again: in dev's inbox, the thread "lead"
+    assert [t.thread for t in box.threads("dev")] == ["lead"]
+
+
+def test_a_reply_to_someone_who_wrote_nothing_in_the_thread_is_refused() -> None:
+    box = Mailbox()
+    box.send("dev", "build X", sender="lead")
+    with pytest.raises(LookupError, match="'nobody' wrote nothing in this thread"):
+        box.reply("dev", "lead", "spam", to="nobody")
+    assert box.pending("nobody") == 0
+
+
 def test_a_reply_never_wakes_its_recipient() -> None:
     box = Mailbox()
     box.send("dev", "go", sender="lead")

@@ -312,7 +312,10 @@ class Mailbox(Notices):
         """``agent`` answers ``thread``: into the original sender's inbox, same thread, no wake.
 
         ``to`` is whom to answer (default: the sender of the thread's newest message from
-        someone else). Every message of theirs in the thread not yet answered is marked answered
+        someone else); one who wrote nothing in the thread is refused. The reply goes under the
+        thread the answered message named; if it named none (its thread is its sender), it goes
+        under no name either, so in ``to``'s inbox it is the replier's thread: replies from two
+        agents stay apart. Every message of theirs in the thread not yet answered is marked answered
         by this reply, in the same append as the reply itself, so a crash leaves both or
         neither; a retry with the same ``id`` carries nothing again but still marks what is
         left unanswered.
@@ -335,10 +338,12 @@ class Mailbox(Notices):
                     raise LookupError(f"{where}: no message from another agent to answer")
                 to = others[-1].event.sender
             answered = [m.id for m in mails if m.event.sender == to]
-            newest = next((m for m in reversed(mails) if m.event.sender == to), mails[-1])
+            if not answered:
+                raise LookupError(f"{where}: {to!r} wrote nothing in this thread to answer")
+            newest = next(m for m in reversed(mails) if m.event.sender == to)
             event = MailSent(id=id, sender=agent, recipient=to, body=body, kind="reply",
-                             thread=found.key, correlation_id=newest.event.correlation_id,
-                             at=self._clock())
+                             thread=newest.event.thread and found.key,
+                             correlation_id=newest.event.correlation_id, at=self._clock())
 
             def change(state: MailboxState) -> tuple[list[Event], Receipt]:
                 events, receipt = self._sent(event, given, state)
