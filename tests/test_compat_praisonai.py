@@ -178,3 +178,9 @@ def test_the_library_mailbox_underneath_has_threads_and_replies() -> None:
     box.send("writer", "need a title", sender="researcher")
     (thread,) = box.mailbox.threads("writer")
     assert thread.thread == "researcher"
+
+
+@pytest.mark.parametrize("bound", [True, 1.5, "10"])
+def test_a_max_inbox_that_is_not_an_int_is_refused_by_name(bound: Any) -> None:
+    with pytest.raises(TypeError, match="max_inbox must be an int"):
+        InProcessMailbox(max_inbox=bound)

@@ -195,6 +195,27 @@ def test_bad_mailbox_options_are_refused(kwargs: dict[str, Any]) -> None:
         Mailbox(**kwargs)
 
 
+@pytest.mark.parametrize(("kwargs", "name"), [
+    ({"debounce": -1}, "debounce"), ({"debounce": float("nan")}, "debounce"),
+    ({"max_wait": "600"}, "max_wait"), ({"max_wait": float("inf")}, "max_wait"),
+    ({"clock": 5.0}, "clock"), ({"stream": ""}, "stream"), ({"autotick": 1}, "autotick"),
+])
+def test_bad_timing_and_wiring_options_are_refused_by_name(kwargs: dict[str, Any],
+                                                           name: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=f"Mailbox: {name}"):
+        Mailbox(**kwargs)
+
+
+@pytest.mark.parametrize("call", ["receive", "pending", "subscribe"])
+@pytest.mark.parametrize("agent", ["", None, 3])
+def test_a_bad_agent_name_is_refused_by_receive_pending_and_subscribe(call: str,
+                                                                      agent: Any) -> None:
+    box = Mailbox()
+    args = (agent, print) if call == "subscribe" else (agent,)
+    with pytest.raises(TypeError, match=f"{call}: agent must be a non-empty str"):
+        getattr(box, call)(*args)
+
+
 # -- ids ---------------------------------------------------------------------------------------
 
 
@@ -207,6 +228,17 @@ def test_sending_an_id_again_answers_the_same_and_carries_nothing() -> None:
     box.receive("w")
     assert box.send("w", "once", sender="r", id="m-1").state == "received"
     assert box.pending("w") == 0
+
+
+@pytest.mark.parametrize(("recipient", "body", "sender"), [
+    ("qa", "once", "r"), ("w", "twice", "r"), ("w", "once", "x")])
+def test_a_resend_of_an_id_with_another_message_is_refused(recipient: str, body: str,
+                                                           sender: str) -> None:
+    box = Mailbox()
+    box.send("w", "once", sender="r", id="m-1")
+    with pytest.raises(ValueError, match="id 'm-1' names another message"):
+        box.send(recipient, body, sender=sender, id="m-1")
+    assert (box.pending("w"), box.pending("qa")) == (1, 0)
 
 
 def test_an_id_stays_idempotent_after_a_restart(url: str) -> None:

@@ -399,7 +399,7 @@ def test_a_withdraw_while_its_notice_is_on_its_way_retracts() -> None:
     assert holder["answer"] == "retracted"
     assert "wrong key" in notices(owner.transcript)[0].content  # what the agent saw
     assert [m.state for m in box.read_thread("dev", "qa")] == ["retracted"]
-    assert box.send("dev", "x", sender="qa", id="m1").state == "retracted"
+    assert box.send("dev", "wrong key, ignore", sender="qa", id="m1").state == "retracted"
     owner.close()
 
 

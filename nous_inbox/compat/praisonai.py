@@ -103,6 +103,8 @@ class InProcessMailbox:
 
     def __init__(self, *, max_inbox: int = 1000, store: Store | str | None = None,
                  stream: str = STREAM) -> None:
+        if type(max_inbox) is not int:
+            raise TypeError(f"InProcessMailbox: max_inbox must be an int, got {max_inbox!r}")
         if max_inbox <= 0:
             raise ValueError("max_inbox must be greater than zero")
         self._max_inbox = max_inbox

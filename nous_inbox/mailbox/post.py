@@ -182,6 +182,16 @@ class Mailbox(Notices):
             raise ValueError(f"Mailbox: overflow must be 'refuse' or 'drop_oldest', got {overflow!r}")
         if type(retain) is not int or retain <= 0:
             raise ValueError(f"Mailbox: retain must be an int > 0, got {retain!r}")
+        for name, seconds in (("debounce", debounce), ("max_wait", max_wait)):
+            if type(seconds) not in (int, float) or not 0 <= seconds < float("inf"):
+                raise ValueError(f"Mailbox: {name} must be a number of seconds >= 0, "
+                                 f"got {seconds!r}")
+        if not callable(clock):
+            raise TypeError(f"Mailbox: clock must be callable (like time.time), got {clock!r}")
+        if type(stream) is not str or not stream:
+            raise TypeError(f"Mailbox: stream must be a non-empty str, got {stream!r}")
+        if type(autotick) is not bool:
+            raise TypeError(f"Mailbox: autotick must be a bool, got {autotick!r}")
         self._owns_store = isinstance(store, str)
         self._store: Store | None = open_store(store) if isinstance(store, str) else store
         self._stream = stream
@@ -294,6 +304,14 @@ class Mailbox(Notices):
         if given:
             seen = self._receipt(state, event.id)
             if seen is not None:
+                kept = state.mail(event.id)
+                if kept is not None and (kept.event.recipient, kept.event.sender,
+                                         kept.event.body) != (event.recipient, event.sender,
+                                                              event.body):
+                    raise ValueError(
+                        f"send to {event.recipient!r}: id {event.id!r} names another message "
+                        f"(from {kept.event.sender!r} to {kept.event.recipient!r}, another "
+                        "body); an id names one message: use a new id")
                 return [], seen
         recipient = event.recipient
         if state.pending(recipient) < self._max_queue:
@@ -399,6 +417,8 @@ class Mailbox(Notices):
 
     def receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
         """Take up to ``limit`` of ``agent``'s queued messages, oldest first; they leave the mailbox."""
+        if type(agent) is not str or not agent:
+            _text(agent, "agent", "receive")
         if type(limit) is not int or limit < 0:
             raise ValueError(f"receive for {agent!r}: limit must be an int >= 0, got {limit!r}")
 
@@ -421,6 +441,7 @@ class Mailbox(Notices):
         Called on the sender's thread, outside the mailbox's lock (so it may send); one that
         raises is logged, and the others still run.
         """
+        _text(agent, "agent", "subscribe")
         if not callable(callback):
             raise TypeError(f"subscribe to {agent!r}: callback must be callable")
         with self._lock:
@@ -428,6 +449,8 @@ class Mailbox(Notices):
 
     def pending(self, agent: str) -> int:
         """How many messages wait for ``agent``: neither received, read nor withdrawn."""
+        if type(agent) is not str or not agent:
+            _text(agent, "agent", "pending")
         with self._lock:
             self._catch_up()
             return self._state.pending(agent)
