@@ -208,6 +208,11 @@ class Owner(SendPresets):
         return list(self._journal.session.transcript)
 
     @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called: from then on the owner refuses sends."""
+        return self._closed.is_set()
+
+    @property
     def running(self) -> bool:
         """Whether a run is going (or about to start)."""
         return self._worker is not None

@@ -268,7 +268,76 @@ def test_a_notice_refused_by_the_owner_leaves_the_messages_new(
     clock.now += 2
     box.tick()
     assert box.status(sent.id) == "queued"
+    assert "the owner of 'dev' is closed: detached it" in caplog.text
+    again = Owner(open_store("memory:"), "dev", Runner(model), watch=False)
+    box.attach("dev", again)  # the closed owner's desk was let go of
+    assert owner.closed and not again.closed
+    again.close()
+
+
+def test_a_recipient_failing_for_another_reason_stays_attached_and_is_tried_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Refusing:
+        session = Owner(open_store("memory:"), "dev", Runner(Model()), watch=False,
+                        start=False).session
+        running = True
+
+        def steer(self, message: Message) -> None:
+            raise OSError("disk full")
+
+        followup = steer
+
+        def listen(self, callback: Callable[[Any], None]) -> None:
+            pass
+
+    box = Mailbox(clock=Clock())
+    box.attach("dev", Refusing())
+    sent = box.send("dev", "q", sender="lead", kind="blocker")
+    assert box.status(sent.id) == "queued"
     assert "delivering a notice to 'dev' failed" in caplog.text
+    with pytest.raises(ValueError, match="already attached"):
+        box.attach("dev", Refusing())
+
+
+def test_a_detached_agent_hears_of_nothing_and_may_be_attached_again() -> None:
+    model = Model()
+    box, owner, clock = make(model)
+    assert box.detach("dev") and not box.detach("dev")
+    box.send("dev", "q", sender="lead", kind="blocker")
+    clock.now += 2
+    box.tick()
+    assert owner.wait_idle(WAIT) and owner.session.turn == 0
+    assert box.pending("dev") == 1  # the mail stays
+    box.attach("dev", owner)
+    box.tick()
+    assert owner.wait_idle(WAIT) and owner.session.turn == 1
+    owner.close()
+
+
+def test_attach_listens_before_it_reads_the_session() -> None:
+    calls: list[str] = []
+    real = Owner(open_store("memory:"), "dev", Runner(Model()), watch=False, start=False)
+
+    class Watched:
+        running = False
+
+        @property
+        def session(self) -> Any:
+            calls.append("session")
+            return real.session
+
+        def steer(self, message: Message) -> None:
+            calls.append("steer")
+
+        followup = steer
+
+        def listen(self, callback: Callable[[Any], None]) -> None:
+            calls.append("listen")
+
+    Mailbox(clock=Clock()).attach("dev", Watched())
+    assert calls[0] == "listen"
+    real.close()
 
 
 def test_in_a_running_turn_the_notice_is_a_steer_read_at_the_next_step() -> None:

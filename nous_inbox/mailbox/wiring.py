@@ -63,6 +63,13 @@ class Recipient(Protocol):
         """Call ``callback`` with every event the session records from now on."""
 
 
+def _closed(owner: object) -> bool:
+    """Whether ``owner`` says it is closed (an :class:`~nous_inbox.owner.Owner` does, through
+    ``closed``; a recipient without it is taken as open)."""
+    closed = getattr(owner, "closed", False)
+    return closed is True
+
+
 class Desk:
     """One attached agent: its owner and the notice in flight (id and the ids it carries)."""
 
@@ -105,7 +112,9 @@ class Notices:
         :mod:`nous_inbox.mailbox.notice`). A notice counts as heard only once a run claimed it.
 
         Reconciles with the session first: a notice the session already claimed marks its
-        messages noticed; one still queued there is the notice in flight.
+        messages noticed; one still queued there is the notice in flight. The owner's listener is
+        registered before the session is read, so a claim made meanwhile is seen either in what
+        was read or by the listener (which waits for the mailbox's lock).
         """
         if type(agent) is not str or not agent:
             raise TypeError(f"attach: agent must be a non-empty str, got {agent!r}")
@@ -113,9 +122,14 @@ class Notices:
         with self._lock:
             if agent in self._desks:
                 raise ValueError(f"attach: agent {agent!r} is already attached")
+        owner.listen(lambda event: self._on_session_event(desk, event))
+        with self._lock:
+            if agent in self._desks:
+                raise ValueError(f"attach: agent {agent!r} is already attached")
             self._desks[agent] = desk
+            session = owner.session  # one value: its transcript and inbox agree
             heard: list[str] = []
-            for message in owner.session.transcript:
+            for message in session.transcript:
                 if message.metadata.get("provenance") == NOTICE:
                     heard.extend(message.metadata.get("ids", ()))
             state = self._state
@@ -124,17 +138,25 @@ class Notices:
                 self._commit(lambda state: ([MailNoticed(recipient=agent, notice="(replayed)",
                                                          ids=fresh, at=self._clock())], None))
             for target in Target:
-                for message, _ in owner.session.inbox.entries(target):
+                for message, _ in session.inbox.entries(target):
                     if message.metadata.get("provenance") == NOTICE:
                         desk.in_flight = (message.metadata["notice"],
                                           tuple(message.metadata.get("ids", ())))
-        owner.listen(lambda event: self._on_session_event(desk, event))
-        with self._lock:
             if self._ticker is None and self._deliverer is None:
                 self._deliverer = threading.Thread(target=self._deliver_forever, daemon=True,
                                                    name="nous-inbox mailbox delivery")
                 self._deliverer.start()
         self.tick()
+
+    def detach(self, agent: str) -> bool:
+        """Stop delivering ``agent``'s mail to its owner; returns whether it was attached.
+
+        Its messages stay in the mailbox (``receive``, ``read_thread``), and a later
+        ``attach`` reconciles with the session again. The mailbox also lets go of an agent on
+        its own once its owner refuses a notice because it is closed.
+        """
+        with self._lock:
+            return self._desks.pop(agent, None) is not None
 
     def tick(self, agents: Iterable[str] | None = None) -> float | None:
         """Deliver every notice that is due now (to ``agents``, default every attached one);
@@ -178,15 +200,23 @@ class Notices:
                 else:
                     desk.owner.followup(message)
             except Exception:
-                logger.exception("delivering a notice to %r failed; it will be tried again",
-                                 desk.agent)
                 with self._lock:
                     desk.in_flight = None
+                    closed = _closed(desk.owner)
+                    if closed and self._desks.get(desk.agent) is desk:
+                        del self._desks[desk.agent]
+                if closed:
+                    logger.warning("the owner of %r is closed: detached it (its mail stays)",
+                                   desk.agent)
+                else:
+                    logger.exception("delivering a notice to %r failed; it will be tried again",
+                                     desk.agent)
         return due
 
     def _on_session_event(self, desk: Desk, event: Event) -> None:
         # Runs inside the owner's lock: take only the mailbox's (never the other way round).
-        if type(event) is not QueueClaimed or desk.in_flight is None:
+        if (type(event) is not QueueClaimed or desk.in_flight is None
+                or self._desks.get(desk.agent) is not desk):
             return
         notice_id, ids = desk.in_flight
         transcript = desk.owner.session.transcript
