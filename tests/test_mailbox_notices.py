@@ -546,3 +546,61 @@ def test_a_send_to_a_running_agent_is_noticed_at_its_next_step_without_a_tick() 
     assert notices(model.requests[1])
     assert box.status(holder["id"]) == "noticed"
     owner.close()
+
+
+class _Ending:
+    """A recipient whose run ends between the mailbox's plan and its send."""
+
+    def __init__(self) -> None:
+        self.owner = Owner(open_store("memory:"), "dev", Runner(Model()), watch=False,
+                           start=False)
+        self.looks = 0
+        self.sent: list[str] = []
+
+    @property
+    def session(self) -> Any:
+        return self.owner.session
+
+    @property
+    def running(self) -> bool:
+        self.looks += 1
+        return self.looks == 1  # running when the mailbox plans; ended when it looks again
+
+    def steer(self, message: Message) -> None:
+        self.sent.append("steer")
+
+    def followup(self, message: Message) -> None:
+        self.sent.append("followup")
+
+    def listen(self, callback: Callable[[Any], None]) -> None:
+        pass
+
+
+def test_a_run_that_ends_before_the_send_gets_no_steer_that_would_start_a_turn() -> None:
+    box = Mailbox(clock=Clock())
+    recipient = _Ending()
+    box.send("dev", "fyi", sender="qa", kind="fyi")
+    box.attach("dev", recipient)
+    assert recipient.sent == []
+    assert box.tick() == 1600.0  # it waits the bounded time, as in any idle agent
+    recipient.owner.close()
+
+
+class _Prompted(_Ending):
+    """A recipient whose person sends a prompt between the mailbox's plan and its send."""
+
+    @property
+    def running(self) -> bool:
+        self.looks += 1
+        if self.looks == 1:  # the plan read the session already: it saw no prompt waiting
+            self.owner.send("the person's question", "next_turn", False)
+        return True
+
+
+def test_a_prompt_that_came_before_the_send_gets_the_notice_behind_it() -> None:
+    box = Mailbox(clock=Clock())
+    recipient = _Prompted()
+    box.send("dev", "fyi", sender="qa", kind="fyi")
+    box.attach("dev", recipient)
+    assert recipient.sent == ["followup"]
+    recipient.owner.close()

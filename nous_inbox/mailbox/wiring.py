@@ -177,11 +177,7 @@ class Notices:
                 agent = desk.agent
                 if desk.in_flight is not None:
                     continue
-                session = desk.owner.session
-                how, when = plan(self._state, agent, now,
-                                 running=desk.owner.running or session.running,
-                                 prompt_waiting=session.inbox.count(_TURN) > 0,
-                                 debounce=self._debounce, max_wait=self._max_wait)
+                how, when = self._plan(desk, now)
                 if how is None:
                     if when is not None:
                         due = when if due is None else min(due, when)
@@ -194,6 +190,18 @@ class Notices:
             with self._lock:
                 self._due.notify_all()  # the timer thread may need to wake sooner
         for desk, how, message in deliveries:
+            # The owner may have moved on since (a run ended, a prompt came): look again right
+            # before sending, so an FYI's steer never starts a turn and no notice goes ahead of
+            # a waiting prompt. (The owner has no way to make the look and the send one step.)
+            with self._lock:
+                again, when = self._plan(desk, now)
+                if again is None:
+                    desk.in_flight = None
+                    if when is not None:
+                        due = when if due is None else min(due, when)
+                    self._due.notify_all()
+                    continue
+            how = again
             try:
                 if how == "steer":
                     desk.owner.steer(message)
@@ -212,6 +220,13 @@ class Notices:
                     logger.exception("delivering a notice to %r failed; it will be tried again",
                                      desk.agent)
         return due
+
+    def _plan(self, desk: Desk, now: float) -> tuple[str | None, float | None]:
+        owner = desk.owner
+        session = owner.session
+        return plan(self._state, desk.agent, now, running=owner.running or session.running,
+                    prompt_waiting=session.inbox.count(_TURN) > 0,
+                    debounce=self._debounce, max_wait=self._max_wait)
 
     def _on_session_event(self, desk: Desk, event: Event) -> None:
         # Runs inside the owner's lock: take only the mailbox's (never the other way round).
