@@ -51,6 +51,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Protocol
 
+import attrs
+
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Inbox, Target
 from nous_inbox.journal import Journal
@@ -76,28 +78,80 @@ class TurnRunner(Protocol):
         """Run one turn; see ``nous_inbox.runner.Runner.run_turn``."""
 
 
+def _positive_seconds(owner: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"Owner: {attribute.alias} must be a positive number of seconds, got {value!r}")
+
+
+def _of(kind: type) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    """An attrs validator whose error names the option as the caller spelled it."""
+
+    def check(owner: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, kind):
+            raise TypeError(f"Owner: {attribute.alias} must be a {kind.__name__}, "
+                            f"got {type(value).__name__}")
+
+    return check
+
+
+def _optional_callable(owner: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"Owner: {attribute.alias} must be callable or None, got {type(value).__name__}")
+
+
+def _check_runner(runner: object) -> None:
+    if not callable(getattr(runner, "run_turn", None)):
+        raise TypeError("Owner: runner must have run_turn(port, *, reason, cancel) (a "
+                        f"nous_inbox.Runner), got {type(runner).__name__}")
+
+
+def _seconds(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"Owner: poll_interval must be a number of seconds, got {type(value).__name__}")
+    return float(value)
+
+
+@attrs.define(slots=False, eq=False, repr=False, init=True)
 class Owner(SendPresets):
     """Holds one session (``stream`` in ``store``) and runs ``runner`` whenever it should wake.
 
     ``listen`` callbacks see every event as it is recorded, in order (the owner's own and those
     another process appended); ``watch`` starts the thread that notices other processes' sends
     (``poll_interval`` seconds apart); ``start`` wakes right away if the replayed inbox wants it.
+    The options are checked before the stream's lease is taken: a bad one is a ``TypeError`` or
+    ``ValueError`` naming it, and nothing happened.
+
+    >>> from nous_inbox.store import open_store
+    >>> def model(transcript, tools):
+    ...     return "ok"
+    >>> Owner(open_store("memory:"), "s", model)
+    Traceback (most recent call last):
+    ...
+    TypeError: Owner: runner must have run_turn(port, *, reason, cancel) (a nous_inbox.Runner), got function
+    >>> from nous_inbox.runner import Runner
+    >>> Owner(open_store("memory:"), "s", Runner(model), poll_interval=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: Owner: poll_interval must be a positive number of seconds, got 0.0
     """
 
-    def __init__(
-        self,
-        store: Store,
-        stream: str,
-        runner: TurnRunner,
-        *,
-        listen: Listener | None = None,
-        watch: bool = True,
-        poll_interval: float = 0.05,
-        start: bool = True,
-    ) -> None:
-        self._store = store
-        self._stream = stream
-        self._runner = runner
+    _store: Store
+    _stream: str = attrs.field(validator=_of(str))
+    _runner: TurnRunner = attrs.field(validator=lambda _, __, runner: _check_runner(runner))
+    _listen: Listener | None = attrs.field(
+        default=None, kw_only=True, validator=_optional_callable
+    )
+    _watch_others: bool = attrs.field(
+        default=True, kw_only=True, alias="watch", validator=_of(bool)
+    )
+    _poll_interval: float = attrs.field(
+        default=0.05, kw_only=True, converter=_seconds, validator=_positive_seconds
+    )
+    _start: bool = attrs.field(default=True, kw_only=True, validator=_of(bool))
+
+    def __attrs_post_init__(self) -> None:
+        store, stream, listen = self._store, self._stream, self._listen
+        watch, poll_interval, start = self._watch_others, self._poll_interval, self._start
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._listeners: list[Listener] = [listen] if listen is not None else []

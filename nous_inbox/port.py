@@ -196,9 +196,9 @@ class JournalPort:
     other uses of the journal (an owner passes its own; a journal is not locked by itself).
 
     ``append`` is the hosts' write (every send goes through it): a **group commit**. Senders on
-    many threads that arrive while a transaction is being committed queue up; the first of them
-    to get the lock next (the leader) appends everything queued in one atomic append, one
-    transaction of the store, and hands each follower its stored event. No call returns before
+    many threads that arrive while a transaction is being committed queue up and wait; when it
+    is done, one of them (the leader) appends everything queued meanwhile in one atomic append,
+    one transaction of the store, and wakes each follower with its stored event. No call returns before
     the transaction holding its event committed, so acknowledged still means durable, and each
     sender's events keep their order (a sender waits for one before it sends the next). A batch
     the store refuses is tried again one event at a time, so one bad event fails only its own
@@ -212,13 +212,14 @@ class JournalPort:
     1
     """
 
-    __slots__ = ("_journal", "_lock", "_pending", "_queue_lock")
+    __slots__ = ("_committing", "_journal", "_lock", "_pending", "_queue")
 
     def __init__(self, journal: Journal, lock: threading.RLock | None = None) -> None:
         self._journal = journal
         self._lock = threading.RLock() if lock is None else lock
-        self._queue_lock = threading.Lock()  # held only to swap the queue, never across I/O
+        self._queue = threading.Condition(threading.Lock())  # never held across I/O
         self._pending: list[_Pending] = []
+        self._committing = False  # a leader is appending a batch (guarded by _queue)
 
     @property
     def journal(self) -> Journal:
@@ -257,15 +258,35 @@ class JournalPort:
         it as stored, once the transaction holding it has committed (see the class notes)."""
         _check_event(event)
         mine = _Pending(event)
-        with self._queue_lock:
+        queue = self._queue
+        with queue:
             self._pending.append(mine)
-        with self._lock:
-            # Whoever held the lock before may have committed ours with its batch; if not, we
-            # lead: everything queued so far goes in one append.
+            # Wait while another leader commits: it may take ours with the next batch, and
+            # everyone arriving meanwhile joins that batch (the bigger the batch, the fewer
+            # transactions). Waiting on the queue, not on the journal's lock, is what lets the
+            # batch grow: a leader back for its next send must queue behind the others.
+            while self._committing and not mine.done:
+                queue.wait()
             if not mine.done:
-                with self._queue_lock:
-                    batch, self._pending = self._pending, []
-                self._commit_batch(batch)
+                self._committing = True
+                batch, self._pending = self._pending, []
+        if not mine.done:
+            # Lead until nothing is queued: those who queued during a commit are the next batch
+            # at once, with no hand-over to a thread that first has to wake up.
+            try:
+                while batch:
+                    with self._lock:
+                        self._commit_batch(batch)
+                    with queue:
+                        queue.notify_all()
+                        batch, self._pending = self._pending, []
+                        if not batch:
+                            self._committing = False
+            except BaseException:
+                with queue:
+                    self._committing = False
+                    queue.notify_all()
+                raise
         if mine.error is not None:
             raise mine.error
         assert mine.stored is not None

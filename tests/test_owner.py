@@ -700,3 +700,31 @@ def test_a_send_the_store_refuses_in_a_shared_batch_fails_only_its_own_sender() 
         assert batch[1].error is not None and "limit" in str(batch[1].error)
         assert [p.stored.message.content for p in (batch[0], batch[2])] == ["a", "c"]  # type: ignore[union-attr]
         assert [e.message.content for e in owner.events()] == ["a", "c"]  # type: ignore[attr-defined]
+
+
+# -- options: checked before anything happens -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "words"),
+    [
+        ({"poll_interval": 0}, ValueError, "poll_interval must be a positive number"),
+        ({"poll_interval": -1.5}, ValueError, "poll_interval must be a positive number"),
+        ({"poll_interval": "fast"}, TypeError, "poll_interval must be a number of seconds"),
+        ({"watch": "yes"}, TypeError, "watch must be a bool, got str"),
+        ({"start": 1}, TypeError, "start must be a bool, got int"),
+        ({"listen": "print"}, TypeError, "listen must be callable or None, got str"),
+        ({"runner": lambda transcript, tools: "ok"}, TypeError, "runner must have run_turn"),
+        ({"stream": 7}, TypeError, "stream must be a str, got int"),
+    ],
+)
+def test_a_bad_option_is_refused_before_the_stream_is_taken(
+    options: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    store = open_store("memory:")
+    args = {"stream": "s", "runner": Runner(ScriptedModel()), **options}
+    stream, runner = args.pop("stream"), args.pop("runner")
+    with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
+        Owner(store, stream, runner, **args)
+    with Owner(store, "s", Runner(ScriptedModel())) as owner:  # the lease was never taken
+        assert owner.session.version == 0
