@@ -212,14 +212,20 @@ class JournalPort:
     1
     """
 
-    __slots__ = ("_committing", "_journal", "_lock", "_pending", "_queue")
+    __slots__ = ("_committing", "_journal", "_lock", "_pending", "_queue", "_queue_lock",
+                 "_waiting")
 
     def __init__(self, journal: Journal, lock: threading.RLock | None = None) -> None:
         self._journal = journal
         self._lock = threading.RLock() if lock is None else lock
-        self._queue = threading.Condition(threading.Lock())  # never held across I/O
+        # The queue of sends waiting for a group commit; its lock is never held across I/O.
+        # ``with self._queue_lock`` (C-level) guards it; the Condition over the same lock is
+        # used only when someone must wait, so an uncontended send pays two lock round trips.
+        self._queue_lock = threading.Lock()
+        self._queue = threading.Condition(self._queue_lock)
         self._pending: list[_Pending] = []
-        self._committing = False  # a leader is appending a batch (guarded by _queue)
+        self._committing = False  # a leader is appending a batch
+        self._waiting = 0  # senders parked on the Condition
 
     @property
     def journal(self) -> Journal:
@@ -257,40 +263,61 @@ class JournalPort:
         """Append ``event`` in a group commit with whatever other threads are appending; return
         it as stored, once the transaction holding it has committed (see the class notes)."""
         _check_event(event)
-        mine = _Pending(event)
-        queue = self._queue
-        with queue:
-            self._pending.append(mine)
-            # Wait while another leader commits: it may take ours with the next batch, and
-            # everyone arriving meanwhile joins that batch (the bigger the batch, the fewer
-            # transactions). Waiting on the queue, not on the journal's lock, is what lets the
-            # batch grow: a leader back for its next send must queue behind the others.
-            while self._committing and not mine.done:
-                queue.wait()
-            if not mine.done:
+        with self._queue_lock:
+            if not self._committing:
+                # Nobody is committing (so nothing is queued): lead, with this event alone.
                 self._committing = True
-                batch, self._pending = self._pending, []
-        if not mine.done:
-            # Lead until nothing is queued: those who queued during a commit are the next batch
-            # at once, with no hand-over to a thread that first has to wake up.
+                mine = None
+            else:
+                mine = _Pending(event)
+                self._pending.append(mine)
+                # Wait while another leader commits: it takes ours with its next batch, along
+                # with everyone arriving meanwhile (the bigger the batch, the fewer
+                # transactions). Waiting here, not on the journal's lock, is what lets batches
+                # grow: a leader back for its next send queues behind the others.
+                self._waiting += 1
+                try:
+                    while self._committing and not mine.done:
+                        self._queue.wait()
+                finally:
+                    self._waiting -= 1
+                if not mine.done:  # the last leader was interrupted: lead what it left
+                    self._committing = True
+        if mine is None:
             try:
-                while batch:
-                    with self._lock:
-                        self._commit_batch(batch)
-                    with queue:
-                        queue.notify_all()
-                        batch, self._pending = self._pending, []
-                        if not batch:
-                            self._committing = False
-            except BaseException:
-                with queue:
-                    self._committing = False
-                    queue.notify_all()
-                raise
+                with self._lock:
+                    (stored,), _ = self._journal.commit(_just(event))
+            finally:
+                self._lead([])
+            return stored
+        if not mine.done:
+            self._lead([])
         if mine.error is not None:
             raise mine.error
         assert mine.stored is not None
         return mine.stored
+
+    def _lead(self, batch: list[_Pending]) -> None:
+        """As the leader: commit ``batch``, then whatever queued meanwhile, until nothing is
+        queued; then stop leading. Those who queued during a commit are the next batch at once,
+        with no hand-over to a thread that first has to wake up."""
+        try:
+            while True:
+                if batch:
+                    with self._lock:
+                        self._commit_batch(batch)
+                with self._queue_lock:
+                    if self._waiting:
+                        self._queue.notify_all()
+                    batch, self._pending = self._pending, []
+                    if not batch:
+                        self._committing = False
+                        return
+        except BaseException:
+            with self._queue_lock:
+                self._committing = False
+                self._queue.notify_all()
+            raise
 
     def _commit_batch(self, batch: list[_Pending]) -> None:
         """Commit ``batch`` in one append (called with the lock); mark each done either way."""

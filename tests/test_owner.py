@@ -728,3 +728,12 @@ def test_a_bad_option_is_refused_before_the_stream_is_taken(
         Owner(store, stream, runner, **args)
     with Owner(store, "s", Runner(ScriptedModel())) as owner:  # the lease was never taken
         assert owner.session.version == 0
+
+
+def test_a_send_the_store_refuses_raises_for_its_sender_and_later_sends_go_on() -> None:
+    with Owner(open_store("memory:"), "s", Runner(ScriptedModel()), watch=False) as owner:
+        limit = owner._store.max_record_size  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match="limit"):
+            owner.inject("x" * (limit + 1))
+        assert owner.inject("ok").seq == 1  # the refusal left the group commit ready for more
+        assert [e.message.content for e in owner.events()] == ["ok"]  # type: ignore[attr-defined]
