@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 from nous_inbox.events import MailDropped, MailNoticed, MailReceived, MailSent
 from nous_inbox.mailbox import Mailbox, MailboxFullError, MailboxState
+from nous_inbox.owner import Owner
+from nous_inbox.runner import Runner
 from nous_inbox.store import Store, open_store
 
 _STRESS = max(1, int(os.environ.get("NOUS_INBOX_STRESS", "1")))
@@ -478,6 +480,20 @@ def _exercise(box: Mailbox) -> None:
     box.receive("lead", limit=1)
     for i in range(5):
         box.send("ops", i, sender="cron")
+    _notice(box, "qa")
+
+
+def _notice(box: Mailbox, agent: str) -> None:
+    """Deliver ``agent``'s new mail as a notice a run claims (it joins a waiting prompt's turn)."""
+    box.send(agent, "heads up", sender="ops", kind="fyi", id=f"n-{agent}")
+    owner = Owner(open_store("memory:"), agent, Runner(lambda transcript, tools: "ok"),
+                  watch=False, start=False)
+    owner.send("a person's prompt", "next_turn", False)  # waiting: the notice goes behind it
+    box.attach(agent, owner)
+    assert owner.wait_idle(30)
+    box.detach(agent)
+    owner.close()
+    assert box.status(f"n-{agent}") == "noticed"
 
 
 def test_a_restarted_mailbox_rebuilds_every_state_by_replay(store: Store) -> None:
