@@ -51,7 +51,7 @@ from nous_inbox.message import Message
 from nous_inbox.owner import Owner
 from nous_inbox.port import SessionPort, sent_event
 from nous_inbox.session import Session
-from nous_inbox.store import Store
+from nous_inbox.store import MemoryStore, Store
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
 
@@ -107,7 +107,9 @@ class AsyncOwner:
     :class:`~nous_inbox.runner.Runner`, or a pydantic-ai
     :class:`~nous_inbox.compat.pydantic_ai.AgentRunner`. ``watch`` and ``poll_interval`` are the
     threaded owner's (how it notices other processes' sends); ``workers`` bounds the threads
-    store I/O and waits use.
+    store I/O uses. ``offload`` says whether store I/O goes to those threads; by default it does,
+    except for a ``memory:`` store, whose "I/O" is a few microseconds of folding in this process
+    and would cost more in the thread hop than in the call.
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class AsyncOwner:
         watch: bool = True,
         poll_interval: float = 0.05,
         workers: int = 4,
+        offload: bool | None = None,
     ) -> None:
         if not callable(getattr(runner, "arun_turn", None)):
             raise TypeError(
@@ -130,15 +133,19 @@ class AsyncOwner:
         self._runner = runner
         self._watch = watch
         self._poll_interval = poll_interval
+        self._offload = not isinstance(store, MemoryStore) if offload is None else bool(offload)
         self._io = concurrent.futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix=f"nous-inbox io {stream}"
         )
         self._owner: Owner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._stop: asyncio.Event | None = None  # the running turn's cancel, set on the loop
         self._readers: set[asyncio.Queue[Event | None]] = set()
 
     async def _call(self, fn: Any, *args: Any) -> Any:
+        if not self._offload:
+            return fn(*args)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._io, fn, *args)
 
@@ -156,6 +163,7 @@ class AsyncOwner:
         if self._owner is not None:
             raise RuntimeError(f"AsyncOwner of session {self._stream!r} is already open")
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         bridge = _OnTheLoop(self, self._runner, self._loop)
         # Opening takes the lease and replays the log: store I/O, so off the loop. It wakes
         # right away if the replayed inbox wants it (resume from the log).
@@ -234,9 +242,14 @@ class AsyncOwner:
 
     def _recorded(self, event: Event) -> None:
         # Called on whichever thread recorded the event, inside the owner's lock, in seq order;
-        # call_soon_threadsafe keeps that order on the loop.
+        # the loop's callback queue keeps that order. With no reader there is nothing to tell:
+        # a reader that registers later reads this event back from the store.
         loop = self._loop
-        if loop is not None and not loop.is_closed():
+        if not self._readers or loop is None or loop.is_closed():
+            return
+        if self._loop_thread == threading.get_ident():
+            loop.call_soon(self._publish, event)  # no wake-up write needed on the loop itself
+        else:
             loop.call_soon_threadsafe(self._publish, event)
 
     def _publish(self, event: Event) -> None:
