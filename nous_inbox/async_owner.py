@@ -109,7 +109,8 @@ class AsyncOwner:
     threaded owner's (how it notices other processes' sends); ``workers`` bounds the threads
     store I/O uses. ``offload`` says whether store I/O goes to those threads; by default it does,
     except for a ``memory:`` store, whose "I/O" is a few microseconds of folding in this process
-    and would cost more in the thread hop than in the call.
+    and would cost more in the thread hop than in the call. ``start`` wakes right away, on
+    opening, if the replayed inbox wants it (a waking message left queued by a previous process).
     """
 
     def __init__(
@@ -122,6 +123,7 @@ class AsyncOwner:
         poll_interval: float = 0.05,
         workers: int = 4,
         offload: bool | None = None,
+        start: bool = True,
     ) -> None:
         if not callable(getattr(runner, "arun_turn", None)):
             raise TypeError(
@@ -132,6 +134,7 @@ class AsyncOwner:
         self._stream = stream
         self._runner = runner
         self._watch = watch
+        self._start = start
         self._poll_interval = poll_interval
         self._offload = not isinstance(store, MemoryStore) if offload is None else bool(offload)
         self._io = concurrent.futures.ThreadPoolExecutor(
@@ -169,7 +172,7 @@ class AsyncOwner:
         # right away if the replayed inbox wants it (resume from the log).
         self._owner = await self._call(lambda: Owner(
             self._store, self._stream, bridge, listen=self._recorded, watch=self._watch,
-            poll_interval=self._poll_interval,
+            poll_interval=self._poll_interval, start=self._start,
         ))
         return self
 
