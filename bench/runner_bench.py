@@ -15,7 +15,8 @@ The baselines are what a user would otherwise write:
 Against them, ``Runner.run_turn`` on a :class:`~nous_inbox.runner.LocalSession` does everything the
 library promises: two claims at the turn's start and one per step boundary (atomic with their
 record), six recorded events per step (numbered, timed, folded into the session), the budget, the
-nudge and final-answer rules. The asyncio driver is measured against a hand-written async loop
+nudge and final-answer rules. The same turn over ``BarePort`` (a session folded in memory, no
+store) tells the runner's own cost from the port's. The asyncio driver is measured against a hand-written async loop
 awaiting the same async model and tool, and, with the same sync callables, inline
 (``offload=False``) and in worker threads (the default).
 
@@ -36,9 +37,14 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
+import msgspec
+
 from nous_inbox import Message, ToolCall
+from nous_inbox.events import Event, MessageSent, QueueClaimed
+from nous_inbox.inbox import Target
 from nous_inbox.loop import ToolSpec
 from nous_inbox.runner import LocalSession, Runner, Tool
+from nous_inbox.session import Session
 
 __all__ = ["Row", "main", "measure", "render", "run"]
 
@@ -149,15 +155,43 @@ def _session() -> LocalSession:
     return local
 
 
+class BarePort:
+    """The least a port can be: a session folded in memory, no store, no lock, no proof.
+
+    Measured beside ``LocalSession`` (a journal over a ``memory:`` store, which validates and
+    proves every event it appends) to tell the runner's own cost from its port's.
+    """
+
+    def __init__(self) -> None:
+        self.session = Session()
+        self.events: list[Event] = []
+        self.record(MessageSent(target=Target.NEXT_TURN, wakeup=True, message=Message.user(PROMPT)))
+
+    def claim(
+        self, target: Target, *, wake_only: bool = False
+    ) -> tuple[Sequence[Message], QueueClaimed | None]:
+        claimed, _ = self.session.inbox.claim(target, wake_only=wake_only)
+        if not claimed:
+            return (), None
+        event = self.record(QueueClaimed(target=target, count=len(claimed)))
+        return tuple(claimed), event  # type: ignore[return-value]
+
+    def record(self, event: Event) -> Event:
+        stamped = msgspec.structs.replace(event, seq=self.session.version + 1, at=time.time())
+        self.session = self.session.apply(stamped)
+        self.events.append(stamped)
+        return stamped
+
+
 def time_hand_written(steps: int, inbox: QueueInbox | None = None, latency: float = 0.0) -> float:
     start = time.perf_counter()
     hand_written(steps, None if inbox is None else inbox.drain, latency)
     return time.perf_counter() - start
 
 
-def time_runner(steps: int, latency: float = 0.0) -> float:
+def time_runner(steps: int, latency: float = 0.0, *, bare: bool = False) -> float:
     runner = Runner(make_model(steps, latency), [add], max_steps=steps + 1)
-    local = _session()
+    local: LocalSession | BarePort = BarePort() if bare else _session()
     start = time.perf_counter()
     deque(runner.run_turn(local), maxlen=0)
     return time.perf_counter() - start
@@ -210,12 +244,13 @@ def measure(quick: bool = False) -> list[Row]:
     for steps in sizes:
         # Longer turns are steadier and slower to run: fewer repeats (the transcript grows with
         # the turn, so these rows also show the cost per step does not grow with it).
-        repeat = 2 if quick else max(3, 15 * 20 // steps)
+        repeat = 2 if quick else max(7, 15 * 20 // steps)
         inbox = QueueInbox()
         plan: dict[str, Callable[[int], float]] = {
             "hand-written loop": time_hand_written,
             "hand-written loop + inbox": lambda s, box=inbox: time_hand_written(s, box),
             "Runner.run_turn": time_runner,
+            "Runner.run_turn, bare port": lambda s: time_runner(s, bare=True),
             "async hand-written loop": time_async_hand_written,
             "Runner.arun_turn, async model and tool": (lambda s: time_async_runner(s, native=True)),
             "Runner.arun_turn, sync callables inline": (
@@ -235,6 +270,7 @@ def measure(quick: bool = False) -> list[Row]:
             ("hand-written loop + inbox", "hand-written loop"),
             ("Runner.run_turn", "hand-written loop"),
             ("Runner.run_turn", "hand-written loop + inbox"),
+            ("Runner.run_turn, bare port", "hand-written loop + inbox"),
             ("Runner.arun_turn, async model and tool", "async hand-written loop"),
             ("Runner.arun_turn, sync callables inline", "async hand-written loop"),
             ("Runner.arun_turn, sync callables in threads", "async hand-written loop"),
@@ -245,7 +281,7 @@ def measure(quick: bool = False) -> list[Row]:
         # take 100 ms and more): how much of a real run the runner's own cost is.
         steps, latency = 50, 0.001
         runner_s = baseline_s = float("inf")
-        for _ in range(5):
+        for _ in range(7):
             baseline_s = min(baseline_s, time_hand_written(steps, latency=latency) / steps)
             runner_s = min(runner_s, time_runner(steps, latency) / steps)
         rows.append(

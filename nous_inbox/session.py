@@ -20,6 +20,12 @@ in memory, replaying its log gives back an equal ``Session``.
 Replay checks itself: sequence numbers must run 1, 2, 3, ... with no gap, and a claim must take
 exactly the number of messages the log says it took. Either mismatch is a ``ReplayError`` naming
 the position, since a log that disagrees with itself must not be silently "repaired".
+
+Design notes. ``Session.apply`` is a table from event type to a small fold function (``_APPLY``),
+so which event changes what is read in one place. ``replay`` is the same fold written as one loop
+over plain lists, for speed; ``tests/test_session.py`` holds the two to each other. A session,
+like an inbox, is built with ``gc=False``: it holds only values that cannot point back at it, so
+the cyclic collector need not track one per applied event.
 """
 
 from __future__ import annotations

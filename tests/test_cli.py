@@ -24,8 +24,11 @@ def cli(*argv: str) -> tuple[int, str]:
     return main(list(argv), out=out), out.getvalue()
 
 
-@pytest.fixture
-def url(tmp_path: Path) -> str:
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """The store the commands use: the embedded default, then a PostgreSQL server."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
     return f"sqlite:{tmp_path / 'inbox.sqlite'}"
 
 

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
 import msgspec
 import pytest
 
@@ -876,6 +877,22 @@ def test_an_interrupt_during_a_model_request_records_the_turn_as_cancelled() -> 
     last = local.events[-1]
     assert isinstance(last, TurnEnded) and last.reason == "cancelled"
     assert replay(local.events) == local.session
+
+
+def test_a_runner_is_frozen_and_its_tools_are_read_only() -> None:
+    def read(path: str) -> str:
+        return path
+
+    runner = Runner(Script(), [read], max_steps=3)
+    assert (runner.max_steps, runner.structured, runner.offload) == (3, False, True)
+    assert list(runner.tools) == ["read"] and runner.tools["read"].fn is read
+    assert "max_steps=3" in repr(runner) and "Tool(name='read')" in repr(runner)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        runner.max_steps = 5  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        runner.tools["other"] = runner.tools["read"]  # type: ignore[index]
+    with pytest.raises(TypeError, match="structured must be a bool"):
+        Runner(Script(), structured="yes")  # type: ignore[arg-type]
 
 
 def test_the_model_is_offered_the_runners_tools() -> None:

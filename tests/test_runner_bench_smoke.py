@@ -12,6 +12,7 @@ def test_the_runner_benchmark_reports_a_table_of_ratios() -> None:
     rows = [line for line in lines[2:] if line.startswith("|")]
     assert any(row.startswith("| Runner.run_turn | hand-written loop |") for row in rows)
     assert any(row.startswith("| Runner.arun_turn, async model and tool |") for row in rows)
+    assert any(row.startswith("| Runner.run_turn, bare port |") for row in rows)
     assert all(row.split("|")[4].strip().endswith("x") for row in rows)
 
 
@@ -23,3 +24,14 @@ def test_every_variant_runs_the_same_turn() -> None:
     local.followup(runner_bench.PROMPT)
     list(Runner(runner_bench.make_model(3), [runner_bench.add]).run_turn(local))
     assert list(local.session.transcript) == runner_bench.hand_written(3)
+
+
+
+def test_the_bare_port_runs_the_same_turn_and_replays() -> None:
+    from nous_inbox.runner import Runner
+    from nous_inbox.session import replay
+
+    port = runner_bench.BarePort()
+    list(Runner(runner_bench.make_model(3), [runner_bench.add]).run_turn(port))
+    assert list(port.session.transcript) == runner_bench.hand_written(3)
+    assert replay(port.events) == port.session

@@ -248,3 +248,47 @@ def test_replaying_a_live_runs_log_gives_the_live_session(
     assert replay(live.events) == live.session
     middle = replay(live.events[:split])
     assert replay(live.events[split:], start=middle) == live.session
+
+
+# -- the loop and the inbox together: ruling 4 at a would-be final answer ---------------------------
+
+
+def _turn_with_a_send_while_the_model_thinks(text: str) -> tuple[_Live, list[str]]:
+    """One turn: the model answers "done" while ``text`` is steered in; then, if the run went
+    on, "ok". Returns the live session and the names of the commands the loop gave."""
+    live = _Live()
+    live.send([(TURN, True, "tidy the logs")])
+    state, command, events = advance(new_state(3), TurnOpened(1, "wake", ()))
+    live.record(*events)
+    commands = []
+    answers = iter([Message.assistant("done"), Message.assistant("ok")])
+    while not isinstance(command, EndTurn):
+        commands.append(type(command).__name__)
+        happening: Happening
+        if isinstance(command, Claim):
+            happening = live.claim(command)
+        else:
+            live.send([(STEP, True, text)] if state.step == 1 else [])
+            happening = ModelAnswered(next(answers))
+        state, command, events = advance(state, happening)
+        live.record(*events)
+    return live, commands
+
+
+def test_a_steer_pending_at_a_would_be_final_answer_extends_the_run() -> None:
+    live, commands = _turn_with_a_send_while_the_model_thinks("and the README")
+    assert commands.count("CallModel") == 2
+    assert [m.content for m in live.session.transcript][-2:] == ["and the README", "ok"]
+    assert not live.session.inbox.has_pending()
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\n\t"])
+def test_a_blank_steer_pending_at_a_would_be_final_answer_neither_extends_nor_is_lost(
+    blank: str,
+) -> None:
+    live, commands = _turn_with_a_send_while_the_model_thinks(blank)
+    assert commands.count("CallModel") == 1
+    assert [m.content for m in live.session.transcript] == ["tidy the logs", "done"]
+    assert [m.content for m, _ in live.session.inbox.entries(STEP)] == [blank]  # still queued
+    assert not live.session.inbox.worth_waking()  # and the owner opens no turn for it
+    assert replay(live.events) == live.session

@@ -327,16 +327,20 @@ def test_file_store_refuses_a_seq_out_of_place(tmp_path):
     path = tmp_path / "log.jsonl"
     path.write_bytes(json_lines([Record(stream="s", event=Warned(text="a", seq=1)),
                                  Record(stream="s", event=Warned(text="b", seq=3))]))
-    with pytest.raises(DecodeError, match=r"line 3 \(byte \d+\): stream 's' has seq 3 where 2"):
-        FileStore(path, read_only=True)
+    with FileStore(path, read_only=True) as store, pytest.raises(
+        DecodeError, match=r"line 3 \(byte \d+\): stream 's' has seq 3 where 2"
+    ):
+        store.read("s")
 
 
 def test_file_store_refuses_a_batch_broken_off_in_the_middle(tmp_path):
     path = tmp_path / "log.jsonl"
     path.write_bytes(json_lines([Record(stream="s", event=Warned(text="a", seq=1), more=1),
                                  Record(stream="t", event=Warned(text="b", seq=1))]))
-    with pytest.raises(DecodeError, match=r"line 3 .*the append that began at line 2 is broken off"):
-        FileStore(path, read_only=True)
+    with FileStore(path, read_only=True) as store, pytest.raises(
+        DecodeError, match=r"line 3 .*the append that began at line 2 is broken off"
+    ):
+        store.read("s")
 
 
 def test_file_store_refuses_an_oversized_event_and_writes_nothing(tmp_path):

@@ -38,7 +38,9 @@ each, the agent's own and the shared queue are merged in send order. Each queued
 its send position as ``metadata["nous_inbox.order"]``, which is what that merge sorts by, and
 all it is used for: which followups a run is owed is decided from the queues themselves.
 
-Design notes.
+Design notes. The routing decisions below (addresses, the send clock, which followups a run is
+owed) live in the mailbox layer, :mod:`nous_inbox.mailbox.routing`; this adapter is aimu's face
+over them and over a journal per address.
 
 * A run is owed the followups queued when it opened its reader: ``reader()`` first reads what
   other writers appended to the store, then notes, per address, which ``next_turn`` entries are
@@ -80,16 +82,24 @@ import heapq
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Final, Protocol, TypeVar
 
-import msgspec
+import attrs
 
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Entry, Inbox, Target
-from nous_inbox.journal import Journal, Log, claim_event
+from nous_inbox.journal import Journal, Log
+from nous_inbox.mailbox import routing
+from nous_inbox.mailbox.routing import (
+    ORDER_KEY,
+    SendClock,
+    addresses,
+    check_agent,
+    claim_for_run,
+    order_of,
+)
 from nous_inbox.message import Message
 from nous_inbox.session import Session
 
@@ -100,10 +110,6 @@ logger = logging.getLogger(__name__)
 STREAM_PREFIX: Final = "aimu:"
 """Streams an ``AimuInbox`` owns in its store start with this; others are left alone."""
 
-ORDER_KEY: Final = "nous_inbox.order"
-"""The metadata key carrying a queued message's send position (see the module notes)."""
-
-_SHARED_STREAM: Final = STREAM_PREFIX + "*"
 _EMPTY: Final = Inbox()
 _TURN: Final = Target.NEXT_TURN
 _STEP: Final = Target.NEXT_STEP
@@ -127,18 +133,7 @@ def stream_name(agent: str | None) -> str:
     >>> stream_name("researcher"), stream_name(None)
     ('aimu:researcher', 'aimu:*')
     """
-    return _SHARED_STREAM if agent is None else STREAM_PREFIX + agent
-
-
-def _check_agent(agent: object, where: str) -> str | None:
-    if agent is None:
-        return None
-    if not isinstance(agent, str):
-        raise TypeError(f"{where}: agent must be a str or None, got {type(agent).__name__}")
-    if agent in ("", "*"):
-        # Both would share a stream with the shared address (stream "aimu:*").
-        raise ValueError(f"{where}: agent {agent!r} is reserved; use None for every run")
-    return agent
+    return routing.stream_name(STREAM_PREFIX, agent)
 
 
 def _check_text(text: object, where: str) -> Message:
@@ -154,79 +149,14 @@ def _check_text(text: object, where: str) -> Message:
     raise TypeError(f"{where}: text must be a str or a user Message, got {type(text).__name__}")
 
 
-def _addresses(agent: str | None) -> tuple[str | None, ...]:
-    # The addresses a run opened as reader(agent) drains, its own first.
-    return (None,) if agent is None else (agent, None)
-
-
-def _order(message: Message) -> int:
-    # A message written by another kind of writer has no position: it sorts first, and since a
-    # merge only ever takes from the heads, each queue's own order is kept regardless.
-    value = message.metadata.get(ORDER_KEY)
-    return value if type(value) is int else -1
-
-
-def _stamped(message: Message, order: int) -> Message:
-    # replace() runs Message's own checks again, which freeze the new metadata.
-    return msgspec.structs.replace(message, metadata={**message.metadata, ORDER_KEY: order})
-
-
-def _split_owed(
-    entries: Sequence[Entry], at_start: Sequence[Entry]
-) -> tuple[list[Message], list[Entry]]:
-    """Split the queued followups into those a run is owed (queued when it opened) and the rest.
-
-    An entry is owed if it was among ``at_start``, counted as a multiset: another run may have
-    claimed some of them meanwhile, and two equal messages are two entries.
-    """
-    if entries is at_start:  # the queue did not move since the run opened: no scan needed
-        return [message for message, _ in entries], []
-    remaining = Counter(at_start)
-    owed: list[Message] = []
-    late: list[Entry] = []
-    for entry in entries:
-        if remaining[entry] > 0:
-            remaining[entry] -= 1
-            owed.append(entry[0])
-        else:
-            late.append(entry)
-    return owed, late
-
-
-def _claim_for_run(
-    box: Inbox, owed_turn: Sequence[Entry] | None
-) -> tuple[Inbox, list[Event], tuple[list[Message], list[Message]]]:
-    """One address's share of a drain: the followups owed to the run (``owed_turn``: the
-    ``next_turn`` entries queued when it opened; ``None`` once its first drain is done), then
-    everything on ``next_step``, in one append. Returns the new value, the events recording it,
-    the messages. Each claim is built by the one claim path, :func:`~nous_inbox.journal.claim_event`.
-    """
-    events: list[Event] = []
-    turn: list[Message] = []
-    if owed_turn and box.has_pending(_TURN):
-        owed, _ = _split_owed(box.entries(_TURN), owed_turn)
-        if owed:
-            # The owed entries are the oldest (claims take the oldest; sends join the end), so a
-            # claim of that many leaves the late ones queued, for the next run, untouched.
-            turn, event, box = claim_event(box, _TURN, limit=len(owed))
-            events.extend([event] if event is not None else [])
-    step, event, box = claim_event(box, _STEP)
-    events.extend([event] if event is not None else [])
-    return box, events, (turn, step)
-
-
+@attrs.frozen(repr=False, eq=False)
 class _RunDrain:
     """One run's drain: it owes the run, per address, the followups queued when the run opened,
     until a drain has claimed that address's share."""
 
-    __slots__ = ("_agent", "_inbox", "_owed_turn")
-
-    def __init__(
-        self, inbox: AimuInbox, agent: str | None, owed_turn: dict[str | None, Sequence[Entry]]
-    ) -> None:
-        self._inbox = inbox
-        self._agent = agent
-        self._owed_turn = owed_turn
+    _inbox: AimuInbox
+    _agent: str | None
+    _owed_turn: dict[str | None, Sequence[Entry]]
 
     def __call__(self) -> list[str]:
         return self._inbox._drain(self._agent, self._owed_turn)
@@ -235,18 +165,39 @@ class _RunDrain:
         return f"<AimuInbox drain for agent {self._agent!r}>"
 
 
+def _check_store(box: object, attribute: object, store: EventStore | None) -> None:
+    if store is None:
+        return
+    missing = [name for name in ("append", "read", "version", "streams")
+               if not callable(getattr(store, name, None))]
+    if missing:
+        raise TypeError(
+            f"AimuInbox: store must be a nous_inbox store (or have append, read, version and "
+            f"streams); {type(store).__name__} has no {', '.join(missing)}"
+        )
+
+
+@attrs.define(repr=False, eq=False)
 class AimuInbox:
     """A host-side mailbox satisfying aimu's ``Inbox`` protocol, routed by agent name.
 
     ``steer``, ``inject`` and ``followup`` may be called from any thread; ``reader`` is aimu's.
-    ``store`` (optional) makes every queued message durable; see the module notes.
+    ``store`` (optional) makes every queued message durable; see the module notes. Something
+    that is not a store is refused at once:
+
+    >>> AimuInbox("sqlite:inbox.db")
+    Traceback (most recent call last):
+    ...
+    TypeError: AimuInbox: store must be a nous_inbox store (or have append, read, version and streams); str has no append, read, version, streams
     """
 
-    def __init__(self, store: EventStore | None = None) -> None:
-        self._lock = threading.Lock()
-        self._journals: dict[str | None, Journal] = {}
-        self._last_order = 0
-        self._store = store
+    _store: EventStore | None = attrs.field(default=None, validator=_check_store)
+    _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    _journals: dict[str | None, Journal] = attrs.field(init=False, factory=dict)
+    _clock: SendClock = attrs.field(init=False, factory=SendClock)
+
+    def __attrs_post_init__(self) -> None:
+        store = self._store
         if store is not None:
             for stream in store.streams():
                 if not stream.startswith(STREAM_PREFIX):
@@ -283,13 +234,13 @@ class AimuInbox:
         self._send(text, agent, _TURN, True, "AimuInbox.followup")
 
     def _send(self, text: object, agent: object, target: Target, wakeup: bool, where: str) -> None:
-        name = _check_agent(agent, where)
+        name = check_agent(agent, where)
         message = _check_text(text, where)
 
         def change(box: Inbox) -> tuple[Inbox, list[Event], None]:
             # Stamped here, not once up front: a retry after a lost race has just read the other
             # writer's messages, and this one must sort after them.
-            stamped = _stamped(message, self._next_order())
+            stamped = routing.stamped(message, self._clock.next())
             sent = MessageSent(target=target, wakeup=wakeup, message=stamped, at=time.time())
             return box.send(stamped, target, wakeup), [sent], None
 
@@ -306,8 +257,8 @@ class AimuInbox:
         them. The run is owed the followups queued, in this process or any other writing to the
         store, at the moment ``reader`` is called.
         """
-        name = _check_agent(agent, "AimuInbox.reader")
-        names = _addresses(name)
+        name = check_agent(agent, "AimuInbox.reader")
+        names = addresses(name)
         with self._lock:
             if self._store is not None:
                 try:
@@ -329,11 +280,11 @@ class AimuInbox:
         steps: list[list[Message]] = []
         failure: Exception | None = None
         with self._lock:
-            for name in _addresses(agent):
+            for name in addresses(agent):
                 try:
                     if self._store is not None:
                         self._catch_up(name)
-                    claim = partial(_claim_for_run, owed_turn=owed_turn.get(name))
+                    claim = partial(claim_for_run, owed_turn=owed_turn.get(name))
                     turn, step = self._commit(name, claim)
                 except Exception as exc:
                     # The other address may still deliver; what it claims must not be dropped.
@@ -346,7 +297,7 @@ class AimuInbox:
             if not any(turns) and not any(steps):
                 raise failure
             logger.warning("AimuInbox: part of a drain failed; delivering the rest", exc_info=failure)
-        merged = [*heapq.merge(*turns, key=_order), *heapq.merge(*steps, key=_order)]
+        merged = [*heapq.merge(*turns, key=order_of), *heapq.merge(*steps, key=order_of)]
         return [message.content for message in merged]
 
     # -- asking --------------------------------------------------------------------------------
@@ -363,9 +314,9 @@ class AimuInbox:
         >>> box.pending("x"), box.pending("y"), box.pending(), box.pending("x", "next_turn")
         (2, 2, 1, 0)
         """
-        name = _check_agent(agent, "AimuInbox.pending")
+        name = check_agent(agent, "AimuInbox.pending")
         with self._lock:
-            self._catch_up_all(_addresses(name))
+            self._catch_up_all(addresses(name))
             own = self._box(name).count(target)
             return own if name is None else own + self._box(None).count(target)
 
@@ -376,9 +327,9 @@ class AimuInbox:
         drain, or any followup, is owed a new run. An inject alone is not. It counts what other
         processes sent and claimed through the store too.
         """
-        name = _check_agent(agent, "AimuInbox.wants_wake")
+        name = check_agent(agent, "AimuInbox.wants_wake")
         with self._lock:
-            self._catch_up_all(_addresses(name))
+            self._catch_up_all(addresses(name))
             if self._box(name).wants_wake():
                 return True
             return name is not None and self._box(None).wants_wake()
@@ -388,7 +339,7 @@ class AimuInbox:
 
         With a store, it is the value the address's stream replays to, other writers included.
         """
-        name = _check_agent(agent, "AimuInbox.inbox")
+        name = check_agent(agent, "AimuInbox.inbox")
         with self._lock:
             self._catch_up_all((name,))
             return self._box(name)
@@ -416,7 +367,7 @@ class AimuInbox:
                               transcript=False)  # aimu keeps the transcript; we keep the queues
             self._journals[name] = journal
             for target in (_TURN, _STEP):
-                self._saw_messages(m for m, _ in journal.session.inbox.entries(target))
+                self._clock.saw(m for m, _ in journal.session.inbox.entries(target))
         return journal
 
     def _box(self, name: str | None) -> Inbox:
@@ -446,23 +397,11 @@ class AimuInbox:
         return bool(self._journal(name).catch_up())
 
     def _saw(self, events: Sequence[Event]) -> None:
-        self._saw_messages(e.message for e in events if isinstance(e, MessageSent))
-
-    def _saw_messages(self, messages: Iterable[Message]) -> None:
-        # Every send position made or read here moves this process's clock past it.
-        for message in messages:
-            self._last_order = max(self._last_order, _order(message))
+        # Every send position read here moves this process's clock past it.
+        self._clock.saw(e.message for e in events if isinstance(e, MessageSent))
 
     def _catch_up_all(self, names: Iterable[str | None]) -> None:
         """``_catch_up`` each address in ``names`` when there is a store; called with the lock."""
         if self._store is not None:
             for name in names:
                 self._catch_up(name)
-
-    def _next_order(self) -> int:
-        """The next send position: after every one made or read here, else the wall clock (ns).
-
-        Called with the lock held.
-        """
-        self._last_order = max(self._last_order + 1, time.time_ns())
-        return self._last_order

@@ -63,17 +63,14 @@ from nous_inbox.events import (
     Event,
     MailAnswered,
     MailDropped,
-    MailNoticed,
     MailRead,
     MailReceived,
     MailSent,
     MailWithdrawn,
-    QueueClaimed,
 )
-from nous_inbox.inbox import Target
-from nous_inbox.mailbox.notice import DEBOUNCE, MAX_WAIT, NOTICE, compose, plan
-from nous_inbox.mailbox.state import FRESH, NOTICED, READ, RETAIN, RETRACTED, MailboxState, Thread
-from nous_inbox.mailbox.wiring import Desk, Recipient
+from nous_inbox.mailbox.notice import DEBOUNCE, MAX_WAIT
+from nous_inbox.mailbox.state import NOTICED, READ, RETAIN, RETRACTED, MailboxState, Thread
+from nous_inbox.mailbox.wiring import Desk, Notices
 from nous_inbox.message import freeze_json
 from nous_inbox.store import Store, open_store
 
@@ -96,7 +93,6 @@ KIND_ALIASES: Final = {
 
 Overflow = Literal["refuse", "drop_oldest"]
 Subscriber = Callable[[MailSent], None]
-_TURN: Final = Target.NEXT_TURN
 _ATTEMPTS: Final = 100
 _T = TypeVar("_T")
 
@@ -158,7 +154,7 @@ def _text(value: object, what: str, where: str) -> str:
     return value
 
 
-class Mailbox:
+class Mailbox(Notices):
     """Addressed delivery between named agents; ``store`` (a Store or a URL) makes it durable.
 
     ``clock`` gives every time the mailbox uses (sends are stamped with it; debounce and the
@@ -342,6 +338,8 @@ class Mailbox:
         """``sender`` takes back message ``id``: ``"withdrawn"`` if no notice carried it yet (it
         is unsent; a resend of the id answers ``"withdrawn"``), ``"retracted"`` if one did (it
         stays in its thread, marked retracted). A message already gone answers what became of it.
+        A message named by a notice that is on its way but not yet claimed is still unsent: the
+        notice, once claimed, marks only the messages still there as noticed.
         """
         _text(id, "id", "withdraw")
 
@@ -444,114 +442,6 @@ class Mailbox:
                 self._commit(lambda state: (
                     [MailRead(recipient=agent, ids=unread, at=self._clock())], None))
             return letters
-
-    # -- notices: agents run by an owner ------------------------------------------------------------
-
-    def attach(self, agent: str, owner: Recipient) -> None:
-        """Deliver ``agent``'s mail to the session ``owner`` runs, as notices (see
-        :mod:`nous_inbox.mailbox.notice`). A notice counts as heard only once a run claimed it.
-
-        Reconciles with the session first: a notice the session already claimed marks its
-        messages noticed; one still queued there is the notice in flight.
-        """
-        _text(agent, "agent", "attach")
-        desk = Desk(agent, owner)
-        with self._lock:
-            if agent in self._desks:
-                raise ValueError(f"attach: agent {agent!r} is already attached")
-            self._desks[agent] = desk
-            heard: list[str] = []
-            for message in owner.session.transcript:
-                if message.metadata.get("provenance") == NOTICE:
-                    heard.extend(message.metadata.get("ids", ()))
-            state = self._state
-            fresh = tuple(i for i in heard if (m := state.mail(i)) is not None and m.flags & FRESH)
-            if fresh:
-                self._commit(lambda state: ([MailNoticed(recipient=agent, notice="(replayed)",
-                                                         ids=fresh, at=self._clock())], None))
-            for target in Target:
-                for message, _ in owner.session.inbox.entries(target):
-                    if message.metadata.get("provenance") == NOTICE:
-                        desk.in_flight = (message.metadata["notice"],
-                                          tuple(message.metadata.get("ids", ())))
-        owner.listen(lambda event: self._on_session_event(desk, event))
-        self.tick()
-
-    def tick(self, agents: Iterable[str] | None = None) -> float | None:
-        """Deliver every notice that is due now (to ``agents``, default every attached one);
-        return when the next one falls due (or None).
-
-        A send to an attached agent ticks it at once (so a running agent hears at its next
-        step); what waits on the clock (the debounce, the bounded wait) needs a later tick: call
-        this, or let ``autotick=True`` do it.
-        """
-        now = self._clock()
-        deliveries = []
-        due: float | None = None
-        with self._lock:
-            self._catch_up()
-            desks = self._desks.values() if agents is None else [
-                self._desks[a] for a in agents if a in self._desks]
-            for desk in desks:
-                agent = desk.agent
-                if desk.in_flight is not None:
-                    continue
-                session = desk.owner.session
-                how, when = plan(self._state, agent, now,
-                                 running=desk.owner.running or session.running,
-                                 prompt_waiting=session.inbox.count(_TURN) > 0,
-                                 debounce=self._debounce, max_wait=self._max_wait)
-                if how is None:
-                    if when is not None:
-                        due = when if due is None else min(due, when)
-                    continue
-                notice_id = f"notice-{self._prefix}{next(self._counter)}"
-                message, ids = compose(self._state, agent, notice_id)
-                desk.in_flight = (notice_id, ids)
-                deliveries.append((desk, how, message))
-        if due is not None and self._ticker is not None:
-            with self._lock:
-                self._due.notify_all()  # the timer thread may need to wake sooner
-        for desk, how, message in deliveries:
-            try:
-                if how == "steer":
-                    desk.owner.steer(message)
-                else:
-                    desk.owner.followup(message)
-            except Exception:
-                logger.exception("delivering a notice to %r failed; it will be tried again",
-                                 desk.agent)
-                with self._lock:
-                    desk.in_flight = None
-        return due
-
-    def _on_session_event(self, desk: Desk, event: Event) -> None:
-        # Runs inside the owner's lock: take only the mailbox's (never the other way round).
-        if type(event) is not QueueClaimed or desk.in_flight is None:
-            return
-        notice_id, ids = desk.in_flight
-        transcript = desk.owner.session.transcript
-        claimed = transcript[len(transcript) - event.count:]
-        if not any(m.metadata.get("notice") == notice_id for m in claimed):
-            return
-        with self._lock:
-            desk.in_flight = None
-            live = tuple(i for i in ids if self._state.is_kept(i))
-            if live:
-                self._commit(lambda state: ([MailNoticed(recipient=desk.agent, notice=notice_id,
-                                                         ids=live, at=self._clock())], None))
-            self._due.notify_all()
-
-    def _tick_forever(self) -> None:
-        while not self._closed.is_set():
-            try:
-                due = self.tick()
-            except Exception:
-                logger.exception("the mailbox's notice timer failed; retrying")
-                due = None
-            with self._lock:
-                timeout = 1.0 if due is None else max(0.0, due - self._clock())
-                self._due.wait(min(timeout, 1.0))
 
     # -- the state --------------------------------------------------------------------------------
 

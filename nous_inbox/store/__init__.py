@@ -56,6 +56,8 @@ from nous_inbox.store.memory import MemoryStore
 from nous_inbox.store.sqlite import SqliteStore
 
 __all__ = [
+    "DEFAULT_LOCK_TIMEOUT",
+    "LOCK_TIMEOUT_ENV",
     "MAX_STREAM_NAME",
     "STORE_ENV",
     "FileStore",
@@ -70,11 +72,16 @@ __all__ = [
     "open_store",
 ]
 
+LOCK_TIMEOUT_ENV: Final = "NOUS_INBOX_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT: Final = 10.0
+
 # A scheme is two or more letters before a colon, so a path like "C:/x" stays a path.
 _SCHEME: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
 
 
-def open_store(url: str, *, read_only: bool = False) -> Store:
+def open_store(
+    url: str, *, read_only: bool = False, lock_timeout: float | None = None,
+) -> Store:
     """Open the store ``url`` names: ``memory:``, ``file:PATH``, ``sqlite:PATH``, a bare path, or
     ``postgresql://...`` (``postgres://`` too).
 
@@ -82,14 +89,26 @@ def open_store(url: str, *, read_only: bool = False) -> Store:
     naming it; a path that cannot be opened as a store is a
     :class:`~nous_inbox.errors.StoreError`. ``read_only=True`` opens an existing store just to
     read it (see above).
+
+    ``lock_timeout`` is how long, in seconds, an append to a ``file:`` or ``sqlite:`` store waits
+    for another process's append before it gives up with
+    :class:`~nous_inbox.store.base.StoreLockedError`; ``None`` takes ``$NOUS_INBOX_LOCK_TIMEOUT``,
+    else 10. The wait blocks the calling thread (an asyncio loop's too: call ``append`` through
+    ``asyncio.to_thread`` there, as the owner's worker thread does for its sends).
+
+    >>> open_store("memory:", lock_timeout=-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: lock_timeout must be a number of seconds >= 0, got -1
     """
     if not isinstance(url, str):
         raise TypeError(f"store URL must be a str, got {type(url).__name__}")
+    timeout = _lock_timeout(lock_timeout)
     match = _SCHEME.match(url)
     if match is None:
         if not url:
             raise ValueError("store URL is empty")
-        return SqliteStore(os.path.expanduser(url), read_only=read_only)
+        return SqliteStore(os.path.expanduser(url), read_only=read_only, busy_timeout=timeout)
     scheme = match.group(1).lower()
     rest = url[match.end():]
     if scheme == "memory":
@@ -110,9 +129,25 @@ def open_store(url: str, *, read_only: bool = False) -> Store:
             raise ValueError(f"store URL {url!r} needs a path after {scheme}:")
         path = os.path.expanduser(rest)
         if scheme == "file":
-            return FileStore(path, read_only=read_only)
-        return SqliteStore(path, read_only=read_only)
+            return FileStore(path, read_only=read_only, lock_timeout=timeout)
+        return SqliteStore(path, read_only=read_only, busy_timeout=timeout)
     raise ValueError(
         f"unknown store scheme {match.group(1)!r} in {url!r} "
         f"(use memory:, file:PATH, sqlite:PATH, postgresql://... or a path)"
     )
+
+
+def _lock_timeout(value: float | None) -> float:
+    source = "lock_timeout"
+    if value is None:
+        text = os.environ.get(LOCK_TIMEOUT_ENV, "")
+        if not text:
+            return DEFAULT_LOCK_TIMEOUT
+        source = f"${LOCK_TIMEOUT_ENV}"
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{source} must be a number of seconds >= 0, got {text!r}") from None
+    if type(value) not in (int, float) or not 0 <= value < float("inf"):
+        raise ValueError(f"{source} must be a number of seconds >= 0, got {value!r}")
+    return float(value)

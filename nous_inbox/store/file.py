@@ -20,15 +20,27 @@ acknowledged append is on disk.
 Crash safety. ``more`` counts the records of the same append still to come, so a reader knows a
 batch is complete only when it sees its ``more``-less last line. What a crash can leave at the
 tail (a line without its newline, or the first lines of a batch without its last) is not part of
-the log: readers ignore it, and the next writer cuts it off before appending. Anything wrong
-*before* the tail (a line that does not decode, a sequence number out of place, a batch broken
-off in the middle) is a :class:`~nous_inbox.errors.DecodeError` naming the line and byte offset,
-never a silent skip.
+the log: readers ignore it, and the next writer cuts it off before appending. A power loss can
+leave worse at the tail: an unacknowledged append whose blocks never reached the disk reads as
+NUL bytes then a newline, or a new file's header as NULs. Such a tail (complete lines that do
+not decode, after the last complete append) is set aside: a writer moves it to a side file
+``PATH.torn-<offset>`` (mode 0600) before cutting it off, and says so in a warning on the
+``nous_inbox.store.file`` logger; a reader leaves it where it is, unread, and warns. Nothing
+acknowledged is set aside: an acknowledged append was synced before it was acknowledged, and the
+tail starts after the last complete one. Anything wrong *before* the tail (a line that does not
+decode, a sequence number out of place, a batch broken off in the middle) is a
+:class:`~nous_inbox.errors.DecodeError` naming the line and byte offset, never a silent skip; it
+is raised to whoever reads the stream it belongs to.
 
 Writers. Each append takes an exclusive ``flock`` on the file, catches up with what others wrote,
 checks the expected version, writes, syncs and lets go. So writers in several processes take
 turns (a CLI can steer a session whose owner has the file open), and one that cannot get the
-lock within ``lock_timeout`` seconds gets a :class:`~nous_inbox.store.base.StoreLockedError`.
+lock within ``lock_timeout`` seconds (10 by default; ``open_store(url, lock_timeout=...)``)
+gets a :class:`~nous_inbox.store.base.StoreLockedError`. The wait blocks the calling thread,
+an asyncio loop's included: an owner's sends run on its worker thread, but a direct
+``store.append`` from a coroutine should go through ``asyncio.to_thread``. A write that fails
+(a full disk, a quota) is a :class:`~nous_inbox.errors.StoreError` naming the store and the
+stream, and leaves the file as it was.
 Readers never lock. ``read_only=True`` opens without write access at all: the file must exist
 (else :class:`~nous_inbox.errors.StoreError`), nothing is created, locked or cut off (a torn tail
 is left where it is and simply not read), and ``append``/``own`` raise ``ValueError``.
@@ -36,15 +48,24 @@ is left where it is and simply not read), and ``append``/``own`` raise ``ValueEr
 Owners. ``own(stream)`` locks ``PATH.owners/<hash>.lock`` (see :mod:`nous_inbox.store.lease`),
 next to the log's real path, so every store on this log, in any process, sees the lease.
 
-Readers. The streams are indexed in memory on open. ``version`` is a ``fstat``: only when the
-file grew is the new tail read, so polling it is cheap.
+Readers. Opening reads the header and the last few lines (to find where the last complete
+append ends), nothing else: a stream is read the first time it is touched, by searching the
+file, a few MiB at a time, for the lines that begin with its envelope
+``{"stream":<name>,"event":``, as this library writes them, and decoding only those. So opening
+a large log to steer one session costs what that session holds, and a damaged record of one
+session never keeps another from being read. ``streams()`` scans the envelopes of every line
+once, without decoding events. After that, ``version`` is a ``fstat``: only when the file grew
+is the new tail read, and only the streams already touched keep its events.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import logging
 import os
+import re
 import stat
 import threading
 import time
@@ -62,16 +83,25 @@ from nous_inbox.store.lease import Leases
 
 __all__ = ["FileStore"]
 
+logger: Final = logging.getLogger("nous_inbox.store.file")
+
 _CHUNK: Final = 4 * 1024 * 1024
+_TAIL: Final = 64 * 1024
 _HEADER: Final = JSON_LINES.header()
+_BAD: Final = (msgspec.DecodeError, RecursionError)
+_record: Final = JSON_LINES.decoder(Record)
+_encode_name: Final = msgspec.json.Encoder().encode
+# The envelope every record line begins with; the stream name is a JSON string.
+_ENVELOPE: Final = re.compile(rb'\n\{"stream":("(?:[^"\\\n]|\\.)*"),"event":')
+_NO_SPACE: Final = (errno.ENOSPC, errno.EDQUOT)
 
 
 class FileStore(StoreBase):
     """A :class:`~nous_inbox.store.base.Store` over one JSON Lines file.
 
     ``path`` is created (mode 0600) unless ``read_only``. ``lock_timeout`` bounds the wait for
-    another writer's append; ``max_record_size`` bounds one line, read or written. A path that
-    cannot be opened as a log (missing when read-only, a directory, unreadable) is a
+    another writer's append (seconds); ``max_record_size`` bounds one line, read or written. A
+    path that cannot be opened as a log (missing when read-only, a directory, unreadable) is a
     :class:`~nous_inbox.errors.StoreError` naming it.
     """
 
@@ -79,17 +109,23 @@ class FileStore(StoreBase):
         self, path: str | os.PathLike[str], *, read_only: bool = False,
         lock_timeout: float = 10.0, max_record_size: int = MAX_RECORD_SIZE,
     ) -> None:
+        if type(lock_timeout) not in (int, float) or not 0 <= lock_timeout < float("inf"):
+            raise ValueError(f"lock_timeout must be a number of seconds >= 0, got {lock_timeout!r}")
         self.path = os.fspath(path)
         self.url = f"file:{self.path}"
         self.read_only = read_only
-        self._timeout = lock_timeout
+        self.lock_timeout = float(lock_timeout)
         self.max_record_size = self._max = max_record_size
         self._format = JSON_LINES
         self._lock = threading.RLock()
-        self._streams: dict[str, list[Event]] = {}
-        self._header = False
-        self._end = 0  # offset just past the last complete batch folded in
-        self._line = 1  # the line number at _end
+        self._streams: dict[str, list[Event]] = {}  # the streams touched so far, decoded
+        self._names: set[str] | None = None  # every stream's name, once streams() looked
+        self._header = 0  # offset just past the header line (0: no header yet)
+        self._end = 0  # offset just past the last complete append taken in
+        self._torn = -1  # where a tail set aside (read-only) or left unread begins
+        self._checked = 0  # lines before this offset were checked to begin with the envelope
+        self._stray: dict[str, int] = {}  # stream -> a line of it without the usual envelope
+        self._stray_bad: tuple[int, str] | None = None  # a line without envelope, undecodable
         self._seen: tuple[int, int] = (-1, -1)
         self._fd = self._open()
         self._leases = Leases(self.url, os.path.realpath(self.path) + ".owners")
@@ -119,7 +155,7 @@ class FileStore(StoreBase):
         with self._file_lock():
             self._catch_up()
             self._repair()
-            yield len(self._streams.get(stream, ()))
+            yield len(self._load(stream))
 
     def _encode(self, stream: str, events: list[Event]) -> list[bytes]:
         last = len(events) - 1
@@ -129,8 +165,8 @@ class FileStore(StoreBase):
 
     def _decode(self, stream: str, record: bytes) -> Event:
         try:
-            decoded: Record = self._format.decoder(Record).decode(record)
-        except (msgspec.DecodeError, RecursionError):
+            decoded: Record = _record.decode(record)
+        except _BAD:
             pass
         else:
             return decoded.event
@@ -142,32 +178,37 @@ class FileStore(StoreBase):
         return decoded.event
 
     def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
-        records.append(b"")
-        data = b"\n".join(records)
-        records.pop()
-        self._write_bytes(data)
-        self._streams.setdefault(stream, []).extend(events)
+        data = b"".join([record + b"\n" for record in records])
+        try:
+            self._write_bytes(data)
+        except OSError as exc:
+            raise self._write_failed(f"append to stream {stream!r}", exc) from exc
+        self._streams[stream].extend(events)
+        if self._names is not None:
+            self._names.add(stream)
         self._end += len(data)
-        self._line += len(events)
         self._seen = self._stat()
 
     def _read(self, stream: str, after: int) -> Iterator[Event]:
         self._catch_up()
-        return iter(self._streams.get(stream, [])[after:])
+        return iter(self._load(stream)[after:])
 
     def _version(self, stream: str) -> int:
         self._catch_up()
-        return len(self._streams.get(stream, ()))
+        return len(self._load(stream))
 
     def _stream_names(self) -> list[str]:
         self._catch_up()
-        return sorted(self._streams)
+        if self._names is None:
+            self._names = self._scan_names()
+        return sorted(self._names)
 
     def _close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
             self._streams = {}
+            self._names = None
 
     # -- opening, locking, writing ---------------------------------------------------------------
 
@@ -221,7 +262,7 @@ class FileStore(StoreBase):
 
     @contextlib.contextmanager
     def _file_lock(self) -> Iterator[None]:
-        deadline = time.monotonic() + self._timeout
+        deadline = time.monotonic() + self.lock_timeout
         delay = 0.001
         while True:
             try:
@@ -231,7 +272,7 @@ class FileStore(StoreBase):
                 if time.monotonic() >= deadline:
                     raise StoreLockedError(
                         f"{self.url}: another writer held the file lock for more than "
-                        f"{self._timeout:g}s; nothing was written"
+                        f"{self.lock_timeout:g}s; nothing was written"
                     ) from None
                 time.sleep(delay)  # flock has no timeout of its own: poll, backing off
                 delay = min(delay * 2, 0.05)
@@ -241,16 +282,53 @@ class FileStore(StoreBase):
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _repair(self) -> None:
-        # Under the lock: whatever lies past the last complete batch was left by a writer that
-        # died mid-append (live writers finish before they unlock), so it is cut off.
-        if os.fstat(self._fd).st_size > self._end:
-            os.ftruncate(self._fd, self._end)
-            os.fsync(self._fd)
+        # Under the lock: whatever lies past the last complete append was left by a writer that
+        # died mid-append (live writers finish before they unlock), so it is cut off; a tail of
+        # lines that do not decode is first copied to a side file.
+        size = os.fstat(self._fd).st_size
+        if size > self._end:
+            if self._torn >= 0:
+                self._set_aside(self._torn, size)
+            try:
+                os.ftruncate(self._fd, self._end)
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise self._write_failed("cutting off a torn append", exc) from exc
+            self._torn = -1
         if not self._header:
-            self._write_bytes(_HEADER)
-            self._header = True
-            self._end, self._line = len(_HEADER), 2
+            try:
+                self._write_bytes(_HEADER)
+            except OSError as exc:
+                raise self._write_failed("writing the header", exc) from exc
+            self._header = self._end = len(_HEADER)
         self._seen = self._stat()
+
+    def _set_aside(self, start: int, size: int) -> None:
+        data = os.pread(self._fd, size - start, start)
+        base = f"{self.path}.torn-{start}"
+        side, n = base, 0
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        while True:
+            try:
+                fd = os.open(side, flags, 0o600)
+                break
+            except FileExistsError:
+                n += 1
+                side = f"{base}.{n}"
+        try:
+            os.fchmod(fd, 0o600)
+            view, written = memoryview(data), 0
+            while written < len(data):
+                written += os.write(fd, view[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _sync_directory(side)
+        logger.warning(
+            "%s: set aside %d bytes at byte %d that no complete append holds (an append torn "
+            "by a crash or power loss, never acknowledged) in %s", self.url, len(data), start,
+            side,
+        )
 
     def _write_bytes(self, data: bytes) -> None:
         view = memoryview(data)
@@ -264,6 +342,17 @@ class FileStore(StoreBase):
                 os.ftruncate(self._fd, self._end)  # all or nothing
             raise
 
+    def _write_failed(self, what: str, exc: OSError) -> StoreError:
+        if exc.errno in _NO_SPACE:
+            reason = "no space left on the device" if exc.errno == errno.ENOSPC else (
+                "the disk quota is exhausted")
+        else:
+            reason = exc.strerror or str(exc)
+        error = StoreError(f"{self.url}: {what} failed: {reason} (writing {self.path}); "
+                           f"nothing was written")
+        error.errno = exc.errno
+        return error
+
     def _stat(self) -> tuple[int, int]:
         st = os.fstat(self._fd)
         return st.st_size, st.st_mtime_ns
@@ -271,11 +360,11 @@ class FileStore(StoreBase):
     # -- reading ---------------------------------------------------------------------------------
 
     def _catch_up(self) -> None:
-        """Fold in what was appended since the last look; a ``fstat`` when nothing was."""
+        """Take in what was appended since the last look; a ``fstat`` when nothing was."""
         seen = self._stat()
-        size = seen[0]
-        if seen == self._seen and size == self._end:
+        if seen == self._seen:
             return
+        size = seen[0]
         if size < self._end:
             raise DecodeError(
                 f"{self.path}: the log is {size} bytes, shorter than the {self._end} bytes "
@@ -284,21 +373,11 @@ class FileStore(StoreBase):
         if not self._header and not self._read_header(size):
             self._seen = seen
             return
-        pos = self._end
-        window = _CHUNK
-        while pos < size:
-            data = os.pread(self._fd, min(size - pos, window), pos)
-            if not data:
-                break
-            consumed = self._ingest(data, pos)
-            if consumed:
-                pos += consumed
-                window = _CHUNK
-            elif pos + len(data) >= size:
-                self._check_tail(data, pos)
-                break
-            else:
-                window *= 2  # one batch longer than the window: look further
+        good = self._complete_end(self._end, size)
+        if self._seen[0] < 0:
+            self._end = good  # opening: the streams are read when touched, not now
+        elif good > self._end:
+            self._take_in(self._end, good)
         self._seen = seen
 
     def _read_header(self, size: int) -> bool:
@@ -307,77 +386,318 @@ class FileStore(StoreBase):
         if newline < 0:
             if _HEADER.startswith(head):
                 return False  # a header cut short: the log is empty
+            if not head.strip(b"\0"):
+                self._lost_header(size)  # a header lost to power loss, nothing after it
+                return False
             raise DecodeError(f"{self.path} line 1 (byte 0): not a nous-inbox log (no header)")
+        if not head[:newline].strip(b"\0") and not self._pread(0, size).strip(b"\0\n"):
+            self._lost_header(size)  # a header lost to power loss, and only NULs after it
+            return False
         JSON_LINES.check_header(head[:newline], f"{self.path} line 1 (byte 0)")
-        self._header = True
-        self._end, self._line = newline + 1, 2
+        self._header = self._end = newline + 1
         return True
 
-    def _check_tail(self, data: bytes, pos: int) -> None:
+    def _lost_header(self, size: int) -> None:
+        if self._torn != 0 and self.read_only:
+            logger.warning("%s: the header was lost (%d NUL bytes, a file created just before a "
+                           "power loss); it reads as empty, and a writer will set them aside",
+                           self.url, size)
+        self._torn = 0
+
+    def _complete_end(self, start: int, size: int) -> int:
+        """Where the last complete append in ``[start, size)`` ends (``start`` if none).
+
+        Walks back from the end over the lines no complete append holds: a line cut short, the
+        first lines of an append without its last, or (after a power loss) lines that do not
+        decode at all. Those last are noted in ``_torn`` to be set aside.
+        """
+        window = _TAIL
+        while True:
+            low = max(start, size - window)
+            data = self._pread(low, size)
+            lines = data.split(b"\n")
+            partial = lines.pop()
+            self._check_partial(partial, size)
+            first = 0 if low == start else 1  # the first piece may be a line's end only
+            offset = size - len(partial)
+            garbage = False
+            for index in range(len(lines) - 1, first - 1, -1):
+                line = lines[index]
+                offset -= len(line) + 1
+                try:
+                    record = _record.decode(line)
+                except _BAD:
+                    garbage = True
+                    continue
+                if record.more == 0:
+                    end = offset + len(line) + 1
+                    self._note_torn(end, size, garbage)
+                    return end
+            if low == start:
+                self._note_torn(start, size, garbage)
+                return start
+            window *= 4
+
+    def _note_torn(self, end: int, size: int, garbage: bool) -> None:
+        if not garbage:
+            self._torn = -1
+            return
+        if self._torn != end:
+            if self.read_only:
+                logger.warning(
+                    "%s: %d bytes at byte %d that no complete append holds (an append torn by "
+                    "a crash or power loss) are not read; a writer will set them aside",
+                    self.url, size - end, end,
+                )
+            self._torn = end
+
+    def _check_partial(self, partial: bytes, size: int) -> None:
         # The unfinished tail is normally a record being written, or cut short by a crash; one
         # longer than any writer could have written is damage, not a torn append.
-        partial = len(data) - (data.rfind(b"\n") + 1)
-        if partial > self._max + 1:
+        if len(partial) > self._max + 1:
             raise RecordTooLargeError(
-                f"{self.path} (byte {pos + len(data) - partial}): {partial} bytes without a "
+                f"{self.path} (byte {size - len(partial)}): {len(partial)} bytes without a "
                 f"newline, above the record limit of {self._max} bytes"
             )
 
-    def _ingest(self, data: bytes, pos: int) -> int:
-        """Fold in the complete batches of ``data`` (read at offset ``pos``); bytes consumed."""
-        cut = data.rfind(b"\n") + 1
-        if not cut:
-            return 0
-        streams = self._streams
-        consumed = 0
+    def _pread(self, start: int, end: int) -> bytes:
+        return os.pread(self._fd, end - start, start)
+
+    def _take_in(self, start: int, end: int) -> None:
+        """Take in the complete appends of ``[start, end)`` that others wrote since the last
+        look: every line is decoded (the whole tail, in msgspec's own loop; positions worked
+        out only for an error), checked, and kept for the streams already touched."""
+        streams, names = self._streams, self._names
+        pos = start
+        due = 0  # records of the current append still to come
         batch: list[Event] = []
-        batch_stream = ""
-        batch_line = 0
-        expect_more = 0
-        for line, offset, record in JSON_LINES.iter(
-            data[:cut], Record, name=self.path, header=False, max_size=self._max,
-            start=self._line, base=pos,
-        ):
-            stream = record.stream
-            if batch:
-                if stream != batch_stream or record.more != expect_more:
-                    raise DecodeError(
-                        f"{self.path} line {line} (byte {offset}): the append that began at "
-                        f"line {batch_line} is broken off ({expect_more + 1} more record(s) "
-                        f"of stream {batch_stream!r} were due)"
-                    )
-            else:
-                if stream not in streams:
-                    try:
-                        check_stream(stream)
-                    except ValueError as exc:
-                        raise DecodeError(f"{self.path} line {line} (byte {offset}): {exc}") from None
-                if record.more < 0:
-                    raise DecodeError(
-                        f"{self.path} line {line} (byte {offset}): invalid more={record.more}"
-                    )
-                batch_stream, batch_line = stream, line
-            log = streams.get(stream)
-            expected = (len(log) if log else 0) + len(batch) + 1
-            event = record.event
-            if event.seq != expected:
-                raise DecodeError(
-                    f"{self.path} line {line} (byte {offset}): stream {stream!r} has seq "
-                    f"{event.seq} where {expected} was due"
-                )
-            batch.append(event)
-            if record.more:
-                expect_more = record.more - 1
-                continue
-            if log is None:
-                streams[stream] = batch
-            else:
-                log.extend(batch)
-            batch = []
-            consumed = data.index(b"\n", offset - pos) + 1
-            self._end = pos + consumed
-            self._line = line + 1
-        return consumed
+        batch_stream, batch_start = "", 0
+        while pos < end:
+            data = self._pread(pos, min(end, pos + _CHUNK))
+            cut = data.rfind(b"\n") + 1
+            if not cut:  # one line longer than the chunk: read through to its end
+                data = self._pread(pos, end)
+                cut = data.find(b"\n") + 1
+            lines = data[:cut].split(b"\n")
+            lines.pop()
+            if max(map(len, lines)) > self._max:
+                self._too_large(lines, pos)
+            try:
+                records: list[Record] = list(map(_record.decode, lines))
+            except _BAD:
+                self._bad_line(lines, pos)
+            offset = pos
+            for line, record in zip(lines, records, strict=True):
+                stream = record.stream
+                if due:
+                    if stream != batch_stream or record.more != due - 1:
+                        raise self._broken(offset, batch_start, due, batch_stream)
+                else:
+                    if stream not in streams and (names is None or stream not in names):
+                        try:
+                            check_stream(stream)
+                        except ValueError as exc:
+                            raise self._damage(offset, str(exc)) from None
+                    if record.more < 0:
+                        raise self._damage(offset, f"invalid more={record.more}")
+                    batch_stream, batch_start = stream, offset
+                log = streams.get(stream)
+                if log is not None:
+                    expected = len(log) + len(batch) + 1
+                    if record.event.seq != expected:
+                        raise self._damage(offset, f"stream {stream!r} has seq "
+                                                   f"{record.event.seq} where {expected} was due")
+                    batch.append(record.event)
+                due = record.more
+                offset += len(line) + 1
+                if due:
+                    continue
+                if log is not None:
+                    log.extend(batch)
+                    batch = []
+                if names is not None:
+                    names.add(stream)
+                self._end = offset
+            pos += cut
+
+    def _load(self, stream: str) -> list[Event]:
+        """The events of ``stream``, read from the file the first time it is touched."""
+        log = self._streams.get(stream)
+        if log is None:
+            log = self._scan(stream) if self._end > self._header else []
+            self._streams[stream] = log
+        return log
+
+    def _check_envelopes(self) -> None:
+        """Check that every line begins with the envelope this library writes; cached.
+
+        Two byte counts per chunk, in C: the lines, and the lines that begin
+        ``{"stream":"``. Only a chunk where they differ is walked line by line; a line found
+        there is decoded: one that does not decode is damage no stream can be read past, one
+        that does is refused to its own stream's readers only. ``_scan`` does the same as it
+        goes, in its one pass.
+        """
+        for base, data, cut in self._chunks(max(self._checked, self._header)):
+            self._check_chunk(base, data, cut)
+        self._checked = self._end
+        self._refuse_strays(None)
+
+    def _refuse_strays(self, stream: str | None) -> None:
+        if self._stray_bad is not None:
+            raise self._damage(*self._stray_bad)
+        if stream in self._stray:
+            raise self._damage(self._stray[stream], f"a record of stream {stream!r} not in the "
+                               f'form this library writes ({{"stream":...,"event":...}})')
+
+    def _chunks(self, start: int) -> Iterator[tuple[int, bytes, int]]:
+        """The whole lines of ``[start, _end)``, a few MiB at a time: ``(base, data, cut)``
+        where ``data[:cut]`` is the file from ``base`` (the newline before the first line) to
+        the last line's end. Read with ``pread``, so nothing stays in memory or mapped."""
+        pos, end = start - 1, self._end - 1
+        while pos < end:
+            data = self._pread(pos, min(end, pos + _CHUNK) + 1)
+            cut = data.rfind(b"\n")
+            if cut <= 0:  # one line longer than the chunk
+                data = self._pread(pos, end + 1)
+                cut = data.rfind(b"\n")
+            yield pos, data, cut
+            pos += cut
+
+    def _check_chunk(self, base: int, data: bytes, cut: int) -> None:
+        if data.count(b"\n", 0, cut) != data.count(b'\n{"stream":"', 0, cut):
+            self._find_strays(data[:cut], base)
+
+    def _find_strays(self, chunk: bytes, base: int) -> None:
+        lines = chunk.split(b"\n")
+        offset = base + 1
+        for line in lines[1:]:
+            if not line.startswith(b'{"stream":"'):
+                try:
+                    record = _record.decode(line)
+                except _BAD as exc:
+                    if self._stray_bad is None:
+                        self._stray_bad = (offset, _reason(exc))
+                else:
+                    self._stray.setdefault(record.stream, offset)
+            offset += len(line) + 1
+
+    def _scan(self, stream: str) -> list[Event]:
+        # Find the stream's lines by their envelope, a chunk at a time, and decode only those;
+        # check every line's envelope in the same pass (once: the result is kept).
+        checked = self._checked
+        key = b'\n{"stream":' + _encode_name(stream) + b',"event":'
+        events: list[Event] = []
+        due = batch_start = 0
+        previous = -1  # where the line after the last one found begins
+        for base, chunk, cut in self._chunks(self._header):
+            if base + cut > checked:
+                self._check_chunk(base, chunk, cut)
+            find = chunk.find
+            hit = find(key, 0, cut)
+            while hit >= 0:
+                stop = find(b"\n", hit + 1, cut)
+                if stop < 0:
+                    stop = cut
+                start = base + hit + 1
+                if due and start != previous:
+                    raise self._broken(previous, batch_start, due, stream)
+                line = chunk[hit + 1:stop]
+                if len(line) > self._max:
+                    raise RecordTooLargeError(self._place(start) + f": record of {len(line)} "
+                                              f"bytes is above the limit of {self._max} bytes")
+                try:
+                    record = _record.decode(line)
+                except _BAD as exc:
+                    raise self._damage(start, _reason(exc)) from None
+                more = record.more
+                if due and more != due - 1:
+                    raise self._broken(start, batch_start, due, stream)
+                if not due:
+                    if more < 0:
+                        raise self._damage(start, f"invalid more={more}")
+                    batch_start = start
+                if record.event.seq != len(events) + 1:
+                    # A record missing from the stream's lines: most likely a line whose
+                    # envelope is damaged, so name the first line between that does not decode.
+                    self._find_damage(previous if previous > 0 else self._header, start)
+                    self._refuse_strays(stream)
+                    raise self._damage(start, f"stream {stream!r} has seq {record.event.seq} "
+                                              f"where {len(events) + 1} was due")
+                events.append(record.event)
+                due, previous = more, base + stop + 1
+                hit = find(key, stop, cut)
+        self._checked = self._end
+        self._refuse_strays(stream)
+        if due:
+            raise self._broken(previous, batch_start, due, stream)
+        return events
+
+    def _find_damage(self, start: int, end: int) -> None:
+        pos = start
+        for line in self._pread(start, end).split(b"\n")[:-1]:
+            try:
+                _record.decode(line)
+            except _BAD as exc:
+                raise self._damage(pos, _reason(exc)) from None
+            pos += len(line) + 1
+
+    def _scan_names(self) -> set[str]:
+        # Every line's envelope, no event decoded; a line without one was named by the check.
+        self._check_envelopes()
+        found: dict[bytes, int] = {}
+        for base, chunk, cut in self._chunks(self._header):
+            for match in _ENVELOPE.finditer(chunk, 0, cut):
+                found.setdefault(match.group(1), base + match.start() + 1)
+        names = set(self._stray)
+        for raw, offset in found.items():
+            try:
+                names.add(check_stream(msgspec.json.decode(raw, type=str)))
+            except (ValueError, msgspec.DecodeError) as exc:
+                raise self._damage(offset, str(exc)) from None
+        return names
+
+    # -- errors that name the line (worked out only when there is one) ---------------------------
+
+    def _line_at(self, offset: int) -> int:
+        line, pos = 1, 0
+        while pos < offset:
+            chunk = self._pread(pos, min(offset, pos + _CHUNK))
+            if not chunk:
+                break
+            line += chunk.count(b"\n")
+            pos += len(chunk)
+        return line
+
+    def _place(self, offset: int) -> str:
+        return f"{self.path} line {self._line_at(offset)} (byte {offset})"
+
+    def _damage(self, offset: int, reason: str) -> DecodeError:
+        return DecodeError(f"{self._place(offset)}: {reason}")
+
+    def _broken(self, offset: int, batch_start: int, due: int, stream: str) -> DecodeError:
+        return self._damage(
+            offset, f"the append that began at line {self._line_at(batch_start)} is broken off "
+                    f"({due} more record(s) of stream {stream!r} were due)")
+
+    def _too_large(self, lines: list[bytes], pos: int) -> None:
+        for line in lines:
+            if len(line) > self._max:
+                raise RecordTooLargeError(f"{self._place(pos)}: record of {len(line)} bytes is "
+                                          f"above the limit of {self._max} bytes")
+            pos += len(line) + 1
+
+    def _bad_line(self, lines: list[bytes], pos: int) -> None:
+        for line in lines:
+            try:
+                _record.decode(line)
+            except _BAD as exc:
+                raise self._damage(pos, _reason(exc)) from None
+            pos += len(line) + 1
+        raise AssertionError("a line failed to decode once but not twice")  # pragma: no cover
+
+
+def _reason(exc: BaseException) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc) or "empty record"
 
 
 def _sync_directory(path: str) -> None:

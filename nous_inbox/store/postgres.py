@@ -51,6 +51,14 @@ Connection poolers. Behind a pooler in transaction mode (PgBouncer, say), pass
 such a pooler cannot hold a LISTEN, wake-ups come from the polling backstop alone. Leases are
 rows, not advisory locks, so they survive the pooler handing out other connections.
 
+Connections. A store uses one connection for its calls, shared by its threads behind a lock (as
+the SQLite store shares its one), plus one for the background thread once it owns or is
+subscribed to a stream. No pool (``psycopg-pool`` is in the extra for hosts that want one):
+writes to one stream serialise on its row anyway, and the owner's group commit already joins
+concurrent sends into one transaction, so more connections would only mean more server
+processes. An append is pipelined: two round trips (the row lock, then the writes with the
+COMMIT), whatever the number of events.
+
 URL query parameters read by this store (removed before the URL reaches libpq): ``schema``,
 ``lease`` (seconds), ``poll`` (seconds), ``pooler`` (``transaction``). Everything else is libpq's.
 """
@@ -386,13 +394,12 @@ class PostgresStore(StoreBase):
         db = self._connection()
         db.execute(f"UPDATE {self._t_streams} SET version = %s WHERE stream = %s",
                    (events[-1].seq, stream))
-        batch = self._batch
-        with db.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO {self._t_events} (stream, seq, body, batch) VALUES (%s, %s, %s, %s)",
-                [(stream, event.seq, body, batch)
-                 for event, body in zip(events, records, strict=True)],
-            )
+        # One statement for the whole batch, however many events: the rows travel as two arrays.
+        db.execute(
+            f"INSERT INTO {self._t_events} (stream, seq, body, batch) "
+            f"SELECT %s, u.seq, u.body, %s FROM unnest(%s::bigint[], %s::bytea[]) AS u(seq, body)",
+            (stream, self._batch, [event.seq for event in events], records),
+        )
         db.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
 
     def _lost(self, stream: str, held: PostgresLease) -> LeaseLostError:
@@ -537,7 +544,7 @@ class PostgresStore(StoreBase):
             db, self._db = self._db, None
             self._subscribers.clear()
         if background is not None:
-            background.stop()
+            background.stop(wait=False)
         if db is not None:
             with contextlib.suppress(psycopg.Error):
                 db.close()
@@ -610,9 +617,14 @@ class _Background:
                                         daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Stop the thread; with ``wait``, return only once it renews and nudges no more.
+
+        Closing the store does not wait: the thread ends at its next tick (at most 0.2 s), and
+        by then the store holds no leases and no subscribers for it to act on.
+        """
         self._stop.set()
-        if self._thread is not threading.current_thread():
+        if wait and self._thread is not threading.current_thread():
             self._thread.join(10)
 
     def _run(self) -> None:

@@ -1,0 +1,248 @@
+"""The ``file:`` store opens cheaply, survives torn appends, and names itself when a write fails.
+
+- Opening costs what the session you touch holds: a stream is decoded the first time it is
+  touched, and damage in one session never keeps another from being read or written.
+- A power loss can leave an unacknowledged append as NUL bytes then a newline, or a new file's
+  header as NULs: the store still opens, sets the torn bytes aside (a side file and a logged
+  warning) and goes on; nothing acknowledged is lost.
+- A full disk is a ``StoreError`` naming the store and the stream; the write-lock wait is set
+  with ``open_store(url, lock_timeout=...)`` or ``$NOUS_INBOX_LOCK_TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from nous_inbox.codec import Record, json_lines
+from nous_inbox.errors import DecodeError, StoreError
+from nous_inbox.events import Warned
+from nous_inbox.store import FileStore, StoreLockedError, open_store
+from nous_inbox.store import file as file_module
+
+
+def two_sessions(path: Path, n: int = 50) -> None:
+    with FileStore(path) as store:
+        for i in range(n):
+            store.append("a", [Warned(text=f"a{i}")])
+            store.append("b", [Warned(text=f"b{i}"), Warned(text=f"b{i}'")])
+
+
+class CountingDecoder:
+    """Stands in for the store's record decoder and counts the lines it decodes."""
+
+    def __init__(self) -> None:
+        self.real = file_module._record
+        self.calls = 0
+
+    def decode(self, data: bytes) -> Record:
+        self.calls += 1
+        return self.real.decode(data)
+
+
+# -- opening costs what the touched session holds -------------------------------------------------
+
+
+def test_opening_a_file_store_decodes_no_session(tmp_path, monkeypatch):
+    path = tmp_path / "log.jsonl"
+    two_sessions(path)
+    counter = CountingDecoder()
+    monkeypatch.setattr(file_module, "_record", counter)
+    with FileStore(path, read_only=True):
+        assert counter.calls <= 1  # the last line, to find where the last append ends
+
+
+def test_a_send_to_one_session_decodes_only_that_session(tmp_path, monkeypatch):
+    path = tmp_path / "log.jsonl"
+    two_sessions(path)
+    counter = CountingDecoder()
+    monkeypatch.setattr(file_module, "_record", counter)
+    with FileStore(path) as store:
+        stored = store.append("a", [Warned(text="steer")])
+        assert stored[0].seq == 51
+        assert counter.calls <= 50 + 1 + 1 + 1  # a's lines, the tail, the proof of the append
+
+
+def test_damage_in_one_session_never_takes_another_down(tmp_path):
+    path = tmp_path / "log.jsonl"
+    two_sessions(path, n=3)
+    data = path.read_bytes().replace(b'"text":"a1"', b'"text":11', 1)
+    path.write_bytes(data)
+    with FileStore(path) as store:
+        assert [e.text for e in store.read("b")][:2] == ["b0", "b0'"]
+        store.append("b", [Warned(text="still fine")])
+        assert store.version("b") == 7
+        with pytest.raises(DecodeError, match=r"line \d+ \(byte \d+\): Expected `str`, got `int`"):
+            store.read("a")
+        with pytest.raises(DecodeError, match="Expected `str`"):
+            store.append("a", [Warned(text="refused: a's log is damaged")])
+
+
+def test_a_record_in_another_spelling_is_refused_to_its_own_session_only(tmp_path):
+    path = tmp_path / "log.jsonl"
+    two_sessions(path, n=2)
+    header, *lines = path.read_bytes().split(b"\n")[:-1]
+    respelled = lines[0].replace(b'{"stream":"a",', b'{"stream": "a",')
+    path.write_bytes(b"\n".join([header, respelled, *lines[1:]]) + b"\n")
+    with FileStore(path, read_only=True) as store:
+        assert store.version("b") == 4
+        with pytest.raises(DecodeError, match=r"line 2 \(byte \d+\): a record of stream 'a' "
+                                              r"not in the form this library writes"):
+            store.read("a")
+
+
+def test_streams_are_listed_without_decoding_events(tmp_path, monkeypatch):
+    path = tmp_path / "log.jsonl"
+    two_sessions(path, n=10)
+    counter = CountingDecoder()
+    monkeypatch.setattr(file_module, "_record", counter)
+    with FileStore(path, read_only=True) as store:
+        assert store.streams() == ["a", "b"]
+    assert counter.calls <= 1
+
+
+def test_a_touched_stream_follows_what_others_append(tmp_path):
+    path = tmp_path / "log.jsonl"
+    two_sessions(path, n=2)
+    with FileStore(path, read_only=True) as reader, FileStore(path) as writer:
+        assert reader.version("a") == 2
+        writer.append("b", [Warned(text="b-late")])
+        writer.append("a", [Warned(text="a-late"), Warned(text="a-later")])
+        assert reader.version("a") == 4
+        assert [e.text for e in reader.read("a", after=2)] == ["a-late", "a-later"]
+        assert reader.version("b") == 5  # first touched now: read from the file
+        assert reader.streams() == ["a", "b"]
+        writer.append("c", [Warned(text="new")])
+        assert reader.streams() == ["a", "b", "c"]
+
+
+# -- torn appends from a power loss ---------------------------------------------------------------
+
+
+def acknowledged(path: Path) -> bytes:
+    with FileStore(path) as store:
+        store.append("s", [Warned(text="one")])
+        store.append("t", [Warned(text="two"), Warned(text="three")])
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("torn", [
+    b"\0" * 64 + b"\n",  # the append's blocks never reached the disk
+    b"\0" * 40 + b'"seq":3,"at":1.0}}\n',  # its first block lost, its last one there
+    b"\0" * 64 + b"\n" + b"\0" * 10 + b"\n",
+])
+def test_a_writer_sets_a_torn_append_aside_and_goes_on(tmp_path, caplog, torn):
+    path = tmp_path / "log.jsonl"
+    good = acknowledged(path)
+    path.write_bytes(good + torn)
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.store.file"), FileStore(path) as store:
+        assert [e.text for e in store.read("t")] == ["two", "three"]
+        store.append("s", [Warned(text="after")])
+    assert "set aside" in caplog.text and "torn-" in caplog.text
+    side = tmp_path / f"log.jsonl.torn-{len(good)}"
+    assert side.read_bytes() == torn
+    assert side.stat().st_mode & 0o777 == 0o600
+    with FileStore(path, read_only=True) as store:
+        assert [e.text for e in store.read("s")] == ["one", "after"]
+
+
+def test_a_reader_leaves_a_torn_append_alone_and_says_so(tmp_path, caplog):
+    path = tmp_path / "log.jsonl"
+    good = acknowledged(path)
+    path.write_bytes(good + b"\0" * 64 + b"\n")
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.store.file"), FileStore(
+        path, read_only=True
+    ) as store:
+        assert store.streams() == ["s", "t"]
+        assert [e.text for e in store.read("s")] == ["one"]
+    assert "not read" in caplog.text
+    assert path.read_bytes() == good + b"\0" * 64 + b"\n"
+
+
+@pytest.mark.parametrize("lost", [b"\0" * 36, b"\0" * 36 + b"\n", b"\0" * 36 + b"\n" + b"\0" * 80])
+def test_a_header_lost_to_power_loss_opens_as_an_empty_log(tmp_path, caplog, lost):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(lost)
+    os.chmod(path, 0o600)
+    with FileStore(path, read_only=True) as store:
+        assert store.streams() == []
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.store.file"), FileStore(path) as store:
+        store.append("s", [Warned(text="fresh")])
+    assert (tmp_path / "log.jsonl.torn-0").read_bytes() == lost
+    with FileStore(path, read_only=True) as store:
+        assert [e.text for e in store.read("s")] == ["fresh"]
+
+
+def test_garbage_before_a_complete_append_is_damage_not_a_torn_tail(tmp_path):
+    path = tmp_path / "log.jsonl"
+    good = acknowledged(path)
+    extra = json_lines([Record(stream="s", event=Warned(text="later", seq=2, at=1.0))],
+                       header=False)
+    path.write_bytes(good + b"\0" * 20 + b"\n" + extra)
+    with FileStore(path) as store:
+        # Whose line it was cannot be told, so no session is read past it.
+        with pytest.raises(DecodeError, match=r"line 5 \(byte \d+\)"):
+            store.read("s")
+        with pytest.raises(DecodeError, match=r"line 5 \(byte \d+\)"):
+            store.streams()
+    assert not list(tmp_path.glob("*.torn-*"))
+
+
+# -- failing writes and the lock wait -------------------------------------------------------------
+
+
+def test_a_full_disk_is_a_store_error_naming_the_store_and_stream(tmp_path, monkeypatch):
+    path = tmp_path / "log.jsonl"
+    with FileStore(path) as store:
+        store.append("s", [Warned(text="before")])
+        before = path.read_bytes()
+
+        def full(fd: int, data: object) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(file_module.os, "write", full)
+        with pytest.raises(StoreError, match=r"file:.*log\.jsonl: append to stream 's' failed: "
+                                             r"no space left on the device") as info:
+            store.append("s", [Warned(text="lost?")])
+        assert info.value.errno == errno.ENOSPC
+        monkeypatch.undo()
+        assert path.read_bytes() == before
+        assert store.version("s") == 1
+        store.append("s", [Warned(text="after")])
+        assert store.version("s") == 2
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_the_write_lock_wait_is_configurable(tmp_path, monkeypatch, how):
+    path = tmp_path / "log.jsonl"
+    acknowledged(path)
+    if how == "environment":
+        monkeypatch.setenv("NOUS_INBOX_LOCK_TIMEOUT", "0.05")
+        store = open_store(f"file:{path}")
+    else:
+        store = open_store(f"file:{path}", lock_timeout=0.05)
+    holder = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(StoreLockedError, match=r"for more than 0\.05s; nothing was written"):
+            store.append("s", [Warned(text="x")])
+    finally:
+        os.close(holder)
+        store.close()
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), "soon", True])
+def test_a_bad_lock_timeout_is_refused(tmp_path, bad):
+    with pytest.raises(ValueError, match="lock_timeout must be a number of seconds >= 0"):
+        open_store(f"file:{tmp_path / 'log.jsonl'}", lock_timeout=bad)
+
+
+def test_a_bad_lock_timeout_in_the_environment_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("NOUS_INBOX_LOCK_TIMEOUT", "ten")
+    with pytest.raises(ValueError, match=r"\$NOUS_INBOX_LOCK_TIMEOUT must be a number"):
+        open_store(f"sqlite:{tmp_path / 'inbox.sqlite'}")
