@@ -2,8 +2,9 @@
 
 The same actor as :class:`~nous_inbox.owner.Owner`, with the same rules (append before acting,
 one run at a time, wake on a waking send and again at run end, cancel wakes nothing, resume from
-the log), spoken in ``await``. It is a face, not a second owner: the rules live once, in the
-threaded owner it drives, and only the two ends change. Sends, waits and reads are awaited, with
+the log), spoken in ``await``. It is a face, not a second owner: the rules live once, in
+:class:`~nous_inbox.owner_core.OwnerCore`, which the threaded owner drives and this face drives
+through it; only the two ends change. Sends, waits and reads are awaited, with
 the store I/O done in a worker thread so the event loop never blocks on a disk or a database;
 and the turns themselves run *on the host's event loop*, through the runner's ``arun_turn``
 (an async model, async tools and a pydantic-ai agent stay on the loop they were built for).
