@@ -36,7 +36,9 @@ and dropped, as the raw contender drops its dicts, with the collector paused as 
 Append throughput: ``store.append`` on a fresh store per kind, one event per append and batches
 of 100 events per append. ``file:`` and ``sqlite:`` appends are durable (``fsync`` /
 ``synchronous=FULL``) on the file system of a temporary directory. Growth: replay time per
-event for logs of increasing length; flat means linear.
+event for logs of increasing length; flat means linear. Opening: a store of the same number of
+events spread over 100 sessions, opened in a fresh process that sends one message to one
+session; the time and the process's peak memory, ``file:`` against ``sqlite:``.
 
 Run ``python -m bench.log_bench`` (1,000,000 events: a minute or two), ``--quick`` (about 20,000
 events: a rough pass that shows the code works), or ``--events N``.
@@ -52,6 +54,8 @@ import os
 import platform
 import random
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import time
 from collections import deque
@@ -374,6 +378,55 @@ def _append_table(singles: int, batches: int) -> str:
             "`file:` and `sqlite:` durable):\n\n" + "\n".join(rows))
 
 
+_OPEN_AND_SEND = """
+import sys, time
+from nous_inbox.events import Warned
+from nous_inbox.store import open_store
+start = time.perf_counter()
+with open_store(sys.argv[1]) as store:
+    store.append("session-7", [Warned(text="steer")])
+    version = store.version("session-7")
+elapsed = time.perf_counter() - start
+# The peak resident memory of this process alone (ru_maxrss would count the parent's, forked).
+peak = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM"))
+print(elapsed, peak, version)
+"""
+
+
+def _open_table(total: int, sessions: int = 100) -> str:
+    """Open a store of ``total`` events over ``sessions`` sessions and send to one, in a fresh
+    process per store kind (so its peak memory is its own); ``file:`` against ``sqlite:``."""
+    per = max(total // sessions, 1)
+    message = Message.user("a typical short message of a few words, sent to a session")
+    rows = ["| store | open + send to one session | ratio to sqlite | peak memory of the process |",
+            "|---|---:|---:|---:|"]
+    results: dict[str, tuple[float, int]] = {}
+    with tempfile.TemporaryDirectory(prefix="nous-inbox-bench-", dir=os.getcwd()) as tmp:
+        for kind in ("file", "sqlite"):
+            url = f"{kind}:{os.path.join(tmp, kind)}"
+            with open_store(url) as store:
+                for number in range(sessions):
+                    batch = [MessageSent(target=Target.NEXT_STEP, wakeup=True, message=message)]
+                    for _ in range(0, per, 5_000):
+                        store.append(f"session-{number}", batch * min(5_000, per))
+            best = (float("inf"), 0)
+            for _ in range(3):
+                out = subprocess.run([sys.executable, "-c", _OPEN_AND_SEND, url], check=True,
+                                     capture_output=True, text=True,
+                                     env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                elapsed, rss, _ = out.stdout.split()
+                best = min(best, (float(elapsed), int(rss)))
+            results[kind] = best
+        size = os.path.getsize(os.path.join(tmp, "file"))
+    base = results["sqlite"][0]
+    for kind, (elapsed, rss) in results.items():
+        rows.append(f"| `{kind}:` | {elapsed * 1e3:,.0f} ms | {elapsed / base:.1f}x | "
+                    f"{rss / 1024:,.0f} MB |")
+    return (f"Opening a store of {sessions * per:,} events over {sessions} sessions "
+            f"(`file:` {size / 1e6:,.0f} MB) and sending to one session, in a fresh process, "
+            f"best of 3:\n\n" + "\n".join(rows))
+
+
 def run(quick: bool = False, events: int | None = None) -> str:
     """Run every measurement and return the report as markdown tables.
 
@@ -388,9 +441,11 @@ def run(quick: bool = False, events: int | None = None) -> str:
     del data
     singles, batches = (30, 3) if quick else (300, 30)
     append_md = _append_table(singles, batches)
+    open_md = _open_table(total)
     env = (f"Python {platform.python_version()}, msgspec {version('msgspec')}, "
            f"SQLite {sqlite3.sqlite_version}, {platform.machine()}, {os.cpu_count()} CPUs")
-    return "\n\n".join([f"## Event log benchmark ({env})", replay_md, growth_md, append_md])
+    return "\n\n".join([f"## Event log benchmark ({env})", replay_md, growth_md, append_md,
+                        open_md])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,8 +11,9 @@ Measured, each side in the same run, interleaved, best of the repeats:
 * single appends: one event per ``append`` (with an expected version, as the owner appends);
 * batched appends: ten events per ``append``, per event;
 * owner send-to-claim: ``Owner.inject`` then the run's claim, one thread (``bench.owner_bench``);
-* concurrent senders: 1, 8 and 32 threads injecting into one owner; sends per second, and the
-  speed-up over one sender (what group commit in the owner would raise);
+* concurrent senders: 1, 8 and 32 threads injecting 800 messages in all into one owner; sends
+  per second, and the speed-up over one sender (the owner's group commit lets concurrent sends
+  share one transaction);
 * cross-process steer latency: another process appends a message; the time until an idle owner
   has folded it in. ``sqlite:`` is polled (the owner's 50 ms watcher); ``postgresql:`` is woken
   by NOTIFY, and, for comparison, by its polling backstop alone (``pooler=transaction`` turns
@@ -74,7 +75,8 @@ def _appends(url: str, n: int, batch: int) -> float:
         return (time.perf_counter() - begin) / (n * batch)
 
 
-def _senders(url: str, threads: int, per_thread: int) -> float:
+def _senders(url: str, threads: int, total: int) -> float:
+    per_thread = total // threads
     with open_store(url) as store:
         owner = Owner(store, f"senders-{uuid.uuid4().hex[:8]}", _NoRun(), watch=False,
                       start=False)
@@ -161,7 +163,7 @@ def _steer_latency(url: str, samples: int, spread: float) -> float:
 def measure(quick: bool, pg_url: str, sqlite_url: str) -> dict[str, Figures]:
     """Each figure for both stores, interleaved; the best repeat of each is kept."""
     n = 30 if quick else 500
-    per_sender = 3 if quick else 40
+    sends = 32 if quick else 800  # in all, shared by the sending threads
     samples = 3 if quick else 15
     counts = (1, 8, 32)
     repeats = 1 if quick else 3
@@ -175,7 +177,7 @@ def measure(quick: bool, pg_url: str, sqlite_url: str) -> dict[str, Figures]:
             f.batched = min(f.batched, _appends(url, n // 5, 10))
             f.round_trip = min(f.round_trip, _owner(n, url).round_trip)
             for k in counts:
-                f.senders[k] = max(f.senders.get(k, 0.0), _senders(url, k, per_sender))
+                f.senders[k] = max(f.senders.get(k, 0.0), _senders(url, k, sends))
     poll = 0.1 if quick else 0.5
     for side, url in urls.items():
         figures[side].steer = _steer_latency(url, samples, 0.1)

@@ -104,7 +104,7 @@ Format = Literal["json", "msgpack"]
 FRAME_HEADER_SIZE: Final = 8
 _FRAME: Final = struct.Struct(">II")
 _CHUNK: Final = 4 * 1024 * 1024
-_SLICE: Final = 4096
+_PIECE: Final = 256 * 1024
 
 
 class Header(msgspec.Struct, frozen=True, kw_only=True):
@@ -548,22 +548,26 @@ def _iter_json(
     buf = _as_bytes(data)
     if not buf:
         return
-    lines = buf.split(b"\n")
-    tail = lines.pop()  # b"" when the buffer ends with a newline, else a record cut short
-    offset = base
+    end = buf.rfind(b"\n") + 1  # after it: b"" when the buffer ends with a newline, else a
+    offset = base                # record cut short
+    pos = 0
     if header:
-        if not lines:
-            raise _truncated(name, "line", line, offset, len(tail))
-        fmt.check_header(lines[0], f"{name} line {line} (byte {offset})")
-        offset += len(lines[0]) + 1
+        first = buf.find(b"\n")
+        if first < 0:
+            raise _truncated(name, "line", line, offset, len(buf))
+        fmt.check_header(buf[:first], f"{name} line {line} (byte {offset})")
+        offset += first + 1
         line += 1
-        del lines[0]
-    if lines and max(map(len, lines)) > max_size:
-        _raise_too_large(lines, name, line, offset, max_size)
-    # A slice at a time: the decoded events of one slice are handed on while still in cache,
-    # and a long log never has all its events alive at once.
-    for start in range(0, len(lines), _SLICE):
-        part = lines[start:start + _SLICE]
+        pos = first + 1
+    # A piece of about _PIECE bytes at a time, split into lines and decoded in msgspec's own
+    # loop: the lines of a piece are decoded while still in cache, the events handed on while
+    # theirs are, and a long log never has all its lines or events alive at once.
+    while pos < end:
+        cut = buf.find(b"\n", min(pos + _PIECE, end - 1)) + 1 if pos + _PIECE < end else end
+        part = buf[pos:cut].split(b"\n")
+        part.pop()
+        if max(map(len, part)) > max_size:
+            _raise_too_large(part, name, line, offset, max_size)
         try:
             items = list(map(decoder.decode, part))
         except _BAD:
@@ -576,9 +580,10 @@ def _iter_json(
         else:
             yield from items
         line += len(part)
-        offset += sum(map(len, part)) + len(part)
-    if tail:
-        raise _truncated(name, "line", line, base + len(buf) - len(tail), len(tail))
+        offset += cut - pos
+        pos = cut
+    if end < len(buf):
+        raise _truncated(name, "line", line, base + end, len(buf) - end)
 
 
 def _truncated(name: str, unit: str, number: int, offset: int, size: int) -> DecodeError:

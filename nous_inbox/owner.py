@@ -51,10 +51,13 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Protocol
 
-from nous_inbox.events import Event, MessageSent, QueueClaimed, TurnEnded, Warned
+import attrs
+
+from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Inbox, Target
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
+from nous_inbox.owner_core import OwnerCore, Stop
 from nous_inbox.port import JournalPort, SendPresets, sent_event
 from nous_inbox.session import Session
 from nous_inbox.store import Store
@@ -75,28 +78,80 @@ class TurnRunner(Protocol):
         """Run one turn; see ``nous_inbox.runner.Runner.run_turn``."""
 
 
+def _positive_seconds(owner: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"Owner: {attribute.alias} must be a positive number of seconds, got {value!r}")
+
+
+def _of(kind: type) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    """An attrs validator whose error names the option as the caller spelled it."""
+
+    def check(owner: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, kind):
+            raise TypeError(f"Owner: {attribute.alias} must be a {kind.__name__}, "
+                            f"got {type(value).__name__}")
+
+    return check
+
+
+def _optional_callable(owner: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"Owner: {attribute.alias} must be callable or None, got {type(value).__name__}")
+
+
+def _check_runner(runner: object) -> None:
+    if not callable(getattr(runner, "run_turn", None)):
+        raise TypeError("Owner: runner must have run_turn(port, *, reason, cancel) (a "
+                        f"nous_inbox.Runner), got {type(runner).__name__}")
+
+
+def _seconds(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"Owner: poll_interval must be a number of seconds, got {type(value).__name__}")
+    return float(value)
+
+
+@attrs.define(slots=False, eq=False, repr=False, init=True)
 class Owner(SendPresets):
     """Holds one session (``stream`` in ``store``) and runs ``runner`` whenever it should wake.
 
     ``listen`` callbacks see every event as it is recorded, in order (the owner's own and those
     another process appended); ``watch`` starts the thread that notices other processes' sends
     (``poll_interval`` seconds apart); ``start`` wakes right away if the replayed inbox wants it.
+    The options are checked before the stream's lease is taken: a bad one is a ``TypeError`` or
+    ``ValueError`` naming it, and nothing happened.
+
+    >>> from nous_inbox.store import open_store
+    >>> def model(transcript, tools):
+    ...     return "ok"
+    >>> Owner(open_store("memory:"), "s", model)
+    Traceback (most recent call last):
+    ...
+    TypeError: Owner: runner must have run_turn(port, *, reason, cancel) (a nous_inbox.Runner), got function
+    >>> from nous_inbox.runner import Runner
+    >>> Owner(open_store("memory:"), "s", Runner(model), poll_interval=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: Owner: poll_interval must be a positive number of seconds, got 0.0
     """
 
-    def __init__(
-        self,
-        store: Store,
-        stream: str,
-        runner: TurnRunner,
-        *,
-        listen: Listener | None = None,
-        watch: bool = True,
-        poll_interval: float = 0.05,
-        start: bool = True,
-    ) -> None:
-        self._store = store
-        self._stream = stream
-        self._runner = runner
+    _store: Store
+    _stream: str = attrs.field(validator=_of(str))
+    _runner: TurnRunner = attrs.field(validator=lambda _, __, runner: _check_runner(runner))
+    _listen: Listener | None = attrs.field(
+        default=None, kw_only=True, validator=_optional_callable
+    )
+    _watch_others: bool = attrs.field(
+        default=True, kw_only=True, alias="watch", validator=_of(bool)
+    )
+    _poll_interval: float = attrs.field(
+        default=0.05, kw_only=True, converter=_seconds, validator=_positive_seconds
+    )
+    _start: bool = attrs.field(default=True, kw_only=True, validator=_of(bool))
+
+    def __attrs_post_init__(self) -> None:
+        store, stream, listen = self._store, self._stream, self._listen
+        watch, poll_interval, start = self._watch_others, self._poll_interval, self._start
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._listeners: list[Listener] = [listen] if listen is not None else []
@@ -105,7 +160,7 @@ class Owner(SendPresets):
         self._closed = threading.Event()
         self._nudge = threading.Event()  # the store says the stream may have changed (or close)
         self._failure: BaseException | None = None
-        self._prompted = False
+        self._core = OwnerCore()  # every decision; this class does the threads and the I/O
         # One owner per stream, across processes: without the lease, a second owner would end
         # the first one's open turn as "interrupted" and run beside it.
         self._lease = store.own(stream)
@@ -114,11 +169,9 @@ class Owner(SendPresets):
             # The runner reads and writes the session through the one port there is; the
             # journal's claim is the one claim path (a steer another process appended joins it).
             self._port = JournalPort(self._journal, self._lock)
-            replayed = self._journal.session
-            if replayed.running:
-                self._append([TurnEnded(turn=replayed.turn, steps=replayed.step,
-                                        reason="error",
-                                        error="interrupted: the owner stopped mid-turn")])
+            resumed = OwnerCore.resume(self._journal.session)
+            if resumed:
+                self._append(resumed)
         except BaseException:
             self._lease.release()
             raise
@@ -182,7 +235,9 @@ class Owner(SendPresets):
         """
         event = sent_event(message, target, wakeup)
         self._check_open()
-        (stored,) = self._append([event])  # a waking send wakes as it is folded in
+        # A group commit: concurrent sends share one transaction (see JournalPort.append); it
+        # returns once that has committed. A waking send wakes as its batch is folded in.
+        stored = self._port.append(event)
         return stored  # type: ignore[return-value]
 
     def prompt(self, text: Message | str) -> MessageSent:
@@ -192,7 +247,7 @@ class Owner(SendPresets):
         with reason ``"prompt"`` rather than ``"wake"``.
         """
         with self._lock:
-            self._prompted = True
+            self._core.prompt()
         return self.followup(text)
 
     def cancel(self) -> bool:
@@ -201,9 +256,10 @@ class Owner(SendPresets):
         Returns whether a run was going. Queued messages stay queued.
         """
         with self._lock:
-            if self._cancel is None:
+            if not self._core.cancel():
                 return False
-            self._cancel.set()
+            if self._cancel is not None:
+                self._cancel.set()
             return True
 
     def wait_idle(self, timeout: float | None = None) -> bool:
@@ -226,7 +282,9 @@ class Owner(SendPresets):
         """
         self._closed.set()
         self._nudge.set()
-        self.cancel()
+        with self._lock:
+            if self._core.close() and self._cancel is not None:
+                self._cancel.set()
         with self._lock:
             worker = self._worker
         if worker is not None and worker is not threading.current_thread():
@@ -261,10 +319,9 @@ class Owner(SendPresets):
                     logger.exception("a listener of session %r failed on event #%d",
                                      self._stream, event.seq)
         self._changed.notify_all()
-        # Ours or another process's: a send that asks to wake is answered (ruling 9: one that
-        # does not ask never starts a run, whatever older entry is queued).
-        if any(type(e) is MessageSent and e.wakeup for e in events):
-            self._maybe_wake()
+        # Ours or another process's: a send that asks to wake is answered (the core's rule).
+        if self._core.arrived(events, self._journal.session):
+            self._start_worker()
 
     def _append(self, events: Sequence[Event]) -> list[Event]:
         with self._lock:
@@ -275,17 +332,18 @@ class Owner(SendPresets):
 
     def _maybe_wake(self) -> None:
         with self._lock:
-            if self._worker is not None or self._closed.is_set():
-                return
-            if not self._journal.session.inbox.worth_waking():
-                return  # ruling 4: a blank waking message is claimed later, never run for
-            # The first turn's cancel exists as soon as the run does, so a cancel() right after
-            # the send that woke it is honoured before the turn starts.
-            self._cancel = threading.Event()
-            self._worker = threading.Thread(
-                target=self._work, name=f"nous-inbox run {self._stream}", daemon=True
-            )
-            self._worker.start()
+            if self._core.wake(self._journal.session):
+                self._start_worker()
+
+    def _start_worker(self) -> None:
+        """The core said start (called with the lock held)."""
+        # The first turn's cancel exists as soon as the run does, so a cancel() right after the
+        # send that woke it is honoured before the turn starts.
+        self._cancel = threading.Event()
+        self._worker = threading.Thread(
+            target=self._work, name=f"nous-inbox run {self._stream}", daemon=True
+        )
+        self._worker.start()
 
     def _work(self) -> None:
         took: bool | None = None  # whether the last turn claimed anything; None before the first
@@ -294,50 +352,36 @@ class Owner(SendPresets):
                 with self._lock:
                     # Deciding to stop and saying so (worker = None) happen under one lock hold,
                     # so a send that lands meanwhile either is seen here or starts a new worker.
-                    cancel = self._cancel
-                    if cancel is None or self._should_stop(cancel, took):
-                        self._stop_working()
+                    answer = self._core.next_turn(self._journal.session, took)
+                    if isinstance(answer, Stop):
+                        self._stop_working(answer)
                         return
                     if took is not None:
-                        cancel = self._cancel = threading.Event()
-                    reason, self._prompted = ("prompt" if self._prompted else "wake"), False
+                        self._cancel = threading.Event()
+                    cancel = self._cancel
+                    assert cancel is not None
                 took = False
-                for event in self._runner.run_turn(self._port, reason=reason, cancel=cancel):
+                for event in self._runner.run_turn(self._port, reason=answer.reason, cancel=cancel):
                     took = took or type(event) is QueueClaimed
         except BaseException as exc:
             logger.exception("the run of session %r failed", self._stream)
             with self._lock:
                 self._failure = exc
-                self._close_open_turn(exc)
-                self._stop_working()
+                self._stop_working(self._core.failed(self._journal.session, exc), failing=True)
 
-    def _should_stop(self, cancel: threading.Event, took: bool | None) -> bool:
-        if self._closed.is_set() or not self._journal.session.inbox.worth_waking():
-            return True
-        if cancel.is_set():
-            return True  # ruling 9: a cancelled run wakes nothing
-        if took is False:
-            # The turn claimed none of the messages that woke it (a runner that never claims):
-            # waking again would spin forever on the same entries.
-            self._append([Warned(text="a turn claimed none of the messages that woke it; "
-                                      "not waking again until a new send")])
-            return True
-        return False
-
-    def _close_open_turn(self, exc: BaseException) -> None:
-        """A run that died without ending its turn (the store failed, say) gets it ended."""
-        if not self._journal.session.running:
-            return
+    def _stop_working(self, stop: Stop, failing: bool = False) -> None:
+        """Append what the core's ``Stop`` records, then go idle (called with the lock held)."""
         try:
-            self._append([TurnEnded(turn=self._journal.session.turn, steps=self._journal.session.step,
-                                    reason="error", error=f"{type(exc).__name__}: {exc}")])
+            if stop.record:
+                self._append(list(stop.record))
         except Exception:
+            if not failing:
+                raise
             logger.exception("could not record the end of session %r's failed turn", self._stream)
-
-    def _stop_working(self) -> None:
-        self._worker = None
-        self._cancel = None
-        self._changed.notify_all()
+        finally:
+            self._worker = None
+            self._cancel = None
+            self._changed.notify_all()
 
     def _watch(self, interval: float) -> None:
         # The wake-up hook: a store with ``subscribe(stream, callback) -> unsubscribe`` (the

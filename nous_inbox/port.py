@@ -38,15 +38,15 @@ import abc
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Protocol, runtime_checkable
 
+from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target, as_message, as_target
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
-from nous_inbox.store.memory import MemoryStore
 
 __all__ = [
     "JournalPort", "LocalSession", "SendPresets", "SessionPort", "check_port", "sent_event",
@@ -175,6 +175,18 @@ class SendPresets(abc.ABC):
         return self.send(message, Target.NEXT_TURN, True)
 
 
+class _Pending:
+    """One event waiting for a group commit, and how it ended: stored, or the error to raise."""
+
+    __slots__ = ("done", "error", "event", "stored")
+
+    def __init__(self, event: Event) -> None:
+        self.event = event
+        self.done = False
+        self.stored: Event | None = None
+        self.error: BaseException | None = None
+
+
 class JournalPort:
     """The session port over a :class:`~nous_inbox.journal.Journal`: the one port there is.
 
@@ -183,17 +195,37 @@ class JournalPort:
     event with the journal's expected version. ``lock`` serializes every use with its holder's
     other uses of the journal (an owner passes its own; a journal is not locked by itself).
 
+    ``append`` is the hosts' write (every send goes through it): a **group commit**. Senders on
+    many threads that arrive while a transaction is being committed queue up and wait; when it
+    is done, one of them (the leader) appends everything queued meanwhile in one atomic append,
+    one transaction of the store, and wakes each follower with its stored event. No call returns before
+    the transaction holding its event committed, so acknowledged still means durable, and each
+    sender's events keep their order (a sender waits for one before it sends the next). A batch
+    the store refuses is tried again one event at a time, so one bad event fails only its own
+    sender.
+
     >>> from nous_inbox.store import open_store
     >>> port = JournalPort(Journal(open_store("memory:"), "s"))
     >>> port.claim("next_step")
     ((), None)
+    >>> port.append(sent_event("go", "next_step", True)).seq
+    1
     """
 
-    __slots__ = ("_journal", "_lock")
+    __slots__ = ("_committing", "_journal", "_lock", "_pending", "_queue", "_queue_lock",
+                 "_waiting")
 
     def __init__(self, journal: Journal, lock: threading.RLock | None = None) -> None:
         self._journal = journal
         self._lock = threading.RLock() if lock is None else lock
+        # The queue of sends waiting for a group commit; its lock is never held across I/O.
+        # ``with self._queue_lock`` (C-level) guards it; the Condition over the same lock is
+        # used only when someone must wait, so an uncontended send pays two lock round trips.
+        self._queue_lock = threading.Lock()
+        self._queue = threading.Condition(self._queue_lock)
+        self._pending: list[_Pending] = []
+        self._committing = False  # a leader is appending a batch
+        self._waiting = 0  # senders parked on the Condition
 
     @property
     def journal(self) -> Journal:
@@ -222,11 +254,108 @@ class JournalPort:
         An event that does not fold (a claim count the inbox cannot meet) raises ``ReplayError``
         and nothing changes.
         """
-        if type(event) not in _EVENT_TYPES and not isinstance(event, EVENT_TYPES):
-            raise TypeError(f"record needs an event, got {type(event).__name__}")
+        _check_event(event)
         with self._lock:
             (stored,), _ = self._journal.commit(lambda session: ([event], None))
             return stored
+
+    def append(self, event: Event) -> Event:
+        """Append ``event`` in a group commit with whatever other threads are appending; return
+        it as stored, once the transaction holding it has committed (see the class notes)."""
+        _check_event(event)
+        with self._queue_lock:
+            if not self._committing:
+                # Nobody is committing (so nothing is queued): lead, with this event alone.
+                self._committing = True
+                mine = None
+            else:
+                mine = _Pending(event)
+                self._pending.append(mine)
+                # Wait while another leader commits: it takes ours with its next batch, along
+                # with everyone arriving meanwhile (the bigger the batch, the fewer
+                # transactions). Waiting here, not on the journal's lock, is what lets batches
+                # grow: a leader back for its next send queues behind the others.
+                self._waiting += 1
+                try:
+                    while self._committing and not mine.done:
+                        self._queue.wait()
+                finally:
+                    self._waiting -= 1
+                if not mine.done:  # the last leader was interrupted: lead what it left
+                    self._committing = True
+        if mine is None:
+            try:
+                with self._lock:
+                    (stored,), _ = self._journal.commit(_just(event))
+            finally:
+                self._lead([])
+            return stored
+        if not mine.done:
+            self._lead([])
+        if mine.error is not None:
+            raise mine.error
+        assert mine.stored is not None
+        return mine.stored
+
+    def _lead(self, batch: list[_Pending]) -> None:
+        """As the leader: commit ``batch``, then whatever queued meanwhile, until nothing is
+        queued; then stop leading. Those who queued during a commit are the next batch at once,
+        with no hand-over to a thread that first has to wake up."""
+        try:
+            while True:
+                if batch:
+                    with self._lock:
+                        self._commit_batch(batch)
+                with self._queue_lock:
+                    if self._waiting:
+                        self._queue.notify_all()
+                    batch, self._pending = self._pending, []
+                    if not batch:
+                        self._committing = False
+                        return
+        except BaseException:
+            with self._queue_lock:
+                self._committing = False
+                self._queue.notify_all()
+            raise
+
+    def _commit_batch(self, batch: list[_Pending]) -> None:
+        """Commit ``batch`` in one append (called with the lock); mark each done either way."""
+        try:
+            try:
+                events = [pending.event for pending in batch]
+                stored, _ = self._journal.commit(lambda session: (events, None))
+            except Exception as exc:
+                if len(batch) == 1:
+                    batch[0].error = exc
+                    return
+                # One event may be what the store refused: each on its own, so only its sender
+                # hears of it (the failed append wrote nothing).
+                for pending in batch:
+                    try:
+                        (pending.stored,), _ = self._journal.commit(_just(pending.event))
+                    except Exception as single:
+                        pending.error = single
+                return
+            for pending, event in zip(batch, stored, strict=True):
+                pending.stored = event
+        except BaseException as exc:  # an interrupt in the leader: no follower waits forever
+            for pending in batch:
+                if pending.stored is None and pending.error is None:
+                    pending.error = exc
+            raise
+        finally:
+            for pending in batch:
+                pending.done = True
+
+
+def _just(event: Event) -> Callable[[Session], tuple[list[Event], None]]:
+    return lambda session: ([event], None)
+
+
+def _check_event(event: object) -> None:
+    if type(event) not in _EVENT_TYPES and not isinstance(event, EVENT_TYPES):
+        raise TypeError(f"record needs an event, got {type(event).__name__}")
 
 
 class LocalSession(JournalPort, SendPresets):
@@ -247,22 +376,18 @@ class LocalSession(JournalPort, SendPresets):
     def __init__(
         self, events: Iterable[Event] = (), *, clock: Callable[[], float] = time.time
     ) -> None:
-        self._store = MemoryStore()
-        earlier = list(events)
-        replay(earlier)  # refuse a log that does not fold before keeping any of it
-        if earlier:
-            self._store.append(_STREAM, earlier)
-        super().__init__(Journal(self._store, _STREAM, clock=clock))
+        self._log = _EventList(events)
+        super().__init__(Journal(self._log, _STREAM, clock=clock))
 
     @property
     def events(self) -> tuple[Event, ...]:
         """Every event recorded, in order (a snapshot)."""
         with self._lock:
-            return tuple(self._store.read(_STREAM))
+            return tuple(self._log.events)
 
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
         """Queue ``message`` on ``target`` (the primitive); returns the recorded ``MessageSent``."""
-        stored = self.record(sent_event(message, target, wakeup))
+        stored = self.append(sent_event(message, target, wakeup))
         return stored  # type: ignore[return-value]
 
     def __repr__(self) -> str:
@@ -271,3 +396,35 @@ class LocalSession(JournalPort, SendPresets):
 
 
 _STREAM: Final = "local"
+
+
+class _EventList:
+    """A LocalSession's log: a list in memory, the smallest :class:`~nous_inbox.journal.Log`.
+
+    Not a ``memory:`` store on purpose: the journal numbers, times and folds every event before
+    it arrives here (an event replay would refuse is never kept), and a store's proof that each
+    event reads back from its wire format would cost a local session four times its append for
+    a log that is never written anywhere.
+    """
+
+    __slots__ = ("events",)
+
+    def __init__(self, events: Iterable[Event]) -> None:
+        self.events = list(events)
+        replay(self.events)  # refuse a log that does not fold before keeping any of it
+
+    def append(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None
+    ) -> Sequence[Event]:
+        if expected_version is not None and expected_version != len(self.events):
+            raise ConcurrencyError(  # one journal, one lock: a second writer is a bug
+                f"stream {stream!r} is at version {len(self.events)}, not {expected_version}"
+            )
+        self.events.extend(events)
+        return events
+
+    def read(self, stream: str, after: int = 0) -> Iterator[Event]:
+        return iter(self.events[max(after, 0):])
+
+    def version(self, stream: str) -> int:
+        return len(self.events)

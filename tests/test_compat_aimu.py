@@ -1107,3 +1107,9 @@ def test_an_async_agent_reads_the_same_inbox(kit: SimpleNamespace) -> None:
     agent = kit.AsyncAgent(client, name="worker", tools=[tool], inbox=host)
     assert asyncio.run(agent.run("task")) == "done"
     assert said(client.requests[1])[-1] == ("user", "redirected")
+
+
+@pytest.mark.parametrize("store", ["sqlite:inbox.db", object(), 42])
+def test_something_that_is_not_a_store_is_refused_at_once_naming_what_it_lacks(store: object) -> None:
+    with pytest.raises(TypeError, match=r"AimuInbox: store must be a nous_inbox store .* has no append"):
+        AimuInbox(store)  # type: ignore[arg-type]

@@ -14,7 +14,8 @@ def test_the_benchmark_reports_replay_growth_and_appends():
     assert "How replay grows with log length" in report
     for store in ("`memory:`", "`file:`", "`sqlite:`"):
         assert store in report
-    assert report.count("\n|---") == 3  # three tables
+    assert report.count("\n|---") == 4  # four tables
+    assert "Opening a store of" in report
 
 
 def test_the_generated_log_is_valid_and_the_baseline_fold_agrees_with_replay():

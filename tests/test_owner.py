@@ -35,6 +35,7 @@ from nous_inbox.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 30  # seconds; a generous bound for a wait that should end at once, never a sync sleep
+STRESS = max(1, int(os.environ.get("NOUS_INBOX_STRESS", "1")))
 
 
 class ScriptedModel:
@@ -651,3 +652,88 @@ def test_sends_from_asyncio_tasks_are_safe_and_never_wait_for_a_run() -> None:
         delivered = [m.content for m in owner.transcript if m.role == "user"]
         assert sorted(delivered) == sorted(f"a{k}-{i}" for k in range(3) for i in range(10))
         assert owner.session == replay(owner.events())
+
+
+# -- group commit: concurrent sends share one transaction ------------------------------------------
+
+
+def test_concurrent_senders_lose_nothing_double_nothing_and_none_returns_before_its_commit(
+    store: Any,
+) -> None:
+    senders, each = 8, 10 * STRESS
+    early: list[int] = []
+    with Owner(store, "s", Runner(ScriptedModel()), watch=False) as owner:
+        barrier = threading.Barrier(senders)
+
+        def sender(k: int) -> None:
+            barrier.wait()
+            for i in range(each):
+                stored = owner.inject(f"t{k}-{i}")
+                # Acknowledged means committed: the store already holds it at that position.
+                if store.version("s") < stored.seq:
+                    early.append(stored.seq)
+
+        threads = [threading.Thread(target=sender, args=(k,)) for k in range(senders)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert early == []
+        logged = [e.message.content for e in owner.events() if isinstance(e, MessageSent)]
+        assert sorted(logged) == sorted(f"t{k}-{i}" for k in range(senders) for i in range(each))
+        for k in range(senders):  # each sender's messages keep their order in the log
+            assert [c for c in logged if c.startswith(f"t{k}-")] == [f"t{k}-{i}" for i in range(each)]
+        assert [e.seq for e in owner.events()] == list(range(1, senders * each + 1))
+        assert owner.session == replay(owner.events())
+
+
+def test_a_send_the_store_refuses_in_a_shared_batch_fails_only_its_own_sender() -> None:
+    from nous_inbox.port import _Pending  # the batch a leader commits, built by hand here
+
+    with Owner(open_store("memory:"), "s", Runner(ScriptedModel()), watch=False) as owner:
+        store_limit = owner._store.max_record_size  # type: ignore[attr-defined]
+        batch = [_Pending(MessageSent(target="next_step", wakeup=False, message=Message.user(text)))
+                 for text in ("a", "x" * (store_limit + 1), "c")]
+        with owner._lock:
+            owner._port._commit_batch(batch)
+        assert [p.done for p in batch] == [True, True, True]
+        assert batch[1].error is not None and "limit" in str(batch[1].error)
+        assert [p.stored.message.content for p in (batch[0], batch[2])] == ["a", "c"]  # type: ignore[union-attr]
+        assert [e.message.content for e in owner.events()] == ["a", "c"]  # type: ignore[attr-defined]
+
+
+# -- options: checked before anything happens -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "words"),
+    [
+        ({"poll_interval": 0}, ValueError, "poll_interval must be a positive number"),
+        ({"poll_interval": -1.5}, ValueError, "poll_interval must be a positive number"),
+        ({"poll_interval": "fast"}, TypeError, "poll_interval must be a number of seconds"),
+        ({"watch": "yes"}, TypeError, "watch must be a bool, got str"),
+        ({"start": 1}, TypeError, "start must be a bool, got int"),
+        ({"listen": "print"}, TypeError, "listen must be callable or None, got str"),
+        ({"runner": lambda transcript, tools: "ok"}, TypeError, "runner must have run_turn"),
+        ({"stream": 7}, TypeError, "stream must be a str, got int"),
+    ],
+)
+def test_a_bad_option_is_refused_before_the_stream_is_taken(
+    options: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    store = open_store("memory:")
+    args = {"stream": "s", "runner": Runner(ScriptedModel()), **options}
+    stream, runner = args.pop("stream"), args.pop("runner")
+    with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
+        Owner(store, stream, runner, **args)
+    with Owner(store, "s", Runner(ScriptedModel())) as owner:  # the lease was never taken
+        assert owner.session.version == 0
+
+
+def test_a_send_the_store_refuses_raises_for_its_sender_and_later_sends_go_on() -> None:
+    with Owner(open_store("memory:"), "s", Runner(ScriptedModel()), watch=False) as owner:
+        limit = owner._store.max_record_size  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match="limit"):
+            owner.inject("x" * (limit + 1))
+        assert owner.inject("ok").seq == 1  # the refusal left the group commit ready for more
+        assert [e.message.content for e in owner.events()] == ["ok"]  # type: ignore[attr-defined]

@@ -8,3 +8,4 @@ def test_owner_bench_quick_renders_both_pairs() -> None:
     assert "| Owner, memory: |" in table
     assert "| Owner, sqlite: (durable) |" in table
     assert table.count("\n|") >= 5
+    assert "| sqlite: | 8 |" in table and "| file: | 8 |" in table

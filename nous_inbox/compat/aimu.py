@@ -86,6 +86,8 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Final, Protocol, TypeVar
 
+import attrs
+
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Entry, Inbox, Target
 from nous_inbox.journal import Journal, Log
@@ -147,18 +149,14 @@ def _check_text(text: object, where: str) -> Message:
     raise TypeError(f"{where}: text must be a str or a user Message, got {type(text).__name__}")
 
 
+@attrs.frozen(repr=False, eq=False)
 class _RunDrain:
     """One run's drain: it owes the run, per address, the followups queued when the run opened,
     until a drain has claimed that address's share."""
 
-    __slots__ = ("_agent", "_inbox", "_owed_turn")
-
-    def __init__(
-        self, inbox: AimuInbox, agent: str | None, owed_turn: dict[str | None, Sequence[Entry]]
-    ) -> None:
-        self._inbox = inbox
-        self._agent = agent
-        self._owed_turn = owed_turn
+    _inbox: AimuInbox
+    _agent: str | None
+    _owed_turn: dict[str | None, Sequence[Entry]]
 
     def __call__(self) -> list[str]:
         return self._inbox._drain(self._agent, self._owed_turn)
@@ -167,18 +165,39 @@ class _RunDrain:
         return f"<AimuInbox drain for agent {self._agent!r}>"
 
 
+def _check_store(box: object, attribute: object, store: EventStore | None) -> None:
+    if store is None:
+        return
+    missing = [name for name in ("append", "read", "version", "streams")
+               if not callable(getattr(store, name, None))]
+    if missing:
+        raise TypeError(
+            f"AimuInbox: store must be a nous_inbox store (or have append, read, version and "
+            f"streams); {type(store).__name__} has no {', '.join(missing)}"
+        )
+
+
+@attrs.define(repr=False, eq=False)
 class AimuInbox:
     """A host-side mailbox satisfying aimu's ``Inbox`` protocol, routed by agent name.
 
     ``steer``, ``inject`` and ``followup`` may be called from any thread; ``reader`` is aimu's.
-    ``store`` (optional) makes every queued message durable; see the module notes.
+    ``store`` (optional) makes every queued message durable; see the module notes. Something
+    that is not a store is refused at once:
+
+    >>> AimuInbox("sqlite:inbox.db")
+    Traceback (most recent call last):
+    ...
+    TypeError: AimuInbox: store must be a nous_inbox store (or have append, read, version and streams); str has no append, read, version, streams
     """
 
-    def __init__(self, store: EventStore | None = None) -> None:
-        self._lock = threading.Lock()
-        self._journals: dict[str | None, Journal] = {}
-        self._clock = SendClock()
-        self._store = store
+    _store: EventStore | None = attrs.field(default=None, validator=_check_store)
+    _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    _journals: dict[str | None, Journal] = attrs.field(init=False, factory=dict)
+    _clock: SendClock = attrs.field(init=False, factory=SendClock)
+
+    def __attrs_post_init__(self) -> None:
+        store = self._store
         if store is not None:
             for stream in store.streams():
                 if not stream.startswith(STREAM_PREFIX):

@@ -50,7 +50,7 @@ next to the log's real path, so every store on this log, in any process, sees th
 
 Readers. Opening reads the header and the last few lines (to find where the last complete
 append ends), nothing else: a stream is read the first time it is touched, by searching the
-file (mapped, not loaded) for the lines that begin with its envelope
+file, a few MiB at a time, for the lines that begin with its envelope
 ``{"stream":<name>,"event":``, as this library writes them, and decoding only those. So opening
 a large log to steer one session costs what that session holds, and a damaged record of one
 session never keeps another from being read. ``streams()`` scans the envelopes of every line
@@ -64,7 +64,6 @@ import contextlib
 import errno
 import fcntl
 import logging
-import mmap
 import os
 import re
 import stat
@@ -535,20 +534,38 @@ class FileStore(StoreBase):
         Two byte counts per chunk, in C: the lines, and the lines that begin
         ``{"stream":"``. Only a chunk where they differ is walked line by line; a line found
         there is decoded: one that does not decode is damage no stream can be read past, one
-        that does is refused to its own stream's readers only.
+        that does is refused to its own stream's readers only. ``_scan`` does the same as it
+        goes, in its one pass.
         """
-        pos, end = max(self._checked, self._header) - 1, self._end - 1
+        for base, data, cut in self._chunks(max(self._checked, self._header)):
+            self._check_chunk(base, data, cut)
+        self._checked = self._end
+        self._refuse_strays(None)
+
+    def _refuse_strays(self, stream: str | None) -> None:
+        if self._stray_bad is not None:
+            raise self._damage(*self._stray_bad)
+        if stream in self._stray:
+            raise self._damage(self._stray[stream], f"a record of stream {stream!r} not in the "
+                               f'form this library writes ({{"stream":...,"event":...}})')
+
+    def _chunks(self, start: int) -> Iterator[tuple[int, bytes, int]]:
+        """The whole lines of ``[start, _end)``, a few MiB at a time: ``(base, data, cut)``
+        where ``data[:cut]`` is the file from ``base`` (the newline before the first line) to
+        the last line's end. Read with ``pread``, so nothing stays in memory or mapped."""
+        pos, end = start - 1, self._end - 1
         while pos < end:
             data = self._pread(pos, min(end, pos + _CHUNK) + 1)
             cut = data.rfind(b"\n")
-            if cut <= 0:
+            if cut <= 0:  # one line longer than the chunk
                 data = self._pread(pos, end + 1)
                 cut = data.rfind(b"\n")
-            chunk = data[:cut]
-            if chunk.count(b"\n") != chunk.count(b'\n{"stream":"'):
-                self._find_strays(chunk, pos)
+            yield pos, data, cut
             pos += cut
-        self._checked = self._end
+
+    def _check_chunk(self, base: int, data: bytes, cut: int) -> None:
+        if data.count(b"\n", 0, cut) != data.count(b'\n{"stream":"', 0, cut):
+            self._find_strays(data[:cut], base)
 
     def _find_strays(self, chunk: bytes, base: int) -> None:
         lines = chunk.split(b"\n")
@@ -565,30 +582,29 @@ class FileStore(StoreBase):
             offset += len(line) + 1
 
     def _scan(self, stream: str) -> list[Event]:
-        # Find the stream's lines by their envelope in the mapped file and decode only those.
-        self._check_envelopes()
-        if self._stray_bad is not None:
-            raise self._damage(*self._stray_bad)
-        if stream in self._stray:
-            raise self._damage(self._stray[stream], f"a record of stream {stream!r} not in the "
-                               f'form this library writes ({{"stream":...,"event":...}})')
+        # Find the stream's lines by their envelope, a chunk at a time, and decode only those;
+        # check every line's envelope in the same pass (once: the result is kept).
+        checked = self._checked
         key = b'\n{"stream":' + _encode_name(stream) + b',"event":'
-        end = self._end
         events: list[Event] = []
         due = batch_start = 0
         previous = -1  # where the line after the last one found begins
-        with mmap.mmap(self._fd, end, prot=mmap.PROT_READ) as mapped:
-            find = mapped.find
-            hit = find(key, self._header - 1, end)
+        for base, chunk, cut in self._chunks(self._header):
+            if base + cut > checked:
+                self._check_chunk(base, chunk, cut)
+            find = chunk.find
+            hit = find(key, 0, cut)
             while hit >= 0:
-                start = hit + 1
-                stop = find(b"\n", start, end)
+                stop = find(b"\n", hit + 1, cut)
+                if stop < 0:
+                    stop = cut
+                start = base + hit + 1
                 if due and start != previous:
                     raise self._broken(previous, batch_start, due, stream)
-                if stop - start > self._max:
-                    raise RecordTooLargeError(self._place(start) + f": record of {stop - start} "
+                line = chunk[hit + 1:stop]
+                if len(line) > self._max:
+                    raise RecordTooLargeError(self._place(start) + f": record of {len(line)} "
                                               f"bytes is above the limit of {self._max} bytes")
-                line = mapped[start:stop]
                 try:
                     record = _record.decode(line)
                 except _BAD as exc:
@@ -603,36 +619,35 @@ class FileStore(StoreBase):
                 if record.event.seq != len(events) + 1:
                     # A record missing from the stream's lines: most likely a line whose
                     # envelope is damaged, so name the first line between that does not decode.
-                    self._find_damage(mapped, previous if previous > 0 else self._header, start)
+                    self._find_damage(previous if previous > 0 else self._header, start)
+                    self._refuse_strays(stream)
                     raise self._damage(start, f"stream {stream!r} has seq {record.event.seq} "
                                               f"where {len(events) + 1} was due")
                 events.append(record.event)
-                due, previous = more, stop + 1
-                hit = find(key, stop, end)
+                due, previous = more, base + stop + 1
+                hit = find(key, stop, cut)
+        self._checked = self._end
+        self._refuse_strays(stream)
         if due:
             raise self._broken(previous, batch_start, due, stream)
         return events
 
-    def _find_damage(self, mapped: mmap.mmap, start: int, end: int) -> None:
+    def _find_damage(self, start: int, end: int) -> None:
         pos = start
-        while pos < end:
-            stop = mapped.find(b"\n", pos, end)
+        for line in self._pread(start, end).split(b"\n")[:-1]:
             try:
-                _record.decode(mapped[pos:stop])
+                _record.decode(line)
             except _BAD as exc:
                 raise self._damage(pos, _reason(exc)) from None
-            pos = stop + 1
+            pos += len(line) + 1
 
     def _scan_names(self) -> set[str]:
         # Every line's envelope, no event decoded; a line without one was named by the check.
         self._check_envelopes()
-        if self._stray_bad is not None:
-            raise self._damage(*self._stray_bad)
         found: dict[bytes, int] = {}
-        if self._end > self._header:
-            with mmap.mmap(self._fd, self._end, prot=mmap.PROT_READ) as mapped:
-                for match in _ENVELOPE.finditer(mapped, self._header - 1, self._end):
-                    found.setdefault(match.group(1), match.start() + 1)
+        for base, chunk, cut in self._chunks(self._header):
+            for match in _ENVELOPE.finditer(chunk, 0, cut):
+                found.setdefault(match.group(1), base + match.start() + 1)
         names = set(self._stray)
         for raw, offset in found.items():
             try:

@@ -51,6 +51,14 @@ Connection poolers. Behind a pooler in transaction mode (PgBouncer, say), pass
 such a pooler cannot hold a LISTEN, wake-ups come from the polling backstop alone. Leases are
 rows, not advisory locks, so they survive the pooler handing out other connections.
 
+Connections. A store uses one connection for its calls, shared by its threads behind a lock (as
+the SQLite store shares its one), plus one for the background thread once it owns or is
+subscribed to a stream. No pool (``psycopg-pool`` is in the extra for hosts that want one):
+writes to one stream serialise on its row anyway, and the owner's group commit already joins
+concurrent sends into one transaction, so more connections would only mean more server
+processes. An append is pipelined: two round trips (the row lock, then the writes with the
+COMMIT), whatever the number of events.
+
 URL query parameters read by this store (removed before the URL reaches libpq): ``schema``,
 ``lease`` (seconds), ``poll`` (seconds), ``pooler`` (``transaction``). Everything else is libpq's.
 """
@@ -386,13 +394,12 @@ class PostgresStore(StoreBase):
         db = self._connection()
         db.execute(f"UPDATE {self._t_streams} SET version = %s WHERE stream = %s",
                    (events[-1].seq, stream))
-        batch = self._batch
-        with db.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO {self._t_events} (stream, seq, body, batch) VALUES (%s, %s, %s, %s)",
-                [(stream, event.seq, body, batch)
-                 for event, body in zip(events, records, strict=True)],
-            )
+        # One statement for the whole batch, however many events: the rows travel as two arrays.
+        db.execute(
+            f"INSERT INTO {self._t_events} (stream, seq, body, batch) "
+            f"SELECT %s, u.seq, u.body, %s FROM unnest(%s::bigint[], %s::bytea[]) AS u(seq, body)",
+            (stream, self._batch, [event.seq for event in events], records),
+        )
         db.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
 
     def _lost(self, stream: str, held: PostgresLease) -> LeaseLostError:

@@ -38,7 +38,9 @@ its columns; a database with other tables and no ``meta`` is refused, never writ
 Read-only. ``SqliteStore(path, read_only=True)`` opens with ``mode=ro``: the file must exist (else
 ``StoreError``), no schema is created, and ``append``/``own`` raise ``ValueError``. SQLite may
 still create its ``-wal``/``-shm`` companions (mode 0600) to read a WAL database no writer has
-open: a reader needs them. An empty database file reads as an empty store.
+open: a reader needs them. Where it cannot (read-only media) and no writer is at work, the file
+is opened ``immutable=1`` instead. An empty database file reads as an empty store. Files another
+user made or may write to are refused; see :mod:`nous_inbox.store._safety`.
 
 Owners. ``own(stream)`` locks ``PATH.owners/<hash>.lock`` next to the database's real path; see
 :mod:`nous_inbox.store.lease`.

@@ -1,0 +1,163 @@
+"""The owner's rules with no threads, no event loop and no I/O: one copy for every owner.
+
+An owner holds one session and decides when to run. Those decisions are few and they are the
+same whether the owner runs its turns on a worker thread (:class:`~nous_inbox.owner.Owner`) or as
+an asyncio task (``AsyncOwner``), so they live here once, as a small state machine the owner
+*pumps*: it tells the core what happened (a batch of events was folded in, a turn ended, a run
+failed, the host cancelled or closed) and the core answers what to do (start a run, open the next
+turn and with which reason, or stop and record these events). The driver does the I/O the answer
+asks for, under its own lock (or on its own event loop), and nothing else decides.
+
+The rules:
+
+* **append before acting**: the core only ever reads the session *after* the driver folded the
+  stored events in, and the events it asks for (closing an open turn, a warning) are handed back
+  for the driver to append before it goes on;
+* **one run at a time**: :meth:`OwnerCore.wake` says "start" at most once until the run stops;
+* **wake on a waking send, and again at run end**: :meth:`OwnerCore.arrived` wakes for a batch
+  holding a send that asked to wake (another process's too); :meth:`OwnerCore.next_turn` opens
+  another turn while a waking message worth a model round is queued. A blank one is not
+  (ruling 4), nor is an injection alone, even after a cancel left a waking entry behind (ruling 9);
+* **cancel wakes nothing**: after :meth:`OwnerCore.cancel` the run stops at its turn's end;
+* **resume from the log**: :meth:`OwnerCore.resume` closes a turn the log shows as open (the
+  process died mid-run) as ``"error"``.
+
+>>> from nous_inbox.inbox import Inbox
+>>> from nous_inbox.session import Session
+>>> core = OwnerCore()
+>>> idle = Session()
+>>> waiting = Session(inbox=Inbox().steer("summarize"))
+>>> core.wake(idle), core.wake(waiting), core.wake(waiting)   # nothing to do; start; already running
+(False, True, False)
+>>> core.next_turn(waiting, None)              # the worker asks before its first turn
+Turn(reason='wake')
+>>> core.cancel()
+True
+>>> core.next_turn(waiting, True)              # cancelled: stop, even with a steer still queued
+Stop(record=())
+>>> core.running
+False
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from nous_inbox.events import Event, MessageSent, TurnEnded, Warned
+from nous_inbox.session import Session
+
+__all__ = ["OwnerCore", "Stop", "Turn"]
+
+_NO_PROGRESS = ("a turn claimed none of the messages that woke it; "
+                "not waking again until a new send")
+
+
+@attrs.frozen
+class Turn:
+    """The answer "open another turn", recorded with ``reason`` (``"prompt"`` or ``"wake"``)."""
+
+    reason: str
+
+
+@attrs.frozen
+class Stop:
+    """The answer "the run is over": append ``record`` (possibly nothing), then go idle."""
+
+    record: tuple[Event, ...] = ()
+
+
+@attrs.define
+class OwnerCore:
+    """The state of one owner's decisions: whether a run is going, cancelled, prompted, closed.
+
+    Not locked: its driver calls it under the lock (or on the event loop) that also guards the
+    session it passes in, so the decision and the state it was made on cannot drift apart.
+    """
+
+    _running: bool = False
+    _cancelled: bool = False
+    _prompted: bool = False
+    _closed: bool = False
+
+    @property
+    def running(self) -> bool:
+        """Whether a run is going (from the ``wake`` that started it until its ``Stop``)."""
+        return self._running
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called: nothing starts any more."""
+        return self._closed
+
+    @staticmethod
+    def resume(session: Session) -> list[Event]:
+        """The events to append before anything else when an owner opens on ``session``: a turn
+        the log shows as open (its owner died mid-run) is ended as ``"error"``."""
+        if not session.running:
+            return []
+        return [TurnEnded(turn=session.turn, steps=session.step, reason="error",
+                          error="interrupted: the owner stopped mid-turn")]
+
+    def arrived(self, events: Sequence[Event], session: Session) -> bool:
+        """A batch was folded in (``session`` includes it): whether to start a run now.
+
+        Only a send that asked to wake can start one (ruling 9: an injection never does, whatever
+        older entry is queued); whose send it was does not matter.
+        """
+        if any(type(event) is MessageSent and event.wakeup for event in events):
+            return self.wake(session)
+        return False
+
+    def wake(self, session: Session) -> bool:
+        """Whether to start a run now: none is going, the owner is open, and a waking message
+        worth a model round is queued. ``True`` means the run counts as started."""
+        if self._running or self._closed or not session.inbox.worth_waking():
+            return False
+        self._running = True
+        self._cancelled = False
+        return True
+
+    def prompt(self) -> None:
+        """A person's prompt was (or is about to be) sent: the next turn opens as ``"prompt"``."""
+        self._prompted = True
+
+    def cancel(self) -> bool:
+        """Cancel the current run; whether one was going (the driver then cancels its turn)."""
+        if not self._running:
+            return False
+        self._cancelled = True
+        return True
+
+    def next_turn(self, session: Session, took: bool | None) -> Turn | Stop:
+        """Asked by the run before each turn: open another (and why), or stop.
+
+        ``took`` says whether the turn just ended claimed anything (``None`` before the first
+        turn). A turn that claimed none of the messages that woke it (a runner that never
+        claims) stops the run with a warning: waking again would spin forever on them.
+        """
+        if self._closed or self._cancelled or not session.inbox.worth_waking():
+            return self._stop()
+        if took is False:
+            return self._stop(Warned(text=_NO_PROGRESS))
+        reason = "prompt" if self._prompted else "wake"
+        self._prompted = False
+        return Turn(reason)
+
+    def failed(self, session: Session, error: BaseException) -> Stop:
+        """The run died (a failing model, a store that failed): stop, ending its open turn."""
+        if not session.running:
+            return self._stop()
+        return self._stop(TurnEnded(turn=session.turn, steps=session.step, reason="error",
+                                    error=f"{type(error).__name__}: {error}"))
+
+    def close(self) -> bool:
+        """Close the owner: nothing starts any more; whether a run was going (now cancelled)."""
+        self._closed = True
+        return self.cancel()
+
+    def _stop(self, *record: Event) -> Stop:
+        self._running = False
+        self._cancelled = False
+        return Stop(record)

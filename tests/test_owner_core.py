@@ -1,0 +1,122 @@
+"""The owner's rules, sans I/O: what ``OwnerCore`` answers, one rule per test.
+
+The threaded owner's behaviour tests (tests/test_owner.py) drive the same rules through threads
+and a store; here each rule is asked directly, with session values built by hand.
+"""
+
+from __future__ import annotations
+
+from nous_inbox.events import MessageSent, TurnEnded, TurnStarted, Warned
+from nous_inbox.inbox import Inbox
+from nous_inbox.message import Message
+from nous_inbox.owner_core import OwnerCore, Stop, Turn
+from nous_inbox.session import Session, replay
+
+STEERED = Session(inbox=Inbox().steer("summarize"))
+INJECTED = Session(inbox=Inbox().inject("fyi"))
+BLANK = Session(inbox=Inbox().steer("  \n"))
+
+
+def sent(text: str, wakeup: bool) -> MessageSent:
+    return MessageSent(target="next_step", wakeup=wakeup, message=Message.user(text), seq=1)
+
+
+def test_a_waking_send_worth_a_round_starts_a_run() -> None:
+    core = OwnerCore()
+    assert core.arrived([sent("summarize", True)], STEERED)
+    assert core.running
+
+
+def test_an_injection_never_starts_a_run_even_with_a_waking_entry_queued() -> None:
+    assert not OwnerCore().arrived([sent("fyi", False)], STEERED)
+
+
+def test_a_blank_waking_message_starts_no_run() -> None:
+    core = OwnerCore()
+    assert not core.arrived([sent("  \n", True)], BLANK)
+    assert not core.wake(BLANK)
+    assert not core.running
+
+
+def test_one_run_at_a_time() -> None:
+    core = OwnerCore()
+    assert core.wake(STEERED)
+    assert not core.wake(STEERED)
+    assert not core.arrived([sent("more", True)], STEERED)
+
+
+def test_the_run_ends_when_nothing_worth_waking_is_left_and_a_new_send_starts_another() -> None:
+    core = OwnerCore()
+    core.wake(STEERED)
+    assert core.next_turn(STEERED, None) == Turn("wake")
+    assert core.next_turn(INJECTED, True) == Stop()
+    assert not core.running
+    assert core.wake(STEERED)
+
+
+def test_at_run_end_a_steer_still_queued_opens_another_turn() -> None:
+    core = OwnerCore()
+    core.wake(STEERED)
+    core.next_turn(STEERED, None)
+    assert core.next_turn(STEERED, True) == Turn("wake")
+    assert core.running
+
+
+def test_a_blank_steer_after_the_last_claim_opens_no_new_turn() -> None:
+    core = OwnerCore()
+    core.wake(STEERED)
+    core.next_turn(STEERED, None)
+    assert core.next_turn(BLANK, True) == Stop()
+
+
+def test_a_prompt_opens_its_turn_as_a_prompt_once() -> None:
+    core = OwnerCore()
+    core.prompt()
+    core.wake(STEERED)
+    assert core.next_turn(STEERED, None) == Turn("prompt")
+    assert core.next_turn(STEERED, True) == Turn("wake")
+
+
+def test_cancel_wakes_nothing_even_with_a_steer_queued() -> None:
+    core = OwnerCore()
+    assert not core.cancel()  # nothing is going
+    core.wake(STEERED)
+    assert core.cancel()
+    assert core.next_turn(STEERED, None) == Stop()  # honoured before the first turn too
+    assert core.wake(STEERED)  # a later waking send starts a fresh run
+
+
+def test_a_turn_that_claimed_nothing_stops_the_run_with_a_warning() -> None:
+    core = OwnerCore()
+    core.wake(STEERED)
+    core.next_turn(STEERED, None)
+    answer = core.next_turn(STEERED, False)
+    assert isinstance(answer, Stop) and isinstance(answer.record[0], Warned)
+    assert not core.running
+
+
+def test_a_closed_owner_starts_nothing_and_cancels_its_run() -> None:
+    core = OwnerCore()
+    core.wake(STEERED)
+    assert core.close()
+    assert core.next_turn(STEERED, None) == Stop()
+    assert not core.wake(STEERED)
+
+
+def test_a_failed_run_stops_and_ends_its_open_turn_as_an_error() -> None:
+    core = OwnerCore()
+    core.wake(STEERED)
+    running = replay([TurnStarted(turn=1, reason="wake", seq=1)])
+    answer = core.failed(running, RuntimeError("model down"))
+    (ended,) = answer.record
+    assert isinstance(ended, TurnEnded) and ended.reason == "error"
+    assert ended.error == "RuntimeError: model down"
+    assert not core.running
+    assert core.failed(STEERED, RuntimeError("x")) == Stop()  # no open turn: nothing to record
+
+
+def test_resuming_closes_a_turn_the_log_shows_open() -> None:
+    running = replay([TurnStarted(turn=1, reason="wake", seq=1)])
+    (ended,) = OwnerCore.resume(running)
+    assert isinstance(ended, TurnEnded) and (ended.turn, ended.reason) == (1, "error")
+    assert OwnerCore.resume(STEERED) == []
