@@ -101,7 +101,7 @@ class MailboxFullError(RuntimeError):
     """A send beyond a recipient's bound under the default ``overflow="refuse"``: nothing queued."""
 
 
-class Receipt(msgspec.Struct, frozen=True):
+class Receipt(msgspec.Struct, frozen=True, gc=False):
     """What a send answers: the message's ``id``, what became of it (``state``), whether the id
     had been sent before (``duplicate``) and, once answered, the reply that answered it."""
 
@@ -242,12 +242,19 @@ class Mailbox(Notices):
             event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
                              thread=thread or "", correlation_id=correlation_id,
                              at=self._clock())
-            with self._lock:
+            lock = self._lock
+            if self._plain:
+                lock.acquire()
+                try:
+                    box = self._state.boxes.get(recipient)
+                    if self._plain and (box is None or box.queued < self._max_queue):
+                        self._state.sent(event)  # nothing to store, nobody to call or tell
+                        return Receipt(id, "queued")
+                finally:
+                    lock.release()
+            with lock:
                 state = self._state
                 box = state.boxes.get(recipient)
-                if self._plain and (box is None or box.queued < self._max_queue):
-                    state.sent(event)  # nothing to store, nobody to call or tell
-                    return Receipt(id, "queued")
                 if self._store is None and (box is None or box.queued < self._max_queue):
                     state.sent(event)  # the common case, without a store: nothing to retry
                     stored: Sequence[Event] = (event,)
@@ -380,8 +387,12 @@ class Mailbox(Notices):
         if type(limit) is not int or limit < 0:
             raise ValueError(f"receive for {agent!r}: limit must be an int >= 0, got {limit!r}")
         if self._store is None:
-            with self._lock:
+            lock = self._lock
+            lock.acquire()
+            try:
                 return self._state.take(agent, limit)  # the fold of the MailReceived below
+            finally:
+                lock.release()
 
         def change(state: MailboxState) -> tuple[list[Event], list[MailSent]]:
             taken = state.oldest_queued(agent, limit)
