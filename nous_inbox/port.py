@@ -13,8 +13,9 @@ and returns it as recorded, ``seq`` and ``at`` set.
 
 There is one implementation: :class:`JournalPort`, a :class:`~nous_inbox.journal.Journal` (one
 stream of a store) seen from a runner. The owner runs its turns through one; :class:`LocalSession`
-is one over a ``memory:`` store, with the send verbs added, for tests, examples and
-single-process hosts; the aimu adapter claims through the same journal method.
+is one over an in-memory list, with the send verbs added, for tests, examples and single-process
+hosts (unlike a store, it does not prove each event reads back from a wire format). Every claim,
+the aimu adapter's included, builds its event with :func:`~nous_inbox.journal.claim_event`.
 
 >>> local = LocalSession()
 >>> local.inject("recall: the deploy is frozen").seq, local.steer("stop and summarize").seq
@@ -267,7 +268,7 @@ class JournalPort:
         """
         _check_event(event)
         with self._lock:
-            (stored,), _ = self._journal.commit(lambda session: ([event], None))
+            (stored,), _ = self._journal.commit(_just(event))
             return stored
 
     def append(self, event: Event) -> Event:
