@@ -184,3 +184,27 @@ def test_the_library_mailbox_underneath_has_threads_and_replies() -> None:
 def test_a_max_inbox_that_is_not_an_int_is_refused_by_name(bound: Any) -> None:
     with pytest.raises(TypeError, match="max_inbox must be an int"):
         InProcessMailbox(max_inbox=bound)
+
+
+def test_a_subclass_that_overrides_send_keeps_its_own_send() -> None:
+    sent = []
+
+    class Counting(InProcessMailbox):
+        def send(self, recipient: str, body: Any, *, sender: str,
+                 correlation_id: str | None = None) -> str:
+            sent.append(body)
+            return super().send(recipient, body, sender=sender, correlation_id=correlation_id)
+
+    box = Counting()
+    box.send("writer", "counted", sender="researcher")
+    assert sent == ["counted"] and [m.body for m in box.receive("writer")] == ["counted"]
+
+
+def test_a_subscriber_added_after_plain_sends_hears_every_later_one() -> None:
+    box = InProcessMailbox()
+    box.send("writer", "before", sender="researcher")
+    heard: list[Any] = []
+    box.subscribe("writer", lambda msg: heard.append(msg.body))
+    box.send("writer", "after", sender="researcher")
+    box.send("writer", {"also": "after"}, sender="researcher")
+    assert heard == ["after", {"also": "after"}]

@@ -93,6 +93,7 @@ class Notices:
     _deliverer: threading.Thread | None
     _state: MailboxState
     _desks: dict[str, Desk]
+    _plain: bool
     _clock: Callable[[], float]
     _prefix: str
     _counter: itertools.count[int]
@@ -128,6 +129,7 @@ class Notices:
                 raise ValueError(f"attach: agent {agent!r} is already attached")
             self._desks[agent] = desk
             session = owner.session  # one value: its transcript and inbox agree
+            self._plain = False  # a send to it may be due a notice
             heard: list[str] = []
             for message in session.transcript:
                 if message.metadata.get("provenance") == NOTICE:
