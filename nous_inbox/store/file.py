@@ -22,12 +22,16 @@ batch is complete only when it sees its ``more``-less last line. What a crash ca
 tail (a line without its newline, or the first lines of a batch without its last) is not part of
 the log: readers ignore it, and the next writer cuts it off before appending. A power loss can
 leave worse at the tail: an unacknowledged append whose blocks never reached the disk reads as
-NUL bytes then a newline, or a new file's header as NULs. Such a tail (complete lines that do
-not decode, after the last complete append) is set aside: a writer moves it to a side file
+NUL bytes then a newline, or a new file's header as NULs. Such a tail (lines holding NUL bytes,
+after the last complete append) is set aside: a writer moves it to a side file
 ``PATH.torn-<offset>`` (mode 0600) before cutting it off, and says so in a warning on the
 ``nous_inbox.store.file`` logger; a reader leaves it where it is, unread, and warns. Nothing
 acknowledged is set aside: an acknowledged append was synced before it was acknowledged, and the
-tail starts after the last complete one. Anything wrong *before* the tail (a line that does not
+tail starts after the last complete one. A complete line without NUL bytes that does not
+decode is never taken for a torn append, even last: it is damage (below), so a damaged
+acknowledged record is never set aside and its seq never reused. A line of NUL bytes before a
+complete append (a hole a torn append left) holds no record: it is skipped with a warning, and
+a record it swallowed shows as its stream's seq gap. Anything else wrong *before* the tail (a line that does not
 decode, a sequence number out of place, a batch broken off in the middle) is a
 :class:`~nous_inbox.errors.DecodeError` naming the line and byte offset, never a silent skip; it
 is raised to whoever reads the stream it belongs to.
@@ -126,6 +130,7 @@ class FileStore(StoreBase):
         self._checked = 0  # lines before this offset were checked to begin with the envelope
         self._stray: dict[str, int] = {}  # stream -> a line of it without the usual envelope
         self._stray_bad: tuple[int, str] | None = None  # a line without envelope, undecodable
+        self._holes: set[int] = set()  # lines of NULs a torn append left, already reported
         self._seen: tuple[int, int] = (-1, -1)
         self._fd = self._open()
         self._leases = Leases(self.url, os.path.realpath(self.path) + ".owners")
@@ -427,6 +432,13 @@ class FileStore(StoreBase):
                 try:
                     record = _record.decode(line)
                 except _BAD:
+                    if b"\0" not in line:
+                        # Not what a torn append leaves (its lost blocks read as NULs): a
+                        # damaged acknowledged record stays in the log, a DecodeError to
+                        # whoever reads its stream, and its seq is never reused.
+                        end = offset + len(line) + 1
+                        self._note_torn(end, size, garbage)
+                        return end
                     garbage = True
                     continue
                 if record.more == 0:
@@ -575,7 +587,16 @@ class FileStore(StoreBase):
                 try:
                     record = _record.decode(line)
                 except _BAD as exc:
-                    if self._stray_bad is None:
+                    if b"\0" in line:
+                        # A hole a torn append left (its lost blocks read as NULs): it holds
+                        # no record this library wrote, so no session is refused for it; a
+                        # record it swallowed is a seq gap its own stream's readers see.
+                        if offset not in self._holes:
+                            self._holes.add(offset)
+                            logger.warning("%s: line at byte %d holds NUL bytes (an append torn "
+                                           "by a power loss), not a record; skipped",
+                                           self.url, offset)
+                    elif self._stray_bad is None:
                         self._stray_bad = (offset, _reason(exc))
                 else:
                     self._stray.setdefault(record.stream, offset)
