@@ -106,6 +106,25 @@ def test_streams_are_listed_without_decoding_events(tmp_path, monkeypatch):
     assert counter.calls <= 1
 
 
+def test_versions_after_listing_the_streams_need_no_rescan(tmp_path, monkeypatch):
+    # `nous-inbox sessions`: streams() counts each stream's records in its one pass, so a
+    # version per stream after it neither reads the file again nor decodes and keeps events.
+    path = tmp_path / "log.jsonl"
+    two_sessions(path, n=10)
+    with FileStore(path, read_only=True) as reader, FileStore(path) as writer:
+        assert reader.streams() == ["a", "b"]
+        counter = CountingDecoder()
+        monkeypatch.setattr(file_module, "_record", counter)
+        monkeypatch.setattr(FileStore, "_scan", lambda self, stream: pytest.fail("rescanned"))
+        assert [reader.version(name) for name in ["a", "b", "none"]] == [10, 20, 0]
+        assert counter.calls == 0
+        monkeypatch.undo()
+        writer.append("b", [Warned(text="b-late")])
+        writer.append("c", [Warned(text="new"), Warned(text="newer")])
+        assert [reader.version(name) for name in ["a", "b", "c"]] == [10, 21, 2]
+        assert [e.text for e in reader.read("c")] == ["new", "newer"]
+
+
 def test_a_touched_stream_follows_what_others_append(tmp_path):
     path = tmp_path / "log.jsonl"
     two_sessions(path, n=2)

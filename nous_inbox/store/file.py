@@ -58,7 +58,9 @@ file, a few MiB at a time, for the lines that begin with its envelope
 ``{"stream":<name>,"event":``, as this library writes them, and decoding only those. So opening
 a large log to steer one session costs what that session holds, and a damaged record of one
 session never keeps another from being read. ``streams()`` scans the envelopes of every line
-once, without decoding events. After that, ``version`` is a ``fstat``: only when the file grew
+once, without decoding events, and counts each stream's records as it goes: a ``version`` of a
+stream not yet read is then that count, without reading the file again or keeping any event
+(what ``nous-inbox sessions`` needs). After that, ``version`` is a ``fstat``: only when the file grew
 is the new tail read, and only the streams already touched keep its events.
 """
 
@@ -124,6 +126,7 @@ class FileStore(StoreBase):
         self._lock = threading.RLock()
         self._streams: dict[str, list[Event]] = {}  # the streams touched so far, decoded
         self._names: set[str] | None = None  # every stream's name, once streams() looked
+        self._counts: dict[str, int] = {}  # a stream's records, counted when streams() looked
         self._header = 0  # offset just past the header line (0: no header yet)
         self._end = 0  # offset just past the last complete append taken in
         self._torn = -1  # where a tail set aside (read-only) or left unread begins
@@ -191,6 +194,7 @@ class FileStore(StoreBase):
         self._streams[stream].extend(events)
         if self._names is not None:
             self._names.add(stream)
+            self._counts[stream] = len(self._streams[stream])
         self._end += len(data)
         self._seen = self._stat()
 
@@ -200,6 +204,12 @@ class FileStore(StoreBase):
 
     def _version(self, stream: str) -> int:
         self._catch_up()
+        log = self._streams.get(stream)
+        if log is not None:
+            return len(log)
+        if self._names is not None and stream not in self._stray:
+            # Counted by streams() in its one pass: no rescan, nothing decoded or kept.
+            return self._counts.get(stream, 0)
         return len(self._load(stream))
 
     def _stream_names(self) -> list[str]:
@@ -214,6 +224,7 @@ class FileStore(StoreBase):
             self._fd = -1
             self._streams = {}
             self._names = None
+            self._counts = {}
 
     # -- opening, locking, writing ---------------------------------------------------------------
 
@@ -529,6 +540,7 @@ class FileStore(StoreBase):
                     batch = []
                 if names is not None:
                     names.add(stream)
+                    self._counts[stream] = record.event.seq if log is None else len(log)
                 self._end = offset
             pos += cut
 
@@ -666,15 +678,25 @@ class FileStore(StoreBase):
         # Every line's envelope, no event decoded; a line without one was named by the check.
         self._check_envelopes()
         found: dict[bytes, int] = {}
+        counted: dict[bytes, int] = {}
         for base, chunk, cut in self._chunks(self._header):
             for match in _ENVELOPE.finditer(chunk, 0, cut):
-                found.setdefault(match.group(1), base + match.start() + 1)
+                raw = match.group(1)
+                if raw in counted:
+                    counted[raw] += 1
+                else:
+                    counted[raw] = 1
+                    found[raw] = base + match.start() + 1
         names = set(self._stray)
+        counts: dict[str, int] = {}
         for raw, offset in found.items():
             try:
-                names.add(check_stream(msgspec.json.decode(raw, type=str)))
+                name = check_stream(msgspec.json.decode(raw, type=str))
             except (ValueError, msgspec.DecodeError) as exc:
                 raise self._damage(offset, str(exc)) from None
+            names.add(name)
+            counts[name] = counts.get(name, 0) + counted[raw]
+        self._counts = counts
         return names
 
     # -- errors that name the line (worked out only when there is one) ---------------------------
