@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nous_inbox.events import Warned
 from nous_inbox.cli import main
+from nous_inbox.events import Warned
 from nous_inbox.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
