@@ -37,7 +37,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from nous_inbox.inbox import Target
-from nous_inbox.message import Message, ToolCall, enc_hook, freeze_json
+from nous_inbox.message import Message, ToolCall, enc_hook
 
 __all__ = [
     "EVENT_TYPES",
@@ -258,13 +258,6 @@ class MailSent(_Base, tag="mail_sent", frozen=True, gc=False):
     thread: str = ""
     correlation_id: str | None = None
     reply_to: str | None = None
-
-    def __post_init__(self) -> None:
-        # The check the mailbox's send makes (JSON-able, str keys, at most MAX_DEPTH deep), so
-        # an event built by hand cannot be acknowledged by one store and unreadable in another.
-        body = self.body
-        if body is not None:
-            freeze_json(body, f"MailSent {self.id!r}: body")
 
 
 class MailDropped(_Base, tag="mail_dropped", frozen=True, gc=False):

@@ -58,7 +58,8 @@ import msgspec
 
 from nous_inbox.codec import JSON_LINES, MAX_RECORD_SIZE, MSGPACK, LogFormat
 from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError
-from nous_inbox.events import EVENT_TYPES, Event
+from nous_inbox.events import EVENT_TYPES, Event, MailSent
+from nous_inbox.message import freeze_json
 from nous_inbox.store.lease import Leases, OwnerLease
 
 __all__ = [
@@ -202,6 +203,11 @@ def _checked_events(stream: str, events: object) -> Sequence[Event]:
             raise TypeError(
                 f"append to {stream!r}: events[{i}] is a {type(event).__name__}, not an event"
             )
+        if type(event) is MailSent and event.body is not None:
+            # The check the mailbox's send makes (JSON-able, str keys, at most MAX_DEPTH deep):
+            # a body built by hand is refused here by every store alike. Here, not when the
+            # event is built, so replay does not walk every body again as it decodes.
+            freeze_json(event.body, f"append to {stream!r}: events[{i}] (MailSent) body")
         at = event.at
         if not (type(at) is float and -_INF < at < _INF) and (  # NaN fails both comparisons
             type(at) is bool or not isinstance(at, (int, float)) or not _finite(at)
