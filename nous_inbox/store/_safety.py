@@ -125,8 +125,9 @@ def _check_link(url: str, path: str, *, companion: bool) -> None:
 
 def _check_single_link(url: str, path: str, st: os.stat_result, what: str) -> None:
     # A file with another name elsewhere (a hard link someone planted) may be any file of ours:
-    # writing, truncating or chmodding it through this name would change that one too.
-    if st.st_nlink != 1:
+    # writing, truncating or chmodding it through this name would change that one too. No name
+    # at all (0) is a lock file another owner just removed: the lease protocol retries that.
+    if st.st_nlink > 1:
         raise StoreError(
             f"{url}: {what} {path} has {st.st_nlink} names (hard links), so writing it could "
             f"change a file elsewhere; use a path of your own, or copy it (`cp`) and try again"
