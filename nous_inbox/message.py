@@ -370,10 +370,15 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
             content.isascii()
         ):
             self._check_role_and_content()
-        if self.name is not None or self.tool_call_id is not None or self.id is not None:
-            _check_optional_str(self.name, "Message.name")
-            _check_optional_str(self.tool_call_id, "Message.tool_call_id")
-            _check_optional_str(self.id, "Message.id")
+        name, call_id, id_ = self.name, self.tool_call_id, self.id
+        if not (
+            (name is None or (type(name) is str and name.isascii()))
+            and (call_id is None or (type(call_id) is str and call_id.isascii()))
+            and (id_ is None or (type(id_) is str and id_.isascii()))
+        ):
+            _check_optional_str(name, "Message.name")
+            _check_optional_str(call_id, "Message.tool_call_id")
+            _check_optional_str(id_, "Message.id")
         metadata = self.metadata
         if metadata is not _EMPTY:
             _set(self, "metadata", _freeze_mapping(metadata, "Message.metadata"))
