@@ -17,6 +17,8 @@ SUITES = (
     ("Event log: replay, decoding and durable appends", "bench.log_bench"),
     ("Runner overhead per step against a hand-written loop", "bench.runner_bench"),
     ("Owner send-to-claim against a deque + Lock inbox", "bench.owner_bench"),
+    ("AsyncOwner against an asyncio.Queue inbox; the pydantic-ai adapter against the bare agent",
+     "bench.async_bench"),
     ("Mailbox against PraisonAI's InProcessMailbox", "bench.mailbox_bench"),
     ("PostgreSQL against SQLite: appends, owners, senders, cross-process steers",
      "bench.postgres_bench"),

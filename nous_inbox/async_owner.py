@@ -2,8 +2,9 @@
 
 The same actor as :class:`~nous_inbox.owner.Owner`, with the same rules (append before acting,
 one run at a time, wake on a waking send and again at run end, cancel wakes nothing, resume from
-the log), spoken in ``await``. It is a face, not a second owner: the rules live once, in the
-threaded owner it drives, and only the two ends change. Sends, waits and reads are awaited, with
+the log), spoken in ``await``. It is a face, not a second owner: the rules live once, in
+:class:`~nous_inbox.owner_core.OwnerCore`, which the threaded owner drives and this face drives
+through it; only the two ends change. Sends, waits and reads are awaited, with
 the store I/O done in a worker thread so the event loop never blocks on a disk or a database;
 and the turns themselves run *on the host's event loop*, through the runner's ``arun_turn``
 (an async model, async tools and a pydantic-ai agent stay on the loop they were built for).
@@ -51,7 +52,7 @@ from nous_inbox.message import Message
 from nous_inbox.owner import Owner
 from nous_inbox.port import SessionPort, sent_event
 from nous_inbox.session import Session
-from nous_inbox.store import Store
+from nous_inbox.store import MemoryStore, Store
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
 
@@ -107,7 +108,10 @@ class AsyncOwner:
     :class:`~nous_inbox.runner.Runner`, or a pydantic-ai
     :class:`~nous_inbox.compat.pydantic_ai.AgentRunner`. ``watch`` and ``poll_interval`` are the
     threaded owner's (how it notices other processes' sends); ``workers`` bounds the threads
-    store I/O and waits use.
+    store I/O uses. ``offload`` says whether store I/O goes to those threads; by default it does,
+    except for a ``memory:`` store, whose "I/O" is a few microseconds of folding in this process
+    and would cost more in the thread hop than in the call. ``start`` wakes right away, on
+    opening, if the replayed inbox wants it (a waking message left queued by a previous process).
     """
 
     def __init__(
@@ -119,6 +123,8 @@ class AsyncOwner:
         watch: bool = True,
         poll_interval: float = 0.05,
         workers: int = 4,
+        offload: bool | None = None,
+        start: bool = True,
     ) -> None:
         if not callable(getattr(runner, "arun_turn", None)):
             raise TypeError(
@@ -129,16 +135,21 @@ class AsyncOwner:
         self._stream = stream
         self._runner = runner
         self._watch = watch
+        self._start = start
         self._poll_interval = poll_interval
+        self._offload = not isinstance(store, MemoryStore) if offload is None else bool(offload)
         self._io = concurrent.futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix=f"nous-inbox io {stream}"
         )
         self._owner: Owner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._stop: asyncio.Event | None = None  # the running turn's cancel, set on the loop
         self._readers: set[asyncio.Queue[Event | None]] = set()
 
     async def _call(self, fn: Any, *args: Any) -> Any:
+        if not self._offload:
+            return fn(*args)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._io, fn, *args)
 
@@ -156,12 +167,13 @@ class AsyncOwner:
         if self._owner is not None:
             raise RuntimeError(f"AsyncOwner of session {self._stream!r} is already open")
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         bridge = _OnTheLoop(self, self._runner, self._loop)
         # Opening takes the lease and replays the log: store I/O, so off the loop. It wakes
         # right away if the replayed inbox wants it (resume from the log).
         self._owner = await self._call(lambda: Owner(
             self._store, self._stream, bridge, listen=self._recorded, watch=self._watch,
-            poll_interval=self._poll_interval,
+            poll_interval=self._poll_interval, start=self._start,
         ))
         return self
 
@@ -234,9 +246,14 @@ class AsyncOwner:
 
     def _recorded(self, event: Event) -> None:
         # Called on whichever thread recorded the event, inside the owner's lock, in seq order;
-        # call_soon_threadsafe keeps that order on the loop.
+        # the loop's callback queue keeps that order. With no reader there is nothing to tell:
+        # a reader that registers later reads this event back from the store.
         loop = self._loop
-        if loop is not None and not loop.is_closed():
+        if not self._readers or loop is None or loop.is_closed():
+            return
+        if self._loop_thread == threading.get_ident():
+            loop.call_soon(self._publish, event)  # no wake-up write needed on the loop itself
+        else:
             loop.call_soon_threadsafe(self._publish, event)
 
     def _publish(self, event: Event) -> None:

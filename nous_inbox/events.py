@@ -147,8 +147,12 @@ class ModelRequested(_Base, tag="model_requested", frozen=True):
     def _upgrade_or_refuse(self) -> None:
         old = self._schema1_messages
         if old is not None:
-            if self.count == -1:
-                msgspec.structs.force_setattr(self, "count", old)
+            if self.count != -1:  # never both: a fourth positional argument, or a mangled record
+                raise ValueError(
+                    f"ModelRequested takes count; messages={old!r} is count's schema-1 name, "
+                    "not a second field"
+                )
+            msgspec.structs.force_setattr(self, "count", old)
             msgspec.structs.force_setattr(self, "_schema1_messages", None)
         count = self.count
         if type(count) is not int or count < 0:

@@ -13,8 +13,9 @@ and returns it as recorded, ``seq`` and ``at`` set.
 
 There is one implementation: :class:`JournalPort`, a :class:`~nous_inbox.journal.Journal` (one
 stream of a store) seen from a runner. The owner runs its turns through one; :class:`LocalSession`
-is one over a ``memory:`` store, with the send verbs added, for tests, examples and
-single-process hosts; the aimu adapter claims through the same journal method.
+is one over an in-memory list, with the send verbs added, for tests, examples and single-process
+hosts (unlike a store, it does not prove each event reads back from a wire format). Every claim,
+the aimu adapter's included, builds its event with :func:`~nous_inbox.journal.claim_event`.
 
 >>> local = LocalSession()
 >>> local.inject("recall: the deploy is frozen").seq, local.steer("stop and summarize").seq
@@ -212,8 +213,17 @@ class JournalPort:
     1
     """
 
-    __slots__ = ("_committing", "_journal", "_lock", "_pending", "_queue", "_queue_lock",
-                 "_waiting")
+    __slots__ = (
+        "_committing",
+        "_expect",
+        "_gathering",
+        "_journal",
+        "_lock",
+        "_pending",
+        "_queue",
+        "_queue_lock",
+        "_waiting",
+    )
 
     def __init__(self, journal: Journal, lock: threading.RLock | None = None) -> None:
         self._journal = journal
@@ -226,6 +236,8 @@ class JournalPort:
         self._pending: list[_Pending] = []
         self._committing = False  # a leader is appending a batch
         self._waiting = 0  # senders parked on the Condition
+        self._expect = 0  # how many senders a batch just released (they come back to send)
+        self._gathering = False  # a leader is gathering them before it commits
 
     @property
     def journal(self) -> Journal:
@@ -256,7 +268,7 @@ class JournalPort:
         """
         _check_event(event)
         with self._lock:
-            (stored,), _ = self._journal.commit(lambda session: ([event], None))
+            (stored,), _ = self._journal.commit(_just(event))
             return stored
 
     def append(self, event: Event) -> Event:
@@ -264,13 +276,33 @@ class JournalPort:
         it as stored, once the transaction holding it has committed (see the class notes)."""
         _check_event(event)
         with self._queue_lock:
-            if not self._committing:
+            if not self._committing and self._expect:
+                # The senders of the last batch were just released and are coming back: gather
+                # them, briefly, into this transaction rather than commit alone (PostgreSQL's
+                # commit_delay, bounded by GATHER_SECONDS; a lone sender never waits).
+                self._committing = self._gathering = True
+                expect, self._expect = self._expect, 0
+                mine = _Pending(event)
+                self._pending.append(mine)
+                deadline = time.monotonic() + GATHER_SECONDS
+                try:
+                    while len(self._pending) <= expect:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._queue.wait(left)
+                finally:
+                    self._gathering = False
+                batch, self._pending = self._pending, []
+            elif not self._committing:
                 # Nobody is committing (so nothing is queued): lead, with this event alone.
                 self._committing = True
                 mine = None
             else:
                 mine = _Pending(event)
                 self._pending.append(mine)
+                if self._gathering:
+                    self._queue.notify_all()
                 # Wait while another leader commits: it takes ours with its next batch, along
                 # with everyone arriving meanwhile (the bigger the batch, the fewer
                 # transactions). Waiting here, not on the journal's lock, is what lets batches
@@ -283,6 +315,7 @@ class JournalPort:
                     self._waiting -= 1
                 if not mine.done:  # the last leader was interrupted: lead what it left
                     self._committing = True
+                batch = []
         if mine is None:
             try:
                 with self._lock:
@@ -291,7 +324,7 @@ class JournalPort:
                 self._lead([])
             return stored
         if not mine.done:
-            self._lead([])
+            self._lead(batch)
         if mine.error is not None:
             raise mine.error
         assert mine.stored is not None
@@ -308,6 +341,7 @@ class JournalPort:
                         self._commit_batch(batch)
                 with self._queue_lock:
                     if self._waiting:
+                        self._expect = self._waiting  # they will be back with their next sends
                         self._queue.notify_all()
                     batch, self._pending = self._pending, []
                     if not batch:
@@ -347,6 +381,10 @@ class JournalPort:
         finally:
             for pending in batch:
                 pending.done = True
+
+
+#: How long a leader waits, at most, for the senders a batch just released to queue again.
+GATHER_SECONDS: Final = 0.0005
 
 
 def _just(event: Event) -> Callable[[Session], tuple[list[Event], None]]:

@@ -146,3 +146,10 @@ def test_the_old_name_never_shows_in_a_repr_or_a_replayed_session() -> None:
     )
     assert repr(event) == "ModelRequested(turn=1, step=1, count=2, seq=1)"
     assert replay([event]) == Session(version=1)
+
+
+def test_a_model_request_built_with_both_count_and_its_schema1_name_is_refused() -> None:
+    from nous_inbox import ModelRequested
+
+    with pytest.raises(ValueError, match="schema-1 name"):
+        ModelRequested(1, 2, 3, 7)

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from nous_inbox import (
 from nous_inbox.owner import Owner
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
+from tests.owner_faces import FACES, build
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 30  # seconds; a generous bound for a wait that should end at once, never a sync sleep
@@ -65,6 +66,26 @@ class ScriptedModel:
         return [m.content for m in self.requests[request]]
 
 
+# Every test that builds its owner through make_owner runs against both faces of the owner, the
+# threaded Owner and the AsyncOwner (through tests/owner_faces.py): one suite, one set of rules.
+_FACE = {"name": "Owner"}
+
+
+@pytest.fixture(autouse=True)
+def owner_face(request: pytest.FixtureRequest) -> Iterator[str]:
+    _FACE["name"] = getattr(request, "param", "Owner")
+    yield _FACE["name"]
+    _FACE["name"] = "Owner"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    names = metafunc.function.__code__.co_names
+    # A test that holds the threaded owner's lock from its own thread is about that face's
+    # internals (the asyncio face would wait on it from the loop thread): threaded only.
+    if "make_owner" in names and "_lock" not in names:
+        metafunc.parametrize("owner_face", FACES, indirect=True)
+
+
 def make_owner(
     model: ScriptedModel,
     during_tool: Callable[[Owner, int], None] | None = None,
@@ -79,7 +100,8 @@ def make_owner(
             during_tool(holder["owner"], n)
         return f"result {n}"
 
-    owner = Owner(open_store(store_url), stream, Runner(model, [work]), start=False, **kwargs)
+    owner: Owner = build(_FACE["name"], open_store(store_url), stream, Runner(model, [work]),
+                         start=False, **kwargs)
     holder["owner"] = owner
     return owner
 

@@ -1,0 +1,266 @@
+"""AsyncOwner against an ``asyncio.Queue`` inbox, and the pydantic-ai adapter against the bare agent.
+
+Two tables, each measured side by side in one run.
+
+**Send to claim.** The path every message takes under asyncio: a task sends, and the run claims
+it at a step boundary. A producer task sends ``N`` messages; a consumer task claims ``next_step``
+the way a run does at each boundary (draining what is there, yielding to the loop when nothing
+is) until it has them all. Round trip: one send, then the claim that returns it, uncontended, the
+median over many. Sides, same pre-built messages:
+
+* baseline: an ``asyncio.Queue`` inbox (``put`` to send, drain with ``get_nowait`` to claim),
+  what an asyncio host would write by hand (it keeps nothing through a crash);
+* ``AsyncOwner`` on ``memory:``: each send an appended, folded ``MessageSent``, each claim the
+  run's port claim (one ``QueueClaimed``); store calls inline (the default for ``memory:``);
+* ``AsyncOwner`` on ``sqlite:``: the same, durably, with the store I/O in worker threads (the
+  default for a real store): the event loop never waits on the disk.
+
+**Adapter overhead per model request.** One pydantic-ai ``Agent`` with a ``FunctionModel`` that
+takes 1 ms (``asyncio.sleep(0.001)``) and calls a trivial tool ``S - 1`` times before answering,
+so a run is ``S`` model requests. Sides: the agent run directly (``agent.run``); the same agent
+through :class:`~nous_inbox.compat.pydantic_ai.AgentRunner` on an in-memory ``LocalSession``
+(claims and records inline); and through an ``AsyncOwner`` on ``sqlite:`` (every request's
+claim and records durable, in worker threads). Reported: time per model request, and the ratio to
+the bare agent.
+
+Ratios are how many times slower than the baseline. ``python -m bench --only async_bench``
+(``--quick``: small and fast).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nous_inbox import Message, Target
+from nous_inbox.async_owner import AsyncOwner
+from nous_inbox.store import open_store
+
+__all__ = ["main", "run"]
+
+
+class _NoRun:
+    """A runner that is never needed: sends here never wake (they are injections)."""
+
+    def arun_turn(self, port: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no run should start in this benchmark")
+
+
+@dataclass(frozen=True)
+class _Row:
+    side: str
+    throughput: float  # messages per second, producer and consumer tasks interleaved
+    round_trip: float  # seconds: one send then the claim that returns it
+
+
+async def _drive(
+    n: int,
+    send: Callable[[Message], Awaitable[object]],
+    claim: Callable[[], Awaitable[Sequence[Message]]],
+    repeats: int,
+) -> tuple[float, float]:
+    messages = [Message.user(f"m{i}") for i in range(n)]
+
+    async def producer() -> None:
+        for message in messages:
+            await send(message)
+
+    begin = time.perf_counter()
+    task = asyncio.ensure_future(producer())
+    received = 0
+    while received < n:
+        got = len(await claim())
+        received += got
+        if not got:
+            await asyncio.sleep(0)  # nothing there: let the producer run, as an idle run would
+    await task
+    throughput = n / (time.perf_counter() - begin)
+    trips = []
+    for i in range(repeats):
+        one = Message.user(f"r{i}")
+        t0 = time.perf_counter()
+        await send(one)
+        (got_one,) = await claim()
+        trips.append(time.perf_counter() - t0)
+        assert got_one is one or got_one == one
+    return throughput, statistics.median(trips)
+
+
+async def _queue_side(n: int, repeats: int) -> _Row:
+    queue: asyncio.Queue[Message] = asyncio.Queue()
+
+    async def claim() -> list[Message]:
+        out = []
+        while not queue.empty():
+            out.append(queue.get_nowait())
+        return out
+
+    throughput, trip = await _drive(n, queue.put, claim, repeats)
+    return _Row("asyncio.Queue", throughput, trip)
+
+
+async def _owner_side(url: str, label: str, n: int, repeats: int) -> _Row:
+    store = open_store(url)
+    async with AsyncOwner(store, "bench", _NoRun(), watch=False) as owner:
+        port = owner._live._port  # the runner's view: what a run's step boundary calls
+        offload = owner._offload
+
+        async def claim() -> Sequence[Message]:
+            if offload:
+                messages, _ = await asyncio.to_thread(port.claim, Target.NEXT_STEP)
+            else:
+                messages, _ = port.claim(Target.NEXT_STEP)
+            return messages
+
+        throughput, trip = await _drive(n, owner.inject, claim, repeats)
+    store.close()
+    return _Row(label, throughput, trip)
+
+
+def _send_table(quick: bool) -> str:
+    n, durable_n, repeats = (2_000, 200, 200) if quick else (20_000, 2_000, 2_000)
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:{Path(tmp) / 'bench.sqlite'}"
+
+        async def all_sides() -> list[_Row]:
+            return [
+                await _queue_side(n, repeats),
+                await _owner_side("memory:", "AsyncOwner, memory:", n, repeats),
+                await _owner_side(url, "AsyncOwner, sqlite: (durable)", durable_n, repeats // 4),
+            ]
+
+        rows = asyncio.run(all_sides())
+    base = rows[0]
+    lines = [
+        f"Send to claim, {n} messages ({durable_n} durable); round trip median of {repeats}.",
+        "",
+        "| side | send->claim messages/s | slower | send+claim round trip | slower |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.side} | {row.throughput:,.0f} | {base.throughput / row.throughput:.1f}x "
+            f"| {row.round_trip * 1e6:.1f} µs | {row.round_trip / base.round_trip:.1f}x |"
+        )
+    return "\n".join(lines)
+
+
+# -- the pydantic-ai adapter ------------------------------------------------------------------------
+
+
+def _agent(steps: int, delay: float) -> Any:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        await asyncio.sleep(delay)
+        done = 0  # tool results since the last answer: this run's steps so far
+        for m in reversed(messages):
+            if isinstance(m, ModelResponse) and any(isinstance(p, TextPart) for p in m.parts):
+                break
+            done += sum(1 for p in m.parts if getattr(p, "part_kind", "") == "tool-return")
+        if done < steps - 1:
+            return ModelResponse(parts=[ToolCallPart("work", {"n": done}, f"c{done}")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def work(n: int) -> str:
+        """A trivial tool."""
+        return f"result {n}"
+
+    return agent
+
+
+def _adapter_table(quick: bool) -> str:
+    try:
+        from nous_inbox.compat.pydantic_ai import AgentRunner
+        from nous_inbox.port import LocalSession
+    except ImportError:
+        return "(pydantic-ai is not installed: pip install 'nous-inbox[pydantic-ai]')"
+    steps, runs, reps, delay = (3, 3, 1, 0.001) if quick else (5, 20, 3, 0.001)
+
+    async def bare() -> float:
+        agent = _agent(steps, delay)
+        history: list[Any] = []
+        begin = time.perf_counter()
+        for i in range(runs):  # one conversation, as a session is
+            result = await agent.run(f"go {i}", message_history=history)
+            history = result.all_messages()
+        return (time.perf_counter() - begin) / (runs * steps)
+
+    async def local() -> float:
+        runner = AgentRunner(_agent(steps, delay), offload=False)
+        session = LocalSession()
+        begin = time.perf_counter()
+        for i in range(runs):
+            session.followup(f"go {i}")
+            async for _ in runner.arun_turn(session):
+                pass
+        return (time.perf_counter() - begin) / (runs * steps)
+
+    async def durable(url: str) -> float:
+        runner = AgentRunner(_agent(steps, delay))
+        store = open_store(url)
+        async with AsyncOwner(store, "s", runner, watch=False) as owner:
+            begin = time.perf_counter()
+            for i in range(runs):
+                await owner.followup(f"go {i}")
+                await owner.wait_idle()
+            elapsed = time.perf_counter() - begin
+        store.close()
+        return elapsed / (runs * steps)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:{Path(tmp) / 'adapter.sqlite'}"
+
+        async def all_sides() -> list[tuple[str, float]]:
+            await bare()  # warm pydantic-ai's first-run costs for every side alike
+            best: dict[str, float] = {}
+            for rep in range(reps):  # interleaved, best of each: the machine is shared
+                for side, measure in (
+                    ("pydantic-ai Agent, bare", bare),
+                    ("AgentRunner, in-memory session", local),
+                    ("AsyncOwner + AgentRunner, sqlite: (durable)",
+                     lambda rep=rep: durable(f"{url}{rep}")),
+                ):
+                    t = await measure()
+                    best[side] = min(t, best.get(side, t))
+            return list(best.items())
+
+        rows = asyncio.run(all_sides())
+    base = rows[0][1]
+    lines = [
+        f"Per model request: {runs} runs of {steps} requests in one session, the model taking "
+        f"{delay * 1e3:.0f} ms; best of {reps} interleaved.",
+        "",
+        "| side | per model request | slower |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {side} | {t * 1e3:.2f} ms | {t / base:.2f}x |" for side, t in rows]
+    return "\n".join(lines)
+
+
+def run(quick: bool = False) -> str:
+    """Both tables, as markdown."""
+    return _send_table(quick) + "\n\n" + _adapter_table(quick)
+
+
+def main() -> None:
+    """``python -m bench.async_bench [--quick]``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true")
+    print(run(parser.parse_args().quick))
+
+
+if __name__ == "__main__":
+    main()

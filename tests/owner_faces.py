@@ -1,0 +1,125 @@
+"""The two faces of the owner, for running one semantic suite against both.
+
+``test_owner.py`` is written against the threaded ``Owner``'s calls. ``AsyncOwnerFromThreads``
+gives an ``AsyncOwner`` those same calls: it keeps an event loop on a thread of its own, opens the
+``AsyncOwner`` there, and sends each call to it, so every rule is exercised through the asyncio
+face (awaited sends, turns on the loop through ``arun_turn``) while the tests stay as written.
+Reads (``session``, ``events()``, ``inbox``, ...) are the same on both faces and pass through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from nous_inbox.async_owner import AsyncOwner
+from nous_inbox.events import Event, MessageSent
+from nous_inbox.inbox import Target
+from nous_inbox.message import Message
+from nous_inbox.owner import Owner
+from nous_inbox.store import Store
+
+__all__ = ["FACES", "AsyncOwnerFromThreads", "build"]
+
+FACES = ("Owner", "AsyncOwner")
+
+_T = TypeVar("_T")
+
+
+class AsyncOwnerFromThreads:
+    """An ``AsyncOwner`` answering the threaded owner's calls (for the shared suite)."""
+
+    def __init__(self, store: Store, stream: str, runner: Any, **kwargs: Any) -> None:
+        listen = kwargs.pop("listen", None)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="async owner face")
+        self._thread.start()
+        self._face = AsyncOwner(store, stream, runner, **kwargs)
+        try:
+            self._do(self._face.__aenter__())
+        except BaseException:
+            self._stop_loop()
+            raise
+        if listen is not None:
+            self._face._live.listen(listen)
+
+    def _on_loop(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def _do(self, work: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+
+    def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
+        if self._on_loop():
+            return self._face._live.send(message, target, wakeup)
+        return self._do(self._face.send(message, target, wakeup))
+
+    def steer(self, message: Message | str) -> MessageSent:
+        if self._on_loop():  # a listener: a sync callback on the loop cannot await
+            return self._face._live.steer(message)
+        return self._do(self._face.steer(message))
+
+    def inject(self, message: Message | str) -> MessageSent:
+        if self._on_loop():  # a listener: a sync callback on the loop cannot await
+            return self._face._live.inject(message)
+        return self._do(self._face.inject(message))
+
+    def followup(self, message: Message | str) -> MessageSent:
+        if self._on_loop():  # a listener: a sync callback on the loop cannot await
+            return self._face._live.followup(message)
+        return self._do(self._face.followup(message))
+
+    def prompt(self, message: Message | str) -> MessageSent:
+        if self._on_loop():  # a listener: a sync callback on the loop cannot await
+            return self._face._live.prompt(message)
+        return self._do(self._face.prompt(message))
+
+    def cancel(self) -> bool:
+        async def cancel() -> bool:
+            return self._face.cancel()
+        return self._do(cancel())
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        return self._do(self._face.wait_idle(timeout))
+
+    def events(self, after: int = 0) -> list[Event]:
+        async def read() -> list[Event]:
+            out = []
+            async for event in self._face.events(after):
+                out.append(event)
+                if event.seq >= self._face.session.version:
+                    break
+            return out
+        if self._face.session.version <= after:
+            return []
+        return self._do(read())
+
+    def close(self) -> None:
+        try:
+            self._do(self._face.aclose())
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> AsyncOwnerFromThreads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._face._live, name)  # reads: the same on both faces
+
+
+def build(face: str, store: Store, stream: str, runner: Any, **kwargs: Any) -> Any:
+    """An owner of the named face, over the same store, stream and runner."""
+    if face == "Owner":
+        return Owner(store, stream, runner, **kwargs)
+    return AsyncOwnerFromThreads(store, stream, runner, **kwargs)
