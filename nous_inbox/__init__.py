@@ -29,6 +29,7 @@ from nous_inbox.errors import (
 from nous_inbox.events import (
     SCHEMA_VERSION,
     Event,
+    MailSent,
     MessageSent,
     ModelReplied,
     ModelRequested,
@@ -58,6 +59,14 @@ from nous_inbox.inbox import (
     worth_waking,
 )
 from nous_inbox.loop import ToolSpec
+from nous_inbox.mailbox import (
+    KIND_ALIASES,
+    Letter,
+    Mailbox,
+    MailboxFullError,
+    Receipt,
+    ThreadSummary,
+)
 from nous_inbox.message import Message, Role, ToolCall
 from nous_inbox.owner import Owner
 from nous_inbox.port import LocalSession, SessionPort
@@ -90,9 +99,14 @@ __all__ = [
     "Event",
     "FileStore",
     "Inbox",
+    "KIND_ALIASES",
+    "Letter",
     "LocalSession",
     "Owner",
     "MemoryStore",
+    "MailSent",
+    "Mailbox",
+    "MailboxFullError",
     "Message",
     "MessageSent",
     "ModelReplied",
@@ -100,6 +114,7 @@ __all__ = [
     "Nudged",
     "OwnerLease",
     "QueueClaimed",
+    "Receipt",
     "RecordTooLargeError",
     "ReplayError",
     "Role",
@@ -114,6 +129,7 @@ __all__ = [
     "StoreLockedError",
     "StreamOwnedError",
     "Target",
+    "ThreadSummary",
     "Tool",
     "ToolCall",
     "ToolCalled",

@@ -32,7 +32,7 @@ both spellings, record by record, and no decoder needs to know the history. Sche
 from __future__ import annotations
 
 import warnings
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
@@ -75,6 +75,11 @@ SCHEMA_VERSION: Final = 2
 """
 
 
+# A count or number that is never negative. msgspec checks the bound when it decodes, so an
+# event built with a negative one is refused by the store's read-back proof before it is written.
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
 class _Base(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True,
             repr_omit_defaults=True):
     seq: int = 0
@@ -102,22 +107,22 @@ class QueueClaimed(_Base, tag="queue_claimed", frozen=True):
     """
 
     target: Target
-    count: int
-    rest: int = 0
+    count: _Count
+    rest: _Count = 0
 
 
 class TurnStarted(_Base, tag="turn_started", frozen=True):
     """Turn number ``turn`` (1, 2, ...) opened; ``reason`` says what opened it ("wake", "prompt")."""
 
-    turn: int
+    turn: _Count
     reason: str = "wake"
 
 
 class StepStarted(_Base, tag="step_started", frozen=True):
     """Step ``step`` (1, 2, ...) of turn ``turn`` began: a step is one model request and its tools."""
 
-    turn: int
-    step: int
+    turn: _Count
+    step: _Count
 
 
 class ModelRequested(_Base, tag="model_requested", frozen=True):
@@ -133,8 +138,8 @@ class ModelRequested(_Base, tag="model_requested", frozen=True):
     ModelRequested(turn=1, step=2, count=5)
     """
 
-    turn: int
-    step: int
+    turn: _Count
+    step: _Count
     count: int = -1  # required: the default only lets a schema-1 record decode (checked below)
     _schema1_messages: int | None = msgspec.field(default=None, name="messages")
 
@@ -173,32 +178,32 @@ class ModelRequested(_Base, tag="model_requested", frozen=True):
 class ModelReplied(_Base, tag="model_replied", frozen=True):
     """The model answered; ``message`` (an assistant message) joins the transcript."""
 
-    turn: int
-    step: int
+    turn: _Count
+    step: _Count
     message: Message
 
 
 class ToolCalled(_Base, tag="tool_called", frozen=True):
     """A tool call the model asked for is about to run."""
 
-    turn: int
-    step: int
+    turn: _Count
+    step: _Count
     call: ToolCall
 
 
 class ToolReturned(_Base, tag="tool_returned", frozen=True):
     """A tool finished (or failed); its ``tool`` message joins the transcript."""
 
-    turn: int
-    step: int
+    turn: _Count
+    step: _Count
     message: Message
 
 
 class StepEnded(_Base, tag="step_ended", frozen=True):
     """Step ``step`` of turn ``turn`` finished."""
 
-    turn: int
-    step: int
+    turn: _Count
+    step: _Count
 
 
 class Nudged(_Base, tag="nudged", frozen=True):
@@ -208,8 +213,8 @@ class Nudged(_Base, tag="nudged", frozen=True):
     message: the words of a person are never attributed to the loop, nor the loop's to a person.
     """
 
-    turn: int
-    step: int
+    turn: _Count
+    step: _Count
     message: Message
 
 
@@ -219,8 +224,8 @@ TurnEndReason = Literal["final", "budget", "cancelled", "error"]
 class TurnEnded(_Base, tag="turn_ended", frozen=True):
     """Turn ``turn`` ended after ``steps`` steps, for ``reason``."""
 
-    turn: int
-    steps: int
+    turn: _Count
+    steps: _Count
     reason: TurnEndReason
     error: str | None = None
 

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nous_inbox.cli import main
+from nous_inbox.events import Warned
 from nous_inbox.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -600,3 +601,32 @@ def test_json_safe_output_decodes_to_the_same_value_and_has_no_raw_controls(valu
     document = json_safe(json.dumps(value, ensure_ascii=False))
     assert json.loads(document) == value
     assert not any(_steers_the_terminal(c) or c in "\u2028\u2029" for c in document)
+
+
+def test_sessions_escapes_what_a_terminal_would_obey_in_a_session_name(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    with open_store(url) as store:
+        store.append("evil\u202egnp.exe", [Warned(text="x")])
+    status, text = cli("sessions", "--store", url)
+    assert status == 0
+    assert "\u202e" not in text and "evil\\u202egnp.exe\t1 events" in text
+
+
+@pytest.mark.parametrize("store", ["file:", "sqlite:", "file:  "])
+def test_a_store_url_without_a_path_is_a_usage_error(
+    store: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli("steer", "--store", store, "s", "text")[0] == 2
+    assert "has no path" in capsys.readouterr().err
+
+
+def test_a_session_name_or_text_that_is_not_utf8_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    bad = b"caf\xe9".decode("utf-8", "surrogateescape")  # what argv holds for a Latin-1 byte
+    assert cli("steer", "--store", url, bad, "text")[0] == 2
+    assert "no UTF-8 form" in capsys.readouterr().err
+    assert cli("steer", "--store", url, "s", bad)[0] == 2
+    assert "TEXT is not valid UTF-8" in capsys.readouterr().err
+    assert not (tmp_path / "inbox.sqlite").exists()

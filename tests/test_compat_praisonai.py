@@ -178,3 +178,27 @@ def test_the_library_mailbox_underneath_has_threads_and_replies() -> None:
     box.send("writer", "need a title", sender="researcher")
     (thread,) = box.mailbox.threads("writer")
     assert thread.thread == "researcher"
+
+
+def test_a_subclass_that_overrides_send_keeps_its_own_send() -> None:
+    sent = []
+
+    class Counting(InProcessMailbox):
+        def send(self, recipient: str, body: Any, *, sender: str,
+                 correlation_id: str | None = None) -> str:
+            sent.append(body)
+            return super().send(recipient, body, sender=sender, correlation_id=correlation_id)
+
+    box = Counting()
+    box.send("writer", "counted", sender="researcher")
+    assert sent == ["counted"] and [m.body for m in box.receive("writer")] == ["counted"]
+
+
+def test_a_subscriber_added_after_plain_sends_hears_every_later_one() -> None:
+    box = InProcessMailbox()
+    box.send("writer", "before", sender="researcher")
+    heard: list[Any] = []
+    box.subscribe("writer", lambda msg: heard.append(msg.body))
+    box.send("writer", "after", sender="researcher")
+    box.send("writer", {"also": "after"}, sender="researcher")
+    assert heard == ["after", {"also": "after"}]

@@ -526,3 +526,25 @@ def test_without_a_store_the_fast_paths_fold_exactly_as_the_recorded_events_do()
         box.send("dev", "after", sender="lead")
         box.receive("dev")
     assert plain.state == recorded.state
+
+
+def test_the_mailbox_names_are_exported_from_the_package() -> None:
+    import nous_inbox
+    import nous_inbox.mailbox as mailbox
+
+    for name in ("Mailbox", "MailboxFullError", "Receipt", "Letter", "ThreadSummary",
+                 "KIND_ALIASES"):
+        assert getattr(nous_inbox, name) is getattr(mailbox, name)
+        assert name in nous_inbox.__all__
+    assert nous_inbox.MailSent is MailSent
+
+
+def test_a_receive_skips_a_message_read_in_the_middle_of_the_queue() -> None:
+    box = Mailbox()
+    for i in range(5):
+        box.send("dev", f"from lead {i}", sender="lead")
+    box.send("dev", "from qa", sender="qa")
+    box.send("dev", "from lead 5", sender="lead")
+    box.read_thread("dev", "qa")  # a hole in the queue
+    assert [m.body for m in box.receive("dev", limit=6)] == [f"from lead {i}" for i in range(6)]
+    assert box.pending("dev") == 0

@@ -234,6 +234,48 @@ def test_a_sqlite_companion_that_is_a_symlink_is_refused_and_its_target_left_who
     assert victim.read_text() == "precious\n"
 
 
+def test_sqlite_companions_are_checked_next_to_the_file_a_link_names(tmp_path: Path) -> None:
+    real = tmp_path / "real" / "inbox.sqlite"
+    real.parent.mkdir()
+    send(f"sqlite:{real}")
+    link = tmp_path / "inbox.sqlite"
+    link.symlink_to(real)
+    shm = Path(f"{real}-shm")  # where SQLite keeps it: next to the real file, not the link
+    shm.write_bytes(b"")
+    shm.chmod(0o666)
+    with pytest.raises(StoreError, match=r"real/inbox\.sqlite-shm is writable by group"):
+        open_store(f"sqlite:{link}")
+
+
+def test_a_store_file_with_another_name_is_refused_for_writing(
+    store_url: str, store_path: Path, tmp_path: Path,
+) -> None:
+    send(store_url)
+    other = tmp_path / "elsewhere"
+    os.link(store_path, other)  # a hard link: writing one name changes the other file
+    before = other.read_bytes()
+    with pytest.raises(StoreError, match=r"has 2 names \(hard links\)"):
+        send(store_url, text="more")
+    assert other.read_bytes() == before
+    with open_store(store_url, read_only=True) as store:  # reading changes nothing: allowed
+        assert store.version("s") == 1
+
+
+def test_a_lock_file_with_another_name_is_refused_untouched(
+    store_url: str, store_path: Path, tmp_path: Path,
+) -> None:
+    send(store_url)
+    lock = lock_path(store_path, "s")
+    lock.parent.mkdir(mode=0o700, exist_ok=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    victim.chmod(0o640)
+    os.link(victim, lock)  # planted: the lease would truncate and chmod it
+    with open_store(store_url) as store, pytest.raises(StoreError, match=r"has 2 names"):
+        store.own("s")
+    assert victim.read_text() == "precious\n" and mode(victim) == 0o640
+
+
 @as_root
 def test_a_symlink_another_user_planted_at_the_store_path_is_refused(
     store_url: str, store_path: Path, tmp_path: Path,

@@ -16,6 +16,7 @@ import os
 import threading
 from collections.abc import Iterator
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 from nous_inbox.events import (
     EVENT_TYPES,
     Event,
+    MailSent,
     MessageSent,
     QueueClaimed,
     TurnEnded,
@@ -51,6 +53,11 @@ BAD_EVENTS = {
     "an object in a str field": Warned(text=object()),
     "an int beyond 64 bits": TurnStarted(turn=2**70),
     "a bool turn": TurnStarted(turn=True),
+    "a negative claim count": QueueClaimed(target=Target.NEXT_STEP, count=-5),
+    "a negative claim rest": QueueClaimed(target=Target.NEXT_STEP, count=1, rest=-1),
+    "a negative turn": TurnStarted(turn=-1),
+    "a negative step count": TurnEnded(turn=1, steps=-2, reason="final"),
+    "at beyond any float": Warned(text="x", at=10**400),
 }
 
 
@@ -61,6 +68,47 @@ def test_a_bad_hand_built_event_is_refused_at_append_and_nothing_is_written(stor
         store.append("s", [Warned(text="fine"), event])
     assert store.version("s") == 1
     assert [e.text for e in store.read("s")] == ["before"]
+
+
+def test_a_time_beyond_any_float_is_a_clear_value_error(store):
+    with pytest.raises(ValueError, match=r"events\[0\]\.at must be a finite number"):
+        store.append("s", [Warned(text="x", at=10**400)])
+
+
+def nested(depth: int) -> list[object]:
+    tree: list[object] = []
+    for _ in range(depth - 1):
+        tree = [tree]
+    return tree
+
+
+@pytest.mark.parametrize("body", [b"bytes", {1: 2}, {"a": {3}}, nested(65), nested(2000)],
+                         ids=["bytes", "an int key", "a set", "65 deep", "2000 deep"])
+def test_a_mail_body_gets_the_check_the_mailbox_send_makes_on_every_store(store, body):
+    with pytest.raises((TypeError, ValueError), match=r"events\[0\] \(MailSent\) body"):
+        store.append("m", [MailSent(id="1", sender="a", recipient="b", body=body)])
+    assert store.version("m") == 0
+
+
+def test_a_mail_body_as_deep_as_a_send_allows_is_stored(store):
+    store.append("m", [MailSent(id="1", sender="a", recipient="b", body=nested(64))])
+    assert next(iter(store.read("m"))).body == nested(64)
+
+
+def test_a_body_too_deep_to_encode_is_refused_not_a_recursion_error(store):
+    event = MailSent(id="1", sender="a", recipient="b")
+    msgspec.structs.force_setattr(event, "body", nested(100_000))  # past the build-time check
+    with pytest.raises(ValueError, match=r"nested"):  # not a RecursionError
+        store.append("m", [event])
+    assert store.version("m") == 0
+
+
+def test_a_stream_name_without_a_utf8_form_is_refused_by_every_store(store):
+    for call in (lambda: store.append("a\udc80", [Warned(text="x")]),
+                 lambda: store.version("a\udc80"), lambda: list(store.read("a\udc80"))):
+        with pytest.raises(ValueError, match=r"stream name .* has no UTF-8 form"):
+            call()
+    assert store.streams() == []
 
 
 def test_the_refusal_names_the_field_at_fault(store):

@@ -106,6 +106,25 @@ def test_streams_are_listed_without_decoding_events(tmp_path, monkeypatch):
     assert counter.calls <= 1
 
 
+def test_versions_after_listing_the_streams_need_no_rescan(tmp_path, monkeypatch):
+    # `nous-inbox sessions`: streams() counts each stream's records in its one pass, so a
+    # version per stream after it neither reads the file again nor decodes and keeps events.
+    path = tmp_path / "log.jsonl"
+    two_sessions(path, n=10)
+    with FileStore(path, read_only=True) as reader, FileStore(path) as writer:
+        assert reader.streams() == ["a", "b"]
+        counter = CountingDecoder()
+        monkeypatch.setattr(file_module, "_record", counter)
+        monkeypatch.setattr(FileStore, "_scan", lambda self, stream: pytest.fail("rescanned"))
+        assert [reader.version(name) for name in ["a", "b", "none"]] == [10, 20, 0]
+        assert counter.calls == 0
+        monkeypatch.undo()
+        writer.append("b", [Warned(text="b-late")])
+        writer.append("c", [Warned(text="new"), Warned(text="newer")])
+        assert [reader.version(name) for name in ["a", "b", "c"]] == [10, 21, 2]
+        assert [e.text for e in reader.read("c")] == ["new", "newer"]
+
+
 def test_a_touched_stream_follows_what_others_append(tmp_path):
     path = tmp_path / "log.jsonl"
     two_sessions(path, n=2)
@@ -178,19 +197,53 @@ def test_a_header_lost_to_power_loss_opens_as_an_empty_log(tmp_path, caplog, los
         assert [e.text for e in store.read("s")] == ["fresh"]
 
 
-def test_garbage_before_a_complete_append_is_damage_not_a_torn_tail(tmp_path):
+@pytest.mark.parametrize("hole", [b"\0" * 20, b"\0" * 40 + b'"seq":3,"at":1.0}}'])
+def test_a_nul_hole_before_a_complete_append_keeps_every_session_readable(tmp_path, caplog, hole):
     path = tmp_path / "log.jsonl"
     good = acknowledged(path)
     extra = json_lines([Record(stream="s", event=Warned(text="later", seq=2, at=1.0))],
                        header=False)
+    path.write_bytes(good + hole + b"\n" + extra)
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.store.file"), FileStore(path) as store:
+        # A line holding NUL bytes is a hole a torn append left, not a record of any session.
+        assert [e.text for e in store.read("s")] == ["one", "later"]
+        assert [e.text for e in store.read("t")] == ["two", "three"]
+        assert store.streams() == ["s", "t"]
+        store.append("u", [Warned(text="new")])
+    assert "NUL bytes" in caplog.text
+
+
+def test_a_nul_hole_that_swallowed_a_record_is_damage_to_that_session_only(tmp_path):
+    path = tmp_path / "log.jsonl"
+    good = acknowledged(path)
+    extra = json_lines([Record(stream="s", event=Warned(text="later", seq=3, at=1.0))],
+                       header=False)
     path.write_bytes(good + b"\0" * 20 + b"\n" + extra)
     with FileStore(path) as store:
-        # Whose line it was cannot be told, so no session is read past it.
         with pytest.raises(DecodeError, match=r"line 5 \(byte \d+\)"):
             store.read("s")
-        with pytest.raises(DecodeError, match=r"line 5 \(byte \d+\)"):
-            store.streams()
+        assert [e.text for e in store.read("t")] == ["two", "three"]
     assert not list(tmp_path.glob("*.torn-*"))
+
+
+def test_a_damaged_last_acknowledged_record_is_damage_not_a_torn_tail(tmp_path):
+    path = tmp_path / "log.jsonl"
+    with FileStore(path) as store:
+        store.append("a", [Warned(text="first")])
+        store.append("b", [Warned(text="acked")])
+    # One byte of the last complete line damaged (bit rot, a stray editor): no NUL bytes,
+    # nothing a torn append leaves, so it is never set aside and its seq is never reused.
+    path.write_bytes(path.read_bytes().replace(b'"warned","text":"acked', b'"warnex","text":"acked'))
+    damaged = path.read_bytes()
+    with FileStore(path) as store:
+        with pytest.raises(DecodeError, match=r"line 3 \(byte \d+\)"):
+            store.read("b")
+        with pytest.raises(DecodeError, match=r"line 3"):
+            store.append("b", [Warned(text="new")])
+        assert [e.text for e in store.read("a")] == ["first"]
+        store.append("a", [Warned(text="second")])
+    assert not list(tmp_path.glob("*.torn-*"))
+    assert path.read_bytes().startswith(damaged)
 
 
 # -- failing writes and the lock wait -------------------------------------------------------------

@@ -153,5 +153,5 @@ def sessions(args: argparse.Namespace, out: IO[str]) -> int:
     """List the sessions in the store with their event counts."""
     with _open(args, read_only=True) as store:
         for name in store.streams():
-            out.write(f"{name}\t{store.version(name)} events\n")
+            out.write(f"{printable(name)}\t{store.version(name)} events\n")
     return 0

@@ -164,7 +164,8 @@ def _check_usage(args: argparse.Namespace) -> None:
 
     An explicitly empty ``--store ""`` would otherwise fall back to the default store (a
     script's unset variable must not write somewhere else); a session name a store refuses
-    (empty, a control character) is a mistake on the command line, not a data error.
+    (empty, a control character, a byte that is not UTF-8) is a mistake on the command line,
+    not a data error; so are ``--store file:`` without a path and a TEXT that is not UTF-8.
     """
     store = getattr(args, "store", None)
     if store is not None and not store.strip():
@@ -172,6 +173,19 @@ def _check_usage(args: argparse.Namespace) -> None:
             "--store is empty: give a store URL (memory:, file:PATH, sqlite:PATH or a path), "
             "or leave --store out for the default store"
         )
+    if store is not None:
+        scheme, colon, rest = store.partition(":")
+        if colon and scheme in ("file", "sqlite") and not rest.strip():
+            raise UsageError(f"--store {store} has no path: give {scheme}:PATH")
+    text = getattr(args, "text", None)
+    if isinstance(text, str) and not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UsageError(
+                f"TEXT is not valid UTF-8 (a byte that decodes to nothing, at character "
+                f"{exc.start}); no store can keep it"
+            ) from None
     session = getattr(args, "session", None)
     if session is not None:
         from nous_inbox.store.base import check_stream

@@ -101,7 +101,7 @@ class MailboxFullError(RuntimeError):
     """A send beyond a recipient's bound under the default ``overflow="refuse"``: nothing queued."""
 
 
-class Receipt(msgspec.Struct, frozen=True):
+class Receipt(msgspec.Struct, frozen=True, gc=False):
     """What a send answers: the message's ``id``, what became of it (``state``), whether the id
     had been sent before (``duplicate``) and, once answered, the reply that answered it."""
 
@@ -193,6 +193,8 @@ class Mailbox(Notices):
         self._lock = threading.RLock()
         self._state = MailboxState(retain)
         self._subscribers: dict[str, list[Subscriber]] = {}
+        # No store, no subscriber, no attached agent: a send need only fold (see ``_post``).
+        self._plain = self._store is None
         self._desks: dict[str, Desk] = {}
         self._prefix = os.urandom(5).hex() + "-"
         self._counter = itertools.count(1)
@@ -240,7 +242,17 @@ class Mailbox(Notices):
             event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
                              thread=thread or "", correlation_id=correlation_id,
                              at=self._clock())
-            with self._lock:
+            lock = self._lock
+            if self._plain:
+                lock.acquire()
+                try:
+                    box = self._state.boxes.get(recipient)
+                    if self._plain and (box is None or box.queued < self._max_queue):
+                        self._state.sent(event)  # nothing to store, nobody to call or tell
+                        return Receipt(id, "queued")
+                finally:
+                    lock.release()
+            with lock:
                 state = self._state
                 box = state.boxes.get(recipient)
                 if self._store is None and (box is None or box.queued < self._max_queue):
@@ -266,23 +278,28 @@ class Mailbox(Notices):
             self.tick((recipient,))  # a running agent hears of it at its next step
         return receipt
 
-    def _post(self, recipient: str, body: Any, sender: str, correlation_id: str | None) -> str:
+    def _post(self, recipient: str, body: Any, *, sender: str,
+              correlation_id: str | None = None) -> str:
         """``send(recipient, body, sender=sender, correlation_id=correlation_id).id``, for the
-        PraisonAI drop-in's hot path: plain text to a recipient with room, no store, no
-        subscriber, no attached agent; anything else goes the whole way through :meth:`send`."""
-        if (self._store is None and type(body) is str and body.isascii()
-                and type(recipient) is str and type(sender) is str and recipient and sender
-                and (correlation_id is None or type(correlation_id) is str)
-                and not self._subscribers and not self._desks):
+        PraisonAI drop-in's hot path (its ``send`` is this very method): plain text to a
+        recipient with room, no store, no subscriber, no attached agent; anything else goes the
+        whole way through :meth:`send`. What it folds is the same ``MailSent`` a send folds."""
+        if (self._plain and type(body) is str and type(recipient) is str
+                and type(sender) is str and recipient and sender and body.isascii()
+                and (correlation_id is None or type(correlation_id) is str)):
             id = self._prefix + str(next(self._counter))
             event = MailSent(id=id, sender=sender, recipient=recipient, body=body,
                              correlation_id=correlation_id, at=self._clock())
-            with self._lock:
+            lock = self._lock
+            lock.acquire()
+            try:
                 state = self._state
                 box = state.boxes.get(recipient)
-                if box is None or box.queued < self._max_queue:
+                if self._plain and (box is None or box.queued < self._max_queue):
                     state.sent(event)
                     return id
+            finally:
+                lock.release()
         return self.send(recipient, body, sender=sender, correlation_id=correlation_id).id
 
     def _sent(
@@ -369,6 +386,13 @@ class Mailbox(Notices):
         """Take up to ``limit`` of ``agent``'s queued messages, oldest first; they leave the mailbox."""
         if type(limit) is not int or limit < 0:
             raise ValueError(f"receive for {agent!r}: limit must be an int >= 0, got {limit!r}")
+        if self._store is None:
+            lock = self._lock
+            lock.acquire()
+            try:
+                return self._state.take(agent, limit)  # the fold of the MailReceived below
+            finally:
+                lock.release()
 
         def change(state: MailboxState) -> tuple[list[Event], list[MailSent]]:
             taken = state.oldest_queued(agent, limit)
@@ -378,8 +402,6 @@ class Mailbox(Notices):
                                  at=self._clock())], taken
 
         with self._lock:
-            if self._store is None:
-                return self._state.take(agent, limit)  # the fold of the MailReceived above
             _, taken = self._commit(change)
         return taken
 
@@ -393,6 +415,7 @@ class Mailbox(Notices):
             raise TypeError(f"subscribe to {agent!r}: callback must be callable")
         with self._lock:
             self._subscribers[agent] = [*self._subscribers.get(agent, ()), callback]
+            self._plain = False
 
     def pending(self, agent: str) -> int:
         """How many messages wait for ``agent``: neither received, read nor withdrawn."""

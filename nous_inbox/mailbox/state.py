@@ -333,9 +333,9 @@ class MailboxState:
     def _compact(self, box: Box) -> None:
         # Cut out the messages gone: mostly a consumed head, and holes retention let go of.
         queue, log, head = box.queue, self.log, box.head
-        before = sum(1 for p in queue[:head] if log[p] is not None)
-        box.queue = [p for p in queue if log[p] is not None]
-        box.head, box.fresh_head = before, 0
+        before = [p for p in queue[:head] if log[p] is not None]
+        box.queue = before + [p for p in queue[head:] if log[p] is not None]
+        box.head, box.fresh_head = len(before), 0
 
     def _fresh_head(self, box: Box) -> int:
         queue, marks = box.queue, self.marks
@@ -356,15 +356,22 @@ class MailboxState:
             return []
         i = self._head(box)
         queue, marks, log = box.queue, self.marks, self.log
-        taken: list[MailSent] = []
-        end = len(queue)
-        while i < end and len(taken) < limit:
-            p = queue[i]
-            if marks[p] & QUEUED:
-                taken.append(log[p])  # type: ignore[arg-type]  # queued means kept
+        chunk = queue[i:i + limit]
+        taken: list[MailSent] = [log[p] for p in chunk if marks[p] & QUEUED]  # type: ignore[misc]
+        if len(taken) == len(chunk):  # the common case: no hole (a read, a withdraw) among them
+            for p in chunk:
                 marks[p] = RECEIVED
                 log[p] = None
-            i += 1
+        else:
+            taken = []
+            end = len(queue)
+            while i < end and len(taken) < limit:
+                p = queue[i]
+                if marks[p] & QUEUED:
+                    taken.append(log[p])  # type: ignore[arg-type]  # queued means kept
+                    marks[p] = RECEIVED
+                    log[p] = None
+                i += 1
         box.started = True
         box.queued -= len(taken)
         box.kept -= len(taken)
@@ -381,6 +388,20 @@ class MailboxState:
         cls = event.kind
         p = len(self.log)
         flags = _NEW + (p + 1) * ORDER
+        if cls == "action" and sender == box.parent:
+            # The commonest send: more work from the agent that gave this one its first work.
+            # It wakes, and the sender is already among those that gave work (set with parent).
+            self.log.append(event)
+            self.ids.append(event.id)
+            self.marks.append(flags | WAKES)
+            box.queue.append(p)
+            box.queued += 1
+            box.kept += 1
+            box.waking.append(p)
+            if box.settled and box.kept > self.retain:
+                self._trim(box)
+            self.version = event.seq or self.version + 1
+            return
         if cls == "action":
             if box.parent is None:
                 if not box.started:

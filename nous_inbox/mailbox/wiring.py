@@ -78,6 +78,7 @@ class Notices:
     _ticker: threading.Thread | None
     _state: MailboxState
     _desks: dict[str, Desk]
+    _plain: bool
     _clock: Callable[[], float]
     _prefix: str
     _counter: itertools.count[int]
@@ -106,6 +107,7 @@ class Notices:
             if agent in self._desks:
                 raise ValueError(f"attach: agent {agent!r} is already attached")
             self._desks[agent] = desk
+            self._plain = False  # a send to it may be due a notice
             heard: list[str] = []
             for message in owner.session.transcript:
                 if message.metadata.get("provenance") == NOTICE:

@@ -4,9 +4,11 @@ A store may live in a directory others can write to (``/tmp``, a shared project 
 another user can create our store file before we do, make it writable by everyone, or plant a
 symbolic link where our owner lease will be written. So before a store trusts a path:
 
-- a store file (and SQLite's ``-wal``/``-shm``) must be a regular file, owned by us (the
-  effective user), and writable by nobody else; one of ours that others may read is tightened
-  to 0600 when the store opens it for writing. Anything else is a
+- a store file (and SQLite's ``-wal``/``-shm``, next to the file a link names, where SQLite
+  keeps them) must be a regular file, owned by us (the effective user), and writable by nobody
+  else; one of ours that others may read is tightened to 0600 when the store opens it for
+  writing, and one with more than one name (a hard link, maybe to another file of ours) is
+  refused then: writing it would change that other file too. Anything else is a
   :class:`~nous_inbox.errors.StoreError` saying whose file it is and how to fix it.
 - the owner-lease directory ``PATH.owners`` and its lock files are opened without following
   symbolic links (``O_NOFOLLOW``, and lock files by name relative to the directory's descriptor,
@@ -94,9 +96,10 @@ def check_store_file(
         _create_private(path)
     _check_link(url, path, companion=False)
     _check_one(url, path, fd, read_only)
+    real = os.path.realpath(path)  # SQLite keeps its -wal/-shm next to the file a link names
     for suffix in companions:
-        _check_link(url, path + suffix, companion=True)
-        _check_one(url, path + suffix, None, read_only)
+        _check_link(url, real + suffix, companion=True)
+        _check_one(url, real + suffix, None, read_only)
 
 
 def _check_link(url: str, path: str, *, companion: bool) -> None:
@@ -120,6 +123,17 @@ def _check_link(url: str, path: str, *, companion: bool) -> None:
         )
 
 
+def _check_single_link(url: str, path: str, st: os.stat_result, what: str) -> None:
+    # A file with another name elsewhere (a hard link someone planted) may be any file of ours:
+    # writing, truncating or chmodding it through this name would change that one too. No name
+    # at all (0) is a lock file another owner just removed: the lease protocol retries that.
+    if st.st_nlink > 1:
+        raise StoreError(
+            f"{url}: {what} {path} has {st.st_nlink} names (hard links), so writing it could "
+            f"change a file elsewhere; use a path of your own, or copy it (`cp`) and try again"
+        )
+
+
 def _create_private(path: str) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -139,6 +153,8 @@ def _check_one(url: str, path: str, fd: int | None, read_only: bool) -> None:
         url, path, st, "store file",
         "use a path of your own, or have its owner give it to you (`chown`)",
     )
+    if not read_only:
+        _check_single_link(url, path, st, "store file")
     if not read_only and st.st_mode & 0o077:
         if fd is not None:
             os.fchmod(fd, 0o600)
@@ -201,6 +217,7 @@ def open_lock_file(url: str, directory_fd: int, name: str, where: str) -> int:
         if not stat.S_ISREG(st.st_mode):
             raise StoreError(f"{url}: the lock file {where} is {_kind(st.st_mode)}")
         _check_trusted(url, where, st, "lock file", "remove it and try again")
+        _check_single_link(url, where, st, "lock file")
         if stat.S_IMODE(st.st_mode) != 0o600:
             os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask
     except BaseException:
@@ -221,11 +238,12 @@ def read_only_sqlite_uri(path: str) -> str:
     """
     absolute = os.path.abspath(path)
     uri = "file://" + urllib.parse.quote(absolute) + "?mode=ro"
-    directory = os.path.dirname(absolute) or "/"
+    real = os.path.realpath(path)  # where SQLite keeps -wal and -shm when path is a link
+    directory = os.path.dirname(real) or "/"
     if (
         not os.access(directory, os.W_OK)
-        and not os.path.exists(absolute + "-shm")
-        and not os.path.exists(absolute + "-wal")
+        and not os.path.exists(real + "-shm")
+        and not os.path.exists(real + "-wal")
     ):
         uri += "&immutable=1"
     return uri

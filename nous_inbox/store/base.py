@@ -58,7 +58,8 @@ import msgspec
 
 from nous_inbox.codec import JSON_LINES, MAX_RECORD_SIZE, MSGPACK, LogFormat
 from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError
-from nous_inbox.events import EVENT_TYPES, Event
+from nous_inbox.events import EVENT_TYPES, Event, MailSent
+from nous_inbox.message import freeze_json
 from nous_inbox.store.lease import Leases, OwnerLease
 
 __all__ = [
@@ -150,6 +151,14 @@ def check_stream(stream: object) -> str:
             f"stream name {stream[:40]!r}... is {len(stream)} characters long "
             f"(at most {MAX_STREAM_NAME})"
         )
+    if not stream.isascii():
+        try:
+            stream.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"stream name {stream!r} has no UTF-8 form (a lone surrogate at index "
+                f"{exc.start}), so no store can write it"
+            ) from None
     bad = _CONTROL.search(stream)
     if bad is not None:
         raise ValueError(
@@ -194,15 +203,27 @@ def _checked_events(stream: str, events: object) -> Sequence[Event]:
             raise TypeError(
                 f"append to {stream!r}: events[{i}] is a {type(event).__name__}, not an event"
             )
+        if type(event) is MailSent and event.body is not None:
+            # The check the mailbox's send makes (JSON-able, str keys, at most MAX_DEPTH deep):
+            # a body built by hand is refused here by every store alike. Here, not when the
+            # event is built, so replay does not walk every body again as it decodes.
+            freeze_json(event.body, f"append to {stream!r}: events[{i}] (MailSent) body")
         at = event.at
         if not (type(at) is float and -_INF < at < _INF) and (  # NaN fails both comparisons
-            type(at) is bool or not isinstance(at, (int, float)) or not math.isfinite(at)
+            type(at) is bool or not isinstance(at, (int, float)) or not _finite(at)
         ):
             raise ValueError(
                 f"append to {stream!r}: events[{i}].at must be a finite number of seconds, "
                 f"got {at!r}; nothing was written"
             )
     return events
+
+
+def _finite(number: float) -> bool:
+    try:
+        return math.isfinite(number)
+    except OverflowError:  # an int beyond any float (10**400)
+        return False
 
 
 def _numbered(events: Sequence[Event], version: int, now: float | None = None) -> list[Event]:
@@ -410,7 +431,7 @@ class StoreBase(abc.ABC):
                 # MessagePack carries 64-bit integers only, where JSON would take any.
                 for event in events:
                     MSGPACK.encode(event)
-        except (TypeError, ValueError, OverflowError) as exc:  # includes UnicodeEncodeError
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:  # incl. Unicode...
             index = _first_unencodable(events)
             raise _refused(stream, index, events[index], exc) from None
         limit = self.max_record_size
@@ -425,7 +446,7 @@ class StoreBase(abc.ABC):
                 )
             try:
                 back = decode(stream, record)
-            except (DecodeError, TypeError, ValueError) as exc:
+            except (DecodeError, TypeError, ValueError, RecursionError) as exc:
                 raise _refused(stream, i, event, exc) from None
             if back != event:
                 raise ValueError(
@@ -440,13 +461,13 @@ def _first_unencodable(events: list[Event]) -> int:
         try:
             JSON_LINES.encode(event)
             MSGPACK.encode(event)
-        except (TypeError, ValueError, OverflowError):
+        except (TypeError, ValueError, OverflowError, RecursionError):
             return i
     return 0
 
 
 def _refused(stream: str, index: int, event: Event, exc: BaseException) -> Exception:
-    reason = str(exc)
+    reason = "nested too deeply to encode or decode" if isinstance(exc, RecursionError) else str(exc)
     cls = TypeError if isinstance(exc, TypeError) else ValueError
     return cls(
         f"append to {stream!r}: events[{index}] ({type(event).__name__}) cannot be stored: "

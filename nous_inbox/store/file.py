@@ -22,12 +22,16 @@ batch is complete only when it sees its ``more``-less last line. What a crash ca
 tail (a line without its newline, or the first lines of a batch without its last) is not part of
 the log: readers ignore it, and the next writer cuts it off before appending. A power loss can
 leave worse at the tail: an unacknowledged append whose blocks never reached the disk reads as
-NUL bytes then a newline, or a new file's header as NULs. Such a tail (complete lines that do
-not decode, after the last complete append) is set aside: a writer moves it to a side file
+NUL bytes then a newline, or a new file's header as NULs. Such a tail (lines holding NUL bytes,
+after the last complete append) is set aside: a writer moves it to a side file
 ``PATH.torn-<offset>`` (mode 0600) before cutting it off, and says so in a warning on the
 ``nous_inbox.store.file`` logger; a reader leaves it where it is, unread, and warns. Nothing
 acknowledged is set aside: an acknowledged append was synced before it was acknowledged, and the
-tail starts after the last complete one. Anything wrong *before* the tail (a line that does not
+tail starts after the last complete one. A complete line without NUL bytes that does not
+decode is never taken for a torn append, even last: it is damage (below), so a damaged
+acknowledged record is never set aside and its seq never reused. A line of NUL bytes before a
+complete append (a hole a torn append left) holds no record: it is skipped with a warning, and
+a record it swallowed shows as its stream's seq gap. Anything else wrong *before* the tail (a line that does not
 decode, a sequence number out of place, a batch broken off in the middle) is a
 :class:`~nous_inbox.errors.DecodeError` naming the line and byte offset, never a silent skip; it
 is raised to whoever reads the stream it belongs to.
@@ -54,7 +58,9 @@ file, a few MiB at a time, for the lines that begin with its envelope
 ``{"stream":<name>,"event":``, as this library writes them, and decoding only those. So opening
 a large log to steer one session costs what that session holds, and a damaged record of one
 session never keeps another from being read. ``streams()`` scans the envelopes of every line
-once, without decoding events. After that, ``version`` is a ``fstat``: only when the file grew
+once, without decoding events, and counts each stream's records as it goes: a ``version`` of a
+stream not yet read is then that count, without reading the file again or keeping any event
+(what ``nous-inbox sessions`` needs). After that, ``version`` is a ``fstat``: only when the file grew
 is the new tail read, and only the streams already touched keep its events.
 """
 
@@ -120,12 +126,14 @@ class FileStore(StoreBase):
         self._lock = threading.RLock()
         self._streams: dict[str, list[Event]] = {}  # the streams touched so far, decoded
         self._names: set[str] | None = None  # every stream's name, once streams() looked
+        self._counts: dict[str, int] = {}  # a stream's records, counted when streams() looked
         self._header = 0  # offset just past the header line (0: no header yet)
         self._end = 0  # offset just past the last complete append taken in
         self._torn = -1  # where a tail set aside (read-only) or left unread begins
         self._checked = 0  # lines before this offset were checked to begin with the envelope
         self._stray: dict[str, int] = {}  # stream -> a line of it without the usual envelope
         self._stray_bad: tuple[int, str] | None = None  # a line without envelope, undecodable
+        self._holes: set[int] = set()  # lines of NULs a torn append left, already reported
         self._seen: tuple[int, int] = (-1, -1)
         self._fd = self._open()
         self._leases = Leases(self.url, os.path.realpath(self.path) + ".owners")
@@ -186,6 +194,7 @@ class FileStore(StoreBase):
         self._streams[stream].extend(events)
         if self._names is not None:
             self._names.add(stream)
+            self._counts[stream] = len(self._streams[stream])
         self._end += len(data)
         self._seen = self._stat()
 
@@ -195,6 +204,12 @@ class FileStore(StoreBase):
 
     def _version(self, stream: str) -> int:
         self._catch_up()
+        log = self._streams.get(stream)
+        if log is not None:
+            return len(log)
+        if self._names is not None and stream not in self._stray:
+            # Counted by streams() in its one pass: no rescan, nothing decoded or kept.
+            return self._counts.get(stream, 0)
         return len(self._load(stream))
 
     def _stream_names(self) -> list[str]:
@@ -209,6 +224,7 @@ class FileStore(StoreBase):
             self._fd = -1
             self._streams = {}
             self._names = None
+            self._counts = {}
 
     # -- opening, locking, writing ---------------------------------------------------------------
 
@@ -427,6 +443,13 @@ class FileStore(StoreBase):
                 try:
                     record = _record.decode(line)
                 except _BAD:
+                    if b"\0" not in line:
+                        # Not what a torn append leaves (its lost blocks read as NULs): a
+                        # damaged acknowledged record stays in the log, a DecodeError to
+                        # whoever reads its stream, and its seq is never reused.
+                        end = offset + len(line) + 1
+                        self._note_torn(end, size, garbage)
+                        return end
                     garbage = True
                     continue
                 if record.more == 0:
@@ -517,6 +540,7 @@ class FileStore(StoreBase):
                     batch = []
                 if names is not None:
                     names.add(stream)
+                    self._counts[stream] = record.event.seq if log is None else len(log)
                 self._end = offset
             pos += cut
 
@@ -575,7 +599,16 @@ class FileStore(StoreBase):
                 try:
                     record = _record.decode(line)
                 except _BAD as exc:
-                    if self._stray_bad is None:
+                    if b"\0" in line:
+                        # A hole a torn append left (its lost blocks read as NULs): it holds
+                        # no record this library wrote, so no session is refused for it; a
+                        # record it swallowed is a seq gap its own stream's readers see.
+                        if offset not in self._holes:
+                            self._holes.add(offset)
+                            logger.warning("%s: line at byte %d holds NUL bytes (an append torn "
+                                           "by a power loss), not a record; skipped",
+                                           self.url, offset)
+                    elif self._stray_bad is None:
                         self._stray_bad = (offset, _reason(exc))
                 else:
                     self._stray.setdefault(record.stream, offset)
@@ -645,15 +678,25 @@ class FileStore(StoreBase):
         # Every line's envelope, no event decoded; a line without one was named by the check.
         self._check_envelopes()
         found: dict[bytes, int] = {}
+        counted: dict[bytes, int] = {}
         for base, chunk, cut in self._chunks(self._header):
             for match in _ENVELOPE.finditer(chunk, 0, cut):
-                found.setdefault(match.group(1), base + match.start() + 1)
+                raw = match.group(1)
+                if raw in counted:
+                    counted[raw] += 1
+                else:
+                    counted[raw] = 1
+                    found[raw] = base + match.start() + 1
         names = set(self._stray)
+        counts: dict[str, int] = {}
         for raw, offset in found.items():
             try:
-                names.add(check_stream(msgspec.json.decode(raw, type=str)))
+                name = check_stream(msgspec.json.decode(raw, type=str))
             except (ValueError, msgspec.DecodeError) as exc:
                 raise self._damage(offset, str(exc)) from None
+            names.add(name)
+            counts[name] = counts.get(name, 0) + counted[raw]
+        self._counts = counts
         return names
 
     # -- errors that name the line (worked out only when there is one) ---------------------------
