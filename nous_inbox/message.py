@@ -50,6 +50,7 @@ _EMPTY: Final = FrozenDict()
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**64 - 1
 _set = msgspec.structs.force_setattr
+_isfinite = math.isfinite
 
 #: How many containers deep a JSON tree (a message's ``metadata``, a tool call's ``arguments``)
 #: may nest, the outermost one counted as 1. Every reader here handles far more (msgspec's JSON and
@@ -166,6 +167,71 @@ def thaw_json(value: Any) -> Any:
     return value
 
 
+class _Slow(Exception):
+    """Raised by ``_quick`` at anything it does not settle itself: the careful walk takes over."""
+
+
+def _quick(value: dict[Any, Any] | list[Any], depth: int) -> FrozenDict | FrozenList:
+    """Freeze a tree of plain dicts, lists and scalars, the shape decoding and most callers give.
+
+    The same checks as ``_freeze`` (64-bit ints, finite floats, UTF-8 text, str keys, depth), but
+    with no path kept: a trail tuple per value was most of the cost of replaying a tool call.
+    Anything unusual (another type, a value that fails a check) raises ``_Slow``, and the caller
+    reruns ``_freeze`` from the top, which builds the same value or the error naming the place.
+    """
+    if depth >= MAX_DEPTH:
+        raise _Slow
+    if type(value) is list or type(value) is FrozenList:
+        out: list[Any] = []
+        append = out.append
+        for item in value:
+            kind = type(item)
+            if kind is str:
+                if not item.isascii():
+                    _utf8_or_slow(item)
+            elif kind is int:
+                if not _INT_MIN <= item <= _INT_MAX:
+                    raise _Slow
+            elif kind is float:
+                if not _isfinite(item):
+                    raise _Slow
+            elif kind is dict or kind is list or kind is FrozenDict or kind is FrozenList:
+                item = _quick(item, depth + 1)
+            elif item is not None and kind is not bool:
+                raise _Slow
+            append(item)
+        return FrozenList(out)
+    items = {}
+    for key, item in value.items():  # type: ignore[union-attr]  # a list returned above
+        if type(key) is not str:
+            raise _Slow
+        if not key.isascii():
+            _utf8_or_slow(key)
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():
+                _utf8_or_slow(item)
+        elif kind is int:
+            if not _INT_MIN <= item <= _INT_MAX:
+                raise _Slow
+        elif kind is float:
+            if not _isfinite(item):
+                raise _Slow
+        elif kind is dict or kind is list or kind is FrozenDict or kind is FrozenList:
+            item = _quick(item, depth + 1)
+        elif item is not None and kind is not bool:
+            raise _Slow
+        items[key] = item
+    return FrozenDict(items)
+
+
+def _utf8_or_slow(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Slow from None
+
+
 def _check_text(value: str, where: str) -> None:
     # A lone surrogate ('\ud800') is a valid Python str but has no UTF-8 form, so neither JSON nor
     # MessagePack can write it. isascii() is O(1) in CPython, so the common case costs nothing.
@@ -191,6 +257,11 @@ def _freeze_mapping(value: object, where: str) -> FrozenDict:
         raise TypeError(f"{where} must be a mapping, got {type(value).__name__}")
     if not value:
         return _EMPTY
+    if type(value) is dict or type(value) is FrozenDict:
+        try:
+            return _quick(value, 0)  # type: ignore[return-value]
+        except _Slow:
+            pass
     frozen: FrozenDict = _freeze(value, where, ())
     return frozen
 
@@ -210,6 +281,16 @@ class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaul
     arguments: Mapping[str, Any] = _EMPTY
 
     def __post_init__(self) -> None:
+        # Replay runs this once per decoded call: ASCII str names are settled by two type tests
+        # and two O(1) isascii() calls, anything else goes the long way, which names the field.
+        id_, name = self.id, self.name
+        if not (type(id_) is str and type(name) is str and id_.isascii() and name.isascii()):
+            self._check_id_and_name()
+        arguments = self.arguments
+        if arguments is not _EMPTY:
+            _set(self, "arguments", _freeze_mapping(arguments, "ToolCall.arguments"))
+
+    def _check_id_and_name(self) -> None:
         if not isinstance(self.id, str) or not isinstance(self.name, str):
             raise TypeError(
                 f"ToolCall.id and ToolCall.name must be str, got {type(self.id).__name__} "
@@ -217,7 +298,19 @@ class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaul
             )
         _check_text(self.id, "ToolCall.id")
         _check_text(self.name, "ToolCall.name")
-        _set(self, "arguments", _freeze_mapping(self.arguments, "ToolCall.arguments"))
+
+
+def _all_tool_calls(value: object) -> bool:
+    """Whether ``value`` is already what ``_tool_calls`` would make of it: a tuple of ``ToolCall``s
+    (what decoding gives; each one checked itself as it was built), kept as it is."""
+    if type(value) is not tuple:
+        return False
+    for call in value:  # a loop, not all(): no generator to build for one or two calls
+        if type(call) is not ToolCall:
+            break
+    else:
+        return True
+    return False
 
 
 def _tool_calls(value: object) -> tuple[ToolCall, ...]:
@@ -277,15 +370,20 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
             content.isascii()
         ):
             self._check_role_and_content()
-        if self.name is not None or self.tool_call_id is not None or self.id is not None:
-            _check_optional_str(self.name, "Message.name")
-            _check_optional_str(self.tool_call_id, "Message.tool_call_id")
-            _check_optional_str(self.id, "Message.id")
+        name, call_id, id_ = self.name, self.tool_call_id, self.id
+        if not (
+            (name is None or (type(name) is str and name.isascii()))
+            and (call_id is None or (type(call_id) is str and call_id.isascii()))
+            and (id_ is None or (type(id_) is str and id_.isascii()))
+        ):
+            _check_optional_str(name, "Message.name")
+            _check_optional_str(call_id, "Message.tool_call_id")
+            _check_optional_str(id_, "Message.id")
         metadata = self.metadata
         if metadata is not _EMPTY:
             _set(self, "metadata", _freeze_mapping(metadata, "Message.metadata"))
         calls = self.tool_calls
-        if calls != ():
+        if calls != () and not _all_tool_calls(calls):
             _set(self, "tool_calls", _tool_calls(calls))
 
     def _check_role_and_content(self) -> None:

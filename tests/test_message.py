@@ -16,10 +16,12 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
 from nous_inbox import Message, ToolCall
-from nous_inbox.message import ROLES, enc_hook, freeze_json, thaw_json
+from nous_inbox.message import MAX_DEPTH, ROLES, enc_hook, freeze_json, thaw_json
 
 # -- building -----------------------------------------------------------------------------------
 
@@ -411,3 +413,49 @@ def test_decoding_validates_like_building() -> None:
             msgspec.msgpack.encode({"role": "user", "content": "hi", "metadata": {"x": {1: 2}}}),
             type=Message,
         )
+
+
+# -- the quick walk and the careful walk agree -----------------------------------------------------
+
+_leaves = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**65), max_value=2**65),
+    st.floats(), st.text(), st.sampled_from(["\ud800", "é", object(), b"x", (1, 2)]),
+)
+_trees = st.recursive(
+    _leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.integers(0, 3)), inner, max_size=4),
+    ),
+    max_leaves=20,
+)
+
+
+def _outcome(build: Any) -> tuple[str, Any]:
+    try:
+        return "value", build()
+    except (TypeError, ValueError) as exc:
+        return type(exc).__name__, str(exc)
+
+
+@given(st.dictionaries(st.text(max_size=3), _trees, max_size=4))
+def test_metadata_decoded_or_given_gets_the_same_value_or_the_same_error_as_freeze_json(
+    tree: dict[str, Any],
+) -> None:
+    # Message checks plain dicts and lists on a quick walk that keeps no path, and falls back to
+    # freeze_json's careful walk for anything unusual: a user must not tell the two apart.
+    kind, got = _outcome(lambda: Message.user("x", metadata=tree).metadata)
+    expected_kind, expected = _outcome(lambda: freeze_json(tree, "Message.metadata"))
+    assert kind == expected_kind
+    if kind == "value":
+        assert got == expected or not tree
+    else:
+        assert got == expected
+
+
+def test_metadata_nested_past_the_limit_is_refused_on_the_quick_walk_too() -> None:
+    deep: Any = 1
+    for _ in range(MAX_DEPTH):
+        deep = [deep]
+    with pytest.raises(ValueError, match=r"^Message.metadata\['k'\]\[0\].*nested 65 containers"):
+        Message.user("x", metadata={"k": deep})
