@@ -30,7 +30,9 @@ An owner opened on an existing stream replays it and resumes with the same inbox
 a turn the log shows as open (the process died mid-run) is closed with reason ``"error"``, and a
 waking message still queued starts a run. A stream has one owner at a time, in any process: the
 owner holds the store's lease on it (``store.own``) until ``close()``, and a second owner is
-refused with ``StreamOwnedError``. The lease dies with its process, however it dies.
+refused with ``StreamOwnedError``. When a process dies without ``close()``, a file or SQLite
+lease dies with it at once; a PostgreSQL lease only expires, ``lease`` seconds after its last
+renewal.
 
 Other processes. Appends are made with the stream's expected version. When another process (the
 ``nous-inbox steer`` command, say) has appended in between, the store refuses, the owner reads
@@ -224,8 +226,10 @@ class Owner(SendPresets):
     def listen(self, callback: Listener) -> None:
         """Call ``callback(event)`` for every event recorded from now on, in order.
 
-        Callbacks run on the thread that recorded the event, inside the owner's lock: keep them
-        quick. One that raises is logged and does not stop the others or the run.
+        Callbacks run on the thread that recorded the event (for a send, whichever sender led
+        its group commit), inside the owner's lock: keep them quick. A callback may itself send;
+        that send is committed at once, not queued behind the commit calling it. One that raises
+        is logged and does not stop the others or the run.
         """
         with self._lock:
             self._listeners.append(callback)

@@ -202,8 +202,12 @@ class JournalPort:
     one transaction of the store, and wakes each follower with its stored event. No call returns before
     the transaction holding its event committed, so acknowledged still means durable, and each
     sender's events keep their order (a sender waits for one before it sends the next). A batch
-    the store refuses is tried again one event at a time, so one bad event fails only its own
-    sender.
+    the store refuses before writing anything (a ``TypeError`` or ``ValueError``: an event too
+    large, one that does not fold) is tried again one event at a time, so one bad event fails
+    only its own sender; any other failure (a ``StoreError``, say, whose transaction may have
+    committed) is raised to every sender of the batch, and nothing is appended twice. A send
+    made by a thread that already holds ``lock`` (a listener called while a batch commits) is
+    committed directly rather than queued behind itself.
 
     >>> from nous_inbox.store import open_store
     >>> port = JournalPort(Journal(open_store("memory:"), "s"))
@@ -275,6 +279,13 @@ class JournalPort:
         """Append ``event`` in a group commit with whatever other threads are appending; return
         it as stored, once the transaction holding it has committed (see the class notes)."""
         _check_event(event)
+        if self._holds_lock():
+            # A send from inside a commit (a listener called as the leader's batch folds in),
+            # or from a thread holding the lock a leader waits for: queueing would wait for
+            # this very thread, forever. It commits directly, under the lock it already holds.
+            with self._lock:
+                (stored,), _ = self._journal.commit(_just(event))
+            return stored
         with self._queue_lock:
             if not self._committing and self._expect:
                 # The senders of the last batch were just released and are coming back: gather
@@ -330,6 +341,12 @@ class JournalPort:
         assert mine.stored is not None
         return mine.stored
 
+    def _holds_lock(self) -> bool:
+        """Whether this thread holds the port's lock (a leader committing does, for the whole
+        of its commit; so does an owner's worker inside ``record``)."""
+        is_owned = getattr(self._lock, "_is_owned", None)
+        return bool(is_owned()) if is_owned is not None else False
+
     def _lead(self, batch: list[_Pending]) -> None:
         """As the leader: commit ``batch``, then whatever queued meanwhile, until nothing is
         queued; then stop leading. Those who queued during a commit are the next batch at once,
@@ -360,11 +377,15 @@ class JournalPort:
                 events = [pending.event for pending in batch]
                 stored, _ = self._journal.commit(lambda session: (events, None))
             except Exception as exc:
-                if len(batch) == 1:
-                    batch[0].error = exc
+                if len(batch) == 1 or not isinstance(exc, _REFUSED_UNWRITTEN):
+                    # Any other failure may have come after the store committed (PostgreSQL
+                    # losing the answer to its COMMIT): appending again could write each event
+                    # twice, so every sender hears of it, unchanged, and nothing is retried.
+                    for pending in batch:
+                        pending.error = exc
                     return
-                # One event may be what the store refused: each on its own, so only its sender
-                # hears of it (the failed append wrote nothing).
+                # One event may be what the store refused, before writing anything: each on its
+                # own, so only its sender hears of it.
                 for pending in batch:
                     try:
                         (pending.stored,), _ = self._journal.commit(_just(pending.event))
@@ -382,6 +403,11 @@ class JournalPort:
             for pending in batch:
                 pending.done = True
 
+
+#: The refusals that prove a batch wrote nothing, raised before any I/O (a ``TypeError``, a
+#: ``ValueError`` such as ``ReplayError`` or ``RecordTooLargeError``): only these are worth
+#: trying again one event at a time.
+_REFUSED_UNWRITTEN: Final = (TypeError, ValueError)
 
 #: How long a leader waits, at most, for the senders a batch just released to queue again.
 GATHER_SECONDS: Final = 0.0005

@@ -24,6 +24,7 @@ from nous_inbox import (
     QueueClaimed,
     StepEnded,
     StepStarted,
+    StoreError,
     ToolCall,
     TurnEnded,
     TurnStarted,
@@ -722,6 +723,87 @@ def test_a_send_the_store_refuses_in_a_shared_batch_fails_only_its_own_sender() 
         assert batch[1].error is not None and "limit" in str(batch[1].error)
         assert [p.stored.message.content for p in (batch[0], batch[2])] == ["a", "c"]  # type: ignore[union-attr]
         assert [e.message.content for e in owner.events()] == ["a", "c"]  # type: ignore[attr-defined]
+
+
+def _finishes(work: Callable[[], object]) -> bool:
+    """Run ``work`` on a daemon thread; whether it ended within WAIT (a hang fails, not hangs)."""
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(WAIT)
+    return not thread.is_alive()
+
+
+def test_a_listener_that_sends_from_inside_a_commit_does_not_deadlock_its_owner() -> None:
+    owner = Owner(open_store("memory:"), "s", Runner(ScriptedModel()), watch=False)
+
+    def answer(event: Any) -> None:
+        # Called inside the commit of "ping", on the thread leading the group commit.
+        if isinstance(event, MessageSent) and event.message.content == "ping":
+            owner.inject("pong")
+
+    owner.listen(answer)
+    assert _finishes(lambda: owner.inject("ping"))  # (not closed if it hangs: close would too)
+    with owner:
+        assert [e.message.content for e in owner.events()] == ["ping", "pong"]  # type: ignore[attr-defined]
+        assert owner.session == replay(owner.events())
+
+
+def test_a_send_from_a_thread_holding_the_owner_lock_does_not_wait_for_a_leader_blocked_on_it(
+) -> None:
+    # The run's worker holds the owner's lock inside ``record`` while its listeners run; a
+    # listener's send must not queue behind a leader that is itself waiting for that lock.
+    owner = Owner(open_store("memory:"), "s", Runner(ScriptedModel()), watch=False)
+    leader = threading.Thread(target=lambda: owner.inject("from the leader"), daemon=True)
+
+    def worker_listener_sends() -> None:
+        with owner._lock:  # as the worker inside record
+            leader.start()
+            while not owner._port._committing:  # the other thread now leads, and waits
+                if not leader.is_alive():  # for the lock this thread holds
+                    break
+            owner.inject("from a listener")
+
+    assert _finishes(worker_listener_sends)  # (not closed if it hangs: close would too)
+    leader.join(WAIT)
+    assert not leader.is_alive()
+    with owner:
+        logged = [e.message.content for e in owner.events()]  # type: ignore[attr-defined]
+        assert logged == ["from a listener", "from the leader"]
+
+
+class _CommitsThenLosesTheAnswer:
+    """A memory: store whose first multi-event append commits, then raises ``StoreError``: what
+    PostgresStore raises when the answer to a COMMIT is lost and the server is back too late."""
+
+    def __init__(self) -> None:
+        self.inner = open_store("memory:")
+        self.fired = False
+
+    def append(self, stream: str, events: Sequence[Any], expected_version: int | None = None) -> Any:
+        stored = self.inner.append(stream, events, expected_version)
+        if len(events) > 1 and not self.fired:
+            self.fired = True
+            raise StoreError("lost the connection and could not get it back within 10s")
+        return stored
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_batch_whose_outcome_is_unknown_is_not_written_again_and_every_sender_hears_why() -> None:
+    from nous_inbox.port import _Pending  # the batch a leader commits, built by hand here
+
+    store = _CommitsThenLosesTheAnswer()
+    with Owner(store, "s", Runner(ScriptedModel()), watch=False) as owner:
+        batch = [_Pending(MessageSent(target="next_step", wakeup=False, message=Message.user(text)))
+                 for text in "abc"]
+        with owner._lock:
+            owner._port._commit_batch(batch)
+        assert [p.done for p in batch] == [True, True, True]
+        assert [p.stored for p in batch] == [None, None, None]  # nothing acknowledged
+        assert all(isinstance(p.error, StoreError) for p in batch)
+        assert batch[0].error is batch[1].error is batch[2].error  # the error itself, unchanged
+        assert [e.message.content for e in store.inner.read("s")] == ["a", "b", "c"]  # once each
 
 
 # -- options: checked before anything happens -------------------------------------------------------
