@@ -66,6 +66,14 @@ def test_the_url_never_shows_a_password(postgres_url):
         assert store.url == postgres_url.replace("nous@", "nous:***@")
 
 
+@pytest.mark.parametrize("secret", ["password", "sslpassword"])
+def test_the_url_never_shows_a_password_given_as_a_query_parameter(postgres_url, secret):
+    sep = "&" if "?" in postgres_url else "?"
+    with PostgresStore(f"{postgres_url}{sep}{secret}=s3cret") as store:
+        assert "s3cret" not in store.url and "s3cret" not in repr(store)
+        assert store.url.endswith(f"{secret}=***")
+
+
 @pytest.mark.parametrize(("query", "message"), [
     ("schema=bad-name", "schema must be a plain SQL name"),
     ("lease=0", "lease must be a positive number of seconds"),

@@ -109,6 +109,7 @@ def run_demo(store: Store, url: str, out: IO[str], *, step_seconds: float, as_js
     agent = ScriptedAgent(steps=4, step_seconds=step_seconds)
     printer = _Printer(out, as_json)
     style, write = printer.style, printer.write
+    url = str(getattr(store, "url", url))  # the store's own, any password hidden
     if not as_json:
         write(style.paint("nous-inbox demo", "bold") + ": a person talks to an agent while it works\n")
         write(f"  session {session!r} in {printable(url)}\n")

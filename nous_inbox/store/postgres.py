@@ -122,11 +122,17 @@ def _split_url(url: str) -> tuple[str, dict[str, str], str]:
     ours = {k: v for k, v in query if k in _OURS}
     theirs = [(k, v) for k, v in query if k not in _OURS]
     conninfo = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(theirs)))
-    shown = url
+    shown = parts
     if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-        shown = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-    return conninfo, ours, shown
+        shown = shown._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1))
+    if any(k in _SECRETS for k, _ in query):  # a password given as a query parameter
+        hidden = [(k, "***" if k in _SECRETS else v) for k, v in query]
+        shown = shown._replace(query=urllib.parse.urlencode(hidden, safe="*"))
+    return conninfo, ours, (url if shown is parts else urllib.parse.urlunsplit(shown))
+
+
+#: Query parameters libpq reads as secrets: never shown in ``url``, errors or ``repr``.
+_SECRETS: Final = frozenset({"password", "sslpassword"})
 
 
 def _seconds(name: str, value: str | float | None, default: float, url: str) -> float:
