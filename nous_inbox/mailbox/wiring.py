@@ -21,6 +21,7 @@ released: with ``autotick`` that is the notice timer, else a thread that only do
 
 from __future__ import annotations
 
+import abc
 import itertools
 import logging
 import threading
@@ -81,7 +82,7 @@ class Desk:
         self.in_flight: tuple[str, tuple[str, ...]] | None = None
 
 
-class Notices:
+class Notices(abc.ABC):
     """The notice half of :class:`~nous_inbox.mailbox.post.Mailbox`: agents attached to their
     owners, and the notices delivered to them when due (see :mod:`nous_inbox.mailbox.notice`)."""
 
@@ -100,13 +101,15 @@ class Notices:
     _debounce: float
     _max_wait: float
 
+    @abc.abstractmethod
     def _catch_up(self) -> bool:
-        raise NotImplementedError  # the mailbox's
+        """Fold in what other writers appended to the mailbox's stream (the mailbox's)."""
 
+    @abc.abstractmethod
     def _commit(
         self, change: Callable[[MailboxState], tuple[Sequence[Event], _T]]
     ) -> tuple[Sequence[Event], _T]:
-        raise NotImplementedError  # the mailbox's
+        """Append what ``change`` computes from the state, and fold it in (the mailbox's)."""
 
     def attach(self, agent: str, owner: Recipient) -> None:
         """Deliver ``agent``'s mail to the session ``owner`` runs, as notices (see

@@ -544,16 +544,7 @@ class PostgresStore(StoreBase):
             held = list(self._held.values())
         for lease in held:
             lease.release()
-        with self._lock:
-            self._closed = True
-            background, self._background = self._background, None
-            db, self._db = self._db, None
-            self._subscribers.clear()
-        if background is not None:
-            background.stop(wait=False)
-        if db is not None:
-            with contextlib.suppress(psycopg.Error):
-                db.close()
+        self._close()
 
     def __repr__(self) -> str:
         mode = ", read_only=True" if self.read_only else ""
@@ -578,8 +569,19 @@ class PostgresStore(StoreBase):
             raise DecodeError(f"{where}: the stored event says seq {event.seq}")
         return event
 
-    def _close(self) -> None:  # close() is this store's own: see there
-        raise NotImplementedError
+    def _close(self) -> None:
+        # The template's hook, called by close() here after the leases went: the template's own
+        # close() would take the lock first, and a lease's release needs the connection's lock.
+        with self._lock:
+            self._closed = True
+            background, self._background = self._background, None
+            db, self._db = self._db, None
+            self._subscribers.clear()
+        if background is not None:
+            background.stop(wait=False)
+        if db is not None:
+            with contextlib.suppress(psycopg.Error):
+                db.close()
 
     # -- for the background thread ---------------------------------------------------------------
 
