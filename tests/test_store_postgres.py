@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from nous_inbox import ConcurrencyError, LeaseLostError, StoreError, StreamOwnedError
+from nous_inbox import ConcurrencyError, LeaseLostError, StoreError, StreamOwnedError, replay
 from nous_inbox.events import SCHEMA_VERSION, Warned
 from nous_inbox.journal import Journal
 from nous_inbox.store import open_store
@@ -343,3 +343,116 @@ def test_the_poll_backstop_nudges_without_any_notification(postgres_url):
         nudges = threading.Semaphore(0)
         watcher.subscribe("s", nudges.release)
         assert all(nudges.acquire(timeout=WAIT) for _ in range(3))
+
+
+# -- an owner whose lease was taken over stops for good ---------------------------------------------
+
+
+def _model(transcript: Any, tools: Any) -> Any:
+    from nous_inbox import Message, ToolCall
+
+    if transcript[-1].role == "user":
+        return Message.assistant(tool_calls=[ToolCall("c1", "work", {})])
+    return Message.assistant("done")
+
+
+def test_an_owner_whose_lease_was_taken_over_refuses_sends_and_wait_idle_says_why(postgres_url):
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    with PostgresStore(postgres_url, lease=60) as here, PostgresStore(postgres_url) as there:
+        stale = Owner(here, "s", Runner(_model, []), start=False)
+        stale.inject("before")
+        expire(postgres_url, "s", here)
+        with Owner(there, "s", Runner(_model, []), start=False) as fresh:
+            with pytest.raises(LeaseLostError, match="taken over"):
+                stale.inject("too late")
+            assert isinstance(stale.lost, LeaseLostError) and stale.lost.stream == "s"
+            with pytest.raises(LeaseLostError):  # final: every later send, without asking
+                stale.steer("still too late")
+            with pytest.raises(LeaseLostError):
+                stale.wait_idle(WAIT)
+            with pytest.raises(LeaseLostError):  # every time, not once
+                stale.wait_idle(WAIT)
+            assert not stale.running
+            stale.close()  # closing a lost owner releases nothing of the new owner's
+            fresh.inject("the new owner's")
+            assert [e.message.content for e in fresh.events()] == ["before", "the new owner's"]
+
+
+def test_a_run_whose_lease_was_taken_over_stops_at_its_next_append_writing_nothing(postgres_url):
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    in_tool, go_on = threading.Event(), threading.Event()
+
+    def work() -> str:
+        in_tool.set()
+        assert go_on.wait(WAIT)
+        return "worked"
+
+    with PostgresStore(postgres_url, lease=60) as here, PostgresStore(postgres_url) as there:
+        stale = Owner(here, "s", Runner(_model, [work]), start=False)
+        stale.steer("go")
+        assert in_tool.wait(WAIT)  # the run is inside its tool, its lease about to be taken
+        expire(postgres_url, "s", here)
+        with Owner(there, "s", Runner(_model, []), start=False) as fresh:
+            before = here.version("s")
+            go_on.set()  # the tool returns; the run's next append is refused
+            with pytest.raises(LeaseLostError):
+                stale.wait_idle(WAIT)
+            assert stale.lost is not None and not stale.running
+            assert here.version("s") == before  # the stale run wrote nothing, not even its end
+            with pytest.raises(LeaseLostError):
+                stale.steer("again")
+            stale.close()
+            last = fresh.events()[-1]  # the open turn was closed by the new owner, on opening
+            assert type(last).__name__ == "TurnEnded" and last.reason == "error"
+            assert fresh.session == replay(fresh.events())
+
+
+def test_an_idle_owner_learns_of_a_takeover_from_its_lease_renewal(postgres_url):
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    with PostgresStore(postgres_url, lease=0.6, poll=0.05) as here:
+        owner = Owner(here, "s", Runner(_model, []), start=False)
+        sql(postgres_url, "UPDATE \"SCHEMA\".nous_inbox_streams "
+                          "SET holder = 'someone else', epoch = epoch + 1 WHERE stream = %s", "s")
+        pause = threading.Event()  # never set: a bounded wait while the watcher hears of it
+        for _ in range(WAIT * 100):
+            if owner.lost is not None:
+                break
+            pause.wait(0.01)
+        assert isinstance(owner.lost, LeaseLostError)  # with no send to be refused
+        with pytest.raises(LeaseLostError):
+            owner.wait_idle(WAIT)
+        owner.close()
+
+
+def test_an_async_owner_whose_lease_was_taken_over_raises_it_from_send_and_wait_idle(
+        postgres_url):
+    import asyncio
+
+    from nous_inbox.async_owner import AsyncOwner
+    from nous_inbox.runner import Runner
+
+    async def model(transcript: Any, tools: Any) -> Any:
+        return _model(transcript, tools)
+
+    async def main() -> None:
+        with PostgresStore(postgres_url, lease=60) as here, PostgresStore(postgres_url) as there:
+            async with AsyncOwner(here, "s", Runner(model, []), start=False) as stale:
+                await stale.inject("before")
+                await asyncio.to_thread(expire, postgres_url, "s", here)
+                fresh = there.own("s")
+                with pytest.raises(LeaseLostError):
+                    await stale.inject("too late")
+                with pytest.raises(LeaseLostError):
+                    await stale.steer("still too late")
+                with pytest.raises(LeaseLostError):
+                    await stale.wait_idle(WAIT)
+            fresh.release()
+            assert [e.message.content for e in there.read("s")] == ["before"]
+
+    asyncio.run(main())
