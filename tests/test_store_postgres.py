@@ -14,14 +14,19 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 
 from nous_inbox import ConcurrencyError, LeaseLostError, StoreError, StreamOwnedError, replay
 from nous_inbox.events import SCHEMA_VERSION, Warned
 from nous_inbox.journal import Journal
 from nous_inbox.store import open_store
-from nous_inbox.store.postgres import PostgresLease, PostgresStore
+from tests import postgres_server
+
+postgres_server.require_psycopg()  # skipped without psycopg, failed in CI; then imported:
+
+import psycopg  # noqa: E402
+
+from nous_inbox.store.postgres import PostgresLease, PostgresStore  # noqa: E402
 
 WAIT = 30  # seconds; a bound for a wait that should end at once, never a sync sleep
 
@@ -80,6 +85,8 @@ def test_the_url_never_shows_a_password_given_as_a_query_parameter(postgres_url,
     ("lease=soon", "lease must be a positive number of seconds"),
     ("poll=-1", "poll must be a positive number of seconds"),
     ("pooler=statement", "pooler must be 'transaction' or 'session'"),
+    ("reconnect=-1", "reconnect must be a positive number of seconds"),
+    ("reconnect=later", "reconnect must be a positive number of seconds"),
 ])
 def test_bad_parameters_are_refused_naming_them(postgres, query, message):
     with pytest.raises(ValueError, match=message):
@@ -89,6 +96,41 @@ def test_bad_parameters_are_refused_naming_them(postgres, query, message):
 def test_parameters_reach_the_store_and_not_libpq(postgres_url):
     with open_store(f"{postgres_url}&lease=7.5&poll=0.5") as store:
         assert (store.lease, store.poll) == (7.5, 0.5)
+
+
+def test_reconnect_is_a_parameter_and_zero_means_no_retry(postgres_url):
+    with open_store(f"{postgres_url}&reconnect=2.5") as store:
+        assert store._reconnect == 2.5
+    with open_store(f"{postgres_url}&reconnect=0") as store:
+        assert store._reconnect == 0
+    with PostgresStore(f"{postgres_url}&reconnect=2.5", reconnect=4) as store:
+        assert store._reconnect == 4  # the keyword wins
+
+
+def test_the_urls_own_connect_timeout_reaches_libpq_and_the_keyword_wins(postgres_url):
+    with PostgresStore(f"{postgres_url}&connect_timeout=7") as store, store.connect() as db:
+        assert "connect_timeout=7" in db.info.dsn
+    with PostgresStore(f"{postgres_url}&connect_timeout=7", connect_timeout=3) as store, \
+            store.connect() as db:
+        assert "connect_timeout=3" in db.info.dsn
+    with PostgresStore(postgres_url) as store, store.connect() as db:
+        assert "connect_timeout=5" in db.info.dsn  # ours, when neither says
+
+
+def test_closing_releases_the_leases_and_stops_the_background_thread(postgres_url):
+    store = PostgresStore(postgres_url)
+    store.own("s")
+    store.subscribe("s", lambda: None)
+    background = store._background
+    assert background is not None
+    store.close()
+    assert not background._thread.is_alive()  # joined: nothing renews or nudges after close
+    assert sql(postgres_url, 'SELECT holder FROM "SCHEMA".nous_inbox_streams') == [(None,)]
+    with pytest.raises(ValueError, match="closed"):
+        store.own("t")
+    with pytest.raises(ValueError, match="closed"):
+        store.subscribe("s", lambda: None)
+    store.close()  # twice is fine
 
 
 def test_a_server_that_does_not_answer_is_a_store_error_naming_the_url():
@@ -225,8 +267,10 @@ def test_a_lost_connection_that_does_not_come_back_is_a_store_error(postgres_url
 def test_a_lease_is_a_row_with_a_holder_an_epoch_and_an_expiry_on_the_server_clock(pg, postgres_url):
     lease = pg.own("s")
     assert isinstance(lease, PostgresLease) and lease.epoch == 1 and not lease.lost
+    # The time left is read against clock_timestamp() (the clock as the row is read), not now()
+    # (this statement's start): a renewal committed in between is then never "in the future".
     [(holder, epoch, left)] = sql(
-        postgres_url, 'SELECT holder, epoch, extract(epoch FROM expires - now()) '
+        postgres_url, 'SELECT holder, epoch, extract(epoch FROM expires - clock_timestamp()) '
                       'FROM "SCHEMA".nous_inbox_streams WHERE stream = %s', "s")
     assert holder == lease.token and epoch == 1 and 0 < left <= pg.lease
     lease.release()
@@ -321,6 +365,28 @@ def test_a_subscriber_is_woken_by_an_append_from_another_store(postgres_url):
         sender.append("s", [Warned(text="wake")])
         assert woken.wait(WAIT)
         unsubscribe()
+
+
+def test_a_subscriber_joining_a_listening_store_is_nudged_at_once(postgres_url):
+    # A send made before the subscription notified nobody: the subscriber checks straight away
+    # rather than at the next poll (an hour here).
+    with PostgresStore(postgres_url, poll=3600) as watcher:
+        ready = threading.Event()
+        watcher.subscribe("a", ready.set)
+        assert ready.wait(WAIT)  # listening now
+        nudged: list[str] = []
+        watcher.subscribe("b", lambda: nudged.append("b"))
+        assert nudged == ["b"]  # before subscribe returned
+
+
+def test_a_session_pooler_listens_and_prepares_as_a_direct_connection_does(postgres_url):
+    with PostgresStore(f"{postgres_url}&pooler=session", poll=3600) as watcher, \
+            PostgresStore(postgres_url) as sender:
+        ready, woken = threading.Event(), threading.Event()
+        watcher.subscribe("s", lambda: (ready.set(), watcher.version("s") and woken.set()))
+        assert ready.wait(WAIT)
+        sender.append("s", [Warned(text="wake")])
+        assert woken.wait(WAIT)  # by NOTIFY: the poll is an hour away
 
 
 def test_a_subscriber_of_another_stream_is_not_woken(postgres_url):
