@@ -165,6 +165,13 @@ def test_someone_elses_tables_are_refused(pg, postgres_url):
         open_store(postgres_url)
 
 
+def test_a_store_with_a_snapshot_opens_again(pg, postgres_url):
+    pg.append("s", [Warned(text="a")])
+    assert pg.save_snapshot("s", 1, b"state")
+    with PostgresStore(postgres_url) as again:  # four tables now: still ours
+        assert again.load_snapshot("s") == (1, b"state")
+
+
 def test_streams_sort_as_python_sorts_them(pg):
     names = ["b", "B", "a", "é", "z", "_"]
     for name in names:

@@ -77,6 +77,7 @@ import hashlib
 import logging
 import os
 import re
+import select
 import socket
 import threading
 import time
@@ -105,6 +106,7 @@ DEFAULT_RECONNECT: Final = 10.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 _PAGE: Final = 512
 _OURS: Final = ("schema", "lease", "poll", "pooler", "reconnect")
+_TABLES: Final = frozenset({"nous_inbox_meta", "nous_inbox_streams", "nous_inbox_events"})
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
@@ -270,7 +272,7 @@ class PostgresStore(StoreBase):
         tables = {name for (name,) in rows}
         if not tables:
             return False
-        if tables != {"nous_inbox_meta", "nous_inbox_streams", "nous_inbox_events"}:
+        if not tables >= _TABLES:  # (the snapshots table comes later, with the first snapshot)
             raise StoreError(f"{self.url} is not a usable PostgreSQL store: schema "
                              f"{self.schema!r} has only {', '.join(sorted(tables))}")
         meta = dict(db.execute(f"SELECT key, value FROM {self._t_meta}").fetchall())
@@ -690,18 +692,34 @@ class _Background:
         self._store = store
         self.ready = False  # listening (or, behind a transaction pooler, connected)
         self._stop = threading.Event()
+        # A pipe stop() writes to, so a thread waiting for notifications wakes at once.
+        self._wake_read, self._wake_write = os.pipe()
+        self._pipe_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"nous-inbox {store.url}",
                                         daemon=True)
         self._thread.start()
 
     def stop(self, wait: bool = True) -> None:
         """Stop the thread; with ``wait``, return only once it renews and nudges no more (it
-        ends at its next tick, at most 0.2 s, or once a connection attempt under way ends)."""
+        wakes at once, unless a connection attempt or a renewal is under way)."""
         self._stop.set()
+        with self._pipe_lock:
+            if self._wake_write >= 0:
+                with contextlib.suppress(OSError):
+                    os.write(self._wake_write, b"x")
         if wait and self._thread is not threading.current_thread():
             self._thread.join(10)
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            with self._pipe_lock:
+                os.close(self._wake_read)
+                os.close(self._wake_write)
+                self._wake_read = self._wake_write = -1
+
+    def _serve(self) -> None:
         store = self._store
         renew_every = store.lease / 3
         tick = min(renew_every, store.poll, 0.2)
@@ -719,8 +737,13 @@ class _Background:
                 store._renew(db)
                 while not self._stop.is_set():
                     if listening:
-                        for note in db.notifies(timeout=tick):
-                            store._nudge(note.payload)
+                        readable, _, _ = select.select([db.fileno(), self._wake_read], [], [],
+                                                       tick)
+                        if self._stop.is_set():
+                            return
+                        if readable:
+                            for note in db.notifies(timeout=0):
+                                store._nudge(note.payload)
                     else:
                         self._stop.wait(tick)
                     now = time.monotonic()
