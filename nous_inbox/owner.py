@@ -62,6 +62,7 @@ from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore, Stop
 from nous_inbox.port import JournalPort, SendPresets, sent_event
 from nous_inbox.session import Session
+from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
 
 __all__ = ["Owner", "TurnRunner"]
@@ -107,6 +108,11 @@ def _check_runner(runner: object) -> None:
                         f"nous_inbox.Runner), got {type(runner).__name__}")
 
 
+def _snapshot_count(owner: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"Owner: snapshot_every must be an int >= 0 (0: never), got {value!r}")
+
+
 def _seconds(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"Owner: poll_interval must be a number of seconds, got {type(value).__name__}")
@@ -120,6 +126,8 @@ class Owner(SendPresets):
     ``listen`` callbacks see every event as it is recorded, in order (the owner's own and those
     another process appended); ``watch`` starts the thread that notices other processes' sends
     (``poll_interval`` seconds apart); ``start`` wakes right away if the replayed inbox wants it.
+    ``snapshot_every`` is how many events pass between two snapshots of the session (0: none;
+    see :mod:`nous_inbox.snapshot`): opening replays only what followed the newest one.
     The options are checked before the stream's lease is taken: a bad one is a ``TypeError`` or
     ``ValueError`` naming it, and nothing happened.
 
@@ -150,6 +158,9 @@ class Owner(SendPresets):
         default=0.05, kw_only=True, converter=_seconds, validator=_positive_seconds
     )
     _start: bool = attrs.field(default=True, kw_only=True, validator=_of(bool))
+    _snapshot_every: int = attrs.field(
+        default=SNAPSHOT_EVERY, kw_only=True, alias="snapshot_every", validator=_snapshot_count
+    )
 
     def __attrs_post_init__(self) -> None:
         store, stream, listen = self._store, self._stream, self._listen
@@ -167,7 +178,8 @@ class Owner(SendPresets):
         # the first one's open turn as "interrupted" and run beside it.
         self._lease = store.own(stream)
         try:
-            self._journal = Journal(store, stream, on_events=self._folded)
+            self._journal = Journal(store, stream, on_events=self._folded,
+                                    snapshot_every=self._snapshot_every)
             # The runner reads and writes the session through the one port there is; the
             # journal's claim is the one claim path (a steer another process appended joins it).
             self._port = JournalPort(self._journal, self._lock)

@@ -33,7 +33,9 @@ versions and events, refuses writes to a read-only store, numbers and time-stamp
 encodes them in the store's :class:`~nous_inbox.codec.LogFormat`, enforces the size limit and
 proves each record decodes. A store implements only a few hooks: ``_appending`` (exclude other
 writers and say the stream's version), ``_write`` (keep the encoded batch), ``_read``,
-``_version``, ``_stream_names``, ``_check_open`` and ``_close``; see their docstrings.
+``_version``, ``_stream_names``, ``_check_open`` and ``_close``; see their docstrings. Two more
+are optional, ``_save_snapshot`` and ``_load_snapshot``: where a store keeps its snapshots
+(:mod:`nous_inbox.snapshot`); without them it keeps none, and every session replays in full.
 
 Stream names are non-empty strings of at most 256 characters without control characters;
 anything else is a ``ValueError`` naming it.
@@ -339,6 +341,17 @@ class StoreBase(abc.ABC):
     def _close(self) -> None:
         """Release what the store holds (called once, with the lock)."""
 
+    def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
+        """Keep ``data`` as ``stream``'s snapshot at ``seq`` in place of any older one; whether
+        it was kept. Optional: by default a store keeps no snapshots (see
+        :mod:`nous_inbox.snapshot`). Called with the lock, never on a read-only store, with
+        ``1 <= seq <=`` the stream's version."""
+        return False
+
+    def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
+        """The newest snapshot kept for ``stream`` as ``(seq, data)``, or ``None``. Optional."""
+        return None
+
     def _encode(self, stream: str, events: list[Event]) -> list[bytes]:
         """Each event as the store keeps it: by default its bare encoding in ``_format``."""
         encode = self._format.encode
@@ -392,6 +405,38 @@ class StoreBase(abc.ABC):
         with self._lock:
             self._check_open()
             return self._stream_names()
+
+    def save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
+        """Keep ``data`` (an encoded :mod:`~nous_inbox.snapshot`) as ``stream``'s snapshot at
+        ``seq``, replacing an older one; whether it was kept.
+
+        A snapshot is a cache beside the log, never part of it: a read-only store, or one that
+        keeps none, answers ``False`` and nothing happens. ``seq`` must be between 1 and the
+        stream's version (``ValueError`` otherwise).
+        """
+        check_stream(stream)
+        if type(seq) is not int or seq < 1:
+            raise ValueError(f"snapshot of {stream!r}: seq must be an int >= 1, got {seq!r}")
+        if not isinstance(data, bytes):
+            raise TypeError(f"snapshot of {stream!r}: data must be bytes, got {type(data).__name__}")
+        with self._lock:
+            self._check_open()
+            if self.read_only:
+                return False
+            version = self._version(stream)
+            if seq > version:
+                raise ValueError(
+                    f"snapshot of {stream!r}: seq {seq} is beyond the stream's version {version}"
+                )
+            return self._save_snapshot(stream, seq, data)
+
+    def load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
+        """The newest snapshot kept for ``stream`` as ``(seq, data)``, or ``None`` (undecoded:
+        :func:`nous_inbox.snapshot.load_session` checks it before trusting it)."""
+        check_stream(stream)
+        with self._lock:
+            self._check_open()
+            return self._load_snapshot(stream)
 
     def own(self, stream: str) -> OwnerLease:
         """Take ``stream``'s owner lease; see :class:`Store`."""

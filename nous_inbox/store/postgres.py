@@ -10,6 +10,7 @@ Schema (created and versioned on open, in the URL's ``schema``, ``public`` by de
     nous_inbox_meta    (key, value)                       format and schema versions
     nous_inbox_streams (stream PK, version, holder, pid, host, epoch, expires)
     nous_inbox_events  (stream, seq, body, batch; PK (stream, seq))
+    nous_inbox_snapshots (stream PK, seq, body)           made with the first snapshot
 
 An append is one transaction: it moves the stream's row from the expected version to the new
 one (``UPDATE ... WHERE version = expected``; no row updated means
@@ -442,6 +443,36 @@ class PostgresStore(StoreBase):
                                   (stream,)).fetchone(),
         )
         return 0 if row is None else int(row[0])
+
+    def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
+        # The stream's newest snapshot, one row (a cache: its table is made with the first one).
+        table = f'"{self.schema}".nous_inbox_snapshots'
+
+        def save(db: psycopg.Connection[Any]) -> bool:
+            with db.transaction():
+                db.execute(f"CREATE TABLE IF NOT EXISTS {table} ("
+                           ' stream text COLLATE "C" PRIMARY KEY, seq bigint NOT NULL,'
+                           " body bytea NOT NULL)")
+                db.execute(f"INSERT INTO {table} AS s (stream, seq, body) VALUES (%s, %s, %s) "
+                           "ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq, "
+                           "body = excluded.body WHERE excluded.seq >= s.seq", (stream, seq, data))
+            return True
+
+        kept: bool = self._retrying(f"snapshot of stream {stream!r}", save)
+        return kept
+
+    def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
+        table = f'"{self.schema}".nous_inbox_snapshots'
+
+        def load(db: psycopg.Connection[Any]) -> Any:
+            found = db.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+            if found is None or found[0] is None:
+                return None
+            return db.execute(f"SELECT seq, body FROM {table} WHERE stream = %s",
+                              (stream,)).fetchone()
+
+        row = self._retrying(f"snapshot of stream {stream!r}", load)
+        return None if row is None else (int(row[0]), bytes(row[1]))
 
     def _stream_names(self) -> list[str]:
         rows = self._retrying(
