@@ -40,12 +40,12 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, Protocol, TypeVar, runtime_checkable
 
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target, as_message, as_target
-from nous_inbox.journal import Journal
+from nous_inbox.journal import Change, Journal
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
 
@@ -54,6 +54,8 @@ __all__ = [
 ]
 
 _EVENT_TYPES: Final = frozenset(EVENT_TYPES)
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -281,6 +283,22 @@ class JournalPort:
         with self._lock:
             (stored,), _ = self._journal.commit(_just(event))
             return stored
+
+    def commit(self, change: Change[T]) -> tuple[list[Event], T]:
+        """Append the events ``change`` computes from the session (other writers' events read
+        first), in one atomic append; see :meth:`Journal.commit
+        <nous_inbox.journal.Journal.commit>`. For a runner that records several events at one
+        boundary (a claim among them) as one transaction rather than one each.
+
+        >>> from nous_inbox.events import Warned
+        >>> port = LocalSession()
+        >>> stored, _ = port.commit(lambda session: ([Warned(text="a"), Warned(text="b")], None))
+        >>> [e.seq for e in stored]
+        [1, 2]
+        """
+        with self._lock:
+            self._journal.catch_up()
+            return self._journal.commit(change)
 
     def append(self, event: Event) -> Event:
         """Append ``event`` in a group commit with whatever other threads are appending; return

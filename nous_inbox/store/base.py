@@ -309,6 +309,9 @@ class StoreBase(abc.ABC):
     url: str
     read_only: bool
     max_record_size: int = MAX_RECORD_SIZE
+    #: Whether a call may wait on a disk, a lock or a network (an asyncio host then makes it
+    #: from a worker thread, never on its event loop). Only ``memory:`` says no.
+    blocking: bool = True
     _format: LogFormat = MSGPACK
     _lock: threading.Lock | threading.RLock
     _leases: Leases
