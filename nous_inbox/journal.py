@@ -32,8 +32,9 @@ holds the whole session). A failed save is logged, never raised: the log is the 
 Design note: flat send latency. A session of a million events is millions of objects the cyclic
 garbage collector tracks (vector nodes, tuples, metadata maps), though none can ever be part of a
 cycle. Each full collection walks them all: with such a history loaded, a send that happened to
-trigger one paused for about 200 ms. So once a session holds ``snapshot_every`` events, the
-journal calls ``gc.freeze()`` after an open and at each snapshot point, which moves every object
+trigger one paused for about 200 ms. So once a session holds ``snapshot_every`` events (or
+:data:`~nous_inbox.snapshot.SNAPSHOT_EVERY` when that is 0), the journal calls ``gc.freeze()``
+after an open and at each snapshot point, which moves every object
 then alive into the collector's permanent generation: full collections then walk only what was
 made since, and their pauses stay as short as for a short session. ``gc.freeze`` is process-wide:
 objects the host holds at that moment are not scanned for cycles again either (reference counting
@@ -186,7 +187,7 @@ class Journal:
         return True
 
     def _freeze_long(self) -> None:
-        if self._freeze and self._every and self._session.version >= self._every:
+        if self._freeze and self._session.version >= (self._every or SNAPSHOT_EVERY):
             gc.freeze()
 
     def commit(self, change: Change[T]) -> tuple[list[Event], T]:
