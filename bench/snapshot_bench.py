@@ -3,7 +3,7 @@
 One ``sqlite:`` store (the default) holds a session of ``H`` events, a run's usual mix: per round a
 steer (``MessageSent``), its claim, a step start, a model reply and a tool result, so about three
 messages in every five events reach the transcript. Each measurement runs in a fresh Python
-process, so its peak memory (``ru_maxrss``) is its own.
+process, so its peak memory (``VmHWM``) is its own.
 
 Open (the first table): the baseline is what an owner did before snapshots and still does
 without one, ``replay(store.read(stream))`` from the first event; against it,
@@ -88,6 +88,19 @@ def fill(url: str, stream: str, events: int) -> None:
             store.append(stream, batch)
 
 
+def _peak() -> int:
+    """This process's peak resident set size, in bytes (``VmHWM``: unlike ``ru_maxrss``, it does
+    not carry the parent's peak over a fork)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _rss() -> int:
     """Resident set size now, in bytes (Linux: /proc; else the peak)."""
     try:
@@ -109,7 +122,7 @@ def _child_open(url: str, how: str) -> dict[str, Any]:
             session, replayed = opened.session, opened.replayed
         seconds = time.perf_counter() - started
         return {"seconds": seconds, "added": _rss() - before, "replayed": replayed,
-                "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                "peak": _peak(),
                 "version": session.version}
 
 

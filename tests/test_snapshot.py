@@ -612,3 +612,15 @@ def test_the_snapshot_command_refuses_an_unknown_session(tmp_path: Path) -> None
     assert main(["snapshot", "--store", url, "nobody"]) == 1
     assert main(["snapshot", "--store", f"sqlite:{tmp_path / 'typo.sqlite'}", "s"]) == 1
     assert not (tmp_path / "typo.sqlite").exists()
+
+
+def test_the_interval_grows_to_a_tenth_of_the_session() -> None:
+    """A save costs what the session holds: spaced by a tenth of it, the cost per event is flat."""
+    store = open_store("memory:")
+    fill(store, "s", 100)
+    journal = Journal(store, "s", snapshot_every=2)
+    assert store.load_snapshot("s")[0] == 100
+    _send(journal, 9)
+    assert store.load_snapshot("s")[0] == 100
+    _send(journal, 1)
+    assert store.load_snapshot("s")[0] == 110
