@@ -36,6 +36,7 @@ class MemoryStore(StoreBase):
     """A :class:`~nous_inbox.store.base.Store` that keeps its streams in memory."""
 
     url = "memory:"
+    blocking = False  # a call is a few microseconds under a lock: an event loop may make it
 
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only
