@@ -204,24 +204,25 @@ class JournalPort:
     other uses of the journal (an owner passes its own; a journal is not locked by itself).
 
     ``append`` is the hosts' write (every send goes through it): a **group commit**. A sender
-    queues its event; if no transaction is under way it becomes the leader, else it waits. The
-    leader first *gathers*: the senders of the last round (those its batch released, and those
-    who queued while it committed) are likely back at once with their next sends, so it waits
-    for them, at most half a commit's smoothed time (between ``GATHER_SECONDS`` and
-    ``GATHER_MAX_SECONDS``); a lone sender never waits. Then it appends everything queued in
-    one atomic append, one transaction of the store, marks each event stored (or failed) and
-    wakes everyone: its own senders return, and one of those who queued meanwhile leads the
-    next batch (leadership is handed over: a leader commits one batch, the one holding its own
-    event, so no sender commits for the others indefinitely). The last sender a gathering leader
-    waits for takes the batch and leads it itself, rather than wake the leader to. No call returns before the
-    transaction holding its event committed, so acknowledged still means durable, and each
-    sender's events keep their order (a sender waits for one before it sends the next). A batch
-    the store refuses before writing anything (a ``TypeError`` or ``ValueError``: an event too
-    large, one that does not fold) is tried again one event at a time, so one bad event fails
-    only its own sender; any other failure (a ``StoreError``, say, whose transaction may have
-    committed) is raised to every sender of the batch, and nothing is appended twice. A send
-    made by a thread that already holds ``lock`` (a listener called while a batch commits) is
-    committed directly rather than queued behind itself.
+    queues its event; if no transaction is under way it becomes the leader, else it waits (on a
+    lock of its own, so a wake-up reaches exactly the thread concerned). The leader first
+    *gathers*: the senders of the last round (those its batch released, and those who queued
+    while it committed) are likely back at once with their next sends, so it waits for them, at
+    most half a commit's smoothed time (between ``GATHER_SECONDS`` and ``GATHER_MAX_SECONDS``);
+    a lone sender never waits, and the last sender it waits for takes the batch and leads it
+    itself rather than wake the leader. Then the leader appends everything queued in one atomic
+    append, one transaction of the store, marks each event stored (or failed), hands the
+    leadership to the first sender who queued meanwhile (a leader commits one batch, the one
+    holding its own event, so no sender commits for the others indefinitely) and wakes its
+    batch's senders. No call returns before the transaction holding its event committed, so
+    acknowledged still means durable, and each sender's events keep their order (a sender waits
+    for one before it sends the next). A batch the store refuses before writing anything (a
+    ``TypeError`` or ``ValueError``: an event too large, one that does not fold) is tried again
+    one event at a time, so one bad event fails only its own sender; any other failure (a
+    ``StoreError``, say, whose transaction may have committed) is raised to every sender of the
+    batch, and nothing is appended twice. A send made by a thread that already holds ``lock``
+    (a listener called while a batch commits) is committed directly rather than queued behind
+    itself.
 
     >>> from nous_inbox.store import open_store
     >>> port = JournalPort(Journal(open_store("memory:"), "s"))
