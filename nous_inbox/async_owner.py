@@ -324,6 +324,18 @@ class AsyncOwner:
         """Every event with ``seq > after``: the stored ones, then each as it is recorded, until
         the owner closes. Resume a stream by passing the last ``seq`` you saw.
 
+        >>> import asyncio
+        >>> from nous_inbox.store import open_store
+        >>> from nous_inbox.runner import Runner
+        >>> async def main():
+        ...     async with AsyncOwner(open_store("memory:"), "s", Runner(lambda t, tools: "ok")) as owner:
+        ...         for text in ("a", "b", "c"):
+        ...             await owner.inject(text)
+        ...         reader = owner.events(after=1)          # a client that saw #1 reconnects
+        ...         return [(await anext(reader)).seq, (await anext(reader)).seq]
+        >>> asyncio.run(main())
+        [2, 3]
+
         The reader listens before it reads the store, so an event recorded meanwhile is in one
         or both (the repeat is dropped by ``seq``); a reader that falls behind has its events
         queued for it, in order. Closing the iterator (``aclose``, ``break``) stops listening.
@@ -555,7 +567,10 @@ class AsyncOwner:
 
         subscribe = getattr(self._store, "subscribe", None)
         if callable(subscribe):
-            self._unsubscribe = await self._call(subscribe, self._stream, poke)
+            try:
+                self._unsubscribe = await self._call(subscribe, self._stream, poke)
+            except Exception:
+                logger.exception("could not subscribe to session %r; polling", self._stream)
         while True:
             if self._unsubscribe is None:
                 await asyncio.sleep(self._poll_interval)
@@ -597,8 +612,9 @@ class AsyncOwner:
                         self._react_scheduled = False
                         return
                     events = self._batches.popleft()
+                readers = tuple(self._readers)
                 for event in events:
-                    for reader in self._readers:
+                    for reader in readers:
                         reader.put_nowait(event)
                     for listener in list(self._listeners):
                         try:
@@ -629,31 +645,39 @@ class AsyncOwner:
         me = asyncio.current_task()
         journal, port = self._open_journal(), self._port
         took: bool | None = None  # whether the last turn claimed anything; None before the first
+        stop: Stop | None = None
         try:
-            while True:
-                answer = self._core.next_turn(journal.session, took)
-                if isinstance(answer, Stop):
-                    if answer.record:
-                        await self._append_soon(answer.record)  # queued before any later run's
-                    return
-                if took is not None:
-                    cancel = self._cancel = asyncio.Event()
-                took = False
-                async for event in self._runner.arun_turn(port, reason=answer.reason, cancel=cancel):
-                    took = took or type(event) is QueueClaimed
-        except asyncio.CancelledError:
-            self._core.failed(journal.session, asyncio.CancelledError())  # the runner recorded it
-            raise
-        except Exception as exc:
-            logger.exception("the run of session %r failed", self._stream)
-            self._failure = exc
-            stop = self._core.failed(journal.session, exc)
+            try:
+                while True:
+                    answer = self._core.next_turn(journal.session, took)
+                    if isinstance(answer, Stop):
+                        stop = answer
+                        break
+                    if took is not None:
+                        cancel = self._cancel = asyncio.Event()
+                    took = False
+                    async for event in self._runner.arun_turn(
+                        port, reason=answer.reason, cancel=cancel
+                    ):
+                        took = took or type(event) is QueueClaimed
+            except asyncio.CancelledError:
+                self._core.failed(journal.session, asyncio.CancelledError())  # runner recorded it
+                raise
+            except Exception as exc:
+                logger.exception("the run of session %r failed", self._stream)
+                self._failure = exc
+                stop = self._core.failed(journal.session, exc)
+            # The core has stopped this run (a send may start the next one from here on), so
+            # nothing below may touch it. The record is queued before any later run's events.
             if stop.record:
                 try:
                     await self._append_soon(stop.record)
-                except Exception:
-                    logger.exception("could not record the end of session %r's failed turn",
-                                     self._stream)
+                except Exception as exc:
+                    logger.exception("could not record the end of session %r's run", self._stream)
+                    if isinstance(exc, LeaseLostError):
+                        self._lease_lost(exc)
+                    elif self._failure is None:
+                        self._failure = exc
         finally:
             if self._run is me:
                 self._run = None
