@@ -34,6 +34,14 @@ refused with ``StreamOwnedError``. When a process dies without ``close()``, a fi
 lease dies with it at once; a PostgreSQL lease only expires, ``lease`` seconds after its last
 renewal.
 
+A lease taken over is final. When a store whose leases expire (PostgreSQL) finds this owner's
+lease was taken over by another owner (this host was paused or cut off for longer than the
+lease), it fences every append with :class:`~nous_inbox.errors.LeaseLostError` and writes
+nothing. The owner then stops for good: the run stops at its next append (without recording
+anything: the session is someone else's now), nothing starts any more, the watcher stops, and
+``lost`` holds the error, which ``wait_idle()`` and every later send raise. Close it and open a
+new owner (which waits for the lease) if this host should run the session again.
+
 Other processes. Appends are made with the stream's expected version. When another process (the
 ``nous-inbox steer`` command, say) has appended in between, the store refuses, the owner reads
 what it missed, folds it in, and tries again; a watcher thread polls the store's cheap version
@@ -55,6 +63,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
+from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Inbox, Target
 from nous_inbox.journal import Journal
@@ -171,6 +180,8 @@ class Owner(SendPresets):
         self._worker: threading.Thread | None = None
         self._cancel: threading.Event | None = None
         self._closed = threading.Event()
+        self._halt = threading.Event()  # closed or lost: the watcher stops
+        self._lost: LeaseLostError | None = None  # the lease was taken over: final
         self._nudge = threading.Event()  # the store says the stream may have changed (or close)
         self._failure: BaseException | None = None
         self._core = OwnerCore()  # every decision; this class does the threads and the I/O
@@ -227,6 +238,15 @@ class Owner(SendPresets):
         return self._closed.is_set()
 
     @property
+    def lost(self) -> LeaseLostError | None:
+        """The ``LeaseLostError`` that stopped this owner for good, or ``None``.
+
+        Set once the store refused an append because another owner took the lease over (see the
+        module notes); from then on ``wait_idle`` and every send raise it.
+        """
+        return self._lost
+
+    @property
     def running(self) -> bool:
         """Whether a run is going (or about to start)."""
         return self._worker is not None
@@ -258,7 +278,11 @@ class Owner(SendPresets):
         self._check_open()
         # A group commit: concurrent sends share one transaction (see JournalPort.append); it
         # returns once that has committed. A waking send wakes as its batch is folded in.
-        stored = self._port.append(event)
+        try:
+            stored = self._port.append(event)
+        except LeaseLostError as exc:
+            self._lose(exc)
+            raise
         return stored  # type: ignore[return-value]
 
     def prompt(self, text: Message | str) -> MessageSent:
@@ -286,11 +310,14 @@ class Owner(SendPresets):
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until no run is going; ``False`` if ``timeout`` seconds passed first.
 
-        Re-raises (once) an exception that ended the last run, such as a failing model.
+        Re-raises (once) an exception that ended the last run, such as a failing model; raises
+        ``lost`` (every time, at once) when the owner's lease was taken over.
         """
         with self._changed:
-            idle = self._changed.wait_for(lambda: self._worker is None, timeout)
+            idle = self._changed.wait_for(
+                lambda: self._worker is None or self._lost is not None, timeout)
             failure, self._failure = self._failure, None
+        self._raise_if_lost()
         if failure is not None:
             raise failure
         return idle
@@ -302,6 +329,7 @@ class Owner(SendPresets):
         seconds the lease is kept, so no other owner can start a run beside it.
         """
         self._closed.set()
+        self._halt.set()
         self._nudge.set()
         with self._lock:
             if self._core.close() and self._cancel is not None:
@@ -327,8 +355,27 @@ class Owner(SendPresets):
     # -- the log --------------------------------------------------------------------------------
 
     def _check_open(self) -> None:
+        self._raise_if_lost()
         if self._closed.is_set():
             raise RuntimeError(f"owner of session {self._stream!r} is closed")
+
+    def _raise_if_lost(self) -> None:
+        lost = self._lost
+        if lost is not None:  # a new error each time, so no traceback grows on the stored one
+            raise LeaseLostError(str(lost), stream=lost.stream, epoch=lost.epoch) from lost
+
+    def _lose(self, error: LeaseLostError) -> None:
+        """The store says the lease was taken over: stop for good (see the module notes)."""
+        with self._lock:
+            if self._lost is None:
+                self._lost = error
+                logger.error("the owner of session %r lost its lease and stops: %s",
+                             self._stream, error)
+            if self._core.close() and self._cancel is not None:
+                self._cancel.set()
+            self._changed.notify_all()
+        self._halt.set()
+        self._nudge.set()
 
     def _folded(self, events: Sequence[Event]) -> None:
         """Every batch the journal folds in: tell the listeners, and wake for a waking send."""
@@ -384,6 +431,11 @@ class Owner(SendPresets):
                 took = False
                 for event in self._runner.run_turn(self._port, reason=answer.reason, cancel=cancel):
                     took = took or type(event) is QueueClaimed
+        except LeaseLostError as exc:
+            self._lose(exc)
+            with self._lock:  # nothing to record: the session is another owner's now
+                self._core.failed(self._journal.session, exc)
+                self._stop_working(Stop())
         except BaseException as exc:
             logger.exception("the run of session %r failed", self._stream)
             with self._lock:
@@ -395,10 +447,14 @@ class Owner(SendPresets):
         try:
             if stop.record:
                 self._append(list(stop.record))
-        except Exception:
+        except Exception as exc:
             if not failing:
                 raise
-            logger.exception("could not record the end of session %r's failed turn", self._stream)
+            if isinstance(exc, LeaseLostError):
+                self._lose(exc)
+            else:
+                logger.exception("could not record the end of session %r's failed turn",
+                                 self._stream)
         finally:
             self._worker = None
             self._cancel = None
@@ -413,13 +469,18 @@ class Owner(SendPresets):
         try:
             while True:
                 if unsubscribe is None:
-                    if self._closed.wait(interval):
+                    if self._halt.wait(interval):
                         return
                 else:
                     self._nudge.wait()
                     self._nudge.clear()
-                    if self._closed.is_set():
+                    if self._halt.is_set():
                         return
+                if getattr(self._lease, "lost", False) is True:  # a renewal found it taken
+                    self._lose(LeaseLostError(
+                        f"stream {self._stream!r}: this owner's lease was taken over by another "
+                        f"owner", stream=self._stream, epoch=getattr(self._lease, "epoch", 0)))
+                    return
                 try:
                     if self._store.version(self._stream) != self._journal.session.version:
                         with self._lock:
