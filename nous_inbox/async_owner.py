@@ -179,8 +179,8 @@ class AsyncOwner:
         # The run: its task, the current turn's cancel, "no run" as an event, how the last ended.
         self._run: asyncio.Task[None] | None = None
         self._cancel: asyncio.Event | None = None
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._settled = asyncio.Event()  # no run going, or the lease was lost: wait_idle returns
+        self._settled.set()
         self._failure: BaseException | None = None
         # Folded batches on their way to the loop, in log order (appended under the journal lock).
         self._batches: collections.deque[Sequence[Event]] = collections.deque()
@@ -264,7 +264,7 @@ class AsyncOwner:
             if not run.done():
                 run.cancel()
                 await asyncio.wait((run,), timeout=timeout)
-        if self._watcher is not None:
+        if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
             await asyncio.wait((self._watcher,))
         try:
@@ -432,20 +432,20 @@ class AsyncOwner:
         """Wait until no run is going; ``False`` if ``timeout`` seconds passed first.
 
         Re-raises (once) an exception that ended the last run, such as a failing model; raises
-        the ``LeaseLostError`` of an owner whose stream was taken over, every time.
+        ``lost`` (every time, at once, without waiting for the run) when another owner took the
+        stream over.
         """
         if timeout is None:
-            await self._idle.wait()
+            await self._settled.wait()
         else:
             try:
-                await asyncio.wait_for(self._idle.wait(), timeout)
+                await asyncio.wait_for(self._settled.wait(), timeout)
             except TimeoutError:
                 return False
+        self._raise_if_lost()
         failure, self._failure = self._failure, None
         if failure is not None:
             raise failure
-        if self._core.lost is not None:
-            raise self._core.lost
         return True
 
     def __repr__(self) -> str:
@@ -469,8 +469,7 @@ class AsyncOwner:
 
     def _check_open(self) -> None:
         self._open_journal()
-        if self._core.lost is not None:
-            raise self._core.lost
+        self._raise_if_lost()
         if self._closed:
             raise RuntimeError(f"AsyncOwner of session {self._stream!r} is closed")
 
@@ -577,6 +576,11 @@ class AsyncOwner:
             else:
                 await nudge.wait()
                 nudge.clear()
+            if getattr(self._lease, "lost", False) is True:  # a renewal found it taken over
+                self._lease_lost(LeaseLostError(
+                    f"stream {self._stream!r}: this owner's lease was taken over by another "
+                    f"owner", stream=self._stream, epoch=getattr(self._lease, "epoch", 0)))
+                return
             try:
                 await self._call(self._catch_up)
             except Exception:
@@ -628,16 +632,28 @@ class AsyncOwner:
         finally:
             self._reacting = False
 
+    def _raise_if_lost(self) -> None:
+        lost = self._core.lost
+        if lost is not None:  # a new error each time, so no traceback grows on the stored one
+            raise LeaseLostError(str(lost), stream=lost.stream, epoch=lost.epoch) from lost
+
     def _lease_lost(self, error: LeaseLostError) -> None:
+        """The store says another owner took the stream over: stop for good (on the loop)."""
+        if self._core.lost is None:
+            logger.error("the owner of session %r lost its lease and stops: %s",
+                         self._stream, error)
         if self._core.lease_lost(error) and self._cancel is not None:
             self._cancel.set()
+        self._settled.set()
+        if self._watcher is not None and self._watcher is not asyncio.current_task():
+            self._watcher.cancel()
 
     def _start_run(self) -> None:
         """The core said start. The first turn's cancel exists as soon as the run does, so a
         cancel() right after the send that woke it is honoured before the turn starts."""
         assert self._loop is not None
         self._cancel = asyncio.Event()
-        self._idle.clear()
+        self._settled.clear()
         self._run = self._loop.create_task(self._work(self._cancel),
                                            name=f"nous-inbox run {self._stream}")
 
@@ -682,4 +698,4 @@ class AsyncOwner:
             if self._run is me:
                 self._run = None
                 self._cancel = None
-                self._idle.set()
+                self._settled.set()

@@ -459,3 +459,53 @@ def test_a_run_whose_lease_is_taken_over_stops_without_recording_more() -> None:
             assert "ModelReplied" not in kinds and kinds[-1] == "ModelRequested"
 
     asyncio.run(main())
+
+
+class RenewalLost:
+    """A store whose lease can be found taken over (``lease.lost = True``), as the PostgreSQL
+    lease's renewal finds it, with no append needed to notice."""
+
+    blocking = True
+
+    def __init__(self, inner: Store) -> None:
+        self._inner = inner
+        self.lease: Any = None
+
+    def own(self, stream: str) -> Any:
+        inner = self._inner.own(stream)
+
+        class Lease:
+            lost = False
+            epoch = 7
+
+            def release(self) -> None:
+                inner.release()
+
+        self.lease = Lease()
+        return self.lease
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_the_watcher_notices_a_lease_taken_over_and_the_run_stops() -> None:
+    store = RenewalLost(open_store("memory:"))
+    asked = asyncio.Event()
+
+    async def stuck(transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+        asked.set()
+        await asyncio.Event().wait()  # still thinking when the lease is lost
+        raise AssertionError("unreachable")
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(stuck), poll_interval=0.01) as owner:  # type: ignore[arg-type]
+            await owner.steer("go")
+            await asyncio.wait_for(asked.wait(), WAIT)
+            store.lease.lost = True
+            with pytest.raises(LeaseLostError, match="taken over") as raised:
+                await owner.wait_idle(WAIT)  # returns at once when the watcher notices
+            assert raised.value.epoch == 7 and owner.lost is not None
+            with pytest.raises(LeaseLostError):
+                await owner.steer("more")
+
+    asyncio.run(main())
