@@ -168,6 +168,24 @@ def test_opening_from_a_snapshot_equals_the_full_replay(
     _property(store, data, actions)
 
 
+@settings(max_examples=30 * STRESS, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=_actions, every=st.integers(1, 12), split=st.integers(0, 40))
+def test_a_journal_reopened_at_any_point_holds_the_full_replay(
+    actions: list[tuple[Any, ...]], every: int, split: int
+) -> None:
+    """Whatever the interval, and whenever the owner stops and another opens: the same value."""
+    store = open_store("memory:")
+    events = _events(actions)
+    journal = Journal(store, "s", snapshot_every=every, freeze_gc=False)
+    for i, event in enumerate(events):
+        if i == split:
+            journal = Journal(store, "s", snapshot_every=every, freeze_gc=False)
+        journal.commit(lambda s, e=event: ([e], None))
+    reopened = Journal(store, "s", snapshot_every=every, freeze_gc=False)
+    assert reopened.session == journal.session == replay(store.read("s"))
+    assert reopened.replayed < max(every, store.version("s") // 10 + 1)
+
+
 # -- every store keeps the newest snapshot per stream --------------------------------------------
 
 
@@ -189,7 +207,7 @@ def test_a_snapshot_seq_must_be_within_the_stream(store: Any, seq: Any) -> None:
     assert store.load_snapshot("s") is None
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres"])
 def test_a_snapshot_survives_reopening_the_store(url: str) -> None:
     with open_store(url) as store:
         fill(store, "s", 30)
@@ -455,7 +473,7 @@ def _send(journal: Journal, n: int) -> None:
         journal.commit(lambda s, i=i: ([sent(f"m{i}", wakeup=False)], None))
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres"])
 def test_a_journal_saves_every_n_events_and_reopens_from_the_snapshot(url: str) -> None:
     with open_store(url) as store:
         _send(Journal(store, "s", snapshot_every=10), 25)
@@ -540,7 +558,7 @@ def test_an_owner_refuses_a_bad_snapshot_every(bad: Any) -> None:
 # -- read-only stores read snapshots and save none -----------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres"])
 def test_a_read_only_store_opens_from_a_snapshot_and_saves_none(url: str) -> None:
     with open_store(url) as store:
         fill(store, "s", 30)
