@@ -11,16 +11,17 @@ median over many. Sides, same pre-built messages:
 * baseline: an ``asyncio.Queue`` inbox (``put`` to send, drain with ``get_nowait`` to claim),
   what an asyncio host would write by hand (it keeps nothing through a crash);
 * ``AsyncOwner`` on ``memory:``: each send an appended, folded ``MessageSent``, each claim the
-  run's port claim (one ``QueueClaimed``); store calls inline (the default for ``memory:``);
-* ``AsyncOwner`` on ``sqlite:``: the same, durably, with the store I/O in worker threads (the
-  default for a real store): the event loop never waits on the disk.
+  run's port claim (one ``QueueClaimed``); store calls inline (``memory:`` does not block);
+* ``AsyncOwner`` on ``sqlite:``: the same, durably, with the store calls on the owner's worker
+  thread, the claim through the port's ``call_io`` as a run makes it: the event loop never waits
+  on the disk.
 
 **Adapter overhead per model request.** One pydantic-ai ``Agent`` with a ``FunctionModel`` that
 takes 1 ms (``asyncio.sleep(0.001)``) and calls a trivial tool ``S - 1`` times before answering,
 so a run is ``S`` model requests. Sides: the agent run directly (``agent.run``); the same agent
 through :class:`~nous_inbox.compat.pydantic_ai.AgentRunner` on an in-memory ``LocalSession``
 (claims and records inline); and through an ``AsyncOwner`` on ``sqlite:`` (every request's
-claim and records durable, in worker threads). Reported: time per model request, and the ratio to
+claim and records durable, on the owner's worker thread). Reported: time per model request, and the ratio to
 the bare agent.
 
 Ratios are how many times slower than the baseline. ``python -m bench --only async_bench``

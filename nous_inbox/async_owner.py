@@ -179,8 +179,8 @@ class AsyncOwner:
         # The run: its task, the current turn's cancel, "no run" as an event, how the last ended.
         self._run: asyncio.Task[None] | None = None
         self._cancel: asyncio.Event | None = None
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._settled = asyncio.Event()  # no run going, or the lease was lost: wait_idle returns
+        self._settled.set()
         self._failure: BaseException | None = None
         # Folded batches on their way to the loop, in log order (appended under the journal lock).
         self._batches: collections.deque[Sequence[Event]] = collections.deque()
@@ -264,7 +264,7 @@ class AsyncOwner:
             if not run.done():
                 run.cancel()
                 await asyncio.wait((run,), timeout=timeout)
-        if self._watcher is not None:
+        if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
             await asyncio.wait((self._watcher,))
         try:
@@ -323,6 +323,18 @@ class AsyncOwner:
     async def events(self, after: int = 0) -> AsyncIterator[Event]:
         """Every event with ``seq > after``: the stored ones, then each as it is recorded, until
         the owner closes. Resume a stream by passing the last ``seq`` you saw.
+
+        >>> import asyncio
+        >>> from nous_inbox.store import open_store
+        >>> from nous_inbox.runner import Runner
+        >>> async def main():
+        ...     async with AsyncOwner(open_store("memory:"), "s", Runner(lambda t, tools: "ok")) as owner:
+        ...         for text in ("a", "b", "c"):
+        ...             await owner.inject(text)
+        ...         reader = owner.events(after=1)          # a client that saw #1 reconnects
+        ...         return [(await anext(reader)).seq, (await anext(reader)).seq]
+        >>> asyncio.run(main())
+        [2, 3]
 
         The reader listens before it reads the store, so an event recorded meanwhile is in one
         or both (the repeat is dropped by ``seq``); a reader that falls behind has its events
@@ -420,20 +432,20 @@ class AsyncOwner:
         """Wait until no run is going; ``False`` if ``timeout`` seconds passed first.
 
         Re-raises (once) an exception that ended the last run, such as a failing model; raises
-        the ``LeaseLostError`` of an owner whose stream was taken over, every time.
+        ``lost`` (every time, at once, without waiting for the run) when another owner took the
+        stream over.
         """
         if timeout is None:
-            await self._idle.wait()
+            await self._settled.wait()
         else:
             try:
-                await asyncio.wait_for(self._idle.wait(), timeout)
+                await asyncio.wait_for(self._settled.wait(), timeout)
             except TimeoutError:
                 return False
+        self._raise_if_lost()
         failure, self._failure = self._failure, None
         if failure is not None:
             raise failure
-        if self._core.lost is not None:
-            raise self._core.lost
         return True
 
     def __repr__(self) -> str:
@@ -457,8 +469,7 @@ class AsyncOwner:
 
     def _check_open(self) -> None:
         self._open_journal()
-        if self._core.lost is not None:
-            raise self._core.lost
+        self._raise_if_lost()
         if self._closed:
             raise RuntimeError(f"AsyncOwner of session {self._stream!r} is closed")
 
@@ -555,13 +566,21 @@ class AsyncOwner:
 
         subscribe = getattr(self._store, "subscribe", None)
         if callable(subscribe):
-            self._unsubscribe = await self._call(subscribe, self._stream, poke)
+            try:
+                self._unsubscribe = await self._call(subscribe, self._stream, poke)
+            except Exception:
+                logger.exception("could not subscribe to session %r; polling", self._stream)
         while True:
             if self._unsubscribe is None:
                 await asyncio.sleep(self._poll_interval)
             else:
                 await nudge.wait()
                 nudge.clear()
+            if getattr(self._lease, "lost", False) is True:  # a renewal found it taken over
+                self._lease_lost(LeaseLostError(
+                    f"stream {self._stream!r}: this owner's lease was taken over by another "
+                    f"owner", stream=self._stream, epoch=getattr(self._lease, "epoch", 0)))
+                return
             try:
                 await self._call(self._catch_up)
             except Exception:
@@ -597,8 +616,9 @@ class AsyncOwner:
                         self._react_scheduled = False
                         return
                     events = self._batches.popleft()
+                readers = tuple(self._readers)
                 for event in events:
-                    for reader in self._readers:
+                    for reader in readers:
                         reader.put_nowait(event)
                     for listener in list(self._listeners):
                         try:
@@ -612,16 +632,28 @@ class AsyncOwner:
         finally:
             self._reacting = False
 
+    def _raise_if_lost(self) -> None:
+        lost = self._core.lost
+        if lost is not None:  # a new error each time, so no traceback grows on the stored one
+            raise LeaseLostError(str(lost), stream=lost.stream, epoch=lost.epoch) from lost
+
     def _lease_lost(self, error: LeaseLostError) -> None:
+        """The store says another owner took the stream over: stop for good (on the loop)."""
+        if self._core.lost is None:
+            logger.error("the owner of session %r lost its lease and stops: %s",
+                         self._stream, error)
         if self._core.lease_lost(error) and self._cancel is not None:
             self._cancel.set()
+        self._settled.set()
+        if self._watcher is not None and self._watcher is not asyncio.current_task():
+            self._watcher.cancel()
 
     def _start_run(self) -> None:
         """The core said start. The first turn's cancel exists as soon as the run does, so a
         cancel() right after the send that woke it is honoured before the turn starts."""
         assert self._loop is not None
         self._cancel = asyncio.Event()
-        self._idle.clear()
+        self._settled.clear()
         self._run = self._loop.create_task(self._work(self._cancel),
                                            name=f"nous-inbox run {self._stream}")
 
@@ -629,33 +661,41 @@ class AsyncOwner:
         me = asyncio.current_task()
         journal, port = self._open_journal(), self._port
         took: bool | None = None  # whether the last turn claimed anything; None before the first
+        stop: Stop | None = None
         try:
-            while True:
-                answer = self._core.next_turn(journal.session, took)
-                if isinstance(answer, Stop):
-                    if answer.record:
-                        await self._append_soon(answer.record)  # queued before any later run's
-                    return
-                if took is not None:
-                    cancel = self._cancel = asyncio.Event()
-                took = False
-                async for event in self._runner.arun_turn(port, reason=answer.reason, cancel=cancel):
-                    took = took or type(event) is QueueClaimed
-        except asyncio.CancelledError:
-            self._core.failed(journal.session, asyncio.CancelledError())  # the runner recorded it
-            raise
-        except Exception as exc:
-            logger.exception("the run of session %r failed", self._stream)
-            self._failure = exc
-            stop = self._core.failed(journal.session, exc)
+            try:
+                while True:
+                    answer = self._core.next_turn(journal.session, took)
+                    if isinstance(answer, Stop):
+                        stop = answer
+                        break
+                    if took is not None:
+                        cancel = self._cancel = asyncio.Event()
+                    took = False
+                    async for event in self._runner.arun_turn(
+                        port, reason=answer.reason, cancel=cancel
+                    ):
+                        took = took or type(event) is QueueClaimed
+            except asyncio.CancelledError:
+                self._core.failed(journal.session, asyncio.CancelledError())  # runner recorded it
+                raise
+            except Exception as exc:
+                logger.exception("the run of session %r failed", self._stream)
+                self._failure = exc
+                stop = self._core.failed(journal.session, exc)
+            # The core has stopped this run (a send may start the next one from here on), so
+            # nothing below may touch it. The record is queued before any later run's events.
             if stop.record:
                 try:
                     await self._append_soon(stop.record)
-                except Exception:
-                    logger.exception("could not record the end of session %r's failed turn",
-                                     self._stream)
+                except Exception as exc:
+                    logger.exception("could not record the end of session %r's run", self._stream)
+                    if isinstance(exc, LeaseLostError):
+                        self._lease_lost(exc)
+                    elif self._failure is None:
+                        self._failure = exc
         finally:
             if self._run is me:
                 self._run = None
                 self._cancel = None
-                self._idle.set()
+                self._settled.set()

@@ -16,6 +16,7 @@ import pytest
 
 from nous_inbox import Message, MessageSent, ToolCall, TurnEnded, TurnStarted, replay
 from nous_inbox.async_owner import AsyncOwner
+from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event
 from nous_inbox.runner import Runner
 from nous_inbox.store import Store, open_store
@@ -305,3 +306,206 @@ def test_a_runs_record_held_in_the_store_leaves_the_loop_running_other_tasks() -
 
     asyncio.run(main())
     assert held == ["ran"]
+
+
+# -- events(after=): resuming a stream while others append -------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("after", [0, 3, 7])
+def test_a_reader_resumed_mid_stream_sees_every_later_event_once_in_order(
+    tmp_path: Path, kind: str, after: int
+) -> None:
+    url = "memory:" if kind == "memory" else f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    store = open_store(url)
+
+    def other_writer() -> None:  # another writer of the stream, appending straight to the store
+        for i in range(10):
+            store.append("s", [MessageSent(target="next_step", wakeup=False,
+                                           message=Message.user(f"other {i}"))])
+
+    async def main() -> list[int]:
+        async with AsyncOwner(store, "s", Runner(echo), poll_interval=0.01) as owner:
+            for i in range(8):
+                await owner.inject(f"before {i}")
+            reader = owner.events(after=after)
+            first = asyncio.ensure_future(anext(reader))  # the reader starts amid the sends
+
+            async def ours() -> None:
+                for i in range(20):
+                    await owner.inject(f"ours {i}")
+
+            await asyncio.gather(ours(), asyncio.to_thread(other_writer), first)
+            last = store.version("s")
+            seqs = [first.result().seq]
+            while seqs[-1] < last:
+                seqs.append((await asyncio.wait_for(anext(reader), WAIT)).seq)
+            await reader.aclose()
+            return seqs
+
+    assert asyncio.run(main()) == list(range(after + 1, 8 + 20 + 10 + 1))
+    store.close()
+
+
+def test_a_reader_of_a_closed_owner_is_refused() -> None:
+    async def main() -> None:
+        owner = AsyncOwner(open_store("memory:"), "s", Runner(echo))
+        async with owner:
+            pass
+        with pytest.raises(RuntimeError, match="closed"):
+            await anext(owner.events())
+
+    asyncio.run(main())
+
+
+# -- cancel, close ---------------------------------------------------------------------------------
+
+
+def test_a_cancel_right_after_the_waking_send_means_no_turn_starts() -> None:
+    store = open_store("memory:")
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(echo)) as owner:
+            await owner.steer("go")
+            assert owner.running and owner.cancel()
+            assert await owner.wait_idle(WAIT)
+            assert [type(e).__name__ for e in store.read("s")] == ["MessageSent"]
+            assert owner.inbox.count("next_step") == 1  # still queued, waking nothing
+            assert not owner.cancel()  # nothing to cancel now
+
+    asyncio.run(main())
+
+
+def test_closing_ends_a_run_stuck_in_its_model_and_gives_the_stream_up() -> None:
+    store = open_store("memory:")
+    asked = asyncio.Event()
+
+    async def stuck(transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+        asked.set()
+        await asyncio.Event().wait()  # never answers
+        raise AssertionError("unreachable")
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(stuck)) as owner:
+            await owner.steer("go")
+            await asyncio.wait_for(asked.wait(), WAIT)
+        ends = [e for e in store.read("s") if isinstance(e, TurnEnded)]
+        assert [e.reason for e in ends] == ["cancelled"]
+        async with AsyncOwner(store, "s", Runner(echo), start=False) as again:  # lease released
+            assert not again.session.running
+
+    asyncio.run(main())
+
+
+# -- a lost lease ------------------------------------------------------------------------------
+
+
+class TakenOver:
+    """A store whose lease another owner takes over at ``take()``: from then on every append is
+    fenced (``LeaseLostError``, nothing written), as PostgreSQL does."""
+
+    def __init__(self, inner: Store, blocking: bool) -> None:
+        self._inner = inner
+        self.blocking = blocking
+        self.taken = False
+
+    def take(self) -> None:
+        self.taken = True
+
+    def append(self, *args: Any, **kwargs: Any) -> Any:
+        if self.taken:
+            raise LeaseLostError("lease of stream 's' was taken over; nothing was written",
+                                 stream="s", epoch=1)
+        return self._inner.append(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_an_owner_whose_lease_was_taken_over_stops_and_says_so(blocking: bool) -> None:
+    store = TakenOver(open_store("memory:"), blocking)
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(echo)) as owner:  # type: ignore[arg-type]
+            await owner.inject("before")
+            store.take()
+            with pytest.raises(LeaseLostError):
+                await owner.steer("after")
+            assert owner.lost is not None and owner.closed
+            with pytest.raises(LeaseLostError):  # every later send, and every wait
+                await owner.inject("again")
+            with pytest.raises(LeaseLostError):
+                await owner.wait_idle(WAIT)
+            assert not owner.running and owner.session.version == 1
+
+    asyncio.run(main())
+
+
+def test_a_run_whose_lease_is_taken_over_stops_without_recording_more() -> None:
+    store = TakenOver(open_store("memory:"), blocking=True)
+
+    async def model(transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+        store.take()  # taken over while the model thinks: its reply cannot be recorded
+        return Message.assistant("too late")
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(model)) as owner:  # type: ignore[arg-type]
+            await owner.steer("go")
+            with pytest.raises(LeaseLostError):
+                await owner.wait_idle(WAIT)
+            assert isinstance(owner.lost, LeaseLostError) and not owner.running
+            kinds = [type(e).__name__ for e in store.read("s")]
+            assert "ModelReplied" not in kinds and kinds[-1] == "ModelRequested"
+
+    asyncio.run(main())
+
+
+class RenewalLost:
+    """A store whose lease can be found taken over (``lease.lost = True``), as the PostgreSQL
+    lease's renewal finds it, with no append needed to notice."""
+
+    blocking = True
+
+    def __init__(self, inner: Store) -> None:
+        self._inner = inner
+        self.lease: Any = None
+
+    def own(self, stream: str) -> Any:
+        inner = self._inner.own(stream)
+
+        class Lease:
+            lost = False
+            epoch = 7
+
+            def release(self) -> None:
+                inner.release()
+
+        self.lease = Lease()
+        return self.lease
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_the_watcher_notices_a_lease_taken_over_and_the_run_stops() -> None:
+    store = RenewalLost(open_store("memory:"))
+    asked = asyncio.Event()
+
+    async def stuck(transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+        asked.set()
+        await asyncio.Event().wait()  # still thinking when the lease is lost
+        raise AssertionError("unreachable")
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(stuck), poll_interval=0.01) as owner:  # type: ignore[arg-type]
+            await owner.steer("go")
+            await asyncio.wait_for(asked.wait(), WAIT)
+            store.lease.lost = True
+            with pytest.raises(LeaseLostError, match="taken over") as raised:
+                await owner.wait_idle(WAIT)  # returns at once when the watcher notices
+            assert raised.value.epoch == 7 and owner.lost is not None
+            with pytest.raises(LeaseLostError):
+                await owner.steer("more")
+
+    asyncio.run(main())

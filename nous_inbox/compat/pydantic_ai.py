@@ -404,7 +404,9 @@ class AgentRunner:
 
     Give it to an owner (``AsyncOwner(store, stream, AgentRunner(agent))``, or the threaded
     ``Owner``); ``run_kwargs`` pass through to ``agent.iter`` (``deps``, ``usage_limits``,
-    ``model_settings``, ...). ``offload`` sends port calls (store I/O) to a worker thread.
+    ``model_settings``, ...). A port that says where its calls belong (``call_io``, as an
+    ``AsyncOwner``'s does) is called there; any other is called in a thread (``asyncio.to_thread``),
+    or inline with ``offload=False`` (an in-memory port, where the hop costs more than the call).
     """
 
     def __init__(self, agent: Agent[Any, Any], *, offload: bool = True, **run_kwargs: Any) -> None:
