@@ -181,13 +181,18 @@ class SendPresets(abc.ABC):
 class _Pending:
     """One event waiting for a group commit, and how it ended: stored, or the error to raise."""
 
-    __slots__ = ("done", "error", "event", "stored")
+    __slots__ = ("done", "error", "event", "lead", "stored", "wake")
 
     def __init__(self, event: Event) -> None:
         self.event = event
         self.done = False
+        self.lead = False  # handed the leadership: gather and commit the next batch
         self.stored: Event | None = None
         self.error: BaseException | None = None
+        # Released once: when the event is done, or when its sender is to lead. One lock per
+        # sender wakes exactly the thread concerned, with no convoy on a shared condition.
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
 
 class JournalPort:
@@ -199,24 +204,25 @@ class JournalPort:
     other uses of the journal (an owner passes its own; a journal is not locked by itself).
 
     ``append`` is the hosts' write (every send goes through it): a **group commit**. A sender
-    queues its event; if no transaction is under way it becomes the leader, else it waits. The
-    leader first *gathers*: the senders of the last round (those its batch released, and those
-    who queued while it committed) are likely back at once with their next sends, so it waits
-    for them, at most half a commit's smoothed time (between ``GATHER_SECONDS`` and
-    ``GATHER_MAX_SECONDS``); a lone sender never waits. Then it appends everything queued in
-    one atomic append, one transaction of the store, marks each event stored (or failed) and
-    wakes everyone: its own senders return, and one of those who queued meanwhile leads the
-    next batch (leadership is handed over: a leader commits one batch, the one holding its own
-    event, so no sender commits for the others indefinitely). The last sender a gathering leader
-    waits for takes the batch and leads it itself, rather than wake the leader to. No call returns before the
-    transaction holding its event committed, so acknowledged still means durable, and each
-    sender's events keep their order (a sender waits for one before it sends the next). A batch
-    the store refuses before writing anything (a ``TypeError`` or ``ValueError``: an event too
-    large, one that does not fold) is tried again one event at a time, so one bad event fails
-    only its own sender; any other failure (a ``StoreError``, say, whose transaction may have
-    committed) is raised to every sender of the batch, and nothing is appended twice. A send
-    made by a thread that already holds ``lock`` (a listener called while a batch commits) is
-    committed directly rather than queued behind itself.
+    queues its event; if no transaction is under way it becomes the leader, else it waits (on a
+    lock of its own, so a wake-up reaches exactly the thread concerned). The leader first
+    *gathers*: the senders of the last round (those its batch released, and those who queued
+    while it committed) are likely back at once with their next sends, so it waits for them, at
+    most half a commit's smoothed time (between ``GATHER_SECONDS`` and ``GATHER_MAX_SECONDS``);
+    a lone sender never waits, and the last sender it waits for takes the batch and leads it
+    itself rather than wake the leader. Then the leader appends everything queued in one atomic
+    append, one transaction of the store, marks each event stored (or failed), hands the
+    leadership to the first sender who queued meanwhile (a leader commits one batch, the one
+    holding its own event, so no sender commits for the others indefinitely) and wakes its
+    batch's senders. No call returns before the transaction holding its event committed, so
+    acknowledged still means durable, and each sender's events keep their order (a sender waits
+    for one before it sends the next). A batch the store refuses before writing anything (a
+    ``TypeError`` or ``ValueError``: an event too large, one that does not fold) is tried again
+    one event at a time, so one bad event fails only its own sender; any other failure (a
+    ``StoreError``, say, whose transaction may have committed) is raised to every sender of the
+    batch, and nothing is appended twice. A send made by a thread that already holds ``lock``
+    (a listener called while a batch commits) is committed directly rather than queued behind
+    itself.
 
     >>> from nous_inbox.store import open_store
     >>> port = JournalPort(Journal(open_store("memory:"), "s"))
@@ -234,7 +240,6 @@ class JournalPort:
         "_journal",
         "_lock",
         "_pending",
-        "_queue",
         "_queue_lock",
         "_senders",
     )
@@ -243,9 +248,8 @@ class JournalPort:
         self._journal = journal
         self._lock = threading.RLock() if lock is None else lock
         # The queue of sends waiting for a group commit; its lock is never held across I/O.
-        # Followers wait on ``_queue``; a leader gathering its batch waits on ``_gathered``.
+        # Followers wait on their own ``_Pending.wake``; a gathering leader on ``_gathered``.
         self._queue_lock = threading.Lock()
-        self._queue = threading.Condition(self._queue_lock)
         self._gathered = threading.Condition(self._queue_lock)
         self._pending: list[_Pending] = []
         self._committing = False  # a leader is gathering or appending a batch
@@ -322,12 +326,14 @@ class JournalPort:
             elif self._gathering and len(self._pending) >= self._senders:
                 # The last sender the gathering leader waits for: lead the batch at once rather
                 # than wake the leader to (one thread wake-up less between two transactions).
-                # The leader, its send in this batch, waits as a follower.
+                # The leader, its send in this batch, waits for it as a follower.
                 self._gathering = False
                 self._gathered.notify()
                 batch, self._pending = self._pending, []
-            if batch is None:
-                batch = self._follow(mine)
+        while batch is None:
+            batch = self._follow(mine)
+            if mine.done:
+                break
         if batch is not None:
             self._lead(batch)
         if mine.error is not None:
@@ -336,26 +342,22 @@ class JournalPort:
         return mine.stored
 
     def _follow(self, mine: _Pending) -> list[_Pending] | None:
-        """Wait (with the queue lock) until ``mine`` is committed (``None``), or until no one
-        commits and this sender is to lead: then the batch to lead, ``mine`` in it.
-
-        When a leader is done it wakes everyone; one of those still waiting leads everything
-        queued meanwhile (this send included), and the others wait for that transaction.
-        """
-        while True:
-            try:
-                while self._committing and not mine.done:
-                    self._queue.wait()
-            except BaseException:  # interrupted: unsent, unless a leader already took it
+        """Wait until ``mine`` is committed (``None``), or until this sender is handed the
+        leadership: then the batch to lead (``mine`` in it), or ``None`` again if the last
+        sender it gathered for took the batch over."""
+        try:
+            mine.wake.acquire()
+        except BaseException:  # interrupted: unsent, unless a leader already took it
+            with self._queue_lock:
                 if mine in self._pending:
                     self._pending.remove(mine)
-                raise
-            if mine.done:
-                return None
-            self._committing = True
-            batch = self._gather(mine)
-            if batch is not None:
-                return batch
+                if mine.lead and not mine.done:
+                    self._hand_over()  # the leadership it was handed goes on
+            raise
+        if mine.done:
+            return None
+        with self._queue_lock:
+            return self._gather(mine)
 
     def _gather(self, mine: _Pending) -> list[_Pending] | None:
         """As the new leader (with the queue lock): wait, briefly, for the senders of the last
@@ -382,10 +384,10 @@ class JournalPort:
                 if self._gathering:  # still the leader: let another lead, without this send
                     self._gathering = False
                     self._pending.remove(mine)
-                    self._committing = False
-                    self._queue.notify_all()
+                    self._hand_over()
                 raise  # (else the send is in a batch another leads: committed, unacknowledged)
             if not self._gathering:
+                mine.lead = False
                 return None  # the last sender took the batch and leads it
             self._gathering = False
         batch, self._pending = self._pending, []
@@ -411,8 +413,19 @@ class JournalPort:
                 # are those just committed and those who queued meanwhile.
                 self._commit_seconds += (took - self._commit_seconds) / 4
                 self._senders = len(batch) + len(self._pending)
-                self._committing = False
-                self._queue.notify_all()
+                self._hand_over()
+            for pending in batch:  # (each is done: stored, or failed)
+                pending.wake.release()
+
+    def _hand_over(self) -> None:
+        """Stop leading (with the queue lock): wake the first sender queued meanwhile to lead
+        the next batch, or, with none queued, let the next sender to come lead."""
+        if self._pending:
+            first = self._pending[0]
+            first.lead = True
+            first.wake.release()
+        else:
+            self._committing = False
 
     def _commit_batch(self, batch: list[_Pending]) -> None:
         """Commit ``batch`` in one append (called with the lock); mark each done either way."""
