@@ -45,7 +45,13 @@ Warned(text='hi', seq=1)
 
 Design notes. Decoders are built once per type and reused. A buffer is split into lines and the
 lines decoded by ``map`` over the compiled decoder, so the per-line cost is msgspec's own; only
-when a line fails is the buffer walked again in Python to name the line and byte offset. The
+when a line fails is the buffer walked again in Python to name the line and byte offset (one
+helper, ``_decode_lines``, does this for the codec's readers and the ``file:`` store alike).
+Without positions, the events of each piece are a list walked by ``itertools.chain``, so no
+generator frame is resumed per event. A bulk decode or fold pauses the cyclic garbage collector
+(``_collector_paused``): everything it builds is acyclic, and the collector's full passes over
+the millions of objects already built were most of a long replay's time, growing with the log;
+the caller's collector state (enabled or not) is restored on the way out, errors included. The
 MessagePack frame is ``length (4 bytes, big-endian) | crc32 (4 bytes) | payload``: MessagePack has
 little redundancy, so without the checksum a flipped byte inside a string would decode silently as
 other text.
@@ -54,12 +60,14 @@ other text.
 from __future__ import annotations
 
 import abc
+import contextlib
+import gc
 import os
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
-from itertools import accumulate, count
-from typing import IO, Any, Final, Literal
+from itertools import accumulate, chain, count, takewhile
+from typing import IO, Any, Final, Literal, NamedTuple
 
 import msgspec
 
@@ -153,7 +161,8 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 # What a decoder may raise on bad bytes: msgspec's own error (ValidationError is a subclass) and,
-# for absurdly deep nesting, RecursionError; both become our DecodeError with a place.
+# for absurdly deep nesting, RecursionError; both become our DecodeError with a place. The one
+# definition: the stores import it from here.
 _BAD: Final = (msgspec.DecodeError, RecursionError)
 _HEADER: Final = Header(format=FORMAT_NAME, version=SCHEMA_VERSION)
 
@@ -163,7 +172,10 @@ class LogFormat(abc.ABC):
 
     The two instances are :data:`JSON_LINES` and :data:`MSGPACK`. ``decode`` and ``iter`` take
     the type to decode (:data:`~nous_inbox.events.Event`, :class:`Record` or :class:`Header`);
-    decoders are built once per format and type.
+    decoders are built once per format and type. Each shows as the name to import it by:
+
+    >>> JSON_LINES, get_format("msgpack")
+    (nous_inbox.codec.JSON_LINES, nous_inbox.codec.MSGPACK)
     """
 
     name: str
@@ -175,7 +187,7 @@ class LogFormat(abc.ABC):
         }
 
     def __repr__(self) -> str:
-        return "JSON_LINES" if self.name == "json" else "MSGPACK"
+        return f"{__name__}.{'JSON_LINES' if self.name == 'json' else 'MSGPACK'}"
 
     @abc.abstractmethod
     def _decoder(self, kind: Any) -> Any: ...
@@ -525,12 +537,79 @@ def _read_file(
         yield from fmt.read_file(file, name, kind, max_size)
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a bulk decode or fold, then restore it.
+
+    What a replay or a store's bulk read builds is acyclic (events and messages hold only
+    values), and with the collector on, each of its full passes walks every object already
+    built, which made a long replay several times slower and its time per event grow with the
+    log. Reference counting frees everything as usual. The caller's state is restored on the
+    way out, an exception included; a caller that had the collector disabled keeps it so.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def _reason(exc: BaseException, data: Any) -> str:
     if isinstance(exc, RecursionError):
         return "nested too deeply"
     if not data:
         return "empty record"
     return str(exc)
+
+
+class _BadLine(NamedTuple):
+    """Why a line of a batch was refused; ``error(place)`` builds the error naming its place."""
+
+    reason: str
+    too_large: bool
+
+    def error(self, place: str) -> DecodeError:
+        kind = RecordTooLargeError if self.too_large else DecodeError
+        return kind(f"{place}: {self.reason}")
+
+
+def _decode_lines(decoder: Any, lines: list[bytes], max_size: int) -> tuple[list[Any], _BadLine | None]:
+    """Decode a batch of lines in msgspec's own loop: ``(values, None)`` when all are good.
+
+    Otherwise the values of the lines before the first bad one (too large, or not decoding),
+    and why that one is bad: its index is ``len(values)``. Only then are the lines walked one
+    by one, so a caller works out where a line sits only when there is an error to place. The
+    one home of this check: the codec's readers and the ``file:`` store both use it.
+    """
+    if not lines:
+        return [], None
+    good = lines
+    too_large = max(map(len, lines)) > max_size
+    if too_large:
+        good = list(takewhile(lambda text: len(text) <= max_size, lines))
+    try:
+        values = list(map(decoder.decode, good))
+    except _BAD:
+        values = []
+        for text in good:
+            try:
+                values.append(decoder.decode(text))
+            except _BAD as exc:
+                return values, _BadLine(_reason(exc, text), False)
+        raise AssertionError("a line failed to decode once but not twice") from None  # pragma: no cover
+    if too_large:
+        size = len(lines[len(values)])
+        return values, _BadLine(f"record of {size} bytes is above the limit of {max_size} bytes",
+                                True)
+    return values, None
+
+
+def _span(lines: list[bytes], index: int) -> int:
+    """How many bytes the first ``index`` lines take, newlines included."""
+    return sum(map(len, lines[:index])) + index
 
 
 def _as_bytes(data: object) -> bytes:
@@ -545,6 +624,16 @@ def _iter_json(
     fmt: LogFormat, data: object, decoder: Any, name: str, header: bool, max_size: int,
     line: int, base: int, positions: bool,
 ) -> Iterator[Any]:
+    pieces = _json_pieces(fmt, data, decoder, name, header, max_size, line, base, positions)
+    # Without positions, the events of a piece are a list, walked by ``chain`` in C: no
+    # generator frame resumed per event.
+    return chain.from_iterable(pieces)
+
+
+def _json_pieces(
+    fmt: LogFormat, data: object, decoder: Any, name: str, header: bool, max_size: int,
+    line: int, base: int, positions: bool,
+) -> Iterator[Iterable[Any]]:
     buf = _as_bytes(data)
     if not buf:
         return
@@ -566,19 +655,16 @@ def _iter_json(
         cut = buf.find(b"\n", min(pos + _PIECE, end - 1)) + 1 if pos + _PIECE < end else end
         part = buf[pos:cut].split(b"\n")
         part.pop()
-        if max(map(len, part)) > max_size:
-            _raise_too_large(part, name, line, offset, max_size)
-        try:
-            items = list(map(decoder.decode, part))
-        except _BAD:
-            walk = _walk_to_json_error(part, decoder, name, line, offset)
-            yield from (walk if positions else (item for _, _, item in walk))
+        items, bad = _decode_lines(decoder, part, max_size)
         if positions:
-            yield from zip(count(line),
-                           accumulate(map((1).__add__, map(len, part)), initial=offset),
-                           items, strict=False)
+            yield zip(count(line), accumulate(map((1).__add__, map(len, part)), initial=offset),
+                      items, strict=False)
         else:
-            yield from items
+            yield items
+        if bad is not None:  # the good lines before it were handed on; now name it
+            index = len(items)
+            place = f"{name} line {line + index} (byte {offset + _span(part, index)})"
+            raise bad.error(place)
         line += len(part)
         offset += cut - pos
         pos = cut
@@ -591,33 +677,6 @@ def _truncated(name: str, unit: str, number: int, offset: int, size: int) -> Dec
     return DecodeError(
         f"{name} {unit} {number} (byte {offset}): truncated record ({size} bytes, {ending})"
     )
-
-
-def _raise_too_large(lines: list[bytes], name: str, line: int, offset: int, max_size: int) -> None:
-    for text in lines:
-        if len(text) > max_size:
-            raise RecordTooLargeError(
-                f"{name} line {line} (byte {offset}): record of {len(text)} bytes is above the "
-                f"limit of {max_size} bytes"
-            )
-        line += 1
-        offset += len(text) + 1
-
-
-def _walk_to_json_error(
-    lines: list[bytes], decoder: Any, name: str, line: int, offset: int,
-) -> Iterator[Any]:
-    # The slow walk, taken only once a buffer is known to hold a bad line: yield the good lines
-    # before it, then name it.
-    for text in lines:
-        try:
-            item = decoder.decode(text)
-        except _BAD as exc:
-            raise DecodeError(f"{name} line {line} (byte {offset}): {_reason(exc, text)}") from None
-        yield line, offset, item
-        line += 1
-        offset += len(text) + 1
-    raise AssertionError("a line failed to decode once but not twice")  # pragma: no cover
 
 
 def _iter_msgpack(

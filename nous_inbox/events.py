@@ -80,8 +80,11 @@ SCHEMA_VERSION: Final = 2
 _Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
+# Events are not tracked by the cyclic garbage collector (gc=False, inherited by every event): an
+# event holds numbers, text and messages, none of which can refer back to it, so a store or an
+# owner holding a long log does not make every collection walk all of it.
 class _Base(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True,
-            repr_omit_defaults=True):
+            repr_omit_defaults=True, gc=False):
     seq: int = 0
     at: float = 0.0
 

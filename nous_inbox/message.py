@@ -22,7 +22,9 @@ Design notes: ``Message`` is a frozen ``msgspec.Struct`` rather than an ``attrs`
 is built once per send and decoded once per event on replay, and a Struct is both cheaper to build
 and decoded natively by msgspec. Nested containers are frozen (``FrozenDict`` and ``FrozenList``,
 see ``nous_inbox.frozen``) so a message is hashable, and they compare equal to the dicts and lists
-given.
+given. Messages and tool calls are not tracked by the cyclic garbage collector (``gc=False``):
+their frozen trees cannot refer back to them, so a long transcript is not walked by every
+collection.
 "Serializable" means by both log formats, JSON and MessagePack: so integers must fit in 64 bits,
 floats must be finite, text must have a UTF-8 form (no lone surrogates), and containers may nest
 at most ``MAX_DEPTH`` (64) deep, well inside what every decoder here reads back.
@@ -266,7 +268,8 @@ def _freeze_mapping(value: object, where: str) -> FrozenDict:
     return frozen
 
 
-class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaults=True):
+class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaults=True,
+               gc=False):
     """A tool call an assistant message asks for: which tool, with which arguments.
 
     ``id`` ties the call to the ``tool`` message that answers it (``Message.tool(..., call_id)``).
@@ -338,7 +341,8 @@ def _tool_calls(value: object) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaults=True):
+class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaults=True,
+              gc=False):
     """One message: what a queue holds and what a transcript is made of.
 
     Immutable, hashable and equal by value. Build one with a constructor named for its role:

@@ -30,7 +30,6 @@ the cyclic collector need not track one per applied event.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
@@ -38,6 +37,7 @@ from typing import Any, Final
 import msgspec
 from pyrsistent import PVector, pvector
 
+from nous_inbox.codec import _collector_paused
 from nous_inbox.errors import ReplayError
 from nous_inbox.events import (
     Event,
@@ -187,16 +187,11 @@ def replay(events: Iterable[Event], start: Session | None = None, stream: str = 
     messages are those of ``apply``. The cyclic garbage collector is paused while the loop
     runs: what a replay builds is acyclic, and with the collector on, each of its full passes
     walks every message already replayed, which made a long replay several times slower.
-    Reference counting still frees everything as usual; the collector is restored on the way out.
+    Reference counting still frees everything as usual; the caller's collector state is
+    restored on the way out, an exception included (``nous_inbox.codec._collector_paused``).
     """
-    collecting = gc.isenabled()
-    if collecting:
-        gc.disable()
-    try:
+    with _collector_paused():
         return _replay(events, start, stream)
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Session:
@@ -214,15 +209,22 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
     join = added.append
     # The loop dispatches on the exact type, which mypy cannot follow through ``kind``: each
     # branch reads only the fields of the type it matched, so the event is typed Any here.
-    # The branches run in the order events are common: sends (most of an inbox's log), then
-    # what a run's turns write most.
+    # The branches run in the order events are common in a runner's log: the inert ones (a
+    # model request, a tool call, a step's end: a third of it), what joins the transcript,
+    # step starts, then sends (most of a bare inbox's log) and claims.
     event: Any
     for event in events:
         version += 1
         if event.seq != version:
             raise _gap(stream, event.seq, version - 1)
         kind = type(event)
-        if kind is MessageSent:
+        if kind in _INERT:
+            continue
+        if kind is ModelReplied or kind is ToolReturned:
+            join(event.message)
+        elif kind is StepStarted:
+            step = event.step
+        elif kind is MessageSent:
             message = event.message
             target = event.target
             wakeup = event.wakeup
@@ -240,8 +242,6 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
                                    else (turn_messages, turn_wakes))
                 messages.append(message)
                 wakes.append(wakeup)
-        elif kind is ModelReplied or kind is ToolReturned:
-            join(event.message)
         elif kind is QueueClaimed:
             target = event.target
             if target is not _STEP and target is not _TURN:
@@ -268,10 +268,6 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
                 added.extend(messages[:count])
                 del messages[:count]
                 del wakes[:count]
-        elif kind in _INERT:
-            pass
-        elif kind is StepStarted:
-            step = event.step
         elif kind is TurnStarted:
             turn, step, running = event.turn, 0, True
         elif kind is TurnEnded:

@@ -11,6 +11,8 @@ def test_the_benchmark_reports_replay_growth_and_appends():
     assert "Replay of a 600-event JSON Lines log" in report
     assert "raw `msgspec.json.decode`" in report
     assert "hand-written fold" in report
+    assert "ours from a `file:` store" in report
+    assert "ours from a `sqlite:` store" in report
     assert "How replay grows with log length" in report
     for store in ("`memory:`", "`file:`", "`sqlite:`"):
         assert store in report
@@ -28,3 +30,11 @@ def test_the_generated_log_is_valid_and_the_baseline_fold_agrees_with_replay():
     assert sum(map(len, queues.values())) == replayed.inbox.count()
     assert len(transcript) == len(log_bench._ours(data).transcript)
     assert log_bench.hand_fold(data.decode())[1] == transcript
+
+
+def test_the_stores_replay_the_same_session_as_the_log(tmp_path):
+    data = log_bench.make_log(700)
+    urls = log_bench._stores(str(tmp_path), 700)
+    expected = log_bench._ours(data)
+    for url in urls.values():
+        assert log_bench._from_store(url)(data) == expected

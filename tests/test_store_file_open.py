@@ -140,6 +140,85 @@ def test_a_touched_stream_follows_what_others_append(tmp_path):
         assert reader.streams() == ["a", "b", "c"]
 
 
+# -- reading: one batch per chunk, a bounded cache ----------------------------------------------------
+
+
+def one_session(path: Path, appends: int = 300) -> list[str]:
+    texts = []
+    with FileStore(path) as store:
+        for i in range(appends):
+            batch = [Warned(text=f"s{i}-{j}" * (1 + j * 40)) for j in range(1 + i % 3)]
+            store.append("s", batch)
+            texts += [event.text for event in batch]
+    return texts
+
+
+def test_a_file_of_one_session_reads_back_whole_across_chunks(tmp_path, monkeypatch):
+    # Every line is the session's: its chunks are split and decoded in one batch each, and a
+    # multi-record append may straddle two chunks.
+    monkeypatch.setattr(file_module, "_CHUNK", 4096)
+    path = tmp_path / "log.jsonl"
+    texts = one_session(path)
+    with FileStore(path, read_only=True) as store:
+        events = list(store.read("s"))
+    assert [e.text for e in events] == texts
+    assert [e.seq for e in events] == list(range(1, len(texts) + 1))
+
+
+@pytest.mark.parametrize("chunk", [4096, 256 * 1024])
+def test_damage_in_a_one_session_file_names_its_line_and_byte(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(file_module, "_CHUNK", chunk)
+    path = tmp_path / "log.jsonl"
+    one_session(path)
+    lines = path.read_bytes().split(b"\n")
+    lines[200] = lines[200].replace(b'"seq":', b'"seq":"', 1)
+    path.write_bytes(b"\n".join(lines))
+    offset = sum(len(line) + 1 for line in lines[:200])
+    with FileStore(path, read_only=True) as store, pytest.raises(
+        DecodeError, match=rf"line 201 \(byte {offset}\): ",
+    ):
+        store.read("s")
+
+
+def test_an_append_broken_off_in_a_one_session_file_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(file_module, "_CHUNK", 4096)
+    path = tmp_path / "log.jsonl"
+    one_session(path, appends=60)
+    lines = path.read_bytes().split(b"\n")
+    first = next(i for i, line in enumerate(lines) if b'"more":2' in line and i > 40)
+    del lines[first + 1]  # the middle record of a three-record append
+    path.write_bytes(b"\n".join(lines))
+    with FileStore(path, read_only=True) as store, pytest.raises(
+        DecodeError, match=rf"the append that began at line {first + 1} is broken off",
+    ):
+        store.read("s")
+
+
+def test_a_store_keeps_only_the_streams_touched_last_decoded(tmp_path, monkeypatch):
+    # A long-lived store (an owner, the CLI) that touches many sessions keeps a bounded number
+    # decoded; a session it let go of is read from the file again, with what others appended.
+    monkeypatch.setattr(file_module, "_CACHED_STREAMS", 3)
+    path = tmp_path / "log.jsonl"
+    names = [f"session-{i}" for i in range(6)]
+    with FileStore(path) as writer:
+        for name in names:
+            writer.append(name, [Warned(text=f"{name} first")])
+    with FileStore(path, read_only=True) as reader, FileStore(path) as writer:
+        for name in names:
+            assert reader.version(name) == 1
+        assert len(reader._streams) == 3  # the bound (a private detail, checked here only)
+        assert list(reader._streams) == names[-3:]
+        writer.append("session-0", [Warned(text="session-0 late")])
+        counter = CountingDecoder()
+        monkeypatch.setattr(file_module, "_record", counter)
+        assert [e.text for e in reader.read("session-0")] == ["session-0 first", "session-0 late"]
+        assert counter.calls >= 2  # let go of before: read from the file again
+        assert list(reader._streams) == [*names[-2:], "session-0"]
+        calls = counter.calls
+        assert [e.text for e in reader.read("session-5")] == ["session-5 first"]
+        assert counter.calls == calls  # still kept: nothing decoded
+
+
 # -- torn appends from a power loss ---------------------------------------------------------------
 
 

@@ -61,7 +61,7 @@ from typing import Final, Protocol, Self, runtime_checkable
 
 import msgspec
 
-from nous_inbox.codec import JSON_LINES, MAX_RECORD_SIZE, MSGPACK, LogFormat
+from nous_inbox.codec import _BAD, JSON_LINES, MAX_RECORD_SIZE, MSGPACK, LogFormat
 from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError
 from nous_inbox.events import EVENT_TYPES, Event, MailSent
 from nous_inbox.message import freeze_json
@@ -83,7 +83,6 @@ STORE_ENV: Final = "NOUS_INBOX_STORE"
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _READ_BACK: Final = "it would not read back"
 _INF: Final = math.inf
-_BAD: Final = (msgspec.DecodeError, RecursionError)
 _EVENT_TYPES: Final = frozenset(EVENT_TYPES)
 
 

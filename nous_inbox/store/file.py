@@ -56,14 +56,24 @@ private files replaced atomically (see :mod:`nous_inbox.store._snapshots`).
 
 Readers. Opening reads the header and the last few lines (to find where the last complete
 append ends), nothing else: a stream is read the first time it is touched, by searching the
-file, a few MiB at a time, for the lines that begin with its envelope
+file, a quarter MiB at a time, for the lines that begin with its envelope
 ``{"stream":<name>,"event":``, as this library writes them, and decoding only those. So opening
 a large log to steer one session costs what that session holds, and a damaged record of one
 session never keeps another from being read. ``streams()`` scans the envelopes of every line
 once, without decoding events, and counts each stream's records as it goes: a ``version`` of a
 stream not yet read is then that count, without reading the file again or keeping any event
 (what ``nous-inbox sessions`` needs). After that, ``version`` is a ``fstat``: only when the file grew
-is the new tail read, and only the streams already touched keep its events.
+is the new tail read, and only the streams already touched keep its events. At most 64 streams
+stay decoded; touching one more lets go of the one touched longest ago, which is simply read
+from the file again when it is next touched, so a long-lived store serving many sessions stays
+bounded.
+
+Reading fast. A chunk's lines of the stream are decoded in one batch, in msgspec's own loop (a
+chunk holding only that stream's lines, as a file of one session does, is split in C), and
+checked in one pass; a line's place in the file (line number, byte offset) is worked out only
+for an error. The cyclic garbage collector is paused while a stream or a tail is read (see
+``nous_inbox.codec``): what is read is acyclic, and the collector's passes over every event
+already read made a long read several times slower; the caller's collector state is restored.
 """
 
 from __future__ import annotations
@@ -82,7 +92,16 @@ from typing import Final
 
 import msgspec
 
-from nous_inbox.codec import JSON_LINES, MAX_RECORD_SIZE, Record
+from nous_inbox.codec import (
+    _BAD,
+    JSON_LINES,
+    MAX_RECORD_SIZE,
+    Record,
+    _collector_paused,
+    _decode_lines,
+    _reason,
+    _span,
+)
 from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
 from nous_inbox.store._safety import check_store_file
@@ -94,15 +113,18 @@ __all__ = ["FileStore"]
 
 logger: Final = logging.getLogger("nous_inbox.store.file")
 
-_CHUNK: Final = 4 * 1024 * 1024
+_CHUNK: Final = 256 * 1024
+"""How much of the file is read and searched at once: small enough that its lines are still in
+the processor's cache when they are decoded."""
 _TAIL: Final = 64 * 1024
 _HEADER: Final = JSON_LINES.header()
-_BAD: Final = (msgspec.DecodeError, RecursionError)
 _record: Final = JSON_LINES.decoder(Record)
 _encode_name: Final = msgspec.json.Encoder().encode
 # The envelope every record line begins with; the stream name is a JSON string.
 _ENVELOPE: Final = re.compile(rb'\n\{"stream":("(?:[^"\\\n]|\\.)*"),"event":')
 _NO_SPACE: Final = (errno.ENOSPC, errno.EDQUOT)
+_CACHED_STREAMS: Final = 64
+"""How many streams a store keeps decoded at most; the least recently touched goes first."""
 
 
 class FileStore(StoreBase):
@@ -210,7 +232,7 @@ class FileStore(StoreBase):
         self._catch_up()
         log = self._streams.get(stream)
         if log is not None:
-            return len(log)
+            return len(log)  # a version does not refresh a stream's place in the cache
         if self._names is not None and stream not in self._stray:
             # Counted by streams() in its one pass: no rescan, nothing decoded or kept.
             return self._counts.get(stream, 0)
@@ -500,6 +522,10 @@ class FileStore(StoreBase):
         """Take in the complete appends of ``[start, end)`` that others wrote since the last
         look: every line is decoded (the whole tail, in msgspec's own loop; positions worked
         out only for an error), checked, and kept for the streams already touched."""
+        with _collector_paused():
+            self._take_in_paused(start, end)
+
+    def _take_in_paused(self, start: int, end: int) -> None:
         streams, names = self._streams, self._names
         pos = start
         due = 0  # records of the current append still to come
@@ -513,12 +539,9 @@ class FileStore(StoreBase):
                 cut = data.find(b"\n") + 1
             lines = data[:cut].split(b"\n")
             lines.pop()
-            if max(map(len, lines)) > self._max:
-                self._too_large(lines, pos)
-            try:
-                records: list[Record] = list(map(_record.decode, lines))
-            except _BAD:
-                self._bad_line(lines, pos)
+            records, bad = _decode_lines(_record, lines, self._max)
+            if bad is not None:
+                raise bad.error(self._place(pos + _span(lines, len(records))))
             offset = pos
             for line, record in zip(lines, records, strict=True):
                 stream = record.stream
@@ -555,11 +578,23 @@ class FileStore(StoreBase):
             pos += cut
 
     def _load(self, stream: str) -> list[Event]:
-        """The events of ``stream``, read from the file the first time it is touched."""
-        log = self._streams.get(stream)
+        """The events of ``stream``, read from the file the first time it is touched.
+
+        At most ``_CACHED_STREAMS`` streams stay decoded: touching one more lets go of the one
+        touched longest ago (it is read from the file again if it is touched again), so a
+        long-lived store that serves many sessions does not grow without bound.
+        """
+        streams = self._streams
+        log = streams.pop(stream, None)
         if log is None:
-            log = self._scan(stream) if self._end > self._header else []
-            self._streams[stream] = log
+            if self._end > self._header:
+                with _collector_paused():
+                    log = self._scan(stream)
+            else:
+                log = []
+            while len(streams) >= _CACHED_STREAMS:
+                del streams[next(iter(streams))]
+        streams[stream] = log  # the most recently touched last
         return log
 
     def _check_envelopes(self) -> None:
@@ -584,7 +619,7 @@ class FileStore(StoreBase):
                                f'form this library writes ({{"stream":...,"event":...}})')
 
     def _chunks(self, start: int) -> Iterator[tuple[int, bytes, int]]:
-        """The whole lines of ``[start, _end)``, a few MiB at a time: ``(base, data, cut)``
+        """The whole lines of ``[start, _end)``, ``_CHUNK`` bytes at a time: ``(base, data, cut)``
         where ``data[:cut]`` is the file from ``base`` (the newline before the first line) to
         the last line's end. Read with ``pread``, so nothing stays in memory or mapped."""
         pos, end = start - 1, self._end - 1
@@ -619,60 +654,67 @@ class FileStore(StoreBase):
                                            "by a power loss), not a record; skipped",
                                            self.url, offset)
                     elif self._stray_bad is None:
-                        self._stray_bad = (offset, _reason(exc))
+                        self._stray_bad = (offset, _reason(exc, line))
                 else:
                     self._stray.setdefault(record.stream, offset)
             offset += len(line) + 1
 
     def _scan(self, stream: str) -> list[Event]:
-        # Find the stream's lines by their envelope, a chunk at a time, and decode only those;
-        # check every line's envelope in the same pass (once: the result is kept).
+        # Find the stream's lines by their envelope, a chunk at a time, decode them in one batch
+        # (msgspec's own loop) and check them in order; check every line's envelope in the same
+        # pass (once: the result is kept). Where a line starts is worked out only for an error,
+        # or to see that the records of one append sit on adjacent lines.
         checked = self._checked
         key = b'\n{"stream":' + _encode_name(stream) + b',"event":'
         events: list[Event] = []
-        due = batch_start = 0
+        append = events.append
+        due = 0
+        batch: tuple[_Lines, int] | None = None  # where the current append began
         previous = -1  # where the line after the last one found begins
         for base, chunk, cut in self._chunks(self._header):
-            if base + cut > checked:
-                self._check_chunk(base, chunk, cut)
-            find = chunk.find
-            hit = find(key, 0, cut)
-            while hit >= 0:
-                stop = find(b"\n", hit + 1, cut)
-                if stop < 0:
-                    stop = cut
-                start = base + hit + 1
-                if due and start != previous:
-                    raise self._broken(previous, batch_start, due, stream)
-                line = chunk[hit + 1:stop]
-                if len(line) > self._max:
-                    raise RecordTooLargeError(self._place(start) + f": record of {len(line)} "
-                                              f"bytes is above the limit of {self._max} bytes")
-                try:
-                    record = _record.decode(line)
-                except _BAD as exc:
-                    raise self._damage(start, _reason(exc)) from None
+            found = _Lines.find(chunk, cut, key, base)
+            if found.starts is not None and base + cut > checked:
+                self._check_chunk(base, chunk, cut)  # (a chunk of the stream's lines only is)
+            if not found.lines:
+                continue
+            records, bad = _decode_lines(_record, found.lines, self._max)
+            apart = found.starts is not None  # the stream's lines may have others between
+            seq = len(events)
+            for index, record in enumerate(records):
                 more = record.more
-                if due and more != due - 1:
-                    raise self._broken(start, batch_start, due, stream)
-                if not due:
+                if due:
+                    if (apart or not index) and not found.adjacent(index, previous):
+                        raise self._broken(found.after(index, previous), *found.began(batch),
+                                           due, stream)
+                    if more != due - 1:
+                        raise self._broken(found.start(index), *found.began(batch), due, stream)
+                else:
                     if more < 0:
-                        raise self._damage(start, f"invalid more={more}")
-                    batch_start = start
-                if record.event.seq != len(events) + 1:
+                        raise self._damage(found.start(index), f"invalid more={more}")
+                    batch = (found, index)
+                event = record.event
+                seq += 1
+                if event.seq != seq:
                     # A record missing from the stream's lines: most likely a line whose
                     # envelope is damaged, so name the first line between that does not decode.
-                    self._find_damage(previous if previous > 0 else self._header, start)
+                    after = found.after(index, previous)
+                    self._find_damage(after if after > 0 else self._header, found.start(index))
                     self._refuse_strays(stream)
-                    raise self._damage(start, f"stream {stream!r} has seq {record.event.seq} "
-                                              f"where {len(events) + 1} was due")
-                events.append(record.event)
-                due, previous = more, base + stop + 1
-                hit = find(key, stop, cut)
+                    raise self._damage(found.start(index), f"stream {stream!r} has seq "
+                                                           f"{event.seq} where {seq} was due")
+                append(event)
+                due = more
+            if bad is not None:
+                index = len(records)
+                if due and not found.adjacent(index, previous):
+                    raise self._broken(found.after(index, previous), *found.began(batch), due,
+                                       stream)
+                raise bad.error(self._place(found.start(index)))
+            previous = found.after(len(found.lines), previous)
         self._checked = self._end
         self._refuse_strays(stream)
         if due:
-            raise self._broken(previous, batch_start, due, stream)
+            raise self._broken(previous, *_Lines.began(batch), due, stream)
         return events
 
     def _find_damage(self, start: int, end: int) -> None:
@@ -681,7 +723,7 @@ class FileStore(StoreBase):
             try:
                 _record.decode(line)
             except _BAD as exc:
-                raise self._damage(pos, _reason(exc)) from None
+                raise self._damage(pos, _reason(exc, line)) from None
             pos += len(line) + 1
 
     def _scan_names(self) -> set[str]:
@@ -732,25 +774,65 @@ class FileStore(StoreBase):
             offset, f"the append that began at line {self._line_at(batch_start)} is broken off "
                     f"({due} more record(s) of stream {stream!r} were due)")
 
-    def _too_large(self, lines: list[bytes], pos: int) -> None:
-        for line in lines:
-            if len(line) > self._max:
-                raise RecordTooLargeError(f"{self._place(pos)}: record of {len(line)} bytes is "
-                                          f"above the limit of {self._max} bytes")
-            pos += len(line) + 1
 
-    def _bad_line(self, lines: list[bytes], pos: int) -> None:
-        for line in lines:
-            try:
-                _record.decode(line)
-            except _BAD as exc:
-                raise self._damage(pos, _reason(exc)) from None
-            pos += len(line) + 1
-        raise AssertionError("a line failed to decode once but not twice")  # pragma: no cover
+class _Lines:
+    """One stream's lines in a chunk of the file, and where each starts, worked out on demand.
 
+    When every line of the chunk is the stream's (a file of one session, or a long run of one
+    session's appends), the chunk is split in C and no start is known until one is asked for
+    (an error to place); otherwise the envelope search notes each line's start as it goes.
+    """
 
-def _reason(exc: BaseException) -> str:
-    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc) or "empty record"
+    __slots__ = ("base", "lines", "starts")
+
+    def __init__(self, lines: list[bytes], starts: list[int] | None, base: int) -> None:
+        self.lines, self.starts, self.base = lines, starts, base
+
+    @classmethod
+    def find(cls, chunk: bytes, cut: int, key: bytes, base: int) -> _Lines:
+        """The lines of ``chunk[:cut]`` (from ``base`` in the file) that begin with ``key``."""
+        if chunk.count(key, 0, cut) == chunk.count(b"\n", 0, cut):
+            return cls(chunk[1:cut].split(b"\n"), None, base)
+        lines: list[bytes] = []
+        starts: list[int] = []
+        find = chunk.find
+        hit = find(key, 0, cut)
+        while hit >= 0:
+            stop = find(b"\n", hit + 1, cut)
+            if stop < 0:
+                stop = cut
+            lines.append(chunk[hit + 1:stop])
+            starts.append(base + hit + 1)
+            hit = find(key, stop, cut)
+        return cls(lines, starts, base)
+
+    def start(self, index: int) -> int:
+        """Where line ``index`` starts in the file."""
+        if self.starts is not None:
+            return self.starts[index]
+        return self.base + 1 + _span(self.lines, index)
+
+    def adjacent(self, index: int, previous: int) -> bool:
+        """Whether line ``index`` follows the line before it (``previous``: where the line
+        after the last one found in earlier chunks begins) with no other line between."""
+        if not index:
+            return self.start(0) == previous
+        if self.starts is None:
+            return True  # every line of the chunk is the stream's
+        return self.starts[index] == self.starts[index - 1] + len(self.lines[index - 1]) + 1
+
+    def after(self, index: int, previous: int) -> int:
+        """Where the line after line ``index - 1`` starts (``previous`` for the first line)."""
+        if not index:
+            return previous
+        if self.starts is None:
+            return self.base + 1 + _span(self.lines, index)  # adjacent, by construction
+        return self.starts[index - 1] + len(self.lines[index - 1]) + 1
+
+    @staticmethod
+    def began(batch: tuple[_Lines, int] | None) -> tuple[int]:
+        """Where the append ``batch`` (its lines and index) began, for an error message."""
+        return (batch[0].start(batch[1]),) if batch is not None else (0,)
 
 
 def _sync_directory(path: str) -> None:

@@ -57,7 +57,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Final
 
-from nous_inbox.codec import FORMAT_NAME, MAX_RECORD_SIZE, MSGPACK, Header
+from nous_inbox.codec import _BAD, FORMAT_NAME, MAX_RECORD_SIZE, MSGPACK, Header
 from nous_inbox.errors import ConcurrencyError, DecodeError, StoreError
 from nous_inbox.events import SCHEMA_VERSION, Event
 from nous_inbox.store._safety import check_store_file, read_only_sqlite_uri
@@ -67,6 +67,7 @@ from nous_inbox.store.lease import Leases
 __all__ = ["SqliteStore"]
 
 _PAGE: Final = 512
+_BYTES: Final = frozenset({bytes})
 _COMPANIONS: Final = ("-wal", "-shm")
 _SCHEMA: Final = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
@@ -258,8 +259,9 @@ class SqliteStore(StoreBase):
 
     def _pages(self, stream: str, after: int) -> Iterator[Event]:
         # A page of rows at a time, the lock taken per page: nothing stays locked or open while
-        # the caller iterates.
-        decode = self._format.decode
+        # the caller iterates. A page's bodies are decoded in one batch (msgspec's own loop);
+        # a row is named, and walked to, only when something is wrong with one.
+        decoder = self._format.decoder(Event)
         limit = self.max_record_size
         while True:
             with self._lock, self._failing(f"read of stream {stream!r}"):
@@ -270,19 +272,37 @@ class SqliteStore(StoreBase):
                     "SELECT seq, body FROM events WHERE stream = ? AND seq > ? "
                     "ORDER BY seq LIMIT ?", (stream, after, _PAGE),
                 ).fetchall()
-            for seq, body in rows:
-                where = f"{self.url} stream {stream!r} seq {seq}"
-                if type(body) is not bytes:
-                    raise DecodeError(
-                        f"{where}: the stored body is {type(body).__name__}, not bytes"
-                    )
-                event: Event = decode(body, Event, where, limit)
-                if event.seq != seq:
-                    raise DecodeError(f"{where}: the stored event says seq {event.seq}")
-                yield event
+            seqs = [seq for seq, _ in rows]
+            bodies = [body for _, body in rows]
+            try:
+                if not _BYTES.issuperset(map(type, bodies)) or (
+                    bodies and max(map(len, bodies)) > limit
+                ):
+                    raise _Slow
+                events: list[Event] = list(map(decoder.decode, bodies))
+            except (_Slow, *_BAD):
+                events = self._walk(stream, rows)
+            if [event.seq for event in events] != seqs:
+                self._walk(stream, rows)  # names the row
+            yield from events
             if len(rows) < _PAGE:
                 return
             after = rows[-1][0]
+
+    def _walk(self, stream: str, rows: list[tuple[Any, Any]]) -> list[Event]:
+        """Decode and check ``rows`` one by one, to name the first that is not the stored event
+        its seq says (the label of a row is built here, only once something is wrong)."""
+        decode = self._format.decode
+        events: list[Event] = []
+        for seq, body in rows:
+            where = f"{self.url} stream {stream!r} seq {seq}"
+            if type(body) is not bytes:
+                raise DecodeError(f"{where}: the stored body is {type(body).__name__}, not bytes")
+            event: Event = decode(body, Event, where, self.max_record_size)
+            if event.seq != seq:
+                raise DecodeError(f"{where}: the stored event says seq {event.seq}")
+            events.append(event)
+        return events
 
     def _version(self, stream: str) -> int:
         with self._failing(f"version of stream {stream!r}"):
@@ -369,6 +389,10 @@ class SqliteStore(StoreBase):
 
     def _transaction(self, db: sqlite3.Connection) -> _Transaction:
         return _Transaction(db, self.url, self._timeout)
+
+
+class _Slow(Exception):
+    """A page holds a body that is not bytes or is too large: it is walked row by row."""
 
 
 class _Transaction:
