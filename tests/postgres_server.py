@@ -2,8 +2,9 @@
 
 With ``NOUS_INBOX_TEST_POSTGRES=postgresql://...`` set, the tests use that server (each test gets
 a schema of its own in it, dropped afterwards). Otherwise one private cluster is started per test
-session from the PostgreSQL binaries on the machine (``initdb``/``pg_ctl`` on ``PATH`` or under
-``/usr/lib/postgresql/*/bin``), in a temporary directory, listening on a free loopback port and on
+session from the PostgreSQL binaries on the machine (``initdb``/``pg_ctl`` on ``PATH``, where
+``pg_config --bindir`` says, or under ``/usr/lib/postgresql/*/bin``) or, failing those, from the
+server the ``pgserver`` package of the test extra bundles, in a temporary directory, listening on a free loopback port and on
 a unix socket in that directory, with ``trust`` authentication for a superuser ``nous``. As root
 (initdb refuses to run as root) the cluster runs as an unprivileged user: ``postgres`` when the
 system has one, else ``nobody``.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib.util
 import os
 import pwd
 import shutil
@@ -52,14 +54,47 @@ def unavailable(reason: str) -> None:
 
 
 def find_binaries() -> Path | None:
-    """The directory holding ``initdb``, ``pg_ctl`` and ``postgres``, or ``None``."""
+    """The directory holding ``initdb``, ``pg_ctl`` and ``postgres``, or ``None``.
+
+    Looked for in the order a machine is most likely to have them: ``initdb`` on ``PATH``, what
+    ``pg_config --bindir`` names, Debian's ``/usr/lib/postgresql/*/bin``, and last the server
+    that the ``pgserver`` package (in the test extra) bundles, for a machine with no PostgreSQL
+    of its own.
+    """
+    candidates: list[Path] = []
     found = shutil.which("initdb")
-    candidates = [Path(found).resolve().parent] if found else []
+    if found:
+        candidates.append(Path(found).resolve().parent)
+    candidates += _pg_config_bindir()
     candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]
+    candidates += bundled_binaries()
     for directory in candidates:
         if all((directory / name).exists() for name in ("initdb", "pg_ctl", "postgres")):
             return directory
     return None
+
+
+def _pg_config_bindir() -> list[Path]:
+    pg_config = shutil.which("pg_config")
+    if pg_config is None:
+        return []
+    try:
+        answer = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True,
+                                timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [Path(answer.stdout.strip())] if answer.stdout.strip() else []
+
+
+def bundled_binaries() -> list[Path]:
+    """The ``pgserver`` package's bundled ``bin`` directory, when that package is installed.
+
+    Found without importing the package (only its files are used, never its Python API).
+    """
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or spec.origin is None:
+        return []
+    return [Path(spec.origin).parent / "pginstall" / "bin"]
 
 
 def _free_port() -> int:
@@ -166,8 +201,8 @@ def server() -> Iterator[Server]:
         return
     binaries = find_binaries()
     if binaries is None:
-        raise Unavailable(f"no initdb/pg_ctl/postgres on PATH or in /usr/lib/postgresql, and "
-                          f"{ENV} is not set")
+        raise Unavailable(f"no initdb/pg_ctl/postgres on PATH, in pg_config --bindir, in "
+                          f"/usr/lib/postgresql or from the pgserver package, and {ENV} is not set")
     cluster = Cluster(binaries)
     try:
         try:
