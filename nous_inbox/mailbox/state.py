@@ -33,12 +33,13 @@ What the state keeps is bounded by what is kept, not by what was ever sent. A me
 its id and ``status``; those are remembered for the messages among the last ``remember`` sent
 (at least; a little longer, until the next compaction), and then forgotten, so a resend of an id
 sent more than ``remember`` messages ago is a new message. Every so often a send compacts the
-three lists: it keeps the messages still kept and the remembered outcomes, renumbers them, and
-renumbers what names them (the recipients' queues, the index). It runs when the lists hold more
-dead entries than live ones (and at least ``_COMPACT_MIN``), so its cost, a few C-level passes
-over the lists, is spread over as many sends as it cleared; a mailbox whose messages are all
-kept never compacts. Where it runs depends only on the events folded, so a replayed state is
-compacted exactly like the live one.
+three lists (:meth:`MailboxState.compact`): it keeps the messages still kept and the last
+``remember`` entries, renumbers them, and renumbers what names them (the recipients' queues and
+wake lists, the answers, the index). It runs once the lists are twice as long as what the last
+one kept (and at least ``_COMPACT_MIN`` longer), and costs O(remember + kept messages), so its
+cost is spread over at least as many sends (about 3% of a send and receive in the benchmark).
+Where it runs depends only on the events folded, so a replayed state is compacted exactly like
+the live one.
 
 Each recipient's :class:`Box` holds its messages' positions in send order (``queue``, read from a
 head index, so taking from the front is O(1)); a message taken out of the middle (read,
@@ -48,16 +49,15 @@ length), O(recipients) or O(threads). Threads are grouped from the kept messages
 (a listing or a read), and a notice groups only the new ones. Retention (``retain`` messages kept
 per recipient) lets go only of settled messages, in the order they became so: read and answered;
 read, for a class that asks no answer (an FYI, a report, a reply); or retracted (its sender took
-it back, so it owes nothing). A message let go leaves its id and outcome behind (see below). Equality compares :meth:`MailboxState.snapshot`, a plain structure of everything
-observable.
+it back, so it owes nothing). A message let go leaves its id and outcome behind (see above).
+Equality compares :meth:`MailboxState.snapshot`, a plain structure of everything observable.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Iterator
-from itertools import accumulate, compress, repeat
-from operator import is_not
 from typing import Any, Final, Literal
 
 from nous_inbox.events import (
@@ -71,7 +71,8 @@ from nous_inbox.events import (
 )
 from nous_inbox.message import thaw_json
 
-__all__ = ["KINDS", "NO_ANSWER", "REMEMBER", "RETAIN", "Box", "Mail", "MailboxState", "Outcome", "Thread", "wakes"]
+__all__ = ["KINDS", "NO_ANSWER", "REMEMBER", "RETAIN", "Box", "Mail", "MailboxState", "Outcome",
+           "Thread", "wakes"]
 
 KINDS: Final = frozenset({"action", "blocker", "report", "fyi", "reply"})
 """The classes of a message; they decide whether it may wake an idle recipient (see ``wakes``)."""
@@ -250,11 +251,10 @@ class MailboxState:
         """The position of the message ``id`` (kept or gone), or None if it was never sent."""
         found = self._index.get(id)
         if found is None and self._indexed < len(self.ids):
-            index, ids = self._index, self.ids
-            for p in range(self._indexed, len(ids)):
-                index[ids[p]] = p
+            ids, start = self.ids, self._indexed
+            self._index.update(zip(ids[start:], range(start, len(ids)), strict=True))
             self._indexed = len(ids)
-            found = index.get(id)
+            found = self._index.get(id)
         return found
 
     def is_kept(self, id: str) -> bool:
@@ -595,41 +595,49 @@ class MailboxState:
 
         A send calls it once the lists are at least twice as long as what they still needed
         after the last compaction (and ``_COMPACT_MIN`` longer), so it costs O(1) per send,
-        amortized. Queues and wake lists lose the messages gone; the index is rebuilt lazily.
+        amortized. The last ``remember`` entries stay whole (copied as slices); of the older
+        ones, only kept messages stay, found in their recipients' queues (every kept message is
+        in its queue), so the cost is O(remember + kept), not O(entries dropped). Queues and
+        wake lists lose the messages gone; the index is rebuilt lazily.
         """
-        log = self.log
-        n = len(log)
-        mask = list(map(is_not, log, repeat(None)))  # kept
-        recent = max(0, n - self.remember)
-        mask[recent:] = repeat(True, n - recent)  # or gone, but among the last ``remember`` sent
-        rank = list(accumulate(mask, initial=-1))  # rank[p + 1]: p's new position, if it stays
-        del rank[0]
-        self.log = list(compress(log, mask))
-        self.ids = list(compress(self.ids, mask))
-        self.marks = list(compress(self.marks, mask))
-        kept = self.log
-        self.cut += n - len(kept)
-        self.answers = {rank[p]: by for p, by in self.answers.items() if mask[p]}
-        new = rank.__getitem__
+        log, ids, marks = self.log, self.ids, self.marks
+        recent = max(0, len(log) - self.remember)  # positions from here on all stay
+        old = sorted([p for box in self.boxes.values() for p in box.queue
+                      if p < recent and log[p] is not None])
+        shift = recent - len(old)  # a position p >= recent becomes p - shift
+        moved = {p: i for i, p in enumerate(old)}
 
-        def renumbered(positions: Iterable[int]) -> Iterator[int]:
-            # The new positions of the kept messages among ``positions`` (in C: map, compress).
-            positions = list(positions)
-            alive = map(is_not, map(log.__getitem__, positions), repeat(None))
-            return map(new, compress(positions, alive))
+        def kept(positions: Iterable[int]) -> list[int]:
+            # The new positions of the kept messages among ``positions``, in their order.
+            return [p - shift if p >= recent else moved[p]
+                    for p in positions if log[p] is not None]
 
-        for box in self.boxes.values():
-            if box.queue:
-                before = list(renumbered(box.queue[:box.head]))
-                box.queue = before + list(renumbered(box.queue[box.head:]))
-                box.head = box.fresh_head = len(before)
+        self.answers = {p - shift if p >= recent else moved[p]: by
+                        for p, by in self.answers.items() if p >= recent or p in moved}
+        for box in self.boxes.values():  # while the old lists are in place (_fresh_head)
             if box.waking:
-                box.waking = deque(renumbered(box.waking))
+                # Only those still fresh may matter, and fresh ones are queued: none is older
+                # than the oldest fresh message, so the older part goes without a look.
+                i = self._fresh_head(box)
+                waking = list(box.waking)
+                if i < len(box.queue):
+                    box.waking = deque(kept(waking[bisect_left(waking, box.queue[i]):]))
+                else:
+                    box.waking = deque()
+            if box.queue:
+                before = kept(box.queue[:box.head])
+                box.queue = before + kept(box.queue[box.head:])
+                box.head = box.fresh_head = len(before)
             if box.settled:
-                box.settled = deque(renumbered(box.settled))
+                box.settled = deque(kept(box.settled))
+        self.log = [log[p] for p in old] + log[recent:]
+        self.ids = [ids[p] for p in old] + ids[recent:]
+        self.marks = [marks[p] for p in old] + marks[recent:]
+        self.cut += shift
         self._index = {}
         self._indexed = 0
-        self._compact_at = max(2 * len(kept), len(kept) + _COMPACT_MIN)
+        size = len(self.log)
+        self._compact_at = max(2 * size, size + _COMPACT_MIN)
 
     # -- equality -----------------------------------------------------------------------------
 
