@@ -109,12 +109,13 @@ async def _queue_side(n: int, repeats: int) -> _Row:
 async def _owner_side(url: str, label: str, n: int, repeats: int) -> _Row:
     store = open_store(url)
     async with AsyncOwner(store, "bench", _NoRun(), watch=False) as owner:
-        port = owner._live._port  # the runner's view: what a run's step boundary calls
-        offload = owner._offload
+        port = owner._port  # the runner's view: what a run's step boundary calls
+        assert port is not None
+        call_io = port.call_io  # how a runner reaches the store worker (None: inline)
 
         async def claim() -> Sequence[Message]:
-            if offload:
-                messages, _ = await asyncio.to_thread(port.claim, Target.NEXT_STEP)
+            if call_io is not None:
+                messages, _ = await call_io(port.claim, Target.NEXT_STEP)
             else:
                 messages, _ = port.claim(Target.NEXT_STEP)
             return messages

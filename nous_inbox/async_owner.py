@@ -1,16 +1,12 @@
-"""AsyncOwner: the owner's asyncio face, for hosts that live on an event loop.
+"""AsyncOwner: the owner for hosts that live on an event loop, driven on that loop.
 
 The same actor as :class:`~nous_inbox.owner.Owner`, with the same rules (append before acting,
 one run at a time, wake on a waking send and again at run end, cancel wakes nothing, resume from
-the log), spoken in ``await``. It is a face, not a second owner: the rules live once, in
-:class:`~nous_inbox.owner_core.OwnerCore`, which the threaded owner drives and this face drives
-through it; only the two ends change. Sends, waits and reads are awaited, with
-the store I/O done in a worker thread so the event loop never blocks on a disk or a database;
-and the turns themselves run *on the host's event loop*, through the runner's ``arun_turn``
-(an async model, async tools and a pydantic-ai agent stay on the loop they were built for).
-Inside a turn the runner makes the port calls: the pydantic-ai
-:class:`~nous_inbox.compat.pydantic_ai.AgentRunner` sends them to a thread too;
-:class:`~nous_inbox.runner.Runner` still makes them inline (one short append each).
+the log, a lost lease ends the owner), spoken in ``await``. The rules live once, in
+:class:`~nous_inbox.owner_core.OwnerCore`; the threaded owner pumps it from its threads under a
+lock, this one pumps it from the event loop. Only the two ends differ: the turns run as an
+asyncio task through the runner's ``arun_turn`` (an async model, async tools and a pydantic-ai
+agent stay on the loop they were built for), and the store is called where its calls belong.
 
 >>> import asyncio
 >>> from nous_inbox.message import Message
@@ -26,37 +22,61 @@ Inside a turn the runner makes the port calls: the pydantic-ai
 >>> asyncio.run(main())
 (1, ['summarize', 'heard: summarize'])
 
-``events(after=seq)`` is every event of the session from a position on, live: the stored ones
-first, then each as it is recorded (the owner's own, and sends other processes appended), with no
-gap and no repeat between the two. A web client that reconnects resumes by its last seen ``seq``.
+Where the store is called. A store says whether its calls block (``store.blocking``: a disk, a
+lock, a network; only ``memory:`` says no). A non-blocking store is called inline on the loop:
+a send is one append and a fold, with no thread hop. A blocking store is called from one worker
+thread of the owner's own, never from the loop: sends, the run's claims and records, the reads
+of ``events()`` and the watcher's polls queue there in order. Sends that arrive while the worker
+is busy are committed together in one append (a group commit), and each sender resumes once its
+transaction committed. The runner reaches the worker through its port's ``call_io``: the
+built-in :class:`~nous_inbox.runner.Runner` and the pydantic-ai
+:class:`~nous_inbox.compat.pydantic_ai.AgentRunner` both use it, so store I/O never runs on the
+event loop. The journal is still guarded by a lock (a runner that ignores ``call_io`` and calls
+the port from a thread of its own stays correct, only slower).
 
-Design note: the threaded owner's worker decides when to run; for each turn it hands the turn to
-the event loop (``run_coroutine_threadsafe``) and waits for its events. The cost is one parked
-thread per *running* session, which buys one implementation of the wake rules for both faces.
-A send from another process reaches an ``AsyncOwner`` exactly as it reaches an ``Owner``: its
-watcher notices the store's version move.
+What the loop does. Every batch of events folded into the session, the owner's own and those
+another process appended, is handed to the loop in log order; there the owner tells its
+``events()`` readers and ``listen`` callbacks, and asks the core whether to wake. Every decision
+is taken on the loop, so the decisions need no lock. A send from another process reaches an
+``AsyncOwner`` as it reaches an ``Owner``: a watcher task polls the store's version (or waits for
+the store's ``subscribe`` callback, as on PostgreSQL) and catches up.
+
+``events(after=seq)`` is every event of the session from a position on, live: the stored ones
+first, then each as it is recorded, with no gap and no repeat between the two. A web client that
+reconnects resumes by its last seen ``seq``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
-import queue
+import contextlib
+import logging
 import threading
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, Final, Protocol
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Final, Protocol, TypeVar
 
-from nous_inbox.events import Event, MessageSent
+from nous_inbox.errors import LeaseLostError
+from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Inbox, Target
+from nous_inbox.journal import Journal
 from nous_inbox.message import Message
-from nous_inbox.owner import Owner
-from nous_inbox.port import SessionPort, sent_event
+from nous_inbox.owner_core import OwnerCore, Stop
+from nous_inbox.port import JournalPort, sent_event
 from nous_inbox.session import Session
-from nous_inbox.store import MemoryStore, Store
+from nous_inbox.snapshot import SNAPSHOT_EVERY
+from nous_inbox.store import Store
+from nous_inbox.store.base import check_stream
+from nous_inbox.store.lease import OwnerLease
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
 
-_DONE: Final = object()
+logger: Final = logging.getLogger("nous_inbox.async_owner")
+
+_T = TypeVar("_T")
+
+Listener = Callable[[Event], None]
 
 
 class AsyncTurnRunner(Protocol):
@@ -68,36 +88,19 @@ class AsyncTurnRunner(Protocol):
         """Run one turn; see ``nous_inbox.runner.Runner.arun_turn``."""
 
 
-class _OnTheLoop:
-    """The threaded owner's runner: each turn is run on the event loop, its events handed back."""
+class _LoopPort(JournalPort):
+    """The port an AsyncOwner's runs use: the journal under the owner's lock, and ``call_io``,
+    how a runner reaches the owner's store worker (``None``: the store does not block, call the
+    port inline)."""
 
-    def __init__(self, face: AsyncOwner, runner: AsyncTurnRunner,
-                 loop: asyncio.AbstractEventLoop) -> None:
-        self._face = face
-        self._runner = runner
-        self._loop = loop
+    __slots__ = ("call_io",)
 
-    def run_turn(
-        self, port: SessionPort, *, reason: str = "wake", cancel: threading.Event | None = None
-    ) -> Iterator[Event]:
-        handed: queue.SimpleQueue[object] = queue.SimpleQueue()
-        turn = asyncio.run_coroutine_threadsafe(self._pump(port, reason, cancel, handed), self._loop)
-        while (item := handed.get()) is not _DONE:
-            yield item  # type: ignore[misc]
-        turn.result()  # a failure of the turn is the worker's, as with a threaded runner
-
-    async def _pump(self, port: SessionPort, reason: str, cancel: threading.Event | None,
-                    handed: queue.SimpleQueue[object]) -> None:
-        stop = asyncio.Event()
-        self._face._stop = stop
-        if cancel is not None and cancel.is_set():
-            stop.set()  # cancelled before the turn reached the loop
-        try:
-            async for event in self._runner.arun_turn(port, reason=reason, cancel=stop):
-                handed.put(event)
-        finally:
-            self._face._stop = None
-            handed.put(_DONE)
+    def __init__(
+        self, journal: Journal, lock: threading.RLock,
+        call_io: Callable[..., asyncio.Future[Any]] | None,
+    ) -> None:
+        super().__init__(journal, lock)
+        self.call_io = call_io
 
 
 class AsyncOwner:
@@ -106,12 +109,21 @@ class AsyncOwner:
 
     ``runner`` is anything with ``arun_turn(port, *, reason, cancel)``: a
     :class:`~nous_inbox.runner.Runner`, or a pydantic-ai
-    :class:`~nous_inbox.compat.pydantic_ai.AgentRunner`. ``watch`` and ``poll_interval`` are the
-    threaded owner's (how it notices other processes' sends); ``workers`` bounds the threads
-    store I/O uses. ``offload`` says whether store I/O goes to those threads; by default it does,
-    except for a ``memory:`` store, whose "I/O" is a few microseconds of folding in this process
-    and would cost more in the thread hop than in the call. ``start`` wakes right away, on
-    opening, if the replayed inbox wants it (a waking message left queued by a previous process).
+    :class:`~nous_inbox.compat.pydantic_ai.AgentRunner`. ``watch`` starts the task that notices
+    other processes' sends, polling every ``poll_interval`` seconds (or waiting for the store's
+    ``subscribe`` callback). ``offload`` says whether store calls go to the owner's worker
+    thread; by default they do when the store says its calls block (``store.blocking``, true of
+    every store but ``memory:``). ``start`` wakes right away, on opening, if the replayed inbox
+    wants it (a waking message left queued by a previous process). ``snapshot_every`` is the
+    threaded owner's (see :mod:`nous_inbox.snapshot`).
+
+    Options are checked here, before anything is opened: a bad one names itself.
+
+    >>> from nous_inbox.store import open_store
+    >>> AsyncOwner(open_store("memory:"), "s", object())
+    Traceback (most recent call last):
+    ...
+    TypeError: AsyncOwner needs a runner with arun_turn(port, *, reason, cancel); object has none
     """
 
     def __init__(
@@ -122,78 +134,153 @@ class AsyncOwner:
         *,
         watch: bool = True,
         poll_interval: float = 0.05,
-        workers: int = 4,
         offload: bool | None = None,
         start: bool = True,
+        snapshot_every: int = SNAPSHOT_EVERY,
     ) -> None:
         if not callable(getattr(runner, "arun_turn", None)):
             raise TypeError(
                 f"AsyncOwner needs a runner with arun_turn(port, *, reason, cancel); "
                 f"{type(runner).__name__} has none"
             )
+        check_stream(stream)
+        for name, value in (("watch", watch), ("start", start)):
+            if type(value) is not bool:
+                raise TypeError(f"AsyncOwner: {name} must be a bool, got {type(value).__name__}")
+        if offload is not None and type(offload) is not bool:
+            raise TypeError(f"AsyncOwner: offload must be a bool or None, got {type(offload).__name__}")
+        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)):
+            raise TypeError(f"AsyncOwner: poll_interval must be a number of seconds, "
+                            f"got {type(poll_interval).__name__}")
+        if not 0 < poll_interval < float("inf"):
+            raise ValueError(f"AsyncOwner: poll_interval must be a positive number of seconds, "
+                             f"got {poll_interval!r}")
+        if type(snapshot_every) is not int or snapshot_every < 0:
+            raise ValueError(f"AsyncOwner: snapshot_every must be an int >= 0 (0: never), "
+                             f"got {snapshot_every!r}")
         self._store = store
         self._stream = stream
         self._runner = runner
-        self._watch = watch
+        self._snapshot_every = snapshot_every
+        self._watch_others = watch
+        self._poll_interval = float(poll_interval)
         self._start = start
-        self._poll_interval = poll_interval
-        self._offload = not isinstance(store, MemoryStore) if offload is None else bool(offload)
-        self._io = concurrent.futures.ThreadPoolExecutor(
-            max_workers=workers, thread_name_prefix=f"nous-inbox io {stream}"
-        )
-        self._owner: Owner | None = None
+        self._blocking = bool(getattr(store, "blocking", True)) if offload is None else offload
+        self._lock = threading.RLock()  # guards the journal, wherever it is called from
+        self._core = OwnerCore()  # every decision; called on the loop only
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
-        self._stop: asyncio.Event | None = None  # the running turn's cancel, set on the loop
+        self._io: concurrent.futures.ThreadPoolExecutor | None = None
+        self._lease: OwnerLease | None = None
+        self._journal: Journal | None = None
+        self._port: _LoopPort | None = None
+        self._opened = False
+        self._closed = False
+        # The run: its task, the current turn's cancel, "no run" as an event, how the last ended.
+        self._run: asyncio.Task[None] | None = None
+        self._cancel: asyncio.Event | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._failure: BaseException | None = None
+        # Folded batches on their way to the loop, in log order (appended under the journal lock).
+        self._batches: collections.deque[Sequence[Event]] = collections.deque()
+        self._batches_lock = threading.Lock()
+        self._react_scheduled = False
+        self._reacting = False
         self._readers: set[asyncio.Queue[Event | None]] = set()
-
-    async def _call(self, fn: Any, *args: Any) -> Any:
-        if not self._offload:
-            return fn(*args)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._io, fn, *args)
-
-    @property
-    def _live(self) -> Owner:
-        if self._owner is None:
-            raise RuntimeError(
-                f"AsyncOwner of session {self._stream!r} is not open: use `async with AsyncOwner(...)`"
-            )
-        return self._owner
+        self._listeners: list[Listener] = []
+        # Sends waiting for the worker's next group commit.
+        self._sends: list[tuple[MessageSent, asyncio.Future[MessageSent]]] = []
+        self._sends_lock = threading.Lock()
+        self._flushing = False
+        self._watcher: asyncio.Task[None] | None = None
+        self._unsubscribe: Callable[[], None] | None = None
 
     # -- opening and closing ----------------------------------------------------------------------
 
     async def __aenter__(self) -> AsyncOwner:
-        if self._owner is not None:
-            raise RuntimeError(f"AsyncOwner of session {self._stream!r} is already open")
+        if self._opened:
+            raise RuntimeError(f"AsyncOwner of session {self._stream!r} was already opened")
+        self._opened = True
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        bridge = _OnTheLoop(self, self._runner, self._loop)
-        # Opening takes the lease and replays the log: store I/O, so off the loop. It wakes
-        # right away if the replayed inbox wants it (resume from the log).
-        self._owner = await self._call(lambda: Owner(
-            self._store, self._stream, bridge, listen=self._recorded, watch=self._watch,
-            poll_interval=self._poll_interval, start=self._start,
-        ))
+        if self._blocking:
+            self._io = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"nous-inbox io {self._stream}"
+            )
+        try:
+            # The lease, the replay and the resume: store I/O, so on the worker.
+            await self._call(self._open)
+        except BaseException:
+            self._closed = True
+            if self._io is not None:
+                self._io.shutdown(wait=False)
+            raise
+        if self._watch_others:
+            self._watcher = self._loop.create_task(self._watch(), name=f"nous-inbox watch {self._stream}")
+        if self._start:
+            self._react()  # what the resume recorded, before the first decision
+            if self._core.wake(self.session):
+                self._start_run()
         return self
+
+    def _open(self) -> None:
+        # One owner per stream, across processes: without the lease, a second owner would end
+        # the first one's open turn as "interrupted" and run beside it.
+        lease = self._store.own(self._stream)
+        try:
+            with self._lock:
+                self._journal = Journal(self._store, self._stream, on_events=self._folded,
+                                        snapshot_every=self._snapshot_every)
+                call_io = self._call_io if self._io is not None else None
+                self._port = _LoopPort(self._journal, self._lock, call_io)
+                resumed = OwnerCore.resume(self._journal.session)
+                if resumed:
+                    self._journal.commit(lambda session: (resumed, None))
+        except BaseException:
+            lease.release()
+            raise
+        self._lease = lease
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def aclose(self) -> None:
+    async def aclose(self, timeout: float | None = 10.0) -> None:
         """Cancel any run, wait for it to end, stop watching, give up the stream's lease.
 
-        The store stays open (it is yours). Every ``events()`` reader ends.
+        A run that has not ended ``timeout`` seconds after its cancel (a model request that
+        ignores it) has its task cancelled; if even that does not end it, the lease is kept and a
+        warning logged, so no other owner can start a run beside it. The store stays open (it
+        is yours). Every ``events()`` reader ends. A second call does nothing.
         """
-        owner = self._owner
-        if owner is None:
+        if not self._opened or self._closed:
             return
-        self.cancel()
-        await self._call(owner.close)
-        self._owner = None
-        for reader in self._readers:
-            reader.put_nowait(None)
-        self._io.shutdown(wait=False)
+        self._closed = True
+        if self._core.close() and self._cancel is not None:
+            self._cancel.set()
+        run = self._run
+        if run is not None and run is not asyncio.current_task():
+            await asyncio.wait((run,), timeout=timeout)
+            if not run.done():
+                run.cancel()
+                await asyncio.wait((run,), timeout=timeout)
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.wait((self._watcher,))
+        try:
+            if self._unsubscribe is not None:
+                await self._call(self._unsubscribe)
+            if run is None or run.done():
+                if self._lease is not None:
+                    await self._call(self._lease.release)
+            else:
+                logger.warning("the run of session %r did not stop; keeping its lease", self._stream)
+        finally:
+            self._react()  # the last batches reach the readers before they end
+            for reader in self._readers:
+                reader.put_nowait(None)
+            if self._io is not None:
+                self._io.shutdown(wait=False)
 
     # -- what a host reads ------------------------------------------------------------------------
 
@@ -205,72 +292,98 @@ class AsyncOwner:
     @property
     def session(self) -> Session:
         """The session value as folded so far: equal to ``replay`` of the stored events."""
-        return self._live.session
+        return self._open_journal().session
 
     @property
     def inbox(self) -> Inbox:
         """The inbox value now."""
-        return self._live.inbox
+        return self.session.inbox
 
     @property
     def transcript(self) -> list[Message]:
         """The transcript now, as a list."""
-        return self._live.transcript
+        return list(self.session.transcript)
 
     @property
     def running(self) -> bool:
-        """Whether a run is going (or about to start)."""
-        return self._live.running
+        """Whether a run is going (from the send that woke it until its end is recorded)."""
+        return self._run is not None
+
+    @property
+    def closed(self) -> bool:
+        """Whether the owner was closed (``aclose``, or a lost lease): it refuses sends."""
+        return self._closed or self._core.lost is not None
+
+    @property
+    def lost(self) -> LeaseLostError | None:
+        """The ``LeaseLostError`` that ended this owner (another owner took the stream over), or
+        ``None``. A lost owner runs nothing more, and its sends and waits raise this error."""
+        return self._core.lost
 
     async def events(self, after: int = 0) -> AsyncIterator[Event]:
         """Every event with ``seq > after``: the stored ones, then each as it is recorded, until
-        the owner closes. Resume a stream by passing the last ``seq`` you saw."""
+        the owner closes. Resume a stream by passing the last ``seq`` you saw.
+
+        The reader listens before it reads the store, so an event recorded meanwhile is in one
+        or both (the repeat is dropped by ``seq``); a reader that falls behind has its events
+        queued for it, in order. Closing the iterator (``aclose``, ``break``) stops listening.
+        """
+        if type(after) is not int:
+            raise TypeError(f"events: after must be an int seq, got {type(after).__name__}")
+        self._check_open()
         live: asyncio.Queue[Event | None] = asyncio.Queue()
-        # Listen first, read second: an event is then either in the read (stored before it)
-        # or in ``live`` (published after we listened), possibly both; seq drops the repeat.
         self._readers.add(live)
         try:
             last = after
-            for event in await self._call(lambda: list(self._live.events(after))):
+            for event in await self._call(self._read, after):
                 last = event.seq
                 yield event
-            while self._owner is not None or not live.empty():
-                event = await live.get()
-                if event is None:
-                    return
-                if event.seq > last:
-                    last = event.seq
-                    yield event
+            while (got := await live.get()) is not None:
+                event = got
+                if event.seq <= last:
+                    continue  # read from the store already
+                if event.seq > last + 1:  # never expected: fill the gap from the log itself
+                    for missed in await self._call(self._read, last):
+                        if missed.seq >= event.seq:
+                            break
+                        last = missed.seq
+                        yield missed
+                last = event.seq
+                yield event
         finally:
             self._readers.discard(live)
 
-    def _recorded(self, event: Event) -> None:
-        # Called on whichever thread recorded the event, inside the owner's lock, in seq order;
-        # the loop's callback queue keeps that order. With no reader there is nothing to tell:
-        # a reader that registers later reads this event back from the store.
-        loop = self._loop
-        if not self._readers or loop is None or loop.is_closed():
-            return
-        if self._loop_thread == threading.get_ident():
-            loop.call_soon(self._publish, event)  # no wake-up write needed on the loop itself
-        else:
-            loop.call_soon_threadsafe(self._publish, event)
+    def _read(self, after: int) -> list[Event]:
+        return list(self._store.read(self._stream, after))
 
-    def _publish(self, event: Event) -> None:
-        for reader in self._readers:
-            reader.put_nowait(event)
+    def listen(self, callback: Listener) -> None:
+        """Call ``callback(event)`` on the event loop for every event recorded from now on, in
+        order (the owner's own and those another process appended). Keep it quick; one that
+        raises is logged and does not stop the others or the run."""
+        self._listeners.append(callback)
 
     # -- what a host says -------------------------------------------------------------------------
 
     async def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
         """Queue ``message`` on ``target`` durably, then wake if it asks to and nothing runs.
 
-        Bad input raises here, before anything is written. Returns the event as stored.
+        Bad input raises here, before anything is written. Returns the event as stored, once
+        it is: a run it wakes has started by then. Cancelling the awaiting task does not take a
+        send back that the worker already took up.
         """
-        sent_event(message, target, wakeup)  # refuse bad input on the caller's own line
-        owner = self._live
-        stored: MessageSent = await self._call(owner.send, message, target, wakeup)
-        return stored
+        event = sent_event(message, target, wakeup)  # refuse bad input on the caller's own line
+        self._check_open()
+        if self._io is None:
+            stored = self._commit_now([event])
+            return stored[0]  # type: ignore[return-value]
+        assert self._loop is not None
+        future: asyncio.Future[MessageSent] = self._loop.create_future()
+        with self._sends_lock:
+            self._sends.append((event, future))
+            lead, self._flushing = not self._flushing, True
+        if lead:
+            self._io.submit(self._flush)
+        return await future
 
     async def steer(self, message: Message | str) -> MessageSent:
         """Next step, wakes: "read this before your next model request"."""
@@ -287,49 +400,262 @@ class AsyncOwner:
     async def prompt(self, text: Message | str) -> MessageSent:
         """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any in progress."""
         sent_event(text, Target.NEXT_TURN, True)
-        owner = self._live
-        stored: MessageSent = await self._call(owner.prompt, text)
-        return stored
+        self._check_open()
+        self._core.prompt()
+        return await self.followup(text)
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
 
-        Returns whether a run was going. Queued messages stay queued.
+        Returns whether a run was going. Queued messages stay queued; a waking send that lands
+        while the cancelled run winds down starts nothing either. Call it on the owner's loop.
         """
-        owner = self._owner
-        if owner is None:
+        if not self._core.cancel():
             return False
-        going = owner.cancel()
-        if self._stop is not None:
-            self._stop.set()
-        return going
+        if self._cancel is not None:
+            self._cancel.set()
+        return True
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until no run is going; ``False`` if ``timeout`` seconds passed first.
 
-        Re-raises (once) an exception that ended the last run, such as a failing model.
+        Re-raises (once) an exception that ended the last run, such as a failing model; raises
+        the ``LeaseLostError`` of an owner whose stream was taken over, every time.
         """
-        owner = self._live
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[bool] = loop.create_future()
-
-        def settle(outcome: Any, failed: bool) -> None:
-            if not done.done():  # the awaiting task may have been cancelled meanwhile
-                done.set_exception(outcome) if failed else done.set_result(outcome)
-
-        def wait() -> None:
-            outcome: Any
+        if timeout is None:
+            await self._idle.wait()
+        else:
             try:
-                outcome, failed = owner.wait_idle(timeout), False
-            except BaseException as exc:
-                outcome, failed = exc, True
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(settle, outcome, failed)
-
-        # A thread of its own, not the I/O pool: a long wait must never starve sends.
-        threading.Thread(target=wait, name=f"nous-inbox wait {self._stream}", daemon=True).start()
-        return await done
+                await asyncio.wait_for(self._idle.wait(), timeout)
+            except TimeoutError:
+                return False
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+        if self._core.lost is not None:
+            raise self._core.lost
+        return True
 
     def __repr__(self) -> str:
-        state = "closed" if self._owner is None else f"version {self._owner.session.version}"
+        if not self._opened:
+            state = "not open"
+        elif self.closed:
+            state = "closed"
+        else:
+            state = f"version {self.session.version}"
         return f"AsyncOwner({self._stream!r}, {state})"
+
+    # -- the store's side -------------------------------------------------------------------------
+
+    def _open_journal(self) -> Journal:
+        if self._journal is None:
+            raise RuntimeError(
+                f"AsyncOwner of session {self._stream!r} is not open: "
+                "use `async with AsyncOwner(...)`"
+            )
+        return self._journal
+
+    def _check_open(self) -> None:
+        self._open_journal()
+        if self._core.lost is not None:
+            raise self._core.lost
+        if self._closed:
+            raise RuntimeError(f"AsyncOwner of session {self._stream!r} is closed")
+
+    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` where store calls belong: inline, or on the worker."""
+        if self._io is None:
+            return fn(*args)
+        return await self._call_io(fn, *args)
+
+    def _call_io(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+        assert self._loop is not None and self._io is not None
+        return self._loop.run_in_executor(self._io, fn, *args)
+
+    def _commit(self, events: Sequence[Event]) -> list[Event]:
+        with self._lock:
+            stored, _ = self._open_journal().commit(lambda session: (events, None))
+            return stored
+
+    def _commit_now(self, events: Sequence[Event]) -> list[Event]:
+        """Commit inline (a store that does not block): a lost lease is taken in at once."""
+        try:
+            return self._commit(events)
+        except LeaseLostError as exc:
+            self._lease_lost(exc)
+            raise
+
+    def _append_soon(self, events: Sequence[Event]) -> asyncio.Future[list[Event]]:
+        """Append ``events`` now, or queue them on the worker now (so they precede whatever is
+        queued later, such as the next run's first record); await the result."""
+        if self._io is not None:
+            return self._call_io(self._commit, events)
+        assert self._loop is not None
+        done: asyncio.Future[list[Event]] = self._loop.create_future()
+        try:
+            done.set_result(self._commit_now(events))
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
+
+    def _flush(self) -> None:
+        """The worker's group commit: every send queued so far, in one append."""
+        with self._sends_lock:
+            batch, self._sends = self._sends, []
+            self._flushing = False
+        outcomes: list[tuple[asyncio.Future[MessageSent], Event | None, BaseException | None]]
+        try:
+            stored = self._commit([event for event, _ in batch])
+            outcomes = [(future, event, None) for (_, future), event in zip(batch, stored, strict=True)]
+        except (TypeError, ValueError):
+            # Refused before anything was written (an event too large, one that does not
+            # fold): one at a time, so one bad send fails only its own sender.
+            outcomes = []
+            for event, future in batch:
+                try:
+                    outcomes.append((future, self._commit([event])[0], None))
+                except BaseException as exc:
+                    outcomes.append((future, None, exc))
+        except BaseException as exc:  # whatever happened happened to the whole batch
+            outcomes = [(future, None, exc) for _, future in batch]
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+            self._loop.call_soon_threadsafe(self._settle, outcomes)
+
+    def _settle(
+        self, outcomes: list[tuple[asyncio.Future[MessageSent], Event | None, BaseException | None]]
+    ) -> None:
+        self._react()  # a run a send woke has started before its sender resumes
+        for future, stored, error in outcomes:
+            if isinstance(error, LeaseLostError):
+                self._lease_lost(error)
+            if future.done():  # the sender stopped waiting
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(stored)  # type: ignore[arg-type]
+
+    def _catch_up(self) -> None:
+        journal = self._open_journal()
+        if self._store.version(self._stream) != journal.session.version:
+            with self._lock:
+                journal.catch_up()
+
+    async def _watch(self) -> None:
+        # The wake-up hook: a store with ``subscribe(stream, callback) -> unsubscribe`` (the
+        # PostgreSQL store: LISTEN/NOTIFY, with its own slow poll as the backstop) calls back
+        # when the stream may have changed; the watcher waits for that instead of polling.
+        loop = asyncio.get_running_loop()
+        nudge = asyncio.Event()
+
+        def poke() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone
+                loop.call_soon_threadsafe(nudge.set)
+
+        subscribe = getattr(self._store, "subscribe", None)
+        if callable(subscribe):
+            self._unsubscribe = await self._call(subscribe, self._stream, poke)
+        while True:
+            if self._unsubscribe is None:
+                await asyncio.sleep(self._poll_interval)
+            else:
+                await nudge.wait()
+                nudge.clear()
+            try:
+                await self._call(self._catch_up)
+            except Exception:
+                logger.exception("watching session %r failed; retrying", self._stream)
+
+    # -- the loop's side: reacting to what was folded, and the run --------------------------------
+
+    def _folded(self, events: Sequence[Event]) -> None:
+        """The journal folded ``events`` in (on any thread, under the journal lock): hand them
+        to the loop, in order."""
+        with self._batches_lock:
+            self._batches.append(events)
+            here = threading.get_ident() == self._loop_thread
+            schedule = not here and not self._react_scheduled
+            if schedule:
+                self._react_scheduled = True
+        if here:
+            self._react()
+        elif schedule and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+                self._loop.call_soon_threadsafe(self._react)
+
+    def _react(self) -> None:
+        """On the loop: tell the readers and listeners of each folded batch, in order, and ask
+        the core whether to wake."""
+        if self._reacting:
+            return  # a listener's own send, folded while we tell: told after this batch
+        self._reacting = True
+        try:
+            while True:
+                with self._batches_lock:
+                    if not self._batches:
+                        self._react_scheduled = False
+                        return
+                    events = self._batches.popleft()
+                for event in events:
+                    for reader in self._readers:
+                        reader.put_nowait(event)
+                    for listener in list(self._listeners):
+                        try:
+                            listener(event)
+                        except Exception:
+                            logger.exception("a listener of session %r failed on event #%d",
+                                             self._stream, event.seq)
+                # Ours or another process's: a send that asks to wake is answered (the core's rule).
+                if self._journal is not None and self._core.arrived(events, self._journal.session):
+                    self._start_run()
+        finally:
+            self._reacting = False
+
+    def _lease_lost(self, error: LeaseLostError) -> None:
+        if self._core.lease_lost(error) and self._cancel is not None:
+            self._cancel.set()
+
+    def _start_run(self) -> None:
+        """The core said start. The first turn's cancel exists as soon as the run does, so a
+        cancel() right after the send that woke it is honoured before the turn starts."""
+        assert self._loop is not None
+        self._cancel = asyncio.Event()
+        self._idle.clear()
+        self._run = self._loop.create_task(self._work(self._cancel),
+                                           name=f"nous-inbox run {self._stream}")
+
+    async def _work(self, cancel: asyncio.Event) -> None:
+        me = asyncio.current_task()
+        journal, port = self._open_journal(), self._port
+        took: bool | None = None  # whether the last turn claimed anything; None before the first
+        try:
+            while True:
+                answer = self._core.next_turn(journal.session, took)
+                if isinstance(answer, Stop):
+                    if answer.record:
+                        await self._append_soon(answer.record)  # queued before any later run's
+                    return
+                if took is not None:
+                    cancel = self._cancel = asyncio.Event()
+                took = False
+                async for event in self._runner.arun_turn(port, reason=answer.reason, cancel=cancel):
+                    took = took or type(event) is QueueClaimed
+        except asyncio.CancelledError:
+            self._core.failed(journal.session, asyncio.CancelledError())  # the runner recorded it
+            raise
+        except Exception as exc:
+            logger.exception("the run of session %r failed", self._stream)
+            self._failure = exc
+            stop = self._core.failed(journal.session, exc)
+            if stop.record:
+                try:
+                    await self._append_soon(stop.record)
+                except Exception:
+                    logger.exception("could not record the end of session %r's failed turn",
+                                     self._stream)
+        finally:
+            if self._run is me:
+                self._run = None
+                self._cancel = None
+                self._idle.set()

@@ -21,10 +21,30 @@ the aimu adapter for each agent's queues; both do it here.
 A journal is not locked: its holder serializes calls (the owner and the adapter each hold a lock
 around every use). ``store=None`` keeps the session in memory only: changes are folded and
 numbered but written nowhere, so a host without a store keeps no growing log.
+
+Long sessions. Opening starts from the stream's newest usable snapshot and replays only the
+events after it (:func:`~nous_inbox.snapshot.load_session`, equal to a full replay), and the
+journal saves a new snapshot after every ``snapshot_every`` events it folds
+(:data:`~nous_inbox.snapshot.SNAPSHOT_EVERY` by default; 0 never saves), and right after an open
+that replayed at least that many. Only a journal that keeps the transcript saves (a snapshot
+holds the whole session). A failed save is logged, never raised: the log is the truth.
+
+Design note: flat send latency. A session of a million events is millions of objects the cyclic
+garbage collector tracks (vector nodes, tuples, metadata maps), though none can ever be part of a
+cycle. Each full collection walks them all: with such a history loaded, a send that happened to
+trigger one paused for about 200 ms. So once a session holds ``snapshot_every`` events, the
+journal calls ``gc.freeze()`` after an open and at each snapshot point, which moves every object
+then alive into the collector's permanent generation: full collections then walk only what was
+made since, and their pauses stay as short as for a short session. ``gc.freeze`` is process-wide:
+objects the host holds at that moment are not scanned for cycles again either (reference counting
+still frees them; a cycle among them is kept until ``gc.unfreeze()``). ``freeze_gc=False`` leaves
+the collector alone.
 """
 
 from __future__ import annotations
 
+import gc
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol, TypeVar
@@ -36,11 +56,14 @@ from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, QueueClaimed
 from nous_inbox.inbox import Inbox, Target, as_target
 from nous_inbox.message import Message
-from nous_inbox.session import Session, replay
+from nous_inbox.session import Session
+from nous_inbox.snapshot import SNAPSHOT_EVERY, load_session, save_snapshot
 
 __all__ = ["ATTEMPTS", "Journal", "Log", "claim_event"]
 
 T = TypeVar("T")
+
+logger: Final = logging.getLogger("nous_inbox.journal")
 
 #: How often a change is computed again after losing a race before giving up: each retry means
 #: another writer appended in between, so running out means the stream never stood still.
@@ -74,6 +97,8 @@ class Journal:
     and the run bookkeeping (the transcript stays empty), for a holder that needs the queues
     but would otherwise keep every delivered message in memory for nothing. ``clock``, when
     given, times the events this journal appends (the store times them otherwise).
+    ``snapshot_every`` and ``freeze_gc`` are the long-session knobs described in the module's
+    docstring; :attr:`replayed` says how many events the open replayed (after its snapshot).
     """
 
     def __init__(
@@ -84,14 +109,30 @@ class Journal:
         on_events: Callable[[Sequence[Event]], None] | None = None,
         transcript: bool = True,
         clock: Callable[[], float] | None = None,
+        snapshot_every: int = SNAPSHOT_EVERY,
+        freeze_gc: bool = True,
     ) -> None:
+        if type(snapshot_every) is not int or snapshot_every < 0:
+            raise ValueError(
+                f"Journal: snapshot_every must be an int >= 0 (0: never), got {snapshot_every!r}"
+            )
         self._store = store
         self._clock = clock
         self._stream = stream
         self._on_events = on_events
         self._keep_transcript = transcript
-        session = Session() if store is None else replay(store.read(stream), stream=stream)
+        self._every = snapshot_every
+        self._freeze = freeze_gc
+        if store is None:
+            session, self._snapshot_at, self.replayed = Session(), 0, 0
+        else:
+            opened = load_session(store, stream)
+            session, self._snapshot_at, self.replayed = (
+                opened.session, opened.snapshot, opened.replayed
+            )
         self._session = session if transcript else _without_transcript(session)
+        if store is not None and not self._checkpoint():
+            self._freeze_long()
 
     @property
     def stream(self) -> str:
@@ -116,6 +157,37 @@ class Journal:
         if missed:
             self._fold(missed)
         return missed
+
+    def snapshot(self) -> bool:
+        """Save the session as the stream's snapshot now; whether the store kept it.
+
+        Not kept: no store, a read-only one, one without snapshots, a journal without the
+        transcript, an empty session. A failure is logged (``nous_inbox.journal``) and answered
+        ``False``: a snapshot is a cache, and nothing the log holds depends on it.
+        """
+        self._snapshot_at = self._session.version  # tried again after snapshot_every more
+        if self._store is None or not self._keep_transcript:
+            return False
+        try:
+            return save_snapshot(self._store, self._stream, self._session)
+        except Exception as exc:  # logged: the send that triggered it succeeded
+            logger.warning("stream %r: snapshot at seq %d not saved: %s",
+                           self._stream, self._session.version, exc)
+            return False
+
+    def _checkpoint(self) -> bool:
+        # Every snapshot_every events: save a snapshot, and freeze what a long session holds
+        # out of the collector's way (see "flat send latency" in the module docstring).
+        every = self._every
+        if not every or self._session.version - self._snapshot_at < every:
+            return False
+        self.snapshot()
+        self._freeze_long()
+        return True
+
+    def _freeze_long(self) -> None:
+        if self._freeze and self._every and self._session.version >= self._every:
+            gc.freeze()
 
     def commit(self, change: Change[T]) -> tuple[list[Event], T]:
         """Append the events ``change`` computes from the session, then fold them in.
@@ -153,6 +225,7 @@ class Journal:
             self._session = folded
             if self._on_events is not None:
                 self._on_events(stored)
+            self._checkpoint()
             return stored, result
         raise ConcurrencyError(
             f"stream {self._stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
@@ -210,6 +283,7 @@ class Journal:
         self._session = self._folded(events)
         if self._on_events is not None:
             self._on_events(events)
+        self._checkpoint()
 
 
 def claim_event(

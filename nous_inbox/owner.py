@@ -34,6 +34,14 @@ refused with ``StreamOwnedError``. When a process dies without ``close()``, a fi
 lease dies with it at once; a PostgreSQL lease only expires, ``lease`` seconds after its last
 renewal.
 
+A lease taken over is final. When a store whose leases expire (PostgreSQL) finds this owner's
+lease was taken over by another owner (this host was paused or cut off for longer than the
+lease), it fences every append with :class:`~nous_inbox.errors.LeaseLostError` and writes
+nothing. The owner then stops for good: the run stops at its next append (without recording
+anything: the session is someone else's now), nothing starts any more, the watcher stops, and
+``lost`` holds the error, which ``wait_idle()`` and every later send raise. Close it and open a
+new owner (which waits for the lease) if this host should run the session again.
+
 Other processes. Appends are made with the stream's expected version. When another process (the
 ``nous-inbox steer`` command, say) has appended in between, the store refuses, the owner reads
 what it missed, folds it in, and tries again; a watcher thread polls the store's cheap version
@@ -55,6 +63,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
+from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Inbox, Target
 from nous_inbox.journal import Journal
@@ -62,6 +71,7 @@ from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore, Stop
 from nous_inbox.port import JournalPort, SendPresets, sent_event
 from nous_inbox.session import Session
+from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
 
 __all__ = ["Owner", "TurnRunner"]
@@ -107,6 +117,11 @@ def _check_runner(runner: object) -> None:
                         f"nous_inbox.Runner), got {type(runner).__name__}")
 
 
+def _snapshot_count(owner: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"Owner: snapshot_every must be an int >= 0 (0: never), got {value!r}")
+
+
 def _seconds(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"Owner: poll_interval must be a number of seconds, got {type(value).__name__}")
@@ -120,6 +135,8 @@ class Owner(SendPresets):
     ``listen`` callbacks see every event as it is recorded, in order (the owner's own and those
     another process appended); ``watch`` starts the thread that notices other processes' sends
     (``poll_interval`` seconds apart); ``start`` wakes right away if the replayed inbox wants it.
+    ``snapshot_every`` is how many events pass between two snapshots of the session (0: none;
+    see :mod:`nous_inbox.snapshot`): opening replays only what followed the newest one.
     The options are checked before the stream's lease is taken: a bad one is a ``TypeError`` or
     ``ValueError`` naming it, and nothing happened.
 
@@ -150,6 +167,9 @@ class Owner(SendPresets):
         default=0.05, kw_only=True, converter=_seconds, validator=_positive_seconds
     )
     _start: bool = attrs.field(default=True, kw_only=True, validator=_of(bool))
+    _snapshot_every: int = attrs.field(
+        default=SNAPSHOT_EVERY, kw_only=True, alias="snapshot_every", validator=_snapshot_count
+    )
 
     def __attrs_post_init__(self) -> None:
         store, stream, listen = self._store, self._stream, self._listen
@@ -160,6 +180,8 @@ class Owner(SendPresets):
         self._worker: threading.Thread | None = None
         self._cancel: threading.Event | None = None
         self._closed = threading.Event()
+        self._halt = threading.Event()  # closed or lost: the watcher stops
+        self._lost: LeaseLostError | None = None  # the lease was taken over: final
         self._nudge = threading.Event()  # the store says the stream may have changed (or close)
         self._failure: BaseException | None = None
         self._core = OwnerCore()  # every decision; this class does the threads and the I/O
@@ -167,7 +189,8 @@ class Owner(SendPresets):
         # the first one's open turn as "interrupted" and run beside it.
         self._lease = store.own(stream)
         try:
-            self._journal = Journal(store, stream, on_events=self._folded)
+            self._journal = Journal(store, stream, on_events=self._folded,
+                                    snapshot_every=self._snapshot_every)
             # The runner reads and writes the session through the one port there is; the
             # journal's claim is the one claim path (a steer another process appended joins it).
             self._port = JournalPort(self._journal, self._lock)
@@ -215,6 +238,15 @@ class Owner(SendPresets):
         return self._closed.is_set()
 
     @property
+    def lost(self) -> LeaseLostError | None:
+        """The ``LeaseLostError`` that stopped this owner for good, or ``None``.
+
+        Set once the store refused an append because another owner took the lease over (see the
+        module notes); from then on ``wait_idle`` and every send raise it.
+        """
+        return self._lost
+
+    @property
     def running(self) -> bool:
         """Whether a run is going (or about to start)."""
         return self._worker is not None
@@ -246,7 +278,11 @@ class Owner(SendPresets):
         self._check_open()
         # A group commit: concurrent sends share one transaction (see JournalPort.append); it
         # returns once that has committed. A waking send wakes as its batch is folded in.
-        stored = self._port.append(event)
+        try:
+            stored = self._port.append(event)
+        except LeaseLostError as exc:
+            self._lose(exc)
+            raise
         return stored  # type: ignore[return-value]
 
     def prompt(self, text: Message | str) -> MessageSent:
@@ -274,11 +310,14 @@ class Owner(SendPresets):
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until no run is going; ``False`` if ``timeout`` seconds passed first.
 
-        Re-raises (once) an exception that ended the last run, such as a failing model.
+        Re-raises (once) an exception that ended the last run, such as a failing model; raises
+        ``lost`` (every time, at once) when the owner's lease was taken over.
         """
         with self._changed:
-            idle = self._changed.wait_for(lambda: self._worker is None, timeout)
+            idle = self._changed.wait_for(
+                lambda: self._worker is None or self._lost is not None, timeout)
             failure, self._failure = self._failure, None
+        self._raise_if_lost()
         if failure is not None:
             raise failure
         return idle
@@ -290,6 +329,7 @@ class Owner(SendPresets):
         seconds the lease is kept, so no other owner can start a run beside it.
         """
         self._closed.set()
+        self._halt.set()
         self._nudge.set()
         with self._lock:
             if self._core.close() and self._cancel is not None:
@@ -315,8 +355,27 @@ class Owner(SendPresets):
     # -- the log --------------------------------------------------------------------------------
 
     def _check_open(self) -> None:
+        self._raise_if_lost()
         if self._closed.is_set():
             raise RuntimeError(f"owner of session {self._stream!r} is closed")
+
+    def _raise_if_lost(self) -> None:
+        lost = self._lost
+        if lost is not None:  # a new error each time, so no traceback grows on the stored one
+            raise LeaseLostError(str(lost), stream=lost.stream, epoch=lost.epoch) from lost
+
+    def _lose(self, error: LeaseLostError) -> None:
+        """The store says the lease was taken over: stop for good (see the module notes)."""
+        with self._lock:
+            if self._lost is None:
+                self._lost = error
+                logger.error("the owner of session %r lost its lease and stops: %s",
+                             self._stream, error)
+            if self._core.close() and self._cancel is not None:
+                self._cancel.set()
+            self._changed.notify_all()
+        self._halt.set()
+        self._nudge.set()
 
     def _folded(self, events: Sequence[Event]) -> None:
         """Every batch the journal folds in: tell the listeners, and wake for a waking send."""
@@ -372,6 +431,11 @@ class Owner(SendPresets):
                 took = False
                 for event in self._runner.run_turn(self._port, reason=answer.reason, cancel=cancel):
                     took = took or type(event) is QueueClaimed
+        except LeaseLostError as exc:
+            self._lose(exc)
+            with self._lock:  # nothing to record: the session is another owner's now
+                self._core.failed(self._journal.session, exc)
+                self._stop_working(Stop())
         except BaseException as exc:
             logger.exception("the run of session %r failed", self._stream)
             with self._lock:
@@ -383,10 +447,14 @@ class Owner(SendPresets):
         try:
             if stop.record:
                 self._append(list(stop.record))
-        except Exception:
+        except Exception as exc:
             if not failing:
                 raise
-            logger.exception("could not record the end of session %r's failed turn", self._stream)
+            if isinstance(exc, LeaseLostError):
+                self._lose(exc)
+            else:
+                logger.exception("could not record the end of session %r's failed turn",
+                                 self._stream)
         finally:
             self._worker = None
             self._cancel = None
@@ -401,13 +469,18 @@ class Owner(SendPresets):
         try:
             while True:
                 if unsubscribe is None:
-                    if self._closed.wait(interval):
+                    if self._halt.wait(interval):
                         return
                 else:
                     self._nudge.wait()
                     self._nudge.clear()
-                    if self._closed.is_set():
+                    if self._halt.is_set():
                         return
+                if getattr(self._lease, "lost", False) is True:  # a renewal found it taken
+                    self._lose(LeaseLostError(
+                        f"stream {self._stream!r}: this owner's lease was taken over by another "
+                        f"owner", stream=self._stream, epoch=getattr(self._lease, "epoch", 0)))
+                    return
                 try:
                     if self._store.version(self._stream) != self._journal.session.version:
                         with self._lock:

@@ -20,7 +20,10 @@ The rules:
   (ruling 4), nor is an injection alone, even after a cancel left a waking entry behind (ruling 9);
 * **cancel wakes nothing**: after :meth:`OwnerCore.cancel` the run stops at its turn's end;
 * **resume from the log**: :meth:`OwnerCore.resume` closes a turn the log shows as open (the
-  process died mid-run) as ``"error"``.
+  process died mid-run) as ``"error"``;
+* **a lost lease ends the owner**: after :meth:`OwnerCore.lease_lost` (the store said another
+  owner took the stream over, ``LeaseLostError``) nothing starts again and a run stops at its
+  next decision, recording nothing (the store would refuse it): the new owner resumes the log.
 
 >>> from nous_inbox.inbox import Inbox
 >>> from nous_inbox.session import Session
@@ -45,6 +48,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, TurnEnded, Warned
 from nous_inbox.session import Session
 
@@ -80,6 +84,7 @@ class OwnerCore:
     _cancelled: bool = False
     _prompted: bool = False
     _closed: bool = False
+    _lost: LeaseLostError | None = None
 
     @property
     def running(self) -> bool:
@@ -90,6 +95,11 @@ class OwnerCore:
     def closed(self) -> bool:
         """Whether :meth:`close` was called: nothing starts any more."""
         return self._closed
+
+    @property
+    def lost(self) -> LeaseLostError | None:
+        """The ``LeaseLostError`` that ended this owner (see :meth:`lease_lost`), or ``None``."""
+        return self._lost
 
     @staticmethod
     def resume(session: Session) -> list[Event]:
@@ -146,8 +156,14 @@ class OwnerCore:
         return Turn(reason)
 
     def failed(self, session: Session, error: BaseException) -> Stop:
-        """The run died (a failing model, a store that failed): stop, ending its open turn."""
-        if not session.running:
+        """The run died (a failing model, a store that failed): stop, ending its open turn.
+
+        A lost lease records nothing: the store fences this owner's appends, and the new owner
+        closes the open turn when it resumes.
+        """
+        if isinstance(error, LeaseLostError):
+            self.lease_lost(error)
+        if not session.running or self._lost is not None:
             return self._stop()
         return self._stop(TurnEnded(turn=session.turn, steps=session.step, reason="error",
                                     error=f"{type(error).__name__}: {error}"))
@@ -156,6 +172,18 @@ class OwnerCore:
         """Close the owner: nothing starts any more; whether a run was going (now cancelled)."""
         self._closed = True
         return self.cancel()
+
+    def lease_lost(self, error: LeaseLostError) -> bool:
+        """Another owner took the stream over: close for good, keeping ``error`` as :attr:`lost`
+        (the driver raises it from later sends and waits). Whether a run was going.
+
+        >>> core = OwnerCore()
+        >>> core.lease_lost(LeaseLostError("taken over")), core.closed, str(core.lost)
+        (False, True, 'taken over')
+        """
+        if self._lost is None:
+            self._lost = error
+        return self.close()
 
     def _stop(self, *record: Event) -> Stop:
         self._running = False

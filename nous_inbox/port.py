@@ -40,12 +40,12 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, Protocol, TypeVar, runtime_checkable
 
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target, as_message, as_target
-from nous_inbox.journal import Journal
+from nous_inbox.journal import Change, Journal
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
 
@@ -54,6 +54,8 @@ __all__ = [
 ]
 
 _EVENT_TYPES: Final = frozenset(EVENT_TYPES)
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -196,11 +198,17 @@ class JournalPort:
     event with the journal's expected version. ``lock`` serializes every use with its holder's
     other uses of the journal (an owner passes its own; a journal is not locked by itself).
 
-    ``append`` is the hosts' write (every send goes through it): a **group commit**. Senders on
-    many threads that arrive while a transaction is being committed queue up and wait; when it
-    is done, one of them (the leader) appends everything queued meanwhile in one atomic append,
-    one transaction of the store, and wakes each follower with its stored event. No call returns before
-    the transaction holding its event committed, so acknowledged still means durable, and each
+    ``append`` is the hosts' write (every send goes through it): a **group commit**. A sender
+    queues its event; if no transaction is under way it becomes the leader, else it waits. The
+    leader first *gathers*: the senders of the last round (those its batch released, and those
+    who queued while it committed) are likely back at once with their next sends, so it waits
+    for them, at most half a commit's smoothed time (between ``GATHER_SECONDS`` and
+    ``GATHER_MAX_SECONDS``); a lone sender never waits. Then it appends everything queued in
+    one atomic append, one transaction of the store, marks each event stored (or failed) and
+    wakes everyone: its own senders return, and one of those who queued meanwhile leads the
+    next batch (leadership is handed over: a leader commits one batch, the one holding its own
+    event, so no sender commits for the others indefinitely). No call returns before the
+    transaction holding its event committed, so acknowledged still means durable, and each
     sender's events keep their order (a sender waits for one before it sends the next). A batch
     the store refuses before writing anything (a ``TypeError`` or ``ValueError``: an event too
     large, one that does not fold) is tried again one event at a time, so one bad event fails
@@ -218,30 +226,31 @@ class JournalPort:
     """
 
     __slots__ = (
+        "_commit_seconds",
         "_committing",
-        "_expect",
+        "_gathered",
         "_gathering",
         "_journal",
         "_lock",
         "_pending",
         "_queue",
         "_queue_lock",
-        "_waiting",
+        "_senders",
     )
 
     def __init__(self, journal: Journal, lock: threading.RLock | None = None) -> None:
         self._journal = journal
         self._lock = threading.RLock() if lock is None else lock
         # The queue of sends waiting for a group commit; its lock is never held across I/O.
-        # ``with self._queue_lock`` (C-level) guards it; the Condition over the same lock is
-        # used only when someone must wait, so an uncontended send pays two lock round trips.
+        # Followers wait on ``_queue``; a leader gathering its batch waits on ``_gathered``.
         self._queue_lock = threading.Lock()
         self._queue = threading.Condition(self._queue_lock)
+        self._gathered = threading.Condition(self._queue_lock)
         self._pending: list[_Pending] = []
-        self._committing = False  # a leader is appending a batch
-        self._waiting = 0  # senders parked on the Condition
-        self._expect = 0  # how many senders a batch just released (they come back to send)
-        self._gathering = False  # a leader is gathering them before it commits
+        self._committing = False  # a leader is gathering or appending a batch
+        self._gathering = False  # ... and is still waiting for senders to queue
+        self._senders = 1  # how many sent in the last round: whom the next leader waits for
+        self._commit_seconds = 0.0  # a commit's time, smoothed: what bounds that wait
 
     @property
     def journal(self) -> Journal:
@@ -275,6 +284,22 @@ class JournalPort:
             (stored,), _ = self._journal.commit(_just(event))
             return stored
 
+    def commit(self, change: Change[T]) -> tuple[list[Event], T]:
+        """Append the events ``change`` computes from the session (other writers' events read
+        first), in one atomic append; see :meth:`Journal.commit
+        <nous_inbox.journal.Journal.commit>`. For a runner that records several events at one
+        boundary (a claim among them) as one transaction rather than one each.
+
+        >>> from nous_inbox.events import Warned
+        >>> port = LocalSession()
+        >>> stored, _ = port.commit(lambda session: ([Warned(text="a"), Warned(text="b")], None))
+        >>> [e.seq for e in stored]
+        [1, 2]
+        """
+        with self._lock:
+            self._journal.catch_up()
+            return self._journal.commit(change)
+
     def append(self, event: Event) -> Event:
         """Append ``event`` in a group commit with whatever other threads are appending; return
         it as stored, once the transaction holding it has committed (see the class notes)."""
@@ -286,60 +311,61 @@ class JournalPort:
             with self._lock:
                 (stored,), _ = self._journal.commit(_just(event))
             return stored
+        mine = _Pending(event)
         with self._queue_lock:
-            if not self._committing and self._expect:
-                # The senders of the last batch were just released and are coming back: gather
-                # them, briefly, into this transaction rather than commit alone (PostgreSQL's
-                # commit_delay, bounded by GATHER_SECONDS; a lone sender never waits).
-                self._committing = self._gathering = True
-                expect, self._expect = self._expect, 0
-                mine = _Pending(event)
-                self._pending.append(mine)
-                deadline = time.monotonic() + GATHER_SECONDS
-                try:
-                    while len(self._pending) <= expect:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            break
-                        self._queue.wait(left)
-                finally:
-                    self._gathering = False
-                batch, self._pending = self._pending, []
-            elif not self._committing:
-                # Nobody is committing (so nothing is queued): lead, with this event alone.
-                self._committing = True
-                mine = None
-            else:
-                mine = _Pending(event)
-                self._pending.append(mine)
-                if self._gathering:
-                    self._queue.notify_all()
-                # Wait while another leader commits: it takes ours with its next batch, along
-                # with everyone arriving meanwhile (the bigger the batch, the fewer
-                # transactions). Waiting here, not on the journal's lock, is what lets batches
-                # grow: a leader back for its next send queues behind the others.
-                self._waiting += 1
+            self._pending.append(mine)
+            if self._committing:
+                if self._gathering and len(self._pending) >= self._senders:
+                    self._gathered.notify()  # the leader waits for no one else
+                # A leader is committing: wait. When it is done, it wakes everyone; one of
+                # those still waiting leads everything queued meanwhile (this send included).
                 try:
                     while self._committing and not mine.done:
                         self._queue.wait()
-                finally:
-                    self._waiting -= 1
-                if not mine.done:  # the last leader was interrupted: lead what it left
-                    self._committing = True
-                batch = []
-        if mine is None:
-            try:
-                with self._lock:
-                    (stored,), _ = self._journal.commit(_just(event))
-            finally:
-                self._lead([])
-            return stored
+                except BaseException:  # interrupted: unsent, unless a leader already took it
+                    if mine in self._pending:
+                        self._pending.remove(mine)
+                    raise
+            if not mine.done:
+                self._committing = True
+                try:
+                    batch = self._gather()
+                except BaseException:  # interrupted while gathering: let another lead
+                    self._pending.remove(mine)
+                    self._committing = False
+                    self._queue.notify_all()
+                    raise
         if not mine.done:
             self._lead(batch)
         if mine.error is not None:
             raise mine.error
         assert mine.stored is not None
         return mine.stored
+
+    def _gather(self) -> list[_Pending]:
+        """As the new leader (with the queue lock): wait, briefly, for the senders the last
+        batch released to queue their next sends, then take everything queued.
+
+        ``_senders`` is how many sent in the last round (the last batch, and those queued while
+        it committed); each is likely back at once with its next send, so waiting for them,
+        at most a fraction of a commit's time, makes one transaction of what would be two
+        (PostgreSQL's ``commit_delay``, but waiting only for senders known to be active). A
+        lone sender never waits: it is all the senders there are.
+        """
+        if len(self._pending) < self._senders:
+            self._gathering = True
+            deadline = time.monotonic() + min(max(GATHER_SECONDS, self._commit_seconds / 2),
+                                              GATHER_MAX_SECONDS)
+            try:
+                while len(self._pending) < self._senders:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._gathered.wait(left)
+            finally:
+                self._gathering = False
+        batch, self._pending = self._pending, []
+        return batch
 
     def _holds_lock(self) -> bool:
         """Whether this thread holds the port's lock (a leader committing does, for the whole
@@ -348,27 +374,21 @@ class JournalPort:
         return bool(is_owned()) if is_owned is not None else False
 
     def _lead(self, batch: list[_Pending]) -> None:
-        """As the leader: commit ``batch``, then whatever queued meanwhile, until nothing is
-        queued; then stop leading. Those who queued during a commit are the next batch at once,
-        with no hand-over to a thread that first has to wake up."""
+        """As the leader: commit ``batch`` in one transaction, then hand over, waking everyone
+        (its senders to return, the next leader among those who queued meanwhile)."""
+        begin = time.monotonic()
         try:
-            while True:
-                if batch:
-                    with self._lock:
-                        self._commit_batch(batch)
-                with self._queue_lock:
-                    if self._waiting:
-                        self._expect = self._waiting  # they will be back with their next sends
-                        self._queue.notify_all()
-                    batch, self._pending = self._pending, []
-                    if not batch:
-                        self._committing = False
-                        return
-        except BaseException:
+            with self._lock:
+                self._commit_batch(batch)
+        finally:
+            took = time.monotonic() - begin
             with self._queue_lock:
+                # A smoothed commit time bounds the next gather; the senders of this round
+                # are those just committed and those who queued meanwhile.
+                self._commit_seconds += (took - self._commit_seconds) / 4
+                self._senders = len(batch) + len(self._pending)
                 self._committing = False
                 self._queue.notify_all()
-            raise
 
     def _commit_batch(self, batch: list[_Pending]) -> None:
         """Commit ``batch`` in one append (called with the lock); mark each done either way."""
@@ -409,8 +429,11 @@ class JournalPort:
 #: trying again one event at a time.
 _REFUSED_UNWRITTEN: Final = (TypeError, ValueError)
 
-#: How long a leader waits, at most, for the senders a batch just released to queue again.
+#: How long a leader may wait, at least, for the senders of the last round to queue again
+#: (when a commit takes longer, half of its smoothed time).
 GATHER_SECONDS: Final = 0.0005
+#: ... and at most, whatever a commit takes.
+GATHER_MAX_SECONDS: Final = 0.005
 
 
 def _just(event: Event) -> Callable[[Session], tuple[list[Event], None]]:

@@ -62,6 +62,9 @@ ones in a worker thread (``asyncio.to_thread``) so a slow model or tool never bl
 that steers arrive on; ``Runner(..., offload=False)`` calls them inline (cheaper for trivial
 functions). Tool calls run one after another, in the order the model gave them, in both drivers.
 The port is called directly from the driving thread or event loop: its methods must be quick.
+A port whose calls may block (an ``AsyncOwner``'s over a durable store) says so with a
+``call_io`` member, ``call_io(fn, *args) -> Future``: ``arun_turn`` then runs each stretch of the
+turn body between two model or tool calls (where the port is called) through it, off the loop.
 
 Design note. As httpx writes an auth flow once, as a generator the client pumps, the turn is one
 generator (``Runner._turn``) that does everything that is not a call of the user's code: it
@@ -310,7 +313,8 @@ class Runner:
         the turn as ``"cancelled"``; so does cancelling the task that iterates.
         """
         self._check(port, reason)
-        return _apump(self._turn(port, reason, cancel), cancel, self.offload)
+        return _apump(self._turn(port, reason, cancel), cancel, self.offload,
+                      getattr(port, "call_io", None))
 
     def _check(self, port: object, reason: str) -> None:
         check_port(port)
@@ -428,29 +432,56 @@ def _pump(turn: Generator[_Request, Any, None]) -> Iterator[Event]:
 
 
 async def _apump(
-    turn: Generator[_Request, Any, None], cancel: asyncio.Event | None, offload: bool
+    turn: Generator[_Request, Any, None], cancel: asyncio.Event | None, offload: bool,
+    io: Callable[..., Awaitable[Any]] | None = None,
 ) -> AsyncIterator[Event]:
     """The asyncio driver: calls awaited (sync ones in a thread when ``offload``), each raced
-    against ``cancel``."""
+    against ``cancel``. With ``io`` (the port's ``call_io``), each stretch of the body between
+    two calls, which is where the port is called, runs through it: off the event loop."""
+    in_flight: asyncio.Future[Any] | None = None
+
+    async def resume(advance_body: Callable[[Any], _Request], value: Any) -> Any:
+        nonlocal in_flight
+        if io is None:
+            return _stepped(advance_body, value)
+        in_flight = asyncio.ensure_future(io(_stepped, advance_body, value))
+        return await in_flight
+
     try:
-        request = next(turn)
-        while True:
+        request = await resume(turn.send, None)
+        while request is not _FINISHED:
             if type(request) is list:
                 for event in request:
                     yield event
-                request = next(turn)
+                request = await resume(turn.send, None)
                 continue
-            call: _Call = request  # type: ignore[assignment]
+            call: _Call = request
             try:
                 value = await _unless_cancelled(_acall(call, offload), cancel)
             except Exception as exc:
-                request = turn.throw(exc)
+                request = await resume(turn.throw, exc)
             else:
-                request = turn.send(value)
-    except StopIteration:
-        return
+                request = await resume(turn.send, value)
     finally:
-        turn.close()  # abandoned mid-turn (aclose, task cancelled): recorded as cancelled
+        # Abandoned mid-turn (aclose, task cancelled): the body records the turn as cancelled.
+        # A stretch still running elsewhere finishes first (a running generator cannot close).
+        if in_flight is not None and not in_flight.done():
+            await asyncio.wait((in_flight,))
+        if io is None:
+            turn.close()
+        else:
+            await io(turn.close)
+
+
+_FINISHED: Final = object()
+"""What a stretch of the body answers when the turn is over."""
+
+
+def _stepped(advance_body: Callable[[Any], _Request], value: Any) -> object:
+    try:
+        return advance_body(value)
+    except StopIteration:  # never raised into a future: asyncio refuses StopIteration there
+        return _FINISHED
 
 
 async def _acall(call: _Call, offload: bool) -> Any:

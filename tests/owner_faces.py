@@ -19,6 +19,7 @@ from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
+from nous_inbox.port import sent_event
 from nous_inbox.store import Store
 
 __all__ = ["FACES", "AsyncOwnerFromThreads", "build"]
@@ -38,13 +39,13 @@ class AsyncOwnerFromThreads:
                                         name="async owner face")
         self._thread.start()
         self._face = AsyncOwner(store, stream, runner, **kwargs)
+        if listen is not None:
+            self._face.listen(listen)  # before opening: it sees the resume, as Owner's does
         try:
             self._do(self._face.__aenter__())
         except BaseException:
             self._stop_loop()
             raise
-        if listen is not None:
-            self._face._live.listen(listen)
 
     def _on_loop(self) -> bool:
         return threading.current_thread() is self._thread
@@ -52,29 +53,38 @@ class AsyncOwnerFromThreads:
     def _do(self, work: Coroutine[Any, Any, _T]) -> _T:
         return asyncio.run_coroutine_threadsafe(work, self._loop).result()
 
+    def _send_on_loop(self, message: Message | str, target: Target | str,
+                      wakeup: bool) -> MessageSent:
+        # A listener runs on the loop, and a sync callback there cannot await: it sends
+        # through the owner's port, as a runner's tool would.
+        port = self._face._port
+        assert port is not None
+        return port.append(sent_event(message, target, wakeup))  # type: ignore[return-value]
+
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
         if self._on_loop():
-            return self._face._live.send(message, target, wakeup)
+            return self._send_on_loop(message, target, wakeup)
         return self._do(self._face.send(message, target, wakeup))
 
     def steer(self, message: Message | str) -> MessageSent:
         if self._on_loop():  # a listener: a sync callback on the loop cannot await
-            return self._face._live.steer(message)
+            return self._send_on_loop(message, Target.NEXT_STEP, True)
         return self._do(self._face.steer(message))
 
     def inject(self, message: Message | str) -> MessageSent:
         if self._on_loop():  # a listener: a sync callback on the loop cannot await
-            return self._face._live.inject(message)
+            return self._send_on_loop(message, Target.NEXT_STEP, False)
         return self._do(self._face.inject(message))
 
     def followup(self, message: Message | str) -> MessageSent:
         if self._on_loop():  # a listener: a sync callback on the loop cannot await
-            return self._face._live.followup(message)
+            return self._send_on_loop(message, Target.NEXT_TURN, True)
         return self._do(self._face.followup(message))
 
     def prompt(self, message: Message | str) -> MessageSent:
         if self._on_loop():  # a listener: a sync callback on the loop cannot await
-            return self._face._live.prompt(message)
+            self._face._core.prompt()
+            return self._send_on_loop(message, Target.NEXT_TURN, True)
         return self._do(self._face.prompt(message))
 
     def cancel(self) -> bool:
@@ -115,7 +125,7 @@ class AsyncOwnerFromThreads:
         self.close()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._face._live, name)  # reads: the same on both faces
+        return getattr(self._face, name)  # reads: the same on both faces
 
 
 def build(face: str, store: Store, stream: str, runner: Any, **kwargs: Any) -> Any:

@@ -50,7 +50,14 @@ def unavailable(reason: str) -> None:
     """Skip (locally) or fail (in CI) because there is no server to test against."""
     if in_ci():
         pytest.fail(f"PostgreSQL tests cannot run in CI: {reason}", pytrace=False)
-    pytest.skip(f"no PostgreSQL server: {reason}")
+    pytest.skip(f"no PostgreSQL server: {reason}", allow_module_level=True)
+
+
+def require_psycopg() -> None:
+    """Skip (locally) or fail (in CI) the calling test module when psycopg is not installed;
+    call it before importing anything that imports psycopg."""
+    if importlib.util.find_spec("psycopg") is None:
+        unavailable("psycopg is not installed (pip install nous-inbox[postgres])")
 
 
 def find_binaries() -> Path | None:
@@ -199,6 +206,14 @@ def server() -> Iterator[Server]:
             raise Unavailable(f"{ENV}={given!r} does not answer: {exc}") from None
         yield Server(given, None)
         return
+    with private_server() as running:
+        yield running
+
+
+@contextlib.contextmanager
+def private_server() -> Iterator[Server]:
+    """A private cluster of ours, whatever the environment names (a test that restarts the
+    server needs one). Raises :class:`Unavailable` when none can be started."""
     binaries = find_binaries()
     if binaries is None:
         raise Unavailable(f"no initdb/pg_ctl/postgres on PATH, in pg_config --bindir, in "
@@ -216,10 +231,11 @@ def server() -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def for_tests() -> Iterator[Server]:
-    """:func:`server`, skipped where there is none, failed in CI."""
+def for_tests(private: bool = False) -> Iterator[Server]:
+    """:func:`server` (with ``private``, :func:`private_server`), skipped where there is none,
+    failed in CI."""
     try:
-        context = server()
+        context = private_server() if private else server()
         running = context.__enter__()
     except Unavailable as exc:
         unavailable(str(exc))

@@ -35,7 +35,7 @@ def test_a_steer_is_stored_then_answered_on_the_event_loop() -> None:
             assert isinstance(sent, MessageSent) and sent.seq == 1
             assert await owner.wait_idle(WAIT)
             assert [m.content for m in owner.transcript] == ["hello", "heard: hello"]
-            assert owner.session == replay(owner._live.events())
+            assert owner.session == replay(list(owner._store.read(owner.stream)))
 
     asyncio.run(main())
 
@@ -115,7 +115,10 @@ def test_using_it_unopened_says_how_to_open_it() -> None:
 
 
 class OffTheLoop:
-    """A store that notes the thread of every call, to prove none ran on the event loop."""
+    """A store that says its calls block, and notes the thread of every call, to prove none ran
+    on the event loop."""
+
+    blocking = True
 
     def __init__(self, inner: Store) -> None:
         self._inner = inner
@@ -233,3 +236,72 @@ def test_a_slow_tool_leaves_the_loop_free_for_sends() -> None:
             return [m.content for m in owner.transcript]
 
     assert asyncio.run(main())[-2:] == ["meanwhile", "saw meanwhile"]
+
+
+class Gated:
+    """A store whose calls block (``blocking = True``) and whose appends can be held at a gate:
+    ``hold()`` makes the next append wait, ``entered`` says one is waiting, ``release()`` lets
+    it through."""
+
+    blocking = True
+
+    def __init__(self, inner: Store) -> None:
+        self._inner = inner
+        self._gate = threading.Event()
+        self._gate.set()
+        self.entered = threading.Event()
+
+    def hold(self) -> None:
+        self.entered.clear()
+        self._gate.clear()
+
+    def release(self) -> None:
+        self._gate.set()
+
+    def append(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._gate.is_set():
+            self.entered.set()
+            self._gate.wait()
+        return self._inner.append(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_a_send_held_in_the_store_leaves_the_loop_running_other_tasks() -> None:
+    store = Gated(open_store("memory:"))
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(echo)) as owner:  # type: ignore[arg-type]
+            store.hold()
+            sending = asyncio.ensure_future(owner.inject("held"))
+            await asyncio.to_thread(store.entered.wait)  # the append is inside the store now
+            other = asyncio.ensure_future(asyncio.sleep(0, result="ran"))
+            assert await other == "ran"  # the loop runs other tasks meanwhile
+            assert not sending.done() and owner.session.version == 0
+            store.release()
+            assert (await sending).seq == 1
+
+    asyncio.run(main())
+
+
+def test_a_runs_record_held_in_the_store_leaves_the_loop_running_other_tasks() -> None:
+    store = Gated(open_store("memory:"))
+    held: list[str] = []
+
+    async def model(transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+        store.hold()  # the run's next record (its reply) waits at the gate
+        return Message.assistant("answer")
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(model)) as owner:  # type: ignore[arg-type]
+            await owner.steer("go")
+            await asyncio.to_thread(store.entered.wait)  # the run is recording, in the store
+            held.append(await asyncio.ensure_future(asyncio.sleep(0, result="ran")))
+            assert owner.running
+            store.release()
+            assert await owner.wait_idle(WAIT)
+            assert owner.transcript[-1].content == "answer"
+
+    asyncio.run(main())
+    assert held == ["ran"]

@@ -130,7 +130,7 @@ async def run_owner(script: Script, body: Callable[[AsyncOwner], Awaitable[None]
     async with owner:
         await body(owner)
         assert await owner.wait_idle(WAIT)
-        assert owner.session == replay(owner._live.events())
+        assert owner.session == replay(list(owner._store.read(owner.stream)))
         holder["session"] = owner.session  # type: ignore[assignment]
     return owner
 
@@ -187,7 +187,7 @@ def test_a_steer_at_a_final_answer_extends_the_run_by_one_request() -> None:
         holder["owner"] = owner
         await owner.prompt("go")
         assert await owner.wait_idle(WAIT)
-        events.extend(owner._live.events())
+        events.extend(list(owner._store.read(owner.stream)))
 
     asyncio.run(run_owner(script, body))
     assert len(script.requests) == 2
@@ -205,7 +205,7 @@ def test_a_followup_sent_mid_run_waits_for_the_next_run() -> None:
     async def body(owner: AsyncOwner) -> None:
         await owner.prompt("build")
         assert await owner.wait_idle(WAIT)
-        events.extend(owner._live.events())
+        events.extend(list(owner._store.read(owner.stream)))
 
     asyncio.run(run_owner(script, body, during))
     assert all(("user", "and then deploy") not in r for r in script.requests[:2])
@@ -225,7 +225,7 @@ def test_cancel_ends_the_run_at_its_next_boundary_and_wakes_nothing() -> None:
     async def body(owner: AsyncOwner) -> None:
         await owner.prompt("go")
         assert await owner.wait_idle(WAIT)
-        events.extend(owner._live.events())
+        events.extend(list(owner._store.read(owner.stream)))
         assert owner.inbox.wants_wake()  # the steer waits for the next real wake
 
     asyncio.run(run_owner(script, body, during))
@@ -248,7 +248,7 @@ def test_the_replayed_transcript_is_what_the_model_was_shown() -> None:
     async def body(owner: AsyncOwner) -> None:
         await owner.prompt("go")
         assert await owner.wait_idle(WAIT)
-        session["transcript"] = list(replay(owner._live.events()).transcript)
+        session["transcript"] = list(replay(list(owner._store.read(owner.stream))).transcript)
 
     asyncio.run(run_owner(script, body, during))
     seen_last = script.requests[-1]
@@ -422,7 +422,7 @@ def test_killed_mid_run_nothing_is_lost_or_doubled_and_replay_is_what_the_model_
         async with AsyncOwner(store, "s", AgentRunner(make_agent(script))) as owner:
             await owner.steer("carry on")
             assert await owner.wait_idle(WAIT)
-            ended = [e for e in owner._live.events() if isinstance(e, TurnEnded)]
+            ended = [e for e in list(owner._store.read(owner.stream)) if isinstance(e, TurnEnded)]
             assert ended[0].reason == "error"
 
     asyncio.run(reopen())
@@ -444,3 +444,44 @@ def test_claims_are_recorded_as_the_transcript_entries_they_become() -> None:
     claims = [(e.target, e.count) for e in events if isinstance(e, QueueClaimed)]
     assert claims == [("next_turn", 1), ("next_step", 1)]
     assert [m.content for m in local.session.transcript] == ["a", "b", "ok"]
+
+
+class CountingStore:
+    """A store that counts its appends (transactions), passing everything through."""
+
+    def __init__(self) -> None:
+        self._inner = open_store("memory:")
+        self.appends = 0
+
+    def append(self, *args: Any, **kwargs: Any) -> Any:
+        self.appends += 1
+        return self._inner.append(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_a_model_request_is_recorded_in_two_appends_the_boundary_and_the_reply() -> None:
+    store = CountingStore()
+    script = Script("tool", "tool", "done")
+
+    async def main() -> int:
+        async with AsyncOwner(store, "s", AgentRunner(make_agent(script))) as owner:  # type: ignore[arg-type]
+            await owner.prompt("go")
+            before = store.appends  # the prompt's own
+            assert await owner.wait_idle(WAIT)
+            assert owner.session == replay(list(store.read("s")))
+            return store.appends - before
+
+    # The opening (turn, claims, step), then per request its boundary and its reply, then the end.
+    assert asyncio.run(main()) == 1 + 2 * len(script.requests) + 1
+
+
+def test_each_model_request_says_how_many_messages_it_showed() -> None:
+    script = Script("tool", "tool", "done")
+    owner = asyncio.run(run_owner(script, lambda owner: owner.prompt("go")))
+    events = list(owner._store.read(owner.stream))
+    for i, event in enumerate(events):
+        if type(event).__name__ == "ModelRequested":
+            assert event.count == len(replay(events[:i]).transcript)
+    assert [type(e).__name__ for e in events].count("ModelRequested") == len(script.requests)

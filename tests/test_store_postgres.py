@@ -14,14 +14,19 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 
-from nous_inbox import ConcurrencyError, LeaseLostError, StoreError, StreamOwnedError
+from nous_inbox import ConcurrencyError, LeaseLostError, StoreError, StreamOwnedError, replay
 from nous_inbox.events import SCHEMA_VERSION, Warned
 from nous_inbox.journal import Journal
 from nous_inbox.store import open_store
-from nous_inbox.store.postgres import PostgresLease, PostgresStore
+from tests import postgres_server
+
+postgres_server.require_psycopg()  # skipped without psycopg, failed in CI; then imported:
+
+import psycopg  # noqa: E402
+
+from nous_inbox.store.postgres import PostgresLease, PostgresStore  # noqa: E402
 
 WAIT = 30  # seconds; a bound for a wait that should end at once, never a sync sleep
 
@@ -80,6 +85,8 @@ def test_the_url_never_shows_a_password_given_as_a_query_parameter(postgres_url,
     ("lease=soon", "lease must be a positive number of seconds"),
     ("poll=-1", "poll must be a positive number of seconds"),
     ("pooler=statement", "pooler must be 'transaction' or 'session'"),
+    ("reconnect=-1", "reconnect must be a positive number of seconds"),
+    ("reconnect=later", "reconnect must be a positive number of seconds"),
 ])
 def test_bad_parameters_are_refused_naming_them(postgres, query, message):
     with pytest.raises(ValueError, match=message):
@@ -89,6 +96,41 @@ def test_bad_parameters_are_refused_naming_them(postgres, query, message):
 def test_parameters_reach_the_store_and_not_libpq(postgres_url):
     with open_store(f"{postgres_url}&lease=7.5&poll=0.5") as store:
         assert (store.lease, store.poll) == (7.5, 0.5)
+
+
+def test_reconnect_is_a_parameter_and_zero_means_no_retry(postgres_url):
+    with open_store(f"{postgres_url}&reconnect=2.5") as store:
+        assert store._reconnect == 2.5
+    with open_store(f"{postgres_url}&reconnect=0") as store:
+        assert store._reconnect == 0
+    with PostgresStore(f"{postgres_url}&reconnect=2.5", reconnect=4) as store:
+        assert store._reconnect == 4  # the keyword wins
+
+
+def test_the_urls_own_connect_timeout_reaches_libpq_and_the_keyword_wins(postgres_url):
+    with PostgresStore(f"{postgres_url}&connect_timeout=7") as store, store.connect() as db:
+        assert "connect_timeout=7" in db.info.dsn
+    with PostgresStore(f"{postgres_url}&connect_timeout=7", connect_timeout=3) as store, \
+            store.connect() as db:
+        assert "connect_timeout=3" in db.info.dsn
+    with PostgresStore(postgres_url) as store, store.connect() as db:
+        assert "connect_timeout=5" in db.info.dsn  # ours, when neither says
+
+
+def test_closing_releases_the_leases_and_stops_the_background_thread(postgres_url):
+    store = PostgresStore(postgres_url)
+    store.own("s")
+    store.subscribe("s", lambda: None)
+    background = store._background
+    assert background is not None
+    store.close()
+    assert not background._thread.is_alive()  # joined: nothing renews or nudges after close
+    assert sql(postgres_url, 'SELECT holder FROM "SCHEMA".nous_inbox_streams') == [(None,)]
+    with pytest.raises(ValueError, match="closed"):
+        store.own("t")
+    with pytest.raises(ValueError, match="closed"):
+        store.subscribe("s", lambda: None)
+    store.close()  # twice is fine
 
 
 def test_a_server_that_does_not_answer_is_a_store_error_naming_the_url():
@@ -121,6 +163,13 @@ def test_someone_elses_tables_are_refused(pg, postgres_url):
     sql(postgres_url, 'DROP TABLE "SCHEMA".nous_inbox_events')
     with pytest.raises(StoreError, match="is not a usable PostgreSQL store"):
         open_store(postgres_url)
+
+
+def test_a_store_with_a_snapshot_opens_again(pg, postgres_url):
+    pg.append("s", [Warned(text="a")])
+    assert pg.save_snapshot("s", 1, b"state")
+    with PostgresStore(postgres_url) as again:  # four tables now: still ours
+        assert again.load_snapshot("s") == (1, b"state")
 
 
 def test_streams_sort_as_python_sorts_them(pg):
@@ -225,8 +274,10 @@ def test_a_lost_connection_that_does_not_come_back_is_a_store_error(postgres_url
 def test_a_lease_is_a_row_with_a_holder_an_epoch_and_an_expiry_on_the_server_clock(pg, postgres_url):
     lease = pg.own("s")
     assert isinstance(lease, PostgresLease) and lease.epoch == 1 and not lease.lost
+    # The time left is read against clock_timestamp() (the clock as the row is read), not now()
+    # (this statement's start): a renewal committed in between is then never "in the future".
     [(holder, epoch, left)] = sql(
-        postgres_url, 'SELECT holder, epoch, extract(epoch FROM expires - now()) '
+        postgres_url, 'SELECT holder, epoch, extract(epoch FROM expires - clock_timestamp()) '
                       'FROM "SCHEMA".nous_inbox_streams WHERE stream = %s', "s")
     assert holder == lease.token and epoch == 1 and 0 < left <= pg.lease
     lease.release()
@@ -323,6 +374,28 @@ def test_a_subscriber_is_woken_by_an_append_from_another_store(postgres_url):
         unsubscribe()
 
 
+def test_a_subscriber_joining_a_listening_store_is_nudged_at_once(postgres_url):
+    # A send made before the subscription notified nobody: the subscriber checks straight away
+    # rather than at the next poll (an hour here).
+    with PostgresStore(postgres_url, poll=3600) as watcher:
+        ready = threading.Event()
+        watcher.subscribe("a", ready.set)
+        assert ready.wait(WAIT)  # listening now
+        nudged: list[str] = []
+        watcher.subscribe("b", lambda: nudged.append("b"))
+        assert nudged == ["b"]  # before subscribe returned
+
+
+def test_a_session_pooler_listens_and_prepares_as_a_direct_connection_does(postgres_url):
+    with PostgresStore(f"{postgres_url}&pooler=session", poll=3600) as watcher, \
+            PostgresStore(postgres_url) as sender:
+        ready, woken = threading.Event(), threading.Event()
+        watcher.subscribe("s", lambda: (ready.set(), watcher.version("s") and woken.set()))
+        assert ready.wait(WAIT)
+        sender.append("s", [Warned(text="wake")])
+        assert woken.wait(WAIT)  # by NOTIFY: the poll is an hour away
+
+
 def test_a_subscriber_of_another_stream_is_not_woken(postgres_url):
     with PostgresStore(postgres_url, poll=3600) as watcher, PostgresStore(postgres_url) as sender:
         calls: list[str] = []
@@ -343,3 +416,116 @@ def test_the_poll_backstop_nudges_without_any_notification(postgres_url):
         nudges = threading.Semaphore(0)
         watcher.subscribe("s", nudges.release)
         assert all(nudges.acquire(timeout=WAIT) for _ in range(3))
+
+
+# -- an owner whose lease was taken over stops for good ---------------------------------------------
+
+
+def _model(transcript: Any, tools: Any) -> Any:
+    from nous_inbox import Message, ToolCall
+
+    if transcript[-1].role == "user":
+        return Message.assistant(tool_calls=[ToolCall("c1", "work", {})])
+    return Message.assistant("done")
+
+
+def test_an_owner_whose_lease_was_taken_over_refuses_sends_and_wait_idle_says_why(postgres_url):
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    with PostgresStore(postgres_url, lease=60) as here, PostgresStore(postgres_url) as there:
+        stale = Owner(here, "s", Runner(_model, []), start=False)
+        stale.inject("before")
+        expire(postgres_url, "s", here)
+        with Owner(there, "s", Runner(_model, []), start=False) as fresh:
+            with pytest.raises(LeaseLostError, match="taken over"):
+                stale.inject("too late")
+            assert isinstance(stale.lost, LeaseLostError) and stale.lost.stream == "s"
+            with pytest.raises(LeaseLostError):  # final: every later send, without asking
+                stale.steer("still too late")
+            with pytest.raises(LeaseLostError):
+                stale.wait_idle(WAIT)
+            with pytest.raises(LeaseLostError):  # every time, not once
+                stale.wait_idle(WAIT)
+            assert not stale.running
+            stale.close()  # closing a lost owner releases nothing of the new owner's
+            fresh.inject("the new owner's")
+            assert [e.message.content for e in fresh.events()] == ["before", "the new owner's"]
+
+
+def test_a_run_whose_lease_was_taken_over_stops_at_its_next_append_writing_nothing(postgres_url):
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    in_tool, go_on = threading.Event(), threading.Event()
+
+    def work() -> str:
+        in_tool.set()
+        assert go_on.wait(WAIT)
+        return "worked"
+
+    with PostgresStore(postgres_url, lease=60) as here, PostgresStore(postgres_url) as there:
+        stale = Owner(here, "s", Runner(_model, [work]), start=False)
+        stale.steer("go")
+        assert in_tool.wait(WAIT)  # the run is inside its tool, its lease about to be taken
+        expire(postgres_url, "s", here)
+        with Owner(there, "s", Runner(_model, []), start=False) as fresh:
+            before = here.version("s")
+            go_on.set()  # the tool returns; the run's next append is refused
+            with pytest.raises(LeaseLostError):
+                stale.wait_idle(WAIT)
+            assert stale.lost is not None and not stale.running
+            assert here.version("s") == before  # the stale run wrote nothing, not even its end
+            with pytest.raises(LeaseLostError):
+                stale.steer("again")
+            stale.close()
+            last = fresh.events()[-1]  # the open turn was closed by the new owner, on opening
+            assert type(last).__name__ == "TurnEnded" and last.reason == "error"
+            assert fresh.session == replay(fresh.events())
+
+
+def test_an_idle_owner_learns_of_a_takeover_from_its_lease_renewal(postgres_url):
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    with PostgresStore(postgres_url, lease=0.6, poll=0.05) as here:
+        owner = Owner(here, "s", Runner(_model, []), start=False)
+        sql(postgres_url, "UPDATE \"SCHEMA\".nous_inbox_streams "
+                          "SET holder = 'someone else', epoch = epoch + 1 WHERE stream = %s", "s")
+        pause = threading.Event()  # never set: a bounded wait while the watcher hears of it
+        for _ in range(WAIT * 100):
+            if owner.lost is not None:
+                break
+            pause.wait(0.01)
+        assert isinstance(owner.lost, LeaseLostError)  # with no send to be refused
+        with pytest.raises(LeaseLostError):
+            owner.wait_idle(WAIT)
+        owner.close()
+
+
+def test_an_async_owner_whose_lease_was_taken_over_raises_it_from_send_and_wait_idle(
+        postgres_url):
+    import asyncio
+
+    from nous_inbox.async_owner import AsyncOwner
+    from nous_inbox.runner import Runner
+
+    async def model(transcript: Any, tools: Any) -> Any:
+        return _model(transcript, tools)
+
+    async def main() -> None:
+        with PostgresStore(postgres_url, lease=60) as here, PostgresStore(postgres_url) as there:
+            async with AsyncOwner(here, "s", Runner(model, []), start=False) as stale:
+                await stale.inject("before")
+                await asyncio.to_thread(expire, postgres_url, "s", here)
+                fresh = there.own("s")
+                with pytest.raises(LeaseLostError):
+                    await stale.inject("too late")
+                with pytest.raises(LeaseLostError):
+                    await stale.steer("still too late")
+                with pytest.raises(LeaseLostError):
+                    await stale.wait_idle(WAIT)
+            fresh.release()
+            assert [e.message.content for e in there.read("s")] == ["before"]
+
+    asyncio.run(main())

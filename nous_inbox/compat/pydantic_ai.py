@@ -47,9 +47,13 @@ raw return value, because the promise is the transcript *the model saw*. Not rec
 agent's instructions and system prompts (configuration, not conversation), and content a host
 adds through pydantic-ai's own ``enqueue`` (send it through the inbox to have it kept).
 
-Store I/O never runs on the event loop: every port call goes through ``asyncio.to_thread``
-(``offload=False`` calls the port inline, for an in-memory port where a thread hop costs more than
-the call).
+Store I/O never runs on the event loop. Each hook makes all its port calls in one trip, and
+records what it records in one append (:meth:`JournalPort.commit
+<nous_inbox.port.JournalPort.commit>`): a model request costs two transactions, the boundary
+before it (what the request shows, the step, the claim) and the reply after it. The trip goes
+where the port says (an ``AsyncOwner``'s port: its store worker, or inline when its store does
+not block), else to a thread (``asyncio.to_thread``), or inline with ``offload=False`` (an
+in-memory port, where a thread hop costs more than the call).
 """
 
 from __future__ import annotations
@@ -58,9 +62,9 @@ import asyncio
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 try:
     from pydantic_ai import Agent
@@ -98,8 +102,10 @@ from nous_inbox.events import (
     TurnStarted,
 )
 from nous_inbox.inbox import Target
+from nous_inbox.journal import claim_event
 from nous_inbox.message import Message, ToolCall
-from nous_inbox.port import SessionPort, check_port
+from nous_inbox.port import JournalPort, SessionPort, check_port
+from nous_inbox.session import Session
 
 __all__ = ["AgentRunner", "from_model_response", "to_model_messages"]
 
@@ -107,6 +113,9 @@ logger: Final = logging.getLogger("nous_inbox.compat.pydantic_ai")
 
 _T = TypeVar("_T")
 _DONE: Final = object()
+#: The recorded events that add a message to the transcript a request shows.
+_JOINS_TRANSCRIPT: Final = frozenset({ModelReplied, ToolReturned, Nudged})
+_NO_CALL_IO: Final = object()
 
 
 # -- one transcript, two spellings ------------------------------------------------------------------
@@ -222,48 +231,76 @@ class _InboxHooks(AbstractCapability[Any]):
     def get_serialization_name(cls) -> str | None:  # type: ignore[override]
         return None  # built in code, never from a spec
 
-    def _record(self, event: Event) -> Event:
-        stored = self.port.record(event)
-        self.recorded.append(stored)
-        return stored
+    def _write(self, *parts: Event | Target | None) -> list[Message]:
+        """Record a boundary: each event as given, each ``Target`` a claim of that queue, and
+        ``None`` the ``ModelRequested`` of the request being made (what it shows is counted
+        then). One atomic append when the port can (:meth:`JournalPort.commit
+        <nous_inbox.port.JournalPort.commit>`), one port call each otherwise. Returns the claimed
+        messages, in order."""
+        if isinstance(self.port, JournalPort):
+            stored, claimed = self.port.commit(lambda session: self._boundary(session, parts))
+            self.recorded.extend(stored)
+            return claimed
+        claimed = []
+        for part in parts:
+            if isinstance(part, Target):
+                messages, event = self.port.claim(part)
+                if event is not None:
+                    self.recorded.append(event)
+                    claimed.extend(messages)
+            else:
+                if part is None:
+                    count = len(self.port.session.transcript)
+                    part = ModelRequested(turn=self.turn, step=self.step, count=count)
+                self.recorded.append(self.port.record(part))
+        return claimed
 
-    def _claim(self, target: Target) -> Sequence[Message]:
-        messages, claimed = self.port.claim(target)
-        if claimed is not None:
-            self.recorded.append(claimed)
-        return messages
-
-    def _requested(self) -> None:
-        count = len(self.port.session.transcript)
-        self._record(ModelRequested(turn=self.turn, step=self.step, count=count))
+    def _boundary(
+        self, session: Session, parts: Sequence[Event | Target | None]
+    ) -> tuple[list[Event], list[Message]]:
+        """The events of one boundary, computed from ``session`` (again, if another writer
+        appended first): the claims are the core's (:func:`~nous_inbox.journal.claim_event`)."""
+        events: list[Event] = []
+        claimed: list[Message] = []
+        inbox, shown = session.inbox, len(session.transcript)
+        for part in parts:
+            if isinstance(part, Target):
+                messages, event, inbox = claim_event(inbox, part)
+                if event is not None:
+                    events.append(event)
+                    claimed.extend(messages)
+                    shown += len(messages)
+            elif part is None:
+                events.append(ModelRequested(turn=self.turn, step=self.step, count=shown))
+            else:
+                events.append(part)
+                shown += type(part) in _JOINS_TRANSCRIPT
+        return events, claimed
 
     # The turn's opening, before the run: TurnStarted, next_turn, step 1, next_step.
     def open(self, reason: str) -> list[ModelMessage]:
         self.turn = self.port.session.turn + 1
-        self._record(TurnStarted(turn=self.turn, reason=reason))
-        self._claim(Target.NEXT_TURN)
         self.step = 1
-        self._record(StepStarted(turn=self.turn, step=1))
-        self._claim(Target.NEXT_STEP)
+        self._write(TurnStarted(turn=self.turn, reason=reason), Target.NEXT_TURN,
+                    StepStarted(turn=self.turn, step=1), Target.NEXT_STEP)
         return to_model_messages(self.port.session.transcript)
 
     def _next_step(self, shown: Sequence[ModelRequestPart]) -> Sequence[Message]:
+        parts: list[Event | Target | None] = []
         for part in shown:
             event = _shown_part(part, self.turn, self.step)
             if event is not None:
-                self._record(event)
-        self._record(StepEnded(turn=self.turn, step=self.step))
+                parts.append(event)
+        parts.append(StepEnded(turn=self.turn, step=self.step))
         self.step += 1
-        self._record(StepStarted(turn=self.turn, step=self.step))
-        claimed = self._claim(Target.NEXT_STEP)
-        self._requested()
-        return claimed
+        parts += [StepStarted(turn=self.turn, step=self.step), Target.NEXT_STEP, None]
+        return self._write(*parts)
 
     async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
         """Step boundary: record what the request shows, claim ``next_step`` into it."""
         if self.opening:
             self.opening = False
-            await self.call(self._requested)
+            await self.call(lambda: self._write(None))
             return request_context
         last = request_context.messages[-1] if request_context.messages else None
         shown = list(last.parts) if isinstance(last, ModelRequest) else []
@@ -273,9 +310,9 @@ class _InboxHooks(AbstractCapability[Any]):
         return request_context
 
     def _replied(self, message: Message) -> None:
-        self._record(ModelReplied(turn=self.turn, step=self.step, message=message))
-        for call in message.tool_calls:
-            self._record(ToolCalled(turn=self.turn, step=self.step, call=call))
+        self._write(ModelReplied(turn=self.turn, step=self.step, message=message),
+                    *(ToolCalled(turn=self.turn, step=self.step, call=call)
+                      for call in message.tool_calls))
 
     async def after_model_request(self, ctx: Any, *, request_context: Any, response: Any) -> Any:
         """The reply, and every tool call it asks for, recorded before any tool runs."""
@@ -284,9 +321,11 @@ class _InboxHooks(AbstractCapability[Any]):
         return response
 
     def _claim_if_waking(self) -> Sequence[Message]:
-        if not self.port.session.inbox.worth_waking(Target.NEXT_STEP):
-            return ()
-        return self._claim(Target.NEXT_STEP)
+        # The port's atomic claim decides (the core's rule): a waking message worth a round.
+        messages, claimed = self.port.claim(Target.NEXT_STEP, wake_only=True)
+        if claimed is not None:
+            self.recorded.append(claimed)
+        return messages
 
     async def after_node_run(self, ctx: Any, *, node: Any, result: Any) -> Any:
         """A would-be final answer: a pending steer extends the run by one request (ruling 2)."""
@@ -297,9 +336,11 @@ class _InboxHooks(AbstractCapability[Any]):
         return result
 
     def close(self, reason: TurnEndReason, error: str | None = None) -> None:
+        ended = TurnEnded(turn=self.turn, steps=self.step, reason=reason, error=error)
         if self.step:
-            self._record(StepEnded(turn=self.turn, step=self.step))
-        self._record(TurnEnded(turn=self.turn, steps=self.step, reason=reason, error=error))
+            self._write(StepEnded(turn=self.turn, step=self.step), ended)
+        else:
+            self._write(ended)
 
     def take(self) -> list[Event]:
         taken, self.recorded = self.recorded, []
@@ -309,8 +350,49 @@ class _InboxHooks(AbstractCapability[Any]):
 # -- the runner -----------------------------------------------------------------------------------
 
 
+class _Flag(Protocol):
+    """A cancel flag: an ``asyncio.Event``, a ``threading.Event``, or :class:`_Either`."""
+
+    def is_set(self) -> bool:
+        """Whether the turn should end at its next node."""
+
+
+class _Either:
+    """A cancel flag that is set when the host's is, or when :meth:`set` was called."""
+
+    __slots__ = ("_host", "_mine")
+
+    def __init__(self, host: threading.Event | None) -> None:
+        self._host = host
+        self._mine = threading.Event()
+
+    def set(self) -> None:
+        self._mine.set()
+
+    def is_set(self) -> bool:
+        return self._mine.is_set() or (self._host is not None and self._host.is_set())
+
+
 async def _offloaded(fn: Callable[[], _T]) -> _T:
     return await asyncio.to_thread(fn)
+
+
+def _caller(port: SessionPort, offload: bool) -> Callable[[Callable[[], Any]], Any]:
+    """How this turn calls ``port``: through the port's own ``call_io`` when it has one (an
+    ``AsyncOwner``'s: its store worker, in order with the owner's other store calls; ``None``
+    when its store does not block: inline), else in a thread when ``offload``, else inline."""
+    found: Any = getattr(port, "call_io", _NO_CALL_IO)
+    if found is _NO_CALL_IO:
+        return _offloaded if offload else _inline
+    if found is None:
+        return _inline
+    call_io: Callable[..., Awaitable[Any]] = found
+
+    async def through(fn: Callable[[], _T]) -> _T:
+        result: _T = await call_io(fn)
+        return result
+
+    return through
 
 
 async def _inline(fn: Callable[[], _T]) -> _T:
@@ -354,16 +436,14 @@ class AgentRunner:
         check_port(port)
         return self._arun(port, reason, cancel)
 
-    async def _arun(
-        self, port: SessionPort, reason: str, cancel: asyncio.Event | threading.Event | None
-    ) -> AsyncIterator[Event]:
-        hooks = _InboxHooks(port, _offloaded if self.offload else _inline)
+    async def _arun(self, port: SessionPort, reason: str, cancel: _Flag | None) -> AsyncIterator[Event]:
+        hooks = _InboxHooks(port, _caller(port, self.offload))
         history = await hooks.call(lambda: hooks.open(reason))
         for event in hooks.take():
             yield event
-        ended = False
+        ending: TurnEndReason = "cancelled"  # unless the run says otherwise below
+        error: str | None = None
         try:
-            ending: TurnEndReason = "final"
             if history and isinstance(history[-1], ModelRequest):
                 async with self.agent.iter(
                     None, message_history=history, capabilities=[hooks], **self.run_kwargs
@@ -372,28 +452,29 @@ class AgentRunner:
                         for event in hooks.take():
                             yield event
                         if cancel is not None and cancel.is_set():
-                            ending = "cancelled"
                             break
-            await hooks.call(lambda: hooks.close(ending))
-            ended = True
+                    else:
+                        ending = "final"
+            else:
+                ending = "final"  # nothing to answer: the turn claimed nothing new
         except UsageLimitExceeded as exc:
-            spent = str(exc)
-            await hooks.call(lambda: hooks.close("budget", spent))
-            ended = True
+            ending, error = "budget", str(exc)
         except Exception as exc:
-            text = f"{type(exc).__name__}: {exc}"
-            await hooks.call(lambda: hooks.close("error", text))
-            ended = True
+            ending, error = "error", f"{type(exc).__name__}: {exc}"
+            await hooks.call(lambda: hooks.close("error", error))
             for event in hooks.take():
                 yield event
             raise
         finally:
-            if not ended:
-                # Closed early or cancelled: no more awaiting here, one quick inline record.
+            if ending == "cancelled":
+                # Cancelled, or the consumer stopped reading (aclose, its task cancelled): the
+                # end is still recorded where the port's calls belong.
                 try:
-                    hooks.close("cancelled")
-                except Exception:
+                    await hooks.call(lambda: hooks.close("cancelled"))
+                except BaseException:
                     logger.exception("could not record the end of a cancelled turn")
+        if ending != "cancelled":
+            await hooks.call(lambda: hooks.close(ending, error))
         for event in hooks.take():
             yield event
 
@@ -414,9 +495,10 @@ class AgentRunner:
         # of its own and hands each event over as it is recorded.
         handed: queue.SimpleQueue[object] = queue.SimpleQueue()
         failure: list[BaseException] = []
+        stop = _Either(cancel)  # set too when the consumer stops reading
 
         async def pump() -> None:
-            async for event in self._arun(port, reason, cancel):
+            async for event in self._arun(port, reason, stop):
                 handed.put(event)
 
         def drive() -> None:
@@ -429,9 +511,12 @@ class AgentRunner:
 
         thread = threading.Thread(target=drive, name="nous-inbox pydantic-ai turn", daemon=True)
         thread.start()
-        while (item := handed.get()) is not _DONE:
-            yield item  # type: ignore[misc]
-        thread.join()
+        try:
+            while (item := handed.get()) is not _DONE:
+                yield item  # type: ignore[misc]
+        finally:
+            stop.set()  # a consumer that stopped reading ends the turn at its next node
+            thread.join()
         if failure:
             raise failure[0]
 

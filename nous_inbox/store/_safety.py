@@ -162,12 +162,13 @@ def _check_one(url: str, path: str, fd: int | None, read_only: bool) -> None:
             os.chmod(path, 0o600)
 
 
-def open_private_directory(url: str, path: str) -> int:
+def open_private_directory(url: str, path: str, what: str = "owner-lease directory") -> int:
     """Make ``path`` (mode 0700) if it is not there, then open it without following a link.
 
     Returns a descriptor of the directory (``O_DIRECTORY | O_NOFOLLOW``), for opening files in it
     by name. A symbolic link, a non-directory, or a directory another user owns or may write to
-    is a ``StoreError``; one of ours that others may read is tightened to 0700.
+    is a ``StoreError``; one of ours that others may read is tightened to 0700. ``what`` names
+    the directory in those errors.
     """
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
@@ -177,14 +178,14 @@ def open_private_directory(url: str, path: str) -> int:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             kind = "a symbolic link" if os.path.islink(path) else "not a directory"
             raise StoreError(
-                f"{url}: the owner-lease directory {path} is {kind}; it is never followed: "
+                f"{url}: the {what} {path} is {kind}; it is never followed: "
                 f"remove it if you made it, and try again"
             ) from None
         raise
     try:
         st = os.fstat(fd)
         _check_trusted(
-            url, path, st, "owner-lease directory",
+            url, path, st, what,
             "remove it (or have its owner remove it) and try again",
         )
         if stat.S_IMODE(st.st_mode) != 0o700:

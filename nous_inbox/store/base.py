@@ -33,7 +33,12 @@ versions and events, refuses writes to a read-only store, numbers and time-stamp
 encodes them in the store's :class:`~nous_inbox.codec.LogFormat`, enforces the size limit and
 proves each record decodes. A store implements only a few hooks: ``_appending`` (exclude other
 writers and say the stream's version), ``_write`` (keep the encoded batch), ``_read``,
-``_version``, ``_stream_names``, ``_check_open`` and ``_close``; see their docstrings.
+``_version``, ``_stream_names``, ``_check_open`` and ``_close``; see their docstrings. Two more
+are optional, ``_save_snapshot`` and ``_load_snapshot``: where a store keeps its snapshots
+(:mod:`nous_inbox.snapshot`); without them it keeps none, and every session replays in full. A
+store whose leases or appends are not the local kind overrides ``_own`` and ``_release_all``
+(leases held elsewhere) or ``_append_retrying`` (an append retried after a lost connection, its
+batch identified so a retry never writes it twice).
 
 Stream names are non-empty strings of at most 256 characters without control characters;
 anything else is a ``ValueError`` naming it.
@@ -115,9 +120,11 @@ class Store(Protocol):
     def own(self, stream: str) -> OwnerLease:
         """Take ``stream``'s owner lease, or raise ``StreamOwnedError`` if another owner holds it.
 
-        The lease holds across store instances, threads and processes until it is released, its
-        store is closed, or its process dies (even by SIGKILL). A store opened read-only refuses
-        with ``ValueError``.
+        The lease holds across store instances, threads and processes until it is released or
+        its store is closed. When its process dies (even by SIGKILL), a local store's lease
+        (``file:``, ``sqlite:``) dies with it at once; a server's (``postgresql:``) expires a
+        lease time after its last renewal, and an owner whose expired lease was taken over is
+        refused with ``LeaseLostError``. A store opened read-only refuses with ``ValueError``.
         """
 
     def close(self) -> None:
@@ -291,7 +298,8 @@ class StoreBase(abc.ABC):
     (``_encode``), refuses a record above ``max_record_size``, proves each record decodes back
     to an equal event (``_decode``), and hands the batch to ``_write``. ``read``, ``version``
     and ``streams`` check their arguments and that the store is open, then call ``_read``,
-    ``_version`` and ``_stream_names``; ``close`` calls ``_close`` and releases the leases.
+    ``_version`` and ``_stream_names``; ``close`` releases the leases (``_release_all``), then
+    calls ``_close``.
 
     A store sets ``url``, ``read_only``, ``_lock`` (held around every hook call) and
     ``_leases``; it may set ``_format`` (the codec it writes with, MessagePack by default) and
@@ -301,6 +309,9 @@ class StoreBase(abc.ABC):
     url: str
     read_only: bool
     max_record_size: int = MAX_RECORD_SIZE
+    #: Whether a call may wait on a disk, a lock or a network (an asyncio host then makes it
+    #: from a worker thread, never on its event loop). Only ``memory:`` says no.
+    blocking: bool = True
     _format: LogFormat = MSGPACK
     _lock: threading.Lock | threading.RLock
     _leases: Leases
@@ -336,6 +347,36 @@ class StoreBase(abc.ABC):
     def _close(self) -> None:
         """Release what the store holds (called once, with the lock)."""
 
+    def _own(self, stream: str) -> OwnerLease:
+        """Take ``stream``'s lease (the name and the store checked): by default from ``_leases``."""
+        return self._leases.own(stream)
+
+    def _release_all(self) -> None:
+        """Give up every lease still held, first thing in ``close`` (called without the lock,
+        since a lease's release may need it): by default ``_leases.close()``."""
+        self._leases.close()
+
+    def _append_retrying(
+        self, stream: str, events: Sequence[Event], expected_version: int | None,
+    ) -> list[Event]:
+        """Make the checked, non-empty append: by default once, as ``_append_once(..., None)``.
+
+        A store that retries an append after a lost connection overrides this and gives each
+        append an identity (``batch``), which ``_append_once`` hands to ``_write``.
+        """
+        return self._append_once(stream, events, expected_version, None)
+
+    def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
+        """Keep ``data`` as ``stream``'s snapshot at ``seq`` in place of any older one; whether
+        it was kept. Optional: by default a store keeps no snapshots (see
+        :mod:`nous_inbox.snapshot`). Called with the lock, never on a read-only store, with
+        ``1 <= seq <=`` the stream's version."""
+        return False
+
+    def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
+        """The newest snapshot kept for ``stream`` as ``(seq, data)``, or ``None``. Optional."""
+        return None
+
     def _encode(self, stream: str, events: list[Event]) -> list[bytes]:
         """Each event as the store keeps it: by default its bare encoding in ``_format``."""
         encode = self._format.encode
@@ -358,16 +399,29 @@ class StoreBase(abc.ABC):
         check_stream(stream)
         _check_expected_version(expected_version)
         batch = _checked_events(stream, events)
+        if not batch:
+            with self._lock:
+                self._check_writable()
+            return []
+        return self._append_retrying(stream, batch, expected_version)
+
+    def _append_once(
+        self, stream: str, events: Sequence[Event], expected_version: int | None,
+        batch: object,
+    ) -> list[Event]:
+        """One attempt at a checked append, under the lock; ``batch`` (when not ``None``, the
+        append's identity) is passed on to ``_write`` as its keyword ``batch``."""
         with self._lock:
             self._check_writable()
-            if not batch:
-                return []
             with self._appending(stream) as version:
                 if expected_version is not None and expected_version != version:
                     raise _conflict(stream, expected_version, version)
-                stored = _numbered(batch, version)
+                stored = _numbered(events, version)
                 records = self._prove(stream, stored)
-                self._write(stream, stored, records)
+                if batch is None:
+                    self._write(stream, stored, records)
+                else:
+                    self._write(stream, stored, records, batch=batch)  # type: ignore[call-arg]
         return stored
 
     def read(self, stream: str, after: int = 0) -> Iterator[Event]:
@@ -390,20 +444,52 @@ class StoreBase(abc.ABC):
             self._check_open()
             return self._stream_names()
 
+    def save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
+        """Keep ``data`` (an encoded :mod:`~nous_inbox.snapshot`) as ``stream``'s snapshot at
+        ``seq``, replacing an older one; whether it was kept.
+
+        A snapshot is a cache beside the log, never part of it: a read-only store, or one that
+        keeps none, answers ``False`` and nothing happens. ``seq`` must be between 1 and the
+        stream's version (``ValueError`` otherwise).
+        """
+        check_stream(stream)
+        if type(seq) is not int or seq < 1:
+            raise ValueError(f"snapshot of {stream!r}: seq must be an int >= 1, got {seq!r}")
+        if not isinstance(data, bytes):
+            raise TypeError(f"snapshot of {stream!r}: data must be bytes, got {type(data).__name__}")
+        with self._lock:
+            self._check_open()
+            if self.read_only:
+                return False
+            version = self._version(stream)
+            if seq > version:
+                raise ValueError(
+                    f"snapshot of {stream!r}: seq {seq} is beyond the stream's version {version}"
+                )
+            return self._save_snapshot(stream, seq, data)
+
+    def load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
+        """The newest snapshot kept for ``stream`` as ``(seq, data)``, or ``None`` (undecoded:
+        :func:`nous_inbox.snapshot.load_session` checks it before trusting it)."""
+        check_stream(stream)
+        with self._lock:
+            self._check_open()
+            return self._load_snapshot(stream)
+
     def own(self, stream: str) -> OwnerLease:
         """Take ``stream``'s owner lease; see :class:`Store`."""
         check_stream(stream)
         with self._lock:
             self._check_writable()
-        return self._leases.own(stream)
+        return self._own(stream)
 
     def close(self) -> None:
-        """Release files, locks, leases and connections; later calls raise ``ValueError``."""
+        """Release leases, then files, locks and connections; later calls raise ``ValueError``."""
         try:
+            self._release_all()
+        finally:
             with self._lock:
                 self._close()
-        finally:
-            self._leases.close()
 
     def __enter__(self) -> Self:
         return self

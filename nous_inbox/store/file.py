@@ -51,6 +51,8 @@ is left where it is and simply not read), and ``append``/``own`` raise ``ValueEr
 
 Owners. ``own(stream)`` locks ``PATH.owners/<hash>.lock`` (see :mod:`nous_inbox.store.lease`),
 next to the log's real path, so every store on this log, in any process, sees the lease.
+Snapshots (:mod:`nous_inbox.snapshot`) live beside it in ``PATH.snapshots/<hash>.snapshot``,
+private files replaced atomically (see :mod:`nous_inbox.store._snapshots`).
 
 Readers. Opening reads the header and the last few lines (to find where the last complete
 append ends), nothing else: a stream is read the first time it is touched, by searching the
@@ -84,6 +86,7 @@ from nous_inbox.codec import JSON_LINES, MAX_RECORD_SIZE, Record
 from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
 from nous_inbox.store._safety import check_store_file
+from nous_inbox.store._snapshots import SnapshotFiles
 from nous_inbox.store.base import StoreBase, StoreLockedError, check_stream
 from nous_inbox.store.lease import Leases
 
@@ -137,6 +140,7 @@ class FileStore(StoreBase):
         self._seen: tuple[int, int] = (-1, -1)
         self._fd = self._open()
         self._leases = Leases(self.url, os.path.realpath(self.path) + ".owners")
+        self._snapshots = SnapshotFiles(self.url, os.path.realpath(self.path) + ".snapshots")
         try:
             if read_only:
                 self._catch_up()
@@ -217,6 +221,12 @@ class FileStore(StoreBase):
         if self._names is None:
             self._names = self._scan_names()
         return sorted(self._names)
+
+    def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
+        return self._snapshots.save(stream, seq, data)
+
+    def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
+        return self._snapshots.load(stream)
 
     def _close(self) -> None:
         if self._fd >= 0:

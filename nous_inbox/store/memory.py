@@ -36,10 +36,12 @@ class MemoryStore(StoreBase):
     """A :class:`~nous_inbox.store.base.Store` that keeps its streams in memory."""
 
     url = "memory:"
+    blocking = False  # a call is a few microseconds under a lock: an event loop may make it
 
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only
         self._streams: dict[str, list[Event]] = {}
+        self._snapshots: dict[str, tuple[int, bytes]] = {}  # stream -> its newest snapshot
         self._lock = threading.Lock()
         self._leases = Leases(self.url, None)
         self._closed = False
@@ -68,6 +70,14 @@ class MemoryStore(StoreBase):
     def _stream_names(self) -> list[str]:
         return sorted(self._streams)
 
+    def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
+        self._snapshots[stream] = (seq, data)
+        return True
+
+    def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
+        return self._snapshots.get(stream)
+
     def _close(self) -> None:
         self._closed = True
         self._streams = {}
+        self._snapshots = {}

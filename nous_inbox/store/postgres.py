@@ -10,6 +10,7 @@ Schema (created and versioned on open, in the URL's ``schema``, ``public`` by de
     nous_inbox_meta    (key, value)                       format and schema versions
     nous_inbox_streams (stream PK, version, holder, pid, host, epoch, expires)
     nous_inbox_events  (stream, seq, body, batch; PK (stream, seq))
+    nous_inbox_snapshots (stream PK, seq, body)           made with the first snapshot
 
 An append is one transaction: it moves the stream's row from the expected version to the new
 one (``UPDATE ... WHERE version = expected``; no row updated means
@@ -44,23 +45,29 @@ Lost acknowledgements. Each append carries a random batch id stored with its eve
 connection drops during an append, the store reconnects (for up to ``reconnect`` seconds) and
 looks for that id: found, the append had committed and its events are returned as stored; not
 found, it is made again. So a retry after a commit whose answer was lost neither loses nor
-doubles the events. Reads and version checks retry the same way.
+doubles the events. Reads and version checks retry the same way. (The store implements only the
+template's hooks: ``_append_retrying`` makes that batch id and the retries, ``_write`` stores it;
+``_own`` and ``_release_all`` take and give back the lease rows.)
 
 Connection poolers. Behind a pooler in transaction mode (PgBouncer, say), pass
 ``pooler=transaction``: no prepared statements are used (``prepare_threshold=None``), and, since
-such a pooler cannot hold a LISTEN, wake-ups come from the polling backstop alone. Leases are
-rows, not advisory locks, so they survive the pooler handing out other connections.
+such a pooler cannot hold a LISTEN, wake-ups come from the polling backstop alone. Behind a
+pooler in session mode, ``pooler=session`` (or nothing) is right: such a pooler gives each client
+connection one server connection for as long as it lasts, so prepared statements and LISTEN
+work as they do directly. Leases are rows, not advisory locks, so they survive the pooler
+handing out other connections.
 
 Connections. A store uses one connection for its calls, shared by its threads behind a lock (as
 the SQLite store shares its one), plus one for the background thread once it owns or is
-subscribed to a stream. No pool (``psycopg-pool`` is in the extra for hosts that want one):
-writes to one stream serialise on its row anyway, and the owner's group commit already joins
+subscribed to a stream. No pool: writes to one stream serialise on its row anyway, and the owner's group commit already joins
 concurrent sends into one transaction, so more connections would only mean more server
 processes. An append is pipelined: two round trips (the row lock, then the writes with the
 COMMIT), whatever the number of events.
 
 URL query parameters read by this store (removed before the URL reaches libpq): ``schema``,
-``lease`` (seconds), ``poll`` (seconds), ``pooler`` (``transaction``). Everything else is libpq's.
+``lease`` (seconds), ``poll`` (seconds), ``pooler`` (``transaction`` or ``session``),
+``reconnect`` (seconds an operation keeps trying to get a lost connection back, 10 by default;
+0 for no retry). Everything else is libpq's, ``connect_timeout`` included (5 s when not given).
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ import hashlib
 import logging
 import os
 import re
+import select
 import socket
 import threading
 import time
@@ -94,8 +102,11 @@ logger: Final = logging.getLogger("nous_inbox.store.postgres")
 TABLES_VERSION: Final = 1
 DEFAULT_LEASE: Final = 5.0
 DEFAULT_POLL: Final = 2.0
+DEFAULT_RECONNECT: Final = 10.0
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 _PAGE: Final = 512
-_OURS: Final = ("schema", "lease", "poll", "pooler")
+_OURS: Final = ("schema", "lease", "poll", "pooler", "reconnect")
+_TABLES: Final = frozenset({"nous_inbox_meta", "nous_inbox_streams", "nous_inbox_events"})
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
@@ -135,6 +146,13 @@ def _split_url(url: str) -> tuple[str, dict[str, str], str]:
 _SECRETS: Final = frozenset({"password", "sslpassword"})
 
 
+def _libpq_timeout(conninfo: str) -> str | None:
+    """The ``connect_timeout`` the URL gives libpq, if any."""
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(conninfo).query)
+    values = query.get("connect_timeout")
+    return values[-1] if values else None
+
+
 def _seconds(name: str, value: str | float | None, default: float, url: str) -> float:
     if value is None:
         return default
@@ -153,13 +171,15 @@ class PostgresStore(StoreBase):
     ``url`` is a libpq URL (``postgresql://user@host/db``), optionally with the parameters the
     module docstring lists; the keyword arguments, when given, win over them. ``read_only=True``
     opens an existing store without writing to it. ``reconnect`` bounds how long an operation
-    keeps retrying a lost connection before it raises ``StoreError``.
+    keeps retrying a lost connection before it raises ``StoreError`` (10 s by default; 0 means
+    one try, no retry). ``connect_timeout`` bounds each connection attempt (libpq's own URL
+    parameter of that name is respected; 5 s when neither says).
     """
 
     def __init__(
         self, url: str, *, read_only: bool = False, schema: str | None = None,
         lease: float | None = None, poll: float | None = None, pooler: str | None = None,
-        reconnect: float = 10.0, connect_timeout: float = 5.0,
+        reconnect: float | None = None, connect_timeout: float | None = None,
         max_record_size: int = MAX_RECORD_SIZE,
     ) -> None:
         self._conninfo, ours, self.url = _split_url(url)
@@ -176,11 +196,17 @@ class PostgresStore(StoreBase):
         if self.pooler not in (None, "", "transaction", "session"):
             raise ValueError(f"{self.url}: pooler must be 'transaction' or 'session', "
                              f"got {self.pooler!r}")
-        self._reconnect = reconnect
-        self._connect_timeout = connect_timeout
+        given = reconnect if reconnect is not None else ours.get("reconnect")
+        self._reconnect = (0.0 if given in (0, "0") else
+                           _seconds("reconnect", given, DEFAULT_RECONNECT, self.url))
+        # libpq's connect_timeout in the URL is the user's (libpq reads it): only the keyword
+        # overrides it, and only when neither says is ours given.
+        self._connect_timeout: float | None = None
+        if connect_timeout is not None or _libpq_timeout(self._conninfo) is None:
+            self._connect_timeout = _seconds("connect_timeout", connect_timeout,
+                                             DEFAULT_CONNECT_TIMEOUT, self.url)
         self._format = MSGPACK
         self.max_record_size = max_record_size
-        self._batch = uuid.uuid4()  # the identity of the append under way
         self._floor = 0  # a seq below every seq that append can have
         self.channel = "nous_inbox_" + hashlib.sha256(self.schema.encode()).hexdigest()[:16]
         q = f'"{self.schema}".'
@@ -206,10 +232,11 @@ class PostgresStore(StoreBase):
     def connect(self) -> psycopg.Connection[Any]:
         """A new autocommit connection to the store's database (no prepared statements behind a
         transaction pooler)."""
-        return psycopg.connect(
-            self._conninfo, autocommit=True, connect_timeout=max(1, round(self._connect_timeout)),
-            prepare_threshold=None if self.pooler == "transaction" else 5,
-        )
+        prepare = None if self.pooler == "transaction" else 5
+        if self._connect_timeout is None:  # the URL's own connect_timeout applies
+            return psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=prepare)
+        return psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=prepare,
+                               connect_timeout=max(1, round(self._connect_timeout)))
 
     def _connect_first(self) -> psycopg.Connection[Any]:
         try:
@@ -245,7 +272,7 @@ class PostgresStore(StoreBase):
         tables = {name for (name,) in rows}
         if not tables:
             return False
-        if tables != {"nous_inbox_meta", "nous_inbox_streams", "nous_inbox_events"}:
+        if not tables >= _TABLES:  # (the snapshots table comes later, with the first snapshot)
             raise StoreError(f"{self.url} is not a usable PostgreSQL store: schema "
                              f"{self.schema!r} has only {', '.join(sorted(tables))}")
         meta = dict(db.execute(f"SELECT key, value FROM {self._t_meta}").fetchall())
@@ -334,8 +361,8 @@ class PostgresStore(StoreBase):
 
     # -- the protocol ----------------------------------------------------------------------------
 
-    def append(
-        self, stream: str, events: Sequence[Event], expected_version: int | None = None,
+    def _append_retrying(
+        self, stream: str, events: Sequence[Event], expected_version: int | None,
     ) -> list[Event]:
         """Append in one transaction, fenced when this store owns the stream; see the module.
 
@@ -345,9 +372,8 @@ class PostgresStore(StoreBase):
         batch = uuid.uuid4()
 
         def attempt(db: psycopg.Connection[Any]) -> list[Event]:
-            self._batch = batch
             self._floor = expected_version or 0
-            return StoreBase.append(self, stream, events, expected_version)
+            return self._append_once(stream, events, expected_version, batch)
 
         def recover(db: psycopg.Connection[Any]) -> list[Event] | None:
             # The lost attempt may still be committing: taking the stream row's lock waits for
@@ -364,7 +390,6 @@ class PostgresStore(StoreBase):
                 ).fetchall()
             return [self._row(stream, seq, body) for seq, body in rows] if rows else None
 
-        check_stream(stream)  # a bad name is a ValueError before any connection is made
         stored: list[Event] = self._retrying(f"append to stream {stream!r}", attempt, recover)
         return stored
 
@@ -395,7 +420,8 @@ class PostgresStore(StoreBase):
             self._floor = version = int(row[0])
             yield version
 
-    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
+    def _write(self, stream: str, events: list[Event], records: list[bytes], *,
+               batch: object = None) -> None:
         """Move the stream row on, insert the events with the batch id, and notify."""
         db = self._connection()
         db.execute(f"UPDATE {self._t_streams} SET version = %s WHERE stream = %s",
@@ -404,7 +430,7 @@ class PostgresStore(StoreBase):
         db.execute(
             f"INSERT INTO {self._t_events} (stream, seq, body, batch) "
             f"SELECT %s, u.seq, u.body, %s FROM unnest(%s::bigint[], %s::bytea[]) AS u(seq, body)",
-            (stream, self._batch, [event.seq for event in events], records),
+            (stream, batch, [event.seq for event in events], records),
         )
         db.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
 
@@ -443,6 +469,36 @@ class PostgresStore(StoreBase):
         )
         return 0 if row is None else int(row[0])
 
+    def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
+        # The stream's newest snapshot, one row (a cache: its table is made with the first one).
+        table = f'"{self.schema}".nous_inbox_snapshots'
+
+        def save(db: psycopg.Connection[Any]) -> bool:
+            with db.transaction():
+                db.execute(f"CREATE TABLE IF NOT EXISTS {table} ("
+                           ' stream text COLLATE "C" PRIMARY KEY, seq bigint NOT NULL,'
+                           " body bytea NOT NULL)")
+                db.execute(f"INSERT INTO {table} AS s (stream, seq, body) VALUES (%s, %s, %s) "
+                           "ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq, "
+                           "body = excluded.body WHERE excluded.seq >= s.seq", (stream, seq, data))
+            return True
+
+        kept: bool = self._retrying(f"snapshot of stream {stream!r}", save)
+        return kept
+
+    def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
+        table = f'"{self.schema}".nous_inbox_snapshots'
+
+        def load(db: psycopg.Connection[Any]) -> Any:
+            found = db.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+            if found is None or found[0] is None:
+                return None
+            return db.execute(f"SELECT seq, body FROM {table} WHERE stream = %s",
+                              (stream,)).fetchone()
+
+        row = self._retrying(f"snapshot of stream {stream!r}", load)
+        return None if row is None else (int(row[0]), bytes(row[1]))
+
     def _stream_names(self) -> list[str]:
         rows = self._retrying(
             "listing the streams",
@@ -453,9 +509,13 @@ class PostgresStore(StoreBase):
 
     def own(self, stream: str) -> PostgresLease:
         """Take ``stream``'s lease row, or raise ``StreamOwnedError``; see the module docstring."""
-        check_stream(stream)
+        lease = super().own(stream)
+        assert isinstance(lease, PostgresLease)
+        return lease
+
+    def _own(self, stream: str) -> PostgresLease:
+        """The template's hook: take the lease row (see the module docstring)."""
         with self._lock:
-            self._check_writable()
             if stream in self._held:
                 raise owned_error(stream, self.url, os.getpid())
         token = uuid.uuid4().hex
@@ -516,7 +576,8 @@ class PostgresStore(StoreBase):
     def subscribe(self, stream: str, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback()`` when ``stream`` may have changed; returns the unsubscribe function.
 
-        A hint, never a report: it comes on a notification for the stream, after every
+        A hint, never a report: it comes once as soon as the store listens for the stream (on
+        this thread, if it already does), then on a notification for the stream, after every
         reconnect of the listening connection, and every ``poll`` seconds as a backstop, from a
         background thread. Keep it quick (set an event); read the version to see what changed.
         """
@@ -525,6 +586,13 @@ class PostgresStore(StoreBase):
             self._check_open()
             self._subscribers.setdefault(stream, []).append(callback)
             self._start_background()
+            assert self._background is not None
+            listening = self._background.ready
+        if listening:
+            # Already listening: a send made before this subscription sent its notification
+            # to nobody, so check now rather than at the next poll. (Not yet listening: the
+            # background thread nudges every subscriber once it is.)
+            callback()
 
         def unsubscribe() -> None:
             with self._lock:
@@ -536,15 +604,6 @@ class PostgresStore(StoreBase):
 
         return unsubscribe
 
-    def close(self) -> None:
-        """Stop the background thread, release the leases, close the connection."""
-        with self._lock:
-            if self._closed:
-                return
-            held = list(self._held.values())
-        for lease in held:
-            lease.release()
-        self._close()
 
     def __repr__(self) -> str:
         mode = ", read_only=True" if self.read_only else ""
@@ -569,16 +628,27 @@ class PostgresStore(StoreBase):
             raise DecodeError(f"{where}: the stored event says seq {event.seq}")
         return event
 
-    def _close(self) -> None:
-        # The template's hook, called by close() here after the leases went: the template's own
-        # close() would take the lock first, and a lease's release needs the connection's lock.
+    def _release_all(self) -> None:
+        """The template's hook, first thing in ``close`` (without the lock): mark the store
+        closed, release every lease (one try each: one that cannot be released expires), then
+        stop the background thread and wait for it, so it renews and nudges nothing after
+        ``close`` returned."""
         with self._lock:
-            self._closed = True
-            background, self._background = self._background, None
-            db, self._db = self._db, None
+            if self._closed:
+                return
+            self._closed = True  # nothing new is owned or subscribed from here on
+            held = list(self._held.values())
             self._subscribers.clear()
+        for lease in held:
+            lease.release()
+        with self._lock:
+            background, self._background = self._background, None
         if background is not None:
-            background.stop(wait=False)
+            background.stop()
+
+    def _close(self) -> None:
+        """The template's hook, after ``_release_all``: close the connection."""
+        db, self._db = self._db, None
         if db is not None:
             with contextlib.suppress(psycopg.Error):
                 db.close()
@@ -620,22 +690,36 @@ class _Background:
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
+        self.ready = False  # listening (or, behind a transaction pooler, connected)
         self._stop = threading.Event()
+        # A pipe stop() writes to, so a thread waiting for notifications wakes at once.
+        self._wake_read, self._wake_write = os.pipe()
+        self._pipe_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"nous-inbox {store.url}",
                                         daemon=True)
         self._thread.start()
 
     def stop(self, wait: bool = True) -> None:
-        """Stop the thread; with ``wait``, return only once it renews and nudges no more.
-
-        Closing the store does not wait: the thread ends at its next tick (at most 0.2 s), and
-        by then the store holds no leases and no subscribers for it to act on.
-        """
+        """Stop the thread; with ``wait``, return only once it renews and nudges no more (it
+        wakes at once, unless a connection attempt or a renewal is under way)."""
         self._stop.set()
+        with self._pipe_lock:
+            if self._wake_write >= 0:
+                with contextlib.suppress(OSError):
+                    os.write(self._wake_write, b"x")
         if wait and self._thread is not threading.current_thread():
             self._thread.join(10)
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            with self._pipe_lock:
+                os.close(self._wake_read)
+                os.close(self._wake_write)
+                self._wake_read = self._wake_write = -1
+
+    def _serve(self) -> None:
         store = self._store
         renew_every = store.lease / 3
         tick = min(renew_every, store.poll, 0.2)
@@ -646,13 +730,20 @@ class _Background:
                 db = store.connect()
                 if listening:
                     db.execute(f"LISTEN {store.channel}")
+                with store._lock:
+                    self.ready = True  # a subscriber from now on is nudged as it subscribes
                 store._nudge(None)  # anything sent while nobody listened
                 renewed = polled = time.monotonic()
                 store._renew(db)
                 while not self._stop.is_set():
                     if listening:
-                        for note in db.notifies(timeout=tick):
-                            store._nudge(note.payload)
+                        readable, _, _ = select.select([db.fileno(), self._wake_read], [], [],
+                                                       tick)
+                        if self._stop.is_set():
+                            return
+                        if readable:
+                            for note in db.notifies(timeout=0):
+                                store._nudge(note.payload)
                     else:
                         self._stop.wait(tick)
                     now = time.monotonic()
@@ -670,6 +761,7 @@ class _Background:
                 logger.exception("%s: background thread failed; restarting it", store.url)
                 self._stop.wait(0.5)
             finally:
+                self.ready = False
                 if db is not None:
                     with contextlib.suppress(Exception):
                         db.close()

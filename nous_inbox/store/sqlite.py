@@ -3,7 +3,8 @@
 Standard library ``sqlite3`` in WAL mode: readers never block the writer, and writers in several
 processes take turns (each waits up to ``busy_timeout`` seconds for another's transaction).
 An event is one row, ``events(stream, seq, body)``, its body the event as MessagePack; a ``meta``
-table records the format and schema version.
+table records the format and schema version. A ``snapshots`` table (made with the first one)
+keeps each stream's newest snapshot (:mod:`nous_inbox.snapshot`), a cache beside the log.
 
 >>> import tempfile, os
 >>> from nous_inbox.events import Warned
@@ -72,6 +73,10 @@ _SCHEMA: Final = (
     "CREATE TABLE events ("
     " stream TEXT NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL,"
     " PRIMARY KEY (stream, seq)) WITHOUT ROWID",
+)
+_SNAPSHOTS: Final = (
+    "CREATE TABLE IF NOT EXISTS snapshots ("
+    " stream TEXT PRIMARY KEY, seq INTEGER NOT NULL, body BLOB NOT NULL)"
 )
 _COLUMNS: Final = {"meta": ("key", "value"), "events": ("stream", "seq", "body")}
 _TABLES: Final = (
@@ -294,6 +299,32 @@ class SqliteStore(StoreBase):
             except ValueError as exc:
                 raise DecodeError(f"{self.url}: a stored stream has an invalid name: {exc}") from None
         return names
+
+    def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
+        # One row per stream, the newest: a snapshot is a cache, so its table is made when the
+        # first one is saved (a store an older version made gains it then).
+        with self._failing(f"snapshot of stream {stream!r}"):
+            db = self._connection()
+            with self._transaction(db):
+                db.execute(_SNAPSHOTS)
+                db.execute(
+                    "INSERT INTO snapshots (stream, seq, body) VALUES (?, ?, ?) "
+                    "ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq, body = excluded.body "
+                    "WHERE excluded.seq >= snapshots.seq", (stream, seq, data),
+                )
+        return True
+
+    def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
+        with self._failing(f"snapshot of stream {stream!r}"):
+            db = self._connection()
+            if not self._has_events(db) or db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'"
+            ).fetchone() is None:
+                return None
+            row = db.execute(
+                "SELECT seq, body FROM snapshots WHERE stream = ?", (stream,)
+            ).fetchone()
+        return None if row is None else (row[0], row[1])
 
     def _close(self) -> None:
         db, self._db = self._db, None

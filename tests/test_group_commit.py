@@ -1,0 +1,221 @@
+"""Group commit: concurrent sends to one owner share one transaction, and each send still returns
+only once its own transaction committed.
+
+The batches here are made deterministically: the store holds the first append (the first
+leader's commit) until the other senders are queued behind it, so what the next leader takes is
+known. Timing is measured in ``bench/``, never here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from nous_inbox import Message, MessageSent, StoreError, replay
+from nous_inbox.owner import Owner
+from nous_inbox.port import JournalPort
+from nous_inbox.runner import Runner
+from nous_inbox.store import Store, open_store
+
+WAIT = 30.0  # seconds: a bound for a wait that should end at once, never a sync sleep
+
+
+def _model(transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+    return Message.assistant("ok")
+
+
+class _HeldStore:
+    """A store whose first append waits for ``release``: the first leader, held mid-commit.
+
+    Records the size of every append (one append is one transaction); ``refuse`` names message
+    contents its append raises ``fail`` for (once the batch holding them is seen), as a store
+    refuses a batch.
+    """
+
+    def __init__(self, inner: Store, fail: Callable[[], Exception] | None = None,
+                 refuse: frozenset[str] = frozenset()) -> None:
+        self.inner = inner
+        self.sizes: list[int] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail = fail
+        self.refuse = refuse
+
+    def append(self, stream: str, events: Sequence[Any], expected_version: int | None = None
+               ) -> Any:
+        self.sizes.append(len(events))
+        if len(self.sizes) == 1:
+            self.entered.set()
+            assert self.release.wait(WAIT)
+        if self.fail is not None and len(events) > 1:
+            raise self.fail()
+        if any(isinstance(e, MessageSent) and e.message.content in self.refuse for e in events):
+            raise ValueError("refused by the store; nothing was written")
+        return self.inner.append(stream, events, expected_version)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _contents(owner: Owner) -> list[str]:
+    """The messages sent to ``owner``'s session, in log order."""
+    return [e.message.content for e in owner.events() if isinstance(e, MessageSent)]
+
+
+def _queued(port: JournalPort) -> int:
+    with port._queue_lock:
+        return len(port._pending)
+
+
+def _until(predicate: Callable[[], bool]) -> bool:
+    """Wait for ``predicate`` (a state another thread reaches), up to WAIT seconds."""
+    ready = threading.Event()
+    for _ in range(int(WAIT * 1000)):
+        if predicate():
+            return True
+        ready.wait(0.001)
+    return predicate()
+
+
+class _Senders:
+    """One thread per message, each sending it once; outcomes by message."""
+
+    def __init__(self, owner: Owner, texts: Sequence[str]) -> None:
+        self.results: dict[str, MessageSent | BaseException] = {}
+        self.threads = [threading.Thread(target=self._send, args=(owner, t), daemon=True)
+                        for t in texts]
+
+    def _send(self, owner: Owner, text: str) -> None:
+        try:
+            self.results[text] = owner.inject(text)
+        except BaseException as exc:  # recorded, asserted by the test
+            self.results[text] = exc
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(WAIT)
+            assert not thread.is_alive()
+
+
+def _held(fail: Callable[[], Exception] | None = None, refuse: frozenset[str] = frozenset(),
+          ) -> tuple[_HeldStore, Owner]:
+    store = _HeldStore(open_store("memory:"), fail, refuse)
+    owner = Owner(store, "s", Runner(_model), watch=False)
+    return store, owner
+
+
+def _hold_then_queue(store: _HeldStore, owner: Owner, texts: Sequence[str]) -> _Senders:
+    """The first send leads and is held in its commit; the others queue behind it."""
+    first = _Senders(owner, ["first"])
+    first.start()
+    assert store.entered.wait(WAIT)
+    others = _Senders(owner, texts)
+    others.start()
+    assert _until(lambda: _queued(owner._port) == len(texts))
+    return _merge(first, others)
+
+
+def _merge(a: _Senders, b: _Senders) -> _Senders:
+    """Both groups as one (to join and to read the results of)."""
+    a.results.update(b.results)
+    b.results = a.results
+    a.threads += b.threads
+    return a
+
+
+def test_sends_queued_while_a_transaction_commits_are_committed_together_in_the_next() -> None:
+    store, owner = _held()
+    with owner:
+        senders = _hold_then_queue(store, owner, [f"m{i}" for i in range(7)])
+        store.release.set()
+        senders.join()
+        assert store.sizes == [1, 7]  # the first alone (it came alone), then one for the rest
+        logged = _contents(owner)
+        assert sorted(logged) == sorted(["first", *(f"m{i}" for i in range(7))])
+        assert owner.session == replay(owner.events())
+
+
+def test_no_send_returns_before_the_transaction_holding_it_committed() -> None:
+    store, owner = _held()
+    with owner:
+        senders = _hold_then_queue(store, owner, [f"m{i}" for i in range(7)])
+        # The leader is held inside its commit: nobody, leader or follower, has an answer yet.
+        assert senders.results == {}
+        assert owner.events() == []
+        store.release.set()
+        senders.join()
+        for text, result in senders.results.items():
+            assert isinstance(result, MessageSent), text
+            assert owner.events(result.seq - 1)[0] == result  # stored where it was acknowledged
+
+
+def test_a_refused_event_in_a_shared_batch_fails_only_its_sender_and_the_others_are_stored() -> None:
+    store, owner = _held(refuse=frozenset({"bad"}))
+    with owner:
+        texts = ["a", "b", "bad", "c"]
+        senders = _hold_then_queue(store, owner, texts)
+        store.release.set()
+        senders.join()
+        assert store.sizes[:2] == [1, 4]  # the shared batch was tried, refused as a whole
+        assert isinstance(senders.results["bad"], ValueError)
+        good = ["first", "a", "b", "c"]
+        assert all(isinstance(senders.results[t], MessageSent) for t in good)
+        logged = _contents(owner)
+        assert sorted(logged) == sorted(good)  # each once, the refused one nowhere
+        assert owner.session == replay(owner.events())
+        assert owner.inject("after").seq == 5  # the group commit goes on
+
+
+def test_a_batch_that_fails_in_the_store_fails_each_of_its_senders_and_sends_go_on() -> None:
+    store, owner = _held(fail=lambda: StoreError("the server went away"))
+    with owner:
+        senders = _hold_then_queue(store, owner, ["a", "b", "c"])
+        store.release.set()
+        senders.join()
+        assert isinstance(senders.results["first"], MessageSent)
+        assert all(isinstance(senders.results[t], StoreError) for t in "abc")
+        assert _contents(owner) == ["first"]
+        assert owner.inject("after").seq == 2
+        assert owner.session == replay(owner.events())
+
+
+def test_a_lone_sender_never_waits_for_company() -> None:
+    store = _HeldStore(open_store("memory:"))
+    store.release.set()
+    with Owner(store, "s", Runner(_model), watch=False) as owner:
+        for i in range(5):
+            owner.inject(f"m{i}")
+        assert store.sizes == [1] * 5
+        assert owner._port._senders == 1  # what the next leader would wait for: itself
+
+
+@pytest.mark.parametrize("senders", [8, 32])
+def test_concurrent_senders_on_every_store_share_transactions_and_lose_nothing(
+    store: Store, senders: int,
+) -> None:
+    counting = _HeldStore(store)
+    counting.release.set()
+    with Owner(counting, "s", Runner(_model), watch=False) as owner:
+        barrier = threading.Barrier(senders)
+
+        def send(k: int) -> None:
+            barrier.wait()
+            for i in range(4):
+                owner.inject(f"t{k}-{i}")
+
+        threads = [threading.Thread(target=send, args=(k,)) for k in range(senders)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT)
+        logged = _contents(owner)
+        assert sorted(logged) == sorted(f"t{k}-{i}" for k in range(senders) for i in range(4))
+        assert sum(counting.sizes) == senders * 4
+        assert owner.session == replay(owner.events())

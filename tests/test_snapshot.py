@@ -1,0 +1,574 @@
+"""Snapshots, specified: a snapshot is a cache of the session at a seq, never the truth.
+
+Opening from a snapshot gives exactly the full replay, on every store; a snapshot that cannot be
+trusted (damaged, planted, from another format or another log, beyond the stream) is ignored with
+a warning and the open replays from the start; a journal (so an owner) saves one every
+``snapshot_every`` events and opens from it; a read-only store reads snapshots and saves none.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nous_inbox import Message, ToolCall
+from nous_inbox.events import (
+    Event,
+    MessageSent,
+    ModelReplied,
+    QueueClaimed,
+    StepStarted,
+    ToolReturned,
+    TurnEnded,
+    TurnStarted,
+    Warned,
+)
+from nous_inbox.inbox import Target
+from nous_inbox.journal import Journal
+from nous_inbox.session import Session, replay
+from nous_inbox.snapshot import (
+    SNAPSHOT_VERSION,
+    SnapshotFile,
+    SnapshotStore,
+    decode_snapshot,
+    encode_snapshot,
+    load_session,
+    save_snapshot,
+)
+from nous_inbox.store import open_store
+
+STRESS = max(1, int(os.environ.get("NOUS_INBOX_STRESS", "1") or 1))
+STEP, TURN = Target.NEXT_STEP, Target.NEXT_TURN
+_names = itertools.count()
+
+
+def sent(text: str, target: Target = STEP, wakeup: bool = True, **fields: Any) -> MessageSent:
+    return MessageSent(target=target, wakeup=wakeup, message=Message.user(text, **fields))
+
+
+def fill(store: Any, stream: str, n: int) -> list[Event]:
+    """``n`` events of a plausible session: sends, claims, replies, turns."""
+    events: list[Event] = []
+    queued = 0
+    for i in range(n):
+        kind = i % 5
+        if kind == 0:
+            events.append(sent(f"m{i}", metadata={"i": i, "tags": ["a", "b"]}))
+            queued += 1
+        elif kind == 1:
+            events.append(QueueClaimed(target=STEP, count=queued))
+            queued = 0
+        elif kind == 2:
+            events.append(ModelReplied(turn=1, step=i, message=Message.assistant(
+                f"r{i}", tool_calls=[ToolCall(f"c{i}", "ls", {"path": "."})])))
+        elif kind == 3:
+            events.append(sent(f"later {i}", TURN, wakeup=bool(i % 2)))
+        else:
+            events.append(StepStarted(turn=1, step=i))
+    return store.append(stream, events)
+
+
+# -- the value round-trips exactly --------------------------------------------------------------
+
+
+def test_a_snapshot_decodes_to_the_session_it_encodes() -> None:
+    events = [
+        sent("a", metadata={"nested": {"x": [1, 2.5, None, True]}}),
+        sent("b", TURN, wakeup=False),
+        QueueClaimed(target=STEP, count=1),
+        TurnStarted(turn=1, reason="wake"),
+        StepStarted(turn=1, step=1),
+        ModelReplied(turn=1, step=1, message=Message.assistant(
+            "hm", tool_calls=[ToolCall("c1", "ls", {"p": 1})])),
+        ToolReturned(turn=1, step=1, message=Message.tool("42", "c1", name="ls")),
+        sent("c", STEP, wakeup=False),
+    ]
+    numbered = [msgspec.structs.replace(e, seq=i, at=float(i)) for i, e in enumerate(events, 1)]
+    session = replay(numbered)
+    assert session.running and session.inbox.count() == 2
+    data = encode_snapshot("s", session, numbered[-1])
+    assert decode_snapshot(data, "s", numbered[-1]) == session
+
+
+_text = st.text(st.characters(blacklist_categories=["Cs", "Cc"]), max_size=8)
+_actions = st.lists(st.one_of(
+    st.tuples(st.just("send"), st.sampled_from([STEP, TURN]), st.booleans(), _text),
+    st.tuples(st.just("claim"), st.sampled_from([STEP, TURN]), st.integers(0, 3)),
+    st.tuples(st.just("reply"), _text),
+    st.tuples(st.just("turn"), st.booleans()),
+    st.tuples(st.just("warn"), _text),
+), min_size=1, max_size=40)
+
+
+def _events(actions: list[tuple[Any, ...]]) -> list[Event]:
+    """A valid log from random actions: claims take what is queued (all, or the oldest few)."""
+    queued = {STEP: 0, TURN: 0}
+    events: list[Event] = []
+    turn = 0
+    for action in actions:
+        if action[0] == "send":
+            _, target, wakeup, text = action
+            events.append(sent(text, target, wakeup, metadata={"t": text}))
+            queued[target] += 1
+        elif action[0] == "claim":
+            _, target, limit = action
+            count = min(limit, queued[target]) if limit else queued[target]
+            if count:
+                rest = queued[target] - count
+                events.append(QueueClaimed(target=target, count=count, rest=rest))
+                queued[target] = rest
+        elif action[0] == "reply":
+            events.append(ModelReplied(turn=turn, step=1, message=Message.assistant(action[1])))
+        elif action[0] == "turn":
+            if action[1]:
+                turn += 1
+                events.append(TurnStarted(turn=turn, reason="wake"))
+            else:
+                events.append(TurnEnded(turn=turn, steps=1, reason="final"))
+        else:
+            events.append(Warned(text=action[1]))
+    return events or [Warned(text="x")]
+
+
+def _property(store: Any, data: st.DataObject, actions: list[tuple[Any, ...]]) -> None:
+    stream = f"s{next(_names)}"
+    stored = store.append(stream, _events(actions))
+    at = data.draw(st.integers(1, len(stored)), label="snapshot at")
+    assert save_snapshot(store, stream, replay(stored[:at]))
+    more = data.draw(st.lists(_text, max_size=3), label="sent after the snapshot")
+    if more:
+        store.append(stream, [sent(text) for text in more])
+    opened = load_session(store, stream)
+    assert opened.session == replay(store.read(stream))
+    assert (opened.snapshot, opened.replayed) == (at, store.version(stream) - at)
+
+
+_PROPERTY = settings(max_examples=40 * STRESS, deadline=None,
+                     suppress_health_check=[HealthCheck.too_slow,
+                                            HealthCheck.function_scoped_fixture])
+
+
+@_PROPERTY
+@given(data=st.data(), actions=_actions)
+def test_opening_from_a_snapshot_equals_the_full_replay(
+    store: Any, data: st.DataObject, actions: list[tuple[Any, ...]]
+) -> None:
+    _property(store, data, actions)
+
+
+# -- every store keeps the newest snapshot per stream --------------------------------------------
+
+
+def test_every_store_keeps_snapshots(store: Any) -> None:
+    assert isinstance(store, SnapshotStore)
+    fill(store, "s", 10)
+    assert store.load_snapshot("s") is None
+    assert store.save_snapshot("s", 4, b"four")
+    assert store.save_snapshot("s", 9, b"nine")
+    assert store.load_snapshot("s") == (9, b"nine")
+    assert store.load_snapshot("other") is None
+
+
+@pytest.mark.parametrize("seq", [0, -1, 11, 1.0, True])
+def test_a_snapshot_seq_must_be_within_the_stream(store: Any, seq: Any) -> None:
+    fill(store, "s", 10)
+    with pytest.raises(ValueError, match="seq"):
+        store.save_snapshot("s", seq, b"x")
+    assert store.load_snapshot("s") is None
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_a_snapshot_survives_reopening_the_store(url: str) -> None:
+    with open_store(url) as store:
+        fill(store, "s", 30)
+        assert save_snapshot(store, "s", replay(store.read("s")))
+    with open_store(url) as store:
+        opened = load_session(store, "s")
+        assert (opened.snapshot, opened.replayed) == (30, 0)
+        assert opened.session == replay(store.read("s"))
+
+
+# -- a snapshot that cannot be trusted is ignored, with a warning ------------------------------
+
+
+def _ignored(store: Any, caplog: pytest.LogCaptureFixture, reason: str) -> None:
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.snapshot"):
+        opened = load_session(store, "s")
+    assert opened.snapshot == 0
+    assert opened.session == replay(store.read("s"))
+    assert reason in caplog.text
+
+
+def _good(store: Any) -> tuple[int, bytes]:
+    fill(store, "s", 20)
+    assert save_snapshot(store, "s", replay(list(store.read("s"))[:15]))
+    found = store.load_snapshot("s")
+    assert found is not None
+    return found
+
+
+def _resave(store: Any, seq: int, envelope: SnapshotFile) -> None:
+    store.save_snapshot("s", seq, msgspec.msgpack.encode(envelope))
+
+
+def test_a_snapshot_that_does_not_decode_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    store = open_store("memory:")
+    seq, _ = _good(store)
+    store.save_snapshot("s", seq, b"\x93garbage")
+    _ignored(store, caplog, "does not decode")
+
+
+def test_a_damaged_snapshot_body_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    store = open_store("memory:")
+    seq, data = _good(store)
+    envelope = msgspec.msgpack.decode(data, type=SnapshotFile)
+    body = bytearray(envelope.body)
+    body[len(body) // 2] ^= 0x01
+    _resave(store, seq, msgspec.structs.replace(envelope, body=bytes(body)))
+    _ignored(store, caplog, "checksum")
+
+
+@pytest.mark.parametrize("version", [SNAPSHOT_VERSION + 1, SNAPSHOT_VERSION - 1])
+def test_a_snapshot_of_another_format_version_is_ignored(
+    caplog: pytest.LogCaptureFixture, version: int
+) -> None:
+    store = open_store("memory:")
+    seq, data = _good(store)
+    envelope = msgspec.msgpack.decode(data, type=SnapshotFile)
+    _resave(store, seq, msgspec.structs.replace(envelope, version=version))
+    _ignored(store, caplog, "newer" if version > SNAPSHOT_VERSION else "older")
+
+
+def test_a_newer_format_is_ignored_before_its_body_is_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = open_store("memory:")
+    seq, _ = _good(store)
+    store.save_snapshot("s", seq, msgspec.msgpack.encode(
+        {"format": "nous-inbox-snapshot", "version": SNAPSHOT_VERSION + 1, "body": [1, "new"]}))
+    _ignored(store, caplog, "newer")
+
+
+def test_a_snapshot_of_another_stream_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    store = open_store("memory:")
+    seq, data = _good(store)
+    envelope = msgspec.msgpack.decode(data, type=SnapshotFile)
+    _resave(store, seq, msgspec.structs.replace(envelope, stream="t"))
+    _ignored(store, caplog, "belongs to stream 't'")
+
+
+def test_a_snapshot_of_another_log_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The log was deleted and begun again: the old snapshot's tip is not the new log's."""
+    path = tmp_path / "log.jsonl"
+    with open_store(f"file:{path}") as store:
+        fill(store, "s", 20)
+        assert save_snapshot(store, "s", replay(store.read("s")))
+    path.unlink()
+    with open_store(f"file:{path}") as store:
+        store.append("s", [Warned(text=str(i)) for i in range(25)])
+        _ignored(store, caplog, "another log")
+
+
+def test_a_snapshot_beyond_the_stream_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "log.jsonl"
+    with open_store(f"file:{path}") as store:
+        fill(store, "s", 20)
+        assert save_snapshot(store, "s", replay(store.read("s")))
+    path.unlink()
+    with open_store(f"file:{path}") as store:
+        fill(store, "s", 5)
+        _ignored(store, caplog, "beyond the stream")
+
+
+def test_a_snapshot_the_log_does_not_continue_is_ignored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Tip and checksum agree, but the value disagrees with what follows (a claim of more than
+    it holds): the log wins."""
+    store = open_store("memory:")
+    store.append("s", [sent("a"), Warned(text="x")])
+    session = replay(store.read("s"))
+    tip = list(store.read("s"))[-1]
+    emptied = msgspec.structs.replace(session, inbox=replay([]).inbox)
+    store.save_snapshot("s", 2, encode_snapshot("s", emptied, tip))
+    store.append("s", [QueueClaimed(target=STEP, count=1)])
+    _ignored(store, caplog, "do not fold onto it")
+
+
+def test_a_store_that_fails_to_load_a_snapshot_is_replayed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = open_store("memory:")
+    fill(store, "s", 10)
+
+    def broken(stream: str) -> None:
+        raise OSError("disk on fire")
+
+    store.load_snapshot = broken  # type: ignore[method-assign]
+    _ignored(store, caplog, "disk on fire")
+
+
+def test_a_hosts_own_store_without_snapshots_still_opens() -> None:
+    class Plain:  # the Log protocol and nothing else
+        def __init__(self) -> None:
+            self.inner = open_store("memory:")
+
+        def append(self, stream: str, events: Any, expected_version: int | None = None) -> Any:
+            return self.inner.append(stream, events, expected_version)
+
+        def read(self, stream: str, after: int = 0) -> Iterator[Event]:
+            return self.inner.read(stream, after)
+
+        def version(self, stream: str) -> int:
+            return self.inner.version(stream)
+
+    plain = Plain()
+    journal = Journal(plain, "s", snapshot_every=2)
+    for i in range(5):
+        journal.commit(lambda s, i=i: ([sent(str(i))], None))
+    assert not save_snapshot(plain, "s", journal.session)
+    assert Journal(plain, "s").session == journal.session
+
+
+# -- the file store's side files trust nothing planted ------------------------------------------
+
+
+def _file_store_with_snapshot(tmp_path: Path) -> tuple[Any, Path]:
+    store = open_store(f"file:{tmp_path / 'log.jsonl'}")
+    fill(store, "s", 20)
+    assert save_snapshot(store, "s", replay(store.read("s")))
+    directory = tmp_path / "log.jsonl.snapshots"
+    (snapshot,) = directory.iterdir()
+    return store, snapshot
+
+
+def test_snapshot_files_are_private(tmp_path: Path) -> None:
+    _, snapshot = _file_store_with_snapshot(tmp_path)
+    assert stat.S_IMODE(snapshot.stat().st_mode) == 0o600
+    assert stat.S_IMODE(snapshot.parent.stat().st_mode) == 0o700
+    assert [p.name for p in snapshot.parent.iterdir()] == [snapshot.name]  # no temp file left
+
+
+def test_a_snapshot_file_others_may_write_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, snapshot = _file_store_with_snapshot(tmp_path)
+    snapshot.chmod(0o666)
+    _ignored(store, caplog, "writable by others")
+
+
+def test_a_snapshot_directory_others_may_write_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, snapshot = _file_store_with_snapshot(tmp_path)
+    snapshot.parent.chmod(0o777)
+    _ignored(store, caplog, "writable by others")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_snapshot_file_another_user_owns_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, snapshot = _file_store_with_snapshot(tmp_path)
+    os.chown(snapshot, 4321, 4321)
+    _ignored(store, caplog, "not to you")
+
+
+def test_a_planted_snapshot_link_is_never_followed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, snapshot = _file_store_with_snapshot(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_bytes(snapshot.read_bytes())
+    snapshot.unlink()
+    snapshot.symlink_to(victim)
+    _ignored(store, caplog, "symbolic link")
+    assert save_snapshot(store, "s", replay(store.read("s")))  # replaces the link itself
+    assert not snapshot.is_symlink()
+    assert victim.read_bytes() != b""
+
+
+def test_a_planted_snapshot_directory_link_is_never_followed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, snapshot = _file_store_with_snapshot(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    snapshot.parent.rename(elsewhere)
+    snapshot.parent.symlink_to(elsewhere)
+    _ignored(store, caplog, "never followed")
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.journal"):
+        assert not Journal(store, "s", snapshot_every=1).snapshot()
+    assert "never followed" in caplog.text
+
+
+# -- a journal (so an owner) saves snapshots and opens from them ------------------------------
+
+
+class Counting:
+    """A store wrapper that counts the events read through it."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.read_count = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def read(self, stream: str, after: int = 0) -> Iterator[Event]:
+        for event in self.store.read(stream, after):
+            self.read_count += 1
+            yield event
+
+
+def _send(journal: Journal, n: int) -> None:
+    for i in range(n):
+        journal.commit(lambda s, i=i: ([sent(f"m{i}", wakeup=False)], None))
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_a_journal_saves_every_n_events_and_reopens_from_the_snapshot(url: str) -> None:
+    with open_store(url) as store:
+        _send(Journal(store, "s", snapshot_every=10), 25)
+        assert store.load_snapshot("s")[0] == 20
+    with open_store(url) as store:
+        counting = Counting(store)
+        journal = Journal(counting, "s", snapshot_every=10)
+        assert journal.session == replay(store.read("s"))
+        assert journal.replayed == 5
+        assert counting.read_count == 6  # the snapshot's own event (its tip), then the five after
+
+
+def test_an_open_that_replayed_a_long_tail_saves_a_snapshot() -> None:
+    store = open_store("memory:")
+    fill(store, "s", 30)
+    assert Journal(store, "s", snapshot_every=10).replayed == 30
+    assert store.load_snapshot("s")[0] == 30
+    assert Journal(store, "s", snapshot_every=10).replayed == 0
+
+
+def test_snapshot_every_zero_never_saves() -> None:
+    store = open_store("memory:")
+    _send(Journal(store, "s", snapshot_every=0), 25)
+    assert store.load_snapshot("s") is None
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "10", None])
+def test_a_bad_snapshot_every_is_refused(bad: Any) -> None:
+    with pytest.raises(ValueError, match="snapshot_every"):
+        Journal(open_store("memory:"), "s", snapshot_every=bad)
+
+
+def test_a_journal_without_the_transcript_never_saves() -> None:
+    """Its session lacks the transcript: saved, it would lose it for every other reader."""
+    store = open_store("memory:")
+    _send(Journal(store, "s", snapshot_every=5, transcript=False), 12)
+    assert store.load_snapshot("s") is None
+
+
+def test_a_failed_save_is_logged_and_the_send_succeeds(caplog: pytest.LogCaptureFixture) -> None:
+    store = open_store("memory:")
+
+    def broken(stream: str, seq: int, data: bytes) -> bool:
+        raise OSError("disk full")
+
+    store.save_snapshot = broken  # type: ignore[method-assign]
+    journal = Journal(store, "s", snapshot_every=3)
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.journal"):
+        _send(journal, 4)
+    assert journal.session.version == 4 == store.version("s")
+    assert "disk full" in caplog.text
+
+
+def test_an_owner_reopens_from_its_snapshot(tmp_path: Path) -> None:
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    runner = Runner(lambda transcript, tools: "ok")
+    with open_store(url) as store:
+        owner = Owner(store, "s", runner, snapshot_every=10, watch=False, start=False)
+        for i in range(23):
+            owner.inject(f"fyi {i}")
+        owner.close()
+        assert store.load_snapshot("s")[0] == 20
+    with open_store(url) as store:
+        owner = Owner(store, "s", runner, snapshot_every=10, watch=False, start=False)
+        assert owner._journal.replayed == 3
+        assert owner.session == replay(store.read("s"))
+        owner.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 2.0])
+def test_an_owner_refuses_a_bad_snapshot_every(bad: Any) -> None:
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    with pytest.raises(ValueError, match="snapshot_every"):
+        Owner(open_store("memory:"), "s", Runner(lambda t, tools: "ok"), snapshot_every=bad)
+
+
+# -- read-only stores read snapshots and save none -----------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_a_read_only_store_opens_from_a_snapshot_and_saves_none(url: str) -> None:
+    with open_store(url) as store:
+        fill(store, "s", 30)
+        assert save_snapshot(store, "s", replay(list(store.read("s"))[:20]))
+    with open_store(url, read_only=True) as store:
+        opened = load_session(store, "s")
+        assert (opened.snapshot, opened.replayed) == (20, 10)
+        assert opened.session == replay(store.read("s"))
+        assert not save_snapshot(store, "s", opened.session)
+        assert not store.save_snapshot("s", 30, b"x")
+        assert store.load_snapshot("s")[0] == 20
+
+
+def test_a_read_only_sqlite_store_from_before_snapshots_has_none(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    with open_store(url) as store:
+        fill(store, "s", 5)
+    with open_store(url, read_only=True) as store:
+        assert store.load_snapshot("s") is None
+        assert load_session(store, "s").replayed == 5
+
+
+# -- a long session: the collector is kept out of its history --------------------------------
+
+
+def test_a_long_session_is_frozen_out_of_the_collector_after_open() -> None:
+    store = open_store("memory:")
+    fill(store, "s", 50)
+    gc.unfreeze()
+    try:
+        Journal(store, "s", snapshot_every=10, freeze_gc=False)
+        assert gc.get_freeze_count() == 0
+        Journal(store, "s", snapshot_every=10)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
+def test_a_session_value_is_the_same_with_or_without_snapshots() -> None:
+    """The knob changes where an open starts, never what it gives."""
+    a, b = open_store("memory:"), open_store("memory:")
+    ja, jb = Journal(a, "s", snapshot_every=3), Journal(b, "s", snapshot_every=0)
+    _send(ja, 10)
+    _send(jb, 10)
+    assert Journal(a, "s").session == Journal(b, "s").session == ja.session
+    assert Session() == Journal(open_store("memory:"), "s").session
