@@ -22,6 +22,8 @@ SUITES = (
     ("Mailbox against PraisonAI's InProcessMailbox", "bench.mailbox_bench"),
     ("PostgreSQL against SQLite: appends, owners, senders, cross-process steers",
      "bench.postgres_bench"),
+    ("Long sessions: opening from a snapshot against a full replay; send latency as history grows",
+     "bench.snapshot_bench"),
 )
 
 

@@ -20,10 +20,11 @@ True
 >>> opened.replayed, opened.snapshot, opened.session == replay(store.read("s"))
 (1, 5, True)
 
-What a snapshot holds (:class:`SnapshotFile`): a format name and version (``nous-inbox-snapshot``,
-:data:`SNAPSHOT_VERSION`), the stream, the seq it was taken at, the *tip* (the type and time of
-the event at that seq), a CRC-32 of the body, and the body: the :class:`~nous_inbox.session.Session`
-(inbox, transcript, turn, step, running) as MessagePack. A store keeps the newest one per stream
+What a snapshot holds: a head (:class:`SnapshotFile`: a format name and version,
+``nous-inbox-snapshot`` and :data:`SNAPSHOT_VERSION`, the stream, the seq it was taken at, the
+*tip*, that is the type and time of the event at that seq, and a CRC-32 of the body), then the
+body: the :class:`~nous_inbox.session.Session` (inbox, transcript, turn, step, running) as
+MessagePack. A store keeps the newest one per stream
 (``save_snapshot``/``load_snapshot`` on :class:`~nous_inbox.store.base.StoreBase`: a table row in
 SQLite and PostgreSQL, a dict entry in ``memory:``, a private side file for ``file:``); a host's
 own store without those methods simply has no snapshots.
@@ -34,12 +35,14 @@ stream's version, or its tip does not match the event the log holds at that seq 
 and started again under the same name, a snapshot copied from elsewhere). Each is one warning and
 a full replay; none fails the open.
 
-Who saves, and when. A :class:`~nous_inbox.journal.Journal` (so an owner) saves one after every
-``snapshot_every`` events folded since the last one (:data:`SNAPSHOT_EVERY`, 10 000 by
-default; 0 turns saving off), and right after an open that had to replay that many. A save
-encodes the whole value (about 90 ms per million messages on this machine, once per
-``snapshot_every`` events) and is skipped on a read-only store; a failed save is a warning,
-never a failed send. ``nous-inbox snapshot --store URL SESSION`` saves one on demand.
+Who saves, and when. A :class:`~nous_inbox.journal.Journal` (so an owner) saves one after
+``snapshot_every`` events folded since the last one (:data:`SNAPSHOT_EVERY`, 10 000 by default;
+0 turns saving off), or a tenth of the session (:data:`SNAPSHOT_SHARE`) when that is more, and
+right after an open that had to replay that many. A save encodes the whole value (about 1.3 s
+with the SQLite write at a million events on this machine), so the interval grows with the
+session and the saving cost per event stays flat; an open then replays at most a tenth of the
+session. Saving is skipped on a read-only store; a failed save is a warning, never a failed send.
+``nous-inbox snapshot --store URL SESSION`` saves one on demand.
 
 Design notes. The body's checksum catches a flipped bit that would still decode; the tip catches a
 snapshot that decodes perfectly but belongs to another log. Both are cheap next to decoding the
@@ -51,6 +54,7 @@ store can answer "is there a snapshot at or below version v" without decoding on
 from __future__ import annotations
 
 import logging
+import struct
 import zlib
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -67,6 +71,7 @@ from nous_inbox.session import Session, replay
 __all__ = [
     "SNAPSHOT_EVERY",
     "SNAPSHOT_FORMAT",
+    "SNAPSHOT_SHARE",
     "SNAPSHOT_VERSION",
     "Opened",
     "SnapshotFile",
@@ -75,6 +80,7 @@ __all__ = [
     "encode_snapshot",
     "load_session",
     "save_snapshot",
+    "split_snapshot",
 ]
 
 logger: Final = logging.getLogger("nous_inbox.snapshot")
@@ -84,6 +90,9 @@ SNAPSHOT_FORMAT: Final = "nous-inbox-snapshot"
 SNAPSHOT_VERSION: Final = 1
 #: Save a snapshot after this many events folded since the last one (0: never save).
 SNAPSHOT_EVERY: Final = 10_000
+#: ... or after the last snapshot's seq divided by this, when that is more: saving costs what the
+#: session holds, so the interval grows with it and the cost per event stays flat.
+SNAPSHOT_SHARE: Final = 10
 
 
 @runtime_checkable
@@ -101,7 +110,11 @@ class SnapshotStore(Protocol):
 
 
 class SnapshotFile(msgspec.Struct, frozen=True, kw_only=True):
-    """The envelope of a stored snapshot: what it is, where it belongs, and the encoded body."""
+    """The head of a stored snapshot: what it is, where it belongs, and its body's checksum.
+
+    A snapshot's bytes are the head's length (4 bytes, big-endian), the head (MessagePack), then
+    the body (MessagePack), so the body is checked and decoded in place, never copied.
+    """
 
     format: str
     version: int
@@ -110,7 +123,6 @@ class SnapshotFile(msgspec.Struct, frozen=True, kw_only=True):
     tip_type: str = ""
     tip_at: float = 0.0
     crc: int = 0
-    body: bytes = b""
 
 
 class _Head(msgspec.Struct, frozen=True):
@@ -132,6 +144,7 @@ _encoder: Final = msgspec.msgpack.Encoder(enc_hook=enc_hook)
 _head: Final = msgspec.msgpack.Decoder(_Head)
 _file: Final = msgspec.msgpack.Decoder(SnapshotFile)
 _body: Final = msgspec.msgpack.Decoder(_Body)
+_LENGTH: Final = struct.Struct(">I")
 
 
 class SnapshotError(ValueError):
@@ -159,20 +172,25 @@ def encode_snapshot(stream: str, session: Session, tip: Event) -> bytes:
         session.inbox.to_msgpack(), session.transcript,  # type: ignore[arg-type]
         session.turn, session.step, session.running,
     ))
-    return _encoder.encode(SnapshotFile(
+    head = _encoder.encode(SnapshotFile(
         format=SNAPSHOT_FORMAT, version=SNAPSHOT_VERSION, stream=stream, seq=session.version,
-        tip_type=_tip_type(tip), tip_at=float(tip.at), crc=zlib.crc32(body), body=body,
+        tip_type=_tip_type(tip), tip_at=float(tip.at), crc=zlib.crc32(body),
     ))
+    return b"".join([_LENGTH.pack(len(head)), head, body])
 
 
-def decode_snapshot(data: bytes, stream: str, tip: Event | None) -> Session:
-    """The session a snapshot holds, after checking it belongs to ``stream`` and its log.
-
-    ``tip`` is the event the log holds at the snapshot's seq (``None`` if it has none). Anything
-    that does not fit is a :class:`SnapshotError` saying what.
-    """
+def split_snapshot(data: bytes) -> tuple[SnapshotFile, memoryview]:
+    """A snapshot's head, decoded and checked to be a format this library reads, and its body
+    (undecoded, a view into ``data``); :class:`SnapshotError` otherwise."""
+    view = memoryview(data)
+    if len(view) < _LENGTH.size:
+        raise SnapshotError("it does not decode (cut short)")
+    (length,) = _LENGTH.unpack_from(view)
+    end = _LENGTH.size + length
+    if end > len(view):
+        raise SnapshotError("it does not decode (cut short)")
     try:
-        head = _head.decode(data)
+        head = _head.decode(view[_LENGTH.size:end])
     except (msgspec.DecodeError, RecursionError) as exc:
         raise SnapshotError(f"it does not decode ({exc})") from None
     if head.format != SNAPSHOT_FORMAT:
@@ -184,9 +202,19 @@ def decode_snapshot(data: bytes, stream: str, tip: Event | None) -> Session:
             f"this library reads"
         )
     try:
-        snap = _file.decode(data)
+        snap = _file.decode(view[_LENGTH.size:end])
     except (msgspec.DecodeError, RecursionError) as exc:
         raise SnapshotError(f"it does not decode ({exc})") from None
+    return snap, view[end:]
+
+
+def decode_snapshot(data: bytes, stream: str, tip: Event | None) -> Session:
+    """The session a snapshot holds, after checking it belongs to ``stream`` and its log.
+
+    ``tip`` is the event the log holds at the snapshot's seq (``None`` if it has none). Anything
+    that does not fit is a :class:`SnapshotError` saying what.
+    """
+    snap, raw = split_snapshot(data)
     if snap.stream != stream:
         raise SnapshotError(f"it belongs to stream {snap.stream!r}")
     if tip is None or tip.seq != snap.seq:
@@ -196,10 +224,10 @@ def decode_snapshot(data: bytes, stream: str, tip: Event | None) -> Session:
             f"it was taken of another log (its event {snap.seq} was a {snap.tip_type} at "
             f"{snap.tip_at!r}; the log's is a {_tip_type(tip)} at {tip.at!r})"
         )
-    if zlib.crc32(snap.body) != snap.crc:
+    if zlib.crc32(raw) != snap.crc:
         raise SnapshotError("its body fails its checksum (damaged)")
     try:
-        body = _body.decode(snap.body)
+        body = _body.decode(raw)
         inbox = Inbox.from_msgpack(body.inbox)
     except (msgspec.DecodeError, RecursionError, TypeError, ValueError) as exc:
         raise SnapshotError(f"its body does not decode ({exc})") from None

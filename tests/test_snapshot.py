@@ -218,8 +218,14 @@ def _good(store: Any) -> tuple[int, bytes]:
     return found
 
 
-def _resave(store: Any, seq: int, envelope: SnapshotFile) -> None:
-    store.save_snapshot("s", seq, msgspec.msgpack.encode(envelope))
+def _resave(store: Any, seq: int, head: SnapshotFile | dict[str, Any], body: bytes) -> None:
+    encoded = msgspec.msgpack.encode(head)
+    store.save_snapshot("s", seq, len(encoded).to_bytes(4, "big") + encoded + body)
+
+
+def _split(data: bytes) -> tuple[SnapshotFile, bytes]:
+    length = int.from_bytes(data[:4], "big")
+    return msgspec.msgpack.decode(data[4:4 + length], type=SnapshotFile), data[4 + length:]
 
 
 def test_a_snapshot_that_does_not_decode_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
@@ -229,13 +235,21 @@ def test_a_snapshot_that_does_not_decode_is_ignored(caplog: pytest.LogCaptureFix
     _ignored(store, caplog, "does not decode")
 
 
+@pytest.mark.parametrize("cut", [0, 3, 10, -1])
+def test_a_snapshot_cut_short_is_ignored(caplog: pytest.LogCaptureFixture, cut: int) -> None:
+    store = open_store("memory:")
+    seq, data = _good(store)
+    store.save_snapshot("s", seq, data[:cut])
+    _ignored(store, caplog, "snapshot at seq")
+
+
 def test_a_damaged_snapshot_body_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
     store = open_store("memory:")
     seq, data = _good(store)
-    envelope = msgspec.msgpack.decode(data, type=SnapshotFile)
-    body = bytearray(envelope.body)
-    body[len(body) // 2] ^= 0x01
-    _resave(store, seq, msgspec.structs.replace(envelope, body=bytes(body)))
+    head, body = _split(data)
+    damaged = bytearray(body)
+    damaged[len(damaged) // 2] ^= 0x01
+    _resave(store, seq, head, bytes(damaged))
     _ignored(store, caplog, "checksum")
 
 
@@ -245,8 +259,8 @@ def test_a_snapshot_of_another_format_version_is_ignored(
 ) -> None:
     store = open_store("memory:")
     seq, data = _good(store)
-    envelope = msgspec.msgpack.decode(data, type=SnapshotFile)
-    _resave(store, seq, msgspec.structs.replace(envelope, version=version))
+    head, body = _split(data)
+    _resave(store, seq, msgspec.structs.replace(head, version=version), body)
     _ignored(store, caplog, "newer" if version > SNAPSHOT_VERSION else "older")
 
 
@@ -255,16 +269,16 @@ def test_a_newer_format_is_ignored_before_its_body_is_read(
 ) -> None:
     store = open_store("memory:")
     seq, _ = _good(store)
-    store.save_snapshot("s", seq, msgspec.msgpack.encode(
-        {"format": "nous-inbox-snapshot", "version": SNAPSHOT_VERSION + 1, "body": [1, "new"]}))
+    _resave(store, seq, {"format": "nous-inbox-snapshot", "version": SNAPSHOT_VERSION + 1,
+                         "layout": [1, "new"]}, b"\xc1 whatever a newer body is")
     _ignored(store, caplog, "newer")
 
 
 def test_a_snapshot_of_another_stream_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
     store = open_store("memory:")
     seq, data = _good(store)
-    envelope = msgspec.msgpack.decode(data, type=SnapshotFile)
-    _resave(store, seq, msgspec.structs.replace(envelope, stream="t"))
+    head, body = _split(data)
+    _resave(store, seq, msgspec.structs.replace(head, stream="t"), body)
     _ignored(store, caplog, "belongs to stream 't'")
 
 
@@ -572,3 +586,41 @@ def test_a_session_value_is_the_same_with_or_without_snapshots() -> None:
     _send(jb, 10)
     assert Journal(a, "s").session == Journal(b, "s").session == ja.session
     assert Session() == Journal(open_store("memory:"), "s").session
+
+
+# -- the command line saves one on demand ------------------------------------------------------
+
+
+def test_the_snapshot_command_saves_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from nous_inbox.cli.main import main
+
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    with open_store(url) as store:
+        fill(store, "s", 12)
+    assert main(["snapshot", "--store", url, "s"]) == 0
+    assert "snapshot saved at seq 12" in capsys.readouterr().out
+    with open_store(url) as store:
+        assert load_session(store, "s").snapshot == 12
+
+
+def test_the_snapshot_command_refuses_an_unknown_session(tmp_path: Path) -> None:
+    from nous_inbox.cli.main import main
+
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    with open_store(url) as store:
+        fill(store, "s", 3)
+    assert main(["snapshot", "--store", url, "nobody"]) == 1
+    assert main(["snapshot", "--store", f"sqlite:{tmp_path / 'typo.sqlite'}", "s"]) == 1
+    assert not (tmp_path / "typo.sqlite").exists()
+
+
+def test_the_interval_grows_to_a_tenth_of_the_session() -> None:
+    """A save costs what the session holds: spaced by a tenth of it, the cost per event is flat."""
+    store = open_store("memory:")
+    fill(store, "s", 100)
+    journal = Journal(store, "s", snapshot_every=2)
+    assert store.load_snapshot("s")[0] == 100
+    _send(journal, 9)
+    assert store.load_snapshot("s")[0] == 100
+    _send(journal, 1)
+    assert store.load_snapshot("s")[0] == 110

@@ -24,6 +24,7 @@ from nous_inbox.events import MessageSent
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message, thaw_json
 from nous_inbox.session import Session, replay
+from nous_inbox.snapshot import load_session, save_snapshot
 from nous_inbox.store import Store, default_store_url, open_store
 
 __all__ = ["MAX_STEP_SECONDS", "demo", "log", "run", "send", "sessions", "show", "tour"]
@@ -154,4 +155,22 @@ def sessions(args: argparse.Namespace, out: IO[str]) -> int:
     with _open(args, read_only=True) as store:
         for name in store.streams():
             out.write(f"{printable(name)}\t{store.version(name)} events\n")
+    return 0
+
+
+def snapshot(args: argparse.Namespace, out: IO[str]) -> int:
+    """Save a snapshot of a session now (see :mod:`nous_inbox.snapshot`): opening it afterwards
+    decodes the snapshot and replays only what came after."""
+    with _open(args, read_only=True) as store:  # a mistyped --store creates nothing
+        if store.version(args.session) == 0:
+            raise ValueError(
+                f"no session {args.session!r} in this store (`nous-inbox sessions` lists the ones "
+                f"there are)"
+            )
+    with _open(args) as store:
+        opened = load_session(store, args.session)
+        if not save_snapshot(store, args.session, opened.session):
+            raise ValueError(f"{store!r} keeps no snapshots")
+        out.write(f"{printable(args.session)}: snapshot saved at seq {opened.session.version} "
+                  f"(the open replayed {opened.replayed} events)\n")
     return 0

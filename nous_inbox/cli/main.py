@@ -156,6 +156,10 @@ def _parser() -> argparse.ArgumentParser:
 
     sessions = sub.add_parser("sessions", help="the sessions in the store")
     _store_option(sessions)
+
+    snapshot = sub.add_parser("snapshot", help="save a snapshot of SESSION, so opening it replays less")
+    _store_option(snapshot)
+    snapshot.add_argument("session")
     return parser
 
 
@@ -216,6 +220,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         "show": commands.show,
         "log": commands.log,
         "sessions": commands.sessions,
+        "snapshot": commands.snapshot,
     }
     try:
         _check_usage(args)
