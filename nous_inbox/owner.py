@@ -181,7 +181,6 @@ class Owner(SendPresets):
         self._cancel: threading.Event | None = None
         self._closed = threading.Event()
         self._halt = threading.Event()  # closed or lost: the watcher stops
-        self._lost: LeaseLostError | None = None  # the lease was taken over: final
         self._nudge = threading.Event()  # the store says the stream may have changed (or close)
         self._failure: BaseException | None = None
         self._core = OwnerCore()  # every decision; this class does the threads and the I/O
@@ -244,7 +243,7 @@ class Owner(SendPresets):
         Set once the store refused an append because another owner took the lease over (see the
         module notes); from then on ``wait_idle`` and every send raise it.
         """
-        return self._lost
+        return self._core.lost
 
     @property
     def running(self) -> bool:
@@ -315,7 +314,7 @@ class Owner(SendPresets):
         """
         with self._changed:
             idle = self._changed.wait_for(
-                lambda: self._worker is None or self._lost is not None, timeout)
+                lambda: self._worker is None or self._core.lost is not None, timeout)
             failure, self._failure = self._failure, None
         self._raise_if_lost()
         if failure is not None:
@@ -360,18 +359,17 @@ class Owner(SendPresets):
             raise RuntimeError(f"owner of session {self._stream!r} is closed")
 
     def _raise_if_lost(self) -> None:
-        lost = self._lost
+        lost = self._core.lost
         if lost is not None:  # a new error each time, so no traceback grows on the stored one
             raise LeaseLostError(str(lost), stream=lost.stream, epoch=lost.epoch) from lost
 
     def _lose(self, error: LeaseLostError) -> None:
         """The store says the lease was taken over: stop for good (see the module notes)."""
         with self._lock:
-            if self._lost is None:
-                self._lost = error
+            if self._core.lost is None:
                 logger.error("the owner of session %r lost its lease and stops: %s",
                              self._stream, error)
-            if self._core.close() and self._cancel is not None:
+            if self._core.lease_lost(error) and self._cancel is not None:
                 self._cancel.set()
             self._changed.notify_all()
         self._halt.set()
@@ -433,9 +431,8 @@ class Owner(SendPresets):
                     took = took or type(event) is QueueClaimed
         except LeaseLostError as exc:
             self._lose(exc)
-            with self._lock:  # nothing to record: the session is another owner's now
-                self._core.failed(self._journal.session, exc)
-                self._stop_working(Stop())
+            with self._lock:  # records nothing: the session is another owner's now
+                self._stop_working(self._core.failed(self._journal.session, exc))
         except BaseException as exc:
             logger.exception("the run of session %r failed", self._stream)
             with self._lock:

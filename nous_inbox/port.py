@@ -207,7 +207,8 @@ class JournalPort:
     one atomic append, one transaction of the store, marks each event stored (or failed) and
     wakes everyone: its own senders return, and one of those who queued meanwhile leads the
     next batch (leadership is handed over: a leader commits one batch, the one holding its own
-    event, so no sender commits for the others indefinitely). No call returns before the
+    event, so no sender commits for the others indefinitely). The last sender a gathering leader
+    waits for takes the batch and leads it itself, rather than wake the leader to. No call returns before the
     transaction holding its event committed, so acknowledged still means durable, and each
     sender's events keep their order (a sender waits for one before it sends the next). A batch
     the store refuses before writing anything (a ``TypeError`` or ``ValueError``: an event too
@@ -314,37 +315,52 @@ class JournalPort:
         mine = _Pending(event)
         with self._queue_lock:
             self._pending.append(mine)
-            if self._committing:
-                if self._gathering and len(self._pending) >= self._senders:
-                    self._gathered.notify()  # the leader waits for no one else
-                # A leader is committing: wait. When it is done, it wakes everyone; one of
-                # those still waiting leads everything queued meanwhile (this send included).
-                try:
-                    while self._committing and not mine.done:
-                        self._queue.wait()
-                except BaseException:  # interrupted: unsent, unless a leader already took it
-                    if mine in self._pending:
-                        self._pending.remove(mine)
-                    raise
-            if not mine.done:
+            batch: list[_Pending] | None = None
+            if not self._committing:
                 self._committing = True
-                try:
-                    batch = self._gather()
-                except BaseException:  # interrupted while gathering: let another lead
-                    self._pending.remove(mine)
-                    self._committing = False
-                    self._queue.notify_all()
-                    raise
-        if not mine.done:
+                batch = self._gather(mine)
+            elif self._gathering and len(self._pending) >= self._senders:
+                # The last sender the gathering leader waits for: lead the batch at once rather
+                # than wake the leader to (one thread wake-up less between two transactions).
+                # The leader, its send in this batch, waits as a follower.
+                self._gathering = False
+                self._gathered.notify()
+                batch, self._pending = self._pending, []
+            if batch is None:
+                batch = self._follow(mine)
+        if batch is not None:
             self._lead(batch)
         if mine.error is not None:
             raise mine.error
         assert mine.stored is not None
         return mine.stored
 
-    def _gather(self) -> list[_Pending]:
-        """As the new leader (with the queue lock): wait, briefly, for the senders the last
-        batch released to queue their next sends, then take everything queued.
+    def _follow(self, mine: _Pending) -> list[_Pending] | None:
+        """Wait (with the queue lock) until ``mine`` is committed (``None``), or until no one
+        commits and this sender is to lead: then the batch to lead, ``mine`` in it.
+
+        When a leader is done it wakes everyone; one of those still waiting leads everything
+        queued meanwhile (this send included), and the others wait for that transaction.
+        """
+        while True:
+            try:
+                while self._committing and not mine.done:
+                    self._queue.wait()
+            except BaseException:  # interrupted: unsent, unless a leader already took it
+                if mine in self._pending:
+                    self._pending.remove(mine)
+                raise
+            if mine.done:
+                return None
+            self._committing = True
+            batch = self._gather(mine)
+            if batch is not None:
+                return batch
+
+    def _gather(self, mine: _Pending) -> list[_Pending] | None:
+        """As the new leader (with the queue lock): wait, briefly, for the senders of the last
+        round to queue their next sends, then take everything queued; ``None`` if the last of
+        them took the batch (``mine`` with it) and leads it instead.
 
         ``_senders`` is how many sent in the last round (the last batch, and those queued while
         it committed); each is likely back at once with its next send, so waiting for them,
@@ -357,13 +373,21 @@ class JournalPort:
             deadline = time.monotonic() + min(max(GATHER_SECONDS, self._commit_seconds / 2),
                                               GATHER_MAX_SECONDS)
             try:
-                while len(self._pending) < self._senders:
+                while self._gathering and len(self._pending) < self._senders:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     self._gathered.wait(left)
-            finally:
-                self._gathering = False
+            except BaseException:  # interrupted while gathering
+                if self._gathering:  # still the leader: let another lead, without this send
+                    self._gathering = False
+                    self._pending.remove(mine)
+                    self._committing = False
+                    self._queue.notify_all()
+                raise  # (else the send is in a batch another leads: committed, unacknowledged)
+            if not self._gathering:
+                return None  # the last sender took the batch and leads it
+            self._gathering = False
         batch, self._pending = self._pending, []
         return batch
 

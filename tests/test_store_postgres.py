@@ -529,3 +529,72 @@ def test_an_async_owner_whose_lease_was_taken_over_raises_it_from_send_and_wait_
             assert [e.message.content for e in there.read("s")] == ["before"]
 
     asyncio.run(main())
+
+
+# -- group commit on PostgreSQL, under failure --------------------------------------------------------
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_shared_batch_whose_connection_dropped_is_written_once_for_every_sender(
+    postgres_url, monkeypatch, when,
+):
+    # The first sender's append is held while seven more queue behind it; their shared batch's
+    # connection drops before or after its COMMIT. The store reconnects and looks for the
+    # batch: every sender is acknowledged, each message is in the log once.
+    from collections import Counter
+
+    from nous_inbox import MessageSent
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    class Held:
+        def __init__(self, inner: PostgresStore) -> None:
+            self.inner, self.sizes = inner, list[int]()
+            self.entered, self.release = threading.Event(), threading.Event()
+            self.dropped: list[int] = []
+
+        def append(self, stream: str, events: Any, expected_version: Any = None) -> Any:
+            self.sizes.append(len(events))
+            if len(self.sizes) == 1:
+                self.entered.set()
+                assert self.release.wait(WAIT)
+            elif len(events) > 1 and not self.dropped:
+                self.dropped = lose_answers(self.inner, monkeypatch, when)
+            return self.inner.append(stream, events, expected_version)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    with PostgresStore(postgres_url) as store:
+        held = Held(store)
+        owner = Owner(held, "s", Runner(_model, []), start=False, watch=False)
+        results: dict[str, Any] = {}
+
+        def send(text: str) -> None:
+            try:
+                results[text] = owner.inject(text)
+            except Exception as exc:
+                results[text] = exc
+
+        first = threading.Thread(target=send, args=("first",))
+        first.start()
+        assert held.entered.wait(WAIT)
+        texts = [f"m{i}" for i in range(7)]
+        threads = [threading.Thread(target=send, args=(t,)) for t in texts]
+        for t in threads:
+            t.start()
+        pause = threading.Event()  # never set: a bounded wait for the queue to fill
+        for _ in range(WAIT * 100):
+            with owner._port._queue_lock:
+                if len(owner._port._pending) == 7:
+                    break
+            pause.wait(0.01)
+        held.release.set()
+        for t in [first, *threads]:
+            t.join(WAIT)
+        owner.close()
+        assert held.sizes[:2] == [1, 7] and held.dropped == [1]
+        assert all(isinstance(results[t], MessageSent) for t in ["first", *texts]), results
+        logged = Counter(e.message.content for e in store.read("s") if isinstance(e, MessageSent))
+        assert logged == Counter(["first", *texts])  # each once: none lost, none doubled
+        assert [e.seq for e in store.read("s")] == list(range(1, 9))
