@@ -31,9 +31,9 @@ own store without those methods simply has no snapshots.
 
 When a snapshot is ignored. It does not decode, names another format or a version this library
 does not read (older or newer), names another stream, fails its checksum, claims a seq beyond the
-stream's version, or its tip does not match the event the log holds at that seq (a log deleted
-and started again under the same name, a snapshot copied from elsewhere). Each is one warning and
-a full replay; none fails the open.
+stream's version, its tip does not match the event the log holds at that seq (a log deleted
+and started again under the same name, a snapshot copied from elsewhere), or the events after it
+do not fold onto it. Each is one warning and a full replay; none fails the open.
 
 Who saves, and when. A :class:`~nous_inbox.journal.Journal` (so an owner) saves one after
 ``snapshot_every`` events folded since the last one (:data:`SNAPSHOT_EVERY`, 10 000 by default;
@@ -47,8 +47,10 @@ session. Saving is skipped on a read-only store; a failed save is a warning, nev
 Design notes. The body's checksum catches a flipped bit that would still decode; the tip catches a
 snapshot that decodes perfectly but belongs to another log. Both are cheap next to decoding the
 transcript. The format version is checked before the body is decoded, so a newer library's
-snapshot is never half-read. The seq is kept by the store outside the encoded bytes too, so the
-store can answer "is there a snapshot at or below version v" without decoding one.
+snapshot is never half-read; the version is bumped whenever the body's layout or a session's
+meaning changes (a field added to ``Message`` with a default needs no bump: it decodes). The seq
+is kept by the store beside the bytes too, so the tip is read from the log (one event) before
+anything is decoded.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ __all__ = [
     "SNAPSHOT_SHARE",
     "SNAPSHOT_VERSION",
     "Opened",
+    "SnapshotError",
     "SnapshotFile",
     "SnapshotStore",
     "decode_snapshot",
@@ -260,6 +263,7 @@ def load_session(store: Any, stream: str) -> Opened:
         tip = next(events, None)
         try:
             start = decode_snapshot(data, stream, tip)
+            del found, data  # the encoded bytes are not kept while the tail replays
         except SnapshotError as exc:
             logger.warning("stream %r: snapshot at seq %d ignored, replaying from the start: %s",
                            stream, seq, exc)
