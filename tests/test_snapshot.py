@@ -12,6 +12,7 @@ import gc
 import itertools
 import logging
 import os
+import sqlite3
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -624,3 +625,24 @@ def test_the_interval_grows_to_a_tenth_of_the_session() -> None:
     assert store.load_snapshot("s")[0] == 100
     _send(journal, 1)
     assert store.load_snapshot("s")[0] == 110
+
+
+def test_show_gives_the_same_inbox_from_a_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nous_inbox.cli.main import main
+
+    path = tmp_path / "inbox.sqlite"
+    url = f"sqlite:{path}"
+    with open_store(url) as store:
+        fill(store, "s", 40)
+    assert main(["snapshot", "--store", url, "s"]) == 0
+    with open_store(url) as store:
+        fill(store, "s", 47)
+    capsys.readouterr()
+    assert main(["show", "--json", "--store", url, "s"]) == 0
+    from_snapshot = capsys.readouterr().out
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM snapshots")
+    assert main(["show", "--json", "--store", url, "s"]) == 0
+    assert capsys.readouterr().out == from_snapshot

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Iterator
 from typing import IO, Any, Final
 
 from nous_inbox.cli.agent import MAX_STEPS
@@ -20,10 +21,10 @@ from nous_inbox.cli.style import Style
 from nous_inbox.cli.terminal import json_safe, printable
 from nous_inbox.cli.tour import run_tour
 from nous_inbox.cli.usage import UsageError
-from nous_inbox.events import MessageSent
+from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message, thaw_json
-from nous_inbox.session import Session, replay
+from nous_inbox.session import Session
 from nous_inbox.snapshot import load_session, save_snapshot
 from nous_inbox.store import Store, default_store_url, open_store
 
@@ -48,7 +49,22 @@ def _replayed(store: Store, session: str) -> Session:
         raise ValueError(
             f"no session {session!r} in this store (`nous-inbox sessions` lists the ones there are)"
         )
-    return replay(with_progress(store.read(session), total, "replaying"), stream=session)
+    # From the session's snapshot when it has a usable one (the same value, sooner).
+    return load_session(_WithProgress(store, total), session).session
+
+
+class _WithProgress:
+    """A store whose reads draw a progress bar (what ``load_session`` replays is counted)."""
+
+    def __init__(self, store: Store, total: int) -> None:
+        self._store = store
+        self._total = total
+
+    def read(self, stream: str, after: int = 0) -> Iterator[Event]:
+        return with_progress(self._store.read(stream, after), self._total - after, "replaying")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
 
 
 #: The longest a scripted tool step may take: more is a typo, and would outlast the demo's waits.
