@@ -12,7 +12,10 @@ Throughput: a sender sends a burst of 100 messages to one recipient, which then 
 ``receive`` (limit 50), repeated; messages per second, the best of the repeats, each side
 interleaved with the others. Memory: bytes allocated per queued message (``tracemalloc``) with
 10,000 messages waiting. Ratios are the median over repeats of each side's rate divided by the
-baseline's rate measured just before it. Growth: the time of one send when 1, 100 and 10,000 recipients already
+baseline's rate measured just before it. Retained after drain: bytes still allocated after N
+messages were sent and all received (``tracemalloc``), for N = 10,000, 100,000 and 300,000: flat
+is the target (the mailbox keeps the outcomes of the last ``remember`` messages sent, 10,000 by
+default, and nothing more of what it let go). Growth: the time of one send when 1, 100 and 10,000 recipients already
 hold messages, and the time to compose and deliver one notice when the agent has 1, 100 and 1,000
 threads (all read but one new message): flat is the target. Run ``python -m bench.mailbox_bench``
 (``--quick``: small and fast).
@@ -34,7 +37,7 @@ from nous_inbox.compat.praisonai import InProcessMailbox
 from nous_inbox.events import MailNoticed
 from nous_inbox.mailbox import Mailbox, compose
 
-__all__ = ["growth", "memory", "render", "run", "throughput", "main"]
+__all__ = ["growth", "memory", "render", "retained", "run", "throughput", "main"]
 
 BURST = 100
 BASELINE = "PraisonAI InProcessMailbox (baseline)"
@@ -114,6 +117,34 @@ def memory(quick: bool = False) -> dict[str, float]:
     }
 
 
+def _retained_bytes(make: Callable[[], Any], n: int) -> int:
+    gc.collect()
+    tracemalloc.start()
+    box = make()
+    before = tracemalloc.get_traced_memory()[0]
+    send, receive = box.send, box.receive
+    for _ in range(n // BURST):
+        for _ in range(BURST):
+            send("writer", "findings", sender="researcher")
+        while receive("writer", limit=50):
+            pass
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return after - before
+
+
+def retained(quick: bool = False) -> list[tuple[str, int, int]]:
+    """(side, messages sent and received, bytes still allocated after): flat is the target."""
+    sizes = (2_000, 20_000) if quick else (10_000, 100_000, 300_000)
+    sides: dict[str, Callable[[], Any]] = {
+        "PraisonAI InProcessMailbox (baseline)": lambda: _praisonai()(),
+        "drop-in InProcessMailbox, in memory": InProcessMailbox,
+        "Mailbox(remember=1_000), in memory": lambda: Mailbox(remember=1_000),
+    }
+    return [(side, n, _retained_bytes(make, n)) for side, make in sides.items() for n in sizes]
+
+
 def _per_call(fn: Callable[[], Any], calls: int) -> float:
     best = float("inf")
     for _ in range(7):
@@ -165,6 +196,10 @@ def render(quick: bool = False) -> str:
     lines += ["", "| side | bytes per queued message | vs PraisonAI |", "|---|---:|---:|"]
     for side, size in mem.items():
         lines.append(f"| {side} | {size:,.0f} | {size / base_mem:.2f}x |")
+    lines += ["", "| side | messages sent, all received | bytes retained | per message |",
+              "|---|---:|---:|---:|"]
+    for side, n, size in retained(quick):
+        lines.append(f"| {side} | {n:,} | {size:,} | {size / n:,.1f} |")
     rows = growth(quick)
     lines += ["", "| operation | recipients or threads | µs per call | vs smallest |",
               "|---|---:|---:|---:|"]

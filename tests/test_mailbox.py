@@ -11,6 +11,7 @@ import os
 import threading
 from collections import defaultdict
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -191,7 +192,7 @@ def test_drop_oldest_makes_room_records_the_drop_and_counts_it() -> None:
 
 
 @pytest.mark.parametrize("kwargs", [{"max_queue": 0}, {"max_queue": -1}, {"retain": 0},
-                                    {"overflow": "drop_newest"}])
+                                    {"remember": -1}, {"overflow": "drop_newest"}])
 def test_bad_mailbox_options_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         Mailbox(**kwargs)
@@ -422,6 +423,108 @@ def test_a_released_message_keeps_its_answer_for_a_resend() -> None:
     assert (again.state, again.answer) == ("released", reply.id)
 
 
+def test_a_read_message_of_a_class_that_asks_no_answer_is_settled_by_the_read() -> None:
+    box = Mailbox(retain=2)
+    for i in range(5):
+        box.send("dev", f"fyi {i}", sender="qa", kind="fyi")
+    box.read_thread("dev", "qa")
+    assert [m.body for m in box.read_thread("dev", "qa")] == ["fyi 3", "fyi 4"]
+    assert box.status(box.state.ids[0]) == "released"
+
+
+def test_a_read_question_nobody_answered_is_kept() -> None:
+    box = Mailbox(retain=1)
+    for i in range(3):
+        box.send("dev", f"which {i}?", sender="lead", kind="blocker")
+    box.read_thread("dev", "lead")
+    assert len(box.read_thread("dev", "lead")) == 3
+
+
+def test_a_retracted_message_owes_nothing_and_may_be_let_go() -> None:
+    box = Mailbox(retain=1)
+    first = box.send("dev", "use v1", sender="lead", id="v1")
+    box.read_thread("dev", "lead")
+    assert box.withdraw("v1", sender="lead") == "retracted"
+    box.send("dev", "use v2", sender="lead")
+    assert [m.body for m in box.read_thread("dev", "lead")] == ["use v2"]
+    assert box.status(first.id) == "released"
+
+
+# -- memory: what a mailbox keeps is bounded by what it keeps, not by what it was sent -------------
+
+
+def _drain(box: Mailbox, count: int, agent: str = "writer") -> None:
+    for i in range(count):
+        box.send(agent, f"finding {i}", sender="researcher")
+        if i % 100 == 99:
+            box.receive(agent, limit=100)
+    box.receive(agent, limit=count)
+
+
+def test_messages_received_are_forgotten_beyond_the_remembered_ones() -> None:
+    box = Mailbox(remember=100)
+    _drain(box, 20_000)
+    state = box.state
+    assert box.pending("writer") == 0
+    assert len(state.log) <= 2 * 100 + 4096  # what the last compaction kept, and new entries
+    assert len(state.log) + state.cut == 20_000
+    assert len(state.box("writer").queue) <= len(state.log)
+    assert len(state.box("writer").waking) <= len(state.log)  # no owner ever looked at it
+
+
+def test_a_resend_within_the_remembered_messages_answers_the_same() -> None:
+    box = Mailbox(remember=100)
+    box.send("writer", "once", sender="researcher", id="m-1")
+    box.receive("writer")
+    _drain(box, 99)
+    again = box.send("writer", "once", sender="researcher", id="m-1")
+    assert (again.state, again.duplicate) == ("received", True)
+    assert box.pending("writer") == 0
+
+
+def test_a_resend_of_a_forgotten_id_is_a_new_message() -> None:
+    box = Mailbox(remember=100)
+    box.send("writer", "once", sender="researcher", id="m-1")
+    box.receive("writer")
+    _drain(box, 10_000)  # far more than remembered, and enough to compact
+    assert box.status("m-1") is None
+    again = box.send("writer", "once", sender="researcher", id="m-1")
+    assert (again.state, again.duplicate) == ("queued", False)
+
+
+def test_messages_still_kept_are_never_forgotten() -> None:
+    box = Mailbox(remember=0, retain=10_000)
+    unread = box.send("dev", "fyi", sender="qa", kind="fyi", id="f-1")
+    answered = box.send("dev", "which?", sender="lead", kind="blocker", id="q-1")
+    box.read_thread("dev", "lead")
+    _drain(box, 10_000)
+    assert box.status(unread.id) == "queued"
+    assert box.send("dev", "which?", sender="lead", kind="blocker", id="q-1").duplicate
+    assert box.status(answered.id) == "read"
+    assert [t.thread for t in box.threads("dev")] == ["lead", "qa"]  # send order survives
+    box.reply("dev", "lead", "main")
+    assert box.status(answered.id) == "answered"
+
+
+def test_a_compacted_state_replays_equal() -> None:
+    store = open_store("memory:")  # compaction is the fold's: the same on every store
+    live = Mailbox(store, remember=50, retain=3)
+    live.send("dev", "fyi", sender="qa", kind="fyi", id="f-1")
+    live.send("dev", "which?", sender="lead", kind="blocker")
+    for round in range(60):
+        for i in range(100):
+            live.send("writer", i, sender="researcher")
+        live.receive("writer", limit=100)
+        if round == 30:
+            live.read_thread("dev", "lead")
+            live.reply("dev", "lead", "main")
+    assert live.state.cut > 0
+    again = Mailbox(store, remember=50, retain=3)
+    assert again.state == live.state
+    assert again.state.cut == live.state.cut
+    store.close()
+
+
 # -- concurrency -------------------------------------------------------------------------------
 
 
@@ -578,6 +681,40 @@ def test_replay_equals_live_after_any_sequence_of_operations(ops: list[tuple[str
                 store.append("mailbox", [MailNoticed(recipient=a, notice="n", ids=ids)])
     again = Mailbox(store, max_queue=4, overflow="drop_oldest", retain=3)
     assert again.state == box.state
+
+
+@settings(max_examples=60, deadline=None)
+@given(_ops)
+def test_compaction_changes_nothing_but_what_is_forgotten(ops: list[tuple[str, str, str]]) -> None:
+    store = open_store("memory:")
+    box = Mailbox(store, max_queue=4, overflow="drop_oldest", retain=3)
+    for n, (op, a, b) in enumerate(ops * 3):
+        if op == "receive":
+            box.receive(a, limit=2)
+        elif op == "read" and box.threads(a):
+            box.read_thread(a, box.threads(a)[0].thread)
+        elif op == "reply":
+            others = [t for t in box.threads(a) if set(t.senders) - {a}]
+            if others:
+                box.reply(a, others[0].thread, "ok")
+        else:
+            kind = {"blocker": "blocker", "fyi": "fyi"}.get(op, "action")
+            box.send(b, op, sender=a, kind=kind, id=f"m{n}")
+    events = list(store.read("mailbox"))
+    whole = MailboxState(retain=3)
+    with mock.patch("nous_inbox.mailbox.state._COMPACT_MIN", 4):
+        compacted = MailboxState(retain=3, remember=2)
+        for event in events:
+            whole.apply(event)
+            compacted.apply(event)
+    kept, full = compacted.snapshot(), whole.snapshot()
+    assert kept["boxes"] == full["boxes"]
+    assert {id: mail for id, mail in full["mails"].items() if id in kept["mails"]} == kept["mails"]
+    assert all(compacted.is_kept(id) for id in full["mails"] if whole.is_kept(id))
+    for agent in ("dev", "lead", "qa"):  # the same message may wake each agent
+        woken = [state.oldest_fresh(agent, waking=True) for state in (whole, compacted)]
+        first, second = (None if mail is None else mail.id for mail in woken)
+        assert first == second
 
 
 def test_without_a_store_the_fast_paths_fold_exactly_as_the_recorded_events_do() -> None:

@@ -12,4 +12,5 @@ def test_mailbox_bench_quick_renders_every_table() -> None:
     assert "| PraisonAI InProcessMailbox (baseline) |" in table
     assert "| drop-in InProcessMailbox, sqlite: (durable) |" in table
     assert "bytes per queued message" in table
+    assert table.count("| Mailbox(remember=1_000), in memory |") == 2  # retained after drain
     assert table.count("| send + notice |") == 3

@@ -416,6 +416,115 @@ def test_a_message_sent_while_a_notice_is_in_flight_is_a_steer_once_it_is_claime
     box.close()
 
 
+def test_the_next_notice_lands_in_the_run_that_claimed_the_one_before_it() -> None:
+    # An instant model and nobody waiting for anything: the claim of the first notice sends the
+    # second on the claiming thread, so the run reads it before it stops, never after.
+    model = Model(tool_steps=1)
+    holder: dict[str, Any] = {}
+
+    def during_tool() -> None:
+        if "b" not in holder:
+            box = holder["box"]
+            holder["a"] = box.send("dev", "a", sender="qa", kind="fyi").id  # its notice goes
+            holder["b"] = box.send("dev", "b", sender="qa", kind="fyi").id  # while it is on its way
+
+    box, owner, _ = make(model, during_tool)
+    holder["box"] = box
+    owner.prompt("go")
+    assert owner.wait_idle(WAIT)
+    assert owner.session.turn == 1
+    first, second = notices(owner.transcript)
+    assert first.metadata["ids"] == [holder["a"]] and second.metadata["ids"] == [holder["b"]]
+    assert second in model.requests[-1]  # the run read it
+    assert box.status(holder["a"]) == box.status(holder["b"]) == "noticed"
+    owner.close()
+    box.close()
+
+
+class _Probed(Owner):
+    """An owner that records, when the mailbox looks at it and when it is sent a notice, whether
+    another thread could get in (take the owner's lock) at that moment."""
+
+    probes: list[tuple[str, bool]]
+
+    def _probe(self, what: str) -> None:
+        got: list[bool] = []
+
+        def other() -> None:
+            if self._lock.acquire(blocking=False):
+                self._lock.release()
+                got.append(True)
+            else:
+                got.append(False)
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        self.probes.append((what, got[0]))
+
+    @property
+    def running(self) -> bool:
+        if self.probes is not None:
+            self._probe("look")
+        return super().running
+
+    def steer(self, message: Any) -> Any:
+        self._probe("steer")
+        return super().steer(message)
+
+    def followup(self, message: Any) -> Any:
+        self._probe("followup")
+        return super().followup(message)
+
+
+def test_for_an_owner_the_look_and_the_send_are_one_step() -> None:
+    # No run can end and no prompt arrive between the mailbox's look and its send: from the look
+    # until the notice is sent, no other thread can take the owner's lock.
+    box = Mailbox(clock=Clock(), debounce=0.0)
+    owner = _Probed(open_store("memory:"), "dev", Runner(Model()), watch=False, start=False)
+    owner.probes = []
+    box.attach("dev", owner)
+    box.send("dev", "which branch?", sender="lead", kind="blocker")
+    assert owner.wait_idle(WAIT)
+    probes, owner.probes = owner.probes, None  # type: ignore[assignment]
+    assert [what for what, _ in probes] == ["look", "followup"]
+    assert not any(could for _, could in probes)
+    assert notices(owner.transcript)
+    owner.close()
+
+
+def test_a_listener_of_one_owner_mailing_another_busy_one_does_not_wait_for_it() -> None:
+    # Two owners' threads each holding their own lock and mailing the other must not wait for
+    # each other: the second lock is only tried, and the notice goes once it is free.
+    box = Mailbox(clock=Clock(), debounce=0.0)
+    a = Owner(open_store("memory:"), "a", Runner(Model()), watch=False, start=False)
+    b = Owner(open_store("memory:"), "b", Runner(Model()), watch=False, start=False)
+    box.attach("a", a)
+    box.attach("b", b)
+    holding, release, delivered = threading.Event(), threading.Event(), threading.Event()
+    b.listen(lambda event: delivered.set() if isinstance(event, MessageSent) else None)
+
+    def hold_b() -> None:
+        with b._lock:
+            holding.set()
+            release.wait(WAIT)
+
+    holder = threading.Thread(target=hold_b)
+    holder.start()
+    assert holding.wait(WAIT)
+    with a._lock:  # as a listener of ``a`` runs
+        sent = box.send("b", "which branch?", sender="a", kind="blocker")
+    assert not delivered.is_set() and box.status(sent.id) == "queued"
+    release.set()
+    holder.join()
+    assert delivered.wait(WAIT)  # the delivery thread sent it once b's lock was free
+    assert b.wait_idle(WAIT)
+    assert box.status(sent.id) == "noticed"
+    a.close()
+    b.close()
+    box.close()
+
+
 def test_a_notice_never_goes_ahead_of_a_waiting_prompt() -> None:
     model = Model(tool_steps=1)
     holder: dict[str, Any] = {}

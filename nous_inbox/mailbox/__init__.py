@@ -18,7 +18,7 @@ from nous_inbox.mailbox.post import (
     Receipt,
     ThreadSummary,
 )
-from nous_inbox.mailbox.state import KINDS, RETAIN, MailboxState, wakes
+from nous_inbox.mailbox.state import KINDS, NO_ANSWER, REMEMBER, RETAIN, MailboxState, wakes
 from nous_inbox.mailbox.wiring import Recipient
 
 __all__ = [
@@ -28,6 +28,8 @@ __all__ = [
     "MAX_QUEUE",
     "MAX_WAIT",
     "NOTICE",
+    "NO_ANSWER",
+    "REMEMBER",
     "RETAIN",
     "STREAM",
     "Letter",

@@ -30,12 +30,16 @@ Rules, each a test in ``tests/test_mailbox*.py``:
   ``"block"``), ``"report"``, ``"fyi"``; it decides whether the message may wake an idle
   recipient (:func:`~nous_inbox.mailbox.state.wakes`).
 * ``id`` makes a send idempotent: sending an id again answers what became of it (the
-  :class:`Receipt` has ``duplicate=True``) and carries nothing, before or after a restart.
+  :class:`Receipt` has ``duplicate=True``) and carries nothing, before or after a restart. The
+  mailbox remembers the id of every message it keeps; of one it let go (received, withdrawn,
+  dropped, released), for ``remember`` (10,000) more messages sent, at least; a resend of an id
+  forgotten since is a new message, and ``status`` answers ``None`` for it.
 * ``read_thread`` reads a thread whole and marks it read (another agent's threads are refused);
   ``reply`` answers into the original sender's inbox under the same thread, waking nobody;
   ``withdraw`` unsends a message no notice has carried yet, and retracts one that was.
-* Retention keeps ``retain`` messages per recipient (500) and lets go only of those read and
-  answered.
+* Retention keeps ``retain`` messages per recipient (500) and lets go only of settled ones:
+  read and answered; read, for a class that asks no answer (an FYI, a report, a reply); or
+  retracted (the sender took it back: it owes nothing).
 
 Design notes. One lock guards the fold (:class:`~nous_inbox.mailbox.state.MailboxState`) and
 the append: an event is appended before it is folded, so the fold never holds what the store
@@ -69,7 +73,15 @@ from nous_inbox.events import (
     MailWithdrawn,
 )
 from nous_inbox.mailbox.notice import DEBOUNCE, MAX_WAIT
-from nous_inbox.mailbox.state import NOTICED, READ, RETAIN, RETRACTED, MailboxState, Thread
+from nous_inbox.mailbox.state import (
+    NOTICED,
+    READ,
+    REMEMBER,
+    RETAIN,
+    RETRACTED,
+    MailboxState,
+    Thread,
+)
 from nous_inbox.mailbox.wiring import Desk, Notices
 from nous_inbox.message import freeze_json
 from nous_inbox.store import Store, open_store
@@ -157,6 +169,10 @@ def _text(value: object, what: str, where: str) -> str:
 class Mailbox(Notices):
     """Addressed delivery between named agents; ``store`` (a Store or a URL) makes it durable.
 
+    ``retain`` bounds the settled messages kept per recipient, ``remember`` how many messages
+    sent after one was let go its outcome is still remembered (for resends of its id, and
+    ``status``); see the module's rules.
+
     ``clock`` gives every time the mailbox uses (sends are stamped with it; debounce and the
     bounded wait are measured by it), so tests advance time without sleeping. ``autotick``
     starts a thread that delivers notices to attached agents when they fall due; without it,
@@ -171,6 +187,7 @@ class Mailbox(Notices):
         max_queue: int = MAX_QUEUE,
         overflow: Overflow = "refuse",
         retain: int = RETAIN,
+        remember: int = REMEMBER,
         debounce: float = DEBOUNCE,
         max_wait: float = MAX_WAIT,
         clock: Callable[[], float] = time.time,
@@ -182,6 +199,8 @@ class Mailbox(Notices):
             raise ValueError(f"Mailbox: overflow must be 'refuse' or 'drop_oldest', got {overflow!r}")
         if type(retain) is not int or retain <= 0:
             raise ValueError(f"Mailbox: retain must be an int > 0, got {retain!r}")
+        if type(remember) is not int or remember < 0:
+            raise ValueError(f"Mailbox: remember must be an int >= 0, got {remember!r}")
         for name, seconds in (("debounce", debounce), ("max_wait", max_wait)):
             if type(seconds) not in (int, float) or not 0 <= seconds < float("inf"):
                 raise ValueError(f"Mailbox: {name} must be a number of seconds >= 0, "
@@ -201,7 +220,7 @@ class Mailbox(Notices):
         self._max_wait = max_wait
         self._clock = clock
         self._lock = threading.RLock()
-        self._state = MailboxState(retain)
+        self._state = MailboxState(retain, remember)
         self._subscribers: dict[str, list[Subscriber]] = {}
         # No store, no subscriber, no attached agent: a send need only fold (see ``_post``).
         self._plain = self._store is None

@@ -8,15 +8,27 @@ only once a run claimed it. :class:`nous_inbox.owner.Owner` is such a recipient;
 with these members.
 
 :class:`Notices` is the mailbox's side of it (``attach``, ``tick``), kept here so the delivery
-rules of :mod:`nous_inbox.mailbox.post` and the timing of notices each fit in one module. Locks:
-the owner calls the mailbox back (a claim) while holding its own lock, so the mailbox never calls
-the owner while holding the mailbox's; it decides under its lock and delivers after.
+rules of :mod:`nous_inbox.mailbox.post` and the timing of notices each fit in one module.
+
+Locks. The owner calls the mailbox back (a claim) while holding its own lock, so the order is
+always the owner's lock, then the mailbox's: the mailbox never waits for an owner's lock while it
+holds its own. For an :class:`~nous_inbox.owner.Owner`, whether a notice is due and its sending
+are one step: the mailbox takes the owner's lock (under which the owner records every event and
+starts and ends its runs), looks (is a run going? a prompt waiting?) and sends, before it lets go;
+the owner commits a send from the thread holding its lock at once (``JournalPort.append``). So no
+run ends, and no prompt arrives, between the look and the send. A thread that already holds
+another attached owner's lock (a listener that sends mail) only tries the lock, so two owners'
+threads never wait for each other; if it is busy, the agent is handed to the delivery thread.
+Any other recipient is looked at twice, once to decide and once right before the send (it has
+no lock to offer), and the gap between that look and the send remains.
 
 When the notice in flight is claimed, messages that came while it was on its way are due at
-once (in a running turn, as the steer read at the next step). The claim is reported inside the
-owner's lock, where the owner may not be called, so the agent is handed to the mailbox's
-delivery thread (started with the first ``attach``), which checks it again once the lock is
-released: with ``autotick`` that is the notice timer, else a thread that only does this.
+once (in a running turn, as the steer read at the next step). An ``Owner`` reports the claim
+inside its lock, on the thread that claimed, and the next notice is sent right there, so a run
+reads it at its next step, or at its last claim before it stops: even a run with an instant
+model cannot end before it lands. Another recipient's agent is handed to the delivery thread
+(started when first needed), which checks it again once the claim's locks are released: with
+``autotick`` that is the notice timer, else a thread that only does this.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ from nous_inbox.inbox import Target
 from nous_inbox.mailbox.notice import NOTICE, compose, plan
 from nous_inbox.mailbox.state import FRESH, MailboxState
 from nous_inbox.message import Message
+from nous_inbox.owner import Owner
 from nous_inbox.session import Session
 
 __all__ = ["Desk", "Notices", "Recipient"]
@@ -64,6 +77,11 @@ class Recipient(Protocol):
         """Call ``callback`` with every event the session records from now on."""
 
 
+def _is_owned(lock: threading.RLock) -> bool:
+    """Whether this thread holds ``lock`` (an ``RLock`` knows; so does ``JournalPort``)."""
+    return bool(lock._is_owned())  # type: ignore[attr-defined]
+
+
 def _closed(owner: object) -> bool:
     """Whether ``owner`` says it is closed (an :class:`~nous_inbox.owner.Owner` does, through
     ``closed``; a recipient without it is taken as open)."""
@@ -71,14 +89,22 @@ def _closed(owner: object) -> bool:
     return closed is True
 
 
-class Desk:
-    """One attached agent: its owner and the notice in flight (id and the ids it carries)."""
+def _lock_of(owner: object) -> threading.RLock | None:
+    """The lock ``owner`` records its events, starts and ends its runs and calls its listeners
+    under, if it is an :class:`~nous_inbox.owner.Owner` (None for any other recipient)."""
+    return owner._lock if isinstance(owner, Owner) else None
 
-    __slots__ = ("agent", "in_flight", "owner")
+
+class Desk:
+    """One attached agent: its owner, the owner's lock if it has one we know, and the notice in
+    flight (id and the ids it carries)."""
+
+    __slots__ = ("agent", "in_flight", "lock", "owner")
 
     def __init__(self, agent: str, owner: Recipient) -> None:
         self.agent = agent
         self.owner = owner
+        self.lock = _lock_of(owner)
         self.in_flight: tuple[str, tuple[str, ...]] | None = None
 
 
@@ -147,11 +173,7 @@ class Notices(abc.ABC):
                     if message.metadata.get("provenance") == NOTICE:
                         desk.in_flight = (message.metadata["notice"],
                                           tuple(message.metadata.get("ids", ())))
-            if self._ticker is None and self._deliverer is None:
-                self._deliverer = threading.Thread(target=self._deliver_forever, daemon=True,
-                                                   name="nous-inbox mailbox delivery")
-                self._deliverer.start()
-        self.tick()
+        self.tick((agent,))
 
     def detach(self, agent: str) -> bool:
         """Stop delivering ``agent``'s mail to its owner; returns whether it was attached.
@@ -172,59 +194,112 @@ class Notices(abc.ABC):
         this, or let ``autotick=True`` do it.
         """
         now = self._clock()
-        deliveries = []
-        due: float | None = None
         with self._lock:
             self._catch_up()
-            desks = self._desks.values() if agents is None else [
-                self._desks[a] for a in agents if a in self._desks]
-            for desk in desks:
-                agent = desk.agent
-                if desk.in_flight is not None:
-                    continue
-                how, when = self._plan(desk, now)
-                if how is None:
-                    if when is not None:
-                        due = when if due is None else min(due, when)
-                    continue
-                notice_id = f"notice-{self._prefix}{next(self._counter)}"
-                message, ids = compose(self._state, agent, notice_id)
-                desk.in_flight = (notice_id, ids)
-                deliveries.append((desk, how, message))
+            state = self._state
+            desks = [desk for desk in (self._desks.values() if agents is None else
+                                       [self._desks[a] for a in agents if a in self._desks])
+                     if desk.in_flight is None and state.oldest_fresh(desk.agent) is not None]
+        due: float | None = None
+        for desk in desks:
+            when = self._deliver(desk, now)
+            if when is not None:
+                due = when if due is None else min(due, when)
         if due is not None and self._ticker is not None:
             with self._lock:
                 self._due.notify_all()  # the timer thread may need to wake sooner
-        for desk, how, message in deliveries:
-            # The owner may have moved on since (a run ended, a prompt came): look again right
-            # before sending, so an FYI's steer never starts a turn and no notice goes ahead of
-            # a waiting prompt. (The owner has no way to make the look and the send one step.)
-            with self._lock:
-                again, when = self._plan(desk, now)
-                if again is None:
-                    desk.in_flight = None
-                    if when is not None:
-                        due = when if due is None else min(due, when)
-                    self._due.notify_all()
-                    continue
-            how = again
-            try:
-                if how == "steer":
-                    desk.owner.steer(message)
-                else:
-                    desk.owner.followup(message)
-            except Exception:
-                with self._lock:
-                    desk.in_flight = None
-                    closed = _closed(desk.owner)
-                    if closed and self._desks.get(desk.agent) is desk:
-                        del self._desks[desk.agent]
-                if closed:
-                    logger.warning("the owner of %r is closed: detached it (its mail stays)",
-                                   desk.agent)
-                else:
-                    logger.exception("delivering a notice to %r failed; it will be tried again",
-                                     desk.agent)
         return due
+
+    def _deliver(self, desk: Desk, now: float) -> float | None:
+        """Send ``desk``'s notice if one is due; else return when to look again (or None).
+
+        Never called with the mailbox's lock held (the owner's comes first, see the module).
+        """
+        lock = desk.lock
+        if lock is None:
+            return self._deliver_unlocked(desk, now)
+        if not _is_owned(lock):
+            # Wait for it, unless this thread holds another attached owner's lock (a listener
+            # of that owner sending mail): two such threads could each wait for the other's.
+            with self._lock:
+                others = [d.lock for d in self._desks.values() if d is not desk and d.lock]
+            blocking = not any(_is_owned(other) for other in others)
+            if not lock.acquire(blocking):
+                self._defer(desk.agent)
+                return None
+        else:
+            lock.acquire()  # ours already (a claim's listener): only counted again
+        try:
+            with self._lock:
+                if desk.in_flight is not None or self._desks.get(desk.agent) is not desk:
+                    return None
+                how, when = self._plan(desk, now)
+                if how is None:
+                    return when
+                message = self._compose(desk)
+            # Still under the owner's lock: the owner commits it at once, and nothing it does
+            # (a run ending, a prompt) comes between the look above and this send.
+            self._send(desk, how, message)
+            return None
+        finally:
+            lock.release()
+
+    def _deliver_unlocked(self, desk: Desk, now: float) -> float | None:
+        """:meth:`_deliver` for a recipient with no lock to offer: decide, then look again
+        right before sending, so an FYI's steer never starts a turn and no notice goes ahead of
+        a prompt that came meanwhile (a gap between that look and the send remains)."""
+        with self._lock:
+            if desk.in_flight is not None or self._desks.get(desk.agent) is not desk:
+                return None
+            how, when = self._plan(desk, now)
+            if how is None:
+                return when
+            message = self._compose(desk)
+        with self._lock:
+            again, when = self._plan(desk, now)
+            if again is None:
+                desk.in_flight = None
+                self._due.notify_all()
+                return when
+        self._send(desk, again, message)
+        return None
+
+    def _compose(self, desk: Desk) -> Message:
+        """The notice of what ``desk``'s agent has not heard of, now in flight (with the lock)."""
+        notice_id = f"notice-{self._prefix}{next(self._counter)}"
+        message, ids = compose(self._state, desk.agent, notice_id)
+        desk.in_flight = (notice_id, ids)
+        return message
+
+    def _send(self, desk: Desk, how: str, message: Message) -> None:
+        """Hand the notice to the owner; one it refuses is not in flight any more."""
+        try:
+            if how == "steer":
+                desk.owner.steer(message)
+            else:
+                desk.owner.followup(message)
+        except Exception:
+            with self._lock:
+                desk.in_flight = None
+                closed = _closed(desk.owner)
+                if closed and self._desks.get(desk.agent) is desk:
+                    del self._desks[desk.agent]
+            if closed:
+                logger.warning("the owner of %r is closed: detached it (its mail stays)",
+                               desk.agent)
+            else:
+                logger.exception("delivering a notice to %r failed; it will be tried again",
+                                 desk.agent)
+
+    def _defer(self, agent: str) -> None:
+        """Have the delivery thread (or the timer) look at ``agent`` again, holding no lock."""
+        with self._lock:
+            self._recheck.add(agent)
+            if self._ticker is None and self._deliverer is None and not self._closed.is_set():
+                self._deliverer = threading.Thread(target=self._deliver_forever, daemon=True,
+                                                   name="nous-inbox mailbox delivery")
+                self._deliverer.start()
+            self._due.notify_all()
 
     def _plan(self, desk: Desk, now: float) -> tuple[str | None, float | None]:
         owner = desk.owner
@@ -249,9 +324,20 @@ class Notices(abc.ABC):
             if live:
                 self._commit(lambda state: ([MailNoticed(recipient=desk.agent, notice=notice_id,
                                                          ids=live, at=self._clock())], None))
-            # What came while it was on its way is due now: checked again outside this lock.
-            self._recheck.add(desk.agent)
-            self._due.notify_all()
+            more = self._state.oldest_fresh(desk.agent) is not None
+        if not more:
+            return
+        # What came while it was on its way is due now. On the claiming thread, inside the
+        # owner's lock, when it is an Owner's: the run reads it at its next step, or its last.
+        if desk.lock is not None and _is_owned(desk.lock):
+            try:
+                self._deliver(desk, self._clock())
+            except Exception:
+                logger.exception("delivering a notice to %r failed; it will be tried again",
+                                 desk.agent)
+                self._defer(desk.agent)
+        else:
+            self._defer(desk.agent)
 
     def _deliver_forever(self) -> None:
         # Without autotick: check again each agent whose notice was claimed, once the claim's
