@@ -187,7 +187,7 @@ class _Claims:
             result = port.claim(target, wake_only=True) if command.wake_only else port.claim(target)
         except Exception as exc:
             logger.warning("message source %s failed", type(port).__name__, exc_info=True)
-            return self._fail(command, f"claim({target}) raised {type(exc).__name__}: {exc}")
+            return self._fail(command, f"claim({target}) raised {_describe(exc)}")
         problem = _claim_shape_problem(result, target)
         if problem:
             return self._fail(command, f"claim({target}) {problem}")
@@ -568,8 +568,26 @@ def _not_awaitable(value: object, what: str) -> None:
         raise TypeError(f"{what} returned an awaitable; drive async callables with arun_turn")
 
 
+_MAX_DESCRIBED: Final = 4000
+"""The most characters of an exception's message the log keeps (the exception itself, raised to
+the consumer, keeps it all)."""
+
+
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """An exception as one line of text the log can hold, whatever its message: a message with
+    a lone surrogate (a name ``os.listdir`` returned) is escaped, a long one (a whole payload
+    in a ``ValueError``) is cut short, and one whose ``__str__`` raises is said to be so. Else
+    the event recording the failure would itself fail, and a turn end go unrecorded."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "(its message cannot be printed)"
+    text = f"{type(exc).__name__}: {message}"
+    if len(text) > _MAX_DESCRIBED:
+        text = f"{text[:_MAX_DESCRIBED]}... ({len(text) - _MAX_DESCRIBED} more characters)"
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def _error_result(call: ToolCall, kind: str, text: str) -> Message:

@@ -862,6 +862,95 @@ def test_a_tool_result_under_a_larger_store_limit_is_recorded_whole(tmp_path: An
     assert ended(events).reason == "final"
 
 
+UNSTORABLE = {
+    "a lone surrogate": "no such file: caf\udce9.txt",
+    "too long for a record": "x" * (64 * 1024),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("why", UNSTORABLE)
+def test_a_tool_that_raises_what_the_log_cannot_hold_still_answers_with_an_error_result(
+    mode: str, why: str, tmp_path: Any
+) -> None:
+    port = store_port("file", tmp_path, max_record_size=64 * 1024)
+    port.append(sent_event("open it", "next_turn", True))
+
+    def open_it() -> str:
+        raise ValueError(UNSTORABLE[why])
+
+    model = Script(calls("open_it"), FINAL)
+    events = drive(mode, build(mode, model, [tool(name="open_it")(open_it)]), port)
+    answer = model.seen[1][-1]
+    assert answer.metadata["error"] == "ValueError"
+    assert answer.content.startswith("error: ValueError: ")
+    assert len(answer.content) < 8192
+    if why == "a lone surrogate":
+        assert answer.content.endswith("caf\\udce9.txt")  # escaped, so it can be stored
+    assert ended(events).reason == "final"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("why", UNSTORABLE)
+def test_a_model_that_raises_what_the_log_cannot_hold_still_ends_the_turn_recorded(
+    mode: str, why: str, tmp_path: Any
+) -> None:
+    # The turn's end is recorded with the error described as the log can hold it, and the
+    # consumer gets the model's own exception, whole: not a store error, not a turn left
+    # running in the log forever.
+    port = store_port("file", tmp_path, max_record_size=64 * 1024)
+    port.append(sent_event("go", "next_turn", True))
+    failure = RuntimeError(UNSTORABLE[why])
+
+    def fail() -> Message:
+        raise failure
+
+    with pytest.raises(RuntimeError) as raised:
+        drive(mode, build(mode, Script(fail)), port)
+    assert raised.value is failure
+    with FileStore(tmp_path / "log.jsonl", read_only=True) as store:
+        logged = list(store.read("s"))
+    assert not replay(logged).running
+    last = logged[-1]
+    assert isinstance(last, TurnEnded) and last.reason == "error"
+    assert last.error is not None and last.error.startswith("RuntimeError: ")
+    assert len(last.error) < 8192
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+
+def test_a_tool_exception_that_cannot_be_printed_is_still_answered() -> None:
+    local = LocalSession()
+    local.followup("go")
+
+    def broken() -> str:
+        raise Unprintable()
+
+    model = Script(calls("broken"), FINAL)
+    events = run("sync", local, model, [tool(name="broken")(broken)])
+    assert model.seen[1][-1].content == "error: Unprintable: (its message cannot be printed)"
+    assert ended(events).reason == "final"
+
+
+class RaisingUnstorably(JournalPort):
+    def claim(self, target: Target | str, *, wake_only: bool = False) -> Any:
+        raise OSError("disk on fire: caf\udce9")
+
+
+def test_a_source_that_raises_what_the_log_cannot_hold_is_still_warned_about(
+    tmp_path: Any
+) -> None:
+    port = RaisingUnstorably(Journal(FileStore(tmp_path / "log.jsonl"), "s"))
+    port.append(sent_event("go", "next_turn", True))
+    events = drive("sync", build("sync", Script(FINAL)), port)
+    warned = [e for e in events if isinstance(e, Warned)]
+    assert len(warned) == 1 and "disk on fire: caf\\udce9" in warned[0].text
+    assert ended(events).reason == "final"
+
+
 class NoLimitPort:
     """A port of a host's own that says nothing about a record limit."""
 
