@@ -40,6 +40,7 @@ from nous_inbox.journal import Journal
 from nous_inbox.session import Session, replay
 from nous_inbox.snapshot import (
     SNAPSHOT_VERSION,
+    TIP_EVENTS,
     SnapshotFile,
     SnapshotStore,
     decode_snapshot,
@@ -98,8 +99,8 @@ def test_a_snapshot_decodes_to_the_session_it_encodes() -> None:
     numbered = [msgspec.structs.replace(e, seq=i, at=float(i)) for i, e in enumerate(events, 1)]
     session = replay(numbered)
     assert session.running and session.inbox.count() == 2
-    data = encode_snapshot("s", session, numbered[-1])
-    assert decode_snapshot(data, "s", numbered[-1]) == session
+    data = encode_snapshot("s", session, numbered)
+    assert decode_snapshot(data, "s", numbered) == session
 
 
 _text = st.text(st.characters(blacklist_categories=["Cs", "Cc"]), max_size=8)
@@ -315,6 +316,29 @@ def test_a_snapshot_of_another_log_is_ignored(
         _ignored(store, caplog, "another log")
 
 
+def test_a_snapshot_of_another_log_is_ignored_when_the_clock_repeats(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fixed clock (tests, simulations) gives both logs' events the same type and time: the
+    tip compares the events' content, so the old snapshot is still not taken for the new log's."""
+    path = tmp_path / "log.jsonl"
+
+    def fixed() -> float:
+        return 1.7e9
+
+    with open_store(f"file:{path}") as store:
+        journal = Journal(store, "s", snapshot_every=10, clock=fixed)
+        for i in range(10):
+            journal.commit(lambda s, i=i: ([sent(f"OLD {i}", TURN)], None))
+        assert store.load_snapshot("s")[0] == 10
+    path.unlink()
+    with open_store(f"file:{path}") as store:
+        journal = Journal(store, "s", snapshot_every=0, clock=fixed)
+        for i in range(12):
+            journal.commit(lambda s, i=i: ([sent(f"NEW {i}", TURN)], None))
+        _ignored(store, caplog, "another log")
+
+
 def test_a_snapshot_beyond_the_stream_is_ignored(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -336,7 +360,7 @@ def test_a_snapshot_the_log_does_not_continue_is_ignored(
     store = open_store("memory:")
     store.append("s", [sent("a"), Warned(text="x")])
     session = replay(store.read("s"))
-    tip = list(store.read("s"))[-1]
+    tip = list(store.read("s"))
     emptied = msgspec.structs.replace(session, inbox=replay([]).inbox)
     store.save_snapshot("s", 2, encode_snapshot("s", emptied, tip))
     store.append("s", [QueueClaimed(target=STEP, count=1)])
@@ -483,7 +507,8 @@ def test_a_journal_saves_every_n_events_and_reopens_from_the_snapshot(url: str) 
         journal = Journal(counting, "s", snapshot_every=10)
         assert journal.session == replay(store.read("s"))
         assert journal.replayed == 5
-        assert counting.read_count == 6  # the snapshot's own event (its tip), then the five after
+        # its tip (the 16 events up to it, checked by content), then the five after
+        assert counting.read_count == TIP_EVENTS + 5
 
 
 def test_an_open_that_replayed_a_long_tail_saves_a_snapshot() -> None:
