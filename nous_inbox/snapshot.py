@@ -100,6 +100,7 @@ __all__ = [
     "load_session",
     "save_snapshot",
     "split_snapshot",
+    "tip_after",
 ]
 
 logger: Final = logging.getLogger("nous_inbox.snapshot")
@@ -174,6 +175,16 @@ class SnapshotError(ValueError):
 def _tip_first(seq: int) -> int:
     """The seq of the first event a snapshot at ``seq`` digests."""
     return max(1, seq - TIP_EVENTS + 1)
+
+
+def tip_after(seq: int) -> int:
+    """Where to read a log (``store.read(stream, tip_after(seq))``) for the events a snapshot
+    at ``seq`` digests as its tip: they are the first ones read, up to ``seq``.
+
+    >>> tip_after(100), tip_after(3)
+    (84, 0)
+    """
+    return _tip_first(seq) - 1
 
 
 def _digest(events: Iterable[Event]) -> bytes:
@@ -316,7 +327,7 @@ def load_session(store: Any, stream: str) -> Opened:
     found = _load(store, stream)
     if found is not None:
         seq, data = found
-        events = iter(store.read(stream, _tip_first(seq) - 1))
+        events = iter(store.read(stream, tip_after(seq)))
         window = _take(events, seq)
         try:
             start = decode_snapshot(data, stream, window)
@@ -364,7 +375,7 @@ def save_snapshot(store: Any, stream: str, session: Session) -> bool:
         return False
     if getattr(store, "read_only", False):
         return False
-    window = _take(iter(store.read(stream, _tip_first(session.version) - 1)), session.version)
+    window = _take(iter(store.read(stream, tip_after(session.version))), session.version)
     if not window or window[-1].seq != session.version:
         raise ValueError(
             f"snapshot of {stream!r}: the session is at version {session.version}, beyond the "
