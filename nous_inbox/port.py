@@ -9,7 +9,9 @@ it recorded, or ``((), None)`` when nothing was claimed (an empty claim records 
 ``wake_only`` it claims only when a waking message worth a model round is queued: the question a
 run asks where it would otherwise stop (ruling 2), answered by the pure core
 (:meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`). ``record(event)`` durably appends one event
-and returns it as recorded, ``seq`` and ``at`` set.
+and returns it as recorded, ``seq`` and ``at`` set. A port may also say, as
+``max_record_size``, the largest record it can store (a :class:`JournalPort` gives its store's);
+a runner holds a tool's result to it, and a port that says nothing to the codec's default.
 
 There is one implementation: :class:`JournalPort`, a :class:`~nous_inbox.journal.Journal` (one
 stream of a store) seen from a runner. The owner runs its turns through one; :class:`LocalSession`
@@ -75,6 +77,11 @@ class SessionPort(Protocol):
 
     def record(self, event: Event) -> Event:
         """Durably append ``event``; return it as recorded (``seq`` and ``at`` set)."""
+
+    # Optional, so not a member here (an ``isinstance`` check would then refuse the ports that
+    # leave it out): ``max_record_size``, an int, the largest record ``record`` can store, in
+    # bytes. A runner turns a tool result above it into an error result the model sees; a port
+    # without it is held to the codec's default (``nous_inbox.codec.MAX_RECORD_SIZE``).
 
 
 _PORT_FIX: Final = (
@@ -273,6 +280,12 @@ class JournalPort:
     def journal(self) -> Journal:
         """The journal this port reads and writes."""
         return self._journal
+
+    @property
+    def max_record_size(self) -> int:
+        """The largest record the journal's store takes, in bytes (the optional port member a
+        runner checks a tool's result against; see :class:`SessionPort`)."""
+        return self._journal.max_record_size
 
     @property
     def session(self) -> Session:
