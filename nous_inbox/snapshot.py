@@ -95,6 +95,7 @@ __all__ = [
     "SnapshotFile",
     "SnapshotStore",
     "check_snapshot",
+    "check_snapshot_every",
     "decode_snapshot",
     "encode_snapshot",
     "load_session",
@@ -115,6 +116,20 @@ SNAPSHOT_EVERY: Final = 10_000
 #: ... or after the last snapshot's seq divided by this, when that is more: saving costs what the
 #: session holds, so the interval grows with it and the cost per event stays flat.
 SNAPSHOT_SHARE: Final = 10
+
+
+def check_snapshot_every(value: object, who: str) -> int:
+    """``value`` if it is a valid ``snapshot_every`` (an int >= 0), else a ``ValueError`` naming
+    ``who``'s option: the one check for the journal and both owners.
+
+    >>> check_snapshot_every(-1, "Owner")
+    Traceback (most recent call last):
+    ...
+    ValueError: Owner: snapshot_every must be an int >= 0 (0: never), got -1
+    """
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{who}: snapshot_every must be an int >= 0 (0: never), got {value!r}")
+    return value
 
 
 @runtime_checkable
