@@ -703,6 +703,54 @@ def test_a_long_session_is_frozen_out_of_the_collector_after_open() -> None:
         gc.unfreeze()
 
 
+def test_both_owners_leave_the_collector_alone_with_freeze_gc_false() -> None:
+    """A freeze keeps every host object caught in a reference cycle at that moment forever: an
+    owner's host may opt out (the journal's option, passed through)."""
+    import asyncio
+
+    from nous_inbox.async_owner import AsyncOwner
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    store = open_store("memory:")
+    fill(store, "s", 50)
+    runner = Runner(lambda transcript, tools: "ok")
+    gc.unfreeze()
+    try:
+        owner = Owner(store, "s", runner, snapshot_every=10, watch=False, start=False,
+                      freeze_gc=False)
+        for i in range(30):
+            owner.inject(f"fyi {i}")
+        owner.close()
+        assert gc.get_freeze_count() == 0
+
+        async def run() -> None:
+            async with AsyncOwner(store, "s", runner, snapshot_every=10, watch=False,
+                                  start=False, freeze_gc=False) as owner:
+                for i in range(30):
+                    await owner.inject(f"later {i}")
+
+        asyncio.run(run())
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+
+
+@pytest.mark.parametrize("bad", [0, None, "no"])
+def test_both_owners_refuse_a_freeze_gc_that_is_not_a_bool(bad: Any) -> None:
+    from nous_inbox.async_owner import AsyncOwner
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    runner = Runner(lambda transcript, tools: "ok")
+    with pytest.raises(TypeError, match="freeze_gc must be a bool"):
+        Owner(open_store("memory:"), "s", runner, freeze_gc=bad)
+    with pytest.raises(TypeError, match="freeze_gc must be a bool"):
+        AsyncOwner(open_store("memory:"), "s", runner, freeze_gc=bad)
+    with pytest.raises(TypeError, match="freeze_gc must be a bool"):
+        Journal(open_store("memory:"), "s", freeze_gc=bad)
+
+
 def test_a_session_value_is_the_same_with_or_without_snapshots() -> None:
     """The knob changes where an open starts, never what it gives."""
     a, b = open_store("memory:"), open_store("memory:")
