@@ -678,6 +678,17 @@ def test_a_read_only_store_opens_from_a_snapshot_and_saves_none(url: str) -> Non
         assert store.load_snapshot("s")[0] == 20
 
 
+def test_sqlite_does_not_keep_a_snapshot_sized_wal(tmp_path: Path) -> None:
+    """A save writes its blob through the WAL; once checkpointed, the -wal is cut back."""
+    path = tmp_path / "inbox.sqlite"
+    with open_store(f"sqlite:{path}") as store:
+        store.append("s", [Warned(text="x")])
+        store.save_snapshot("s", 1, b"y" * 12_000_000)
+        for _ in range(300):
+            store.append("s", [Warned(text="z" * 1000)])
+        assert os.path.getsize(f"{path}-wal") <= 4 * 1024 * 1024
+
+
 def test_a_read_only_sqlite_store_from_before_snapshots_has_none(tmp_path: Path) -> None:
     url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
     with open_store(url) as store:
