@@ -787,6 +787,27 @@ def test_the_snapshot_command_saves_one(tmp_path: Path, capsys: pytest.CaptureFi
         assert load_session(store, "s").snapshot == 12
 
 
+def test_the_snapshot_command_says_when_a_newer_snapshot_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner appended and saved after the command opened the session: nothing is written,
+    and the command says so rather than that the store keeps no snapshots."""
+    from nous_inbox.cli import commands
+    from nous_inbox.cli.main import main
+    from nous_inbox.snapshot import Opened
+
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    with open_store(url) as store:
+        stored = fill(store, "s", 12)
+        assert save_snapshot(store, "s", replay(stored))
+    monkeypatch.setattr(commands, "load_session",
+                        lambda store, stream: Opened(replay(stored[:5]), 0, 5))
+    assert main(["snapshot", "--store", url, "s"]) == 0
+    assert "a newer snapshot (seq 12) is kept already; nothing saved" in capsys.readouterr().out
+    with open_store(url) as store:
+        assert store.load_snapshot("s")[0] == 12
+
+
 def test_the_snapshot_command_refuses_an_unknown_session(tmp_path: Path) -> None:
     from nous_inbox.cli.main import main
 
