@@ -440,10 +440,12 @@ def test_a_transaction_left_open_by_a_host_cut_off_is_ended_by_the_server(postgr
         orphan.execute(f'SELECT 1 FROM "{a.schema}".nous_inbox_streams WHERE stream = %s '
                        f"FOR UPDATE", ("s",))
         pid = orphan.info.backend_pid
-        assert until(lambda: not sql(postgres_url,
-                                     "SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid))
-        assert b.own("s").epoch == 2
-        orphan.close()
+        try:
+            assert until(lambda: not sql(postgres_url,
+                                         "SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid))
+            assert b.own("s").epoch == 2
+        finally:
+            orphan.close()
 
 
 def test_the_stores_connections_keep_tcp_alive(postgres_url):
