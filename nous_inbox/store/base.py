@@ -63,8 +63,9 @@ import msgspec
 
 from nous_inbox.codec import _BAD, JSON_LINES, MAX_RECORD_SIZE, MSGPACK, LogFormat
 from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError
-from nous_inbox.events import EVENT_TYPES, Event, MailSent
-from nous_inbox.message import freeze_json
+from nous_inbox.events import EVENT_TYPES, Event, MailSent, MessageSent, QueueClaimed
+from nous_inbox.inbox import Target
+from nous_inbox.message import ROLES, Message, freeze_json
 from nous_inbox.store.lease import Leases, OwnerLease
 
 __all__ = [
@@ -84,6 +85,9 @@ _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _READ_BACK: Final = "it would not read back"
 _INF: Final = math.inf
 _EVENT_TYPES: Final = frozenset(EVENT_TYPES)
+_NO_METADATA: Final = next(f.default for f in msgspec.structs.fields(Message)
+                           if f.name == "metadata")
+_INT64_MAX: Final = 2**63 - 1
 _EVENT_DECODE: Final = {fmt: fmt.decoder(Event).decode for fmt in (MSGPACK, JSON_LINES)}
 _GOOD_STREAMS: Final[dict[str, None]] = {}  # names check_stream has passed, as a set
 _GOOD_STREAMS_KEPT: Final = 4096
@@ -345,6 +349,17 @@ class StoreBase(abc.ABC):
     _lock: threading.Lock | threading.RLock
     _leases: Leases
 
+    #: Whether the records are the bare events in ``_format`` (the store overrides neither
+    #: ``_encode`` nor ``_decode``): set for each subclass as it is defined. Then an event whose
+    #: fields prove it reads back (``_reads_back``) is not decoded again before it is written.
+    _bare_records: bool = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._bare_records = (
+            cls._encode is StoreBase._encode and cls._decode is StoreBase._decode
+        )
+
     # -- hooks -----------------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -573,6 +588,7 @@ class StoreBase(abc.ABC):
             raise _refused(stream, index, events[index], exc) from None
         limit = self.max_record_size
         decode = self._decode
+        bare = self._bare_records
         for i, event in enumerate(events):
             record = records[i]
             if len(record) > limit:
@@ -581,6 +597,8 @@ class StoreBase(abc.ABC):
                     f"{type(event).__name__}) encodes to {len(record)} bytes, above the limit of "
                     f"{limit} bytes; nothing was written"
                 )
+            if bare and _reads_back(event):
+                continue
             try:
                 back = decode(stream, record)
             except (DecodeError, TypeError, ValueError, RecursionError) as exc:
@@ -591,6 +609,48 @@ class StoreBase(abc.ABC):
                     f"back equal (stored as {back!r}); nothing was written"
                 )
         return records
+
+
+def _reads_back(event: Event) -> bool:
+    """Whether ``event`` decodes back equal from its bare encoding, judged by the exact type
+    and range of every field: ``False`` means "decode it and see".
+
+    The proof an append needs, made without decoding, for the two events every message makes
+    (its send and its claim) when they hold only what a decoder gives back as it was given: a
+    ``Target`` member, a ``bool``, an ``int`` count in range, an ``int`` seq, a finite ``float``
+    time, and a message whose role is one of the four, whose content is ASCII text and which
+    has no other field. These are the checks msgspec's decoder would make, made on the value;
+    anything else (non-ASCII text, metadata, a value of a wrong type however it got there, a
+    message altered past its own checks) is decoded and compared as before.
+    """
+    kind = type(event)
+    at = event.at
+    seq = event.seq
+    if type(seq) is not int or not 0 <= seq <= _INT64_MAX or type(at) is not float or not (
+        -_INF < at < _INF
+    ):
+        return False
+    if kind is MessageSent:
+        sent = cast(MessageSent, event)
+        message = sent.message
+        if type(sent.target) is not Target or type(sent.wakeup) is not bool or (
+            type(message) is not Message
+        ):
+            return False
+        role, content, calls = message.role, message.content, message.tool_calls
+        return (
+            type(role) is str and role in ROLES and type(content) is str and content.isascii()
+            and message.name is None and message.tool_call_id is None and message.id is None
+            and message.metadata is _NO_METADATA and type(calls) is tuple and not calls
+        )
+    if kind is QueueClaimed:
+        claim = cast(QueueClaimed, event)
+        count, rest = claim.count, claim.rest
+        return (
+            type(claim.target) is Target and type(count) is int and type(rest) is int
+            and 0 <= count <= _INT64_MAX and 0 <= rest <= _INT64_MAX
+        )
+    return False
 
 
 def _first_unencodable(events: list[Event]) -> int:
