@@ -609,6 +609,11 @@ class AsyncOwner:
             # Folded on the loop with nothing before it to tell (an inline send or claim):
             # told at once. No other thread can queue a batch meanwhile, since each does so
             # under the journal lock this thread holds.
+            if not self._readers and not self._listeners:  # nobody to tell: the core decides
+                journal = self._journal
+                if journal is not None and self._core.arrived(events, journal.session):
+                    self._start_run()
+                return
             self._reacting = True
             try:
                 self._tell(events)

@@ -89,6 +89,7 @@ _NO_METADATA: Final = next(f.default for f in msgspec.structs.fields(Message)
                            if f.name == "metadata")
 _INT64_MAX: Final = 2**63 - 1
 _EVENT_DECODE: Final = {fmt: fmt.decoder(Event).decode for fmt in (MSGPACK, JSON_LINES)}
+_replace: Final = msgspec.structs.replace
 _GOOD_STREAMS: Final[dict[str, None]] = {}  # names check_stream has passed, as a set
 _GOOD_STREAMS_KEPT: Final = 4096
 
@@ -256,8 +257,6 @@ def _finite(number: float) -> bool:
 
 def _numbered(events: Sequence[Event], version: int, now: float | None = None) -> list[Event]:
     """Checked events as the store keeps them: ``seq`` from ``version + 1``, ``at`` filled in."""
-    stamp = time.time() if now is None else now
-    replace = msgspec.structs.replace
     numbered = []
     for event in events:
         version += 1
@@ -265,7 +264,11 @@ def _numbered(events: Sequence[Event], version: int, now: float | None = None) -
         # An event numbered and timed already (a journal does so before it folds) is kept as
         # it is: the copy would be equal.
         if type(event.seq) is not int or event.seq != version or type(at) is not float or not at:
-            event = replace(event, seq=version, at=float(at or stamp))
+            if not at:
+                if now is None:
+                    now = time.time()  # once an append, and only when some event needs it
+                at = now
+            event = _replace(event, seq=version, at=float(at))
         numbered.append(event)
     return numbered
 
@@ -482,7 +485,7 @@ class StoreBase(abc.ABC):
         """The checked append, the stream held at ``version``: compare, number, prove, write."""
         if expected_version is not None and expected_version != version:
             raise _conflict(stream, expected_version, version)
-        stored = _numbered(events, version)
+        stored = _numbered(events, version, None)
         records = self._prove(stream, stored)
         if batch is None:
             self._write(stream, stored, records)
@@ -577,7 +580,10 @@ class StoreBase(abc.ABC):
     def _prove(self, stream: str, events: list[Event]) -> list[bytes]:
         """Encode ``events``; refuse (naming the index) one too large or not read back equal."""
         try:
-            records = self._encode(stream, events)
+            if self._bare_records and len(events) == 1:  # _encode's own work, one call less
+                records = [self._format.encode(events[0])]
+            else:
+                records = self._encode(stream, events)
             if self._format is not MSGPACK:
                 # What one store accepts every store accepts, so a log can move between them:
                 # MessagePack carries 64-bit integers only, where JSON would take any.
