@@ -58,6 +58,7 @@ from typing import Final, Protocol, TypeVar
 import msgspec
 from pyrsistent import pvector
 
+from nous_inbox.codec import MAX_RECORD_SIZE
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, QueueClaimed
 from nous_inbox.inbox import Inbox, Target, as_target
@@ -157,6 +158,14 @@ class Journal:
     def session(self) -> Session:
         """The session as folded so far (call :meth:`catch_up` to read other writers first)."""
         return self._session
+
+    @property
+    def max_record_size(self) -> int:
+        """The largest record the store takes, in bytes: its ``max_record_size``, or the codec's
+        default for a log that does not say (a host's own, or none). A runner checks a tool's
+        result against it, so a result the store would refuse becomes an error the model sees."""
+        limit = getattr(self._store, "max_record_size", MAX_RECORD_SIZE)
+        return limit if type(limit) is int else MAX_RECORD_SIZE
 
     def catch_up(self) -> list[Event]:
         """Fold in what other writers appended since this journal's version; return it.

@@ -34,7 +34,8 @@ complete append (a hole a torn append left) holds no record: it is skipped with 
 a record it swallowed shows as its stream's seq gap. Anything else wrong *before* the tail (a line that does not
 decode, a sequence number out of place, a batch broken off in the middle) is a
 :class:`~nous_inbox.errors.DecodeError` naming the line and byte offset, never a silent skip; it
-is raised to whoever reads the stream it belongs to.
+is raised to whoever reads the stream it belongs to. A store already open meets what others
+append as a store opened then would: a hole skipped, damage refused to its own stream only.
 
 Writers. Each append takes an exclusive ``flock`` on the file, catches up with what others wrote,
 checks the expected version, writes, syncs and lets go. So writers in several processes take
@@ -250,6 +251,9 @@ class FileStore(StoreBase):
     def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
         return self._snapshots.load(stream)
 
+    def _snapshot_seq(self, stream: str) -> int | None:
+        return self._snapshots.seq(stream)  # its first 8 bytes, not the whole snapshot
+
     def _close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
@@ -425,8 +429,23 @@ class FileStore(StoreBase):
         if self._seen[0] < 0:
             self._end = good  # opening: the streams are read when touched, not now
         elif good > self._end:
-            self._take_in(self._end, good)
+            try:
+                self._take_in(self._end, good)
+            except DecodeError:
+                # What others appended is not a clean run of appends: a hole a torn append
+                # left, or a damaged record. Raising here would stop this store for every
+                # session, at every later call, where a store opened now reads each session
+                # from the file (a hole skipped, damage refused to its own session only): so
+                # forget what was decoded and be that store.
+                self._forget()
+                self._end = good
         self._seen = seen
+
+    def _forget(self) -> None:
+        """Let go of every decoded stream and count: each is read from the file when touched."""
+        self._streams = {}
+        self._names = None
+        self._counts = {}
 
     def _read_header(self, size: int) -> bool:
         head = os.pread(self._fd, min(size, 4096), 0)
