@@ -579,7 +579,7 @@ class StoreBase(abc.ABC):
             return self._save_snapshot(stream, seq, data)
 
     def load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
-        """The newest snapshot kept for ``stream`` as ``(seq, data)``, or ``None`` (undecoded:
+        """The snapshot kept for ``stream`` as ``(seq, data)``, or ``None`` (undecoded:
         :func:`nous_inbox.snapshot.load_session` checks it before trusting it)."""
         check_stream(stream)
         with self._lock:
