@@ -251,6 +251,9 @@ class FileStore(StoreBase):
     def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
         return self._snapshots.load(stream)
 
+    def _snapshot_seq(self, stream: str) -> int | None:
+        return self._snapshots.seq(stream)  # its first 8 bytes, not the whole snapshot
+
     def _close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)

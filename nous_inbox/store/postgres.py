@@ -470,7 +470,8 @@ class PostgresStore(StoreBase):
         return 0 if row is None else int(row[0])
 
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
-        # The stream's newest snapshot, one row (a cache: its table is made with the first one).
+        # The stream's snapshot, one row, replaced (save_snapshot decided it should be; a cache:
+        # its table is made with the first one).
         table = f'"{self.schema}".nous_inbox_snapshots'
 
         def save(db: psycopg.Connection[Any]) -> bool:
@@ -478,13 +479,25 @@ class PostgresStore(StoreBase):
                 db.execute(f"CREATE TABLE IF NOT EXISTS {table} ("
                            ' stream text COLLATE "C" PRIMARY KEY, seq bigint NOT NULL,'
                            " body bytea NOT NULL)")
-                db.execute(f"INSERT INTO {table} AS s (stream, seq, body) VALUES (%s, %s, %s) "
+                db.execute(f"INSERT INTO {table} (stream, seq, body) VALUES (%s, %s, %s) "
                            "ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq, "
-                           "body = excluded.body WHERE excluded.seq >= s.seq", (stream, seq, data))
+                           "body = excluded.body", (stream, seq, data))
             return True
 
         kept: bool = self._retrying(f"snapshot of stream {stream!r}", save)
         return kept
+
+    def _snapshot_seq(self, stream: str) -> int | None:
+        table = f'"{self.schema}".nous_inbox_snapshots'
+
+        def seq(db: psycopg.Connection[Any]) -> Any:  # the seq alone, not the body
+            found = db.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+            if found is None or found[0] is None:
+                return None
+            return db.execute(f"SELECT seq FROM {table} WHERE stream = %s", (stream,)).fetchone()
+
+        row = self._retrying(f"snapshot of stream {stream!r}", seq)
+        return None if row is None else int(row[0])
 
     def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
         table = f'"{self.schema}".nous_inbox_snapshots'

@@ -321,18 +321,29 @@ class SqliteStore(StoreBase):
         return names
 
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
-        # One row per stream, the newest: a snapshot is a cache, so its table is made when the
-        # first one is saved (a store an older version made gains it then).
+        # One row per stream, replaced (save_snapshot decided it should be): a snapshot is a
+        # cache, so its table is made when the first one is saved (a store an older version
+        # made gains it then).
         with self._failing(f"snapshot of stream {stream!r}"):
             db = self._connection()
             with self._transaction(db):
                 db.execute(_SNAPSHOTS)
                 db.execute(
                     "INSERT INTO snapshots (stream, seq, body) VALUES (?, ?, ?) "
-                    "ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq, body = excluded.body "
-                    "WHERE excluded.seq >= snapshots.seq", (stream, seq, data),
+                    "ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq, body = excluded.body",
+                    (stream, seq, data),
                 )
         return True
+
+    def _snapshot_seq(self, stream: str) -> int | None:
+        with self._failing(f"snapshot of stream {stream!r}"):  # the seq alone, not the blob
+            db = self._connection()
+            if db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'"
+            ).fetchone() is None:
+                return None
+            row = db.execute("SELECT seq FROM snapshots WHERE stream = ?", (stream,)).fetchone()
+        return None if row is None else int(row[0])
 
     def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
         with self._failing(f"snapshot of stream {stream!r}"):
