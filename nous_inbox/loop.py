@@ -338,7 +338,7 @@ def open_calls(transcript: Sequence[Message], answered: Iterable[str] = ()) -> l
 
     >>> open_calls([Message.assistant(tool_calls=[ToolCall("a", "ls"), ToolCall("b", "cat")]),
     ...             Message.tool("x", "a")])
-    [ToolCall(id='b', name='cat', arguments={})]
+    [ToolCall(id='b', name='cat')]
     """
     done = set(answered)
     for index in range(len(transcript) - 1, -1, -1):
