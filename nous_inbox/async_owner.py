@@ -63,7 +63,7 @@ from nous_inbox.inbox import Inbox, Target
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore, Stop
-from nous_inbox.port import JournalPort, sent_event
+from nous_inbox.port import JournalPort, commit_batch, sent_event
 from nous_inbox.session import Session
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
@@ -380,8 +380,9 @@ class AsyncOwner:
         """Queue ``message`` on ``target`` durably, then wake if it asks to and nothing runs.
 
         Bad input raises here, before anything is written. Returns the event as stored, once
-        it is: a run it wakes has started by then. Cancelling the awaiting task does not take a
-        send back that the worker already took up.
+        it is: a run it wakes has started by then. Cancelling the awaiting task (a timeout)
+        takes the send back if the worker has not taken it up yet, so a caller that retries
+        does not send it twice; one the worker took up is committed (it may be already).
         """
         event = sent_event(message, target, wakeup)  # refuse bad input on the caller's own line
         self._check_open()
@@ -395,7 +396,13 @@ class AsyncOwner:
             lead, self._flushing = not self._flushing, True
         if lead:
             self._io.submit(self._flush)
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # ``_flush`` takes the whole list under this lock: still here means not taken.
+            with self._sends_lock, contextlib.suppress(ValueError):
+                self._sends.remove((event, future))
+            raise
 
     async def steer(self, message: Message | str) -> MessageSent:
         """Next step, wakes: "read this before your next model request"."""
@@ -510,25 +517,28 @@ class AsyncOwner:
         return done
 
     def _flush(self) -> None:
-        """The worker's group commit: every send queued so far, in one append."""
+        """The worker's group commit: every send queued so far, in one append, settled by the
+        threaded port's rule (:func:`~nous_inbox.port.commit_batch`)."""
         with self._sends_lock:
             batch, self._sends = self._sends, []
             self._flushing = False
+        if not batch:
+            return  # every sender it was queued for took its send back
         outcomes: list[tuple[asyncio.Future[MessageSent], Event | None, BaseException | None]]
         try:
-            stored = self._commit([event for event, _ in batch])
-            outcomes = [(future, event, None) for (_, future), event in zip(batch, stored, strict=True)]
-        except (TypeError, ValueError):
-            # Refused before anything was written (an event too large, one that does not
-            # fold): one at a time, so one bad send fails only its own sender.
-            outcomes = []
-            for event, future in batch:
-                try:
-                    outcomes.append((future, self._commit([event])[0], None))
-                except BaseException as exc:
-                    outcomes.append((future, None, exc))
-        except BaseException as exc:  # whatever happened happened to the whole batch
+            with self._lock:
+                settled = commit_batch(self._open_journal(), [event for event, _ in batch])
+            outcomes = [(future, stored, error)
+                        for (_, future), (stored, error) in zip(batch, settled, strict=True)]
+        except BaseException as exc:  # not a store's failure: its senders hear it, it goes on
             outcomes = [(future, None, exc) for _, future in batch]
+            self._hand_back(outcomes)
+            raise
+        self._hand_back(outcomes)
+
+    def _hand_back(
+        self, outcomes: list[tuple[asyncio.Future[MessageSent], Event | None, BaseException | None]]
+    ) -> None:
         assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
             self._loop.call_soon_threadsafe(self._settle, outcomes)
