@@ -214,6 +214,9 @@ class AsyncOwner:
         except BaseException:
             self._closed = True
             if self._io is not None:
+                # Cancelled while ``_open`` runs on: it still takes the lease. The one worker
+                # runs this after it, so whatever it took is given back.
+                self._io.submit(self._give_back)
                 self._io.shutdown(wait=False)
             raise
         if self._watch_others:
@@ -242,6 +245,18 @@ class AsyncOwner:
             raise
         self._lease = lease
 
+    def _give_back(self) -> None:
+        """Drop the store subscription and give the lease back (on the worker, after every job
+        queued before it: a subscribe or an open a cancel left running ends first)."""
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        lease, self._lease = self._lease, None
+        try:
+            if unsubscribe is not None:
+                unsubscribe()
+        finally:
+            if lease is not None:
+                lease.release()
+
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
@@ -268,13 +283,13 @@ class AsyncOwner:
             self._watcher.cancel()
             await asyncio.wait((self._watcher,))
         try:
-            if self._unsubscribe is not None:
-                await self._call(self._unsubscribe)
             if run is None or run.done():
-                if self._lease is not None:
-                    await self._call(self._lease.release)
+                # Shielded: a second cancel must not skip giving the stream up (a retry of
+                # aclose does nothing). On the worker it runs after a subscribe still going.
+                await asyncio.shield(self._call_soon(self._give_back))
             else:
                 logger.warning("the run of session %r did not stop; keeping its lease", self._stream)
+                await asyncio.shield(self._call_soon(self._drop_subscription))
         finally:
             self._react()  # the last batches reach the readers before they end
             for reader in self._readers:
@@ -486,6 +501,28 @@ class AsyncOwner:
             return fn(*args)
         return await self._call_io(fn, *args)
 
+    def _call_soon(self, fn: Callable[[], _T]) -> asyncio.Future[_T]:
+        """``fn()`` where store calls belong, as a future (done already when inline)."""
+        if self._io is not None:
+            return self._call_io(fn)
+        assert self._loop is not None
+        done: asyncio.Future[_T] = self._loop.create_future()
+        try:
+            done.set_result(fn())
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
+
+    def _drop_subscription(self) -> None:
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
+
+    def _subscribe(self, subscribe: Callable[..., Callable[[], None]], poke: Callable[[], None]) -> None:
+        # Kept by the job itself: a watcher cancelled meanwhile (aclose) would drop it, and
+        # aclose's unsubscribe, queued on the worker after this job, finds it here.
+        self._unsubscribe = subscribe(self._stream, poke)
+
     def _call_io(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
         assert self._loop is not None and self._io is not None
         return self._loop.run_in_executor(self._io, fn, *args)
@@ -577,7 +614,7 @@ class AsyncOwner:
         subscribe = getattr(self._store, "subscribe", None)
         if callable(subscribe):
             try:
-                self._unsubscribe = await self._call(subscribe, self._stream, poke)
+                await self._call(self._subscribe, subscribe, poke)
             except Exception:
                 logger.exception("could not subscribe to session %r; polling", self._stream)
         while True:
@@ -655,6 +692,8 @@ class AsyncOwner:
         if self._core.lease_lost(error) and self._cancel is not None:
             self._cancel.set()
         self._settled.set()
+        for reader in self._readers:  # the owner is over: so is every events() reader
+            reader.put_nowait(None)
         if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
 

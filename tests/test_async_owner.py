@@ -678,10 +678,14 @@ def test_closing_while_the_watcher_subscribes_drops_the_subscription() -> None:
     store.own_gate.set()
 
     async def main() -> None:
-        async with AsyncOwner(store, "s", Runner(echo)):  # type: ignore[arg-type]
-            assert await asyncio.to_thread(store.subscribing.wait, WAIT)
-        store.subscribe_gate.set()  # subscribed after the owner closed ...
-        assert await asyncio.to_thread(store.unsubscribed.wait, WAIT)  # ... and dropped
+        owner = AsyncOwner(store, "s", Runner(echo))  # type: ignore[arg-type]
+        await owner.__aenter__()
+        assert await asyncio.to_thread(store.subscribing.wait, WAIT)
+        closing = asyncio.ensure_future(owner.aclose())  # cancels the watcher mid-subscribe
+        await asyncio.sleep(0)
+        store.subscribe_gate.set()  # the subscription is made after the watcher was cancelled
+        await asyncio.wait_for(closing, WAIT)
+        assert store.unsubscribed.is_set()  # ... and dropped by the close
 
     asyncio.run(main())
 
