@@ -115,7 +115,9 @@ class AsyncOwner:
     thread; by default they do when the store says its calls block (``store.blocking``, true of
     every store but ``memory:``). ``start`` wakes right away, on opening, if the replayed inbox
     wants it (a waking message left queued by a previous process). ``snapshot_every`` is the
-    threaded owner's (see :mod:`nous_inbox.snapshot`).
+    threaded owner's (see :mod:`nous_inbox.snapshot`); on a store called inline (``memory:``)
+    a snapshot is encoded on the event loop, and it only serves a reopen in the same process,
+    so a host with a long ``memory:`` session may pass ``snapshot_every=0``.
 
     Options are checked here, before anything is opened: a bad one names itself.
 
@@ -386,7 +388,9 @@ class AsyncOwner:
     def listen(self, callback: Listener) -> None:
         """Call ``callback(event)`` on the event loop for every event recorded from now on, in
         order (the owner's own and those another process appended). Keep it quick; one that
-        raises is logged and does not stop the others or the run."""
+        raises is logged and does not stop the others or the run. A callback cannot await, so
+        one that sends schedules it: ``asyncio.ensure_future(owner.steer(...))`` (keep the
+        task, and await or check it, to hear of a failure)."""
         self._listeners.append(callback)
 
     # -- what a host says -------------------------------------------------------------------------
@@ -435,8 +439,12 @@ class AsyncOwner:
         """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any in progress."""
         sent_event(text, Target.NEXT_TURN, True)
         self._check_open()
-        self._core.prompt()
-        return await self.followup(text)
+        self._core.prompt()  # before the send: the run it wakes starts before it returns
+        try:
+            return await self.followup(text)
+        except BaseException:
+            self._core.unprompt()  # not stored: the next turn must not be recorded as a prompt
+            raise
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.

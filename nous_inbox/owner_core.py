@@ -140,6 +140,10 @@ class OwnerCore:
         """A person's prompt was (or is about to be) sent: the next turn opens as ``"prompt"``."""
         self._prompted = True
 
+    def unprompt(self) -> None:
+        """The prompt's send failed (nothing was stored): the next turn is not a prompt's."""
+        self._prompted = False
+
     def cancel(self) -> bool:
         """Cancel the current run; whether one was going (the driver then cancels its turn)."""
         if not self._running:

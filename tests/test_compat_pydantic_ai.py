@@ -640,3 +640,27 @@ def test_a_call_an_older_log_left_unanswered_is_recorded_as_the_model_is_shown_i
     asyncio.run(turn())
     assert script.requests[0][:2] == [("call", "work"), ("tool", INTERRUPTED_TOOL_RETURN_CONTENT)]
     assert_each_request_is_in_the_log(list(local.events), script.requests)
+
+
+def test_a_thread_that_stops_reading_mid_request_ends_the_turn_at_once() -> None:
+    import threading
+
+    asked = threading.Event()
+
+    async def stuck(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked.set()
+        await asyncio.Event().wait()  # a model request that would never end by itself
+        raise AssertionError("unreachable")
+
+    local = LocalSession()
+    local.followup("go")
+    stream = AgentRunner(Agent(FunctionModel(stuck)), offload=False).run_turn(local)
+    assert type(next(stream)).__name__ == "TurnStarted"
+    assert asked.wait(WAIT)
+    closer = threading.Thread(target=stream.close, daemon=True)  # type: ignore[attr-defined]
+    closer.start()
+    closer.join(WAIT)
+    assert not closer.is_alive(), "closing the stream waited for the model"
+    ended = local.events[-1]
+    assert isinstance(ended, TurnEnded) and ended.reason == "cancelled"
+    assert local.session == replay(local.events)

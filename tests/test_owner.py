@@ -622,6 +622,18 @@ def test_a_prompt_opens_a_turn_recorded_as_a_prompt() -> None:
         assert reasons == ["prompt", "wake"]
 
 
+def test_a_prompt_the_store_refused_does_not_make_the_next_turn_a_prompt() -> None:
+    with make_owner(ScriptedModel()) as owner:
+        limit = owner._store.max_record_size  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match="limit"):
+            owner.prompt("x" * (limit + 1))
+        with pytest.raises(TypeError):
+            owner.prompt(7)  # type: ignore[arg-type]
+        owner.steer("go")
+        assert owner.wait_idle(WAIT)
+        assert [e.reason for e in owner.events() if isinstance(e, TurnStarted)] == ["wake"]
+
+
 def test_a_steer_another_process_appended_during_the_final_request_extends_the_run(
     owner_face: str,
 ) -> None:

@@ -63,6 +63,7 @@ in-memory port, where a thread hop costs more than the call).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -597,8 +598,12 @@ class AgentRunner:
         handed: queue.SimpleQueue[object] = queue.SimpleQueue()
         failure: list[BaseException] = []
         stop = _Either(cancel)  # set too when the consumer stops reading
+        running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
 
         async def pump() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            running.append((asyncio.get_running_loop(), task))
             async for event in self._arun(port, reason, stop):
                 handed.put(event)
 
@@ -612,13 +617,22 @@ class AgentRunner:
 
         thread = threading.Thread(target=drive, name="nous-inbox pydantic-ai turn", daemon=True)
         thread.start()
+        finished = False
         try:
             while (item := handed.get()) is not _DONE:
                 yield item  # type: ignore[misc]
+            finished = True
         finally:
-            stop.set()  # a consumer that stopped reading ends the turn at its next node
+            if not finished:
+                # The consumer stopped reading (an owner closing): end the turn now, not at the
+                # next node, which a long model request would put off (the turn still records
+                # its end as cancelled, then the thread ends).
+                stop.set()
+                for loop, task in running:
+                    with contextlib.suppress(RuntimeError):  # its loop is already gone
+                        loop.call_soon_threadsafe(task.cancel)
             thread.join()
-        if failure:
+        if failure and finished:
             raise failure[0]
 
     def __repr__(self) -> str:
