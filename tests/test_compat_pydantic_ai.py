@@ -664,3 +664,45 @@ def test_a_thread_that_stops_reading_mid_request_ends_the_turn_at_once() -> None
     ended = local.events[-1]
     assert isinstance(ended, TurnEnded) and ended.reason == "cancelled"
     assert local.session == replay(local.events)
+
+
+def test_a_turn_cancelled_while_it_opens_is_still_ended() -> None:
+    import threading
+
+    class SlowOpen(LocalSession):
+        """A port whose calls run on a thread pool, and whose opening append waits at a gate."""
+
+        def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+            super().__init__()
+            self.loop, self.gate, self.opening = loop, threading.Event(), asyncio.Event()
+
+        def call_io(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+            return self.loop.run_in_executor(None, fn, *args)
+
+        def commit(self, change: Any) -> Any:
+            if not self.gate.is_set():
+                self.loop.call_soon_threadsafe(self.opening.set)
+                self.gate.wait(WAIT)
+            return super().commit(change)
+
+    async def main() -> SlowOpen:
+        port = SlowOpen(asyncio.get_running_loop())
+        port.followup("go")
+
+        async def consume() -> None:
+            async for _ in AgentRunner(make_agent(Script("ok"))).arun_turn(port):
+                pass
+
+        task = asyncio.ensure_future(consume())
+        await port.opening.wait()
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.2)
+        port.gate.set()  # the opening is recorded after the cancel ...
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return port
+
+    port = asyncio.run(main())
+    ended = port.events[-1]  # ... and the turn it opened is ended
+    assert isinstance(ended, TurnEnded) and ended.reason == "cancelled"
+    assert not port.session.running

@@ -536,7 +536,20 @@ class AgentRunner:
 
     async def _arun(self, port: SessionPort, reason: str, cancel: _Flag | None) -> AsyncIterator[Event]:
         hooks = _InboxHooks(port, _caller(port, self.offload))
-        history = await hooks.call(lambda: hooks.open(reason))
+        opening = asyncio.ensure_future(hooks.call(lambda: hooks.open(reason)))
+        try:
+            history = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # The opening goes on where the port's calls run; a turn it opens is ended here.
+            while not opening.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait((opening,))
+            if not opening.cancelled() and opening.exception() is None:
+                try:
+                    await asyncio.shield(hooks.call(lambda: hooks.close("cancelled")))
+                except BaseException:
+                    logger.exception("could not record the end of a cancelled turn")
+            raise
         for event in hooks.take():
             yield event
         ending: TurnEndReason = "cancelled"  # unless the run says otherwise below
