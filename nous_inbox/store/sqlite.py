@@ -50,6 +50,7 @@ Owners. ``own(stream)`` locks ``PATH.owners/<hash>.lock`` next to the database's
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import threading
@@ -249,10 +250,16 @@ class SqliteStore(StoreBase):
                 ) from None
 
     def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
-        self._connection().executemany(
-            "INSERT INTO events (stream, seq, body) VALUES (?, ?, ?)",
-            [(stream, event.seq, body) for event, body in zip(events, records, strict=True)],
-        )
+        # One statement per chunk of rows, not one step per row: a group commit's batch is
+        # inserted in one go. Chunks stay far below SQLite's oldest limit on variables (999),
+        # and their few shapes stay in the connection's statement cache.
+        db = self._connection()
+        for start in range(0, len(events), _ROWS):
+            chunk = events[start:start + _ROWS]
+            params: list[object] = []
+            for event, body in zip(chunk, records[start:start + _ROWS], strict=True):
+                params += (stream, event.seq, body)
+            db.execute(_insert(len(chunk)), params)
 
     def _read(self, stream: str, after: int) -> Iterator[Event]:
         return self._pages(stream, after)
@@ -400,6 +407,15 @@ class SqliteStore(StoreBase):
 
     def _transaction(self, db: sqlite3.Connection) -> _Transaction:
         return _Transaction(db, self.url, self._timeout)
+
+
+#: The most rows one INSERT carries (3 variables each).
+_ROWS: Final = 64
+
+
+@functools.cache
+def _insert(rows: int) -> str:
+    return "INSERT INTO events (stream, seq, body) VALUES " + ", ".join(["(?, ?, ?)"] * rows)
 
 
 class _Slow(Exception):
