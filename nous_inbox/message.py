@@ -346,10 +346,6 @@ class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaul
         _check_text(self.name, "ToolCall.name")
 
 
-_ONLY_TOOL_CALLS: Final = frozenset({ToolCall})
-"""What a ``Message`` keeps as its ``tool_calls`` without rebuilding: a tuple of these exactly."""
-
-
 def _tool_calls(value: object) -> tuple[ToolCall, ...]:
     if value == ():
         return ()
@@ -421,10 +417,12 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
         if metadata is not _EMPTY:
             _set(self, "metadata", _freeze_mapping(metadata, "Message.metadata"))
         calls = self.tool_calls
-        # Decoded calls are a tuple of ToolCalls (each checked as it was built): told in C.
-        if calls != () and not (type(calls) is tuple and _ONLY_TOOL_CALLS.issuperset(
-            map(type, calls)
-        )):
+        if type(calls) is tuple:  # what decoding gives: kept if all are ToolCalls (each checked
+            for call in calls:    # as it was built)
+                if type(call) is not ToolCall:
+                    _set(self, "tool_calls", _tool_calls(calls))
+                    break
+        elif calls != ():
             _set(self, "tool_calls", _tool_calls(calls))
 
     def _check_role_and_content(self) -> None:
