@@ -9,7 +9,9 @@ it recorded, or ``((), None)`` when nothing was claimed (an empty claim records 
 ``wake_only`` it claims only when a waking message worth a model round is queued: the question a
 run asks where it would otherwise stop (ruling 2), answered by the pure core
 (:meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`). ``record(event)`` durably appends one event
-and returns it as recorded, ``seq`` and ``at`` set.
+and returns it as recorded, ``seq`` and ``at`` set. A port may also say, as
+``max_record_size``, the largest record it can store (a :class:`JournalPort` gives its store's);
+a runner holds a tool's result to it, and a port that says nothing to the codec's default.
 
 There is one implementation: :class:`JournalPort`, a :class:`~nous_inbox.journal.Journal` (one
 stream of a store) seen from a runner. The owner runs its turns through one; :class:`LocalSession`
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import abc
 import inspect
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -74,6 +77,11 @@ class SessionPort(Protocol):
 
     def record(self, event: Event) -> Event:
         """Durably append ``event``; return it as recorded (``seq`` and ``at`` set)."""
+
+    # Optional, so not a member here (an ``isinstance`` check would then refuse the ports that
+    # leave it out): ``max_record_size``, an int, the largest record ``record`` can store, in
+    # bytes. A runner turns a tool result above it into an error result the model sees; a port
+    # without it is held to the codec's default (``nous_inbox.codec.MAX_RECORD_SIZE``).
 
 
 _PORT_FIX: Final = (
@@ -181,7 +189,7 @@ class SendPresets(abc.ABC):
 class _Pending:
     """One event waiting for a group commit, and how it ended: stored, or the error to raise."""
 
-    __slots__ = ("done", "error", "event", "lead", "stored", "wake")
+    __slots__ = ("done", "error", "event", "gone", "handed", "lead", "next", "stored", "wake")
 
     def __init__(self, event: Event) -> None:
         self.event = event
@@ -189,10 +197,16 @@ class _Pending:
         self.lead = False  # handed the leadership: gather and commit the next batch
         self.stored: Event | None = None
         self.error: BaseException | None = None
-        # Released once: when the event is done, or when its sender is to lead. One lock per
-        # sender wakes exactly the thread concerned, with no convoy on a shared condition.
+        # Released once: when the event is done (and its turn to wake came), or when its sender
+        # is to lead. One lock per sender wakes exactly the thread concerned, with no convoy on
+        # a shared condition.
         self.wake = threading.Lock()
         self.wake.acquire()
+        # The wake-up chain of a committed batch (see JournalPort._lead), under the queue lock:
+        # whom this sender wakes once woken, whether its turn came, and whether it left.
+        self.next: _Pending | None = None
+        self.handed = False
+        self.gone = False
 
 
 class JournalPort:
@@ -210,11 +224,16 @@ class JournalPort:
     while it committed) are likely back at once with their next sends, so it waits for them, at
     most half a commit's smoothed time (between ``GATHER_SECONDS`` and ``GATHER_MAX_SECONDS``);
     a lone sender never waits, and the last sender it waits for takes the batch and leads it
-    itself rather than wake the leader. Then the leader appends everything queued in one atomic
-    append, one transaction of the store, marks each event stored (or failed), hands the
-    leadership to the first sender who queued meanwhile (a leader commits one batch, the one
-    holding its own event, so no sender commits for the others indefinitely) and wakes its
-    batch's senders. No call returns before the transaction holding its event committed, so
+    itself, without waking the leader (which waits, on its own lock, as one of that batch's
+    senders). Then the leader appends everything queued in one atomic append, one transaction
+    of the store, marks each event stored (or failed), hands the leadership to the first sender
+    who queued meanwhile (a leader commits one batch, the one holding its own event, so no
+    sender commits for the others indefinitely) and wakes its batch's senders, as a chain: it
+    wakes the first, and each, once woken, wakes the next. Waking a thread is most of what a
+    send costs beyond its share of the commit (a system call, and a sleeping processor to
+    start), and the woken threads take the interpreter lock one at a time anyway: woken in a
+    chain, each one's wake-up overlaps the previous one's work instead of queueing behind the
+    leader's. No call returns before the transaction holding its event committed, so
     acknowledged still means durable, and each sender's events keep their order (a sender waits
     for one before it sends the next). A batch the store refuses before writing anything (a
     ``TypeError`` or ``ValueError``: an event too large, one that does not fold) is tried again
@@ -235,8 +254,8 @@ class JournalPort:
     __slots__ = (
         "_commit_seconds",
         "_committing",
-        "_gathered",
-        "_gathering",
+        "_deadline",
+        "_gatherer",
         "_journal",
         "_lock",
         "_pending",
@@ -248,12 +267,12 @@ class JournalPort:
         self._journal = journal
         self._lock = threading.RLock() if lock is None else lock
         # The queue of sends waiting for a group commit; its lock is never held across I/O.
-        # Followers wait on their own ``_Pending.wake``; a gathering leader on ``_gathered``.
+        # Every waiting sender, the gathering leader too, waits on its own ``_Pending.wake``.
         self._queue_lock = threading.Lock()
-        self._gathered = threading.Condition(self._queue_lock)
         self._pending: list[_Pending] = []
         self._committing = False  # a leader is gathering or appending a batch
-        self._gathering = False  # ... and is still waiting for senders to queue
+        self._gatherer: _Pending | None = None  # the leader still waiting for senders to queue
+        self._deadline = 0.0  # ... until then at most
         self._senders = 1  # how many sent in the last round: whom the next leader waits for
         self._commit_seconds = 0.0  # a commit's time, smoothed: what bounds that wait
 
@@ -261,6 +280,12 @@ class JournalPort:
     def journal(self) -> Journal:
         """The journal this port reads and writes."""
         return self._journal
+
+    @property
+    def max_record_size(self) -> int:
+        """The largest record the journal's store takes, in bytes (the optional port member a
+        runner checks a tool's result against; see :class:`SessionPort`)."""
+        return self._journal.max_record_size
 
     @property
     def session(self) -> Session:
@@ -323,75 +348,83 @@ class JournalPort:
             if not self._committing:
                 self._committing = True
                 batch = self._gather(mine)
-            elif self._gathering and len(self._pending) >= self._senders:
+            elif self._gatherer is not None and len(self._pending) >= self._senders:
                 # The last sender the gathering leader waits for: lead the batch at once rather
                 # than wake the leader to (one thread wake-up less between two transactions).
-                # The leader, its send in this batch, waits for it as a follower.
-                self._gathering = False
-                self._gathered.notify()
+                # The leader, its send in this batch, is woken with the batch's other senders.
+                self._gatherer = None
                 batch, self._pending = self._pending, []
-        while batch is None:
-            batch = self._follow(mine)
-            if mine.done:
-                break
+        if batch is None:
+            batch = self._wait(mine)
         if batch is not None:
-            self._lead(batch)
+            self._lead(batch, mine)
         if mine.error is not None:
             raise mine.error
         assert mine.stored is not None
         return mine.stored
 
-    def _follow(self, mine: _Pending) -> list[_Pending] | None:
-        """Wait until ``mine`` is committed (``None``), or until this sender is handed the
-        leadership: then the batch to lead (``mine`` in it), or ``None`` again if the last
-        sender it gathered for took the batch over."""
-        try:
-            mine.wake.acquire()
-        except BaseException:  # interrupted: unsent, unless a leader already took it
-            with self._queue_lock:
-                if mine in self._pending:
-                    self._pending.remove(mine)
-                if mine.lead and not mine.done:
-                    self._hand_over()  # the leadership it was handed goes on
-            raise
-        if mine.done:
-            return None
-        with self._queue_lock:
-            return self._gather(mine)
-
     def _gather(self, mine: _Pending) -> list[_Pending] | None:
-        """As the new leader (with the queue lock): wait, briefly, for the senders of the last
-        round to queue their next sends, then take everything queued; ``None`` if the last of
-        them took the batch (``mine`` with it) and leads it instead.
+        """As the new leader (with the queue lock): the batch to commit now, or ``None`` while
+        it waits, briefly, for the senders of the last round to queue their next sends.
 
         ``_senders`` is how many sent in the last round (the last batch, and those queued while
         it committed); each is likely back at once with its next send, so waiting for them,
         at most a fraction of a commit's time, makes one transaction of what would be two
         (PostgreSQL's ``commit_delay``, but waiting only for senders known to be active). A
-        lone sender never waits: it is all the senders there are.
+        lone sender never waits: it is all the senders there are. The last of them takes the
+        batch and leads it (``_gatherer`` cleared); else the leader takes it at the deadline.
         """
-        if len(self._pending) < self._senders:
-            self._gathering = True
-            deadline = time.monotonic() + min(max(GATHER_SECONDS, self._commit_seconds / 2),
-                                              GATHER_MAX_SECONDS)
-            try:
-                while self._gathering and len(self._pending) < self._senders:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._gathered.wait(left)
-            except BaseException:  # interrupted while gathering
-                if self._gathering:  # still the leader: let another lead, without this send
-                    self._gathering = False
-                    self._pending.remove(mine)
-                    self._hand_over()
-                raise  # (else the send is in a batch another leads: committed, unacknowledged)
-            if not self._gathering:
-                mine.lead = False
-                return None  # the last sender took the batch and leads it
-            self._gathering = False
-        batch, self._pending = self._pending, []
-        return batch
+        if len(self._pending) >= self._senders:
+            batch, self._pending = self._pending, []
+            return batch
+        self._gatherer = mine
+        self._deadline = time.monotonic() + min(max(GATHER_SECONDS, self._commit_seconds / 2),
+                                                GATHER_MAX_SECONDS)
+        return None
+
+    def _wait(self, mine: _Pending) -> list[_Pending] | None:
+        """Wait until ``mine`` is committed (``None``), or until this sender is to lead: then
+        the batch to lead (``mine`` in it)."""
+        try:
+            while True:
+                if self._gatherer is mine:  # (only the thread of ``mine`` sets it to ``mine``)
+                    woken = mine.wake.acquire(timeout=max(self._deadline - time.monotonic(), 0))
+                else:
+                    woken = mine.wake.acquire()
+                if woken and mine.done:
+                    self._wake_next(mine)
+                    return None
+                with self._queue_lock:
+                    if woken:  # handed the leadership
+                        mine.lead = False
+                        batch = self._gather(mine)
+                        if batch is not None:
+                            return batch
+                    elif self._gatherer is mine:  # gathered until the deadline: lead what came
+                        self._gatherer = None
+                        batch, self._pending = self._pending, []
+                        return batch
+                    # (else the last sender took the batch, ``mine`` in it: wait to be woken)
+        except BaseException:  # interrupted: unsent, unless a leader already took it
+            self._leave(mine)
+            raise
+
+    def _leave(self, mine: _Pending) -> None:
+        """``mine``'s sender was interrupted while waiting: take its send back if no leader took
+        it yet (else it is committed, unacknowledged); pass on whatever it was handed."""
+        with self._queue_lock:
+            mine.gone = True
+            unsent = mine in self._pending
+            if unsent:
+                self._pending.remove(mine)
+            if self._gatherer is mine:  # still gathering: let another lead, without this send
+                self._gatherer = None
+                self._hand_over()
+            elif mine.lead and unsent:  # the leadership it was handed goes on
+                self._hand_over()
+            woken = self._next_to_wake(mine) if mine.handed else None
+        if woken is not None:
+            woken.wake.release()
 
     def _holds_lock(self) -> bool:
         """Whether this thread holds the port's lock (a leader committing does, for the whole
@@ -399,9 +432,14 @@ class JournalPort:
         is_owned = getattr(self._lock, "_is_owned", None)
         return bool(is_owned()) if is_owned is not None else False
 
-    def _lead(self, batch: list[_Pending]) -> None:
-        """As the leader: commit ``batch`` in one transaction, then hand over, waking everyone
-        (its senders to return, the next leader among those who queued meanwhile)."""
+    def _lead(self, batch: list[_Pending], mine: _Pending) -> None:
+        """As the leader: commit ``batch`` in one transaction, then hand over and wake its senders.
+
+        The next leader (the first sender who queued meanwhile) is woken first: the next commit
+        is what every sender queued meanwhile waits for. Then the first of the batch's other
+        senders, who wakes the next, and so on (see the class notes); a sender that left
+        (interrupted) is skipped, since the chain would end at it.
+        """
         begin = time.monotonic()
         try:
             with self._lock:
@@ -414,8 +452,30 @@ class JournalPort:
                 self._commit_seconds += (took - self._commit_seconds) / 4
                 self._senders = len(batch) + len(self._pending)
                 self._hand_over()
-            for pending in batch:  # (each is done: stored, or failed)
-                pending.wake.release()
+                followers = [pending for pending in batch if pending is not mine]
+                for pending, after in itertools.pairwise(followers):
+                    pending.next = after
+                first = _first_present(followers[0]) if followers else None
+                if first is not None:
+                    first.handed = True
+            if first is not None:  # (each is done: stored, or failed)
+                first.wake.release()
+
+    def _wake_next(self, mine: _Pending) -> None:
+        """``mine``'s sender was woken, its event done: wake the next sender of its batch."""
+        with self._queue_lock:
+            woken = self._next_to_wake(mine)
+        if woken is not None:
+            woken.wake.release()
+
+    def _next_to_wake(self, mine: _Pending) -> _Pending | None:
+        """(With the queue lock.) The next sender of ``mine``'s batch still waiting, marked as
+        handed its turn; a sender that left (interrupted) is skipped, as its wake would wake no
+        one and end the chain."""
+        woken = _first_present(mine.next)
+        if woken is not None:
+            woken.handed = True
+        return woken
 
     def _hand_over(self) -> None:
         """Stop leading (with the queue lock): wake the first sender queued meanwhile to lead
@@ -471,6 +531,12 @@ _REFUSED_UNWRITTEN: Final = (TypeError, ValueError)
 GATHER_SECONDS: Final = 0.0005
 #: ... and at most, whatever a commit takes.
 GATHER_MAX_SECONDS: Final = 0.005
+
+
+def _first_present(pending: _Pending | None) -> _Pending | None:
+    while pending is not None and pending.gone:
+        pending = pending.next
+    return pending
 
 
 def _just(event: Event) -> Callable[[Session], tuple[list[Event], None]]:

@@ -50,10 +50,10 @@ called, before anything is recorded. A claim that raises or answers in the wrong
 recorded as ``Warned``, and the run goes on without the inbox for the rest of the turn (ruling 7).
 A tool that raises, a call to a tool nobody has, arguments that do not fit the tool's annotations,
 and a result the log cannot hold (text with a lone surrogate, as ``os.listdir`` returns for a
-name that is not UTF-8; a record above the size limit) each become an error tool message the
-model sees, and the run goes on. A model that raises (or returns something that is not an
-assistant ``Message`` or ``str``) ends the turn with reason ``"error"``, recorded, and the
-exception is re-raised to the consumer. Closing the stream early (or cancelling the task running
+name that is not UTF-8; a record above the size limit of the store the port records into, its
+``max_record_size``) each become an error tool message the model sees, and the run goes on.
+A model that raises (or returns something that is not an assistant ``Message`` or ``str``)
+ends the turn with reason ``"error"``, recorded, and the exception is re-raised to the consumer. Closing the stream early (or cancelling the task running
 ``arun_turn``) ends the turn as ``"cancelled"``, recorded.
 
 Sync and async. ``run_turn`` is a generator for sync models and tools (it refuses async ones).
@@ -187,7 +187,7 @@ class _Claims:
             result = port.claim(target, wake_only=True) if command.wake_only else port.claim(target)
         except Exception as exc:
             logger.warning("message source %s failed", type(port).__name__, exc_info=True)
-            return self._fail(command, f"claim({target}) raised {type(exc).__name__}: {exc}")
+            return self._fail(command, f"claim({target}) raised {_describe(exc)}")
         problem = _claim_shape_problem(result, target)
         if problem:
             return self._fail(command, f"claim({target}) {problem}")
@@ -296,11 +296,11 @@ class Runner:
         (use :meth:`arun_turn`). ``cancel``, when set, ends the turn at the next point the runner
         checks it: before each claim, model request and tool, and when the model returns.
         """
-        self._check(port, reason)
+        limit = self._check(port, reason)
         if self._model_is_async or any(t.is_async for t in self.tools.values()):
             found = "the model" if self._model_is_async else "a tool"
             raise TypeError(f"{found} is async: drive this runner with arun_turn")
-        return _pump(self._turn(port, reason, cancel))
+        return _pump(self._turn(port, reason, cancel, limit))
 
     def arun_turn(
         self, port: SessionPort, *, reason: str = "wake", cancel: asyncio.Event | None = None
@@ -312,19 +312,29 @@ class Runner:
         ``cancel`` abandons a model request or tool in flight (its reply is discarded) and ends
         the turn as ``"cancelled"``; so does cancelling the task that iterates.
         """
-        self._check(port, reason)
-        return _apump(self._turn(port, reason, cancel), cancel, self.offload,
+        limit = self._check(port, reason)
+        return _apump(self._turn(port, reason, cancel, limit), cancel, self.offload,
                       getattr(port, "call_io", None))
 
-    def _check(self, port: object, reason: str) -> None:
+    def _check(self, port: object, reason: str) -> int:
+        """Refuse what the turn could not use; the record limit a tool's result is held to."""
         check_port(port)
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+        # The limit of the store the port records into (a store may be opened with its own);
+        # a port that does not say is held to the codec's default.
+        limit = getattr(port, "max_record_size", MAX_RECORD_SIZE)
+        if type(limit) is not int or limit < 1:
+            raise TypeError(
+                f"{type(port).__name__}.max_record_size must be an int >= 1 (the largest record "
+                f"the port can store, in bytes), got {limit!r}"
+            )
+        return limit
 
     # -- the turn, once ---------------------------------------------------------------------------
 
     def _turn(
-        self, port: SessionPort, reason: str, cancel: _Flag | None
+        self, port: SessionPort, reason: str, cancel: _Flag | None, limit: int
     ) -> Generator[_Request, Any, None]:
         """The whole turn, as requests to a pump (see the module's design note)."""
         session = port.session
@@ -372,7 +382,7 @@ class Runner:
                 else:
                     results = []
                     for call in command.calls:  # type: ignore[union-attr]
-                        results.append((yield from self._tool(call, cancel)))
+                        results.append((yield from self._tool(call, cancel, limit)))
                     happening = ToolsFinished(results)
                 adv = advance(adv.state, happening)
         except GeneratorExit:  # the consumer stopped reading, or the task was cancelled
@@ -382,7 +392,7 @@ class Runner:
             raise error
 
     def _tool(
-        self, call: ToolCall, cancel: _Flag | None
+        self, call: ToolCall, cancel: _Flag | None, limit: int
     ) -> Generator[_Request, Any, Message]:
         """One tool call, answered by a tool message whatever happens."""
         if cancel is not None and cancel.is_set():
@@ -402,7 +412,7 @@ class Runner:
             return _error_result(call, type(exc).__name__, _describe(exc))
         if value is _ABANDONED:
             return cancelled_result(call)
-        return _tool_message(call, value)
+        return _tool_message(call, value, limit)
 
 
 # -- the two pumps --------------------------------------------------------------------------------
@@ -558,8 +568,26 @@ def _not_awaitable(value: object, what: str) -> None:
         raise TypeError(f"{what} returned an awaitable; drive async callables with arun_turn")
 
 
+_MAX_DESCRIBED: Final = 4000
+"""The most characters of an exception's message the log keeps (the exception itself, raised to
+the consumer, keeps it all)."""
+
+
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """An exception as one line of text the log can hold, whatever its message: a message with
+    a lone surrogate (a name ``os.listdir`` returned) is escaped, a long one (a whole payload
+    in a ``ValueError``) is cut short, and one whose ``__str__`` raises is said to be so. Else
+    the event recording the failure would itself fail, and a turn end go unrecorded."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "(its message cannot be printed)"
+    text = f"{type(exc).__name__}: {message}"
+    if len(text) > _MAX_DESCRIBED:
+        text = f"{text[:_MAX_DESCRIBED]}... ({len(text) - _MAX_DESCRIBED} more characters)"
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def _error_result(call: ToolCall, kind: str, text: str) -> Message:
@@ -570,10 +598,11 @@ _ROOM: Final = 4096
 """Bytes a ToolReturned record needs around its text: the envelope, the call id and name."""
 
 
-def _tool_message(call: ToolCall, value: object) -> Message:
+def _tool_message(call: ToolCall, value: object, limit: int) -> Message:
     """A tool's return value as its tool message, or an error message when the log cannot hold
-    it (issue 8): text with a lone surrogate, or a record above the store's default size limit.
-    The transcript stays well-formed either way: every call gets its answer."""
+    it (issue 8): text with a lone surrogate, or a record above ``limit``, the size limit of the
+    store the port records into. The transcript stays well-formed either way: every call gets
+    its answer."""
     try:
         if isinstance(value, str):
             text = value
@@ -586,13 +615,13 @@ def _tool_message(call: ToolCall, value: object) -> Message:
         logger.warning("tool %r returned a result the log cannot hold", call.name)
         return _error_result(call, "unstorable_result", f"the result cannot be stored: {exc}")
     # A JSON-escaped character takes at most 6 bytes, so only a long text can be near the limit.
-    if len(text) * 6 + _ROOM > MAX_RECORD_SIZE:
+    if len(text) * 6 + _ROOM > limit:
         size = len(msgspec.json.encode(message, enc_hook=enc_hook)) + _ROOM
-        if size > MAX_RECORD_SIZE:
+        if size > limit:
             logger.warning("tool %r returned %d bytes, above the record limit", call.name, size)
             return _error_result(
                 call, "result_too_large",
                 f"the result is about {size} bytes as a log record, above the limit of "
-                f"{MAX_RECORD_SIZE} bytes; return less (a summary, a page, a path)",
+                f"{limit} bytes; return less (a summary, a page, a path)",
             )
     return message

@@ -725,6 +725,31 @@ def test_a_send_the_store_refuses_in_a_shared_batch_fails_only_its_own_sender() 
         assert [e.message.content for e in owner.events()] == ["a", "c"]  # type: ignore[attr-defined]
 
 
+def test_the_senders_of_a_batch_are_all_woken_even_when_one_of_them_left_while_it_committed(
+) -> None:
+    # A leader wakes the first of its batch's other senders, and each woken one the next (a
+    # chain). A sender interrupted while its batch committed is gone: the chain steps over it.
+    from nous_inbox.port import _Pending  # the batch a leader commits, built by hand here
+
+    with Owner(open_store("memory:"), "s", Runner(ScriptedModel()), watch=False) as owner:
+        port = owner._port
+        leader, first, left, last = (
+            _Pending(MessageSent(target="next_step", wakeup=False, message=Message.user(text)))
+            for text in ("leader", "first", "left", "last"))
+        left.gone = True  # as JournalPort._leave marks it: nobody waits on its lock any more
+        returned: list[object] = []
+        waiting = [threading.Thread(target=lambda p=p: returned.append(port._wait(p)), daemon=True)
+                   for p in (first, last)]
+        for thread in waiting:
+            thread.start()
+        port._lead([leader, first, left, last], leader)
+        for thread in waiting:
+            thread.join(WAIT)
+        assert not any(thread.is_alive() for thread in waiting)
+        assert returned == [None, None]  # woken as senders whose event is done, not to lead
+        assert [e.message.content for e in owner.events()] == ["leader", "first", "left", "last"]  # type: ignore[attr-defined]
+
+
 def _finishes(work: Callable[[], object]) -> bool:
     """Run ``work`` on a daemon thread; whether it ended within WAIT (a hang fails, not hangs)."""
     thread = threading.Thread(target=work, daemon=True)

@@ -36,10 +36,14 @@ from nous_inbox.events import (
     Warned,
 )
 from nous_inbox.inbox import Target
+from nous_inbox.journal import Journal
 from nous_inbox.loop import CONTINUATION, ToolSpec
 from nous_inbox.message import Message, ToolCall
+from nous_inbox.port import JournalPort, sent_event
 from nous_inbox.runner import LocalSession, Runner, SessionPort, Tool, check_port, tool
 from nous_inbox.session import Session, replay
+from nous_inbox.store.file import FileStore
+from nous_inbox.store.sqlite import SqliteStore
 
 STRESS = int(os.environ.get("NOUS_INBOX_STRESS", "0") or 0)
 MODES = ["sync", "thread", "native"]
@@ -815,6 +819,173 @@ def test_a_tool_result_over_the_record_limit_becomes_an_error_result(mode: str) 
     assert f"above the limit of {MAX_RECORD_SIZE} bytes" in answer.content
     assert len(answer.content) < 1000
     assert ended(events).reason == "final"
+
+
+def store_port(kind: str, path: Any, **options: Any) -> JournalPort:
+    """A port over a store opened with its own options (``max_record_size`` here)."""
+    store = (FileStore(path / "log.jsonl", **options) if kind == "file"
+             else SqliteStore(path / "log.db", **options))
+    return JournalPort(Journal(store, "s"))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_a_tool_result_over_the_limit_of_the_store_recorded_into_becomes_an_error_result(
+    mode: str, kind: str, tmp_path: Any
+) -> None:
+    # The store was opened with a limit of its own, far below the default: the result is
+    # checked against that limit, so the model sees an error result and the turn goes on,
+    # rather than the store refusing the record and the turn ending with an error.
+    limit = 64 * 1024
+    port = store_port(kind, tmp_path, max_record_size=limit)
+    port.append(sent_event("read the dump", "next_turn", True))
+    model = Script(calls("dump"), FINAL)
+    runner = build(mode, model, [tool(name="dump")(lambda: "x" * 2 * limit)])
+    events = drive(mode, runner, port)
+    answer = model.seen[1][-1]
+    assert answer.role == "tool" and answer.metadata["error"] == "result_too_large"
+    assert f"above the limit of {limit} bytes" in answer.content
+    assert ended(events).reason == "final"
+    assert port.session.transcript[-1] == FINAL
+
+
+def test_a_tool_result_under_a_larger_store_limit_is_recorded_whole(tmp_path: Any) -> None:
+    # Above the default limit, under the store's own larger one: the store can hold it, so the
+    # model gets the result itself, not an error.
+    port = store_port("sqlite", tmp_path, max_record_size=2 * MAX_RECORD_SIZE)
+    port.append(sent_event("read the dump", "next_turn", True))
+    big = "x" * (MAX_RECORD_SIZE + 1)
+    model = Script(calls("dump"), FINAL)
+    events = drive("sync", build("sync", model, [tool(name="dump")(lambda: big)]), port)
+    answer = model.seen[1][-1]
+    assert answer.content == big and "error" not in answer.metadata
+    assert ended(events).reason == "final"
+
+
+UNSTORABLE = {
+    "a lone surrogate": "no such file: caf\udce9.txt",
+    "too long for a record": "x" * (64 * 1024),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("why", UNSTORABLE)
+def test_a_tool_that_raises_what_the_log_cannot_hold_still_answers_with_an_error_result(
+    mode: str, why: str, tmp_path: Any
+) -> None:
+    port = store_port("file", tmp_path, max_record_size=64 * 1024)
+    port.append(sent_event("open it", "next_turn", True))
+
+    def open_it() -> str:
+        raise ValueError(UNSTORABLE[why])
+
+    model = Script(calls("open_it"), FINAL)
+    events = drive(mode, build(mode, model, [tool(name="open_it")(open_it)]), port)
+    answer = model.seen[1][-1]
+    assert answer.metadata["error"] == "ValueError"
+    assert answer.content.startswith("error: ValueError: ")
+    assert len(answer.content) < 8192
+    if why == "a lone surrogate":
+        assert answer.content.endswith("caf\\udce9.txt")  # escaped, so it can be stored
+    assert ended(events).reason == "final"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("why", UNSTORABLE)
+def test_a_model_that_raises_what_the_log_cannot_hold_still_ends_the_turn_recorded(
+    mode: str, why: str, tmp_path: Any
+) -> None:
+    # The turn's end is recorded with the error described as the log can hold it, and the
+    # consumer gets the model's own exception, whole: not a store error, not a turn left
+    # running in the log forever.
+    port = store_port("file", tmp_path, max_record_size=64 * 1024)
+    port.append(sent_event("go", "next_turn", True))
+    failure = RuntimeError(UNSTORABLE[why])
+
+    def fail() -> Message:
+        raise failure
+
+    with pytest.raises(RuntimeError) as raised:
+        drive(mode, build(mode, Script(fail)), port)
+    assert raised.value is failure
+    with FileStore(tmp_path / "log.jsonl", read_only=True) as store:
+        logged = list(store.read("s"))
+    assert not replay(logged).running
+    last = logged[-1]
+    assert isinstance(last, TurnEnded) and last.reason == "error"
+    assert last.error is not None and last.error.startswith("RuntimeError: ")
+    assert len(last.error) < 8192
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+
+def test_a_tool_exception_that_cannot_be_printed_is_still_answered() -> None:
+    local = LocalSession()
+    local.followup("go")
+
+    def broken() -> str:
+        raise Unprintable()
+
+    model = Script(calls("broken"), FINAL)
+    events = run("sync", local, model, [tool(name="broken")(broken)])
+    assert model.seen[1][-1].content == "error: Unprintable: (its message cannot be printed)"
+    assert ended(events).reason == "final"
+
+
+class RaisingUnstorably(JournalPort):
+    def claim(self, target: Target | str, *, wake_only: bool = False) -> Any:
+        raise OSError("disk on fire: caf\udce9")
+
+
+def test_a_source_that_raises_what_the_log_cannot_hold_is_still_warned_about(
+    tmp_path: Any
+) -> None:
+    port = RaisingUnstorably(Journal(FileStore(tmp_path / "log.jsonl"), "s"))
+    port.append(sent_event("go", "next_turn", True))
+    events = drive("sync", build("sync", Script(FINAL)), port)
+    warned = [e for e in events if isinstance(e, Warned)]
+    assert len(warned) == 1 and "disk on fire: caf\\udce9" in warned[0].text
+    assert ended(events).reason == "final"
+
+
+class NoLimitPort:
+    """A port of a host's own that says nothing about a record limit."""
+
+    def __init__(self, inner: LocalSession) -> None:
+        self.inner = inner
+
+    @property
+    def session(self) -> Session:
+        return self.inner.session
+
+    def claim(self, target: Target, *, wake_only: bool = False) -> Any:
+        return self.inner.claim(target, wake_only=wake_only)
+
+    def record(self, event: Event) -> Event:
+        return self.inner.record(event)
+
+
+def test_a_port_that_names_no_record_limit_is_checked_against_the_default() -> None:
+    local = LocalSession()
+    local.followup("read the dump")
+    model = Script(calls("dump"), FINAL)
+    drive("sync", build("sync", model, [tool(name="dump")(lambda: "x" * MAX_RECORD_SIZE)]),
+          NoLimitPort(local))
+    answer = model.seen[1][-1]
+    assert answer.metadata["error"] == "result_too_large"
+    assert f"above the limit of {MAX_RECORD_SIZE} bytes" in answer.content
+
+
+@pytest.mark.parametrize("limit", [0, -1, "16M", 1.5, True])
+def test_a_port_with_a_record_limit_that_is_not_a_positive_int_is_refused(limit: object) -> None:
+    port = NoLimitPort(LocalSession())
+    port.max_record_size = limit  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="max_record_size must be an int >= 1"):
+        Runner(Script()).run_turn(port)
+    assert port.inner.events == ()
 
 
 @pytest.mark.parametrize("mode", ["sync", "thread"])  # native wraps tools in **kwargs

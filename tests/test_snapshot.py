@@ -12,8 +12,11 @@ import gc
 import itertools
 import logging
 import os
+import signal
 import sqlite3
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,7 @@ from nous_inbox.journal import Journal
 from nous_inbox.session import Session, replay
 from nous_inbox.snapshot import (
     SNAPSHOT_VERSION,
+    TIP_EVENTS,
     SnapshotFile,
     SnapshotStore,
     decode_snapshot,
@@ -98,8 +102,8 @@ def test_a_snapshot_decodes_to_the_session_it_encodes() -> None:
     numbered = [msgspec.structs.replace(e, seq=i, at=float(i)) for i, e in enumerate(events, 1)]
     session = replay(numbered)
     assert session.running and session.inbox.count() == 2
-    data = encode_snapshot("s", session, numbered[-1])
-    assert decode_snapshot(data, "s", numbered[-1]) == session
+    data = encode_snapshot("s", session, numbered)
+    assert decode_snapshot(data, "s", numbered) == session
 
 
 _text = st.text(st.characters(blacklist_categories=["Cs", "Cc"]), max_size=8)
@@ -197,6 +201,25 @@ def test_every_store_keeps_snapshots(store: Any) -> None:
     assert store.save_snapshot("s", 9, b"nine")
     assert store.load_snapshot("s") == (9, b"nine")
     assert store.load_snapshot("other") is None
+
+
+def test_a_store_keeps_a_newer_snapshot_of_its_log_and_says_so(store: Any) -> None:
+    stored = fill(store, "s", 20)
+    assert save_snapshot(store, "s", replay(stored[:15]))
+    kept = store.load_snapshot("s")
+    assert not save_snapshot(store, "s", replay(stored[:10]))  # nothing written: False
+    assert store.load_snapshot("s") == kept
+
+
+def test_a_store_replaces_a_newer_snapshot_of_another_log(store: Any) -> None:
+    """Newer, but it can never be used here: keeping it would block every save after."""
+    stored = fill(store, "s", 20)
+    other = open_store("memory:")
+    elsewhere = other.append("s", [Warned(text=str(i)) for i in range(15)])
+    store.save_snapshot("s", 15, encode_snapshot("s", replay(elsewhere), elsewhere[-TIP_EVENTS:]))
+    assert save_snapshot(store, "s", replay(stored[:10]))
+    assert store.load_snapshot("s")[0] == 10
+    assert load_session(store, "s").snapshot == 10
 
 
 @pytest.mark.parametrize("seq", [0, -1, 11, 1.0, True])
@@ -315,6 +338,29 @@ def test_a_snapshot_of_another_log_is_ignored(
         _ignored(store, caplog, "another log")
 
 
+def test_a_snapshot_of_another_log_is_ignored_when_the_clock_repeats(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fixed clock (tests, simulations) gives both logs' events the same type and time: the
+    tip compares the events' content, so the old snapshot is still not taken for the new log's."""
+    path = tmp_path / "log.jsonl"
+
+    def fixed() -> float:
+        return 1.7e9
+
+    with open_store(f"file:{path}") as store:
+        journal = Journal(store, "s", snapshot_every=10, clock=fixed)
+        for i in range(10):
+            journal.commit(lambda s, i=i: ([sent(f"OLD {i}", TURN)], None))
+        assert store.load_snapshot("s")[0] == 10
+    path.unlink()
+    with open_store(f"file:{path}") as store:
+        journal = Journal(store, "s", snapshot_every=0, clock=fixed)
+        for i in range(12):
+            journal.commit(lambda s, i=i: ([sent(f"NEW {i}", TURN)], None))
+        _ignored(store, caplog, "another log")
+
+
 def test_a_snapshot_beyond_the_stream_is_ignored(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -328,6 +374,34 @@ def test_a_snapshot_beyond_the_stream_is_ignored(
         _ignored(store, caplog, "beyond the stream")
 
 
+def test_a_log_begun_again_replaces_the_old_logs_snapshot(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The old snapshot is beyond the new log: it neither blocks the new log's saves nor keeps
+    the deleted transcript once the new log saves its own."""
+    path = tmp_path / "log.jsonl"
+    with open_store(f"file:{path}") as store:
+        journal = Journal(store, "s", snapshot_every=10)
+        for i in range(50):
+            journal.commit(lambda s, i=i: ([sent(f"secret {i}", TURN)], None))
+        assert store.load_snapshot("s")[0] == 50
+    path.unlink()
+    with open_store(f"file:{path}") as store:
+        journal = Journal(store, "s", snapshot_every=10)
+        for i in range(35):
+            journal.commit(lambda s, i=i: ([sent(f"new {i}", TURN)], None))
+        assert store.load_snapshot("s")[0] == 30
+        assert journal.snapshot()
+        assert store.load_snapshot("s")[0] == 35
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="nous_inbox.snapshot"):
+            opened = load_session(store, "s")
+        assert (opened.snapshot, opened.replayed) == (35, 0)
+        assert "ignored" not in caplog.text
+    leftovers = [p.read_bytes() for p in (tmp_path / "log.jsonl.snapshots").iterdir()]
+    assert len(leftovers) == 1 and b"secret" not in leftovers[0]
+
+
 def test_a_snapshot_the_log_does_not_continue_is_ignored(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -336,7 +410,7 @@ def test_a_snapshot_the_log_does_not_continue_is_ignored(
     store = open_store("memory:")
     store.append("s", [sent("a"), Warned(text="x")])
     session = replay(store.read("s"))
-    tip = list(store.read("s"))[-1]
+    tip = list(store.read("s"))
     emptied = msgspec.structs.replace(session, inbox=replay([]).inbox)
     store.save_snapshot("s", 2, encode_snapshot("s", emptied, tip))
     store.append("s", [QueueClaimed(target=STEP, count=1)])
@@ -397,12 +471,40 @@ def test_snapshot_files_are_private(tmp_path: Path) -> None:
     assert [p.name for p in snapshot.parent.iterdir()] == [snapshot.name]  # no temp file left
 
 
+_KILLED_SAVE = """
+import os, signal, sys
+from nous_inbox.store import open_store
+store = open_store("file:" + sys.argv[1])
+os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)  # killed midway through the save
+store.save_snapshot("s", 1, b"y" * 100_000)
+"""
+
+
+def test_saves_killed_midway_leave_at_most_one_stray_file_which_the_next_save_removes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "log.jsonl"
+    with open_store(f"file:{path}") as store:
+        store.append("s", [Warned(text="x")])
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", _KILLED_SAVE, str(path)], env=env,
+                              check=False)
+        assert done.returncode == -signal.SIGKILL
+    directory = tmp_path / "log.jsonl.snapshots"
+    assert len([p for p in directory.iterdir() if p.name.endswith(".tmp")]) == 1
+    with open_store(f"file:{path}") as store:
+        assert save_snapshot(store, "s", replay(store.read("s")))
+        assert [p.name.endswith(".snapshot") for p in directory.iterdir()] == [True]
+        assert load_session(store, "s").snapshot == 1
+
+
 def test_a_snapshot_file_others_may_write_is_ignored(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store, snapshot = _file_store_with_snapshot(tmp_path)
     snapshot.chmod(0o666)
-    _ignored(store, caplog, "writable by others")
+    _ignored(store, caplog, "is writable by")
 
 
 def test_a_snapshot_directory_others_may_write_is_ignored(
@@ -410,7 +512,7 @@ def test_a_snapshot_directory_others_may_write_is_ignored(
 ) -> None:
     store, snapshot = _file_store_with_snapshot(tmp_path)
     snapshot.parent.chmod(0o777)
-    _ignored(store, caplog, "writable by others")
+    _ignored(store, caplog, "is writable by")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
@@ -427,13 +529,16 @@ def test_a_planted_snapshot_link_is_never_followed(
 ) -> None:
     store, snapshot = _file_store_with_snapshot(tmp_path)
     victim = tmp_path / "victim"
-    victim.write_bytes(snapshot.read_bytes())
+    original = snapshot.read_bytes()
+    victim.write_bytes(original)
     snapshot.unlink()
     snapshot.symlink_to(victim)
     _ignored(store, caplog, "symbolic link")
+    store.append("s", [Warned(text="one more")])  # so the save below writes other bytes
     assert save_snapshot(store, "s", replay(store.read("s")))  # replaces the link itself
     assert not snapshot.is_symlink()
-    assert victim.read_bytes() != b""
+    assert victim.read_bytes() == original
+    assert snapshot.read_bytes() != original
 
 
 def test_a_planted_snapshot_directory_link_is_never_followed(
@@ -483,7 +588,8 @@ def test_a_journal_saves_every_n_events_and_reopens_from_the_snapshot(url: str) 
         journal = Journal(counting, "s", snapshot_every=10)
         assert journal.session == replay(store.read("s"))
         assert journal.replayed == 5
-        assert counting.read_count == 6  # the snapshot's own event (its tip), then the five after
+        # its tip (the 16 events up to it, checked by content), then the five after
+        assert counting.read_count == TIP_EVENTS + 5
 
 
 def test_an_open_that_replayed_a_long_tail_saves_a_snapshot() -> None:
@@ -572,6 +678,17 @@ def test_a_read_only_store_opens_from_a_snapshot_and_saves_none(url: str) -> Non
         assert store.load_snapshot("s")[0] == 20
 
 
+def test_sqlite_does_not_keep_a_snapshot_sized_wal(tmp_path: Path) -> None:
+    """A save writes its blob through the WAL; once checkpointed, the -wal is cut back."""
+    path = tmp_path / "inbox.sqlite"
+    with open_store(f"sqlite:{path}") as store:
+        store.append("s", [Warned(text="x")])
+        store.save_snapshot("s", 1, b"y" * 12_000_000)
+        for _ in range(300):
+            store.append("s", [Warned(text="z" * 1000)])
+        assert os.path.getsize(f"{path}-wal") <= 4 * 1024 * 1024
+
+
 def test_a_read_only_sqlite_store_from_before_snapshots_has_none(tmp_path: Path) -> None:
     url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
     with open_store(url) as store:
@@ -597,6 +714,54 @@ def test_a_long_session_is_frozen_out_of_the_collector_after_open() -> None:
         gc.unfreeze()
 
 
+def test_both_owners_leave_the_collector_alone_with_freeze_gc_false() -> None:
+    """A freeze keeps every host object caught in a reference cycle at that moment forever: an
+    owner's host may opt out (the journal's option, passed through)."""
+    import asyncio
+
+    from nous_inbox.async_owner import AsyncOwner
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    store = open_store("memory:")
+    fill(store, "s", 50)
+    runner = Runner(lambda transcript, tools: "ok")
+    gc.unfreeze()
+    try:
+        owner = Owner(store, "s", runner, snapshot_every=10, watch=False, start=False,
+                      freeze_gc=False)
+        for i in range(30):
+            owner.inject(f"fyi {i}")
+        owner.close()
+        assert gc.get_freeze_count() == 0
+
+        async def run() -> None:
+            async with AsyncOwner(store, "s", runner, snapshot_every=10, watch=False,
+                                  start=False, freeze_gc=False) as owner:
+                for i in range(30):
+                    await owner.inject(f"later {i}")
+
+        asyncio.run(run())
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+
+
+@pytest.mark.parametrize("bad", [0, None, "no"])
+def test_both_owners_refuse_a_freeze_gc_that_is_not_a_bool(bad: Any) -> None:
+    from nous_inbox.async_owner import AsyncOwner
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    runner = Runner(lambda transcript, tools: "ok")
+    with pytest.raises(TypeError, match="freeze_gc must be a bool"):
+        Owner(open_store("memory:"), "s", runner, freeze_gc=bad)
+    with pytest.raises(TypeError, match="freeze_gc must be a bool"):
+        AsyncOwner(open_store("memory:"), "s", runner, freeze_gc=bad)
+    with pytest.raises(TypeError, match="freeze_gc must be a bool"):
+        Journal(open_store("memory:"), "s", freeze_gc=bad)
+
+
 def test_a_session_value_is_the_same_with_or_without_snapshots() -> None:
     """The knob changes where an open starts, never what it gives."""
     a, b = open_store("memory:"), open_store("memory:")
@@ -620,6 +785,27 @@ def test_the_snapshot_command_saves_one(tmp_path: Path, capsys: pytest.CaptureFi
     assert "snapshot saved at seq 12" in capsys.readouterr().out
     with open_store(url) as store:
         assert load_session(store, "s").snapshot == 12
+
+
+def test_the_snapshot_command_says_when_a_newer_snapshot_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner appended and saved after the command opened the session: nothing is written,
+    and the command says so rather than that the store keeps no snapshots."""
+    from nous_inbox.cli import commands
+    from nous_inbox.cli.main import main
+    from nous_inbox.snapshot import Opened
+
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    with open_store(url) as store:
+        stored = fill(store, "s", 12)
+        assert save_snapshot(store, "s", replay(stored))
+    monkeypatch.setattr(commands, "load_session",
+                        lambda store, stream: Opened(replay(stored[:5]), 0, 5))
+    assert main(["snapshot", "--store", url, "s"]) == 0
+    assert "a newer snapshot (seq 12) is kept already; nothing saved" in capsys.readouterr().out
+    with open_store(url) as store:
+        assert store.load_snapshot("s")[0] == 12
 
 
 def test_the_snapshot_command_refuses_an_unknown_session(tmp_path: Path) -> None:

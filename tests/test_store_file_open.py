@@ -305,6 +305,87 @@ def test_a_nul_hole_that_swallowed_a_record_is_damage_to_that_session_only(tmp_p
     assert not list(tmp_path.glob("*.torn-*"))
 
 
+def append_raw(path: Path, data: bytes) -> None:
+    """What another process leaves at the end of the file: written behind the store's back."""
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer", "reader"])
+@pytest.mark.parametrize("hole", [b"\0" * 20, b"\0" * 40 + b'"seq":3,"at":1.0}}'],
+                         ids=["nuls", "nuls-then-a-record-end"])
+def test_a_nul_hole_another_process_leaves_while_a_store_is_open_is_skipped_as_on_open(
+    tmp_path, caplog, hole, read_only
+):
+    # The store is open (a session touched, the file's end taken in) when a torn append's hole
+    # and a complete append after it arrive: it goes on as a store opened now would.
+    path = tmp_path / "log.jsonl"
+    acknowledged(path)
+    extra = json_lines([Record(stream="s", event=Warned(text="later", seq=2, at=1.0))],
+                       header=False)
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.store.file"), FileStore(
+        path, read_only=read_only
+    ) as store, FileStore(path) as other:
+        assert [e.text for e in store.read("s")] == ["one"]
+        assert store.version("t") == 2
+        append_raw(path, hole + b"\n" + extra)
+        assert [e.text for e in store.read("s")] == ["one", "later"]
+        assert [e.text for e in store.read("t")] == ["two", "three"]
+        assert store.streams() == ["s", "t"]
+        if not read_only:
+            store.append("s", [Warned(text="mine")])
+        other.append("t", [Warned(text="theirs")])
+        assert store.version("t") == 3
+        assert [e.text for e in store.read("t", after=2)] == ["theirs"]
+    assert "NUL bytes" in caplog.text
+    with FileStore(path, read_only=True) as fresh:
+        assert [e.text for e in fresh.read("s")] == ["one", "later"] + ["mine"] * (not read_only)
+
+
+@pytest.mark.parametrize("damage", [
+    b"\0" * 20 + b"\n",  # a hole that swallowed the record of seq 2
+    b'{"stream":"s","event":{"type":"warnex","text":"x","seq":2,"at":1.0}}\n',  # bit rot
+], ids=["hole", "bit-rot"])
+def test_damage_another_process_leaves_while_a_store_is_open_is_refused_to_its_session_only(
+    tmp_path, damage
+):
+    path = tmp_path / "log.jsonl"
+    acknowledged(path)
+    extra = json_lines([Record(stream="s", event=Warned(text="later", seq=3, at=1.0))],
+                       header=False)
+    with FileStore(path) as store:
+        assert [e.text for e in store.read("s")] == ["one"]
+        assert [e.text for e in store.read("t")] == ["two", "three"]
+        append_raw(path, damage + extra)
+        with pytest.raises(DecodeError, match=r"line 5 \(byte \d+\)"):
+            store.read("s")
+        with pytest.raises(DecodeError, match=r"line 5"):
+            store.append("s", [Warned(text="new")])
+        assert [e.text for e in store.read("t")] == ["two", "three"]
+        store.append("t", [Warned(text="four")])
+        store.append("u", [Warned(text="new")])
+    with FileStore(path, read_only=True) as fresh:
+        assert [e.text for e in fresh.read("t")] == ["two", "three", "four"]
+        assert [e.text for e in fresh.read("u")] == ["new"]
+    assert not list(tmp_path.glob("*.torn-*"))
+
+
+def test_a_torn_tail_another_process_leaves_while_a_store_is_open_is_set_aside(tmp_path, caplog):
+    path = tmp_path / "log.jsonl"
+    good = acknowledged(path)
+    torn = b"\0" * 64 + b"\n"
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.store.file"), FileStore(
+        path
+    ) as store:
+        assert store.version("s") == 1
+        append_raw(path, torn)
+        assert [e.text for e in store.read("t")] == ["two", "three"]
+        store.append("s", [Warned(text="after")])
+    assert (tmp_path / f"log.jsonl.torn-{len(good)}").read_bytes() == torn
+    with FileStore(path, read_only=True) as fresh:
+        assert [e.text for e in fresh.read("s")] == ["one", "after"]
+
+
 def test_a_damaged_last_acknowledged_record_is_damage_not_a_torn_tail(tmp_path):
     path = tmp_path / "log.jsonl"
     with FileStore(path) as store:

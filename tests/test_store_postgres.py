@@ -101,8 +101,9 @@ def test_parameters_reach_the_store_and_not_libpq(postgres_url):
 def test_reconnect_is_a_parameter_and_zero_means_no_retry(postgres_url):
     with open_store(f"{postgres_url}&reconnect=2.5") as store:
         assert store._reconnect == 2.5
-    with open_store(f"{postgres_url}&reconnect=0") as store:
-        assert store._reconnect == 0
+    for zero in ("0", "0.0", "0e0"):
+        with open_store(f"{postgres_url}&reconnect={zero}") as store:
+            assert store._reconnect == 0
     with PostgresStore(f"{postgres_url}&reconnect=2.5", reconnect=4) as store:
         assert store._reconnect == 4  # the keyword wins
 
@@ -344,6 +345,195 @@ def test_a_held_lease_is_renewed_and_a_taken_one_is_noticed(postgres_url):
                     break
                 db.execute("SELECT pg_sleep(0.05)")
         assert lease.lost
+
+
+# -- a stalled call never costs the other leases ------------------------------------------------------
+
+
+def stuck_writer(store: PostgresStore, stream: str) -> psycopg.Connection[Any]:
+    """A connection holding ``stream``'s row lock in an open transaction, as a writer cut off
+    mid-append would, and that none of the store's own timeouts governs (another program's)."""
+    db = store.connect()
+    db.execute("SET idle_in_transaction_session_timeout = 0")
+    db.execute("BEGIN")
+    db.execute(f'SELECT 1 FROM "{store.schema}".nous_inbox_streams WHERE stream = %s FOR UPDATE',
+               (stream,))
+    return db
+
+
+def expiry(url: str, stream: str) -> Any:
+    return sql(url, 'SELECT expires FROM "SCHEMA".nous_inbox_streams WHERE stream = %s',
+               stream)[0][0]
+
+
+def until(condition: Any) -> bool:
+    """Whether ``condition()`` comes true within ``WAIT`` seconds (checked every 20 ms)."""
+    pause = threading.Event()  # never set: a bounded wait
+    for _ in range(WAIT * 50):
+        if condition():
+            return True
+        pause.wait(0.02)
+    return False
+
+
+def waiting_on_a_lock(url: str, store: PostgresStore) -> bool:
+    assert store._db is not None
+    pid = store._db.info.backend_pid
+    rows = sql(url, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", pid)
+    return rows == [("Lock",)]
+
+
+def test_a_call_stalled_on_a_row_lock_does_not_stop_the_renewal_of_other_leases(postgres_url):
+    # Host B's append waits on a row a stuck writer holds; its lease of "t" must stay renewed
+    # all the while, or a third host could take a session B is running.
+    with PostgresStore(postgres_url, lease=1) as b, PostgresStore(postgres_url, lease=1) as c:
+        b.own("t")
+        b.append("s", [Warned(text="a")])
+        stuck = stuck_writer(b, "s")
+        try:
+            appender = threading.Thread(target=b.append, args=("s", [Warned(text="b")]))
+            appender.start()
+            assert until(lambda: waiting_on_a_lock(postgres_url, b))
+            before = expiry(postgres_url, "t")
+            assert until(lambda: expiry(postgres_url, "t") > before)  # renewed meanwhile
+            with pytest.raises(StreamOwnedError):
+                c.own("t")
+        finally:
+            stuck.rollback()
+            stuck.close()
+        appender.join(WAIT)
+        assert [e.text for e in b.read("s")] == ["a", "b"]
+
+
+def test_taking_a_lease_from_a_stuck_writer_is_refused_as_owned_and_does_not_wait(postgres_url):
+    with PostgresStore(postgres_url, lease=1) as a, PostgresStore(postgres_url, lease=1) as b:
+        a.own("s")
+        expire(postgres_url, "s", a)  # A is cut off, and its last append ...
+        stuck = stuck_writer(a, "s")  # ... left the row locked
+        try:
+            outcome: list[Any] = []
+
+            def take() -> None:
+                try:
+                    outcome.append(b.own("s"))
+                except Exception as exc:
+                    outcome.append(exc)
+
+            taker = threading.Thread(target=take, daemon=True)
+            taker.start()
+            taker.join(WAIT)
+            assert outcome and isinstance(outcome[0], StreamOwnedError), outcome
+        finally:
+            stuck.rollback()
+            stuck.close()
+        assert b.own("s").epoch == 2  # once the writer is gone
+
+
+def test_a_transaction_left_open_by_a_host_cut_off_is_ended_by_the_server(postgres_url):
+    # Our own connections tell the server to end a transaction left idle (a host cut off
+    # between an append's two round trips): the stream's row is then free for a takeover.
+    with PostgresStore(postgres_url, lease=1) as a, PostgresStore(postgres_url, lease=1) as b:
+        a.own("s")
+        expire(postgres_url, "s", a)
+        orphan = a.connect()
+        orphan.execute("BEGIN")
+        orphan.execute(f'SELECT 1 FROM "{a.schema}".nous_inbox_streams WHERE stream = %s '
+                       f"FOR UPDATE", ("s",))
+        pid = orphan.info.backend_pid
+        try:
+            assert until(lambda: not sql(postgres_url,
+                                         "SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid))
+            assert b.own("s").epoch == 2
+        finally:
+            orphan.close()
+
+
+def test_the_stores_connections_keep_tcp_alive(postgres_url):
+    with PostgresStore(postgres_url, lease=4) as store, store.connect() as db:
+        assert "keepalives=1" in db.info.dsn and "keepalives_idle=4" in db.info.dsn
+        assert db.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("2s",)
+    sep = "&" if "?" in postgres_url else "?"
+    with PostgresStore(f"{postgres_url}{sep}keepalives=0") as store, store.connect() as db:
+        assert "keepalives=0" in db.info.dsn  # the URL's own, as libpq's parameters always are
+
+
+def test_a_reconnect_loop_neither_holds_the_connection_nor_stops_the_renewals(postgres_url):
+    with PostgresStore(postgres_url, lease=1, reconnect=60) as b, \
+            PostgresStore(postgres_url, lease=1) as c:
+        b.own("t")
+        assert until(lambda: b._background is not None and b._background.ready)
+        good = b._conninfo
+        b._conninfo = "postgresql://nobody@127.0.0.1:1/none"  # the server is out of reach ...
+        sql(postgres_url, "SELECT pg_terminate_backend(%s)", b._connection().info.backend_pid)
+        appender = threading.Thread(target=b.append, args=("s", [Warned(text="a")]))
+        appender.start()
+        try:
+            # ... for the main connection only: renewals go on, and other threads get the
+            # connection's lock between the append's reconnect attempts.
+            before = expiry(postgres_url, "t")
+            assert until(lambda: expiry(postgres_url, "t") > before)
+            with pytest.raises(StreamOwnedError):
+                c.own("t")
+            assert b._lock.acquire(timeout=WAIT)
+            b._lock.release()
+            assert appender.is_alive()
+        finally:
+            b._conninfo = good
+        appender.join(WAIT)
+        assert [e.text for e in b.read("s")] == ["a"]
+
+
+def test_a_recovery_that_cannot_tell_in_time_whether_its_append_was_written_says_so(
+    postgres_url, monkeypatch,
+):
+    # The connection drops before the COMMIT; when the store comes back to look for its
+    # batch, a stuck writer holds the stream's row: it waits no longer than ``reconnect``.
+    with PostgresStore(postgres_url, reconnect=1) as store:
+        store.append("s", [Warned(text="a")])
+        db = store._connection()
+        real = db.transaction
+        held: list[psycopg.Connection[Any]] = []
+
+        @contextlib.contextmanager
+        def lossy(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            with real(*args, **kwargs) as tx:
+                if not held:
+                    db.close()
+                    held.append(stuck_writer(store, "s"))
+                    raise psycopg.OperationalError("server closed the connection unexpectedly")
+                yield tx
+
+        monkeypatch.setattr(db, "transaction", lossy)
+        outcome: list[Any] = []
+
+        def append() -> None:
+            try:
+                outcome.append(store.append("s", [Warned(text="b")]))
+            except Exception as exc:
+                outcome.append(exc)
+
+        appender = threading.Thread(target=append, daemon=True)
+        appender.start()
+        try:
+            appender.join(WAIT)
+            assert outcome and isinstance(outcome[0], StoreError), outcome
+            assert "whether it was written is not known" in str(outcome[0])
+        finally:
+            for stuck in held:
+                stuck.rollback()
+                stuck.close()
+        assert [e.text for e in store.read("s")] == ["a"]
+
+
+def test_reconnect_is_shorter_than_the_lease_unless_given(postgres_url):
+    with PostgresStore(postgres_url) as store:
+        assert 0 < store._reconnect < store.lease
+    with PostgresStore(postgres_url, lease=1) as store:
+        assert 0 < store._reconnect < 1
+    with PostgresStore(postgres_url, lease=60) as store:
+        assert store._reconnect == 10
+    with PostgresStore(postgres_url, lease=1, reconnect=30) as store:
+        assert store._reconnect == 30  # the caller's choice
 
 
 def test_appending_needs_no_lease_and_is_not_fenced_by_anothers(postgres_url):

@@ -39,7 +39,13 @@ from typing import Final
 
 from nous_inbox.errors import StoreError
 
-__all__ = ["check_store_file", "open_lock_file", "open_private_directory", "read_only_sqlite_uri"]
+__all__ = [
+    "check_store_file",
+    "check_trusted",
+    "open_lock_file",
+    "open_private_directory",
+    "read_only_sqlite_uri",
+]
 
 _OTHERS_WRITE: Final = stat.S_IWGRP | stat.S_IWOTH
 
@@ -63,7 +69,9 @@ def _writers(mode: int) -> str:
     return "group and others" if both else ("group" if mode & stat.S_IWGRP else "others")
 
 
-def _check_trusted(url: str, path: str, st: os.stat_result, what: str, fix: str) -> None:
+def check_trusted(url: str, path: str, st: os.stat_result, what: str, fix: str) -> None:
+    """Refuse (``StoreError``) what ``st`` describes unless we own it and nobody else may write
+    it; ``what`` names it and ``fix`` says what to do about another user's."""
     me = os.geteuid()
     if st.st_uid != me:
         raise StoreError(
@@ -149,7 +157,7 @@ def _check_one(url: str, path: str, fd: int | None, read_only: bool) -> None:
         return
     if not stat.S_ISREG(st.st_mode):
         raise StoreError(f"{url} is not a usable store: {path} is {_kind(st.st_mode)}")
-    _check_trusted(
+    check_trusted(
         url, path, st, "store file",
         "use a path of your own, or have its owner give it to you (`chown`)",
     )
@@ -162,16 +170,20 @@ def _check_one(url: str, path: str, fd: int | None, read_only: bool) -> None:
             os.chmod(path, 0o600)
 
 
-def open_private_directory(url: str, path: str, what: str = "owner-lease directory") -> int:
+def open_private_directory(
+    url: str, path: str, what: str = "owner-lease directory", *, create: bool = True,
+) -> int:
     """Make ``path`` (mode 0700) if it is not there, then open it without following a link.
 
     Returns a descriptor of the directory (``O_DIRECTORY | O_NOFOLLOW``), for opening files in it
     by name. A symbolic link, a non-directory, or a directory another user owns or may write to
     is a ``StoreError``; one of ours that others may read is tightened to 0700. ``what`` names
-    the directory in those errors.
+    the directory in those errors. ``create=False`` only opens: a missing directory is a
+    ``FileNotFoundError`` (a reader has nothing to read, and makes nothing).
     """
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -184,11 +196,11 @@ def open_private_directory(url: str, path: str, what: str = "owner-lease directo
         raise
     try:
         st = os.fstat(fd)
-        _check_trusted(
+        check_trusted(
             url, path, st, what,
             "remove it (or have its owner remove it) and try again",
         )
-        if stat.S_IMODE(st.st_mode) != 0o700:
+        if create and stat.S_IMODE(st.st_mode) != 0o700:
             os.fchmod(fd, 0o700)  # mkdir's mode is filtered by the umask
     except BaseException:
         os.close(fd)
@@ -217,7 +229,7 @@ def open_lock_file(url: str, directory_fd: int, name: str, where: str) -> int:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise StoreError(f"{url}: the lock file {where} is {_kind(st.st_mode)}")
-        _check_trusted(url, where, st, "lock file", "remove it and try again")
+        check_trusted(url, where, st, "lock file", "remove it and try again")
         _check_single_link(url, where, st, "lock file")
         if stat.S_IMODE(st.st_mode) != 0o600:
             os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask

@@ -7,7 +7,15 @@ link and refused when it is not ours or others may write to it; a snapshot file 
 name relative to that directory's descriptor with ``O_NOFOLLOW``, and read only when it is a
 regular file of ours that nobody else may write. A save writes a temporary file (mode 0600,
 ``O_EXCL``) in that directory, syncs it and renames it over the old one, so a reader sees the
-old snapshot or the new, never half of one.
+old snapshot or the new, never half of one. The temporary file has one fixed name per stream
+(``.<hash>.snapshot.tmp``) and saves hold an ``flock`` on the directory, so a save killed
+midway (``SIGKILL``, a power cut) leaves at most one stray file per stream, which the stream's
+next save removes first: nothing accumulates.
+
+The directory belongs with the log: it holds a copy of each session's content. Deleting the
+log? Delete ``PATH.snapshots/`` too. One left behind is harmless to the new log (its snapshots
+are of another log: ignored, and replaced by the next save) but keeps the old transcript on
+disk.
 
 A file is the seq (8 bytes, big-endian) then the encoded snapshot. Loading only hands the bytes
 on: :func:`nous_inbox.snapshot.load_session` checks them (and ignores, with a warning, anything
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import stat
@@ -34,12 +43,13 @@ import struct
 from typing import Final
 
 from nous_inbox.errors import StoreError
-from nous_inbox.store._safety import open_private_directory
+from nous_inbox.store._safety import check_trusted, open_private_directory
 
 __all__ = ["SnapshotFiles"]
 
 _SEQ: Final = struct.Struct(">Q")
 _WHAT: Final = "snapshot directory"
+_FIX: Final = "a snapshot is only a cache: delete it (or the snapshot directory)"
 
 
 class SnapshotFiles:
@@ -50,17 +60,20 @@ class SnapshotFiles:
         self.directory = directory
 
     def save(self, stream: str, seq: int, data: bytes) -> bool:
-        """Replace ``stream``'s snapshot with ``data`` at ``seq``, unless one is newer; atomic."""
+        """Replace ``stream``'s snapshot with ``data`` at ``seq``, atomically.
+
+        Whether to replace is the store's decision (:meth:`StoreBase.save_snapshot
+        <nous_inbox.store.base.StoreBase.save_snapshot>`); this only writes.
+        """
         name = _name(stream)
+        temp = f".{name}.tmp"
         directory_fd = open_private_directory(self.url, self.directory, _WHAT)
         try:
-            try:
-                old = self._read(directory_fd, name, header_only=True)
-            except StoreError:
-                old = None  # replaced below: os.replace never follows what it replaces
-            if old is not None and old[0] > seq:
-                return True  # a newer one is there already
-            temp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+            # Saves of this store, in any process, take turns: the fixed temporary name is then
+            # only ever one save's, and what is found there is a killed save's leftover.
+            fcntl.flock(directory_fd, fcntl.LOCK_EX)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp, dir_fd=directory_fd)
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                          0o600, dir_fd=directory_fd)
             try:
@@ -81,27 +94,30 @@ class SnapshotFiles:
         except OSError as exc:
             raise StoreError(f"{self.url}: saving the snapshot of {stream!r} failed: {exc}") from exc
         finally:
-            os.close(directory_fd)
+            os.close(directory_fd)  # releases the flock
+
+    def seq(self, stream: str) -> int | None:
+        """The seq of ``stream``'s snapshot, reading only its first bytes; ``None`` when there
+        is none; ``StoreError`` for one that cannot be trusted."""
+        found = self._open_and_read(stream, header_only=True)
+        return None if found is None else found[0]
 
     def load(self, stream: str) -> tuple[int, bytes] | None:
         """``stream``'s snapshot as ``(seq, data)``; ``None`` when there is none; ``StoreError``
         for one that cannot be trusted (planted, a link, writable by others)."""
+        return self._open_and_read(stream, header_only=False)
+
+    def _open_and_read(self, stream: str, *, header_only: bool) -> tuple[int, bytes] | None:
         try:
-            directory_fd = os.open(
-                self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            )
+            directory_fd = open_private_directory(self.url, self.directory, _WHAT, create=False)
         except FileNotFoundError:
             return None
+        except StoreError:
+            raise
         except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise StoreError(
-                    f"{self.url}: the {_WHAT} {self.directory} is not a directory of its own "
-                    f"(a link or a file); it is never followed"
-                ) from None
             raise StoreError(f"{self.url}: the {_WHAT} cannot be read: {exc}") from exc
         try:
-            _check_ours(self.url, self.directory, os.fstat(directory_fd))
-            return self._read(directory_fd, _name(stream), header_only=False)
+            return self._read(directory_fd, _name(stream), header_only=header_only)
         finally:
             os.close(directory_fd)
 
@@ -121,7 +137,7 @@ class SnapshotFiles:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise StoreError(f"{self.url}: the snapshot {where} is not a regular file")
-            _check_ours(self.url, where, st)
+            check_trusted(self.url, where, st, "the snapshot", _FIX)
             with os.fdopen(fd, "rb", closefd=False) as file:
                 head = file.read(_SEQ.size)
                 if len(head) < _SEQ.size:
@@ -130,16 +146,6 @@ class SnapshotFiles:
                 return seq, (b"" if header_only else file.read())
         finally:
             os.close(fd)
-
-
-def _check_ours(url: str, path: str, st: os.stat_result) -> None:
-    me = os.geteuid()
-    if st.st_uid != me:
-        raise StoreError(f"{url}: {path} belongs to uid {st.st_uid}, not to you (uid {me}); "
-                         f"a snapshot another user made is never trusted")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise StoreError(f"{url}: {path} is writable by others "
-                         f"(mode {stat.S_IMODE(st.st_mode):04o}); a snapshot there is not trusted")
 
 
 def _name(stream: str) -> str:

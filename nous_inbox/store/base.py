@@ -49,6 +49,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import io
+import itertools
 import math
 import os
 import re
@@ -62,9 +63,10 @@ from typing import Final, Protocol, Self, runtime_checkable
 import msgspec
 
 from nous_inbox.codec import _BAD, JSON_LINES, MAX_RECORD_SIZE, MSGPACK, LogFormat
-from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError
+from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import EVENT_TYPES, Event, MailSent
 from nous_inbox.message import freeze_json
+from nous_inbox.snapshot import SnapshotError, check_snapshot, split_snapshot, tip_after
 from nous_inbox.store.lease import Leases, OwnerLease
 
 __all__ = [
@@ -366,15 +368,49 @@ class StoreBase(abc.ABC):
         return self._append_once(stream, events, expected_version, None)
 
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
-        """Keep ``data`` as ``stream``'s snapshot at ``seq`` in place of any older one; whether
-        it was kept. Optional: by default a store keeps no snapshots (see
+        """Keep ``data`` as ``stream``'s snapshot at ``seq`` in place of whatever is kept;
+        whether it was kept. Optional: by default a store keeps no snapshots (see
         :mod:`nous_inbox.snapshot`). Called with the lock, never on a read-only store, with
-        ``1 <= seq <=`` the stream's version."""
+        ``1 <= seq <=`` the stream's version, only when :meth:`save_snapshot` decided that
+        ``data`` replaces the one kept: the hook writes, it does not judge."""
         return False
 
     def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
-        """The newest snapshot kept for ``stream`` as ``(seq, data)``, or ``None``. Optional."""
+        """The snapshot kept for ``stream`` as ``(seq, data)``, or ``None``. Optional."""
         return None
+
+    def _snapshot_seq(self, stream: str) -> int | None:
+        """The seq of the snapshot kept for ``stream`` (``None``: none, or none readable), called
+        with the lock before every save. By default from :meth:`_load_snapshot`; a store that
+        can tell without reading the whole snapshot overrides it."""
+        found = self._load_snapshot(stream)
+        return None if found is None else found[0]
+
+    def _keeps_newer_snapshot(self, stream: str, seq: int, version: int) -> bool:
+        # The one replacement rule, for every store: the snapshot kept is replaced unless it is
+        # newer than ``seq`` AND still of this log. One beyond the stream's version, or taken of
+        # another log (deleted and begun again under the same name), can never be used, and
+        # keeping it would block every save until the log grew past it. Equal seqs: the last
+        # writer wins (both are valid caches).
+        try:
+            kept = self._snapshot_seq(stream)
+        except StoreError:
+            return False  # one that cannot be read (planted, damaged) is replaced
+        if kept is None or kept <= seq or kept > version:
+            return False
+        try:
+            found = self._load_snapshot(stream)  # rare: only a saver behind the kept snapshot
+        except StoreError:
+            return False
+        if found is None or found[0] != kept:
+            return False
+        try:
+            head, _ = split_snapshot(found[1])
+            tip = list(itertools.islice(self._read(stream, tip_after(kept)), kept - tip_after(kept)))
+            check_snapshot(head, stream, tip)
+        except SnapshotError:
+            return False
+        return True
 
     def _encode(self, stream: str, events: list[Event]) -> list[bytes]:
         """Each event as the store keeps it: by default its bare encoding in ``_format``."""
@@ -445,11 +481,14 @@ class StoreBase(abc.ABC):
 
     def save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
         """Keep ``data`` (an encoded :mod:`~nous_inbox.snapshot`) as ``stream``'s snapshot at
-        ``seq``, replacing an older one; whether it was kept.
+        ``seq``; whether it was written.
 
-        A snapshot is a cache beside the log, never part of it: a read-only store, or one that
-        keeps none, answers ``False`` and nothing happens. ``seq`` must be between 1 and the
-        stream's version (``ValueError`` otherwise).
+        It replaces the snapshot kept unless that one is newer and still of this log; one
+        beyond the stream's version or of another log (a log deleted and begun again) is always
+        replaced. A snapshot is a cache beside the log, never part of it: a read-only store, one
+        that keeps none, or one that keeps a newer snapshot of this log answers ``False`` and
+        nothing is written. ``seq`` must be between 1 and the stream's version (``ValueError``
+        otherwise).
         """
         check_stream(stream)
         if type(seq) is not int or seq < 1:
@@ -465,6 +504,8 @@ class StoreBase(abc.ABC):
                 raise ValueError(
                     f"snapshot of {stream!r}: seq {seq} is beyond the stream's version {version}"
                 )
+            if self._keeps_newer_snapshot(stream, seq, version):
+                return False
             return self._save_snapshot(stream, seq, data)
 
     def load_snapshot(self, stream: str) -> tuple[int, bytes] | None:

@@ -34,7 +34,8 @@ complete append (a hole a torn append left) holds no record: it is skipped with 
 a record it swallowed shows as its stream's seq gap. Anything else wrong *before* the tail (a line that does not
 decode, a sequence number out of place, a batch broken off in the middle) is a
 :class:`~nous_inbox.errors.DecodeError` naming the line and byte offset, never a silent skip; it
-is raised to whoever reads the stream it belongs to.
+is raised to whoever reads the stream it belongs to. A store already open meets what others
+append as a store opened then would: a hole skipped, damage refused to its own stream only.
 
 Writers. Each append takes an exclusive ``flock`` on the file, catches up with what others wrote,
 checks the expected version, writes, syncs and lets go. So writers in several processes take
@@ -150,6 +151,9 @@ class FileStore(StoreBase):
         self._format = JSON_LINES
         self._lock = threading.RLock()
         self._streams: dict[str, list[Event]] = {}  # the streams touched so far, decoded
+        # The version of each stream let go of from the cache: an append needs only that, so
+        # one to a stream out of the cache appends without decoding it again.
+        self._evicted: dict[str, int] = {}
         self._names: set[str] | None = None  # every stream's name, once streams() looked
         self._counts: dict[str, int] = {}  # a stream's records, counted when streams() looked
         self._header = 0  # offset just past the header line (0: no header yet)
@@ -189,7 +193,7 @@ class FileStore(StoreBase):
         with self._file_lock():
             self._catch_up()
             self._repair()
-            yield len(self._load(stream))
+            yield self._append_version(stream)
 
     def _encode(self, stream: str, events: list[Event]) -> list[bytes]:
         last = len(events) - 1
@@ -217,10 +221,14 @@ class FileStore(StoreBase):
             self._write_bytes(data)
         except OSError as exc:
             raise self._write_failed(f"append to stream {stream!r}", exc) from exc
-        self._streams[stream].extend(events)
+        log = self._streams.get(stream)
+        if log is not None:
+            log.extend(events)
+        else:  # out of the cache (_append_version): its version is all that is kept
+            self._evicted[stream] = events[-1].seq
         if self._names is not None:
             self._names.add(stream)
-            self._counts[stream] = len(self._streams[stream])
+            self._counts[stream] = events[-1].seq
         self._end += len(data)
         self._seen = self._stat()
 
@@ -233,6 +241,8 @@ class FileStore(StoreBase):
         log = self._streams.get(stream)
         if log is not None:
             return len(log)  # a version does not refresh a stream's place in the cache
+        if stream in self._evicted:
+            return self._evicted[stream]
         if self._names is not None and stream not in self._stray:
             # Counted by streams() in its one pass: no rescan, nothing decoded or kept.
             return self._counts.get(stream, 0)
@@ -250,11 +260,15 @@ class FileStore(StoreBase):
     def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
         return self._snapshots.load(stream)
 
+    def _snapshot_seq(self, stream: str) -> int | None:
+        return self._snapshots.seq(stream)  # its first 8 bytes, not the whole snapshot
+
     def _close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
             self._streams = {}
+            self._evicted = {}
             self._names = None
             self._counts = {}
 
@@ -425,8 +439,24 @@ class FileStore(StoreBase):
         if self._seen[0] < 0:
             self._end = good  # opening: the streams are read when touched, not now
         elif good > self._end:
-            self._take_in(self._end, good)
+            try:
+                self._take_in(self._end, good)
+            except DecodeError:
+                # What others appended is not a clean run of appends: a hole a torn append
+                # left, or a damaged record. Raising here would stop this store for every
+                # session, at every later call, where a store opened now reads each session
+                # from the file (a hole skipped, damage refused to its own session only): so
+                # forget what was decoded and be that store.
+                self._forget()
+                self._end = good
         self._seen = seen
+
+    def _forget(self) -> None:
+        """Let go of every decoded stream and count: each is read from the file when touched."""
+        self._streams = {}
+        self._evicted = {}
+        self._names = None
+        self._counts = {}
 
     def _read_header(self, size: int) -> bool:
         head = os.pread(self._fd, min(size, 4096), 0)
@@ -571,6 +601,8 @@ class FileStore(StoreBase):
                 if log is not None:
                     log.extend(batch)
                     batch = []
+                elif stream in self._evicted:
+                    del self._evicted[stream]  # read (and checked) again when next touched
                 if names is not None:
                     names.add(stream)
                     self._counts[stream] = record.event.seq if log is None else len(log)
@@ -581,8 +613,9 @@ class FileStore(StoreBase):
         """The events of ``stream``, read from the file the first time it is touched.
 
         At most ``_CACHED_STREAMS`` streams stay decoded: touching one more lets go of the one
-        touched longest ago (it is read from the file again if it is touched again), so a
-        long-lived store that serves many sessions does not grow without bound.
+        touched longest ago (it is read from the file again if it is read again; its version is
+        kept, so appends and versions need no read), so a long-lived store that serves many
+        sessions does not grow without bound.
         """
         streams = self._streams
         log = streams.pop(stream, None)
@@ -592,10 +625,20 @@ class FileStore(StoreBase):
                     log = self._scan(stream)
             else:
                 log = []
+            self._evicted.pop(stream, None)
             while len(streams) >= _CACHED_STREAMS:
-                del streams[next(iter(streams))]
+                oldest = next(iter(streams))
+                self._evicted[oldest] = len(streams.pop(oldest))
         streams[stream] = log  # the most recently touched last
         return log
+
+    def _append_version(self, stream: str) -> int:
+        """The version an append to ``stream`` continues from, decoding it only when this store
+        has never read it: one let go of from the cache is not read again for an append (with
+        more sessions than the cache holds, each append would rescan the file)."""
+        if stream in self._evicted:
+            return self._evicted[stream]
+        return len(self._load(stream))
 
     def _check_envelopes(self) -> None:
         """Check that every line begins with the envelope this library writes; cached.

@@ -35,6 +35,25 @@ drops the lock). Here a crashed host's sessions are taken over only when its lea
 ``lease`` seconds after its last renewal. A shorter lease means a faster takeover and more renewal
 traffic; an owner that cannot reach the server for longer than its lease loses its sessions.
 
+Timing rules (``lease`` = L seconds). Nothing the store waits for may outlast a lease it holds:
+
+- Renewals run every L/3 on the background connection and never wait for the main connection
+  or its lock: a call stalled there (a row lock, a reconnect) costs no other lease.
+- A transaction of ours left idle (a host cut off between an append's two round trips) is ended
+  by the server after ``max(1, L/2)`` s (``idle_in_transaction_session_timeout``), and TCP
+  keepalives on both ends notice a dead peer within about L + 3 s, so a stream row stays locked
+  by a vanished host for seconds, not the two hours of the defaults.
+- Taking a lease waits at most L/4 for the stream row's lock, and a renewal as long (that lease
+  is renewed at the next round); a row locked longer is a writer stuck or gone, and ``own``
+  refuses the stream as owned (``StreamOwnedError``) rather than wait.
+- ``reconnect`` defaults to 4/5 of L (at most 10 s), so a call that cannot get its connection back
+  gives up before a lease could have expired for want of the server; the pauses between its
+  attempts are made without the connection's lock. The recovery of an append whose connection
+  dropped waits for the stream row no longer than what is left of ``reconnect``, then raises
+  ``StoreError`` saying the outcome is not known.
+- Behind a transaction pooler the session settings above are not made (they would stay on the
+  pooled server connection, for other clients): set the pooler's or the role's own.
+
 Wake-ups. Each append notifies the channel of its schema with the stream's name. The background
 thread LISTENs (first, on every (re)connect, then nudges every subscriber, since a notification
 sent while nobody listened is lost) and calls :meth:`PostgresStore.subscribe` callbacks: on a
@@ -66,8 +85,8 @@ COMMIT), whatever the number of events.
 
 URL query parameters read by this store (removed before the URL reaches libpq): ``schema``,
 ``lease`` (seconds), ``poll`` (seconds), ``pooler`` (``transaction`` or ``session``),
-``reconnect`` (seconds an operation keeps trying to get a lost connection back, 10 by default;
-0 for no retry). Everything else is libpq's, ``connect_timeout`` included (5 s when not given).
+``reconnect`` (seconds an operation keeps trying to get a lost connection back, 4/5 of the
+lease and at most 10 by default; 0 for no retry). Everything else is libpq's, ``connect_timeout`` included (5 s when not given).
 """
 
 from __future__ import annotations
@@ -102,6 +121,8 @@ logger: Final = logging.getLogger("nous_inbox.store.postgres")
 TABLES_VERSION: Final = 1
 DEFAULT_LEASE: Final = 5.0
 DEFAULT_POLL: Final = 2.0
+#: The longest default ``reconnect``; by default it is also shorter than the lease (see
+#: :func:`_default_reconnect`).
 DEFAULT_RECONNECT: Final = 10.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 _PAGE: Final = 512
@@ -153,6 +174,23 @@ def _libpq_timeout(conninfo: str) -> str | None:
     return values[-1] if values else None
 
 
+def _default_reconnect(lease: float) -> float:
+    """``reconnect`` when none is given: shorter than the lease (4/5 of it, at most 10 s), so an
+    operation that cannot get its connection back gives up before a lease it holds could have
+    expired for want of the server, rather than retrying into a takeover."""
+    return min(DEFAULT_RECONNECT, 0.8 * lease)
+
+
+def _reconnect_seconds(value: str | float | None, default: float, url: str) -> float:
+    """``reconnect`` from the keyword or the URL: seconds, or zero (any spelling) for one try."""
+    try:
+        if value is not None and type(value) is not bool and float(value) == 0:
+            return 0.0
+    except ValueError:
+        pass  # _seconds names it
+    return _seconds("reconnect", value, default, url)
+
+
 def _seconds(name: str, value: str | float | None, default: float, url: str) -> float:
     if value is None:
         return default
@@ -171,9 +209,15 @@ class PostgresStore(StoreBase):
     ``url`` is a libpq URL (``postgresql://user@host/db``), optionally with the parameters the
     module docstring lists; the keyword arguments, when given, win over them. ``read_only=True``
     opens an existing store without writing to it. ``reconnect`` bounds how long an operation
-    keeps retrying a lost connection before it raises ``StoreError`` (10 s by default; 0 means
-    one try, no retry). ``connect_timeout`` bounds each connection attempt (libpq's own URL
-    parameter of that name is respected; 5 s when neither says).
+    keeps retrying a lost connection before it raises ``StoreError`` (by default 4/5 of
+    ``lease``, at most 10 s, so shorter than the lease; 0 means one try, no retry).
+    ``connect_timeout`` bounds each connection attempt (libpq's own URL parameter of that name
+    is respected; 5 s when neither says).
+
+    Timing: a stalled call never delays the lease renewals (they need only a small lock never
+    held across I/O, and their own connection); the server ends a transaction of ours left idle
+    after ``max(1, lease/2)`` s; ``own`` waits at most ``lease/4`` for a locked stream row, then
+    refuses it as owned. The module docstring has the full rules.
     """
 
     def __init__(
@@ -197,22 +241,37 @@ class PostgresStore(StoreBase):
             raise ValueError(f"{self.url}: pooler must be 'transaction' or 'session', "
                              f"got {self.pooler!r}")
         given = reconnect if reconnect is not None else ours.get("reconnect")
-        self._reconnect = (0.0 if given in (0, "0") else
-                           _seconds("reconnect", given, DEFAULT_RECONNECT, self.url))
+        self._reconnect = _reconnect_seconds(given, _default_reconnect(self.lease), self.url)
         # libpq's connect_timeout in the URL is the user's (libpq reads it): only the keyword
         # overrides it, and only when neither says is ours given.
         self._connect_timeout: float | None = None
         if connect_timeout is not None or _libpq_timeout(self._conninfo) is None:
             self._connect_timeout = _seconds("connect_timeout", connect_timeout,
                                              DEFAULT_CONNECT_TIMEOUT, self.url)
+        try:
+            self._libpq_keys = frozenset(psycopg.conninfo.conninfo_to_dict(self._conninfo))
+        except psycopg.Error:  # connecting says what is wrong with it
+            self._libpq_keys = frozenset()
         self._format = MSGPACK
         self.max_record_size = max_record_size
-        self._floor = 0  # a seq below every seq that append can have
+        # Per thread: a seq below every seq the thread's append in progress can have (what
+        # ``_appending`` read), so its recovery looks only at the stream's newest rows.
+        self._local = threading.local()
         self.channel = "nous_inbox_" + hashlib.sha256(self.schema.encode()).hexdigest()[:16]
         q = f'"{self.schema}".'
         self._t_meta, self._t_streams, self._t_events = (
             q + "nous_inbox_meta", q + "nous_inbox_streams", q + "nous_inbox_events")
+        # Two locks. ``_lock`` is the main connection's: held around every use of it, so it may
+        # be held for as long as the server or the network takes. ``_state`` guards the leases
+        # held, the subscribers, ``_closed`` and ``_background``, and is never held across I/O:
+        # the background thread needs only ``_state``, so a call stalled on the main connection
+        # (a row lock, a reconnect) never delays a renewal, and every other lease of this store
+        # survives it.
         self._lock = threading.RLock()
+        self._state = threading.Lock()
+        # Waiting on this releases ``_lock`` (every level of it) for the pause between
+        # reconnect attempts, so other threads are not kept waiting behind a sleep.
+        self._pause = threading.Condition(self._lock)
         self._held: dict[str, PostgresLease] = {}
         self._subscribers: dict[str, list[Callable[[], None]]] = {}
         self._closed = False
@@ -231,12 +290,55 @@ class PostgresStore(StoreBase):
 
     def connect(self) -> psycopg.Connection[Any]:
         """A new autocommit connection to the store's database (no prepared statements behind a
-        transaction pooler)."""
+        transaction pooler), with its waits bounded.
+
+        A host cut off mid-transaction leaves its server process holding the stream row's lock
+        until the server notices, about two hours with the defaults. So the connection ends
+        a transaction left idle for ``max(1, lease/2)`` seconds
+        (``idle_in_transaction_session_timeout``; our transactions never idle longer than a
+        proof of the records between two round trips), and TCP keepalives on both ends (libpq's
+        ``keepalives*``, unless the URL sets them, and the server's ``tcp_keepalives_*``) notice
+        a dead peer within about ``lease`` + 3 seconds. Behind a transaction pooler, session
+        settings would leak to other clients of the pooled server connection, so none are made:
+        set the pooler's or the role's own (PgBouncer's ``idle_transaction_timeout``, ``ALTER
+        ROLE ... SET idle_in_transaction_session_timeout``).
+        """
         prepare = None if self.pooler == "transaction" else 5
-        if self._connect_timeout is None:  # the URL's own connect_timeout applies
-            return psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=prepare)
-        return psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=prepare,
-                               connect_timeout=max(1, round(self._connect_timeout)))
+        extra: dict[str, Any] = {}
+        if self._connect_timeout is not None:  # else the URL's own connect_timeout applies
+            extra["connect_timeout"] = max(1, round(self._connect_timeout))
+        if not any(key.startswith("keepalives") for key in self._libpq_keys):
+            extra.update(keepalives=1, keepalives_idle=self._keepalive_idle,
+                         keepalives_interval=1, keepalives_count=3)
+        db = psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=prepare, **extra)
+        if self.pooler != "transaction":
+            try:
+                db.execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', %s, false), "
+                    "set_config('tcp_keepalives_idle', %s, false), "
+                    "set_config('tcp_keepalives_interval', '1', false), "
+                    "set_config('tcp_keepalives_count', '3', false)",
+                    (str(self._idle_limit_ms), str(self._keepalive_idle)),
+                )
+            except BaseException:
+                db.close()
+                raise
+        return db
+
+    @property
+    def _idle_limit_ms(self) -> int:
+        """How long the server lets one of our transactions sit idle (see :meth:`connect`)."""
+        return round(max(1.0, self.lease / 2) * 1000)
+
+    @property
+    def _keepalive_idle(self) -> int:
+        return max(1, round(self.lease))
+
+    @property
+    def _lock_wait_ms(self) -> int:
+        """How long taking a lease, or renewing one, waits for the stream row's lock: normally
+        an append in flight (milliseconds); longer means a writer that is stuck or gone."""
+        return max(10, round(self.lease / 4 * 1000))
 
     def _connect_first(self) -> psycopg.Connection[Any]:
         try:
@@ -329,6 +431,9 @@ class PostgresStore(StoreBase):
                   recover: Callable[[psycopg.Connection[Any]], Any] | None = None) -> Any:
         """Run ``work(connection)`` under the lock, reconnecting after a lost connection.
 
+        The pauses between attempts are made without the lock (the only wait the store makes
+        on its own), and the attempts stop ``reconnect`` seconds after the first.
+
         After a loss, ``recover(connection)`` (when given) runs first on the new connection; a
         result other than ``None`` is returned instead of running ``work`` again.
         """
@@ -356,7 +461,7 @@ class PostgresStore(StoreBase):
                         ) from exc
                     lost = True
                     logger.info("%s: lost the connection during %s; reconnecting", self.url, what)
-                    time.sleep(pause)
+                    self._pause.wait(pause)  # the lock is free meanwhile (see __init__)
                     pause = min(pause * 2, 0.5)
 
     # -- the protocol ----------------------------------------------------------------------------
@@ -370,24 +475,37 @@ class PostgresStore(StoreBase):
         is tried again, so it is written once whether or not the lost attempt committed.
         """
         batch = uuid.uuid4()
+        deadline = time.monotonic() + self._reconnect
 
         def attempt(db: psycopg.Connection[Any]) -> list[Event]:
-            self._floor = expected_version or 0
+            self._local.floor = expected_version or 0
             return self._append_once(stream, events, expected_version, batch)
 
         def recover(db: psycopg.Connection[Any]) -> list[Event] | None:
             # The lost attempt may still be committing: taking the stream row's lock waits for
             # its transaction to end either way (the INSERT waits for one that was creating the
-            # row), so the look that follows sees its outcome.
-            with db.transaction():
-                db.execute(f"INSERT INTO {self._t_streams} (stream) VALUES (%s) "
-                           f"ON CONFLICT DO NOTHING", (stream,))
-                db.execute(f"SELECT 1 FROM {self._t_streams} WHERE stream = %s FOR UPDATE",
-                           (stream,))
-                rows = db.execute(
-                    f"SELECT seq, body FROM {self._t_events} WHERE stream = %s AND seq > %s "
-                    f"AND batch = %s ORDER BY seq", (stream, self._floor, batch),
-                ).fetchall()
+            # row), so the look that follows sees its outcome. That wait is bounded by what is
+            # left of ``reconnect``: a lost attempt whose server process lives on, idle in its
+            # transaction, ends within ``max(1, lease/2)`` seconds (see ``connect``).
+            left = max(50, round((deadline - time.monotonic()) * 1000))
+            try:
+                with db.transaction():
+                    db.execute(f"SET LOCAL lock_timeout = {left}")
+                    db.execute(f"INSERT INTO {self._t_streams} (stream) VALUES (%s) "
+                               f"ON CONFLICT DO NOTHING", (stream,))
+                    db.execute(f"SELECT 1 FROM {self._t_streams} WHERE stream = %s FOR UPDATE",
+                               (stream,))
+                    rows = db.execute(
+                        f"SELECT seq, body FROM {self._t_events} WHERE stream = %s AND seq > %s "
+                        f"AND batch = %s ORDER BY seq",
+                        (stream, getattr(self._local, "floor", 0), batch),
+                    ).fetchall()
+            except psycopg.errors.LockNotAvailable as exc:
+                raise StoreError(
+                    f"{self.url}: append to stream {stream!r}: lost the connection, and the lost "
+                    f"attempt still held the stream {self._reconnect:g}s later, so whether it "
+                    f"was written is not known; read the stream to see"
+                ) from exc
             return [self._row(stream, seq, body) for seq, body in rows] if rows else None
 
         stored: list[Event] = self._retrying(f"append to stream {stream!r}", attempt, recover)
@@ -397,7 +515,8 @@ class PostgresStore(StoreBase):
     def _appending(self, stream: str) -> Iterator[int]:
         """One transaction holding the stream row's lock, fenced by the lease this store holds."""
         db = self._connection()
-        held = self._held.get(stream)
+        with self._state:
+            held = self._held.get(stream)
         if held is not None and held.lost:
             raise self._lost(stream, held)
         # Pipelined: BEGIN and the row lock go out together, and the writes and the COMMIT
@@ -417,7 +536,7 @@ class PostgresStore(StoreBase):
             if held is not None and (row[1], row[2]) != (held.token, held.epoch):
                 held.lost = True
                 raise self._lost(stream, held)
-            self._floor = version = int(row[0])
+            self._local.floor = version = int(row[0])
             yield version
 
     def _write(self, stream: str, events: list[Event], records: list[bytes], *,
@@ -470,7 +589,8 @@ class PostgresStore(StoreBase):
         return 0 if row is None else int(row[0])
 
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
-        # The stream's newest snapshot, one row (a cache: its table is made with the first one).
+        # The stream's snapshot, one row, replaced (save_snapshot decided it should be; a cache:
+        # its table is made with the first one).
         table = f'"{self.schema}".nous_inbox_snapshots'
 
         def save(db: psycopg.Connection[Any]) -> bool:
@@ -478,13 +598,25 @@ class PostgresStore(StoreBase):
                 db.execute(f"CREATE TABLE IF NOT EXISTS {table} ("
                            ' stream text COLLATE "C" PRIMARY KEY, seq bigint NOT NULL,'
                            " body bytea NOT NULL)")
-                db.execute(f"INSERT INTO {table} AS s (stream, seq, body) VALUES (%s, %s, %s) "
+                db.execute(f"INSERT INTO {table} (stream, seq, body) VALUES (%s, %s, %s) "
                            "ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq, "
-                           "body = excluded.body WHERE excluded.seq >= s.seq", (stream, seq, data))
+                           "body = excluded.body", (stream, seq, data))
             return True
 
         kept: bool = self._retrying(f"snapshot of stream {stream!r}", save)
         return kept
+
+    def _snapshot_seq(self, stream: str) -> int | None:
+        table = f'"{self.schema}".nous_inbox_snapshots'
+
+        def seq(db: psycopg.Connection[Any]) -> Any:  # the seq alone, not the body
+            found = db.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+            if found is None or found[0] is None:
+                return None
+            return db.execute(f"SELECT seq FROM {table} WHERE stream = %s", (stream,)).fetchone()
+
+        row = self._retrying(f"snapshot of stream {stream!r}", seq)
+        return None if row is None else int(row[0])
 
     def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
         table = f'"{self.schema}".nous_inbox_snapshots'
@@ -515,26 +647,33 @@ class PostgresStore(StoreBase):
 
     def _own(self, stream: str) -> PostgresLease:
         """The template's hook: take the lease row (see the module docstring)."""
-        with self._lock:
+        with self._state:
             if stream in self._held:
                 raise owned_error(stream, self.url, os.getpid())
         token = uuid.uuid4().hex
 
         def take(db: psycopg.Connection[Any]) -> tuple[int, int | None]:
-            with db.transaction():
-                db.execute(f"INSERT INTO {self._t_streams} (stream) VALUES (%s) "
-                           f"ON CONFLICT DO NOTHING", (stream,))
-                row = db.execute(
-                    f"UPDATE {self._t_streams} SET holder = %s, pid = %s, host = %s, "
-                    f"epoch = epoch + 1, expires = clock_timestamp() + make_interval(secs => %s) "
-                    f"WHERE stream = %s AND (holder IS NULL OR expires < clock_timestamp()) "
-                    f"RETURNING epoch", (token, os.getpid(), self._host, self.lease, stream),
-                ).fetchone()
-                if row is not None:
-                    return int(row[0]), None
-                other = db.execute(f"SELECT pid FROM {self._t_streams} WHERE stream = %s",
-                                   (stream,)).fetchone()
-                return 0, (None if other is None else other[0])
+            try:
+                with db.transaction():
+                    # A row lock held longer than this is a writer stuck or cut off mid-append:
+                    # the stream is in use, so it is refused as owned rather than waited for.
+                    db.execute(f"SET LOCAL lock_timeout = {self._lock_wait_ms}")
+                    db.execute(f"INSERT INTO {self._t_streams} (stream) VALUES (%s) "
+                               f"ON CONFLICT DO NOTHING", (stream,))
+                    row = db.execute(
+                        f"UPDATE {self._t_streams} SET holder = %s, pid = %s, host = %s, "
+                        f"epoch = epoch + 1, "
+                        f"expires = clock_timestamp() + make_interval(secs => %s) "
+                        f"WHERE stream = %s AND (holder IS NULL OR expires < clock_timestamp()) "
+                        f"RETURNING epoch", (token, os.getpid(), self._host, self.lease, stream),
+                    ).fetchone()
+                    if row is not None:
+                        return int(row[0]), None
+                    other = db.execute(f"SELECT pid FROM {self._t_streams} WHERE stream = %s",
+                                       (stream,)).fetchone()
+                    return 0, (None if other is None else other[0])
+            except psycopg.errors.LockNotAvailable:
+                return 0, None
 
         def recover(db: psycopg.Connection[Any]) -> tuple[int, int | None] | None:
             row = db.execute(f"SELECT epoch FROM {self._t_streams} WHERE stream = %s "
@@ -545,30 +684,37 @@ class PostgresStore(StoreBase):
         if not epoch:
             raise owned_error(stream, self.url, pid)
         lease = PostgresLease(stream, lambda: self._release(stream, token), token, epoch)
-        with self._lock:
-            if self._closed:  # closed while we took it: give it straight back
-                self._release_row(stream, token)
-                raise ValueError(f"{self.url} store is closed")
-            self._held[stream] = lease
-            self._start_background()
+        with self._state:
+            closed = self._closed
+            if not closed:
+                self._held[stream] = lease
+                self._start_background()
+        if closed:  # closed while we took it: give it straight back
+            self._release(stream, token)
+            raise ValueError(f"{self.url} store is closed")
         return lease
 
     def _release(self, stream: str, token: str) -> None:
-        with self._lock:
+        with self._state:
             held = self._held.get(stream)
             if held is not None and held.token == token:
                 del self._held[stream]
+        with self._lock:
             self._release_row(stream, token)
 
     def _release_row(self, stream: str, token: str) -> None:
-        # One try: if the server cannot be reached the lease simply expires.
+        # One try: if the server cannot be reached the lease simply expires. Once the store is
+        # closing, its connection is used while it is still open, else (a lease taken as the
+        # store closed) a connection of its own.
+        query = (f"UPDATE {self._t_streams} SET holder = NULL, pid = NULL, host = NULL, "
+                 f"expires = NULL WHERE stream = %s AND holder = %s")
         try:
             db = self._connection() if not self._closed else self._db
             if db is not None and not db.closed:
-                db.execute(
-                    f"UPDATE {self._t_streams} SET holder = NULL, pid = NULL, host = NULL, "
-                    f"expires = NULL WHERE stream = %s AND holder = %s", (stream, token),
-                )
+                db.execute(query, (stream, token))
+            else:
+                with self.connect() as own:
+                    own.execute(query, (stream, token))
         except (psycopg.Error, ValueError) as exc:
             logger.warning("%s: could not release the lease of %r (it will expire): %s",
                            self.url, stream, _first_line(exc))
@@ -582,7 +728,7 @@ class PostgresStore(StoreBase):
         background thread. Keep it quick (set an event); read the version to see what changed.
         """
         check_stream(stream)
-        with self._lock:
+        with self._state:
             self._check_open()
             self._subscribers.setdefault(stream, []).append(callback)
             self._start_background()
@@ -595,7 +741,7 @@ class PostgresStore(StoreBase):
             callback()
 
         def unsubscribe() -> None:
-            with self._lock:
+            with self._state:
                 callbacks = self._subscribers.get(stream, [])
                 with contextlib.suppress(ValueError):
                     callbacks.remove(callback)
@@ -633,7 +779,7 @@ class PostgresStore(StoreBase):
         closed, release every lease (one try each: one that cannot be released expires), then
         stop the background thread and wait for it, so it renews and nudges nothing after
         ``close`` returned."""
-        with self._lock:
+        with self._state:
             if self._closed:
                 return
             self._closed = True  # nothing new is owned or subscribed from here on
@@ -641,7 +787,7 @@ class PostgresStore(StoreBase):
             self._subscribers.clear()
         for lease in held:
             lease.release()
-        with self._lock:
+        with self._state:
             background, self._background = self._background, None
         if background is not None:
             background.stop()
@@ -657,7 +803,7 @@ class PostgresStore(StoreBase):
 
     def _nudge(self, stream: str | None) -> None:
         """Call the subscribers of ``stream`` (of every stream for ``None``)."""
-        with self._lock:
+        with self._state:
             if stream is None:
                 callbacks = [c for cs in self._subscribers.values() for c in cs]
             else:
@@ -669,16 +815,25 @@ class PostgresStore(StoreBase):
                 logger.exception("%s: a subscriber of %r failed", self.url, stream)
 
     def _renew(self, db: psycopg.Connection[Any]) -> None:
-        with self._lock:
+        """Renew every lease held, on the background connection (whose ``lock_timeout`` bounds
+        the wait for a row a stuck writer holds: that lease is renewed at the next round, and
+        the others are not held up by it)."""
+        with self._state:
             held = list(self._held.values())
         for lease in held:
             if lease.lost or lease.released:
                 continue
-            row = db.execute(
-                f"UPDATE {self._t_streams} SET expires = clock_timestamp() + "
-                f"make_interval(secs => %s) WHERE stream = %s AND holder = %s AND epoch = %s "
-                f"RETURNING 1", (self.lease, lease.stream, lease.token, lease.epoch),
-            ).fetchone()
+            try:
+                row = db.execute(
+                    f"UPDATE {self._t_streams} SET expires = clock_timestamp() + "
+                    f"make_interval(secs => %s) WHERE stream = %s AND holder = %s "
+                    f"AND epoch = %s RETURNING 1",
+                    (self.lease, lease.stream, lease.token, lease.epoch),
+                ).fetchone()
+            except psycopg.errors.LockNotAvailable:
+                logger.info("%s: the row of stream %r is locked by a stuck writer; its lease is "
+                            "renewed at the next round", self.url, lease.stream)
+                continue
             if row is None and not lease.released:
                 lease.lost = True
                 logger.warning("%s: the lease of stream %r (epoch %d) was taken over",
@@ -730,7 +885,9 @@ class _Background:
                 db = store.connect()
                 if listening:
                     db.execute(f"LISTEN {store.channel}")
-                with store._lock:
+                    # (behind a transaction pooler, a session setting would outlive us there)
+                    db.execute(f"SET lock_timeout = {store._lock_wait_ms}")
+                with store._state:
                     self.ready = True  # a subscriber from now on is nudged as it subscribes
                 store._nudge(None)  # anything sent while nobody listened
                 renewed = polled = time.monotonic()

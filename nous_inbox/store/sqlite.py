@@ -50,6 +50,7 @@ Owners. ``own(stream)`` locks ``PATH.owners/<hash>.lock`` next to the database's
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import threading
@@ -92,6 +93,10 @@ _STREAMS: Final = (
     " SELECT name FROM names WHERE name IS NOT NULL"
 )
 
+
+
+#: The size (bytes) the -wal file is cut back to after a checkpoint that emptied it.
+_WAL_LIMIT: Final = 4 * 1024 * 1024
 
 
 class SqliteStore(StoreBase):
@@ -171,6 +176,10 @@ class SqliteStore(StoreBase):
             raise StoreError(f"{self.url} is not a usable SQLite store: cannot use WAL mode "
                              f"(got {mode!r})")
         db.execute("PRAGMA synchronous = FULL")
+        # A snapshot save writes its whole blob through the WAL; without a limit the -wal file
+        # stays that large (a second copy of the largest snapshot) for as long as it is open.
+        # With one, SQLite truncates it back when a checkpoint lets it start over.
+        db.execute(f"PRAGMA journal_size_limit = {_WAL_LIMIT}")
         with self._transaction(db):
             if not self._check_schema(db):
                 for statement in _SCHEMA:
@@ -249,10 +258,16 @@ class SqliteStore(StoreBase):
                 ) from None
 
     def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
-        self._connection().executemany(
-            "INSERT INTO events (stream, seq, body) VALUES (?, ?, ?)",
-            [(stream, event.seq, body) for event, body in zip(events, records, strict=True)],
-        )
+        # One statement per chunk of rows, not one step per row: a group commit's batch is
+        # inserted in one go. Chunks stay far below SQLite's oldest limit on variables (999),
+        # and their few shapes stay in the connection's statement cache.
+        db = self._connection()
+        for start in range(0, len(events), _ROWS):
+            chunk = events[start:start + _ROWS]
+            params: list[object] = []
+            for event, body in zip(chunk, records[start:start + _ROWS], strict=True):
+                params += (stream, event.seq, body)
+            db.execute(_insert(len(chunk)), params)
 
     def _read(self, stream: str, after: int) -> Iterator[Event]:
         return self._pages(stream, after)
@@ -321,18 +336,29 @@ class SqliteStore(StoreBase):
         return names
 
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
-        # One row per stream, the newest: a snapshot is a cache, so its table is made when the
-        # first one is saved (a store an older version made gains it then).
+        # One row per stream, replaced (save_snapshot decided it should be): a snapshot is a
+        # cache, so its table is made when the first one is saved (a store an older version
+        # made gains it then).
         with self._failing(f"snapshot of stream {stream!r}"):
             db = self._connection()
             with self._transaction(db):
                 db.execute(_SNAPSHOTS)
                 db.execute(
                     "INSERT INTO snapshots (stream, seq, body) VALUES (?, ?, ?) "
-                    "ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq, body = excluded.body "
-                    "WHERE excluded.seq >= snapshots.seq", (stream, seq, data),
+                    "ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq, body = excluded.body",
+                    (stream, seq, data),
                 )
         return True
+
+    def _snapshot_seq(self, stream: str) -> int | None:
+        with self._failing(f"snapshot of stream {stream!r}"):  # the seq alone, not the blob
+            db = self._connection()
+            if db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'"
+            ).fetchone() is None:
+                return None
+            row = db.execute("SELECT seq FROM snapshots WHERE stream = ?", (stream,)).fetchone()
+        return None if row is None else int(row[0])
 
     def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
         with self._failing(f"snapshot of stream {stream!r}"):
@@ -389,6 +415,15 @@ class SqliteStore(StoreBase):
 
     def _transaction(self, db: sqlite3.Connection) -> _Transaction:
         return _Transaction(db, self.url, self._timeout)
+
+
+#: The most rows one INSERT carries (3 variables each).
+_ROWS: Final = 64
+
+
+@functools.cache
+def _insert(rows: int) -> str:
+    return "INSERT INTO events (stream, seq, body) VALUES " + ", ".join(["(?, ?, ?)"] * rows)
 
 
 class _Slow(Exception):
