@@ -490,14 +490,19 @@ class JournalPort:
     def _commit_batch(self, batch: list[_Pending]) -> None:
         """Commit ``batch`` in one append (called with the lock); mark each done either way."""
         try:
+            before = self._journal.session.version
             try:
                 events = [pending.event for pending in batch]
                 stored, _ = self._journal.commit(lambda session: (events, None))
             except Exception as exc:
-                if len(batch) == 1 or not isinstance(exc, _REFUSED_UNWRITTEN):
+                refused = (isinstance(exc, _REFUSED_UNWRITTEN)
+                           and self._journal.session.version == before)
+                if len(batch) == 1 or not refused:
                     # Any other failure may have come after the store committed (PostgreSQL
-                    # losing the answer to its COMMIT): appending again could write each event
-                    # twice, so every sender hears of it, unchanged, and nothing is retried.
+                    # losing the answer to its COMMIT; the journal's ``on_events`` raising once
+                    # the batch is stored and folded, its version moved on): appending again
+                    # could write each event twice, so every sender hears of it, unchanged,
+                    # and nothing is retried.
                     for pending in batch:
                         pending.error = exc
                     return

@@ -186,6 +186,43 @@ def test_a_batch_that_fails_in_the_store_fails_each_of_its_senders_and_sends_go_
         assert owner.session == replay(owner.events())
 
 
+def test_an_error_raised_after_the_batch_was_stored_is_not_retried_event_by_event() -> None:
+    # The journal's on_events raises a ValueError once the shared batch is stored and folded:
+    # the batch was written, so appending its events again one by one would store each twice.
+    from nous_inbox.journal import Journal
+    from nous_inbox.port import sent_event
+
+    def on_events(events: Sequence[Any]) -> None:
+        if len(events) > 1:
+            raise ValueError("a listener's own bug")
+
+    store = _HeldStore(open_store("memory:"))
+    port = JournalPort(Journal(store, "s", on_events=on_events))
+    results: dict[str, Any] = {}
+
+    def send(text: str) -> None:
+        try:
+            results[text] = port.append(sent_event(text, "next_step", False))
+        except Exception as exc:
+            results[text] = exc
+
+    first = threading.Thread(target=send, args=("first",), daemon=True)
+    first.start()
+    assert store.entered.wait(WAIT)
+    others = [threading.Thread(target=send, args=(t,), daemon=True) for t in "abc"]
+    for thread in others:
+        thread.start()
+    assert _until(lambda: _queued(port) == 3)
+    store.release.set()
+    for thread in [first, *others]:
+        thread.join(WAIT)
+    assert store.sizes == [1, 3]  # the shared batch once, nothing appended again
+    logged = [e.message.content for e in store.inner.read("s") if isinstance(e, MessageSent)]
+    assert sorted(logged) == ["a", "b", "c", "first"]
+    assert isinstance(results["first"], MessageSent)
+    assert all(isinstance(results[t], ValueError) for t in "abc")  # as a lone commit raises it
+
+
 def test_a_lone_sender_never_waits_for_company() -> None:
     store = _HeldStore(open_store("memory:"))
     store.release.set()
