@@ -236,8 +236,8 @@ class JournalPort:
     leader's. No call returns before the transaction holding its event committed, so
     acknowledged still means durable, and each sender's events keep their order (a sender waits
     for one before it sends the next). A batch the store refuses before writing anything (a
-    ``TypeError`` or ``ValueError``: an event too large, one that does not fold) is tried again
-    one event at a time, so one bad event fails only its own sender; any other failure (a
+    ``TypeError`` or ``ValueError``: an event too large, one that does not fold; the journal's
+    version unmoved) is tried again one event at a time, so one bad event fails only its own sender; any other failure (a
     ``StoreError``, say, whose transaction may have committed) is raised to every sender of the
     batch, and nothing is appended twice. A send made by a thread that already holds ``lock``
     (a listener called while a batch commits) is committed directly rather than queued behind
