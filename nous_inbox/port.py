@@ -38,6 +38,7 @@ found and the fix, rather than failing mid-run or, worse, silently never deliver
 from __future__ import annotations
 
 import abc
+import copy
 import inspect
 import itertools
 import threading
@@ -147,6 +148,21 @@ def check_port(port: object) -> None:
                 f"{cls}.{name}{signature} cannot be called the way the runner calls it: "
                 f"{call}, with {what}. Widen the signature in the class body: `{fix}`."
             ) from None
+
+
+def _one_senders(error: BaseException) -> BaseException:
+    """A copy of a failed batch's ``error`` for one of its senders, caused by it: one instance
+    raised in every sender's thread would gather each thread's frames in its one traceback. An
+    error that cannot be copied (its class needs arguments it does not keep) is raised as is."""
+    try:
+        mine = copy.copy(error)
+    except Exception:
+        return error
+    if type(mine) is not type(error) or mine is error or str(mine) != str(error):
+        return error
+    mine.__cause__ = error
+    mine.__traceback__ = None
+    return mine
 
 
 def sent_event(message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
@@ -359,7 +375,7 @@ class JournalPort:
         if batch is not None:
             self._lead(batch, mine)
         if mine.error is not None:
-            raise mine.error
+            raise _one_senders(mine.error)
         assert mine.stored is not None
         return mine.stored
 

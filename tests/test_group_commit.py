@@ -223,6 +223,21 @@ def test_an_error_raised_after_the_batch_was_stored_is_not_retried_event_by_even
     assert all(isinstance(results[t], ValueError) for t in "abc")  # as a lone commit raises it
 
 
+def test_each_sender_of_a_failed_batch_gets_an_error_of_its_own_caused_by_the_shared_one() -> None:
+    # One instance raised in every sender's thread would gather every thread's frames in its
+    # traceback; each sender gets a copy of the same type and message, caused by the original.
+    store, owner = _held(fail=lambda: StoreError("the server went away"))
+    with owner:
+        senders = _hold_then_queue(store, owner, ["a", "b", "c"])
+        store.release.set()
+        senders.join()
+        errors = [senders.results[t] for t in "abc"]
+        assert all(type(e) is StoreError and str(e) == "the server went away" for e in errors)
+        assert len({id(e) for e in errors}) == 3
+        causes = {id(e.__cause__) for e in errors}
+        assert len(causes) == 1 and isinstance(errors[0].__cause__, StoreError)
+
+
 def test_a_lone_sender_never_waits_for_company() -> None:
     store = _HeldStore(open_store("memory:"))
     store.release.set()
