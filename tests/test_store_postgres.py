@@ -601,6 +601,31 @@ def test_a_subscriber_of_another_stream_is_not_woken(postgres_url):
         assert calls.count("a") == before
 
 
+def test_a_notification_that_arrives_during_a_renewal_still_wakes_at_once(postgres_url):
+    # The renewals share the listening connection: a notification read off the socket while
+    # one is in flight is delivered then, not at the next poll (an hour away here).
+    with PostgresStore(postgres_url, lease=0.6, poll=3600) as watcher, \
+            PostgresStore(postgres_url) as sender:
+        ready, woken = threading.Event(), threading.Event()
+        watcher.own("x")  # so that it renews
+        watcher.subscribe("s", lambda: (ready.set(), watcher.version("s") and woken.set()))
+        assert ready.wait(WAIT)
+        real = watcher._renew
+        sent: list[int] = []
+        pause = threading.Event()  # never set
+
+        def renew(db: psycopg.Connection[Any]) -> None:
+            if not sent:
+                sent.append(1)
+                sender.append("s", [Warned(text="wake")])  # notifies during this renewal
+                pause.wait(0.05)
+                db.execute("SELECT 1")  # a round trip that reads the notification
+            real(db)
+
+        watcher._renew = renew  # type: ignore[method-assign]
+        assert woken.wait(WAIT)
+
+
 def test_the_poll_backstop_nudges_without_any_notification(postgres_url):
     with PostgresStore(f"{postgres_url}&pooler=transaction", poll=0.05) as watcher:
         nudges = threading.Semaphore(0)

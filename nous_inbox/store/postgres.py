@@ -92,6 +92,7 @@ lease and at most 10 by default; 0 for no retry). Everything else is libpq's, ``
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -881,9 +882,14 @@ class _Background:
         listening = store.pooler != "transaction"
         while not self._stop.is_set():
             db: psycopg.Connection[Any] | None = None
+            # The streams notified, however their notifications were read: by the handler,
+            # which psycopg calls for those that arrive during any statement (a renewal's, say:
+            # read off the socket then, they would not make it readable again), and below.
+            arrived: list[str] = []
             try:
                 db = store.connect()
                 if listening:
+                    db.add_notify_handler(functools.partial(_collect, arrived))
                     db.execute(f"LISTEN {store.channel}")
                     # (behind a transaction pooler, a session setting would outlive us there)
                     db.execute(f"SET lock_timeout = {store._lock_wait_ms}")
@@ -898,9 +904,13 @@ class _Background:
                                                        tick)
                         if self._stop.is_set():
                             return
-                        if readable:
-                            for note in db.notifies(timeout=0):
-                                store._nudge(note.payload)
+                        if db.fileno() in readable:
+                            _read_notifications(db, arrived)
+                        if arrived:  # on every pass, whoever read them
+                            streams = list(dict.fromkeys(arrived))
+                            arrived.clear()
+                            for stream in streams:
+                                store._nudge(stream)
                     else:
                         self._stop.wait(tick)
                     now = time.monotonic()
@@ -922,6 +932,24 @@ class _Background:
                 if db is not None:
                     with contextlib.suppress(Exception):
                         db.close()
+
+
+def _collect(into: list[str], note: psycopg.Notify) -> None:
+    into.append(note.payload)
+
+
+def _read_notifications(db: psycopg.Connection[Any], into: list[str]) -> None:
+    """Read the notifications waiting on ``db``'s socket into ``into``, without a round trip.
+
+    (``Connection.notifies`` would do it, but psycopg 3.3 warns when it is used beside a notify
+    handler, and psycopg 3.2 hands a notification read during a statement to the handlers
+    alone: the handler is what sees them all.)
+    """
+    pgconn = db.pgconn
+    pgconn.consume_input()
+    encoding = db.info.encoding
+    while (note := pgconn.notifies()) is not None:
+        into.append(note.extra.decode(encoding))
 
 
 def _lock_key(schema: str) -> int:
