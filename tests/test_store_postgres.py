@@ -173,6 +173,69 @@ def test_a_store_with_a_snapshot_opens_again(pg, postgres_url):
         assert again.load_snapshot("s") == (1, b"state")
 
 
+def test_the_snapshots_table_is_made_with_the_others(pg, postgres_url):
+    tables = sql(postgres_url, "SELECT table_name FROM information_schema.tables "
+                               "WHERE table_schema = 'SCHEMA' ORDER BY table_name")
+    assert [name for (name,) in tables] == [
+        "nous_inbox_events", "nous_inbox_meta", "nous_inbox_snapshots", "nous_inbox_streams"]
+
+
+def test_a_store_made_before_the_snapshots_table_gets_it_on_open(pg, postgres_url):
+    pg.append("s", [Warned(text="a")])
+    sql(postgres_url, 'DROP TABLE "SCHEMA".nous_inbox_snapshots')  # as an older version made it
+    with PostgresStore(postgres_url, read_only=True) as reader:  # read-only: nothing made
+        assert reader.load_snapshot("s") is None
+    assert not sql(postgres_url, "SELECT to_regclass('\"SCHEMA\".nous_inbox_snapshots')")[0][0]
+    with PostgresStore(postgres_url) as again:
+        assert again.save_snapshot("s", 1, b"state")
+        assert again.load_snapshot("s") == (1, b"state")
+
+
+def test_a_store_with_tables_of_a_later_version_beside_ours_opens(pg, postgres_url):
+    sql(postgres_url, 'CREATE TABLE "SCHEMA".nous_inbox_later (x int)')
+    with PostgresStore(postgres_url) as again:
+        again.append("s", [Warned(text="a")])
+
+
+@contextlib.contextmanager
+def least_privileged(postgres_url: str, schema: str) -> Iterator[str]:
+    """The URL of a role that may only read and write the store's tables (no CREATE)."""
+    import urllib.parse
+
+    role = f"app_{schema}"
+    sql(postgres_url, f"CREATE ROLE {role} LOGIN")
+    try:
+        sql(postgres_url, f'GRANT USAGE ON schema "SCHEMA" TO {role}')
+        sql(postgres_url, f'GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN schema "SCHEMA" TO {role}')
+        parts = urllib.parse.urlsplit(postgres_url)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        yield urllib.parse.urlunsplit(parts._replace(netloc=f"{role}@{host}"))
+    finally:
+        sql(postgres_url, f"DROP OWNED BY {role}")
+        sql(postgres_url, f"DROP ROLE {role}")
+
+
+def test_a_role_that_cannot_add_the_snapshots_table_opens_the_store_and_keeps_none(
+    pg, postgres_url, caplog,
+):
+    pg.append("s", [Warned(text="a")])
+    sql(postgres_url, 'DROP TABLE "SCHEMA".nous_inbox_snapshots')  # an older version's store
+    with least_privileged(postgres_url, pg.schema) as url, PostgresStore(url) as app:
+        assert "cannot add the snapshots table" in caplog.text
+        assert not app.save_snapshot("s", 1, b"state")
+        assert app.load_snapshot("s") is None
+        app.append("s", [Warned(text="b")])
+
+
+def test_a_role_without_create_on_the_schema_saves_snapshots(pg, postgres_url):
+    pg.append("s", [Warned(text="a"), Warned(text="b")])
+    with least_privileged(postgres_url, pg.schema) as url, PostgresStore(url) as app:
+        app.own("s")
+        app.append("s", [Warned(text="c")])
+        assert app.save_snapshot("s", 2, b"state")
+        assert app.load_snapshot("s") == (2, b"state")
+
+
 def test_streams_sort_as_python_sorts_them(pg):
     names = ["b", "B", "a", "é", "z", "_"]
     for name in names:
