@@ -573,7 +573,7 @@ class PostgresStore(StoreBase):
             yield version
 
     def _write(self, stream: str, events: list[Event], records: list[bytes], *,
-               batch: object = None) -> None:
+               batch: object | None = None) -> None:
         """Move the stream row on, insert the events with the batch id, and notify."""
         db = self._connection()
         db.execute(f"UPDATE {self._t_streams} SET version = %s WHERE stream = %s",
