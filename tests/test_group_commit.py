@@ -39,6 +39,7 @@ class _HeldStore:
                  refuse: frozenset[str] = frozenset()) -> None:
         self.inner = inner
         self.sizes: list[int] = []
+        self.leaders: list[str] = []  # the thread that made each append
         self.entered = threading.Event()
         self.release = threading.Event()
         self.fail = fail
@@ -47,6 +48,7 @@ class _HeldStore:
     def append(self, stream: str, events: Sequence[Any], expected_version: int | None = None
                ) -> Any:
         self.sizes.append(len(events))
+        self.leaders.append(threading.current_thread().name)
         if len(self.sizes) == 1:
             self.entered.set()
             assert self.release.wait(WAIT)
@@ -238,6 +240,31 @@ def test_each_sender_of_a_failed_batch_gets_an_error_of_its_own_caused_by_the_sh
         assert len(causes) == 1 and isinstance(errors[0].__cause__, StoreError)
 
 
+def test_the_last_sender_a_gathering_leader_waits_for_takes_the_batch_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The round of "first" (alone) and "a" (queued meanwhile) was two senders: "a", leading
+    # next, gathers until one more has queued (as long as it likes here). When "first" comes
+    # back with its next send, that sender commits the batch itself instead of waking "a".
+    monkeypatch.setattr("nous_inbox.port.GATHER_SECONDS", WAIT)
+    monkeypatch.setattr("nous_inbox.port.GATHER_MAX_SECONDS", WAIT)
+    store, owner = _held()
+    with owner:
+        senders = _hold_then_queue(store, owner, ["a"])
+        store.release.set()
+        assert _until(lambda: "first" in senders.results)
+        assert _until(lambda: owner._port._gatherer is not None)  # "a" gathers
+        again = _Senders(owner, ["second"])
+        again.start()
+        again.join()
+        senders.join()
+        assert store.sizes == [1, 2]
+        assert store.leaders[1] == again.threads[0].name  # not the gatherer's thread
+        assert all(isinstance(r, MessageSent) for r in [*senders.results.values(),
+                                                        *again.results.values()])
+        assert sorted(_contents(owner)) == ["a", "first", "second"]
+
+
 def test_a_lone_sender_never_waits_for_company() -> None:
     store = _HeldStore(open_store("memory:"))
     store.release.set()
@@ -252,10 +279,17 @@ def test_a_lone_sender_never_waits_for_company() -> None:
 def test_concurrent_senders_on_every_store_share_transactions_and_lose_nothing(
     store: Store, senders: int,
 ) -> None:
-    counting = _HeldStore(store)
-    counting.release.set()
+    counting = _HeldStore(store)  # its first append is held until the others are queued
     with Owner(counting, "s", Runner(_model), watch=False) as owner:
         barrier = threading.Barrier(senders)
+
+        def release_when_all_queued() -> None:
+            assert counting.entered.wait(WAIT)
+            assert _until(lambda: _queued(owner._port) == senders - 1)
+            counting.release.set()
+
+        releaser = threading.Thread(target=release_when_all_queued, daemon=True)
+        releaser.start()
 
         def send(k: int) -> None:
             barrier.wait()
@@ -270,4 +304,5 @@ def test_concurrent_senders_on_every_store_share_transactions_and_lose_nothing(
         logged = _contents(owner)
         assert sorted(logged) == sorted(f"t{k}-{i}" for k in range(senders) for i in range(4))
         assert sum(counting.sizes) == senders * 4
+        assert max(counting.sizes) >= senders - 1  # those queued behind the first, together
         assert owner.session == replay(owner.events())

@@ -876,3 +876,70 @@ def test_a_shared_batch_whose_connection_dropped_is_written_once_for_every_sende
         logged = Counter(e.message.content for e in store.read("s") if isinstance(e, MessageSent))
         assert logged == Counter(["first", *texts])  # each once: none lost, none doubled
         assert [e.seq for e in store.read("s")] == list(range(1, 9))
+
+
+def test_an_event_too_large_in_a_shared_batch_fails_only_its_sender(postgres_url):
+    # The store refuses the whole shared batch before writing anything (a record above its
+    # limit, through the retrying path): each event is then tried on its own.
+    from nous_inbox import MessageSent
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    class Held:
+        def __init__(self, inner: PostgresStore) -> None:
+            self.inner, self.sizes = inner, list[int]()
+            self.entered, self.release = threading.Event(), threading.Event()
+
+        def append(self, stream: str, events: Any, expected_version: Any = None) -> Any:
+            self.sizes.append(len(events))
+            if len(self.sizes) == 1:
+                self.entered.set()
+                assert self.release.wait(WAIT)
+            return self.inner.append(stream, events, expected_version)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    with PostgresStore(postgres_url, max_record_size=4096) as store:
+        held = Held(store)
+        owner = Owner(held, "s", Runner(_model, []), start=False, watch=False)
+        results: dict[str, Any] = {}
+
+        def send(text: str) -> None:
+            try:
+                results[text[:5]] = owner.inject(text)
+            except Exception as exc:
+                results[text[:5]] = exc
+
+        first = threading.Thread(target=send, args=("first",))
+        first.start()
+        assert held.entered.wait(WAIT)
+        texts = ["a", "b", "big" + "x" * 8000, "c"]
+        threads = [threading.Thread(target=send, args=(t,)) for t in texts]
+        for t in threads:
+            t.start()
+        assert until(lambda: len(owner._port._pending) == 4)
+        held.release.set()
+        for t in [first, *threads]:
+            t.join(WAIT)
+        owner.close()
+        assert held.sizes[:2] == [1, 4]  # the shared batch was tried, refused as a whole
+        assert isinstance(results["bigxx"], ValueError) and "above the limit" in str(
+            results["bigxx"])
+        assert all(isinstance(results[t], MessageSent) for t in ["first", "a", "b", "c"])
+        logged = sorted(e.message.content for e in store.read("s") if isinstance(e, MessageSent))
+        assert logged == ["a", "b", "c", "first"]
+
+
+def test_a_store_with_reconnect_zero_raises_at_once_when_its_connection_drops(postgres_url):
+    with PostgresStore(postgres_url, reconnect=0) as store:
+        store.append("s", [Warned(text="a")])
+        sql(postgres_url, "SELECT pg_terminate_backend(%s)", store._connection().info.backend_pid)
+        connects: list[int] = []
+        real = store.connect
+        store.connect = lambda: (connects.append(1), real())[1]  # type: ignore[method-assign]
+        with pytest.raises(StoreError, match=r"could not get it back within 0s"):
+            store.append("s", [Warned(text="b")])
+        assert connects == []  # not one attempt to reconnect
+        store.append("s", [Warned(text="c")])  # the next call connects afresh
+        assert connects == [1] and [e.text for e in store.read("s")] == ["a", "c"]
