@@ -888,8 +888,10 @@ class _Background:
         self._thread.start()
 
     def stop(self, wait: bool = True) -> None:
-        """Stop the thread; with ``wait``, return only once it renews and nudges no more (it
-        wakes at once, unless a connection attempt or a renewal is under way)."""
+        """Stop the thread; with ``wait``, return once it renews and nudges no more, or after
+        10 s at most: it wakes at once, unless a connection attempt (``connect_timeout``) or a
+        renewal (bounded by ``lock_timeout`` and the TCP keepalives) is under way, and such a
+        call may outlive the wait; it renews nothing after it (the store is closed)."""
         self._stop.set()
         with self._pipe_lock:
             if self._wake_write >= 0:
