@@ -65,7 +65,7 @@ from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore, Stop
 from nous_inbox.port import JournalPort, sent_event
 from nous_inbox.session import Session
-from nous_inbox.snapshot import SNAPSHOT_EVERY
+from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
 from nous_inbox.store.lease import OwnerLease
@@ -114,8 +114,10 @@ class AsyncOwner:
     ``subscribe`` callback). ``offload`` says whether store calls go to the owner's worker
     thread; by default they do when the store says its calls block (``store.blocking``, true of
     every store but ``memory:``). ``start`` wakes right away, on opening, if the replayed inbox
-    wants it (a waking message left queued by a previous process). ``snapshot_every`` is the
-    threaded owner's (see :mod:`nous_inbox.snapshot`).
+    wants it (a waking message left queued by a previous process). ``snapshot_every`` and
+    ``freeze_gc`` are the threaded owner's (see :class:`~nous_inbox.owner.Owner`; with
+    ``freeze_gc``, the default, an asyncio task or future caught in a reference cycle at a
+    freeze is never collected).
 
     Options are checked here, before anything is opened: a bad one names itself.
 
@@ -137,6 +139,7 @@ class AsyncOwner:
         offload: bool | None = None,
         start: bool = True,
         snapshot_every: int = SNAPSHOT_EVERY,
+        freeze_gc: bool = True,
     ) -> None:
         if not callable(getattr(runner, "arun_turn", None)):
             raise TypeError(
@@ -144,7 +147,7 @@ class AsyncOwner:
                 f"{type(runner).__name__} has none"
             )
         check_stream(stream)
-        for name, value in (("watch", watch), ("start", start)):
+        for name, value in (("watch", watch), ("start", start), ("freeze_gc", freeze_gc)):
             if type(value) is not bool:
                 raise TypeError(f"AsyncOwner: {name} must be a bool, got {type(value).__name__}")
         if offload is not None and type(offload) is not bool:
@@ -155,13 +158,12 @@ class AsyncOwner:
         if not 0 < poll_interval < float("inf"):
             raise ValueError(f"AsyncOwner: poll_interval must be a positive number of seconds, "
                              f"got {poll_interval!r}")
-        if type(snapshot_every) is not int or snapshot_every < 0:
-            raise ValueError(f"AsyncOwner: snapshot_every must be an int >= 0 (0: never), "
-                             f"got {snapshot_every!r}")
+        check_snapshot_every(snapshot_every, "AsyncOwner")
         self._store = store
         self._stream = stream
         self._runner = runner
         self._snapshot_every = snapshot_every
+        self._freeze_gc = freeze_gc
         self._watch_others = watch
         self._poll_interval = float(poll_interval)
         self._start = start
@@ -231,7 +233,8 @@ class AsyncOwner:
         try:
             with self._lock:
                 self._journal = Journal(self._store, self._stream, on_events=self._folded,
-                                        snapshot_every=self._snapshot_every)
+                                        snapshot_every=self._snapshot_every,
+                                        freeze_gc=self._freeze_gc)
                 call_io = self._call_io if self._io is not None else None
                 self._port = _LoopPort(self._journal, self._lock, call_io)
                 resumed = OwnerCore.resume(self._journal.session)

@@ -54,6 +54,18 @@ session and the saving cost per event stays flat; an open then replays at most a
 session. Saving is skipped on a read-only store; a failed save is a warning, never a failed send.
 ``nous-inbox snapshot --store URL SESSION`` saves one on demand.
 
+The save runs inside the send (the journal's commit) that reaches the save point, under the
+owner's lock: that one send per interval pays for it (``bench/snapshot_bench.py`` times it).
+It is not handed to a background thread, though the value is immutable: encoding holds the
+interpreter lock throughout (msgspec does not release it; a thread encoding 100 000 events
+stalled the sending thread 43 of its 52 ms), and the write holds the store's lock, which the
+next append needs, so the same sends would wait, only later and less predictably.
+
+Which snapshot a store keeps. One per stream, replaced by each save unless the one kept is
+newer and of this same log (its tip checks out against the log): one beyond the stream's
+version, or of another log, can never be used and is always replaced, so it never blocks the
+log's own saves. ``save_snapshot`` answers ``False`` when it wrote nothing.
+
 Design notes. The body's checksum catches a flipped bit that would still decode; the tip catches a
 snapshot that decodes perfectly but belongs to another log (version 1 compared the tip's type
 and time only, which a repeating clock fooled; its snapshots are ignored, and replaced by the
@@ -95,6 +107,7 @@ __all__ = [
     "SnapshotFile",
     "SnapshotStore",
     "check_snapshot",
+    "check_snapshot_every",
     "decode_snapshot",
     "encode_snapshot",
     "load_session",
@@ -115,6 +128,20 @@ SNAPSHOT_EVERY: Final = 10_000
 #: ... or after the last snapshot's seq divided by this, when that is more: saving costs what the
 #: session holds, so the interval grows with it and the cost per event stays flat.
 SNAPSHOT_SHARE: Final = 10
+
+
+def check_snapshot_every(value: object, who: str) -> int:
+    """``value`` if it is a valid ``snapshot_every`` (an int >= 0), else a ``ValueError`` naming
+    ``who``'s option: the one check for the journal and both owners.
+
+    >>> check_snapshot_every(-1, "Owner")
+    Traceback (most recent call last):
+    ...
+    ValueError: Owner: snapshot_every must be an int >= 0 (0: never), got -1
+    """
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{who}: snapshot_every must be an int >= 0 (0: never), got {value!r}")
+    return value
 
 
 @runtime_checkable
