@@ -75,6 +75,7 @@ __all__ = ["AsyncOwner", "AsyncTurnRunner"]
 logger: Final = logging.getLogger("nous_inbox.async_owner")
 
 _T = TypeVar("_T")
+_thread_id: Final = threading.get_ident
 
 Listener = Callable[[Event], None]
 
@@ -386,11 +387,23 @@ class AsyncOwner:
         it is: a run it wakes has started by then. Cancelling the awaiting task does not take a
         send back that the worker already took up.
         """
-        event = sent_event(message, target, wakeup)  # refuse bad input on the caller's own line
-        self._check_open()
+        # Bad input is refused on the caller's own line. Parts already checked (a built
+        # Message, a Target, a bool) need no second look.
+        if type(message) is Message and type(target) is Target and type(wakeup) is bool:
+            event = MessageSent(target=target, wakeup=wakeup, message=message)
+        else:
+            event = sent_event(message, target, wakeup)
+        journal = self._journal
+        if journal is None or self._closed or self._core.lost is not None:
+            journal = self._check_open()  # raises, saying why
         if self._io is None:
-            stored = self._commit_now([event])
-            return stored[0]  # type: ignore[return-value]
+            try:
+                with self._lock:
+                    (stored,) = journal.append((event,))
+            except LeaseLostError as exc:
+                self._lease_lost(exc)
+                raise
+            return stored  # type: ignore[return-value]
         assert self._loop is not None
         future: asyncio.Future[MessageSent] = self._loop.create_future()
         with self._sends_lock:
@@ -470,11 +483,13 @@ class AsyncOwner:
             )
         return self._journal
 
-    def _check_open(self) -> None:
-        self._open_journal()
+    def _check_open(self) -> Journal:
+        """The journal, if the owner is open; else the error saying why it is not."""
+        journal = self._open_journal()
         self._raise_if_lost()
         if self._closed:
             raise RuntimeError(f"AsyncOwner of session {self._stream!r} is closed")
+        return journal
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)`` where store calls belong: inline, or on the worker."""
@@ -488,8 +503,7 @@ class AsyncOwner:
 
     def _commit(self, events: Sequence[Event]) -> list[Event]:
         with self._lock:
-            stored, _ = self._open_journal().commit(lambda session: (events, None))
-            return stored
+            return self._open_journal().append(events)
 
     def _commit_now(self, events: Sequence[Event]) -> list[Event]:
         """Commit inline (a store that does not block): a lost lease is taken in at once."""
@@ -594,6 +608,23 @@ class AsyncOwner:
     def _folded(self, events: Sequence[Event]) -> None:
         """The journal folded ``events`` in (on any thread, under the journal lock): hand them
         to the loop, in order."""
+        if _thread_id() == self._loop_thread and not self._reacting and not self._batches:
+            # Folded on the loop with nothing before it to tell (an inline send or claim):
+            # told at once. No other thread can queue a batch meanwhile, since each does so
+            # under the journal lock this thread holds.
+            if not self._readers and not self._listeners:  # nobody to tell: the core decides
+                journal = self._journal
+                if journal is not None and self._core.arrived(events, journal.session):
+                    self._start_run()
+                return
+            self._reacting = True
+            try:
+                self._tell(events)
+            finally:
+                self._reacting = False
+            if self._batches:  # a listener's own send, folded while we told
+                self._react()
+            return
         with self._batches_lock:
             self._batches.append(events)
             here = threading.get_ident() == self._loop_thread
@@ -619,21 +650,27 @@ class AsyncOwner:
                         self._react_scheduled = False
                         return
                     events = self._batches.popleft()
-                readers = tuple(self._readers)
-                for event in events:
-                    for reader in readers:
-                        reader.put_nowait(event)
-                    for listener in list(self._listeners):
-                        try:
-                            listener(event)
-                        except Exception:
-                            logger.exception("a listener of session %r failed on event #%d",
-                                             self._stream, event.seq)
-                # Ours or another process's: a send that asks to wake is answered (the core's rule).
-                if self._journal is not None and self._core.arrived(events, self._journal.session):
-                    self._start_run()
+                self._tell(events)
         finally:
             self._reacting = False
+
+    def _tell(self, events: Sequence[Event]) -> None:
+        """On the loop, for one folded batch: tell the readers and listeners of each event, in
+        order, then ask the core whether to wake."""
+        if self._readers or self._listeners:
+            readers = tuple(self._readers)
+            for event in events:
+                for reader in readers:
+                    reader.put_nowait(event)
+                for listener in list(self._listeners):
+                    try:
+                        listener(event)
+                    except Exception:
+                        logger.exception("a listener of session %r failed on event #%d",
+                                         self._stream, event.seq)
+        # Ours or another process's: a send that asks to wake is answered (the core's rule).
+        if self._journal is not None and self._core.arrived(events, self._journal.session):
+            self._start_run()
 
     def _raise_if_lost(self) -> None:
         lost = self._core.lost

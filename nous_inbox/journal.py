@@ -91,6 +91,10 @@ logger: Final = logging.getLogger("nous_inbox.journal")
 #: another writer appended in between, so running out means the stream never stood still.
 ATTEMPTS: Final = 100
 
+_NEVER: Final = 2**63  # a version no stream reaches: "no checkpoint due"
+_replace: Final = msgspec.structs.replace
+_time: Final = time.time
+
 class Log(Protocol):
     """What a journal needs of a store: append with an expected version, read back, and a cheap
     version number (every ``nous_inbox.store`` store fits, and so may a host's own)."""
@@ -153,8 +157,11 @@ class Journal:
             )
         self._session = session if transcript else _without_transcript(session)
         self._frozen_at = 0
+        self._due = 0  # the version from which _checkpoint has work (see _schedule)
         if store is not None:
             self._checkpoint()
+        else:
+            self._schedule()
 
     @property
     def stream(self) -> str:
@@ -196,6 +203,7 @@ class Journal:
         ``False``: a snapshot is a cache, and nothing the log holds depends on it.
         """
         self._snapshot_at = self._session.version  # tried again after snapshot_every more
+        self._schedule()
         if self._store is None or not self._keep_transcript:
             return False
         try:
@@ -217,6 +225,19 @@ class Journal:
             gc.collect()  # garbage frozen now would never be collected: clear it first
             gc.freeze()
             self._frozen_at = version
+        self._schedule()
+
+    def _schedule(self) -> None:
+        # The version at which _checkpoint may next have work: worked out once here, so a fold
+        # before it costs one comparison rather than the rules above.
+        every = self._every
+        due = _NEVER
+        if every:
+            due = self._snapshot_at + max(every, self._snapshot_at // SNAPSHOT_SHARE)
+        if self._freeze:
+            cadence = every or SNAPSHOT_EVERY
+            due = min(due, max(cadence, self._frozen_at + cadence))
+        self._due = due
 
     def commit(self, change: Change[T]) -> tuple[list[Event], T]:
         """Append the events ``change`` computes from the session, then fold them in.
@@ -230,38 +251,74 @@ class Journal:
         Returns the events as stored (``[]`` when the change had none) and ``change``'s result.
         """
         lost: ConcurrencyError | None = None
-        replace = msgspec.structs.replace
         for _ in range(ATTEMPTS):
             events, result = change(self._session)
             if not events:
                 return [], result
-            # Numbered and timed here, and folded BEFORE the append: an event that does not fold
-            # (a claim the inbox cannot meet) is refused with nothing written, so the log never
-            # holds what replay would refuse. The store keeps the seq and time given.
-            version = self._session.version
-            now = self._clock() if self._clock is not None else time.time()
-            stamped = [replace(event, seq=version + i, at=float(event.at or now))
-                       for i, event in enumerate(events, 1)]
-            folded = self._folded(stamped)
-            if self._store is None:
-                stored = stamped
-            else:
-                try:
-                    stored = list(self._store.append(self._stream, stamped, version))
-                except ConcurrencyError as exc:
-                    if not self.catch_up():
-                        raise
-                    lost = exc
-                    continue
-            self._session = folded
-            if self._on_events is not None:
-                self._on_events(stored)
+            try:
+                return self._append(events), result
+            except ConcurrencyError as exc:
+                if not self.catch_up():
+                    raise
+                lost = exc
+        raise _gave_up(self._stream) from lost
+
+    def append(self, events: Sequence[Event]) -> list[Event]:
+        """Append ``events`` as they are (numbered and timed here), then fold them in: a
+        :meth:`commit` whose change does not depend on the session (a send, a run's record).
+
+        When another writer appended first, the journal reads what it wrote and appends after
+        it; the rest is :meth:`commit`'s. Returns the events as stored (``[]`` for none).
+
+        >>> from nous_inbox.events import Warned
+        >>> from nous_inbox.store import open_store
+        >>> [e.seq for e in Journal(open_store("memory:"), "s").append([Warned(text="hi")])]
+        [1]
+        """
+        if not events:
+            return []
+        lost: ConcurrencyError | None = None
+        for _ in range(ATTEMPTS):
+            try:
+                return self._append(events)
+            except ConcurrencyError as exc:
+                if not self.catch_up():
+                    raise
+                lost = exc
+        raise _gave_up(self._stream) from lost
+
+    def _append(self, events: Sequence[Event]) -> list[Event]:
+        """One attempt: number, time and fold ``events``, append them at the session's version,
+        and keep the folded session; ``ConcurrencyError`` (nothing changed) if the stream moved.
+
+        Numbered and timed here, and folded BEFORE the append: an event that does not fold (a
+        claim the inbox cannot meet) is refused with nothing written, so the log never holds
+        what replay would refuse. The store keeps the seq and time given.
+        """
+        session = self._session
+        version = session.version
+        now = self._clock() if self._clock is not None else _time()
+        stream = self._stream
+        stamped: list[Event] = []
+        for event in events:
+            version += 1
+            event = _replace(event, seq=version, at=float(event.at or now))
+            session = session.apply(event, stream)
+            stamped.append(event)
+        if not self._keep_transcript:
+            session = _without_transcript(session)
+        store = self._store
+        if store is None:
+            stored = stamped
+        else:
+            kept = store.append(stream, stamped, self._session.version)
+            stored = kept if type(kept) is list else list(kept)
+        self._session = session
+        if self._on_events is not None:
+            self._on_events(stored)
+        if version >= self._due:
             self._checkpoint()
-            return stored, result
-        raise ConcurrencyError(
-            f"stream {self._stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
-            "attempts (nothing was written)"
-        ) from lost
+        return stored
 
     def claim(
         self, target: Target | str, *, wake_only: bool = False, limit: int | None = None
@@ -289,20 +346,25 @@ class Journal:
         (['fyi'], 1, 2)
         """
         where = as_target(target)
-
-        def change(session: Session) -> tuple[list[Event], list[Message]]:
-            # Computed again if another writer appended first: the queue may have grown.
-            claimed, event, _ = claim_event(session.inbox, where, wake_only=wake_only, limit=limit)
-            return ([event] if event is not None else []), claimed
-
         self.catch_up()
-        stored, claimed = self.commit(change)
-        if not stored:
-            return [], None
-        event = stored[0]
-        if not isinstance(event, QueueClaimed):  # pragma: no cover - the change above made it
-            raise TypeError(f"a claim stored a {type(event).__name__}")
-        return claimed, event
+        lost: ConcurrencyError | None = None
+        for _ in range(ATTEMPTS):
+            # Computed again if another writer appended first: the queue may have grown.
+            claimed, event, _ = claim_event(self._session.inbox, where, wake_only=wake_only,
+                                            limit=limit)
+            if event is None:
+                return [], None
+            try:
+                (stored,) = self._append((event,))
+            except ConcurrencyError as exc:
+                if not self.catch_up():
+                    raise
+                lost = exc
+                continue
+            if not isinstance(stored, QueueClaimed):  # pragma: no cover - built just above
+                raise TypeError(f"a claim stored a {type(stored).__name__}")
+            return claimed, stored
+        raise _gave_up(self._stream) from lost
 
     def _folded(self, events: Sequence[Event]) -> Session:
         session = self._session
@@ -337,6 +399,13 @@ def claim_event(
         return [], None, inbox
     left = rest.count(where) if limit is not None else 0
     return list(claimed), QueueClaimed(target=where, count=len(claimed), rest=left), rest
+
+
+def _gave_up(stream: str) -> ConcurrencyError:
+    return ConcurrencyError(
+        f"stream {stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
+        "attempts (nothing was written)"
+    )
 
 
 def _without_transcript(session: Session) -> Session:

@@ -116,8 +116,9 @@ class OwnerCore:
         Only a send that asked to wake can start one (ruling 9: an injection never does, whatever
         older entry is queued); whose send it was does not matter.
         """
-        if any(type(event) is MessageSent and event.wakeup for event in events):
-            return self.wake(session)
+        for event in events:
+            if type(event) is MessageSent and event.wakeup:
+                return self.wake(session)
         return False
 
     def wake(self, session: Session) -> bool:

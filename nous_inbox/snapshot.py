@@ -23,8 +23,9 @@ True
 What a snapshot holds: a head (:class:`SnapshotFile`: a format name and version,
 ``nous-inbox-snapshot`` and :data:`SNAPSHOT_VERSION`, the stream, the seq it was taken at, the
 *tip*, a digest of the content of the log's last events up to that seq (:data:`TIP_EVENTS` of
-them, each whole: type, time and every field), and a CRC-32 of the body), then the body: the :class:`~nous_inbox.session.Session` (inbox, transcript, turn, step, running) as
-MessagePack. A store keeps the newest one per stream
+them, each whole: type, time and every field), and a CRC-32 of the body), then the body: the
+:class:`~nous_inbox.session.Session` (inbox, transcript, turn, step, running) as MessagePack.
+A store keeps one per stream (see "which snapshot a store keeps" below)
 (``save_snapshot``/``load_snapshot`` on :class:`~nous_inbox.store.base.StoreBase`: a table row in
 SQLite and PostgreSQL, a dict entry in ``memory:``, a private side file for ``file:``); a host's
 own store without those methods simply has no snapshots.
@@ -155,7 +156,7 @@ class SnapshotStore(Protocol):
         """Keep ``data`` as ``stream``'s snapshot at ``seq``; ``False`` when not kept."""
 
     def load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
-        """The newest snapshot kept for ``stream`` as ``(seq, data)``, or ``None``."""
+        """The snapshot kept for ``stream`` as ``(seq, data)``, or ``None``."""
 
 
 class SnapshotFile(msgspec.Struct, frozen=True, kw_only=True):

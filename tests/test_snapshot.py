@@ -524,6 +524,20 @@ def test_a_snapshot_file_another_user_owns_is_ignored(
     _ignored(store, caplog, "not to you")
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_snapshot_directory_another_user_owns_is_ignored_and_never_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, snapshot = _file_store_with_snapshot(tmp_path)
+    os.chown(snapshot.parent, 4321, 4321)
+    _ignored(store, caplog, "not to you")
+    before = snapshot.read_bytes()
+    store.append("s", [Warned(text="one more")])
+    with pytest.raises(OSError, match="not to you"):
+        save_snapshot(store, "s", replay(store.read("s")))
+    assert snapshot.read_bytes() == before
+
+
 def test_a_planted_snapshot_link_is_never_followed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

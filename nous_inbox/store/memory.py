@@ -37,6 +37,7 @@ class MemoryStore(StoreBase):
 
     url = "memory:"
     blocking = False  # a call is a few microseconds under a lock: an event loop may make it
+    _lock_excludes = True  # one lock guards the streams; a write is one list.extend
 
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only
