@@ -63,7 +63,7 @@ from nous_inbox.inbox import Inbox, Target
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore, Stop
-from nous_inbox.port import JournalPort, sent_event
+from nous_inbox.port import JournalPort, commit_batch, sent_event
 from nous_inbox.session import Session
 from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
@@ -118,7 +118,9 @@ class AsyncOwner:
     wants it (a waking message left queued by a previous process). ``snapshot_every`` and
     ``freeze_gc`` are the threaded owner's (see :class:`~nous_inbox.owner.Owner`; with
     ``freeze_gc``, the default, an asyncio task or future caught in a reference cycle at a
-    freeze is never collected).
+    freeze is never collected). On a store called inline (``memory:``) a snapshot is encoded
+    on the event loop, and it only serves a reopen in the same process, so a host with a long
+    ``memory:`` session may pass ``snapshot_every=0``.
 
     Options are checked here, before anything is opened: a bad one names itself.
 
@@ -217,6 +219,9 @@ class AsyncOwner:
         except BaseException:
             self._closed = True
             if self._io is not None:
+                # Cancelled while ``_open`` runs on: it still takes the lease. The one worker
+                # runs this after it, so whatever it took is given back.
+                self._io.submit(self._give_back)
                 self._io.shutdown(wait=False)
             raise
         if self._watch_others:
@@ -246,6 +251,18 @@ class AsyncOwner:
             raise
         self._lease = lease
 
+    def _give_back(self) -> None:
+        """Drop the store subscription and give the lease back (on the worker, after every job
+        queued before it: a subscribe or an open a cancel left running ends first)."""
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        lease, self._lease = self._lease, None
+        try:
+            if unsubscribe is not None:
+                unsubscribe()
+        finally:
+            if lease is not None:
+                lease.release()
+
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
@@ -272,13 +289,13 @@ class AsyncOwner:
             self._watcher.cancel()
             await asyncio.wait((self._watcher,))
         try:
-            if self._unsubscribe is not None:
-                await self._call(self._unsubscribe)
             if run is None or run.done():
-                if self._lease is not None:
-                    await self._call(self._lease.release)
+                # Shielded: a second cancel must not skip giving the stream up (a retry of
+                # aclose does nothing). On the worker it runs after a subscribe still going.
+                await asyncio.shield(self._call_soon(self._give_back))
             else:
                 logger.warning("the run of session %r did not stop; keeping its lease", self._stream)
+                await asyncio.shield(self._call_soon(self._drop_subscription))
         finally:
             self._react()  # the last batches reach the readers before they end
             for reader in self._readers:
@@ -375,7 +392,9 @@ class AsyncOwner:
     def listen(self, callback: Listener) -> None:
         """Call ``callback(event)`` on the event loop for every event recorded from now on, in
         order (the owner's own and those another process appended). Keep it quick; one that
-        raises is logged and does not stop the others or the run."""
+        raises is logged and does not stop the others or the run. A callback cannot await, so
+        one that sends schedules it: ``asyncio.ensure_future(owner.steer(...))`` (keep the
+        task, and await or check it, to hear of a failure)."""
         self._listeners.append(callback)
 
     # -- what a host says -------------------------------------------------------------------------
@@ -384,8 +403,9 @@ class AsyncOwner:
         """Queue ``message`` on ``target`` durably, then wake if it asks to and nothing runs.
 
         Bad input raises here, before anything is written. Returns the event as stored, once
-        it is: a run it wakes has started by then. Cancelling the awaiting task does not take a
-        send back that the worker already took up.
+        it is: a run it wakes has started by then. Cancelling the awaiting task (a timeout)
+        takes the send back if the worker has not taken it up yet, so a caller that retries
+        does not send it twice; one the worker took up is committed (it may be already).
         """
         # Bad input is refused on the caller's own line. Parts already checked (a built
         # Message, a Target, a bool) need no second look.
@@ -411,7 +431,13 @@ class AsyncOwner:
             lead, self._flushing = not self._flushing, True
         if lead:
             self._io.submit(self._flush)
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # ``_flush`` takes the whole list under this lock: still here means not taken.
+            with self._sends_lock, contextlib.suppress(ValueError):
+                self._sends.remove((event, future))
+            raise
 
     async def steer(self, message: Message | str) -> MessageSent:
         """Next step, wakes: "read this before your next model request"."""
@@ -429,8 +455,12 @@ class AsyncOwner:
         """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any in progress."""
         sent_event(text, Target.NEXT_TURN, True)
         self._check_open()
-        self._core.prompt()
-        return await self.followup(text)
+        self._core.prompt()  # before the send: the run it wakes starts before it returns
+        try:
+            return await self.followup(text)
+        except BaseException:
+            self._core.unprompt()  # not stored: the next turn must not be recorded as a prompt
+            raise
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
@@ -497,6 +527,28 @@ class AsyncOwner:
             return fn(*args)
         return await self._call_io(fn, *args)
 
+    def _call_soon(self, fn: Callable[[], _T]) -> asyncio.Future[_T]:
+        """``fn()`` where store calls belong, as a future (done already when inline)."""
+        if self._io is not None:
+            return self._call_io(fn)
+        assert self._loop is not None
+        done: asyncio.Future[_T] = self._loop.create_future()
+        try:
+            done.set_result(fn())
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
+
+    def _drop_subscription(self) -> None:
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
+
+    def _subscribe(self, subscribe: Callable[..., Callable[[], None]], poke: Callable[[], None]) -> None:
+        # Kept by the job itself: a watcher cancelled meanwhile (aclose) would drop it, and
+        # aclose's unsubscribe, queued on the worker after this job, finds it here.
+        self._unsubscribe = subscribe(self._stream, poke)
+
     def _call_io(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
         assert self._loop is not None and self._io is not None
         return self._loop.run_in_executor(self._io, fn, *args)
@@ -527,25 +579,28 @@ class AsyncOwner:
         return done
 
     def _flush(self) -> None:
-        """The worker's group commit: every send queued so far, in one append."""
+        """The worker's group commit: every send queued so far, in one append, settled by the
+        threaded port's rule (:func:`~nous_inbox.port.commit_batch`)."""
         with self._sends_lock:
             batch, self._sends = self._sends, []
             self._flushing = False
+        if not batch:
+            return  # every sender it was queued for took its send back
         outcomes: list[tuple[asyncio.Future[MessageSent], Event | None, BaseException | None]]
         try:
-            stored = self._commit([event for event, _ in batch])
-            outcomes = [(future, event, None) for (_, future), event in zip(batch, stored, strict=True)]
-        except (TypeError, ValueError):
-            # Refused before anything was written (an event too large, one that does not
-            # fold): one at a time, so one bad send fails only its own sender.
-            outcomes = []
-            for event, future in batch:
-                try:
-                    outcomes.append((future, self._commit([event])[0], None))
-                except BaseException as exc:
-                    outcomes.append((future, None, exc))
-        except BaseException as exc:  # whatever happened happened to the whole batch
+            with self._lock:
+                settled = commit_batch(self._open_journal(), [event for event, _ in batch])
+            outcomes = [(future, stored, error)
+                        for (_, future), (stored, error) in zip(batch, settled, strict=True)]
+        except BaseException as exc:  # not a store's failure: its senders hear it, it goes on
             outcomes = [(future, None, exc) for _, future in batch]
+            self._hand_back(outcomes)
+            raise
+        self._hand_back(outcomes)
+
+    def _hand_back(
+        self, outcomes: list[tuple[asyncio.Future[MessageSent], Event | None, BaseException | None]]
+    ) -> None:
         assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
             self._loop.call_soon_threadsafe(self._settle, outcomes)
@@ -584,7 +639,7 @@ class AsyncOwner:
         subscribe = getattr(self._store, "subscribe", None)
         if callable(subscribe):
             try:
-                self._unsubscribe = await self._call(subscribe, self._stream, poke)
+                await self._call(self._subscribe, subscribe, poke)
             except Exception:
                 logger.exception("could not subscribe to session %r; polling", self._stream)
         while True:
@@ -685,6 +740,8 @@ class AsyncOwner:
         if self._core.lease_lost(error) and self._cancel is not None:
             self._cancel.set()
         self._settled.set()
+        for reader in self._readers:  # the owner is over: so is every events() reader
+            reader.put_nowait(None)
         if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
 

@@ -299,7 +299,12 @@ class Owner(SendPresets):
         """
         with self._lock:
             self._core.prompt()
-        return self.followup(text)
+        try:
+            return self.followup(text)
+        except BaseException:
+            with self._lock:  # not stored: the next turn must not be recorded as this prompt's
+                self._core.unprompt()
+            raise
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
