@@ -14,8 +14,8 @@ interleaved with the others. Memory: bytes allocated per queued message (``trace
 10,000 messages waiting. Ratios are the median over repeats of each side's rate divided by the
 baseline's rate measured just before it. Retained after drain: bytes still allocated after N
 messages were sent and all received (``tracemalloc``), for N = 10,000, 100,000 and 300,000: flat
-is the target (the mailbox keeps the outcomes of the last ``remember`` messages sent, 10,000 by
-default, and nothing more of what it let go). Growth: the time of one send when 1, 100 and 10,000 recipients already
+is the target (the mailbox keeps the outcome of a message it let go for ``remember`` more
+messages sent, 10,000 by default, and nothing more of what it let go). Growth: the time of one send when 1, 100 and 10,000 recipients already
 hold messages, and the time to compose and deliver one notice when the agent has 1, 100 and 1,000
 threads (all read but one new message): flat is the target. Run ``python -m bench.mailbox_bench``
 (``--quick``: small and fast).

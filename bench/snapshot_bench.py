@@ -22,6 +22,12 @@ pass only once the heap grew by a quarter), so it is timed on its own. The long 
 is run twice: as the owner does it (``gc.freeze()`` after the open), and with ``gc.freeze``
 disabled, which is how it behaved before. Ratios are long / short (1.0 is flat).
 
+Crossing a save point (the third table): the sends above are too few to reach the owner's next
+snapshot, but one send per interval does: the owner saves the whole session inside that send,
+under its lock. So an owner is opened on the long session and sends until it has saved (about
+a tenth of the session, ``snapshot_every`` at least, after the open's snapshot): p50, p99 and
+the longest over all of them, and the send that carried the save.
+
 ``python -m bench.snapshot_bench`` runs at ``H`` = 200 000 (``--quick``: 20 000); ``--events
 1000000`` for the issue's million-event session (about 4 minutes, 1 GB of RAM).
 """
@@ -159,6 +165,41 @@ def _child_sends(url: str, stream: str, sends: int, freeze: bool) -> dict[str, A
             "max": times[-1], "gc": full}
 
 
+def _child_crossing(url: str, stream: str, every: int) -> dict[str, Any]:
+    from nous_inbox.owner import Owner
+
+    with open_store(url) as opened:
+        store: Any = opened
+        saved: list[int] = []
+        save = store.save_snapshot
+
+        def saving(stream: str, seq: int, data: bytes) -> bool:
+            saved.append(seq)  # instrumented only to tell which send carried the save
+            kept: bool = save(stream, seq, data)
+            return kept
+
+        store.save_snapshot = saving
+        owner = Owner(store, stream, _NoRun(), watch=False, start=False, snapshot_every=every)
+        try:
+            for i in range(_WARM):
+                owner.inject(f"warm {i}")
+            times: list[float] = []
+            crossing = -1.0
+            while crossing < 0 or len(times) < 200:
+                before = len(saved)
+                started = time.perf_counter()
+                owner.inject(f"fyi {len(times)}")
+                took = time.perf_counter() - started
+                times.append(took)
+                if len(saved) > before and crossing < 0:
+                    crossing = took
+        finally:
+            owner.close()
+    times.sort()
+    return {"p50": statistics.median(times), "p99": times[int(len(times) * 0.99)],
+            "max": times[-1], "crossing": crossing, "sends": len(times)}
+
+
 def _spawn(*args: str) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, "-m", "bench.snapshot_bench", "--child", *args],
@@ -177,7 +218,7 @@ def _ms(s: float) -> str:
     return f"{s * 1000:.2f} ms" if s < 0.1 else f"{s * 1000:.0f} ms"
 
 
-def measure(events: int, sends: int) -> dict[str, Any]:
+def measure(events: int, sends: int, every: int = SNAPSHOT_EVERY) -> dict[str, Any]:
     """Build the store, run every child, and return the raw figures."""
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:{Path(tmp) / 'inbox.sqlite'}"
@@ -198,8 +239,9 @@ def measure(events: int, sends: int) -> dict[str, Any]:
         short = _spawn("sends", url, SHORT, str(sends), "1")
         long_frozen = _spawn("sends", url, STREAM, str(sends), "1")
         long_plain = _spawn("sends", url, STREAM, str(sends), "0")
+        crossing = _spawn("crossing", url, STREAM, str(every))
     return {"events": version, "save": save, "full": full, "snapshot": snap, "short": short,
-            "long": long_frozen, "long_plain": long_plain, "sends": sends}
+            "long": long_frozen, "long_plain": long_plain, "sends": sends, "crossing": crossing}
 
 
 def render(r: dict[str, Any]) -> str:
@@ -236,14 +278,27 @@ def render(r: dict[str, Any]) -> str:
             f"| {name} | {row['p50'] / short['p50']:.2f}x | {row['p99'] / short['p99']:.2f}x | "
             f"{row['max'] / short['max']:.2f}x | {row['gc'] / short['gc']:.2f}x |"
         )
+    crossing = r["crossing"]
+    lines += [
+        "",
+        f"Crossing a save point: sends to an `Owner` on the {r['events']:,}-event session until "
+        f"it saved its next snapshot ({crossing['sends']:,} sends)",
+        "",
+        "| sends | p50 | p99 | longest | the send that saved |",
+        "|---|---:|---:|---:|---:|",
+        f"| {crossing['sends']:,} | {_ms(crossing['p50'])} | {_ms(crossing['p99'])} | "
+        f"{_ms(crossing['max'])} | {_ms(crossing['crossing'])} |",
+    ]
     return "\n".join(lines)
 
 
-def run(quick: bool = False, events: int | None = None, sends: int | None = None) -> str:
-    """Measure and render (``quick``: 20 000 events, 300 sends)."""
+def run(quick: bool = False, events: int | None = None, sends: int | None = None,
+        every: int = SNAPSHOT_EVERY) -> str:
+    """Measure and render (``quick``: 20 000 events, 300 sends); ``every`` is the crossing
+    owner's ``snapshot_every`` (a small one reaches a save point sooner on a short session)."""
     n = events if events is not None else (20_000 if quick else 200_000)
     m = sends if sends is not None else (300 if quick else 2_000)
-    return render(measure(n, m))
+    return render(measure(n, m, every))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -257,6 +312,8 @@ def main(argv: list[str] | None = None) -> None:
         what, *rest = args.child
         if what == "open":
             print(json.dumps(_child_open(rest[0], rest[1])))
+        elif what == "crossing":
+            print(json.dumps(_child_crossing(rest[0], rest[1], int(rest[2]))))
         else:
             print(json.dumps(_child_sends(rest[0], rest[1], int(rest[2]), rest[3] == "1")))
         return

@@ -63,9 +63,9 @@ from nous_inbox.inbox import Inbox, Target
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore, Stop
-from nous_inbox.port import JournalPort, sent_event
+from nous_inbox.port import JournalPort, commit_batch, sent_event
 from nous_inbox.session import Session
-from nous_inbox.snapshot import SNAPSHOT_EVERY
+from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
 from nous_inbox.store.lease import OwnerLease
@@ -75,6 +75,7 @@ __all__ = ["AsyncOwner", "AsyncTurnRunner"]
 logger: Final = logging.getLogger("nous_inbox.async_owner")
 
 _T = TypeVar("_T")
+_thread_id: Final = threading.get_ident
 
 Listener = Callable[[Event], None]
 
@@ -114,8 +115,12 @@ class AsyncOwner:
     ``subscribe`` callback). ``offload`` says whether store calls go to the owner's worker
     thread; by default they do when the store says its calls block (``store.blocking``, true of
     every store but ``memory:``). ``start`` wakes right away, on opening, if the replayed inbox
-    wants it (a waking message left queued by a previous process). ``snapshot_every`` is the
-    threaded owner's (see :mod:`nous_inbox.snapshot`).
+    wants it (a waking message left queued by a previous process). ``snapshot_every`` and
+    ``freeze_gc`` are the threaded owner's (see :class:`~nous_inbox.owner.Owner`; with
+    ``freeze_gc``, the default, an asyncio task or future caught in a reference cycle at a
+    freeze is never collected). On a store called inline (``memory:``) a snapshot is encoded
+    on the event loop, and it only serves a reopen in the same process, so a host with a long
+    ``memory:`` session may pass ``snapshot_every=0``.
 
     Options are checked here, before anything is opened: a bad one names itself.
 
@@ -137,6 +142,7 @@ class AsyncOwner:
         offload: bool | None = None,
         start: bool = True,
         snapshot_every: int = SNAPSHOT_EVERY,
+        freeze_gc: bool = True,
     ) -> None:
         if not callable(getattr(runner, "arun_turn", None)):
             raise TypeError(
@@ -144,7 +150,7 @@ class AsyncOwner:
                 f"{type(runner).__name__} has none"
             )
         check_stream(stream)
-        for name, value in (("watch", watch), ("start", start)):
+        for name, value in (("watch", watch), ("start", start), ("freeze_gc", freeze_gc)):
             if type(value) is not bool:
                 raise TypeError(f"AsyncOwner: {name} must be a bool, got {type(value).__name__}")
         if offload is not None and type(offload) is not bool:
@@ -155,13 +161,12 @@ class AsyncOwner:
         if not 0 < poll_interval < float("inf"):
             raise ValueError(f"AsyncOwner: poll_interval must be a positive number of seconds, "
                              f"got {poll_interval!r}")
-        if type(snapshot_every) is not int or snapshot_every < 0:
-            raise ValueError(f"AsyncOwner: snapshot_every must be an int >= 0 (0: never), "
-                             f"got {snapshot_every!r}")
+        check_snapshot_every(snapshot_every, "AsyncOwner")
         self._store = store
         self._stream = stream
         self._runner = runner
         self._snapshot_every = snapshot_every
+        self._freeze_gc = freeze_gc
         self._watch_others = watch
         self._poll_interval = float(poll_interval)
         self._start = start
@@ -214,6 +219,9 @@ class AsyncOwner:
         except BaseException:
             self._closed = True
             if self._io is not None:
+                # Cancelled while ``_open`` runs on: it still takes the lease. The one worker
+                # runs this after it, so whatever it took is given back.
+                self._io.submit(self._give_back)
                 self._io.shutdown(wait=False)
             raise
         if self._watch_others:
@@ -231,7 +239,8 @@ class AsyncOwner:
         try:
             with self._lock:
                 self._journal = Journal(self._store, self._stream, on_events=self._folded,
-                                        snapshot_every=self._snapshot_every)
+                                        snapshot_every=self._snapshot_every,
+                                        freeze_gc=self._freeze_gc)
                 call_io = self._call_io if self._io is not None else None
                 self._port = _LoopPort(self._journal, self._lock, call_io)
                 resumed = OwnerCore.resume(self._journal.session)
@@ -241,6 +250,18 @@ class AsyncOwner:
             lease.release()
             raise
         self._lease = lease
+
+    def _give_back(self) -> None:
+        """Drop the store subscription and give the lease back (on the worker, after every job
+        queued before it: a subscribe or an open a cancel left running ends first)."""
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        lease, self._lease = self._lease, None
+        try:
+            if unsubscribe is not None:
+                unsubscribe()
+        finally:
+            if lease is not None:
+                lease.release()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
@@ -268,13 +289,13 @@ class AsyncOwner:
             self._watcher.cancel()
             await asyncio.wait((self._watcher,))
         try:
-            if self._unsubscribe is not None:
-                await self._call(self._unsubscribe)
             if run is None or run.done():
-                if self._lease is not None:
-                    await self._call(self._lease.release)
+                # Shielded: a second cancel must not skip giving the stream up (a retry of
+                # aclose does nothing). On the worker it runs after a subscribe still going.
+                await asyncio.shield(self._call_soon(self._give_back))
             else:
                 logger.warning("the run of session %r did not stop; keeping its lease", self._stream)
+                await asyncio.shield(self._call_soon(self._drop_subscription))
         finally:
             self._react()  # the last batches reach the readers before they end
             for reader in self._readers:
@@ -371,7 +392,9 @@ class AsyncOwner:
     def listen(self, callback: Listener) -> None:
         """Call ``callback(event)`` on the event loop for every event recorded from now on, in
         order (the owner's own and those another process appended). Keep it quick; one that
-        raises is logged and does not stop the others or the run."""
+        raises is logged and does not stop the others or the run. A callback cannot await, so
+        one that sends schedules it: ``asyncio.ensure_future(owner.steer(...))`` (keep the
+        task, and await or check it, to hear of a failure)."""
         self._listeners.append(callback)
 
     # -- what a host says -------------------------------------------------------------------------
@@ -380,14 +403,27 @@ class AsyncOwner:
         """Queue ``message`` on ``target`` durably, then wake if it asks to and nothing runs.
 
         Bad input raises here, before anything is written. Returns the event as stored, once
-        it is: a run it wakes has started by then. Cancelling the awaiting task does not take a
-        send back that the worker already took up.
+        it is: a run it wakes has started by then. Cancelling the awaiting task (a timeout)
+        takes the send back if the worker has not taken it up yet, so a caller that retries
+        does not send it twice; one the worker took up is committed (it may be already).
         """
-        event = sent_event(message, target, wakeup)  # refuse bad input on the caller's own line
-        self._check_open()
+        # Bad input is refused on the caller's own line. Parts already checked (a built
+        # Message, a Target, a bool) need no second look.
+        if type(message) is Message and type(target) is Target and type(wakeup) is bool:
+            event = MessageSent(target=target, wakeup=wakeup, message=message)
+        else:
+            event = sent_event(message, target, wakeup)
+        journal = self._journal
+        if journal is None or self._closed or self._core.lost is not None:
+            journal = self._check_open()  # raises, saying why
         if self._io is None:
-            stored = self._commit_now([event])
-            return stored[0]  # type: ignore[return-value]
+            try:
+                with self._lock:
+                    (stored,) = journal.append((event,))
+            except LeaseLostError as exc:
+                self._lease_lost(exc)
+                raise
+            return stored  # type: ignore[return-value]
         assert self._loop is not None
         future: asyncio.Future[MessageSent] = self._loop.create_future()
         with self._sends_lock:
@@ -395,7 +431,13 @@ class AsyncOwner:
             lead, self._flushing = not self._flushing, True
         if lead:
             self._io.submit(self._flush)
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # ``_flush`` takes the whole list under this lock: still here means not taken.
+            with self._sends_lock, contextlib.suppress(ValueError):
+                self._sends.remove((event, future))
+            raise
 
     async def steer(self, message: Message | str) -> MessageSent:
         """Next step, wakes: "read this before your next model request"."""
@@ -413,8 +455,12 @@ class AsyncOwner:
         """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any in progress."""
         sent_event(text, Target.NEXT_TURN, True)
         self._check_open()
-        self._core.prompt()
-        return await self.followup(text)
+        self._core.prompt()  # before the send: the run it wakes starts before it returns
+        try:
+            return await self.followup(text)
+        except BaseException:
+            self._core.unprompt()  # not stored: the next turn must not be recorded as a prompt
+            raise
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
@@ -467,11 +513,13 @@ class AsyncOwner:
             )
         return self._journal
 
-    def _check_open(self) -> None:
-        self._open_journal()
+    def _check_open(self) -> Journal:
+        """The journal, if the owner is open; else the error saying why it is not."""
+        journal = self._open_journal()
         self._raise_if_lost()
         if self._closed:
             raise RuntimeError(f"AsyncOwner of session {self._stream!r} is closed")
+        return journal
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)`` where store calls belong: inline, or on the worker."""
@@ -479,14 +527,35 @@ class AsyncOwner:
             return fn(*args)
         return await self._call_io(fn, *args)
 
+    def _call_soon(self, fn: Callable[[], _T]) -> asyncio.Future[_T]:
+        """``fn()`` where store calls belong, as a future (done already when inline)."""
+        if self._io is not None:
+            return self._call_io(fn)
+        assert self._loop is not None
+        done: asyncio.Future[_T] = self._loop.create_future()
+        try:
+            done.set_result(fn())
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
+
+    def _drop_subscription(self) -> None:
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
+
+    def _subscribe(self, subscribe: Callable[..., Callable[[], None]], poke: Callable[[], None]) -> None:
+        # Kept by the job itself: a watcher cancelled meanwhile (aclose) would drop it, and
+        # aclose's unsubscribe, queued on the worker after this job, finds it here.
+        self._unsubscribe = subscribe(self._stream, poke)
+
     def _call_io(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
         assert self._loop is not None and self._io is not None
         return self._loop.run_in_executor(self._io, fn, *args)
 
     def _commit(self, events: Sequence[Event]) -> list[Event]:
         with self._lock:
-            stored, _ = self._open_journal().commit(lambda session: (events, None))
-            return stored
+            return self._open_journal().append(events)
 
     def _commit_now(self, events: Sequence[Event]) -> list[Event]:
         """Commit inline (a store that does not block): a lost lease is taken in at once."""
@@ -510,25 +579,28 @@ class AsyncOwner:
         return done
 
     def _flush(self) -> None:
-        """The worker's group commit: every send queued so far, in one append."""
+        """The worker's group commit: every send queued so far, in one append, settled by the
+        threaded port's rule (:func:`~nous_inbox.port.commit_batch`)."""
         with self._sends_lock:
             batch, self._sends = self._sends, []
             self._flushing = False
+        if not batch:
+            return  # every sender it was queued for took its send back
         outcomes: list[tuple[asyncio.Future[MessageSent], Event | None, BaseException | None]]
         try:
-            stored = self._commit([event for event, _ in batch])
-            outcomes = [(future, event, None) for (_, future), event in zip(batch, stored, strict=True)]
-        except (TypeError, ValueError):
-            # Refused before anything was written (an event too large, one that does not
-            # fold): one at a time, so one bad send fails only its own sender.
-            outcomes = []
-            for event, future in batch:
-                try:
-                    outcomes.append((future, self._commit([event])[0], None))
-                except BaseException as exc:
-                    outcomes.append((future, None, exc))
-        except BaseException as exc:  # whatever happened happened to the whole batch
+            with self._lock:
+                settled = commit_batch(self._open_journal(), [event for event, _ in batch])
+            outcomes = [(future, stored, error)
+                        for (_, future), (stored, error) in zip(batch, settled, strict=True)]
+        except BaseException as exc:  # not a store's failure: its senders hear it, it goes on
             outcomes = [(future, None, exc) for _, future in batch]
+            self._hand_back(outcomes)
+            raise
+        self._hand_back(outcomes)
+
+    def _hand_back(
+        self, outcomes: list[tuple[asyncio.Future[MessageSent], Event | None, BaseException | None]]
+    ) -> None:
         assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
             self._loop.call_soon_threadsafe(self._settle, outcomes)
@@ -567,7 +639,7 @@ class AsyncOwner:
         subscribe = getattr(self._store, "subscribe", None)
         if callable(subscribe):
             try:
-                self._unsubscribe = await self._call(subscribe, self._stream, poke)
+                await self._call(self._subscribe, subscribe, poke)
             except Exception:
                 logger.exception("could not subscribe to session %r; polling", self._stream)
         while True:
@@ -591,6 +663,23 @@ class AsyncOwner:
     def _folded(self, events: Sequence[Event]) -> None:
         """The journal folded ``events`` in (on any thread, under the journal lock): hand them
         to the loop, in order."""
+        if _thread_id() == self._loop_thread and not self._reacting and not self._batches:
+            # Folded on the loop with nothing before it to tell (an inline send or claim):
+            # told at once. No other thread can queue a batch meanwhile, since each does so
+            # under the journal lock this thread holds.
+            if not self._readers and not self._listeners:  # nobody to tell: the core decides
+                journal = self._journal
+                if journal is not None and self._core.arrived(events, journal.session):
+                    self._start_run()
+                return
+            self._reacting = True
+            try:
+                self._tell(events)
+            finally:
+                self._reacting = False
+            if self._batches:  # a listener's own send, folded while we told
+                self._react()
+            return
         with self._batches_lock:
             self._batches.append(events)
             here = threading.get_ident() == self._loop_thread
@@ -616,21 +705,27 @@ class AsyncOwner:
                         self._react_scheduled = False
                         return
                     events = self._batches.popleft()
-                readers = tuple(self._readers)
-                for event in events:
-                    for reader in readers:
-                        reader.put_nowait(event)
-                    for listener in list(self._listeners):
-                        try:
-                            listener(event)
-                        except Exception:
-                            logger.exception("a listener of session %r failed on event #%d",
-                                             self._stream, event.seq)
-                # Ours or another process's: a send that asks to wake is answered (the core's rule).
-                if self._journal is not None and self._core.arrived(events, self._journal.session):
-                    self._start_run()
+                self._tell(events)
         finally:
             self._reacting = False
+
+    def _tell(self, events: Sequence[Event]) -> None:
+        """On the loop, for one folded batch: tell the readers and listeners of each event, in
+        order, then ask the core whether to wake."""
+        if self._readers or self._listeners:
+            readers = tuple(self._readers)
+            for event in events:
+                for reader in readers:
+                    reader.put_nowait(event)
+                for listener in list(self._listeners):
+                    try:
+                        listener(event)
+                    except Exception:
+                        logger.exception("a listener of session %r failed on event #%d",
+                                         self._stream, event.seq)
+        # Ours or another process's: a send that asks to wake is answered (the core's rule).
+        if self._journal is not None and self._core.arrived(events, self._journal.session):
+            self._start_run()
 
     def _raise_if_lost(self) -> None:
         lost = self._core.lost
@@ -645,6 +740,8 @@ class AsyncOwner:
         if self._core.lease_lost(error) and self._cancel is not None:
             self._cancel.set()
         self._settled.set()
+        for reader in self._readers:  # the owner is over: so is every events() reader
+            reader.put_nowait(None)
         if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
 

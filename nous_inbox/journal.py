@@ -41,10 +41,19 @@ is 0), the journal calls ``gc.freeze()`` after an open and again every ``snapsho
 events, which moves every object then alive into the collector's permanent generation: full
 collections then walk only what was made since (0.3 ms at a million events), as for a short
 session. A full collection runs just before each freeze (after the first, it walks only what the
-last freeze left out), so no garbage is frozen. ``gc.freeze`` is process-wide: objects the host
-holds at that moment are not scanned for cycles again either (reference counting still frees
-them; a cycle among them is kept until ``gc.unfreeze()``). ``freeze_gc=False`` leaves the
-collector alone.
+last freeze left out), so no garbage is frozen.
+
+The price, and the ruling. ``gc.freeze`` is process-wide: every object alive at a freeze is
+frozen, the host's too. Reference counting still frees them, but one caught in a reference
+cycle at that moment (an asyncio task or future with its callbacks, an exception with its
+traceback, a request object pointing at itself) is never collected after it dies: a leak of
+whatever such cycles are alive at each freeze, once per ``snapshot_every`` events (10 000 by
+default, also when snapshots are off). Freezes stay on by default because the issue this
+serves asks for flat send latency as history grows, and without them a full collection costs
+what the history holds (213 ms at a million events); the leak is bounded by what is in flight
+at a freeze, a few objects for a typical host. A host that keeps long-lived cycles, or cannot
+afford any leak, passes ``freeze_gc=False`` (``Journal``, ``Owner``, ``AsyncOwner``) and pays
+the full collections instead.
 """
 
 from __future__ import annotations
@@ -64,7 +73,13 @@ from nous_inbox.events import Event, QueueClaimed
 from nous_inbox.inbox import Inbox, Target, as_target
 from nous_inbox.message import Message
 from nous_inbox.session import Session
-from nous_inbox.snapshot import SNAPSHOT_EVERY, SNAPSHOT_SHARE, load_session, save_snapshot
+from nous_inbox.snapshot import (
+    SNAPSHOT_EVERY,
+    SNAPSHOT_SHARE,
+    check_snapshot_every,
+    load_session,
+    save_snapshot,
+)
 
 __all__ = ["ATTEMPTS", "Journal", "Log", "claim_event"]
 
@@ -75,6 +90,10 @@ logger: Final = logging.getLogger("nous_inbox.journal")
 #: How often a change is computed again after losing a race before giving up: each retry means
 #: another writer appended in between, so running out means the stream never stood still.
 ATTEMPTS: Final = 100
+
+_NEVER: Final = 2**63  # a version no stream reaches: "no checkpoint due"
+_replace: Final = msgspec.structs.replace
+_time: Final = time.time
 
 class Log(Protocol):
     """What a journal needs of a store: append with an expected version, read back, and a cheap
@@ -119,10 +138,9 @@ class Journal:
         snapshot_every: int = SNAPSHOT_EVERY,
         freeze_gc: bool = True,
     ) -> None:
-        if type(snapshot_every) is not int or snapshot_every < 0:
-            raise ValueError(
-                f"Journal: snapshot_every must be an int >= 0 (0: never), got {snapshot_every!r}"
-            )
+        check_snapshot_every(snapshot_every, "Journal")
+        if type(freeze_gc) is not bool:
+            raise TypeError(f"Journal: freeze_gc must be a bool, got {type(freeze_gc).__name__}")
         self._store = store
         self._clock = clock
         self._stream = stream
@@ -139,8 +157,11 @@ class Journal:
             )
         self._session = session if transcript else _without_transcript(session)
         self._frozen_at = 0
+        self._due = 0  # the version from which _checkpoint has work (see _schedule)
         if store is not None:
             self._checkpoint()
+        else:
+            self._schedule()
 
     @property
     def stream(self) -> str:
@@ -182,6 +203,7 @@ class Journal:
         ``False``: a snapshot is a cache, and nothing the log holds depends on it.
         """
         self._snapshot_at = self._session.version  # tried again after snapshot_every more
+        self._schedule()
         if self._store is None or not self._keep_transcript:
             return False
         try:
@@ -203,6 +225,19 @@ class Journal:
             gc.collect()  # garbage frozen now would never be collected: clear it first
             gc.freeze()
             self._frozen_at = version
+        self._schedule()
+
+    def _schedule(self) -> None:
+        # The version at which _checkpoint may next have work: worked out once here, so a fold
+        # before it costs one comparison rather than the rules above.
+        every = self._every
+        due = _NEVER
+        if every:
+            due = self._snapshot_at + max(every, self._snapshot_at // SNAPSHOT_SHARE)
+        if self._freeze:
+            cadence = every or SNAPSHOT_EVERY
+            due = min(due, max(cadence, self._frozen_at + cadence))
+        self._due = due
 
     def commit(self, change: Change[T]) -> tuple[list[Event], T]:
         """Append the events ``change`` computes from the session, then fold them in.
@@ -210,42 +245,80 @@ class Journal:
         The append carries the session's version as the expected one. When another writer
         appended first, the journal reads what it wrote and computes the change again (up to
         ``ATTEMPTS`` times); a refusal with nothing new to read (a lock that timed out) is
-        raised as it is. On any failure nothing was written and the session is unchanged.
+        raised as it is. On any failure nothing was written and the session is unchanged, except
+        for what ``on_events`` raises: it is called once the events are stored and folded, so its
+        error comes with the append made (the session's version moved on).
         Returns the events as stored (``[]`` when the change had none) and ``change``'s result.
         """
         lost: ConcurrencyError | None = None
-        replace = msgspec.structs.replace
         for _ in range(ATTEMPTS):
             events, result = change(self._session)
             if not events:
                 return [], result
-            # Numbered and timed here, and folded BEFORE the append: an event that does not fold
-            # (a claim the inbox cannot meet) is refused with nothing written, so the log never
-            # holds what replay would refuse. The store keeps the seq and time given.
-            version = self._session.version
-            now = self._clock() if self._clock is not None else time.time()
-            stamped = [replace(event, seq=version + i, at=float(event.at or now))
-                       for i, event in enumerate(events, 1)]
-            folded = self._folded(stamped)
-            if self._store is None:
-                stored = stamped
-            else:
-                try:
-                    stored = list(self._store.append(self._stream, stamped, version))
-                except ConcurrencyError as exc:
-                    if not self.catch_up():
-                        raise
-                    lost = exc
-                    continue
-            self._session = folded
-            if self._on_events is not None:
-                self._on_events(stored)
+            try:
+                return self._append(events), result
+            except ConcurrencyError as exc:
+                if not self.catch_up():
+                    raise
+                lost = exc
+        raise _gave_up(self._stream) from lost
+
+    def append(self, events: Sequence[Event]) -> list[Event]:
+        """Append ``events`` as they are (numbered and timed here), then fold them in: a
+        :meth:`commit` whose change does not depend on the session (a send, a run's record).
+
+        When another writer appended first, the journal reads what it wrote and appends after
+        it; the rest is :meth:`commit`'s. Returns the events as stored (``[]`` for none).
+
+        >>> from nous_inbox.events import Warned
+        >>> from nous_inbox.store import open_store
+        >>> [e.seq for e in Journal(open_store("memory:"), "s").append([Warned(text="hi")])]
+        [1]
+        """
+        if not events:
+            return []
+        lost: ConcurrencyError | None = None
+        for _ in range(ATTEMPTS):
+            try:
+                return self._append(events)
+            except ConcurrencyError as exc:
+                if not self.catch_up():
+                    raise
+                lost = exc
+        raise _gave_up(self._stream) from lost
+
+    def _append(self, events: Sequence[Event]) -> list[Event]:
+        """One attempt: number, time and fold ``events``, append them at the session's version,
+        and keep the folded session; ``ConcurrencyError`` (nothing changed) if the stream moved.
+
+        Numbered and timed here, and folded BEFORE the append: an event that does not fold (a
+        claim the inbox cannot meet) is refused with nothing written, so the log never holds
+        what replay would refuse. The store keeps the seq and time given.
+        """
+        session = self._session
+        version = session.version
+        now = self._clock() if self._clock is not None else _time()
+        stream = self._stream
+        stamped: list[Event] = []
+        for event in events:
+            version += 1
+            event = _replace(event, seq=version, at=float(event.at or now))
+            session = session.apply(event, stream)
+            stamped.append(event)
+        if not self._keep_transcript:
+            session = _without_transcript(session)
+        store = self._store
+        if store is None:
+            stored = stamped
+        else:
+            kept = store.append(stream, stamped, self._session.version)
+            stored = kept if type(kept) is list else list(kept)
+        self._session = session
+        if self._on_events is not None:
+            self._on_events(stored)
+        if version >= self._due:
             self._checkpoint()
-            return stored, result
-        raise ConcurrencyError(
-            f"stream {self._stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
-            "attempts (nothing was written)"
-        ) from lost
+        return stored
 
     def claim(
         self, target: Target | str, *, wake_only: bool = False, limit: int | None = None
@@ -273,20 +346,25 @@ class Journal:
         (['fyi'], 1, 2)
         """
         where = as_target(target)
-
-        def change(session: Session) -> tuple[list[Event], list[Message]]:
-            # Computed again if another writer appended first: the queue may have grown.
-            claimed, event, _ = claim_event(session.inbox, where, wake_only=wake_only, limit=limit)
-            return ([event] if event is not None else []), claimed
-
         self.catch_up()
-        stored, claimed = self.commit(change)
-        if not stored:
-            return [], None
-        event = stored[0]
-        if not isinstance(event, QueueClaimed):  # pragma: no cover - the change above made it
-            raise TypeError(f"a claim stored a {type(event).__name__}")
-        return claimed, event
+        lost: ConcurrencyError | None = None
+        for _ in range(ATTEMPTS):
+            # Computed again if another writer appended first: the queue may have grown.
+            claimed, event, _ = claim_event(self._session.inbox, where, wake_only=wake_only,
+                                            limit=limit)
+            if event is None:
+                return [], None
+            try:
+                (stored,) = self._append((event,))
+            except ConcurrencyError as exc:
+                if not self.catch_up():
+                    raise
+                lost = exc
+                continue
+            if not isinstance(stored, QueueClaimed):  # pragma: no cover - built just above
+                raise TypeError(f"a claim stored a {type(stored).__name__}")
+            return claimed, stored
+        raise _gave_up(self._stream) from lost
 
     def _folded(self, events: Sequence[Event]) -> Session:
         session = self._session
@@ -321,6 +399,13 @@ def claim_event(
         return [], None, inbox
     left = rest.count(where) if limit is not None else 0
     return list(claimed), QueueClaimed(target=where, count=len(claimed), rest=left), rest
+
+
+def _gave_up(stream: str) -> ConcurrencyError:
+    return ConcurrencyError(
+        f"stream {stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
+        "attempts (nothing was written)"
+    )
 
 
 def _without_transcript(session: Session) -> Session:

@@ -72,7 +72,7 @@ Names for the one verb, claiming: :class:`Claim` is the *command* (claim this qu
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
@@ -118,8 +118,10 @@ __all__ = [
     "accepts",
     "advance",
     "cancelled_result",
+    "interrupted_result",
     "is_blank",
     "new_state",
+    "open_calls",
 ]
 
 CONTINUATION: Final = Message.user(
@@ -319,6 +321,33 @@ def cancelled_result(call: ToolCall) -> Message:
         "cancelled: the turn ended before this tool ran", call.id, name=call.name,
         metadata={"error": "cancelled"},
     )
+
+
+def interrupted_result(call: ToolCall) -> Message:
+    """The tool message that answers a call whose turn died with it (the owner stopped mid-turn:
+    whether the tool ran is unknown)."""
+    return Message.tool(
+        "interrupted: the owner stopped before this tool answered", call.id, name=call.name,
+        metadata={"error": "interrupted"},
+    )
+
+
+def open_calls(transcript: Sequence[Message], answered: Iterable[str] = ()) -> list[ToolCall]:
+    """The calls of the transcript's last assistant message that no later tool message (nor an
+    id in ``answered``) answers: what a turn must answer before the transcript is well-formed.
+
+    >>> open_calls([Message.assistant(tool_calls=[ToolCall("a", "ls"), ToolCall("b", "cat")]),
+    ...             Message.tool("x", "a")])
+    [ToolCall(id='b', name='cat')]
+    """
+    done = set(answered)
+    for index in range(len(transcript) - 1, -1, -1):
+        message = transcript[index]
+        if message.role == "assistant":
+            return [call for call in message.tool_calls if call.id not in done]
+        if message.role == "tool" and message.tool_call_id is not None:
+            done.add(message.tool_call_id)
+    return []
 
 
 _replace = msgspec.structs.replace

@@ -181,30 +181,19 @@ def _quick(value: dict[Any, Any] | list[Any], depth: int) -> FrozenDict | Frozen
     Anything unusual (another type, a value that fails a check) raises ``_Slow``, and the caller
     reruns ``_freeze`` from the top, which builds the same value or the error naming the place.
     """
+    if type(value) is list or type(value) is FrozenList:
+        return _quick_list(value, depth)
+    return _quick_dict(value, depth)  # type: ignore[arg-type]  # a list returned above
+
+
+def _quick_dict(value: dict[Any, Any], depth: int) -> FrozenDict:
+    # Copied whole in C first, then only the nested containers are swapped for frozen ones:
+    # no Python-level store per key. Replay runs this once per decoded tool call, and its Python
+    # steps per value were most of the cost of decoding one.
     if depth >= MAX_DEPTH:
         raise _Slow
-    if type(value) is list or type(value) is FrozenList:
-        out: list[Any] = []
-        append = out.append
-        for item in value:
-            kind = type(item)
-            if kind is str:
-                if not item.isascii():
-                    _utf8_or_slow(item)
-            elif kind is int:
-                if not _INT_MIN <= item <= _INT_MAX:
-                    raise _Slow
-            elif kind is float:
-                if not _isfinite(item):
-                    raise _Slow
-            elif kind is dict or kind is list or kind is FrozenDict or kind is FrozenList:
-                item = _quick(item, depth + 1)
-            elif item is not None and kind is not bool:
-                raise _Slow
-            append(item)
-        return FrozenList(out)
-    items = {}
-    for key, item in value.items():  # type: ignore[union-attr]  # a list returned above
+    out = FrozenDict(value)
+    for key, item in value.items():
         if type(key) is not str:
             raise _Slow
         if not key.isascii():
@@ -216,15 +205,63 @@ def _quick(value: dict[Any, Any] | list[Any], depth: int) -> FrozenDict | Frozen
         elif kind is int:
             if not _INT_MIN <= item <= _INT_MAX:
                 raise _Slow
+        elif kind is list or kind is FrozenList:
+            _dict_set(out, key, _quick_list(item, depth + 1))
+        elif kind is dict or kind is FrozenDict:
+            _dict_set(out, key, _quick_dict(item, depth + 1))
         elif kind is float:
             if not _isfinite(item):
                 raise _Slow
-        elif kind is dict or kind is list or kind is FrozenDict or kind is FrozenList:
-            item = _quick(item, depth + 1)
         elif item is not None and kind is not bool:
             raise _Slow
-        items[key] = item
-    return FrozenDict(items)
+    return out
+
+
+def _quick_list(value: list[Any], depth: int) -> FrozenList:
+    if depth >= MAX_DEPTH:
+        raise _Slow
+    for item in value:  # a list of scalars (the common case) is checked, then copied in C
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():
+                _utf8_or_slow(item)
+        elif kind is int:
+            if not _INT_MIN <= item <= _INT_MAX:
+                raise _Slow
+        elif kind is dict or kind is list or kind is FrozenDict or kind is FrozenList:
+            break
+        elif kind is float:
+            if not _isfinite(item):
+                raise _Slow
+        elif item is not None and kind is not bool:
+            raise _Slow
+    else:
+        return FrozenList(value)
+    # A container inside: built item by item, each container frozen in turn.
+    out: list[Any] = []
+    append = out.append
+    for item in value:
+        kind = type(item)
+        if kind is dict or kind is FrozenDict:
+            item = _quick_dict(item, depth + 1)
+        elif kind is list or kind is FrozenList:
+            item = _quick_list(item, depth + 1)
+        elif kind is str:
+            if not item.isascii():
+                _utf8_or_slow(item)
+        elif kind is int:
+            if not _INT_MIN <= item <= _INT_MAX:
+                raise _Slow
+        elif kind is float:
+            if not _isfinite(item):
+                raise _Slow
+        elif item is not None and kind is not bool:
+            raise _Slow
+        append(item)
+    return FrozenList(out)
+
+
+_dict_set: Final = dict.__setitem__
 
 
 def _utf8_or_slow(text: str) -> None:
@@ -291,6 +328,12 @@ class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaul
             self._check_id_and_name()
         arguments = self.arguments
         if arguments is not _EMPTY:
+            if type(arguments) is dict and arguments:  # what decoding gives: one call, no detour
+                try:
+                    _set(self, "arguments", _quick_dict(arguments, 0))
+                    return
+                except _Slow:
+                    pass
             _set(self, "arguments", _freeze_mapping(arguments, "ToolCall.arguments"))
 
     def _check_id_and_name(self) -> None:
@@ -301,19 +344,6 @@ class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaul
             )
         _check_text(self.id, "ToolCall.id")
         _check_text(self.name, "ToolCall.name")
-
-
-def _all_tool_calls(value: object) -> bool:
-    """Whether ``value`` is already what ``_tool_calls`` would make of it: a tuple of ``ToolCall``s
-    (what decoding gives; each one checked itself as it was built), kept as it is."""
-    if type(value) is not tuple:
-        return False
-    for call in value:  # a loop, not all(): no generator to build for one or two calls
-        if type(call) is not ToolCall:
-            break
-    else:
-        return True
-    return False
 
 
 def _tool_calls(value: object) -> tuple[ToolCall, ...]:
@@ -367,15 +397,15 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
 
     def __post_init__(self) -> None:
         # Replay runs this once per decoded message, so the common case (a known role, ASCII
-        # text, no optional strings) is a handful of cheap checks; anything else goes the long
-        # way, which names the field at fault.
+        # text, the optional strings absent or ASCII, tool calls already ToolCalls) is a handful
+        # of cheap checks; anything else goes the long way, which names the field at fault.
         role, content = self.role, self.content
         if type(role) is not str or role not in ROLES or type(content) is not str or not (
             content.isascii()
         ):
             self._check_role_and_content()
         name, call_id, id_ = self.name, self.tool_call_id, self.id
-        if not (
+        if (name is not None or call_id is not None or id_ is not None) and not (
             (name is None or (type(name) is str and name.isascii()))
             and (call_id is None or (type(call_id) is str and call_id.isascii()))
             and (id_ is None or (type(id_) is str and id_.isascii()))
@@ -387,7 +417,12 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
         if metadata is not _EMPTY:
             _set(self, "metadata", _freeze_mapping(metadata, "Message.metadata"))
         calls = self.tool_calls
-        if calls != () and not _all_tool_calls(calls):
+        if type(calls) is tuple:  # what decoding gives: kept if all are ToolCalls (each checked
+            for call in calls:    # as it was built)
+                if type(call) is not ToolCall:
+                    _set(self, "tool_calls", _tool_calls(calls))
+                    break
+        elif calls != ():
             _set(self, "tool_calls", _tool_calls(calls))
 
     def _check_role_and_content(self) -> None:

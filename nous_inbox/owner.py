@@ -71,7 +71,7 @@ from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore, Stop
 from nous_inbox.port import JournalPort, SendPresets, sent_event
 from nous_inbox.session import Session
-from nous_inbox.snapshot import SNAPSHOT_EVERY
+from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
 
 __all__ = ["Owner", "TurnRunner"]
@@ -118,8 +118,7 @@ def _check_runner(runner: object) -> None:
 
 
 def _snapshot_count(owner: object, attribute: attrs.Attribute[int], value: object) -> None:
-    if type(value) is not int or value < 0:
-        raise ValueError(f"Owner: snapshot_every must be an int >= 0 (0: never), got {value!r}")
+    check_snapshot_every(value, "Owner")
 
 
 def _seconds(value: object) -> float:
@@ -137,6 +136,10 @@ class Owner(SendPresets):
     (``poll_interval`` seconds apart); ``start`` wakes right away if the replayed inbox wants it.
     ``snapshot_every`` is how many events pass between two snapshots of the session (0: none;
     see :mod:`nous_inbox.snapshot`): opening replays only what followed the newest one.
+    ``freeze_gc`` (on by default) has the journal ``gc.freeze()`` a long session's history so
+    the collector's full passes stop walking it (flat send latency; see
+    :mod:`nous_inbox.journal`); the price: host objects caught in a reference cycle at a
+    freeze are never collected. ``freeze_gc=False`` leaves the collector alone.
     The options are checked before the stream's lease is taken: a bad one is a ``TypeError`` or
     ``ValueError`` naming it, and nothing happened.
 
@@ -170,6 +173,9 @@ class Owner(SendPresets):
     _snapshot_every: int = attrs.field(
         default=SNAPSHOT_EVERY, kw_only=True, alias="snapshot_every", validator=_snapshot_count
     )
+    _freeze_gc: bool = attrs.field(
+        default=True, kw_only=True, alias="freeze_gc", validator=_of(bool)
+    )
 
     def __attrs_post_init__(self) -> None:
         store, stream, listen = self._store, self._stream, self._listen
@@ -189,7 +195,8 @@ class Owner(SendPresets):
         self._lease = store.own(stream)
         try:
             self._journal = Journal(store, stream, on_events=self._folded,
-                                    snapshot_every=self._snapshot_every)
+                                    snapshot_every=self._snapshot_every,
+                                    freeze_gc=self._freeze_gc)
             # The runner reads and writes the session through the one port there is; the
             # journal's claim is the one claim path (a steer another process appended joins it).
             self._port = JournalPort(self._journal, self._lock)
@@ -292,7 +299,12 @@ class Owner(SendPresets):
         """
         with self._lock:
             self._core.prompt()
-        return self.followup(text)
+        try:
+            return self.followup(text)
+        except BaseException:
+            with self._lock:  # not stored: the next turn must not be recorded as this prompt's
+                self._core.unprompt()
+            raise
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
@@ -310,7 +322,9 @@ class Owner(SendPresets):
         """Block until no run is going; ``False`` if ``timeout`` seconds passed first.
 
         Re-raises (once) an exception that ended the last run, such as a failing model; raises
-        ``lost`` (every time, at once) when the owner's lease was taken over.
+        ``lost`` (every time, at once) when the owner's lease was taken over. ``lost`` wins: a
+        failure of the last run is then dropped (it was logged when the run ended), since the
+        owner is over either way.
         """
         with self._changed:
             idle = self._changed.wait_for(

@@ -20,7 +20,7 @@ The rules:
   (ruling 4), nor is an injection alone, even after a cancel left a waking entry behind (ruling 9);
 * **cancel wakes nothing**: after :meth:`OwnerCore.cancel` the run stops at its turn's end;
 * **resume from the log**: :meth:`OwnerCore.resume` closes a turn the log shows as open (the
-  process died mid-run) as ``"error"``;
+  process died mid-run) as ``"error"``, answering its open tool calls as interrupted;
 * **a lost lease ends the owner**: after :meth:`OwnerCore.lease_lost` (the store said another
   owner took the stream over, ``LeaseLostError``) nothing starts again and a run stops at its
   next decision, recording nothing (the store would refuse it): the new owner resumes the log.
@@ -49,7 +49,8 @@ from collections.abc import Sequence
 import attrs
 
 from nous_inbox.errors import LeaseLostError
-from nous_inbox.events import Event, MessageSent, TurnEnded, Warned
+from nous_inbox.events import Event, MessageSent, ToolReturned, TurnEnded, Warned
+from nous_inbox.loop import interrupted_result, open_calls
 from nous_inbox.session import Session
 
 __all__ = ["OwnerCore", "Stop", "Turn"]
@@ -104,11 +105,17 @@ class OwnerCore:
     @staticmethod
     def resume(session: Session) -> list[Event]:
         """The events to append before anything else when an owner opens on ``session``: a turn
-        the log shows as open (its owner died mid-run) is ended as ``"error"``."""
+        the log shows as open (its owner died mid-run) is ended as ``"error"``, after its tool
+        calls left unanswered are answered as interrupted (as a turn's end answers them, ruling
+        9), so the next run continues from a well-formed transcript that is the one logged."""
         if not session.running:
             return []
-        return [TurnEnded(turn=session.turn, steps=session.step, reason="error",
-                          error="interrupted: the owner stopped mid-turn")]
+        answers: list[Event] = [
+            ToolReturned(turn=session.turn, step=session.step, message=interrupted_result(call))
+            for call in open_calls(session.transcript)
+        ]
+        return [*answers, TurnEnded(turn=session.turn, steps=session.step, reason="error",
+                                    error="interrupted: the owner stopped mid-turn")]
 
     def arrived(self, events: Sequence[Event], session: Session) -> bool:
         """A batch was folded in (``session`` includes it): whether to start a run now.
@@ -116,8 +123,9 @@ class OwnerCore:
         Only a send that asked to wake can start one (ruling 9: an injection never does, whatever
         older entry is queued); whose send it was does not matter.
         """
-        if any(type(event) is MessageSent and event.wakeup for event in events):
-            return self.wake(session)
+        for event in events:
+            if type(event) is MessageSent and event.wakeup:
+                return self.wake(session)
         return False
 
     def wake(self, session: Session) -> bool:
@@ -132,6 +140,10 @@ class OwnerCore:
     def prompt(self) -> None:
         """A person's prompt was (or is about to be) sent: the next turn opens as ``"prompt"``."""
         self._prompted = True
+
+    def unprompt(self) -> None:
+        """The prompt's send failed (nothing was stored): the next turn is not a prompt's."""
+        self._prompted = False
 
     def cancel(self) -> bool:
         """Cancel the current run; whether one was going (the driver then cancels its turn)."""

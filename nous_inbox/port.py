@@ -38,6 +38,7 @@ found and the fix, rather than failing mid-run or, worse, silently never deliver
 from __future__ import annotations
 
 import abc
+import copy
 import inspect
 import itertools
 import threading
@@ -53,7 +54,8 @@ from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
 
 __all__ = [
-    "JournalPort", "LocalSession", "SendPresets", "SessionPort", "check_port", "sent_event",
+    "JournalPort", "LocalSession", "SendPresets", "SessionPort", "check_port", "commit_batch",
+    "sent_event",
 ]
 
 _EVENT_TYPES: Final = frozenset(EVENT_TYPES)
@@ -149,6 +151,21 @@ def check_port(port: object) -> None:
             ) from None
 
 
+def _one_senders(error: BaseException) -> BaseException:
+    """A copy of a failed batch's ``error`` for one of its senders, caused by it: one instance
+    raised in every sender's thread would gather each thread's frames in its one traceback. An
+    error that cannot be copied (its class needs arguments it does not keep) is raised as is."""
+    try:
+        mine = copy.copy(error)
+    except Exception:
+        return error
+    if type(mine) is not type(error) or mine is error or str(mine) != str(error):
+        return error
+    mine.__cause__ = error
+    mine.__traceback__ = None
+    return mine
+
+
 def sent_event(message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
     """Check a send's three parts and build its ``MessageSent`` (``seq`` is left for the log).
 
@@ -238,8 +255,8 @@ class JournalPort:
     leader's. No call returns before the transaction holding its event committed, so
     acknowledged still means durable, and each sender's events keep their order (a sender waits
     for one before it sends the next). A batch the store refuses before writing anything (a
-    ``TypeError`` or ``ValueError``: an event too large, one that does not fold) is tried again
-    one event at a time, so one bad event fails only its own sender; any other failure (a
+    ``TypeError`` or ``ValueError``: an event too large, one that does not fold; the journal's
+    version unmoved) is tried again one event at a time, so one bad event fails only its own sender; any other failure (a
     ``StoreError``, say, whose transaction may have committed) is raised to every sender of the
     batch, and nothing is appended twice. A send made by a thread that already holds ``lock``
     (a listener called while a batch commits) is committed directly rather than queued behind
@@ -368,7 +385,7 @@ class JournalPort:
             self._leave(mine)
             raise
         if mine.error is not None:
-            raise mine.error
+            raise _one_senders(mine.error)
         assert mine.stored is not None
         return mine.stored
 
@@ -503,27 +520,9 @@ class JournalPort:
     def _commit_batch(self, batch: list[_Pending]) -> None:
         """Commit ``batch`` in one append (called with the lock); mark each done either way."""
         try:
-            try:
-                events = [pending.event for pending in batch]
-                stored, _ = self._journal.commit(lambda session: (events, None))
-            except Exception as exc:
-                if len(batch) == 1 or not isinstance(exc, _REFUSED_UNWRITTEN):
-                    # Any other failure may have come after the store committed (PostgreSQL
-                    # losing the answer to its COMMIT): appending again could write each event
-                    # twice, so every sender hears of it, unchanged, and nothing is retried.
-                    for pending in batch:
-                        pending.error = exc
-                    return
-                # One event may be what the store refused, before writing anything: each on its
-                # own, so only its sender hears of it.
-                for pending in batch:
-                    try:
-                        (pending.stored,), _ = self._journal.commit(_just(pending.event))
-                    except Exception as single:
-                        pending.error = single
-                return
-            for pending, event in zip(batch, stored, strict=True):
-                pending.stored = event
+            outcomes = commit_batch(self._journal, [pending.event for pending in batch])
+            for pending, (stored, error) in zip(batch, outcomes, strict=True):
+                pending.stored, pending.error = stored, error
         except BaseException as exc:  # an interrupt in the leader: no follower waits forever
             for pending in batch:
                 if pending.stored is None and pending.error is None:
@@ -532,6 +531,45 @@ class JournalPort:
         finally:
             for pending in batch:
                 pending.done = True
+
+
+def commit_batch(
+    journal: Journal, events: Sequence[Event]
+) -> list[tuple[Event, None] | tuple[None, Exception]]:
+    """Commit ``events`` (a group commit's batch) in one append, and say how each ended: stored,
+    or the error its sender is to hear. Call it holding the journal's lock. Every group commit
+    (:meth:`JournalPort.append`'s, an ``AsyncOwner`` worker's) settles its batch here, by one
+    rule: a batch the store refused before writing anything (``TypeError``, ``ValueError``, the
+    journal's version unmoved) is tried again one event at a time, so one bad event fails only
+    its own sender; a refused single event is not tried again; any other failure (whose
+    transaction may have committed, as when PostgreSQL loses the answer to its COMMIT, or raised
+    once the batch was stored, as the journal's ``on_events`` may) goes to every sender,
+    unchanged, and nothing is appended twice.
+
+    >>> from nous_inbox.store import open_store
+    >>> journal = Journal(open_store("memory:"), "s")
+    >>> [(e.seq, error) for e, error in commit_batch(journal, [sent_event("a", "next_step", True)])]
+    [(1, None)]
+    """
+    before = journal.session.version
+    try:
+        stored, _ = journal.commit(lambda session: (events, None))
+    except Exception as exc:
+        # A ValueError after the append (from ``on_events``) moved the version on: the batch
+        # is written, and appending it again one by one would store every event twice.
+        refused = isinstance(exc, _REFUSED_UNWRITTEN) and journal.session.version == before
+        if len(events) == 1 or not refused:
+            return [(None, exc) for _ in events]
+        outcomes: list[tuple[Event, None] | tuple[None, Exception]] = []
+        for event in events:
+            try:
+                (one,), _ = journal.commit(_just(event))
+            except Exception as single:
+                outcomes.append((None, single))
+            else:
+                outcomes.append((one, None))
+        return outcomes
+    return [(event, None) for event in stored]
 
 
 #: The refusals that prove a batch wrote nothing, raised before any I/O (a ``TypeError``, a

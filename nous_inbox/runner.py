@@ -65,6 +65,9 @@ The port is called directly from the driving thread or event loop: its methods m
 A port whose calls may block (an ``AsyncOwner``'s over a durable store) says so with a
 ``call_io`` member, ``call_io(fn, *args) -> Future``: ``arun_turn`` then runs each stretch of the
 turn body between two model or tool calls (where the port is called) through it, off the loop.
+``call_io`` need not keep order (a plain thread pool will do): a turn cancelled while a stretch
+runs waits for that stretch before it closes the body and records the end, and then raises
+``CancelledError``.
 
 Design note. As httpx writes an auth flow once, as a generator the client pumps, the turn is one
 generator (``Runner._turn``) that does everything that is not a call of the user's code: it
@@ -454,8 +457,10 @@ async def _apump(
         nonlocal in_flight
         if io is None:
             return _stepped(advance_body, value)
+        # Shielded: a cancel of this task must not cancel the future that tracks the stretch,
+        # which would report it done while it still runs on ``io``'s thread.
         in_flight = asyncio.ensure_future(io(_stepped, advance_body, value))
-        return await in_flight
+        return await asyncio.shield(in_flight)
 
     try:
         request = await resume(turn.send, None)
@@ -474,13 +479,34 @@ async def _apump(
                 request = await resume(turn.send, value)
     finally:
         # Abandoned mid-turn (aclose, task cancelled): the body records the turn as cancelled.
-        # A stretch still running elsewhere finishes first (a running generator cannot close).
+        # A stretch still running elsewhere finishes first (a running generator cannot close);
+        # ``call_io`` promises no order, so the close waits for it. Both are shielded, so a
+        # second cancel cannot skip recording the end either.
         if in_flight is not None and not in_flight.done():
-            await asyncio.wait((in_flight,))
+            await _finish_shielded(in_flight)
+            if not in_flight.cancelled() and in_flight.exception() is not None:
+                # Nobody awaits it any more; the turn is being abandoned anyway.
+                logger.warning("a stretch of an abandoned turn failed", exc_info=in_flight.exception())
         if io is None:
             turn.close()
         else:
-            await io(turn.close)
+            closing = asyncio.ensure_future(io(turn.close))
+            await _finish_shielded(closing)
+            closing.result()
+
+
+async def _finish_shielded(work: asyncio.Future[Any]) -> None:
+    """Wait for ``work`` to finish even if this task is cancelled meanwhile, then re-raise that
+    cancel: cleanup that must not be cut short (the turn's end is recorded in it). Its outcome
+    is the caller's to read."""
+    cancelled = False
+    while not work.done():
+        try:
+            await asyncio.wait((work,))
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 _FINISHED: Final = object()

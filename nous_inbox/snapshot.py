@@ -23,8 +23,9 @@ True
 What a snapshot holds: a head (:class:`SnapshotFile`: a format name and version,
 ``nous-inbox-snapshot`` and :data:`SNAPSHOT_VERSION`, the stream, the seq it was taken at, the
 *tip*, a digest of the content of the log's last events up to that seq (:data:`TIP_EVENTS` of
-them, each whole: type, time and every field), and a CRC-32 of the body), then the body: the :class:`~nous_inbox.session.Session` (inbox, transcript, turn, step, running) as
-MessagePack. A store keeps the newest one per stream
+them, each whole: type, time and every field), and a CRC-32 of the body), then the body: the
+:class:`~nous_inbox.session.Session` (inbox, transcript, turn, step, running) as MessagePack.
+A store keeps one per stream (see "which snapshot a store keeps" below)
 (``save_snapshot``/``load_snapshot`` on :class:`~nous_inbox.store.base.StoreBase`: a table row in
 SQLite and PostgreSQL, a dict entry in ``memory:``, a private side file for ``file:``); a host's
 own store without those methods simply has no snapshots.
@@ -53,6 +54,18 @@ with the SQLite write at a million events on this machine), so the interval grow
 session and the saving cost per event stays flat; an open then replays at most a tenth of the
 session. Saving is skipped on a read-only store; a failed save is a warning, never a failed send.
 ``nous-inbox snapshot --store URL SESSION`` saves one on demand.
+
+The save runs inside the send (the journal's commit) that reaches the save point, under the
+owner's lock: that one send per interval pays for it (``bench/snapshot_bench.py`` times it).
+It is not handed to a background thread, though the value is immutable: encoding holds the
+interpreter lock throughout (msgspec does not release it; a thread encoding 100 000 events
+stalled the sending thread 43 of its 52 ms), and the write holds the store's lock, which the
+next append needs, so the same sends would wait, only later and less predictably.
+
+Which snapshot a store keeps. One per stream, replaced by each save unless the one kept is
+newer and of this same log (its tip checks out against the log): one beyond the stream's
+version, or of another log, can never be used and is always replaced, so it never blocks the
+log's own saves. ``save_snapshot`` answers ``False`` when it wrote nothing.
 
 Design notes. The body's checksum catches a flipped bit that would still decode; the tip catches a
 snapshot that decodes perfectly but belongs to another log (version 1 compared the tip's type
@@ -95,6 +108,7 @@ __all__ = [
     "SnapshotFile",
     "SnapshotStore",
     "check_snapshot",
+    "check_snapshot_every",
     "decode_snapshot",
     "encode_snapshot",
     "load_session",
@@ -117,6 +131,20 @@ SNAPSHOT_EVERY: Final = 10_000
 SNAPSHOT_SHARE: Final = 10
 
 
+def check_snapshot_every(value: object, who: str) -> int:
+    """``value`` if it is a valid ``snapshot_every`` (an int >= 0), else a ``ValueError`` naming
+    ``who``'s option: the one check for the journal and both owners.
+
+    >>> check_snapshot_every(-1, "Owner")
+    Traceback (most recent call last):
+    ...
+    ValueError: Owner: snapshot_every must be an int >= 0 (0: never), got -1
+    """
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{who}: snapshot_every must be an int >= 0 (0: never), got {value!r}")
+    return value
+
+
 @runtime_checkable
 class SnapshotStore(Protocol):
     """The optional part of a store that keeps snapshots (every ``nous_inbox.store`` store).
@@ -128,7 +156,7 @@ class SnapshotStore(Protocol):
         """Keep ``data`` as ``stream``'s snapshot at ``seq``; ``False`` when not kept."""
 
     def load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
-        """The newest snapshot kept for ``stream`` as ``(seq, data)``, or ``None``."""
+        """The snapshot kept for ``stream`` as ``(seq, data)``, or ``None``."""
 
 
 class SnapshotFile(msgspec.Struct, frozen=True, kw_only=True):

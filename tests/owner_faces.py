@@ -24,7 +24,10 @@ from nous_inbox.store import Store
 
 __all__ = ["FACES", "AsyncOwnerFromThreads", "build"]
 
-FACES = ("Owner", "AsyncOwner")
+#: The threaded owner; the AsyncOwner as its store places its calls (``memory:``: inline on the
+#: loop); and the AsyncOwner with every store call on its worker thread (``offload=True``), the
+#: path a durable store takes, where sends arriving together share one commit.
+FACES = ("Owner", "AsyncOwner", "AsyncOwner+worker")
 
 _T = TypeVar("_T")
 
@@ -132,4 +135,8 @@ def build(face: str, store: Store, stream: str, runner: Any, **kwargs: Any) -> A
     """An owner of the named face, over the same store, stream and runner."""
     if face == "Owner":
         return Owner(store, stream, runner, **kwargs)
+    if face == "AsyncOwner+worker":
+        kwargs.setdefault("offload", True)
+    elif face != "AsyncOwner":
+        raise ValueError(f"no owner face {face!r}; the faces are {', '.join(FACES)}")
     return AsyncOwnerFromThreads(store, stream, runner, **kwargs)

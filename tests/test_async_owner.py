@@ -16,7 +16,7 @@ import pytest
 
 from nous_inbox import Message, MessageSent, ToolCall, TurnEnded, TurnStarted, replay
 from nous_inbox.async_owner import AsyncOwner
-from nous_inbox.errors import LeaseLostError
+from nous_inbox.errors import LeaseLostError, StoreError
 from nous_inbox.events import Event
 from nous_inbox.runner import Runner
 from nous_inbox.store import Store, open_store
@@ -507,5 +507,204 @@ def test_the_watcher_notices_a_lease_taken_over_and_the_run_stops() -> None:
             assert raised.value.epoch == 7 and owner.lost is not None
             with pytest.raises(LeaseLostError):
                 await owner.steer("more")
+
+    asyncio.run(main())
+
+
+# -- the worker's group commit ------------------------------------------------------------------
+
+
+class Counting:
+    """A store whose calls block, counting appends; ``refuse`` makes each append raise the given
+    error before writing, ``lose_answer`` makes the next multi-event append commit and then raise
+    ``StoreError`` (PostgreSQL losing the answer to its COMMIT)."""
+
+    blocking = True
+
+    def __init__(self) -> None:
+        self._inner = open_store("memory:")
+        self.appends = 0
+        self.refuse: Exception | None = None
+        self.lose_answer = False
+
+    def append(self, stream: str, events: Sequence[Any], expected_version: Any = None) -> Any:
+        self.appends += 1
+        if self.refuse is not None:
+            raise self.refuse
+        stored = self._inner.append(stream, events, expected_version)
+        if self.lose_answer and len(events) > 1:
+            self.lose_answer = False
+            raise StoreError("lost the connection and could not get it back within 10s")
+        return stored
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+async def _held(owner: AsyncOwner) -> tuple[threading.Event, asyncio.Future[Any]]:
+    """Keep the owner's worker busy until the returned gate is set: sends queue meanwhile."""
+    gate = threading.Event()
+    busy = owner._call_io(gate.wait, WAIT)
+    return gate, busy
+
+
+def sent_texts(store: Any) -> list[str]:
+    return [e.message.content for e in store.read("s") if isinstance(e, MessageSent)]
+
+
+def test_a_send_cancelled_before_the_worker_took_it_is_not_written() -> None:
+    store = Counting()
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(echo), watch=False, start=False) as owner:  # type: ignore[arg-type]
+            gate, busy = await _held(owner)
+            with pytest.raises(TimeoutError):  # the caller gives up: the send is taken back
+                await asyncio.wait_for(owner.inject("once"), 0.05)
+            gate.set()
+            await busy
+            assert (await owner.inject("after")).seq == 1
+            assert sent_texts(store) == ["after"]  # a retry of "once" would not double it
+
+    asyncio.run(main())
+
+
+def test_a_send_the_store_refuses_alone_is_tried_once() -> None:
+    store = Counting()
+    store.refuse = ValueError("refused: the record is too large")
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(echo), watch=False, start=False) as owner:  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="refused"):
+                await owner.inject("x")
+            assert store.appends == 1
+
+    asyncio.run(main())
+
+
+def test_a_send_the_store_refuses_in_a_shared_batch_fails_only_its_own_sender() -> None:
+    store = Counting()
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(echo), watch=False, start=False) as owner:  # type: ignore[arg-type]
+            limit = store.max_record_size
+            gate, busy = await _held(owner)
+            sends = [asyncio.ensure_future(owner.inject(text))
+                     for text in ("a", "x" * (limit + 1), "c")]
+            await asyncio.sleep(0)  # all three queued for one batch
+            gate.set()
+            await busy
+            outcomes = await asyncio.gather(*sends, return_exceptions=True)
+            assert isinstance(outcomes[1], ValueError) and "limit" in str(outcomes[1])
+            assert [o.message.content for o in (outcomes[0], outcomes[2])] == ["a", "c"]  # type: ignore[union-attr]
+            assert sent_texts(store) == ["a", "c"]
+
+    asyncio.run(main())
+
+
+def test_a_batch_whose_outcome_is_unknown_is_not_written_again_and_every_sender_hears_why() -> None:
+    store = Counting()
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(echo), watch=False, start=False) as owner:  # type: ignore[arg-type]
+            gate, busy = await _held(owner)
+            store.lose_answer = True
+            sends = [asyncio.ensure_future(owner.inject(text)) for text in "abc"]
+            await asyncio.sleep(0)
+            gate.set()
+            await busy
+            outcomes = await asyncio.gather(*sends, return_exceptions=True)
+            assert all(isinstance(o, StoreError) for o in outcomes)  # nothing acknowledged
+            assert store.appends == 1
+            assert sent_texts(store._inner) == ["a", "b", "c"]  # once each
+
+    asyncio.run(main())
+
+
+# -- cleanup a cancel cannot skip ------------------------------------------------------------------
+
+
+class SlowToOpen:
+    """A store whose calls block, whose ``own`` waits at a gate, and whose ``subscribe`` waits at
+    another; it says when the lease is released and when the subscription is dropped."""
+
+    blocking = True
+
+    def __init__(self) -> None:
+        self._inner = open_store("memory:")
+        self.own_gate = threading.Event()
+        self.subscribe_gate = threading.Event()
+        self.subscribing = threading.Event()
+        self.released = threading.Event()
+        self.unsubscribed = threading.Event()
+
+    def own(self, stream: str) -> Any:
+        self.own_gate.wait(WAIT)
+        inner = self._inner.own(stream)
+        released = self.released
+
+        class Lease:
+            def release(self) -> None:
+                inner.release()
+                released.set()
+
+        return Lease()
+
+    def subscribe(self, stream: str, callback: Any) -> Any:
+        self.subscribing.set()
+        self.subscribe_gate.wait(WAIT)
+        return self.unsubscribed.set
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_an_open_cancelled_while_it_takes_the_lease_gives_the_lease_back() -> None:
+    store = SlowToOpen()
+
+    async def main() -> None:
+        owner = AsyncOwner(store, "s", Runner(echo), watch=False)  # type: ignore[arg-type]
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(owner.__aenter__(), 0.05)
+        store.own_gate.set()  # the lease is taken after the caller gave up ...
+        assert await asyncio.to_thread(store.released.wait, WAIT)  # ... and given back
+        async with AsyncOwner(store, "s", Runner(echo), watch=False) as again:  # type: ignore[arg-type]
+            assert not again.closed
+
+    asyncio.run(main())
+
+
+def test_closing_while_the_watcher_subscribes_drops_the_subscription() -> None:
+    store = SlowToOpen()
+    store.own_gate.set()
+
+    async def main() -> None:
+        owner = AsyncOwner(store, "s", Runner(echo))  # type: ignore[arg-type]
+        await owner.__aenter__()
+        assert await asyncio.to_thread(store.subscribing.wait, WAIT)
+        closing = asyncio.ensure_future(owner.aclose())  # cancels the watcher mid-subscribe
+        await asyncio.sleep(0)
+        store.subscribe_gate.set()  # the subscription is made after the watcher was cancelled
+        await asyncio.wait_for(closing, WAIT)
+        assert store.unsubscribed.is_set()  # ... and dropped by the close
+
+    asyncio.run(main())
+
+
+def test_a_reader_of_events_ends_when_the_lease_is_lost() -> None:
+    store = TakenOver(open_store("memory:"), blocking=False)
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(echo)) as owner:  # type: ignore[arg-type]
+            await owner.inject("before")
+            reader = owner.events()
+            assert (await anext(reader)).seq == 1  # reading live from here on
+
+            async def rest() -> list[int]:
+                return [event.seq async for event in reader]
+
+            store.take()
+            with pytest.raises(LeaseLostError):
+                await owner.inject("after")
+            assert await asyncio.wait_for(rest(), WAIT) == []
 
     asyncio.run(main())

@@ -21,8 +21,10 @@ import pytest
 
 pytest.importorskip("pydantic_ai")
 
+from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
+    INTERRUPTED_TOOL_RETURN_CONTENT,
     ModelMessage,
     ModelRequest,
     ModelResponse,
@@ -40,6 +42,9 @@ from nous_inbox.compat.pydantic_ai import (
     from_model_response,
     to_model_messages,
 )
+from nous_inbox.events import ModelReplied, StepEnded, StepStarted, ToolCalled
+from nous_inbox.loop import cancelled_result, interrupted_result
+from nous_inbox.message import ToolCall
 from nous_inbox.owner import Owner
 from nous_inbox.port import LocalSession
 from nous_inbox.store import open_store
@@ -268,7 +273,7 @@ def test_a_new_turn_continues_from_the_recorded_transcript() -> None:
     assert script.requests[1] == [("user", "first"), ("text", "one"), ("user", "second")]
 
 
-def test_a_failing_model_ends_the_turn_as_an_error_and_wait_idle_reports_it() -> None:
+def test_a_failing_model_ends_the_turn_as_an_error_recorded_and_re_raises() -> None:
     def broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         raise RuntimeError("model down")
 
@@ -359,7 +364,7 @@ count = [0]
 async def model(messages, info):
     count[0] += 1
     print(json.dumps(shown(messages)), flush=True)
-    if count[0] == 3:
+    if count[0] == 3 and sys.argv[3] == "model":
         await asyncio.Event().wait()  # the model hangs; the parent kills us here
     return ModelResponse(parts=[ToolCallPart("work", {"n": count[0]}, f"c{count[0]}")])
 
@@ -370,6 +375,9 @@ async def work(n: int) -> str:
     for i in range(3):
         await holder["owner"].steer(f"steer {n}.{i}")
         print(json.dumps(f"steer {n}.{i}"), flush=True)  # acknowledged: durable
+    if n == 3:
+        print(json.dumps(None), flush=True)
+        await asyncio.Event().wait()  # the tool hangs; the parent kills us here
     return f"result {n}"
 
 async def main():
@@ -382,12 +390,13 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.parametrize("hangs", ["model", "tool"])
 def test_killed_mid_run_nothing_is_lost_or_doubled_and_replay_is_what_the_model_saw(
-    tmp_path: Path,
+    tmp_path: Path, hangs: str,
 ) -> None:
     url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, url, str(ROOT / "tests")], stdout=subprocess.PIPE,
+        [sys.executable, "-c", CHILD, url, str(ROOT / "tests"), hangs], stdout=subprocess.PIPE,
         text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert child.stdout is not None
@@ -395,11 +404,13 @@ def test_killed_mid_run_nothing_is_lost_or_doubled_and_replay_is_what_the_model_
     acknowledged: list[str] = []
     for line in child.stdout:
         value = json.loads(line)
+        if value is None:
+            break  # the third tool hangs
         if isinstance(value, str):
             acknowledged.append(value)
         else:
             requests.append([(kind, text) for kind, text in value])
-            if len(requests) == 3:
+            if len(requests) == 3 and hangs == "model":
                 break
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
@@ -408,7 +419,9 @@ def test_killed_mid_run_nothing_is_lost_or_doubled_and_replay_is_what_the_model_
     events = list(store.read("s"))
     session = replay(events, stream="s")
     assert session.running  # cut off mid-run
-    assert transcript_shown(list(session.transcript)) == requests[-1]
+    # Cut off in a tool, the reply that asked for it is logged with its call unanswered.
+    cut = requests[-1] + ([("call", "work")] if hangs == "tool" else [])
+    assert transcript_shown(list(session.transcript)) == cut
     queued = [m.content for m, _ in session.inbox.entries("next_step")]
     delivered = [m.content for m in session.transcript if m.role == "user"]
     assert len(queued + delivered) == len(set(queued + delivered)), "a message was doubled"
@@ -426,8 +439,11 @@ def test_killed_mid_run_nothing_is_lost_or_doubled_and_replay_is_what_the_model_
             assert ended[0].reason == "error"
 
     asyncio.run(reopen())
-    assert script.requests[0][: len(requests[-1])] == requests[-1]
+    assert script.requests[0][: len(cut)] == cut
+    if hangs == "tool":  # the resumed log answers the call it never saw answered, as shown
+        assert script.requests[0][len(cut)] == ("tool", interrupted_result(ToolCall("c3", "work")).content)
     assert script.requests[0][-1] == ("user", "carry on")
+    assert_each_request_is_in_the_log(list(store.read("s")), script.requests)
     store.close()
 
 
@@ -485,3 +501,208 @@ def test_each_model_request_says_how_many_messages_it_showed() -> None:
         if type(event).__name__ == "ModelRequested":
             assert event.count == len(replay(events[:i]).transcript)
     assert [type(e).__name__ for e in events].count("ModelRequested") == len(script.requests)
+
+
+# -- what the model saw is what the log holds, whatever ends a run ---------------------------------
+
+
+def assert_each_request_is_in_the_log(events: list[Any], requests: list[Seen]) -> None:
+    """Every request the model was shown (the last ``len(requests)`` the log holds) is, message
+    for message, the replayed transcript as its ``ModelRequested`` says: nothing shown that the
+    log lacks, nothing added the model never saw."""
+    asked = [i for i, e in enumerate(events) if type(e).__name__ == "ModelRequested"]
+    assert len(asked) >= len(requests)
+    for i, seen in zip(asked[len(asked) - len(requests):], requests, strict=True):
+        transcript = list(replay(events[: i + 1]).transcript)
+        assert transcript_shown(transcript[: events[i].count]) == seen
+
+
+def test_a_tool_that_finished_before_a_cancel_keeps_its_result_and_the_next_turn_sees_it() -> None:
+    script = Script("tool", "done", "after")
+    log: list[Any] = []
+
+    async def during(owner: AsyncOwner, n: int) -> None:
+        assert owner.cancel()  # while the tool runs: it finishes, the run ends at the next node
+
+    async def body(owner: AsyncOwner) -> None:
+        await owner.prompt("go")
+        assert await owner.wait_idle(WAIT)
+        assert transcript_shown(list(owner.transcript)) == [
+            ("user", "go"), ("call", "work"), ("tool", "result 0")]
+        await owner.prompt("next")
+        assert await owner.wait_idle(WAIT)
+        log.extend(owner._store.read(owner.stream))
+
+    asyncio.run(run_owner(script, body, during))
+    assert script.requests[-1] == [
+        ("user", "go"), ("call", "work"), ("tool", "result 0"), ("user", "next")]
+    assert_each_request_is_in_the_log(log, script.requests)
+
+
+def test_calls_a_cancel_leaves_unrun_are_answered_as_cancelled_as_the_built_in_runner_does() -> None:
+    holder: dict[str, AsyncOwner] = {}
+
+    async def cancel() -> None:
+        assert holder["owner"].cancel()  # while the model thinks: its calls will not run
+
+    script = Script("tool", "after", during={0: cancel})
+    log: list[Any] = []
+
+    async def body(owner: AsyncOwner) -> None:
+        holder["owner"] = owner
+        await owner.prompt("go")
+        assert await owner.wait_idle(WAIT)
+        await owner.prompt("next")
+        assert await owner.wait_idle(WAIT)
+        log.extend(owner._store.read(owner.stream))
+
+    asyncio.run(run_owner(script, body))
+    cancelled = cancelled_result(ToolCall("c0", "work"))
+    assert script.requests[-1] == [
+        ("user", "go"), ("call", "work"), ("tool", cancelled.content), ("user", "next")]
+    assert_each_request_is_in_the_log(log, script.requests)
+
+
+class Answer(BaseModel):
+    value: int
+
+
+def structured(requests: list[Seen], *, during: dict[int, Callable[[], Awaitable[None]]]
+               | None = None) -> Callable[[list[ModelMessage], AgentInfo], Awaitable[ModelResponse]]:
+    """A model that answers through pydantic-ai's output tool (``output_type``), as most do."""
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        index = len(requests)
+        requests.append(shown(messages))
+        if during and index in during:
+            await during[index]()
+        call = ToolCallPart(info.output_tools[0].name, {"value": index}, f"out{index}")
+        return ModelResponse(parts=[call])
+
+    return model
+
+
+def test_a_structured_answer_over_two_turns_is_replayed_as_the_model_saw_it() -> None:
+    requests: list[Seen] = []
+    log: list[Any] = []
+
+    async def main() -> None:
+        agent = Agent(FunctionModel(structured(requests)), output_type=Answer)
+        async with AsyncOwner(open_store("memory:"), "s", AgentRunner(agent)) as owner:
+            await owner.prompt("first")
+            assert await owner.wait_idle(WAIT)
+            await owner.prompt("second")
+            assert await owner.wait_idle(WAIT)
+            log.extend(owner._store.read(owner.stream))
+
+    asyncio.run(main())
+    assert len(requests) == 2
+    assert not any("interrupted" in text for _, text in requests[1])
+    assert_each_request_is_in_the_log(log, requests)
+
+
+def test_a_steer_at_a_structured_answer_follows_the_output_tools_return() -> None:
+    requests: list[Seen] = []
+    log: list[Any] = []
+    holder: dict[str, AsyncOwner] = {}
+
+    async def steer() -> None:
+        await holder["owner"].steer("one more thing")
+
+    async def main() -> None:
+        agent = Agent(FunctionModel(structured(requests, during={0: steer})), output_type=Answer)
+        async with AsyncOwner(open_store("memory:"), "s", AgentRunner(agent)) as owner:
+            holder["owner"] = owner
+            await owner.prompt("first")
+            assert await owner.wait_idle(WAIT)
+            log.extend(owner._store.read(owner.stream))
+
+    asyncio.run(main())
+    assert len(requests) == 2 and requests[1][-1] == ("user", "one more thing")
+    assert_each_request_is_in_the_log(log, requests)
+
+
+def test_a_call_an_older_log_left_unanswered_is_recorded_as_the_model_is_shown_it() -> None:
+    local = LocalSession()
+    for event in (TurnStarted(turn=1, reason="wake"), StepStarted(turn=1, step=1),
+                  ModelReplied(turn=1, step=1, message=Message.assistant(
+                      tool_calls=[ToolCall("c9", "work")])),
+                  ToolCalled(turn=1, step=1, call=ToolCall("c9", "work")),
+                  StepEnded(turn=1, step=1), TurnEnded(turn=1, steps=1, reason="cancelled")):
+        local.record(event)
+    local.followup("go on")
+    script = Script("ok")
+
+    async def turn() -> None:
+        async for _ in AgentRunner(make_agent(script), offload=False).arun_turn(local):
+            pass
+
+    asyncio.run(turn())
+    assert script.requests[0][:2] == [("call", "work"), ("tool", INTERRUPTED_TOOL_RETURN_CONTENT)]
+    assert_each_request_is_in_the_log(list(local.events), script.requests)
+
+
+def test_a_thread_that_stops_reading_mid_request_ends_the_turn_at_once() -> None:
+    import threading
+
+    asked = threading.Event()
+
+    async def stuck(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked.set()
+        await asyncio.Event().wait()  # a model request that would never end by itself
+        raise AssertionError("unreachable")
+
+    local = LocalSession()
+    local.followup("go")
+    stream = AgentRunner(Agent(FunctionModel(stuck)), offload=False).run_turn(local)
+    assert type(next(stream)).__name__ == "TurnStarted"
+    assert asked.wait(WAIT)
+    closer = threading.Thread(target=stream.close, daemon=True)  # type: ignore[attr-defined]
+    closer.start()
+    closer.join(WAIT)
+    assert not closer.is_alive(), "closing the stream waited for the model"
+    ended = local.events[-1]
+    assert isinstance(ended, TurnEnded) and ended.reason == "cancelled"
+    assert local.session == replay(local.events)
+
+
+def test_a_turn_cancelled_while_it_opens_is_still_ended() -> None:
+    import threading
+
+    class SlowOpen(LocalSession):
+        """A port whose calls run on a thread pool, and whose opening append waits at a gate."""
+
+        def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+            super().__init__()
+            self.loop, self.gate, self.opening = loop, threading.Event(), asyncio.Event()
+
+        def call_io(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+            return self.loop.run_in_executor(None, fn, *args)
+
+        def commit(self, change: Any) -> Any:
+            if not self.gate.is_set():
+                self.loop.call_soon_threadsafe(self.opening.set)
+                self.gate.wait(WAIT)
+            return super().commit(change)
+
+    async def main() -> SlowOpen:
+        port = SlowOpen(asyncio.get_running_loop())
+        port.followup("go")
+
+        async def consume() -> None:
+            async for _ in AgentRunner(make_agent(Script("ok"))).arun_turn(port):
+                pass
+
+        task = asyncio.ensure_future(consume())
+        await port.opening.wait()
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.2)
+        port.gate.set()  # the opening is recorded after the cancel ...
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return port
+
+    port = asyncio.run(main())
+    ended = port.events[-1]  # ... and the turn it opened is ended
+    assert isinstance(ended, TurnEnded) and ended.reason == "cancelled"
+    assert not port.session.running

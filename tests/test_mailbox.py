@@ -423,12 +423,13 @@ def test_a_released_message_keeps_its_answer_for_a_resend() -> None:
     assert (again.state, again.answer) == ("released", reply.id)
 
 
-def test_a_read_message_of_a_class_that_asks_no_answer_is_settled_by_the_read() -> None:
+@pytest.mark.parametrize("kind", ["fyi", "report", "reply"])
+def test_a_read_message_of_a_class_that_asks_no_answer_is_settled_by_the_read(kind: str) -> None:
     box = Mailbox(retain=2)
     for i in range(5):
-        box.send("dev", f"fyi {i}", sender="qa", kind="fyi")
+        box.send("dev", f"{kind} {i}", sender="qa", kind=kind)
     box.read_thread("dev", "qa")
-    assert [m.body for m in box.read_thread("dev", "qa")] == ["fyi 3", "fyi 4"]
+    assert [m.body for m in box.read_thread("dev", "qa")] == [f"{kind} 3", f"{kind} 4"]
     assert box.status(box.state.ids[0]) == "released"
 
 
@@ -438,6 +439,22 @@ def test_a_read_question_nobody_answered_is_kept() -> None:
         box.send("dev", f"which {i}?", sender="lead", kind="blocker")
     box.read_thread("dev", "lead")
     assert len(box.read_thread("dev", "lead")) == 3
+
+
+def test_a_retracted_message_its_recipient_heard_of_is_kept_until_it_is_read() -> None:
+    box = Mailbox(retain=2)
+    box.send("dev", "use v1", sender="lead", id="v1")
+    box.state.apply(MailNoticed(recipient="dev", notice="n1", ids=("v1",)))  # "use v1", it heard
+    assert box.withdraw("v1", sender="lead") == "retracted"
+    for i in range(3):
+        box.send("dev", f"fyi {i}", sender="qa", kind="fyi")
+    box.read_thread("dev", "qa")  # settled: retention lets go of them, not of the retraction
+    assert box.status("v1") == "retracted"
+    letters = box.read_thread("dev", "lead")
+    assert [(m.body, m.state) for m in letters] == [("use v1", "retracted")]
+    for i in range(2):
+        box.send("dev", f"use v{i + 2}", sender="lead")
+    assert box.status("v1") == "released"  # read, it owes nothing
 
 
 def test_a_retracted_message_owes_nothing_and_may_be_let_go() -> None:
@@ -492,6 +509,26 @@ def test_a_resend_of_a_forgotten_id_is_a_new_message() -> None:
     assert (again.state, again.duplicate) == ("queued", False)
 
 
+def test_an_outcome_is_remembered_for_remember_sends_after_it_was_let_go_however_long_kept() -> None:
+    box = Mailbox(remember=100)
+    state = box.state
+    box.send("slow", "do X", sender="lead", id="x-1")  # its recipient is idle: kept a long time
+    while len(state.log) < state._compact_at:  # far more than remember sends, to a compaction
+        box.send("writer", "f", sender="r")
+        box.receive("writer")
+    assert box.withdraw("x-1", sender="lead") == "withdrawn"
+    cut = state.cut
+    _drain(box, 99)  # fewer than remember sends since it was let go, a compaction among them
+    assert state.cut > cut
+    assert box.status("x-1") == "withdrawn"
+    again = box.send("slow", "do X", sender="lead", id="x-1")
+    assert (again.state, again.duplicate) == ("withdrawn", True)
+    assert box.pending("slow") == 0
+    _drain(box, 10_000)  # and then forgotten: what it remembers stays bounded
+    assert box.status("x-1") is None
+    assert len(state.log) <= 2 * 100 + 4096
+
+
 def test_messages_still_kept_are_never_forgotten() -> None:
     box = Mailbox(remember=0, retain=10_000)
     unread = box.send("dev", "fyi", sender="qa", kind="fyi", id="f-1")
@@ -506,23 +543,22 @@ def test_messages_still_kept_are_never_forgotten() -> None:
     assert box.status(answered.id) == "answered"
 
 
-def test_a_compacted_state_replays_equal() -> None:
-    store = open_store("memory:")  # compaction is the fold's: the same on every store
-    live = Mailbox(store, remember=50, retain=3)
-    live.send("dev", "fyi", sender="qa", kind="fyi", id="f-1")
-    live.send("dev", "which?", sender="lead", kind="blocker")
-    for round in range(60):
-        for i in range(100):
-            live.send("writer", i, sender="researcher")
-        live.receive("writer", limit=100)
-        if round == 30:
-            live.read_thread("dev", "lead")
-            live.reply("dev", "lead", "main")
-    assert live.state.cut > 0
-    again = Mailbox(store, remember=50, retain=3)
+def test_a_compacted_state_replays_equal(store: Store) -> None:
+    with mock.patch("nous_inbox.mailbox.state._COMPACT_MIN", 64):  # compact often, cheaply
+        live = Mailbox(store, remember=50, retain=3)
+        live.send("dev", "fyi", sender="qa", kind="fyi", id="f-1")
+        live.send("dev", "which?", sender="lead", kind="blocker")
+        for round in range(12):
+            for i in range(40):
+                live.send("writer", i, sender="researcher")
+            live.receive("writer", limit=40)
+            if round == 6:
+                live.read_thread("dev", "lead")
+                live.reply("dev", "lead", "main")
+        assert live.state.cut > 0
+        again = Mailbox(store, remember=50, retain=3)
     assert again.state == live.state
     assert again.state.cut == live.state.cut
-    store.close()
 
 
 # -- concurrency -------------------------------------------------------------------------------

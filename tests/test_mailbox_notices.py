@@ -8,16 +8,26 @@ real :class:`~nous_inbox.owner.Owner`; a mid-run send is made by a tool while it
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
 
-from nous_inbox.events import MailNoticed, MessageSent
+from nous_inbox.events import (
+    Event,
+    MailNoticed,
+    MessageSent,
+    StepStarted,
+    TurnEnded,
+    TurnStarted,
+)
+from nous_inbox.inbox import Target
+from nous_inbox.journal import claim_event
 from nous_inbox.mailbox import NOTICE, Mailbox, compose, plan
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.owner import Owner
 from nous_inbox.runner import Runner
+from nous_inbox.session import Session
 from nous_inbox.store import Store, open_store
 
 WAIT = 30  # seconds: a bound for a wait that should end at once, never a synchronisation sleep
@@ -713,3 +723,115 @@ def test_a_prompt_that_came_before_the_send_gets_the_notice_behind_it() -> None:
     box.attach("dev", recipient)
     assert recipient.sent == ["followup"]
     recipient.owner.close()
+
+
+# -- a notice is found whatever else its claim's append holds ------------------------------------
+
+
+class OpensInOneAppend:
+    """A runner that opens each turn as the framework adapters do (pydantic-ai's ``AgentRunner``):
+    the turn's claim and the first step's claim in one append; then it ends the turn."""
+
+    def run_turn(self, port: Any, *, reason: str = "wake",
+                 cancel: threading.Event | None = None) -> Iterator[Event]:
+        def opening(session: Session) -> tuple[list[Event], int]:
+            turn = session.turn + 1
+            events: list[Event] = [TurnStarted(turn=turn, reason=reason)]
+            inbox = session.inbox
+            for target, then in ((Target.NEXT_TURN, StepStarted(turn=turn, step=1)),
+                                 (Target.NEXT_STEP, None)):
+                _, claim, inbox = claim_event(inbox, target)
+                events += [e for e in (claim, then) if e is not None]
+            return events, turn
+
+        stored, turn = port.commit(opening)
+        yield from stored
+        yield port.record(TurnEnded(turn=turn, steps=1, reason="final"))
+
+
+def _two_queues_at_once(owner: Owner, box: Mailbox, clock: Clock) -> None:
+    """A person's note waits in next_step, then a blocker's notice joins next_turn: the run it
+    wakes claims both in one append; the notice is heard, and so is the next one."""
+    box.attach("dev", owner)
+    owner.inject("a person's note")  # never wakes: it waits for the next step
+    first = box.send("dev", "which branch?", sender="lead", kind="blocker")
+    assert owner.wait_idle(WAIT)
+    assert box.status(first.id) == "noticed"
+    second = box.send("dev", "and the tag?", sender="lead", kind="blocker")
+    clock.now += 2
+    box.tick()
+    assert owner.wait_idle(WAIT)
+    assert box.status(second.id) == "noticed"
+    carried = [list(n.metadata["ids"]) for n in notices(owner.session.transcript)]
+    assert carried == [[first.id], [second.id]]
+
+
+def test_a_notice_claimed_in_one_append_with_another_queue_counts_as_heard() -> None:
+    clock = Clock()
+    box = Mailbox(clock=clock, debounce=0.0)
+    owner = Owner(open_store("memory:"), "dev", OpensInOneAppend(), watch=False, start=False)
+    _two_queues_at_once(owner, box, clock)
+    owner.close()
+
+
+def test_an_agent_run_by_pydantic_ai_keeps_hearing_of_its_mail() -> None:
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from nous_inbox.compat.pydantic_ai import AgentRunner
+
+    clock = Clock()
+    box = Mailbox(clock=clock, debounce=0.0)
+    agent = Agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("ok")])))
+    owner = Owner(open_store("memory:"), "dev", AgentRunner(agent), watch=False, start=False)
+    _two_queues_at_once(owner, box, clock)
+    owner.close()
+
+
+# -- a notice names the very messages it carried ----------------------------------------------------
+
+
+def test_an_id_sent_again_once_forgotten_gets_a_notice_of_its_own() -> None:
+    clock = Clock()
+    box = Mailbox(clock=clock, debounce=0.0, remember=0)
+    owner = Owner(open_store("memory:"), "dev", Runner(Model()), watch=False, start=False)
+    box.attach("dev", owner)
+    box.send("dev", "daily check", sender="lead", kind="blocker", id="daily")
+    assert owner.wait_idle(WAIT)
+    box.receive("dev")
+    for _ in range(9000):  # enough to compact: the first "daily" is forgotten
+        box.send("w", "x", sender="r")
+        box.receive("w")
+    assert box.status("daily") is None
+    box.detach("dev")
+    assert box.send("dev", "daily check", sender="lead", kind="blocker", id="daily").state == "queued"
+    box.attach("dev", owner)  # the transcript's notice carried the first "daily", not this one
+    assert owner.wait_idle(WAIT)
+    assert box.status("daily") == "noticed"
+    assert [list(n.metadata["ids"]) for n in notices(owner.session.transcript)] == [["daily"]] * 2
+
+
+def test_a_notice_names_each_message_with_its_order() -> None:
+    box = Mailbox()
+    box.send("dev", "a", sender="qa", kind="fyi", id="a")
+    box.send("dev", "b", sender="lead", id="b")
+    message, ids = compose(box.state, "dev", "n1")
+    assert ids == ("a", "b")
+    assert list(message.metadata["orders"]) == [1, 2]
+
+
+def test_a_notice_that_names_no_orders_is_reconciled_by_id_as_before() -> None:
+    store = open_store("memory:")
+    owner = Owner(store, "dev", Runner(Model()), watch=False, start=False)
+    old = Message.user("1 new message", metadata={"provenance": NOTICE, "notice": "n-old",
+                                                  "ids": ["q-1"]})
+    owner.followup(old)  # written by a version whose notices named no orders
+    assert owner.wait_idle(WAIT)
+    box = Mailbox(clock=Clock())
+    box.send("dev", "earlier", sender="qa", kind="fyi")
+    box.send("dev", "q", sender="lead", kind="blocker", id="q-1")  # another order than any
+    box.attach("dev", owner)
+    assert box.status("q-1") == "noticed"
+    owner.close()

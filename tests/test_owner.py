@@ -83,7 +83,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = metafunc.function.__code__.co_names
     # A test that holds the threaded owner's lock from its own thread is about that face's
     # internals (the asyncio face would wait on it from the loop thread): threaded only.
-    if "make_owner" in names and "_lock" not in names:
+    if ("make_owner" in names or "build" in names) and "_lock" not in names:
         metafunc.parametrize("owner_face", FACES, indirect=True)
 
 
@@ -358,11 +358,11 @@ def test_bad_input_is_refused_and_nothing_is_written() -> None:
         assert owner.session.version == 0
 
 
-def test_a_failing_model_ends_the_turn_as_an_error_and_wait_idle_reports_it() -> None:
+def test_a_failing_model_ends_the_turn_as_an_error_and_wait_idle_reports_it(owner_face: str) -> None:
     def model(transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
         raise RuntimeError("the model is down")
 
-    with Owner(open_store("memory:"), "s", Runner(model), start=False) as owner:
+    with build(owner_face, open_store("memory:"), "s", Runner(model), start=False) as owner:
         owner.steer("go")
         with pytest.raises(RuntimeError, match="the model is down"):
             owner.wait_idle(WAIT)
@@ -459,9 +459,9 @@ def test_an_idle_owner_wakes_for_a_steer_another_process_appended(durable_url: s
 CHILD = r"""
 import sys
 from nous_inbox.message import Message, ToolCall
-from nous_inbox.owner import Owner
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
+from tests.owner_faces import build
 
 def model(transcript, tools):
     if transcript[-1].role == "user":
@@ -471,7 +471,7 @@ def model(transcript, tools):
 def work():
     return "done"
 
-owner = Owner(open_store(sys.argv[1]), "s", Runner(model, [work]), watch=False)
+owner = build(sys.argv[2], open_store(sys.argv[1]), "s", Runner(model, [work]), watch=False)
 for i in range(100000):
     owner.steer(f"m{i}")
     print(f"m{i}", flush=True)  # acknowledged: the send is durable
@@ -481,11 +481,12 @@ for i in range(100000):
 @pytest.mark.parametrize("scheme", ["sqlite", "file"])
 @pytest.mark.parametrize("kill_after", [1, 40, 150])  # acknowledged sends before the SIGKILL
 def test_a_killed_owner_loses_no_message_and_doubles_none(
-    tmp_path: Path, scheme: str, kill_after: int
+    tmp_path: Path, scheme: str, kill_after: int, owner_face: str
 ) -> None:
     url = f"{scheme}:{tmp_path / 'log'}"
+    assert build  # the child builds its owner of this face
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, url], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        [sys.executable, "-c", CHILD, url, owner_face], stdout=subprocess.PIPE, text=True, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert child.stdout is not None
@@ -513,10 +514,12 @@ def test_a_killed_owner_loses_no_message_and_doubles_none(
 # -- races and failures the review found ----------------------------------------------------------
 
 
-def test_a_steer_another_writer_appended_wakes_an_owner_that_noticed_it_while_injecting() -> None:
+def test_a_steer_another_writer_appended_wakes_an_owner_that_noticed_it_while_injecting(
+    owner_face: str,
+) -> None:
     store = open_store("memory:")
     model = ScriptedModel()
-    with Owner(store, "s", Runner(model), watch=False, start=False) as owner:
+    with build(owner_face, store, "s", Runner(model), watch=False, start=False) as owner:
         store.append("s", [MessageSent(target="next_step", wakeup=True,
                                        message=Message.user("from elsewhere"))])
         owner.inject("fyi")  # conflicts, catches up with the steer, and must answer its wake
@@ -569,11 +572,11 @@ class _LockedStore:
         return getattr(self.inner, name)
 
 
-def test_a_lock_timeout_is_reported_not_retried_forever() -> None:
+def test_a_lock_timeout_is_reported_not_retried_forever(owner_face: str) -> None:
     from nous_inbox import ConcurrencyError
 
     store = _LockedStore()
-    with Owner(store, "s", Runner(ScriptedModel()), watch=False, start=False) as owner:  # type: ignore[arg-type]
+    with build(owner_face, store, "s", Runner(ScriptedModel()), watch=False, start=False) as owner:  # type: ignore[arg-type]
         with pytest.raises(ConcurrencyError, match="lock"):
             owner.steer("go")
         assert store.appends == 1
@@ -597,9 +600,9 @@ class _FailingStore:
         return getattr(self.inner, name)
 
 
-def test_a_run_the_store_failed_under_still_gets_its_turn_ended() -> None:
+def test_a_run_the_store_failed_under_still_gets_its_turn_ended(owner_face: str) -> None:
     store = _FailingStore()
-    with Owner(store, "s", Runner(ScriptedModel()), watch=False, start=False) as owner:  # type: ignore[arg-type]
+    with build(owner_face, store, "s", Runner(ScriptedModel()), watch=False, start=False) as owner:  # type: ignore[arg-type]
         owner.steer("go")
         with pytest.raises(OSError, match="disk full"):
             owner.wait_idle(WAIT)
@@ -619,7 +622,21 @@ def test_a_prompt_opens_a_turn_recorded_as_a_prompt() -> None:
         assert reasons == ["prompt", "wake"]
 
 
-def test_a_steer_another_process_appended_during_the_final_request_extends_the_run() -> None:
+def test_a_prompt_the_store_refused_does_not_make_the_next_turn_a_prompt() -> None:
+    with make_owner(ScriptedModel()) as owner:
+        limit = owner._store.max_record_size  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match="limit"):
+            owner.prompt("x" * (limit + 1))
+        with pytest.raises(TypeError):
+            owner.prompt(7)  # type: ignore[arg-type]
+        owner.steer("go")
+        assert owner.wait_idle(WAIT)
+        assert [e.reason for e in owner.events() if isinstance(e, TurnStarted)] == ["wake"]
+
+
+def test_a_steer_another_process_appended_during_the_final_request_extends_the_run(
+    owner_face: str,
+) -> None:
     store = open_store("memory:")
 
     class Model(ScriptedModel):
@@ -630,7 +647,7 @@ def test_a_steer_another_process_appended_during_the_final_request_extends_the_r
             return super().__call__(transcript, tools)
 
     model = Model()
-    with Owner(store, "s", Runner(model), watch=False, start=False) as owner:
+    with build(owner_face, store, "s", Runner(model), watch=False, start=False) as owner:
         owner.prompt("go")
         assert owner.wait_idle(WAIT)
         assert [e.turn for e in owner.events() if isinstance(e, TurnStarted)] == [1]
@@ -681,11 +698,11 @@ def test_sends_from_asyncio_tasks_are_safe_and_never_wait_for_a_run() -> None:
 
 
 def test_concurrent_senders_lose_nothing_double_nothing_and_none_returns_before_its_commit(
-    store: Any,
+    store: Any, owner_face: str,
 ) -> None:
     senders, each = 8, 10 * STRESS
     early: list[int] = []
-    with Owner(store, "s", Runner(ScriptedModel()), watch=False) as owner:
+    with build(owner_face, store, "s", Runner(ScriptedModel()), watch=False) as owner:
         barrier = threading.Barrier(senders)
 
         def sender(k: int) -> None:
@@ -781,15 +798,16 @@ def _finishes(work: Callable[[], object]) -> bool:
     return not thread.is_alive()
 
 
-def test_a_listener_that_sends_from_inside_a_commit_does_not_deadlock_its_owner() -> None:
-    owner = Owner(open_store("memory:"), "s", Runner(ScriptedModel()), watch=False)
-
+def test_a_listener_that_sends_from_inside_a_commit_does_not_deadlock_its_owner(
+    owner_face: str,
+) -> None:
     def answer(event: Any) -> None:
         # Called inside the commit of "ping", on the thread leading the group commit.
         if isinstance(event, MessageSent) and event.message.content == "ping":
             owner.inject("pong")
 
-    owner.listen(answer)
+    owner = build(owner_face, open_store("memory:"), "s", Runner(ScriptedModel()), watch=False,
+                  listen=answer)
     assert _finishes(lambda: owner.inject("ping"))  # (not closed if it hangs: close would too)
     with owner:
         assert [e.message.content for e in owner.events()] == ["ping", "pong"]  # type: ignore[attr-defined]
@@ -882,8 +900,10 @@ def test_a_bad_option_is_refused_before_the_stream_is_taken(
         assert owner.session.version == 0
 
 
-def test_a_send_the_store_refuses_raises_for_its_sender_and_later_sends_go_on() -> None:
-    with Owner(open_store("memory:"), "s", Runner(ScriptedModel()), watch=False) as owner:
+def test_a_send_the_store_refuses_raises_for_its_sender_and_later_sends_go_on(
+    owner_face: str,
+) -> None:
+    with build(owner_face, open_store("memory:"), "s", Runner(ScriptedModel()), watch=False) as owner:
         limit = owner._store.max_record_size  # type: ignore[attr-defined]
         with pytest.raises(ValueError, match="limit"):
             owner.inject("x" * (limit + 1))

@@ -6,9 +6,17 @@ and a store; here each rule is asked directly, with session values built by hand
 
 from __future__ import annotations
 
-from nous_inbox.events import MessageSent, TurnEnded, TurnStarted, Warned
+from nous_inbox.events import (
+    MessageSent,
+    ModelReplied,
+    StepStarted,
+    ToolReturned,
+    TurnEnded,
+    TurnStarted,
+    Warned,
+)
 from nous_inbox.inbox import Inbox
-from nous_inbox.message import Message
+from nous_inbox.message import Message, ToolCall
 from nous_inbox.owner_core import OwnerCore, Stop, Turn
 from nous_inbox.session import Session, replay
 
@@ -120,3 +128,16 @@ def test_resuming_closes_a_turn_the_log_shows_open() -> None:
     (ended,) = OwnerCore.resume(running)
     assert isinstance(ended, TurnEnded) and (ended.turn, ended.reason) == (1, "error")
     assert OwnerCore.resume(STEERED) == []
+
+
+def test_resuming_answers_the_calls_a_dead_turn_left_open_so_the_transcript_is_well_formed() -> None:
+    calls = [ToolCall("c1", "deploy"), ToolCall("c2", "notify")]
+    running = replay([
+        TurnStarted(turn=1, reason="wake", seq=1), StepStarted(turn=1, step=1, seq=2),
+        ModelReplied(turn=1, step=1, message=Message.assistant(tool_calls=calls), seq=3),
+        ToolReturned(turn=1, step=1, message=Message.tool("sent", "c2", name="notify"), seq=4),
+    ])
+    *answers, ended = OwnerCore.resume(running)
+    assert [(a.message.tool_call_id, a.message.metadata["error"]) for a in answers  # type: ignore[attr-defined]
+            ] == [("c1", "interrupted")]
+    assert isinstance(ended, TurnEnded) and ended.reason == "error"

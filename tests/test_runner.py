@@ -18,7 +18,7 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -45,6 +45,7 @@ from nous_inbox.session import Session, replay
 from nous_inbox.store.file import FileStore
 from nous_inbox.store.sqlite import SqliteStore
 
+WAIT = 30  # seconds; a bound for a wait that should end at once
 STRESS = int(os.environ.get("NOUS_INBOX_STRESS", "0") or 0)
 MODES = ["sync", "thread", "native"]
 FINAL = Message.assistant("done")
@@ -1134,3 +1135,46 @@ def test_sends_from_another_thread_are_never_lost_or_doubled() -> None:
               for m, _ in local.session.inbox.entries(t)]
     assert sorted(delivered + queued) == sorted(sent)  # each exactly once
     assert replay(local.events) == local.session
+
+
+class ThreadPoolPort(LocalSession):
+    """A port whose ``call_io`` is any thread pool's (it promises nothing about order), and whose
+    recording of a reply holds until ``gate`` opens: a stretch still running when a cancel comes."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self.loop = loop
+        self.gate = threading.Event()
+        self.holding = asyncio.Event()
+
+    def call_io(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+        return self.loop.run_in_executor(None, fn, *args)
+
+    def record(self, event: Event) -> Event:
+        if type(event).__name__ == "ModelReplied":
+            self.loop.call_soon_threadsafe(self.holding.set)
+            self.gate.wait(WAIT)
+        return super().record(event)
+
+
+def test_cancelling_a_turn_whose_stretch_runs_on_a_thread_pool_ends_it_cleanly() -> None:
+    async def main() -> ThreadPoolPort:
+        port = ThreadPoolPort(asyncio.get_running_loop())
+        port.followup("go")
+
+        async def consume() -> list[Event]:
+            return [e async for e in Runner(Script(FINAL), offload=False).arun_turn(port)]
+
+        task = asyncio.create_task(consume())
+        await port.holding.wait()
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.2)  # a close racing the running stretch would be here
+        port.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return port
+
+    port = asyncio.run(main())
+    last = port.events[-1]
+    assert isinstance(last, TurnEnded) and last.reason == "cancelled"
+    assert not port.session.running and replay(list(port.events)) == port.session

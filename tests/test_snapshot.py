@@ -524,6 +524,20 @@ def test_a_snapshot_file_another_user_owns_is_ignored(
     _ignored(store, caplog, "not to you")
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_snapshot_directory_another_user_owns_is_ignored_and_never_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, snapshot = _file_store_with_snapshot(tmp_path)
+    os.chown(snapshot.parent, 4321, 4321)
+    _ignored(store, caplog, "not to you")
+    before = snapshot.read_bytes()
+    store.append("s", [Warned(text="one more")])
+    with pytest.raises(OSError, match="not to you"):
+        save_snapshot(store, "s", replay(store.read("s")))
+    assert snapshot.read_bytes() == before
+
+
 def test_a_planted_snapshot_link_is_never_followed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -678,6 +692,17 @@ def test_a_read_only_store_opens_from_a_snapshot_and_saves_none(url: str) -> Non
         assert store.load_snapshot("s")[0] == 20
 
 
+def test_sqlite_does_not_keep_a_snapshot_sized_wal(tmp_path: Path) -> None:
+    """A save writes its blob through the WAL; once checkpointed, the -wal is cut back."""
+    path = tmp_path / "inbox.sqlite"
+    with open_store(f"sqlite:{path}") as store:
+        store.append("s", [Warned(text="x")])
+        store.save_snapshot("s", 1, b"y" * 12_000_000)
+        for _ in range(300):
+            store.append("s", [Warned(text="z" * 1000)])
+        assert os.path.getsize(f"{path}-wal") <= 4 * 1024 * 1024
+
+
 def test_a_read_only_sqlite_store_from_before_snapshots_has_none(tmp_path: Path) -> None:
     url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
     with open_store(url) as store:
@@ -703,6 +728,54 @@ def test_a_long_session_is_frozen_out_of_the_collector_after_open() -> None:
         gc.unfreeze()
 
 
+def test_both_owners_leave_the_collector_alone_with_freeze_gc_false() -> None:
+    """A freeze keeps every host object caught in a reference cycle at that moment forever: an
+    owner's host may opt out (the journal's option, passed through)."""
+    import asyncio
+
+    from nous_inbox.async_owner import AsyncOwner
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    store = open_store("memory:")
+    fill(store, "s", 50)
+    runner = Runner(lambda transcript, tools: "ok")
+    gc.unfreeze()
+    try:
+        owner = Owner(store, "s", runner, snapshot_every=10, watch=False, start=False,
+                      freeze_gc=False)
+        for i in range(30):
+            owner.inject(f"fyi {i}")
+        owner.close()
+        assert gc.get_freeze_count() == 0
+
+        async def run() -> None:
+            async with AsyncOwner(store, "s", runner, snapshot_every=10, watch=False,
+                                  start=False, freeze_gc=False) as owner:
+                for i in range(30):
+                    await owner.inject(f"later {i}")
+
+        asyncio.run(run())
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+
+
+@pytest.mark.parametrize("bad", [0, None, "no"])
+def test_both_owners_refuse_a_freeze_gc_that_is_not_a_bool(bad: Any) -> None:
+    from nous_inbox.async_owner import AsyncOwner
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    runner = Runner(lambda transcript, tools: "ok")
+    with pytest.raises(TypeError, match="freeze_gc must be a bool"):
+        Owner(open_store("memory:"), "s", runner, freeze_gc=bad)
+    with pytest.raises(TypeError, match="freeze_gc must be a bool"):
+        AsyncOwner(open_store("memory:"), "s", runner, freeze_gc=bad)
+    with pytest.raises(TypeError, match="freeze_gc must be a bool"):
+        Journal(open_store("memory:"), "s", freeze_gc=bad)
+
+
 def test_a_session_value_is_the_same_with_or_without_snapshots() -> None:
     """The knob changes where an open starts, never what it gives."""
     a, b = open_store("memory:"), open_store("memory:")
@@ -726,6 +799,27 @@ def test_the_snapshot_command_saves_one(tmp_path: Path, capsys: pytest.CaptureFi
     assert "snapshot saved at seq 12" in capsys.readouterr().out
     with open_store(url) as store:
         assert load_session(store, "s").snapshot == 12
+
+
+def test_the_snapshot_command_says_when_a_newer_snapshot_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner appended and saved after the command opened the session: nothing is written,
+    and the command says so rather than that the store keeps no snapshots."""
+    from nous_inbox.cli import commands
+    from nous_inbox.cli.main import main
+    from nous_inbox.snapshot import Opened
+
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    with open_store(url) as store:
+        stored = fill(store, "s", 12)
+        assert save_snapshot(store, "s", replay(stored))
+    monkeypatch.setattr(commands, "load_session",
+                        lambda store, stream: Opened(replay(stored[:5]), 0, 5))
+    assert main(["snapshot", "--store", url, "s"]) == 0
+    assert "a newer snapshot (seq 12) is kept already; nothing saved" in capsys.readouterr().out
+    with open_store(url) as store:
+        assert store.load_snapshot("s")[0] == 12
 
 
 def test_the_snapshot_command_refuses_an_unknown_session(tmp_path: Path) -> None:

@@ -101,8 +101,9 @@ def test_parameters_reach_the_store_and_not_libpq(postgres_url):
 def test_reconnect_is_a_parameter_and_zero_means_no_retry(postgres_url):
     with open_store(f"{postgres_url}&reconnect=2.5") as store:
         assert store._reconnect == 2.5
-    with open_store(f"{postgres_url}&reconnect=0") as store:
-        assert store._reconnect == 0
+    for zero in ("0", "0.0", "0e0"):
+        with open_store(f"{postgres_url}&reconnect={zero}") as store:
+            assert store._reconnect == 0
     with PostgresStore(f"{postgres_url}&reconnect=2.5", reconnect=4) as store:
         assert store._reconnect == 4  # the keyword wins
 
@@ -170,6 +171,69 @@ def test_a_store_with_a_snapshot_opens_again(pg, postgres_url):
     assert pg.save_snapshot("s", 1, b"state")
     with PostgresStore(postgres_url) as again:  # four tables now: still ours
         assert again.load_snapshot("s") == (1, b"state")
+
+
+def test_the_snapshots_table_is_made_with_the_others(pg, postgres_url):
+    tables = sql(postgres_url, "SELECT table_name FROM information_schema.tables "
+                               "WHERE table_schema = 'SCHEMA' ORDER BY table_name")
+    assert [name for (name,) in tables] == [
+        "nous_inbox_events", "nous_inbox_meta", "nous_inbox_snapshots", "nous_inbox_streams"]
+
+
+def test_a_store_made_before_the_snapshots_table_gets_it_on_open(pg, postgres_url):
+    pg.append("s", [Warned(text="a")])
+    sql(postgres_url, 'DROP TABLE "SCHEMA".nous_inbox_snapshots')  # as an older version made it
+    with PostgresStore(postgres_url, read_only=True) as reader:  # read-only: nothing made
+        assert reader.load_snapshot("s") is None
+    assert not sql(postgres_url, "SELECT to_regclass('\"SCHEMA\".nous_inbox_snapshots')")[0][0]
+    with PostgresStore(postgres_url) as again:
+        assert again.save_snapshot("s", 1, b"state")
+        assert again.load_snapshot("s") == (1, b"state")
+
+
+def test_a_store_with_tables_of_a_later_version_beside_ours_opens(pg, postgres_url):
+    sql(postgres_url, 'CREATE TABLE "SCHEMA".nous_inbox_later (x int)')
+    with PostgresStore(postgres_url) as again:
+        again.append("s", [Warned(text="a")])
+
+
+@contextlib.contextmanager
+def least_privileged(postgres_url: str, schema: str) -> Iterator[str]:
+    """The URL of a role that may only read and write the store's tables (no CREATE)."""
+    import urllib.parse
+
+    role = f"app_{schema}"
+    sql(postgres_url, f"CREATE ROLE {role} LOGIN")
+    try:
+        sql(postgres_url, f'GRANT USAGE ON schema "SCHEMA" TO {role}')
+        sql(postgres_url, f'GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN schema "SCHEMA" TO {role}')
+        parts = urllib.parse.urlsplit(postgres_url)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        yield urllib.parse.urlunsplit(parts._replace(netloc=f"{role}@{host}"))
+    finally:
+        sql(postgres_url, f"DROP OWNED BY {role}")
+        sql(postgres_url, f"DROP ROLE {role}")
+
+
+def test_a_role_that_cannot_add_the_snapshots_table_opens_the_store_and_keeps_none(
+    pg, postgres_url, caplog,
+):
+    pg.append("s", [Warned(text="a")])
+    sql(postgres_url, 'DROP TABLE "SCHEMA".nous_inbox_snapshots')  # an older version's store
+    with least_privileged(postgres_url, pg.schema) as url, PostgresStore(url) as app:
+        assert "cannot add the snapshots table" in caplog.text
+        assert not app.save_snapshot("s", 1, b"state")
+        assert app.load_snapshot("s") is None
+        app.append("s", [Warned(text="b")])
+
+
+def test_a_role_without_create_on_the_schema_saves_snapshots(pg, postgres_url):
+    pg.append("s", [Warned(text="a"), Warned(text="b")])
+    with least_privileged(postgres_url, pg.schema) as url, PostgresStore(url) as app:
+        app.own("s")
+        app.append("s", [Warned(text="c")])
+        assert app.save_snapshot("s", 2, b"state")
+        assert app.load_snapshot("s") == (2, b"state")
 
 
 def test_streams_sort_as_python_sorts_them(pg):
@@ -346,6 +410,195 @@ def test_a_held_lease_is_renewed_and_a_taken_one_is_noticed(postgres_url):
         assert lease.lost
 
 
+# -- a stalled call never costs the other leases ------------------------------------------------------
+
+
+def stuck_writer(store: PostgresStore, stream: str) -> psycopg.Connection[Any]:
+    """A connection holding ``stream``'s row lock in an open transaction, as a writer cut off
+    mid-append would, and that none of the store's own timeouts governs (another program's)."""
+    db = store.connect()
+    db.execute("SET idle_in_transaction_session_timeout = 0")
+    db.execute("BEGIN")
+    db.execute(f'SELECT 1 FROM "{store.schema}".nous_inbox_streams WHERE stream = %s FOR UPDATE',
+               (stream,))
+    return db
+
+
+def expiry(url: str, stream: str) -> Any:
+    return sql(url, 'SELECT expires FROM "SCHEMA".nous_inbox_streams WHERE stream = %s',
+               stream)[0][0]
+
+
+def until(condition: Any) -> bool:
+    """Whether ``condition()`` comes true within ``WAIT`` seconds (checked every 20 ms)."""
+    pause = threading.Event()  # never set: a bounded wait
+    for _ in range(WAIT * 50):
+        if condition():
+            return True
+        pause.wait(0.02)
+    return False
+
+
+def waiting_on_a_lock(url: str, store: PostgresStore) -> bool:
+    assert store._db is not None
+    pid = store._db.info.backend_pid
+    rows = sql(url, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", pid)
+    return rows == [("Lock",)]
+
+
+def test_a_call_stalled_on_a_row_lock_does_not_stop_the_renewal_of_other_leases(postgres_url):
+    # Host B's append waits on a row a stuck writer holds; its lease of "t" must stay renewed
+    # all the while, or a third host could take a session B is running.
+    with PostgresStore(postgres_url, lease=1) as b, PostgresStore(postgres_url, lease=1) as c:
+        b.own("t")
+        b.append("s", [Warned(text="a")])
+        stuck = stuck_writer(b, "s")
+        try:
+            appender = threading.Thread(target=b.append, args=("s", [Warned(text="b")]))
+            appender.start()
+            assert until(lambda: waiting_on_a_lock(postgres_url, b))
+            before = expiry(postgres_url, "t")
+            assert until(lambda: expiry(postgres_url, "t") > before)  # renewed meanwhile
+            with pytest.raises(StreamOwnedError):
+                c.own("t")
+        finally:
+            stuck.rollback()
+            stuck.close()
+        appender.join(WAIT)
+        assert [e.text for e in b.read("s")] == ["a", "b"]
+
+
+def test_taking_a_lease_from_a_stuck_writer_is_refused_as_owned_and_does_not_wait(postgres_url):
+    with PostgresStore(postgres_url, lease=1) as a, PostgresStore(postgres_url, lease=1) as b:
+        a.own("s")
+        expire(postgres_url, "s", a)  # A is cut off, and its last append ...
+        stuck = stuck_writer(a, "s")  # ... left the row locked
+        try:
+            outcome: list[Any] = []
+
+            def take() -> None:
+                try:
+                    outcome.append(b.own("s"))
+                except Exception as exc:
+                    outcome.append(exc)
+
+            taker = threading.Thread(target=take, daemon=True)
+            taker.start()
+            taker.join(WAIT)
+            assert outcome and isinstance(outcome[0], StreamOwnedError), outcome
+        finally:
+            stuck.rollback()
+            stuck.close()
+        assert b.own("s").epoch == 2  # once the writer is gone
+
+
+def test_a_transaction_left_open_by_a_host_cut_off_is_ended_by_the_server(postgres_url):
+    # Our own connections tell the server to end a transaction left idle (a host cut off
+    # between an append's two round trips): the stream's row is then free for a takeover.
+    with PostgresStore(postgres_url, lease=1) as a, PostgresStore(postgres_url, lease=1) as b:
+        a.own("s")
+        expire(postgres_url, "s", a)
+        orphan = a.connect()
+        orphan.execute("BEGIN")
+        orphan.execute(f'SELECT 1 FROM "{a.schema}".nous_inbox_streams WHERE stream = %s '
+                       f"FOR UPDATE", ("s",))
+        pid = orphan.info.backend_pid
+        try:
+            assert until(lambda: not sql(postgres_url,
+                                         "SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid))
+            assert b.own("s").epoch == 2
+        finally:
+            orphan.close()
+
+
+def test_the_stores_connections_keep_tcp_alive(postgres_url):
+    with PostgresStore(postgres_url, lease=4) as store, store.connect() as db:
+        assert "keepalives=1" in db.info.dsn and "keepalives_idle=4" in db.info.dsn
+        assert db.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("2s",)
+    sep = "&" if "?" in postgres_url else "?"
+    with PostgresStore(f"{postgres_url}{sep}keepalives=0") as store, store.connect() as db:
+        assert "keepalives=0" in db.info.dsn  # the URL's own, as libpq's parameters always are
+
+
+def test_a_reconnect_loop_neither_holds_the_connection_nor_stops_the_renewals(postgres_url):
+    with PostgresStore(postgres_url, lease=1, reconnect=60) as b, \
+            PostgresStore(postgres_url, lease=1) as c:
+        b.own("t")
+        assert until(lambda: b._background is not None and b._background.ready)
+        good = b._conninfo
+        b._conninfo = "postgresql://nobody@127.0.0.1:1/none"  # the server is out of reach ...
+        sql(postgres_url, "SELECT pg_terminate_backend(%s)", b._connection().info.backend_pid)
+        appender = threading.Thread(target=b.append, args=("s", [Warned(text="a")]))
+        appender.start()
+        try:
+            # ... for the main connection only: renewals go on, and other threads get the
+            # connection's lock between the append's reconnect attempts.
+            before = expiry(postgres_url, "t")
+            assert until(lambda: expiry(postgres_url, "t") > before)
+            with pytest.raises(StreamOwnedError):
+                c.own("t")
+            assert b._lock.acquire(timeout=WAIT)
+            b._lock.release()
+            assert appender.is_alive()
+        finally:
+            b._conninfo = good
+        appender.join(WAIT)
+        assert [e.text for e in b.read("s")] == ["a"]
+
+
+def test_a_recovery_that_cannot_tell_in_time_whether_its_append_was_written_says_so(
+    postgres_url, monkeypatch,
+):
+    # The connection drops before the COMMIT; when the store comes back to look for its
+    # batch, a stuck writer holds the stream's row: it waits no longer than ``reconnect``.
+    with PostgresStore(postgres_url, reconnect=1) as store:
+        store.append("s", [Warned(text="a")])
+        db = store._connection()
+        real = db.transaction
+        held: list[psycopg.Connection[Any]] = []
+
+        @contextlib.contextmanager
+        def lossy(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            with real(*args, **kwargs) as tx:
+                if not held:
+                    db.close()
+                    held.append(stuck_writer(store, "s"))
+                    raise psycopg.OperationalError("server closed the connection unexpectedly")
+                yield tx
+
+        monkeypatch.setattr(db, "transaction", lossy)
+        outcome: list[Any] = []
+
+        def append() -> None:
+            try:
+                outcome.append(store.append("s", [Warned(text="b")]))
+            except Exception as exc:
+                outcome.append(exc)
+
+        appender = threading.Thread(target=append, daemon=True)
+        appender.start()
+        try:
+            appender.join(WAIT)
+            assert outcome and isinstance(outcome[0], StoreError), outcome
+            assert "whether it was written is not known" in str(outcome[0])
+        finally:
+            for stuck in held:
+                stuck.rollback()
+                stuck.close()
+        assert [e.text for e in store.read("s")] == ["a"]
+
+
+def test_reconnect_is_shorter_than_the_lease_unless_given(postgres_url):
+    with PostgresStore(postgres_url) as store:
+        assert 0 < store._reconnect < store.lease
+    with PostgresStore(postgres_url, lease=1) as store:
+        assert 0 < store._reconnect < 1
+    with PostgresStore(postgres_url, lease=60) as store:
+        assert store._reconnect == 10
+    with PostgresStore(postgres_url, lease=1, reconnect=30) as store:
+        assert store._reconnect == 30  # the caller's choice
+
+
 def test_appending_needs_no_lease_and_is_not_fenced_by_anothers(postgres_url):
     with PostgresStore(postgres_url) as owner, PostgresStore(postgres_url) as sender:
         owner.own("s")
@@ -409,6 +662,31 @@ def test_a_subscriber_of_another_stream_is_not_woken(postgres_url):
         sender.append("b", [Warned(text="for b only")])
         assert b_woken.wait(WAIT)
         assert calls.count("a") == before
+
+
+def test_a_notification_that_arrives_during_a_renewal_still_wakes_at_once(postgres_url):
+    # The renewals share the listening connection: a notification read off the socket while
+    # one is in flight is delivered then, not at the next poll (an hour away here).
+    with PostgresStore(postgres_url, lease=0.6, poll=3600) as watcher, \
+            PostgresStore(postgres_url) as sender:
+        ready, woken = threading.Event(), threading.Event()
+        watcher.own("x")  # so that it renews
+        watcher.subscribe("s", lambda: (ready.set(), watcher.version("s") and woken.set()))
+        assert ready.wait(WAIT)
+        real = watcher._renew
+        sent: list[int] = []
+        pause = threading.Event()  # never set
+
+        def renew(db: psycopg.Connection[Any]) -> None:
+            if not sent:
+                sent.append(1)
+                sender.append("s", [Warned(text="wake")])  # notifies during this renewal
+                pause.wait(0.05)
+                db.execute("SELECT 1")  # a round trip that reads the notification
+            real(db)
+
+        watcher._renew = renew  # type: ignore[method-assign]
+        assert woken.wait(WAIT)
 
 
 def test_the_poll_backstop_nudges_without_any_notification(postgres_url):
@@ -598,3 +876,70 @@ def test_a_shared_batch_whose_connection_dropped_is_written_once_for_every_sende
         logged = Counter(e.message.content for e in store.read("s") if isinstance(e, MessageSent))
         assert logged == Counter(["first", *texts])  # each once: none lost, none doubled
         assert [e.seq for e in store.read("s")] == list(range(1, 9))
+
+
+def test_an_event_too_large_in_a_shared_batch_fails_only_its_sender(postgres_url):
+    # The store refuses the whole shared batch before writing anything (a record above its
+    # limit, through the retrying path): each event is then tried on its own.
+    from nous_inbox import MessageSent
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    class Held:
+        def __init__(self, inner: PostgresStore) -> None:
+            self.inner, self.sizes = inner, list[int]()
+            self.entered, self.release = threading.Event(), threading.Event()
+
+        def append(self, stream: str, events: Any, expected_version: Any = None) -> Any:
+            self.sizes.append(len(events))
+            if len(self.sizes) == 1:
+                self.entered.set()
+                assert self.release.wait(WAIT)
+            return self.inner.append(stream, events, expected_version)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    with PostgresStore(postgres_url, max_record_size=4096) as store:
+        held = Held(store)
+        owner = Owner(held, "s", Runner(_model, []), start=False, watch=False)
+        results: dict[str, Any] = {}
+
+        def send(text: str) -> None:
+            try:
+                results[text[:5]] = owner.inject(text)
+            except Exception as exc:
+                results[text[:5]] = exc
+
+        first = threading.Thread(target=send, args=("first",))
+        first.start()
+        assert held.entered.wait(WAIT)
+        texts = ["a", "b", "big" + "x" * 8000, "c"]
+        threads = [threading.Thread(target=send, args=(t,)) for t in texts]
+        for t in threads:
+            t.start()
+        assert until(lambda: len(owner._port._pending) == 4)
+        held.release.set()
+        for t in [first, *threads]:
+            t.join(WAIT)
+        owner.close()
+        assert held.sizes[:2] == [1, 4]  # the shared batch was tried, refused as a whole
+        assert isinstance(results["bigxx"], ValueError) and "above the limit" in str(
+            results["bigxx"])
+        assert all(isinstance(results[t], MessageSent) for t in ["first", "a", "b", "c"])
+        logged = sorted(e.message.content for e in store.read("s") if isinstance(e, MessageSent))
+        assert logged == ["a", "b", "c", "first"]
+
+
+def test_a_store_with_reconnect_zero_raises_at_once_when_its_connection_drops(postgres_url):
+    with PostgresStore(postgres_url, reconnect=0) as store:
+        store.append("s", [Warned(text="a")])
+        sql(postgres_url, "SELECT pg_terminate_backend(%s)", store._connection().info.backend_pid)
+        connects: list[int] = []
+        real = store.connect
+        store.connect = lambda: (connects.append(1), real())[1]  # type: ignore[method-assign]
+        with pytest.raises(StoreError, match=r"could not get it back within 0s"):
+            store.append("s", [Warned(text="b")])
+        assert connects == []  # not one attempt to reconnect
+        store.append("s", [Warned(text="c")])  # the next call connects afresh
+        assert connects == [1] and [e.text for e in store.read("s")] == ["a", "c"]

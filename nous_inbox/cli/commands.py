@@ -186,7 +186,14 @@ def snapshot(args: argparse.Namespace, out: IO[str]) -> int:
     with _open(args) as store:
         opened = load_session(store, args.session)
         if not save_snapshot(store, args.session, opened.session):
-            raise ValueError(f"{store!r} keeps no snapshots")
+            load = getattr(store, "load_snapshot", None)
+            kept = load(args.session) if callable(load) else None
+            if kept is None or kept[0] <= opened.session.version:
+                raise ValueError(f"{store!r} keeps no snapshots")
+            # an owner appended and saved meanwhile: its newer snapshot stays
+            out.write(f"{printable(args.session)}: a newer snapshot (seq {kept[0]}) is kept "
+                      f"already; nothing saved\n")
+            return 0
         out.write(f"{printable(args.session)}: snapshot saved at seq {opened.session.version} "
                   f"(the open replayed {opened.replayed} events)\n")
     return 0

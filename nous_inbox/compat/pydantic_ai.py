@@ -35,13 +35,17 @@ Where the inbox joins a run (the rulings of ``DESIGN.md``, through pydantic-ai's
 - A would-be final answer, in ``after_node_run`` when the result is ``End``: a pending *waking*
   message (a steer, not whitespace) is claimed and extends the run by one request (ruling 2);
   an injection alone does not, it waits for the next request something else causes.
-- Cancelling ends the run at its next node boundary, recorded as ``"cancelled"`` (ruling 9).
+- Cancelling ends the run at its next node boundary, recorded as ``"cancelled"`` (ruling 9): the
+  results of tools that ran before it are recorded, and calls it left unrun are answered as
+  cancelled, as the built-in runner does, so no call is left for pydantic-ai to answer unlogged.
 
 What is recorded: ``TurnStarted``; the claims (``QueueClaimed``: the claim *is* the transcript
 entry, ruling 6); per request ``StepStarted``, ``ModelRequested``, ``ModelReplied`` (the response as
 an assistant ``Message``) and a ``ToolCalled`` per tool call, all before the tools run; each tool
 result or retry prompt the model is then shown as ``ToolReturned`` (a retry prompt not tied to a
-tool, as ``Nudged``); ``StepEnded`` and ``TurnEnded``. Design choice: tool results are recorded
+tool, as ``Nudged``), an output tool's return included; ``StepEnded`` and ``TurnEnded``. A call an
+older log left open is answered as pydantic-ai answers it to the model ("interrupted") when the
+next turn opens, so the replayed transcript is the one the model saw. Design choice: tool results are recorded
 from the request that carries them, in pydantic-ai's own rendering, rather than from the tool's
 raw return value, because the promise is the transcript *the model saw*. Not recorded: the
 agent's instructions and system prompts (configuration, not conversation), and content a host
@@ -59,6 +63,7 @@ in-memory port, where a thread hop costs more than the call).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -71,6 +76,7 @@ try:
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.exceptions import UsageLimitExceeded
     from pydantic_ai.messages import (
+        INTERRUPTED_TOOL_RETURN_CONTENT,
         ModelMessage,
         ModelRequest,
         ModelRequestPart,
@@ -103,6 +109,7 @@ from nous_inbox.events import (
 )
 from nous_inbox.inbox import Target
 from nous_inbox.journal import claim_event
+from nous_inbox.loop import cancelled_result, open_calls
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.port import JournalPort, SessionPort, check_port
 from nous_inbox.session import Session
@@ -210,6 +217,55 @@ def _parts(messages: Sequence[Message]) -> list[ModelRequestPart]:
     return [_as_request_part(m) for m in messages]
 
 
+def _trailing_parts(messages: Sequence[ModelMessage]) -> list[ModelRequestPart]:
+    """The parts of the requests after the last response: what the next request shows anew
+    (pydantic-ai may keep them as several requests: an output tool's return, then what joined)."""
+    parts: list[ModelRequestPart] = []
+    for message in reversed(messages):
+        if isinstance(message, ModelResponse):
+            break
+        parts[:0] = message.parts
+    return parts
+
+
+def _left_over(run: Any) -> list[ModelRequestPart]:
+    """What a run that stopped holds but no request showed yet: the results of tools that ran
+    (the next request, built and never made, when a cancel ended it at that node) and an
+    output tool's return (the run ended on it)."""
+    if run is None:
+        return []
+    messages = run.all_messages()
+    parts = _trailing_parts(messages)
+    try:
+        upcoming = run.next_node
+    except Exception:  # a failed run re-raises its failure here: it has no next request
+        upcoming = None
+    request = getattr(upcoming, "request", None)
+    if isinstance(request, ModelRequest) and not any(m is request for m in messages):
+        parts.extend(request.parts)
+    return parts
+
+
+def _interrupted(call: ToolCall) -> Message:
+    """The answer to a call an earlier turn left open, as pydantic-ai words it to the model."""
+    return Message.tool(INTERRUPTED_TOOL_RETURN_CONTENT, call.id, name=call.name,
+                        metadata={"error": "interrupted"})
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """A boundary part: answer every call the transcript leaves open
+    (:func:`~nous_inbox.loop.open_calls`; pydantic-ai would answer them itself, unrecorded)
+    with ``make(call)``, recorded at ``step``."""
+
+    make: Callable[[ToolCall], Message]
+    step: int
+
+
+_WAKE: Final = object()
+"""A boundary part: claim ``next_step`` only if a waking message worth a round is queued."""
+
+
 # -- the hooks ------------------------------------------------------------------------------------
 
 
@@ -227,14 +283,19 @@ class _InboxHooks(AbstractCapability[Any]):
     step: int = 0
     opening: bool = True
     recorded: list[Event] = field(default_factory=list)
+    #: The request parts recorded already (or the transcript's own), by identity; kept alive so
+    #: an id is never reused while it is here.
+    seen: dict[int, object] = field(default_factory=dict)
 
-    def get_serialization_name(cls) -> str | None:  # type: ignore[override]
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
         return None  # built in code, never from a spec
 
-    def _write(self, *parts: Event | Target | None) -> list[Message]:
-        """Record a boundary: each event as given, each ``Target`` a claim of that queue, and
-        ``None`` the ``ModelRequested`` of the request being made (what it shows is counted
-        then). One atomic append when the port can (:meth:`JournalPort.commit
+    def _write(self, *parts: Event | Target | _Answer | object | None) -> list[Message]:
+        """Record a boundary: each event as given, each ``Target`` a claim of that queue,
+        ``_WAKE`` a wake-only claim of ``next_step``, an ``_Answer`` an answer to each call left
+        open, and ``None`` the ``ModelRequested`` of the request being made (what it shows is
+        counted then). One atomic append when the port can (:meth:`JournalPort.commit
         <nous_inbox.port.JournalPort.commit>`), one port call each otherwise. Returns the claimed
         messages, in order."""
         if isinstance(self.port, JournalPort):
@@ -243,20 +304,25 @@ class _InboxHooks(AbstractCapability[Any]):
             return claimed
         claimed = []
         for part in parts:
-            if isinstance(part, Target):
-                messages, event = self.port.claim(part)
+            if isinstance(part, Target) or part is _WAKE:
+                target = Target.NEXT_STEP if part is _WAKE else part
+                messages, event = self.port.claim(target, wake_only=part is _WAKE)  # type: ignore[arg-type]
                 if event is not None:
                     self.recorded.append(event)
                     claimed.extend(messages)
+            elif isinstance(part, _Answer):
+                for call in open_calls(self.port.session.transcript):
+                    answer = ToolReturned(turn=self.turn, step=part.step, message=part.make(call))
+                    self.recorded.append(self.port.record(answer))
             else:
                 if part is None:
                     count = len(self.port.session.transcript)
                     part = ModelRequested(turn=self.turn, step=self.step, count=count)
-                self.recorded.append(self.port.record(part))
+                self.recorded.append(self.port.record(part))  # type: ignore[arg-type]
         return claimed
 
     def _boundary(
-        self, session: Session, parts: Sequence[Event | Target | None]
+        self, session: Session, parts: Sequence[Event | Target | _Answer | object | None]
     ) -> tuple[list[Event], list[Message]]:
         """The events of one boundary, computed from ``session`` (again, if another writer
         appended first): the claims are the core's (:func:`~nous_inbox.journal.claim_event`)."""
@@ -264,33 +330,56 @@ class _InboxHooks(AbstractCapability[Any]):
         claimed: list[Message] = []
         inbox, shown = session.inbox, len(session.transcript)
         for part in parts:
-            if isinstance(part, Target):
-                messages, event, inbox = claim_event(inbox, part)
+            if isinstance(part, Target) or part is _WAKE:
+                messages, event, inbox = claim_event(
+                    inbox, Target.NEXT_STEP if part is _WAKE else part,  # type: ignore[arg-type]
+                    wake_only=part is _WAKE)
                 if event is not None:
                     events.append(event)
                     claimed.extend(messages)
                     shown += len(messages)
+            elif isinstance(part, _Answer):
+                answered = [e.message.tool_call_id or "" for e in events
+                            if type(e) is ToolReturned]
+                for call in open_calls(session.transcript, answered):
+                    events.append(ToolReturned(turn=self.turn, step=part.step,
+                                               message=part.make(call)))
+                    shown += 1
             elif part is None:
                 events.append(ModelRequested(turn=self.turn, step=self.step, count=shown))
             else:
-                events.append(part)
+                events.append(part)  # type: ignore[arg-type]
                 shown += type(part) in _JOINS_TRANSCRIPT
         return events, claimed
 
-    # The turn's opening, before the run: TurnStarted, next_turn, step 1, next_step.
+    def _fresh(self, parts: Iterable[ModelRequestPart]) -> list[Event]:
+        """The events recording the parts of ``parts`` pydantic-ai added (tool results, retry
+        prompts) that are not recorded yet; claimed messages are recorded by their claim."""
+        events: list[Event] = []
+        for part in parts:
+            if id(part) in self.seen:
+                continue
+            event = _shown_part(part, self.turn, self.step)
+            if event is not None:
+                self.seen[id(part)] = part
+                events.append(event)
+        return events
+
+    # The turn's opening, before the run: TurnStarted, the answers to calls an earlier turn left
+    # open (pydantic-ai would answer them itself, unrecorded), next_turn, step 1, next_step.
     def open(self, reason: str) -> list[ModelMessage]:
         self.turn = self.port.session.turn + 1
         self.step = 1
-        self._write(TurnStarted(turn=self.turn, reason=reason), Target.NEXT_TURN,
-                    StepStarted(turn=self.turn, step=1), Target.NEXT_STEP)
-        return to_model_messages(self.port.session.transcript)
+        self._write(TurnStarted(turn=self.turn, reason=reason), _Answer(_interrupted, 0),
+                    Target.NEXT_TURN, StepStarted(turn=self.turn, step=1), Target.NEXT_STEP)
+        history = to_model_messages(self.port.session.transcript)
+        for message in history:
+            for part in message.parts:
+                self.seen[id(part)] = part  # the transcript's own: recorded already
+        return history
 
     def _next_step(self, shown: Sequence[ModelRequestPart]) -> Sequence[Message]:
-        parts: list[Event | Target | None] = []
-        for part in shown:
-            event = _shown_part(part, self.turn, self.step)
-            if event is not None:
-                parts.append(event)
+        parts: list[Event | Target | None] = list(self._fresh(shown))
         parts.append(StepEnded(turn=self.turn, step=self.step))
         self.step += 1
         parts += [StepStarted(turn=self.turn, step=self.step), Target.NEXT_STEP, None]
@@ -302,8 +391,7 @@ class _InboxHooks(AbstractCapability[Any]):
             self.opening = False
             await self.call(lambda: self._write(None))
             return request_context
-        last = request_context.messages[-1] if request_context.messages else None
-        shown = list(last.parts) if isinstance(last, ModelRequest) else []
+        shown = _trailing_parts(request_context.messages)
         claimed = await self.call(lambda: self._next_step(shown))
         if claimed:
             ctx.enqueue(*_parts(claimed))
@@ -320,27 +408,35 @@ class _InboxHooks(AbstractCapability[Any]):
         await self.call(lambda: self._replied(message))
         return response
 
-    def _claim_if_waking(self) -> Sequence[Message]:
-        # The port's atomic claim decides (the core's rule): a waking message worth a round.
-        messages, claimed = self.port.claim(Target.NEXT_STEP, wake_only=True)
-        if claimed is not None:
-            self.recorded.append(claimed)
-        return messages
+    def _claim_if_waking(self, shown: Sequence[ModelRequestPart]) -> Sequence[Message]:
+        # What the answer's request holds (an output tool's return) first, then the claim: the
+        # order the model sees them in if the run goes on. The claim is the core's rule.
+        return self._write(*self._fresh(shown), _WAKE)
 
     async def after_node_run(self, ctx: Any, *, node: Any, result: Any) -> Any:
         """A would-be final answer: a pending steer extends the run by one request (ruling 2)."""
         if isinstance(result, End):
-            claimed = await self.call(self._claim_if_waking)
+            shown = _trailing_parts(ctx.messages)
+            claimed = await self.call(lambda: self._claim_if_waking(shown))
             if claimed:
                 ctx.enqueue(*_parts(claimed))  # pydantic-ai redirects End into one more request
         return result
 
-    def close(self, reason: TurnEndReason, error: str | None = None) -> None:
+    def close(
+        self, reason: TurnEndReason, error: str | None = None,
+        left_over: Sequence[ModelRequestPart] = (),
+    ) -> None:
+        """End the turn. What the run holds but never showed is recorded first (results of tools
+        that ran before a cancel, an output tool's return), then every call still open is
+        answered as cancelled (ruling 9, as the built-in runner does), so the transcript the
+        next run continues from is the one the log holds, with no call pydantic-ai would answer
+        on its own."""
         ended = TurnEnded(turn=self.turn, steps=self.step, reason=reason, error=error)
+        parts: list[Event | _Answer] = [*self._fresh(left_over), _Answer(
+            lambda call: cancelled_result(call), self.step)]
         if self.step:
-            self._write(StepEnded(turn=self.turn, step=self.step), ended)
-        else:
-            self._write(ended)
+            parts.append(StepEnded(turn=self.turn, step=self.step))
+        self._write(*parts, ended)
 
     def take(self) -> list[Event]:
         taken, self.recorded = self.recorded, []
@@ -440,11 +536,25 @@ class AgentRunner:
 
     async def _arun(self, port: SessionPort, reason: str, cancel: _Flag | None) -> AsyncIterator[Event]:
         hooks = _InboxHooks(port, _caller(port, self.offload))
-        history = await hooks.call(lambda: hooks.open(reason))
+        opening = asyncio.ensure_future(hooks.call(lambda: hooks.open(reason)))
+        try:
+            history = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # The opening goes on where the port's calls run; a turn it opens is ended here.
+            while not opening.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait((opening,))
+            if not opening.cancelled() and opening.exception() is None:
+                try:
+                    await asyncio.shield(hooks.call(lambda: hooks.close("cancelled")))
+                except BaseException:
+                    logger.exception("could not record the end of a cancelled turn")
+            raise
         for event in hooks.take():
             yield event
         ending: TurnEndReason = "cancelled"  # unless the run says otherwise below
         error: str | None = None
+        run: Any = None
         try:
             if history and isinstance(history[-1], ModelRequest):
                 async with self.agent.iter(
@@ -463,7 +573,8 @@ class AgentRunner:
             ending, error = "budget", str(exc)
         except Exception as exc:
             ending, error = "error", f"{type(exc).__name__}: {exc}"
-            await hooks.call(lambda: hooks.close("error", error))
+            left = _left_over(run)
+            await hooks.call(lambda: hooks.close("error", error, left))
             for event in hooks.take():
                 yield event
             raise
@@ -472,11 +583,13 @@ class AgentRunner:
                 # Cancelled, or the consumer stopped reading (aclose, its task cancelled): the
                 # end is still recorded where the port's calls belong.
                 try:
-                    await hooks.call(lambda: hooks.close("cancelled"))
+                    left = _left_over(run)
+                    await hooks.call(lambda: hooks.close("cancelled", left_over=left))
                 except BaseException:
                     logger.exception("could not record the end of a cancelled turn")
         if ending != "cancelled":
-            await hooks.call(lambda: hooks.close(ending, error))
+            left = _left_over(run)
+            await hooks.call(lambda: hooks.close(ending, error, left))
         for event in hooks.take():
             yield event
 
@@ -498,8 +611,12 @@ class AgentRunner:
         handed: queue.SimpleQueue[object] = queue.SimpleQueue()
         failure: list[BaseException] = []
         stop = _Either(cancel)  # set too when the consumer stops reading
+        running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
 
         async def pump() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            running.append((asyncio.get_running_loop(), task))
             async for event in self._arun(port, reason, stop):
                 handed.put(event)
 
@@ -513,13 +630,22 @@ class AgentRunner:
 
         thread = threading.Thread(target=drive, name="nous-inbox pydantic-ai turn", daemon=True)
         thread.start()
+        finished = False
         try:
             while (item := handed.get()) is not _DONE:
                 yield item  # type: ignore[misc]
+            finished = True
         finally:
-            stop.set()  # a consumer that stopped reading ends the turn at its next node
+            if not finished:
+                # The consumer stopped reading (an owner closing): end the turn now, not at the
+                # next node, which a long model request would put off (the turn still records
+                # its end as cancelled, then the thread ends).
+                stop.set()
+                for loop, task in running:
+                    with contextlib.suppress(RuntimeError):  # its loop is already gone
+                        loop.call_soon_threadsafe(task.cancel)
             thread.join()
-        if failure:
+        if failure and finished:
             raise failure[0]
 
     def __repr__(self) -> str:

@@ -65,7 +65,8 @@ def preview(body: object, width: int = PREVIEW) -> str:
 
 
 def compose(state: MailboxState, agent: str, notice_id: str) -> tuple[Message, tuple[str, ...]]:
-    """The notice of everything ``agent`` has not heard of yet, and the ids it carries.
+    """The notice of everything ``agent`` has not heard of yet, and the ids it carries (its
+    metadata names them, and their messages' orders beside them).
 
     Costs O(new messages): threads with nothing new are not looked at.
     """
@@ -85,8 +86,11 @@ def compose(state: MailboxState, agent: str, notice_id: str) -> tuple[Message, t
     count = len(ids)
     head = (f"{count} new message{'s' if count != 1 else ''} in your mailbox "
             "(read a thread to see it whole):")
+    # Each id with its message's order, unique over the stream's life (an id is not, once
+    # forgotten: it may be sent again), so a claimed notice marks exactly what it carried.
+    orders = [mail.order for mails in groups.values() for mail in mails]
     metadata = {"provenance": NOTICE, "notice": notice_id, "threads": [key for key, _ in ranked],
-                "ids": list(ids)}
+                "ids": list(ids), "orders": orders}
     return Message.user("\n".join([head, *lines]), metadata=metadata), ids
 
 

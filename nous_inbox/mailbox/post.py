@@ -32,14 +32,18 @@ Rules, each a test in ``tests/test_mailbox*.py``:
 * ``id`` makes a send idempotent: sending an id again answers what became of it (the
   :class:`Receipt` has ``duplicate=True``) and carries nothing, before or after a restart. The
   mailbox remembers the id of every message it keeps; of one it let go (received, withdrawn,
-  dropped, released), for ``remember`` (10,000) more messages sent, at least; a resend of an id
-  forgotten since is a new message, and ``status`` answers ``None`` for it.
+  dropped, released), for ``remember`` (10,000) more messages sent after it was let go, at least,
+  however long it was kept before; a resend of an id forgotten since is a new message (a notice
+  names each message by id and order, so it is heard of again), and ``status`` answers ``None``
+  for it. ``remember`` and ``retain`` shape the fold: processes sharing a stream must use the
+  same values.
 * ``read_thread`` reads a thread whole and marks it read (another agent's threads are refused);
   ``reply`` answers into the original sender's inbox under the same thread, waking nobody;
   ``withdraw`` unsends a message no notice has carried yet, and retracts one that was.
 * Retention keeps ``retain`` messages per recipient (500) and lets go only of settled ones:
   read and answered; read, for a class that asks no answer (an FYI, a report, a reply); or
-  retracted (the sender took it back: it owes nothing).
+  retracted and read (the sender took it back: it owes nothing once its recipient, who heard of
+  it, has read that in its thread).
 
 Design notes. One lock guards the fold (:class:`~nous_inbox.mailbox.state.MailboxState`) and
 the append: an event is appended before it is folded, so the fold never holds what the store
@@ -171,7 +175,8 @@ class Mailbox(Notices):
 
     ``retain`` bounds the settled messages kept per recipient, ``remember`` how many messages
     sent after one was let go its outcome is still remembered (for resends of its id, and
-    ``status``); see the module's rules.
+    ``status``); see the module's rules. Both are part of what the stream folds into: every
+    mailbox on one stream must be given the same.
 
     ``clock`` gives every time the mailbox uses (sends are stamped with it; debounce and the
     bounded wait are measured by it), so tests advance time without sleeping. ``autotick``
@@ -441,7 +446,7 @@ class Mailbox(Notices):
                 return [], "retracted"
             desk = self._desks.get(mail.event.recipient)
             retract = bool(mail.flags & (NOTICED | READ)) or (
-                desk is not None and desk.in_flight is not None and id in desk.in_flight[1])
+                desk is not None and desk.carries(mail))
             return [MailWithdrawn(id=id, recipient=mail.event.recipient, retracted=retract,
                                   at=self._clock())], ("retracted" if retract else "withdrawn")
 

@@ -30,16 +30,24 @@ built on demand.
 
 What the state keeps is bounded by what is kept, not by what was ever sent. A message let go
 (received, withdrawn, dropped, released) leaves only its id and outcome behind, for a resend of
-its id and ``status``; those are remembered for the messages among the last ``remember`` sent
-(at least; a little longer, until the next compaction), and then forgotten, so a resend of an id
-sent more than ``remember`` messages ago is a new message. Every so often a send compacts the
-three lists (:meth:`MailboxState.compact`): it keeps the messages still kept and the last
-``remember`` entries, renumbers them, and renumbers what names them (the recipients' queues and
-wake lists, the answers, the index). It runs once the lists are twice as long as what the last
-one kept (and at least ``_COMPACT_MIN`` longer), and costs O(remember + kept messages), so its
-cost is spread over at least as many sends (about 3% of a send and receive in the benchmark).
-Where it runs depends only on the events folded, so a replayed state is compacted exactly like
-the live one.
+its id and ``status``; those are remembered while fewer than ``remember`` more messages were sent
+after it was let go (at least; a little longer, until the next compaction), and then forgotten,
+so a resend of its id is a new message. A message kept a long time (an idle recipient, a question
+nobody answers) is still remembered that long after it is let go: the let-go stamps it with the
+number of messages sent so far. Every so often a send compacts the three lists
+(:meth:`MailboxState.compact`): it keeps the messages still kept, the last ``remember`` entries
+and an eighth more (``late``), and those let go within the last ``remember`` sends; renumbers
+them, and renumbers what names them (the recipients' queues and wake lists, the answers, the
+index). A message let go within ``late`` sends of its own send is in those last entries for as
+long as it is remembered; one let go later has its position appended to ``gone`` (in let-go
+order, so by stamp), where compaction finds it. So the common case (mail received soon after it
+came) costs the hot path only a comparison per receive. Compaction runs once the lists are twice
+as long as what the last one kept (and at least ``_COMPACT_MIN`` longer), and costs
+O(remember + kept messages + ``gone``), so its cost is spread over at least as many sends (a few
+percent of a send and receive in the benchmark). Where it runs depends only on the events folded, so a replayed state
+is compacted exactly like the live one; ``remember`` and ``retain`` are therefore part of the
+fold: every process sharing a stream must use the same values, or they disagree on whether a
+resend is a duplicate and on what retention let go.
 
 Each recipient's :class:`Box` holds its messages' positions in send order (``queue``, read from a
 head index, so taking from the front is O(1)); a message taken out of the middle (read,
@@ -49,7 +57,10 @@ length), O(recipients) or O(threads). Threads are grouped from the kept messages
 (a listing or a read), and a notice groups only the new ones. Retention (``retain`` messages kept
 per recipient) lets go only of settled messages, in the order they became so: read and answered;
 read, for a class that asks no answer (an FYI, a report, a reply); or retracted (its sender took
-it back, so it owes nothing). A message let go leaves its id and outcome behind (see above).
+it back, so it owes nothing), once read: a retraction is only told in the thread, and an
+agent that heard of the message (a notice carried it) learns it no longer holds only by reading
+it, so an unread retracted message is kept like any other unread one. A message let go leaves its
+id and outcome behind (see above).
 Equality compares :meth:`MailboxState.snapshot`, a plain structure of everything observable.
 """
 
@@ -81,8 +92,9 @@ RETAIN: Final = 500
 """Messages kept per recipient by default before settled ones (read and answered) are let go."""
 
 REMEMBER: Final = 10_000
-"""Messages sent after one was let go during which its outcome is still remembered, by default:
-a resend of its id within them answers what became of it and carries nothing."""
+"""Messages sent after one was let go during which its outcome is still remembered, by default
+(however long it was kept before): a resend of its id within them answers what became of it and
+carries nothing."""
 
 NO_ANSWER: Final = frozenset({"fyi", "report", "reply"})
 """The classes that ask for no answer: reading such a message settles it."""
@@ -96,17 +108,21 @@ NOTICED: Final = 4
 READ: Final = 8
 RETRACTED: Final = 16
 WAKES: Final = 32  # it may wake its idle recipient
-RECEIVED: Final = 64  # the flags of a message no longer kept are only what became of it:
+RECEIVED: Final = 64  # the flags of a message no longer kept are what became of it (and when):
 WITHDRAWN: Final = 128
 DROPPED: Final = 256
 RELEASED: Final = 512
-ORDER: Final = 1024  # flags // ORDER is the message's place among every message sent
+ORDER: Final = 1024  # flags // ORDER: a kept message's place among every message sent; a gone
+# one's flags are its outcome plus ORDER times the number of messages sent when it was let go
+_OUTCOME: Final = ORDER - 1
 _OUTCOMES: Final[dict[int, Outcome]] = {
     RECEIVED: "received", WITHDRAWN: "withdrawn", DROPPED: "dropped", RELEASED: "released",
 }
 _NEW: Final = QUEUED | FRESH
 _COMPACT: Final = 1024  # a queue is compacted once it is this long and more than half gone
-_COMPACT_MIN: Final = 4096  # the state's lists are compacted once this many entries are dead
+_COMPACT_MIN: Final = 4096  # the lists are compacted once they grew at least this much since
+# the last compaction (and doubled): whether the new entries are dead does not matter, the cost
+# is spread over the sends that grew them either way
 
 
 class Mail:
@@ -226,9 +242,12 @@ class MailboxState:
 
     Every message the state still knows of has a position (0, 1, 2, ... in send order):
     ``log[p]`` is its event while it is kept (None once gone), ``ids[p]`` its id and ``marks[p]``
-    its flags (or, once gone, what became of it). A compaction renumbers them; ``cut`` counts the
-    entries it dropped, so ``len(log) + cut`` messages were ever sent. Positions are found from
-    ids by an index built lazily: a mailbox used only to send and receive never needs it.
+    its flags (or, once gone, what became of it and when). ``gone`` lists, in let-go order, the
+    positions let go more than ``late`` sends after their own send (since the last compaction,
+    and those it still remembers). A compaction
+    renumbers them; ``cut`` counts the entries it dropped, so ``len(log) + cut`` messages were
+    ever sent. Positions are found from ids by an index built lazily: a mailbox used only to send
+    and receive never needs it.
     """
 
     def __init__(self, retain: int = RETAIN, remember: int = REMEMBER) -> None:
@@ -239,6 +258,8 @@ class MailboxState:
         self.ids: list[str] = []
         self.marks: list[int] = []
         self.answers: dict[int, str] = {}  # position -> the reply that answered it
+        self.gone: list[int] = []  # positions let go late, in let-go order (so by their stamp)
+        self.late = remember // 8  # let go within this many sends of its send: not in ``gone``
         self.boxes: dict[str, Box] = {}
         self.cut = 0  # entries compaction dropped (forgotten messages)
         self._compact_at = _COMPACT_MIN  # the length of the lists at which a send compacts
@@ -281,7 +302,7 @@ class MailboxState:
         p = self.position(id)
         if p is None or self.log[p] is not None:
             return None
-        return _OUTCOMES[self.marks[p]], self.answers.get(p)
+        return _OUTCOMES[self.marks[p] & _OUTCOME], self.answers.get(p)
 
     def pending(self, agent: str) -> int:
         """How many messages wait for ``agent`` (neither received nor read nor withdrawn)."""
@@ -385,19 +406,28 @@ class MailboxState:
         queue, marks, log = box.queue, self.marks, self.log
         chunk = queue[i:i + limit]
         taken: list[MailSent] = [log[p] for p in chunk if marks[p] & QUEUED]  # type: ignore[misc]
+        now = len(log) + self.cut
+        received = RECEIVED + now * ORDER  # what became of them, and when
+        # Let go late, if the oldest was (a queue is in send order): compaction must find them.
+        late = now - marks[chunk[0]] // ORDER >= self.late  # queued: chunk is not empty
         if len(taken) == len(chunk):  # the common case: no hole (a read, a withdraw) among them
             for p in chunk:
-                marks[p] = RECEIVED
+                marks[p] = received
                 log[p] = None
+            if late:
+                self.gone += chunk
         else:
             taken = []
+            gone = self.gone
             end = len(queue)
             while i < end and len(taken) < limit:
                 p = queue[i]
                 if marks[p] & QUEUED:
                     taken.append(log[p])  # type: ignore[arg-type]  # queued means kept
-                    marks[p] = RECEIVED
+                    marks[p] = received
                     log[p] = None
+                    if late:
+                        gone.append(p)
                 i += 1
         box.started = True
         box.queued -= len(taken)
@@ -501,7 +531,7 @@ class MailboxState:
                     if self.marks[p] & QUEUED:
                         box.queued -= 1
                     self.marks[p] = (self.marks[p] | RETRACTED) & ~_NEW
-                    if not settled:
+                    if not settled and self._settled(p):
                         self._settle(box, p)
                 else:
                     self._remove(p, WITHDRAWN)
@@ -526,6 +556,8 @@ class MailboxState:
         # common case needs no index; an id out of step falls back to it.
         i = self._head(box)  # first: it may compact the queue
         queue, marks, log, ids = box.queue, self.marks, self.log, self.ids
+        now = len(log) + self.cut
+        received = RECEIVED + now * ORDER
         end = len(queue)
         count = queued = 0
         for id in taken:
@@ -540,7 +572,9 @@ class MailboxState:
                     continue
                 p = found[0]
             queued += marks[p] & QUEUED
-            marks[p] = RECEIVED
+            if now - marks[p] // ORDER >= self.late:
+                self.gone.append(p)
+            marks[p] = received
             log[p] = None
             count += 1
         box.queued -= queued
@@ -559,19 +593,27 @@ class MailboxState:
         if self.marks[p] & QUEUED:
             box.queued -= 1
         box.kept -= 1
-        self.marks[p] = outcome
+        now = len(self.log) + self.cut
+        if now - self.marks[p] // ORDER >= self.late:
+            self.gone.append(p)
+        self.marks[p] = outcome + now * ORDER
         self.log[p] = None
         if len(box.queue) > _COMPACT and len(box.queue) > 2 * box.kept:
             self._head(box)  # which compacts
 
     def _settled(self, p: int) -> bool:
         """Whether the kept message at ``p`` owes nothing more, so retention may let it go:
-        read and answered; read, if its class asks no answer; or retracted."""
+        read and answered; read, if its class asks no answer; or read and retracted.
+
+        A retraction alone does not settle a message: it is only retracted because a notice
+        carried it (or one on its way does), so its recipient was told of it, and the thread,
+        where it shows as retracted, is the only place it learns that it no longer holds.
+        """
         flags = self.marks[p]
-        if flags & RETRACTED:
-            return True
         if not flags & READ:
             return False
+        if flags & RETRACTED:
+            return True
         event = self.log[p]
         return p in self.answers or (event is not None and event.kind in NO_ANSWER)
 
@@ -590,20 +632,29 @@ class MailboxState:
     # -- compaction ---------------------------------------------------------------------------
 
     def compact(self) -> None:
-        """Drop what the state no longer needs: messages let go that are older than the last
-        ``remember`` sent; renumber the rest, and everything that names them.
+        """Drop what the state no longer needs: messages let go before the last ``remember``
+        sends; renumber the rest, and everything that names them.
 
         A send calls it once the lists are at least twice as long as what they still needed
         after the last compaction (and ``_COMPACT_MIN`` longer), so it costs O(1) per send,
-        amortized. The last ``remember`` entries stay whole (copied as slices); of the older
-        ones, only kept messages stay, found in their recipients' queues (every kept message is
-        in its queue), so the cost is O(remember + kept), not O(entries dropped). Queues and
+        amortized. The last ``remember + late`` entries stay whole (copied as slices): among
+        them every message let go within ``late`` sends of its send that is still remembered.
+        Of the older ones, only kept messages stay, found in their recipients' queues (every
+        kept message is in its queue), and those let go late within the last ``remember``
+        sends, found at the end of ``gone`` (in let-go order, so a bisection finds where they
+        start). So the cost is O(remember + kept + ``gone``), not O(entries dropped). Queues and
         wake lists lose the messages gone; the index is rebuilt lazily.
         """
         log, ids, marks = self.log, self.ids, self.marks
-        recent = max(0, len(log) - self.remember)  # positions from here on all stay
+        # Positions from here on all stay: a message let go at most ``late`` sends after its
+        # send, while still remembered, was sent within the last remember + late.
+        recent = max(0, len(log) - self.remember - self.late)
+        # Remembered: let go when at least len(log) + cut - remember + 1 messages had been sent.
+        since = (len(log) + self.cut - self.remember + 1) * ORDER
+        remembered = self.gone[bisect_left(self.gone, since, key=marks.__getitem__):]
         old = sorted([p for box in self.boxes.values() for p in box.queue
-                      if p < recent and log[p] is not None])
+                      if p < recent and log[p] is not None]
+                     + [p for p in remembered if p < recent])
         shift = recent - len(old)  # a position p >= recent becomes p - shift
         moved = {p: i for i, p in enumerate(old)}
 
@@ -630,6 +681,7 @@ class MailboxState:
                 box.head = box.fresh_head = len(before)
             if box.settled:
                 box.settled = deque(kept(box.settled))
+        self.gone = [p - shift if p >= recent else moved[p] for p in remembered]
         self.log = [log[p] for p in old] + log[recent:]
         self.ids = [ids[p] for p in old] + ids[recent:]
         self.marks = [marks[p] for p in old] + marks[recent:]
@@ -658,7 +710,7 @@ class MailboxState:
         mails: dict[str, Any] = {}
         for p, event in enumerate(log):
             if event is None:
-                mails[ids[p]] = (_OUTCOMES[self.marks[p]], self.answers.get(p))
+                mails[ids[p]] = (_OUTCOMES[self.marks[p] & _OUTCOME], self.answers.get(p))
             else:
                 mails[ids[p]] = (event.sender, event.recipient, thaw_json(event.body),
                                  event.kind, event.thread, event.correlation_id, event.reply_to,

@@ -22,6 +22,16 @@ threads never wait for each other; if it is busy, the agent is handed to the del
 Any other recipient is looked at twice, once to decide and once right before the send (it has
 no lock to offer), and the gap between that look and the send remains.
 
+Two limits remain, known. The look reads the owner's folded session, which another process's
+appends reach only once the owner folds them: a prompt appended from another terminal and not
+folded yet is not seen, so the notice may go as a steer ahead of it (the look and the send are
+one step against this process only). And the guard above knows only the owners attached to this
+mailbox: a thread holding the lock of an owner that is not (a coordinator's listener relaying
+mail, an owner attached to a second mailbox) blocks on the target's lock, and if the target's
+thread, in a listener, steers that first owner, the two wait for each other. Knowing it would
+take a process-wide record of which thread holds which owner's lock; the README says to keep
+such relays one way.
+
 When the notice in flight is claimed, messages that came while it was on its way are due at
 once (in a running turn, as the steer read at the next step). An ``Owner`` reports the claim
 inside its lock, on the thread that claimed, and the next notice is sent right there, so a run
@@ -43,12 +53,12 @@ from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 from nous_inbox.events import Event, MailNoticed, QueueClaimed
 from nous_inbox.inbox import Target
 from nous_inbox.mailbox.notice import NOTICE, compose, plan
-from nous_inbox.mailbox.state import FRESH, MailboxState
+from nous_inbox.mailbox.state import FRESH, Mail, MailboxState
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
 from nous_inbox.session import Session
 
-__all__ = ["Desk", "Notices", "Recipient"]
+__all__ = ["Desk", "InFlight", "Notices", "Recipient"]
 
 logger: Final = logging.getLogger("nous_inbox.mailbox")
 _TURN: Final = Target.NEXT_TURN
@@ -97,15 +107,53 @@ def _lock_of(owner: object) -> threading.RLock | None:
 
 class Desk:
     """One attached agent: its owner, the owner's lock if it has one we know, and the notice in
-    flight (id and the ids it carries)."""
+    flight (its id, the ids it carries and their messages' orders, or None for a notice an older
+    version sent, which named no orders), with how much of the transcript is known not to hold
+    it (``seen``: a run claims it into the transcript after that)."""
 
-    __slots__ = ("agent", "in_flight", "lock", "owner")
+    __slots__ = ("agent", "in_flight", "lock", "owner", "seen")
 
     def __init__(self, agent: str, owner: Recipient) -> None:
         self.agent = agent
         self.owner = owner
         self.lock = _lock_of(owner)
-        self.in_flight: tuple[str, tuple[str, ...]] | None = None
+        self.in_flight: InFlight | None = None
+        self.seen = 0
+
+    def carries(self, mail: Mail) -> bool:
+        """Whether the notice in flight carries ``mail`` (that very message, not an earlier one
+        with the same id, forgotten since)."""
+        if self.in_flight is None:
+            return False
+        _, ids, orders = self.in_flight
+        if orders is None:
+            return mail.id in ids
+        return any(i == mail.id and o == mail.order for i, o in zip(ids, orders, strict=True))
+
+
+InFlight = tuple[str, tuple[str, ...], tuple[int, ...] | None]
+"""A notice in flight: its id, the ids it carries and their orders (None: it named none)."""
+
+
+def _carried(metadata: Any) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
+    """The ids a notice's metadata names, and their orders: None if it names no orders (a notice
+    an older version sent) or they do not pair up with the ids."""
+    ids = tuple(metadata.get("ids", ()))
+    orders = metadata.get("orders")
+    if orders is None or len(orders) != len(ids):
+        return ids, None
+    return ids, tuple(orders)
+
+
+def _heard(state: MailboxState, ids: Sequence[str], orders: Sequence[int] | None,
+           ) -> tuple[str, ...]:
+    """Those of ``ids`` the state keeps as the very messages a notice carried: the same order,
+    when the notice names orders (an id may be sent again once forgotten: that is another
+    message), else just the id (a notice an older version sent)."""
+    if orders is None:
+        return tuple(i for i in ids if state.is_kept(i))
+    return tuple(i for i, o in zip(ids, orders, strict=True)
+                 if (m := state.mail(i)) is not None and m.order == o)
 
 
 class Notices(abc.ABC):
@@ -142,9 +190,11 @@ class Notices(abc.ABC):
         :mod:`nous_inbox.mailbox.notice`). A notice counts as heard only once a run claimed it.
 
         Reconciles with the session first: a notice the session already claimed marks its
-        messages noticed; one still queued there is the notice in flight. The owner's listener is
-        registered before the session is read, so a claim made meanwhile is seen either in what
-        was read or by the listener (which waits for the mailbox's lock).
+        messages noticed (the very messages it carried: matched by id and order, since an id
+        forgotten may be sent again as a new message; a notice written before notices named
+        orders is matched by id alone); one still queued there is the notice in flight. The
+        owner's listener is registered before the session is read, so a claim made meanwhile is
+        seen either in what was read or by the listener (which waits for the mailbox's lock).
         """
         if type(agent) is not str or not agent:
             raise TypeError(f"attach: agent must be a non-empty str, got {agent!r}")
@@ -159,20 +209,33 @@ class Notices(abc.ABC):
             self._desks[agent] = desk
             session = owner.session  # one value: its transcript and inbox agree
             self._plain = False  # a send to it may be due a notice
-            heard: list[str] = []
+            # id -> the orders notices carried it under (None: a notice that named no orders)
+            heard: dict[str, set[int] | None] = {}
             for message in session.transcript:
                 if message.metadata.get("provenance") == NOTICE:
-                    heard.extend(message.metadata.get("ids", ()))
-            state = self._state
-            fresh = tuple(i for i in heard if (m := state.mail(i)) is not None and m.flags & FRESH)
-            if fresh:
-                self._commit(lambda state: ([MailNoticed(recipient=agent, notice="(replayed)",
-                                                         ids=fresh, at=self._clock())], None))
+                    ids, orders = _carried(message.metadata)
+                    for n, i in enumerate(ids):
+                        known = heard.setdefault(i, set())
+                        if orders is None or known is None:
+                            heard[i] = None
+                        else:
+                            known.add(orders[n])
+
+            def replayed(state: MailboxState) -> tuple[list[Event], None]:
+                fresh = tuple(i for i, orders in heard.items()
+                              if (m := state.mail(i)) is not None and m.flags & FRESH
+                              and (orders is None or m.order in orders))
+                return ([MailNoticed(recipient=agent, notice="(replayed)", ids=fresh,
+                                     at=self._clock())] if fresh else []), None
+
+            if heard:
+                self._commit(replayed)
+            desk.seen = len(session.transcript)  # a notice in flight is claimed after these
             for target in Target:
                 for message, _ in session.inbox.entries(target):
                     if message.metadata.get("provenance") == NOTICE:
                         desk.in_flight = (message.metadata["notice"],
-                                          tuple(message.metadata.get("ids", ())))
+                                          *_carried(message.metadata))
         self.tick((agent,))
 
     def detach(self, agent: str) -> bool:
@@ -218,17 +281,18 @@ class Notices(abc.ABC):
         lock = desk.lock
         if lock is None:
             return self._deliver_unlocked(desk, now)
-        if not _is_owned(lock):
-            # Wait for it, unless this thread holds another attached owner's lock (a listener
-            # of that owner sending mail): two such threads could each wait for the other's.
+        # Free, or ours already (a claim's listener: only counted again): no need to look at
+        # the other owners, so a send costs the same however many agents are attached.
+        if not lock.acquire(False):
+            # Busy: wait for it, unless this thread holds another attached owner's lock (a
+            # listener of that owner sending mail): two such threads could each wait for the
+            # other's.
             with self._lock:
                 others = [d.lock for d in self._desks.values() if d is not desk and d.lock]
-            blocking = not any(_is_owned(other) for other in others)
-            if not lock.acquire(blocking):
+            if any(_is_owned(other) for other in others):
                 self._defer(desk.agent)
                 return None
-        else:
-            lock.acquire()  # ours already (a claim's listener): only counted again
+            lock.acquire()
         try:
             with self._lock:
                 if desk.in_flight is not None or self._desks.get(desk.agent) is not desk:
@@ -268,7 +332,9 @@ class Notices(abc.ABC):
         """The notice of what ``desk``'s agent has not heard of, now in flight (with the lock)."""
         notice_id = f"notice-{self._prefix}{next(self._counter)}"
         message, ids = compose(self._state, desk.agent, notice_id)
-        desk.in_flight = (notice_id, ids)
+        # Claimed, it joins the transcript after what is there now.
+        desk.seen = len(desk.owner.session.transcript)
+        desk.in_flight = (notice_id, ids, tuple(message.metadata["orders"]))
         return message
 
     def _send(self, desk: Desk, how: str, message: Message) -> None:
@@ -313,17 +379,28 @@ class Notices(abc.ABC):
         if (type(event) is not QueueClaimed or desk.in_flight is None
                 or self._desks.get(desk.agent) is not desk):
             return
-        notice_id, ids = desk.in_flight
-        transcript = desk.owner.session.transcript
-        claimed = transcript[len(transcript) - event.count:]
-        if not any(m.metadata.get("notice") == notice_id for m in claimed):
-            return
         with self._lock:
+            if desk.in_flight is None or self._desks.get(desk.agent) is not desk:
+                return
+            notice_id, ids, orders = desk.in_flight
+            # Look for the notice in all the transcript gained since it was sent, not in this
+            # claim's share of it: a runner may claim several queues in one append (a framework
+            # adapter opens a turn with next_turn and next_step at once), and the listener sees
+            # each claim only once the whole append is folded, so the newest entries may be
+            # another claim's. The transcript only grows: what was looked at stays looked at.
+            transcript = desk.owner.session.transcript
+            seen, desk.seen = desk.seen, len(transcript)
+            if not any(transcript[n].metadata.get("notice") == notice_id
+                       for n in range(seen, len(transcript))):
+                return
             desk.in_flight = None
-            live = tuple(i for i in ids if self._state.is_kept(i))
-            if live:
-                self._commit(lambda state: ([MailNoticed(recipient=desk.agent, notice=notice_id,
-                                                         ids=live, at=self._clock())], None))
+
+            def noticed(state: MailboxState) -> tuple[list[Event], None]:
+                live = _heard(state, ids, orders)
+                return ([MailNoticed(recipient=desk.agent, notice=notice_id, ids=live,
+                                     at=self._clock())] if live else []), None
+
+            self._commit(noticed)
             more = self._state.oldest_fresh(desk.agent) is not None
         if not more:
             return

@@ -58,14 +58,15 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Protocol, Self, runtime_checkable
+from typing import Final, Protocol, Self, cast, runtime_checkable
 
 import msgspec
 
 from nous_inbox.codec import _BAD, JSON_LINES, MAX_RECORD_SIZE, MSGPACK, LogFormat
 from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError, StoreError
-from nous_inbox.events import EVENT_TYPES, Event, MailSent
-from nous_inbox.message import freeze_json
+from nous_inbox.events import EVENT_TYPES, Event, MailSent, MessageSent, QueueClaimed
+from nous_inbox.inbox import Target
+from nous_inbox.message import ROLES, Message, freeze_json
 from nous_inbox.snapshot import SnapshotError, check_snapshot, split_snapshot, tip_after
 from nous_inbox.store.lease import Leases, OwnerLease
 
@@ -86,6 +87,13 @@ _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _READ_BACK: Final = "it would not read back"
 _INF: Final = math.inf
 _EVENT_TYPES: Final = frozenset(EVENT_TYPES)
+_NO_METADATA: Final = next(f.default for f in msgspec.structs.fields(Message)
+                           if f.name == "metadata")
+_INT64_MAX: Final = 2**63 - 1
+_EVENT_DECODE: Final = {fmt: fmt.decoder(Event).decode for fmt in (MSGPACK, JSON_LINES)}
+_replace: Final = msgspec.structs.replace
+_GOOD_STREAMS: Final[dict[str, None]] = {}  # names check_stream has passed, as a set
+_GOOD_STREAMS_KEPT: Final = 4096
 
 
 class StoreLockedError(ConcurrencyError):
@@ -150,6 +158,8 @@ def check_stream(stream: object) -> str:
     ...
     ValueError: stream name 'a\\nb' contains a control character at index 1
     """
+    if type(stream) is str and stream in _GOOD_STREAMS:
+        return stream
     if not isinstance(stream, str):
         raise ValueError(f"stream name must be a str, got {type(stream).__name__}: {stream!r}")
     if not stream:
@@ -172,6 +182,12 @@ def check_stream(stream: object) -> str:
         raise ValueError(
             f"stream name {stream!r} contains a control character at index {bad.start()}"
         )
+    if type(stream) is str:
+        # Every append, read and poll names its stream: one already found good is looked up
+        # rather than checked again. Bounded, so a host naming endless streams keeps no more.
+        if len(_GOOD_STREAMS) >= _GOOD_STREAMS_KEPT:
+            _GOOD_STREAMS.clear()
+        _GOOD_STREAMS[stream] = None
     return stream
 
 
@@ -200,23 +216,30 @@ def _read_only_error(url: str) -> io.UnsupportedOperation:
 
 def _checked_events(stream: str, events: object) -> Sequence[Event]:
     """Refuse anything but a sequence of events with finite times, naming the index."""
-    if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
+    shape = type(events)
+    if shape is not list and shape is not tuple and (  # (the ABC check costs as much as the rest)
+        isinstance(events, (str, bytes)) or not isinstance(events, Sequence)
+    ):
         raise TypeError(
             f"append to {stream!r}: events must be a sequence of events, "
             f"got {type(events).__name__}"
         )
+    checked = cast(Sequence[Event], events)
     kinds = _EVENT_TYPES
-    for i, event in enumerate(events):
-        if type(event) not in kinds:
+    for i, event in enumerate(checked):
+        kind = type(event)
+        if kind not in kinds:
             raise TypeError(
                 f"append to {stream!r}: events[{i}] is a {type(event).__name__}, not an event"
             )
+        at = event.at
+        if type(at) is float and -_INF < at < _INF and kind is not MailSent:
+            continue  # the common case, every check below passed
         if type(event) is MailSent and event.body is not None:
             # The check the mailbox's send makes (JSON-able, str keys, at most MAX_DEPTH deep):
             # a body built by hand is refused here by every store alike. Here, not when the
             # event is built, so replay does not walk every body again as it decodes.
             freeze_json(event.body, f"append to {stream!r}: events[{i}] (MailSent) body")
-        at = event.at
         if not (type(at) is float and -_INF < at < _INF) and (  # NaN fails both comparisons
             type(at) is bool or not isinstance(at, (int, float)) or not _finite(at)
         ):
@@ -224,7 +247,7 @@ def _checked_events(stream: str, events: object) -> Sequence[Event]:
                 f"append to {stream!r}: events[{i}].at must be a finite number of seconds, "
                 f"got {at!r}; nothing was written"
             )
-    return events
+    return checked
 
 
 def _finite(number: float) -> bool:
@@ -236,10 +259,20 @@ def _finite(number: float) -> bool:
 
 def _numbered(events: Sequence[Event], version: int, now: float | None = None) -> list[Event]:
     """Checked events as the store keeps them: ``seq`` from ``version + 1``, ``at`` filled in."""
-    stamp = time.time() if now is None else now
-    replace = msgspec.structs.replace
-    return [replace(event, seq=version + i, at=float(event.at or stamp))
-            for i, event in enumerate(events, 1)]
+    numbered = []
+    for event in events:
+        version += 1
+        at = event.at
+        # An event numbered and timed already (a journal does so before it folds) is kept as
+        # it is: the copy would be equal.
+        if type(event.seq) is not int or event.seq != version or type(at) is not float or not at:
+            if not at:
+                if now is None:
+                    now = time.time()  # once an append, and only when some event needs it
+                at = now
+            event = _replace(event, seq=version, at=float(at))
+        numbered.append(event)
+    return numbered
 
 
 def number_events(
@@ -314,8 +347,23 @@ class StoreBase(abc.ABC):
     #: from a worker thread, never on its event loop). Only ``memory:`` says no.
     blocking: bool = True
     _format: LogFormat = MSGPACK
+    #: Whether ``_lock`` alone keeps every other writer out and ``_write`` either keeps the
+    #: whole batch or raises having kept nothing (``memory:``): the append then asks ``_version``
+    #: for the version instead of entering ``_appending``, a context with nothing to do there.
+    _lock_excludes: bool = False
     _lock: threading.Lock | threading.RLock
     _leases: Leases
+
+    #: Whether the records are the bare events in ``_format`` (the store overrides neither
+    #: ``_encode`` nor ``_decode``): set for each subclass as it is defined. Then an event whose
+    #: fields prove it reads back (``_reads_back``) is not decoded again before it is written.
+    _bare_records: bool = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._bare_records = (
+            cls._encode is StoreBase._encode and cls._decode is StoreBase._decode
+        )
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -329,8 +377,11 @@ class StoreBase(abc.ABC):
         inside on a clean exit, nothing on an error (a transaction, a file lock, ...)."""
 
     @abc.abstractmethod
-    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
-        """Keep ``events`` (numbered, stamped) whose encodings ``_encode`` gave as ``records``."""
+    def _write(self, stream: str, events: list[Event], records: list[bytes], *,
+               batch: object | None = None) -> None:
+        """Keep ``events`` (numbered, stamped) whose encodings ``_encode`` gave as ``records``;
+        ``batch`` is the append's identity when ``_append_retrying`` gave one (a store that
+        retries an append keeps it, to recognise a lost attempt that committed), else ``None``."""
 
     @abc.abstractmethod
     def _read(self, stream: str, after: int) -> Iterator[Event]:
@@ -346,7 +397,8 @@ class StoreBase(abc.ABC):
 
     @abc.abstractmethod
     def _close(self) -> None:
-        """Release what the store holds (called once, with the lock)."""
+        """Release what the store holds (with the lock, on every ``close``: the second and later
+        calls must do nothing)."""
 
     def _own(self, stream: str) -> OwnerLease:
         """Take ``stream``'s lease (the name and the store checked): by default from ``_leases``."""
@@ -415,12 +467,18 @@ class StoreBase(abc.ABC):
     def _encode(self, stream: str, events: list[Event]) -> list[bytes]:
         """Each event as the store keeps it: by default its bare encoding in ``_format``."""
         encode = self._format.encode
+        if len(events) == 1:  # most appends: one send, one claim, one record
+            return [encode(events[0])]
         return [encode(event) for event in events]
 
     def _decode(self, stream: str, record: bytes) -> Event:
         """Read back one record ``_encode`` made (the proof before a write)."""
+        fmt = self._format
+        decode = _EVENT_DECODE.get(fmt)
         try:
-            event: Event = self._format.decoder(Event).decode(record)
+            event: Event = (
+                decode(record) if decode is not None else fmt.decoder(Event).decode(record)
+            )
         except _BAD:  # the slow way again, for an error that says where
             event = self._format.decode(record, Event, _READ_BACK, self.max_record_size)
         return event
@@ -431,8 +489,12 @@ class StoreBase(abc.ABC):
         self, stream: str, events: Sequence[Event], expected_version: int | None = None,
     ) -> list[Event]:
         """Append atomically, after proving every event reads back; see :class:`Store`."""
-        check_stream(stream)
-        _check_expected_version(expected_version)
+        if type(stream) is not str or stream not in _GOOD_STREAMS:  # (check_stream's own cache)
+            check_stream(stream)
+        if expected_version is not None and (
+            type(expected_version) is not int or expected_version < 0
+        ):
+            _check_expected_version(expected_version)
         batch = _checked_events(stream, events)
         if not batch:
             with self._lock:
@@ -447,16 +509,28 @@ class StoreBase(abc.ABC):
         """One attempt at a checked append, under the lock; ``batch`` (when not ``None``, the
         append's identity) is passed on to ``_write`` as its keyword ``batch``."""
         with self._lock:
-            self._check_writable()
+            self._check_open()
+            if self.read_only:
+                raise _read_only_error(self.url)
+            if self._lock_excludes:
+                return self._append_at(stream, events, expected_version, batch,
+                                       self._version(stream))
             with self._appending(stream) as version:
-                if expected_version is not None and expected_version != version:
-                    raise _conflict(stream, expected_version, version)
-                stored = _numbered(events, version)
-                records = self._prove(stream, stored)
-                if batch is None:
-                    self._write(stream, stored, records)
-                else:
-                    self._write(stream, stored, records, batch=batch)  # type: ignore[call-arg]
+                return self._append_at(stream, events, expected_version, batch, version)
+
+    def _append_at(
+        self, stream: str, events: Sequence[Event], expected_version: int | None,
+        batch: object, version: int,
+    ) -> list[Event]:
+        """The checked append, the stream held at ``version``: compare, number, prove, write."""
+        if expected_version is not None and expected_version != version:
+            raise _conflict(stream, expected_version, version)
+        stored = _numbered(events, version, None)
+        records = self._prove(stream, stored)
+        if batch is None:  # (a store written before ``batch`` may not take it)
+            self._write(stream, stored, records)
+        else:
+            self._write(stream, stored, records, batch=batch)
         return stored
 
     def read(self, stream: str, after: int = 0) -> Iterator[Event]:
@@ -509,7 +583,7 @@ class StoreBase(abc.ABC):
             return self._save_snapshot(stream, seq, data)
 
     def load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
-        """The newest snapshot kept for ``stream`` as ``(seq, data)``, or ``None`` (undecoded:
+        """The snapshot kept for ``stream`` as ``(seq, data)``, or ``None`` (undecoded:
         :func:`nous_inbox.snapshot.load_session` checks it before trusting it)."""
         check_stream(stream)
         with self._lock:
@@ -551,7 +625,10 @@ class StoreBase(abc.ABC):
     def _prove(self, stream: str, events: list[Event]) -> list[bytes]:
         """Encode ``events``; refuse (naming the index) one too large or not read back equal."""
         try:
-            records = self._encode(stream, events)
+            if self._bare_records and len(events) == 1:  # _encode's own work, one call less
+                records = [self._format.encode(events[0])]
+            else:
+                records = self._encode(stream, events)
             if self._format is not MSGPACK:
                 # What one store accepts every store accepts, so a log can move between them:
                 # MessagePack carries 64-bit integers only, where JSON would take any.
@@ -562,6 +639,7 @@ class StoreBase(abc.ABC):
             raise _refused(stream, index, events[index], exc) from None
         limit = self.max_record_size
         decode = self._decode
+        bare = self._bare_records
         for i, event in enumerate(events):
             record = records[i]
             if len(record) > limit:
@@ -570,6 +648,8 @@ class StoreBase(abc.ABC):
                     f"{type(event).__name__}) encodes to {len(record)} bytes, above the limit of "
                     f"{limit} bytes; nothing was written"
                 )
+            if bare and _reads_back(event):
+                continue
             try:
                 back = decode(stream, record)
             except (DecodeError, TypeError, ValueError, RecursionError) as exc:
@@ -580,6 +660,48 @@ class StoreBase(abc.ABC):
                     f"back equal (stored as {back!r}); nothing was written"
                 )
         return records
+
+
+def _reads_back(event: Event) -> bool:
+    """Whether ``event`` decodes back equal from its bare encoding, judged by the exact type
+    and range of every field: ``False`` means "decode it and see".
+
+    The proof an append needs, made without decoding, for the two events every message makes
+    (its send and its claim) when they hold only what a decoder gives back as it was given: a
+    ``Target`` member, a ``bool``, an ``int`` count in range, an ``int`` seq, a finite ``float``
+    time, and a message whose role is one of the four, whose content is ASCII text and which
+    has no other field. These are the checks msgspec's decoder would make, made on the value;
+    anything else (non-ASCII text, metadata, a value of a wrong type however it got there, a
+    message altered past its own checks) is decoded and compared as before.
+    """
+    kind = type(event)
+    at = event.at
+    seq = event.seq
+    if type(seq) is not int or not 0 <= seq <= _INT64_MAX or type(at) is not float or not (
+        -_INF < at < _INF
+    ):
+        return False
+    if kind is MessageSent:
+        sent = cast(MessageSent, event)
+        message = sent.message
+        if type(sent.target) is not Target or type(sent.wakeup) is not bool or (
+            type(message) is not Message
+        ):
+            return False
+        role, content, calls = message.role, message.content, message.tool_calls
+        return (
+            type(role) is str and role in ROLES and type(content) is str and content.isascii()
+            and message.name is None and message.tool_call_id is None and message.id is None
+            and message.metadata is _NO_METADATA and type(calls) is tuple and not calls
+        )
+    if kind is QueueClaimed:
+        claim = cast(QueueClaimed, event)
+        count, rest = claim.count, claim.rest
+        return (
+            type(claim.target) is Target and type(count) is int and type(rest) is int
+            and 0 <= count <= _INT64_MAX and 0 <= rest <= _INT64_MAX
+        )
+    return False
 
 
 def _first_unencodable(events: list[Event]) -> int:

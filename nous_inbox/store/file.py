@@ -151,6 +151,9 @@ class FileStore(StoreBase):
         self._format = JSON_LINES
         self._lock = threading.RLock()
         self._streams: dict[str, list[Event]] = {}  # the streams touched so far, decoded
+        # The version of each stream let go of from the cache: an append needs only that, so
+        # one to a stream out of the cache appends without decoding it again.
+        self._evicted: dict[str, int] = {}
         self._names: set[str] | None = None  # every stream's name, once streams() looked
         self._counts: dict[str, int] = {}  # a stream's records, counted when streams() looked
         self._header = 0  # offset just past the header line (0: no header yet)
@@ -190,7 +193,7 @@ class FileStore(StoreBase):
         with self._file_lock():
             self._catch_up()
             self._repair()
-            yield len(self._load(stream))
+            yield self._append_version(stream)
 
     def _encode(self, stream: str, events: list[Event]) -> list[bytes]:
         last = len(events) - 1
@@ -212,16 +215,21 @@ class FileStore(StoreBase):
             raise DecodeError(str(exc).replace("`$.event.", "`$.")) from None
         return decoded.event
 
-    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
+    def _write(self, stream: str, events: list[Event], records: list[bytes], *,
+               batch: object | None = None) -> None:
         data = b"".join([record + b"\n" for record in records])
         try:
             self._write_bytes(data)
         except OSError as exc:
             raise self._write_failed(f"append to stream {stream!r}", exc) from exc
-        self._streams[stream].extend(events)
+        log = self._streams.get(stream)
+        if log is not None:
+            log.extend(events)
+        else:  # out of the cache (_append_version): its version is all that is kept
+            self._evicted[stream] = events[-1].seq
         if self._names is not None:
             self._names.add(stream)
-            self._counts[stream] = len(self._streams[stream])
+            self._counts[stream] = events[-1].seq
         self._end += len(data)
         self._seen = self._stat()
 
@@ -234,6 +242,8 @@ class FileStore(StoreBase):
         log = self._streams.get(stream)
         if log is not None:
             return len(log)  # a version does not refresh a stream's place in the cache
+        if stream in self._evicted:
+            return self._evicted[stream]
         if self._names is not None and stream not in self._stray:
             # Counted by streams() in its one pass: no rescan, nothing decoded or kept.
             return self._counts.get(stream, 0)
@@ -259,6 +269,7 @@ class FileStore(StoreBase):
             os.close(self._fd)
             self._fd = -1
             self._streams = {}
+            self._evicted = {}
             self._names = None
             self._counts = {}
 
@@ -444,6 +455,7 @@ class FileStore(StoreBase):
     def _forget(self) -> None:
         """Let go of every decoded stream and count: each is read from the file when touched."""
         self._streams = {}
+        self._evicted = {}
         self._names = None
         self._counts = {}
 
@@ -590,6 +602,8 @@ class FileStore(StoreBase):
                 if log is not None:
                     log.extend(batch)
                     batch = []
+                elif stream in self._evicted:
+                    del self._evicted[stream]  # read (and checked) again when next touched
                 if names is not None:
                     names.add(stream)
                     self._counts[stream] = record.event.seq if log is None else len(log)
@@ -600,8 +614,9 @@ class FileStore(StoreBase):
         """The events of ``stream``, read from the file the first time it is touched.
 
         At most ``_CACHED_STREAMS`` streams stay decoded: touching one more lets go of the one
-        touched longest ago (it is read from the file again if it is touched again), so a
-        long-lived store that serves many sessions does not grow without bound.
+        touched longest ago (it is read from the file again if it is read again; its version is
+        kept, so appends and versions need no read), so a long-lived store that serves many
+        sessions does not grow without bound.
         """
         streams = self._streams
         log = streams.pop(stream, None)
@@ -611,10 +626,20 @@ class FileStore(StoreBase):
                     log = self._scan(stream)
             else:
                 log = []
+            self._evicted.pop(stream, None)
             while len(streams) >= _CACHED_STREAMS:
-                del streams[next(iter(streams))]
+                oldest = next(iter(streams))
+                self._evicted[oldest] = len(streams.pop(oldest))
         streams[stream] = log  # the most recently touched last
         return log
+
+    def _append_version(self, stream: str) -> int:
+        """The version an append to ``stream`` continues from, decoding it only when this store
+        has never read it: one let go of from the cache is not read again for an append (with
+        more sessions than the cache holds, each append would rescan the file)."""
+        if stream in self._evicted:
+            return self._evicted[stream]
+        return len(self._load(stream))
 
     def _check_envelopes(self) -> None:
         """Check that every line begins with the envelope this library writes; cached.

@@ -37,6 +37,7 @@ class MemoryStore(StoreBase):
 
     url = "memory:"
     blocking = False  # a call is a few microseconds under a lock: an event loop may make it
+    _lock_excludes = True  # one lock guards the streams; a write is one list.extend
 
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only
@@ -58,7 +59,8 @@ class MemoryStore(StoreBase):
     def _appending(self, stream: str) -> contextlib.AbstractContextManager[int]:
         return contextlib.nullcontext(self._version(stream))
 
-    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
+    def _write(self, stream: str, events: list[Event], records: list[bytes], *,
+               batch: object | None = None) -> None:
         self._streams.setdefault(stream, []).extend(events)
 
     def _read(self, stream: str, after: int) -> Iterator[Event]:

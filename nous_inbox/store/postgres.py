@@ -10,7 +10,12 @@ Schema (created and versioned on open, in the URL's ``schema``, ``public`` by de
     nous_inbox_meta    (key, value)                       format and schema versions
     nous_inbox_streams (stream PK, version, holder, pid, host, epoch, expires)
     nous_inbox_events  (stream, seq, body, batch; PK (stream, seq))
-    nous_inbox_snapshots (stream PK, seq, body)           made with the first snapshot
+    nous_inbox_snapshots (stream PK, seq, body)           the newest snapshot of each stream
+
+All four are made on first open. A store made by a version that created the snapshots table
+with its first snapshot gets it on its next writable open (the table is the same, so the layout
+version is unchanged and those versions still open the store); a role without CREATE on the
+schema cannot add it, and is told so in the log.
 
 An append is one transaction: it moves the stream's row from the expected version to the new
 one (``UPDATE ... WHERE version = expected``; no row updated means
@@ -34,6 +39,25 @@ How this differs from the local stores: there, a lease dies with its process at 
 drops the lock). Here a crashed host's sessions are taken over only when its lease has expired,
 ``lease`` seconds after its last renewal. A shorter lease means a faster takeover and more renewal
 traffic; an owner that cannot reach the server for longer than its lease loses its sessions.
+
+Timing rules (``lease`` = L seconds). Nothing the store waits for may outlast a lease it holds:
+
+- Renewals run every L/3 on the background connection and never wait for the main connection
+  or its lock: a call stalled there (a row lock, a reconnect) costs no other lease.
+- A transaction of ours left idle (a host cut off between an append's two round trips) is ended
+  by the server after ``max(1, L/2)`` s (``idle_in_transaction_session_timeout``), and TCP
+  keepalives on both ends notice a dead peer within about L + 3 s, so a stream row stays locked
+  by a vanished host for seconds, not the two hours of the defaults.
+- Taking a lease waits at most L/4 for the stream row's lock, and a renewal as long (that lease
+  is renewed at the next round); a row locked longer is a writer stuck or gone, and ``own``
+  refuses the stream as owned (``StreamOwnedError``) rather than wait.
+- ``reconnect`` defaults to 4/5 of L (at most 10 s), so a call that cannot get its connection back
+  gives up before a lease could have expired for want of the server; the pauses between its
+  attempts are made without the connection's lock. The recovery of an append whose connection
+  dropped waits for the stream row no longer than what is left of ``reconnect``, then raises
+  ``StoreError`` saying the outcome is not known.
+- Behind a transaction pooler the session settings above are not made (they would stay on the
+  pooled server connection, for other clients): set the pooler's or the role's own.
 
 Wake-ups. Each append notifies the channel of its schema with the stream's name. The background
 thread LISTENs (first, on every (re)connect, then nudges every subscriber, since a notification
@@ -66,13 +90,14 @@ COMMIT), whatever the number of events.
 
 URL query parameters read by this store (removed before the URL reaches libpq): ``schema``,
 ``lease`` (seconds), ``poll`` (seconds), ``pooler`` (``transaction`` or ``session``),
-``reconnect`` (seconds an operation keeps trying to get a lost connection back, 10 by default;
-0 for no retry). Everything else is libpq's, ``connect_timeout`` included (5 s when not given).
+``reconnect`` (seconds an operation keeps trying to get a lost connection back, 4/5 of the
+lease and at most 10 by default; 0 for no retry). Everything else is libpq's, ``connect_timeout`` included (5 s when not given).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -102,11 +127,16 @@ logger: Final = logging.getLogger("nous_inbox.store.postgres")
 TABLES_VERSION: Final = 1
 DEFAULT_LEASE: Final = 5.0
 DEFAULT_POLL: Final = 2.0
+#: The longest default ``reconnect``; by default it is also shorter than the lease (see
+#: :func:`_default_reconnect`).
 DEFAULT_RECONNECT: Final = 10.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 _PAGE: Final = 512
 _OURS: Final = ("schema", "lease", "poll", "pooler", "reconnect")
+#: The tables without which a schema is not a store (the snapshots table may be missing: see
+#: the module docstring).
 _TABLES: Final = frozenset({"nous_inbox_meta", "nous_inbox_streams", "nous_inbox_events"})
+_SNAPSHOTS: Final = "nous_inbox_snapshots"
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
@@ -153,6 +183,23 @@ def _libpq_timeout(conninfo: str) -> str | None:
     return values[-1] if values else None
 
 
+def _default_reconnect(lease: float) -> float:
+    """``reconnect`` when none is given: shorter than the lease (4/5 of it, at most 10 s), so an
+    operation that cannot get its connection back gives up before a lease it holds could have
+    expired for want of the server, rather than retrying into a takeover."""
+    return min(DEFAULT_RECONNECT, 0.8 * lease)
+
+
+def _reconnect_seconds(value: str | float | None, default: float, url: str) -> float:
+    """``reconnect`` from the keyword or the URL: seconds, or zero (any spelling) for one try."""
+    try:
+        if value is not None and type(value) is not bool and float(value) == 0:
+            return 0.0
+    except ValueError:
+        pass  # _seconds names it
+    return _seconds("reconnect", value, default, url)
+
+
 def _seconds(name: str, value: str | float | None, default: float, url: str) -> float:
     if value is None:
         return default
@@ -171,9 +218,15 @@ class PostgresStore(StoreBase):
     ``url`` is a libpq URL (``postgresql://user@host/db``), optionally with the parameters the
     module docstring lists; the keyword arguments, when given, win over them. ``read_only=True``
     opens an existing store without writing to it. ``reconnect`` bounds how long an operation
-    keeps retrying a lost connection before it raises ``StoreError`` (10 s by default; 0 means
-    one try, no retry). ``connect_timeout`` bounds each connection attempt (libpq's own URL
-    parameter of that name is respected; 5 s when neither says).
+    keeps retrying a lost connection before it raises ``StoreError`` (by default 4/5 of
+    ``lease``, at most 10 s, so shorter than the lease; 0 means one try, no retry).
+    ``connect_timeout`` bounds each connection attempt (libpq's own URL parameter of that name
+    is respected; 5 s when neither says).
+
+    Timing: a stalled call never delays the lease renewals (they need only a small lock never
+    held across I/O, and their own connection); the server ends a transaction of ours left idle
+    after ``max(1, lease/2)`` s; ``own`` waits at most ``lease/4`` for a locked stream row, then
+    refuses it as owned. The module docstring has the full rules.
     """
 
     def __init__(
@@ -197,22 +250,38 @@ class PostgresStore(StoreBase):
             raise ValueError(f"{self.url}: pooler must be 'transaction' or 'session', "
                              f"got {self.pooler!r}")
         given = reconnect if reconnect is not None else ours.get("reconnect")
-        self._reconnect = (0.0 if given in (0, "0") else
-                           _seconds("reconnect", given, DEFAULT_RECONNECT, self.url))
+        self._reconnect = _reconnect_seconds(given, _default_reconnect(self.lease), self.url)
         # libpq's connect_timeout in the URL is the user's (libpq reads it): only the keyword
         # overrides it, and only when neither says is ours given.
         self._connect_timeout: float | None = None
         if connect_timeout is not None or _libpq_timeout(self._conninfo) is None:
             self._connect_timeout = _seconds("connect_timeout", connect_timeout,
                                              DEFAULT_CONNECT_TIMEOUT, self.url)
+        try:
+            self._libpq_keys = frozenset(psycopg.conninfo.conninfo_to_dict(self._conninfo))
+        except psycopg.Error:  # connecting says what is wrong with it
+            self._libpq_keys = frozenset()
         self._format = MSGPACK
         self.max_record_size = max_record_size
-        self._floor = 0  # a seq below every seq that append can have
+        # Per thread: a seq below every seq the thread's append in progress can have (what
+        # ``_appending`` read), so its recovery looks only at the stream's newest rows.
+        self._local = threading.local()
         self.channel = "nous_inbox_" + hashlib.sha256(self.schema.encode()).hexdigest()[:16]
         q = f'"{self.schema}".'
-        self._t_meta, self._t_streams, self._t_events = (
-            q + "nous_inbox_meta", q + "nous_inbox_streams", q + "nous_inbox_events")
+        self._t_meta, self._t_streams, self._t_events, self._t_snapshots = (
+            q + "nous_inbox_meta", q + "nous_inbox_streams", q + "nous_inbox_events",
+            q + _SNAPSHOTS)
+        # Two locks. ``_lock`` is the main connection's: held around every use of it, so it may
+        # be held for as long as the server or the network takes. ``_state`` guards the leases
+        # held, the subscribers, ``_closed`` and ``_background``, and is never held across I/O:
+        # the background thread needs only ``_state``, so a call stalled on the main connection
+        # (a row lock, a reconnect) never delays a renewal, and every other lease of this store
+        # survives it.
         self._lock = threading.RLock()
+        self._state = threading.Lock()
+        # Waiting on this releases ``_lock`` (every level of it) for the pause between
+        # reconnect attempts, so other threads are not kept waiting behind a sleep.
+        self._pause = threading.Condition(self._lock)
         self._held: dict[str, PostgresLease] = {}
         self._subscribers: dict[str, list[Callable[[], None]]] = {}
         self._closed = False
@@ -231,12 +300,55 @@ class PostgresStore(StoreBase):
 
     def connect(self) -> psycopg.Connection[Any]:
         """A new autocommit connection to the store's database (no prepared statements behind a
-        transaction pooler)."""
+        transaction pooler), with its waits bounded.
+
+        A host cut off mid-transaction leaves its server process holding the stream row's lock
+        until the server notices, about two hours with the defaults. So the connection ends
+        a transaction left idle for ``max(1, lease/2)`` seconds
+        (``idle_in_transaction_session_timeout``; our transactions never idle longer than a
+        proof of the records between two round trips), and TCP keepalives on both ends (libpq's
+        ``keepalives*``, unless the URL sets them, and the server's ``tcp_keepalives_*``) notice
+        a dead peer within about ``lease`` + 3 seconds. Behind a transaction pooler, session
+        settings would leak to other clients of the pooled server connection, so none are made:
+        set the pooler's or the role's own (PgBouncer's ``idle_transaction_timeout``, ``ALTER
+        ROLE ... SET idle_in_transaction_session_timeout``).
+        """
         prepare = None if self.pooler == "transaction" else 5
-        if self._connect_timeout is None:  # the URL's own connect_timeout applies
-            return psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=prepare)
-        return psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=prepare,
-                               connect_timeout=max(1, round(self._connect_timeout)))
+        extra: dict[str, Any] = {}
+        if self._connect_timeout is not None:  # else the URL's own connect_timeout applies
+            extra["connect_timeout"] = max(1, round(self._connect_timeout))
+        if not any(key.startswith("keepalives") for key in self._libpq_keys):
+            extra.update(keepalives=1, keepalives_idle=self._keepalive_idle,
+                         keepalives_interval=1, keepalives_count=3)
+        db = psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=prepare, **extra)
+        if self.pooler != "transaction":
+            try:
+                db.execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', %s, false), "
+                    "set_config('tcp_keepalives_idle', %s, false), "
+                    "set_config('tcp_keepalives_interval', '1', false), "
+                    "set_config('tcp_keepalives_count', '3', false)",
+                    (str(self._idle_limit_ms), str(self._keepalive_idle)),
+                )
+            except BaseException:
+                db.close()
+                raise
+        return db
+
+    @property
+    def _idle_limit_ms(self) -> int:
+        """How long the server lets one of our transactions sit idle (see :meth:`connect`)."""
+        return round(max(1.0, self.lease / 2) * 1000)
+
+    @property
+    def _keepalive_idle(self) -> int:
+        return max(1, round(self.lease))
+
+    @property
+    def _lock_wait_ms(self) -> int:
+        """How long taking a lease, or renewing one, waits for the stream row's lock: normally
+        an append in flight (milliseconds); longer means a writer that is stuck or gone."""
+        return max(10, round(self.lease / 4 * 1000))
 
     def _connect_first(self) -> psycopg.Connection[Any]:
         try:
@@ -247,32 +359,37 @@ class PostgresStore(StoreBase):
     def _setup(self, db: psycopg.Connection[Any]) -> None:
         try:
             found = self._check_schema(db)
-            if found or self.read_only:
+            if self.read_only:
                 if not found:
                     raise StoreError(
                         f"{self.url}: no store in schema {self.schema!r} (opened read-only, so "
                         f"nothing was created)"
                     )
                 return
+            if _SNAPSHOTS in found:
+                return
             with db.transaction():
                 # Two hosts opening a new database at once: one creates, the other waits.
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema),))
-                if not self._check_schema(db):
+                found = self._check_schema(db)
+                if not found:
                     self._create_schema(db)
+                elif _SNAPSHOTS not in found:
+                    self._add_snapshots(db)
         except psycopg.Error as exc:
             raise StoreError(f"{self.url} is not a usable PostgreSQL store: "
                              f"{_first_line(exc)}") from exc
 
-    def _check_schema(self, db: psycopg.Connection[Any]) -> bool:
-        """Whether our tables are there (checking they are ours); ``False`` if none is."""
+    def _check_schema(self, db: psycopg.Connection[Any]) -> frozenset[str]:
+        """Our tables that are there (checking they are ours); empty if none is."""
         rows = db.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
             "AND table_name LIKE 'nous\\_inbox\\_%%'", (self.schema,),
         ).fetchall()
-        tables = {name for (name,) in rows}
+        tables = frozenset(name for (name,) in rows)
         if not tables:
-            return False
-        if not tables >= _TABLES:  # (the snapshots table comes later, with the first snapshot)
+            return tables
+        if not tables >= _TABLES:
             raise StoreError(f"{self.url} is not a usable PostgreSQL store: schema "
                              f"{self.schema!r} has only {', '.join(sorted(tables))}")
         meta = dict(db.execute(f"SELECT key, value FROM {self._t_meta}").fetchall())
@@ -289,7 +406,24 @@ class PostgresStore(StoreBase):
                     f"{self.url}: written with {key} {theirs}, newer than this nous-inbox "
                     f"reads ({ours}); upgrade nous-inbox to read it"
                 )
-        return True
+        return tables
+
+    def _add_snapshots(self, db: psycopg.Connection[Any]) -> None:
+        """Add the snapshots table to a store made before it came with the others (inside the
+        opening transaction, under its lock). Without the privilege to, the store opens all the
+        same: it keeps no snapshots, and says so."""
+        try:
+            with db.transaction():  # a savepoint: a refusal leaves the opening transaction usable
+                self._create_snapshots(db)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            logger.warning("%s: cannot add the snapshots table (%s); no snapshots are kept until "
+                           "a role with CREATE on schema %r opens the store", self.url,
+                           _first_line(exc), self.schema)
+
+    def _create_snapshots(self, db: psycopg.Connection[Any]) -> None:
+        db.execute(f"CREATE TABLE IF NOT EXISTS {self._t_snapshots} ("
+                   ' stream text COLLATE "C" PRIMARY KEY, seq bigint NOT NULL,'
+                   " body bytea NOT NULL)")
 
     def _create_schema(self, db: psycopg.Connection[Any]) -> None:
         db.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
@@ -305,6 +439,7 @@ class PostgresStore(StoreBase):
             ' stream text COLLATE "C" NOT NULL, seq bigint NOT NULL, body bytea NOT NULL,'
             " batch uuid, PRIMARY KEY (stream, seq))"
         )
+        self._create_snapshots(db)
         with db.cursor() as cur:
             cur.executemany(
                 f"INSERT INTO {self._t_meta} (key, value) VALUES (%s, %s)",
@@ -328,6 +463,9 @@ class PostgresStore(StoreBase):
     def _retrying(self, what: str, work: Callable[[psycopg.Connection[Any]], Any],
                   recover: Callable[[psycopg.Connection[Any]], Any] | None = None) -> Any:
         """Run ``work(connection)`` under the lock, reconnecting after a lost connection.
+
+        The pauses between attempts are made without the lock (the only wait the store makes
+        on its own), and the attempts stop ``reconnect`` seconds after the first.
 
         After a loss, ``recover(connection)`` (when given) runs first on the new connection; a
         result other than ``None`` is returned instead of running ``work`` again.
@@ -356,7 +494,7 @@ class PostgresStore(StoreBase):
                         ) from exc
                     lost = True
                     logger.info("%s: lost the connection during %s; reconnecting", self.url, what)
-                    time.sleep(pause)
+                    self._pause.wait(pause)  # the lock is free meanwhile (see __init__)
                     pause = min(pause * 2, 0.5)
 
     # -- the protocol ----------------------------------------------------------------------------
@@ -370,24 +508,37 @@ class PostgresStore(StoreBase):
         is tried again, so it is written once whether or not the lost attempt committed.
         """
         batch = uuid.uuid4()
+        deadline = time.monotonic() + self._reconnect
 
         def attempt(db: psycopg.Connection[Any]) -> list[Event]:
-            self._floor = expected_version or 0
+            self._local.floor = expected_version or 0
             return self._append_once(stream, events, expected_version, batch)
 
         def recover(db: psycopg.Connection[Any]) -> list[Event] | None:
             # The lost attempt may still be committing: taking the stream row's lock waits for
             # its transaction to end either way (the INSERT waits for one that was creating the
-            # row), so the look that follows sees its outcome.
-            with db.transaction():
-                db.execute(f"INSERT INTO {self._t_streams} (stream) VALUES (%s) "
-                           f"ON CONFLICT DO NOTHING", (stream,))
-                db.execute(f"SELECT 1 FROM {self._t_streams} WHERE stream = %s FOR UPDATE",
-                           (stream,))
-                rows = db.execute(
-                    f"SELECT seq, body FROM {self._t_events} WHERE stream = %s AND seq > %s "
-                    f"AND batch = %s ORDER BY seq", (stream, self._floor, batch),
-                ).fetchall()
+            # row), so the look that follows sees its outcome. That wait is bounded by what is
+            # left of ``reconnect``: a lost attempt whose server process lives on, idle in its
+            # transaction, ends within ``max(1, lease/2)`` seconds (see ``connect``).
+            left = max(50, round((deadline - time.monotonic()) * 1000))
+            try:
+                with db.transaction():
+                    db.execute(f"SET LOCAL lock_timeout = {left}")
+                    db.execute(f"INSERT INTO {self._t_streams} (stream) VALUES (%s) "
+                               f"ON CONFLICT DO NOTHING", (stream,))
+                    db.execute(f"SELECT 1 FROM {self._t_streams} WHERE stream = %s FOR UPDATE",
+                               (stream,))
+                    rows = db.execute(
+                        f"SELECT seq, body FROM {self._t_events} WHERE stream = %s AND seq > %s "
+                        f"AND batch = %s ORDER BY seq",
+                        (stream, getattr(self._local, "floor", 0), batch),
+                    ).fetchall()
+            except psycopg.errors.LockNotAvailable as exc:
+                raise StoreError(
+                    f"{self.url}: append to stream {stream!r}: lost the connection, and the lost "
+                    f"attempt still held the stream {self._reconnect:g}s later, so whether it "
+                    f"was written is not known; read the stream to see"
+                ) from exc
             return [self._row(stream, seq, body) for seq, body in rows] if rows else None
 
         stored: list[Event] = self._retrying(f"append to stream {stream!r}", attempt, recover)
@@ -397,7 +548,8 @@ class PostgresStore(StoreBase):
     def _appending(self, stream: str) -> Iterator[int]:
         """One transaction holding the stream row's lock, fenced by the lease this store holds."""
         db = self._connection()
-        held = self._held.get(stream)
+        with self._state:
+            held = self._held.get(stream)
         if held is not None and held.lost:
             raise self._lost(stream, held)
         # Pipelined: BEGIN and the row lock go out together, and the writes and the COMMIT
@@ -417,11 +569,11 @@ class PostgresStore(StoreBase):
             if held is not None and (row[1], row[2]) != (held.token, held.epoch):
                 held.lost = True
                 raise self._lost(stream, held)
-            self._floor = version = int(row[0])
+            self._local.floor = version = int(row[0])
             yield version
 
     def _write(self, stream: str, events: list[Event], records: list[bytes], *,
-               batch: object = None) -> None:
+               batch: object | None = None) -> None:
         """Move the stream row on, insert the events with the batch id, and notify."""
         db = self._connection()
         db.execute(f"UPDATE {self._t_streams} SET version = %s WHERE stream = %s",
@@ -470,44 +622,44 @@ class PostgresStore(StoreBase):
         return 0 if row is None else int(row[0])
 
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
-        # The stream's snapshot, one row, replaced (save_snapshot decided it should be; a cache:
-        # its table is made with the first one).
-        table = f'"{self.schema}".nous_inbox_snapshots'
+        # The stream's snapshot, one row, replaced (save_snapshot decided it should be). No DDL
+        # here: the table is made on open, so a role that may only write the tables saves too.
+        table = self._t_snapshots
 
         def save(db: psycopg.Connection[Any]) -> bool:
-            with db.transaction():
-                db.execute(f"CREATE TABLE IF NOT EXISTS {table} ("
-                           ' stream text COLLATE "C" PRIMARY KEY, seq bigint NOT NULL,'
-                           " body bytea NOT NULL)")
+            try:
                 db.execute(f"INSERT INTO {table} (stream, seq, body) VALUES (%s, %s, %s) "
                            "ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq, "
                            "body = excluded.body", (stream, seq, data))
+            except psycopg.errors.UndefinedTable:
+                return False  # a store without the table keeps none (see _add_snapshots)
             return True
 
         kept: bool = self._retrying(f"snapshot of stream {stream!r}", save)
         return kept
 
     def _snapshot_seq(self, stream: str) -> int | None:
-        table = f'"{self.schema}".nous_inbox_snapshots'
+        table = self._t_snapshots
 
         def seq(db: psycopg.Connection[Any]) -> Any:  # the seq alone, not the body
-            found = db.execute("SELECT to_regclass(%s)", (table,)).fetchone()
-            if found is None or found[0] is None:
+            try:
+                return db.execute(f"SELECT seq FROM {table} WHERE stream = %s",
+                                  (stream,)).fetchone()
+            except psycopg.errors.UndefinedTable:  # a store made before the table
                 return None
-            return db.execute(f"SELECT seq FROM {table} WHERE stream = %s", (stream,)).fetchone()
 
         row = self._retrying(f"snapshot of stream {stream!r}", seq)
         return None if row is None else int(row[0])
 
     def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
-        table = f'"{self.schema}".nous_inbox_snapshots'
+        table = self._t_snapshots
 
         def load(db: psycopg.Connection[Any]) -> Any:
-            found = db.execute("SELECT to_regclass(%s)", (table,)).fetchone()
-            if found is None or found[0] is None:
+            try:
+                return db.execute(f"SELECT seq, body FROM {table} WHERE stream = %s",
+                                  (stream,)).fetchone()
+            except psycopg.errors.UndefinedTable:  # a store made before the table
                 return None
-            return db.execute(f"SELECT seq, body FROM {table} WHERE stream = %s",
-                              (stream,)).fetchone()
 
         row = self._retrying(f"snapshot of stream {stream!r}", load)
         return None if row is None else (int(row[0]), bytes(row[1]))
@@ -528,26 +680,33 @@ class PostgresStore(StoreBase):
 
     def _own(self, stream: str) -> PostgresLease:
         """The template's hook: take the lease row (see the module docstring)."""
-        with self._lock:
+        with self._state:
             if stream in self._held:
                 raise owned_error(stream, self.url, os.getpid())
         token = uuid.uuid4().hex
 
         def take(db: psycopg.Connection[Any]) -> tuple[int, int | None]:
-            with db.transaction():
-                db.execute(f"INSERT INTO {self._t_streams} (stream) VALUES (%s) "
-                           f"ON CONFLICT DO NOTHING", (stream,))
-                row = db.execute(
-                    f"UPDATE {self._t_streams} SET holder = %s, pid = %s, host = %s, "
-                    f"epoch = epoch + 1, expires = clock_timestamp() + make_interval(secs => %s) "
-                    f"WHERE stream = %s AND (holder IS NULL OR expires < clock_timestamp()) "
-                    f"RETURNING epoch", (token, os.getpid(), self._host, self.lease, stream),
-                ).fetchone()
-                if row is not None:
-                    return int(row[0]), None
-                other = db.execute(f"SELECT pid FROM {self._t_streams} WHERE stream = %s",
-                                   (stream,)).fetchone()
-                return 0, (None if other is None else other[0])
+            try:
+                with db.transaction():
+                    # A row lock held longer than this is a writer stuck or cut off mid-append:
+                    # the stream is in use, so it is refused as owned rather than waited for.
+                    db.execute(f"SET LOCAL lock_timeout = {self._lock_wait_ms}")
+                    db.execute(f"INSERT INTO {self._t_streams} (stream) VALUES (%s) "
+                               f"ON CONFLICT DO NOTHING", (stream,))
+                    row = db.execute(
+                        f"UPDATE {self._t_streams} SET holder = %s, pid = %s, host = %s, "
+                        f"epoch = epoch + 1, "
+                        f"expires = clock_timestamp() + make_interval(secs => %s) "
+                        f"WHERE stream = %s AND (holder IS NULL OR expires < clock_timestamp()) "
+                        f"RETURNING epoch", (token, os.getpid(), self._host, self.lease, stream),
+                    ).fetchone()
+                    if row is not None:
+                        return int(row[0]), None
+                    other = db.execute(f"SELECT pid FROM {self._t_streams} WHERE stream = %s",
+                                       (stream,)).fetchone()
+                    return 0, (None if other is None else other[0])
+            except psycopg.errors.LockNotAvailable:
+                return 0, None
 
         def recover(db: psycopg.Connection[Any]) -> tuple[int, int | None] | None:
             row = db.execute(f"SELECT epoch FROM {self._t_streams} WHERE stream = %s "
@@ -558,30 +717,37 @@ class PostgresStore(StoreBase):
         if not epoch:
             raise owned_error(stream, self.url, pid)
         lease = PostgresLease(stream, lambda: self._release(stream, token), token, epoch)
-        with self._lock:
-            if self._closed:  # closed while we took it: give it straight back
-                self._release_row(stream, token)
-                raise ValueError(f"{self.url} store is closed")
-            self._held[stream] = lease
-            self._start_background()
+        with self._state:
+            closed = self._closed
+            if not closed:
+                self._held[stream] = lease
+                self._start_background()
+        if closed:  # closed while we took it: give it straight back
+            self._release(stream, token)
+            raise ValueError(f"{self.url} store is closed")
         return lease
 
     def _release(self, stream: str, token: str) -> None:
-        with self._lock:
+        with self._state:
             held = self._held.get(stream)
             if held is not None and held.token == token:
                 del self._held[stream]
+        with self._lock:
             self._release_row(stream, token)
 
     def _release_row(self, stream: str, token: str) -> None:
-        # One try: if the server cannot be reached the lease simply expires.
+        # One try: if the server cannot be reached the lease simply expires. Once the store is
+        # closing, its connection is used while it is still open, else (a lease taken as the
+        # store closed) a connection of its own.
+        query = (f"UPDATE {self._t_streams} SET holder = NULL, pid = NULL, host = NULL, "
+                 f"expires = NULL WHERE stream = %s AND holder = %s")
         try:
             db = self._connection() if not self._closed else self._db
             if db is not None and not db.closed:
-                db.execute(
-                    f"UPDATE {self._t_streams} SET holder = NULL, pid = NULL, host = NULL, "
-                    f"expires = NULL WHERE stream = %s AND holder = %s", (stream, token),
-                )
+                db.execute(query, (stream, token))
+            else:
+                with self.connect() as own:
+                    own.execute(query, (stream, token))
         except (psycopg.Error, ValueError) as exc:
             logger.warning("%s: could not release the lease of %r (it will expire): %s",
                            self.url, stream, _first_line(exc))
@@ -595,7 +761,7 @@ class PostgresStore(StoreBase):
         background thread. Keep it quick (set an event); read the version to see what changed.
         """
         check_stream(stream)
-        with self._lock:
+        with self._state:
             self._check_open()
             self._subscribers.setdefault(stream, []).append(callback)
             self._start_background()
@@ -608,7 +774,7 @@ class PostgresStore(StoreBase):
             callback()
 
         def unsubscribe() -> None:
-            with self._lock:
+            with self._state:
                 callbacks = self._subscribers.get(stream, [])
                 with contextlib.suppress(ValueError):
                     callbacks.remove(callback)
@@ -646,7 +812,7 @@ class PostgresStore(StoreBase):
         closed, release every lease (one try each: one that cannot be released expires), then
         stop the background thread and wait for it, so it renews and nudges nothing after
         ``close`` returned."""
-        with self._lock:
+        with self._state:
             if self._closed:
                 return
             self._closed = True  # nothing new is owned or subscribed from here on
@@ -654,7 +820,7 @@ class PostgresStore(StoreBase):
             self._subscribers.clear()
         for lease in held:
             lease.release()
-        with self._lock:
+        with self._state:
             background, self._background = self._background, None
         if background is not None:
             background.stop()
@@ -670,7 +836,7 @@ class PostgresStore(StoreBase):
 
     def _nudge(self, stream: str | None) -> None:
         """Call the subscribers of ``stream`` (of every stream for ``None``)."""
-        with self._lock:
+        with self._state:
             if stream is None:
                 callbacks = [c for cs in self._subscribers.values() for c in cs]
             else:
@@ -682,16 +848,25 @@ class PostgresStore(StoreBase):
                 logger.exception("%s: a subscriber of %r failed", self.url, stream)
 
     def _renew(self, db: psycopg.Connection[Any]) -> None:
-        with self._lock:
+        """Renew every lease held, on the background connection (whose ``lock_timeout`` bounds
+        the wait for a row a stuck writer holds: that lease is renewed at the next round, and
+        the others are not held up by it)."""
+        with self._state:
             held = list(self._held.values())
         for lease in held:
             if lease.lost or lease.released:
                 continue
-            row = db.execute(
-                f"UPDATE {self._t_streams} SET expires = clock_timestamp() + "
-                f"make_interval(secs => %s) WHERE stream = %s AND holder = %s AND epoch = %s "
-                f"RETURNING 1", (self.lease, lease.stream, lease.token, lease.epoch),
-            ).fetchone()
+            try:
+                row = db.execute(
+                    f"UPDATE {self._t_streams} SET expires = clock_timestamp() + "
+                    f"make_interval(secs => %s) WHERE stream = %s AND holder = %s "
+                    f"AND epoch = %s RETURNING 1",
+                    (self.lease, lease.stream, lease.token, lease.epoch),
+                ).fetchone()
+            except psycopg.errors.LockNotAvailable:
+                logger.info("%s: the row of stream %r is locked by a stuck writer; its lease is "
+                            "renewed at the next round", self.url, lease.stream)
+                continue
             if row is None and not lease.released:
                 lease.lost = True
                 logger.warning("%s: the lease of stream %r (epoch %d) was taken over",
@@ -713,8 +888,10 @@ class _Background:
         self._thread.start()
 
     def stop(self, wait: bool = True) -> None:
-        """Stop the thread; with ``wait``, return only once it renews and nudges no more (it
-        wakes at once, unless a connection attempt or a renewal is under way)."""
+        """Stop the thread; with ``wait``, return once it renews and nudges no more, or after
+        10 s at most: it wakes at once, unless a connection attempt (``connect_timeout``) or a
+        renewal (bounded by ``lock_timeout`` and the TCP keepalives) is under way, and such a
+        call may outlive the wait; it renews nothing after it (the store is closed)."""
         self._stop.set()
         with self._pipe_lock:
             if self._wake_write >= 0:
@@ -739,11 +916,18 @@ class _Background:
         listening = store.pooler != "transaction"
         while not self._stop.is_set():
             db: psycopg.Connection[Any] | None = None
+            # The streams notified, however their notifications were read: by the handler,
+            # which psycopg calls for those that arrive during any statement (a renewal's, say:
+            # read off the socket then, they would not make it readable again), and below.
+            arrived: list[str] = []
             try:
                 db = store.connect()
                 if listening:
+                    db.add_notify_handler(functools.partial(_collect, arrived))
                     db.execute(f"LISTEN {store.channel}")
-                with store._lock:
+                    # (behind a transaction pooler, a session setting would outlive us there)
+                    db.execute(f"SET lock_timeout = {store._lock_wait_ms}")
+                with store._state:
                     self.ready = True  # a subscriber from now on is nudged as it subscribes
                 store._nudge(None)  # anything sent while nobody listened
                 renewed = polled = time.monotonic()
@@ -754,9 +938,13 @@ class _Background:
                                                        tick)
                         if self._stop.is_set():
                             return
-                        if readable:
-                            for note in db.notifies(timeout=0):
-                                store._nudge(note.payload)
+                        if db.fileno() in readable:
+                            _read_notifications(db, arrived)
+                        if arrived:  # on every pass, whoever read them
+                            streams = list(dict.fromkeys(arrived))
+                            arrived.clear()
+                            for stream in streams:
+                                store._nudge(stream)
                     else:
                         self._stop.wait(tick)
                     now = time.monotonic()
@@ -778,6 +966,24 @@ class _Background:
                 if db is not None:
                     with contextlib.suppress(Exception):
                         db.close()
+
+
+def _collect(into: list[str], note: psycopg.Notify) -> None:
+    into.append(note.payload)
+
+
+def _read_notifications(db: psycopg.Connection[Any], into: list[str]) -> None:
+    """Read the notifications waiting on ``db``'s socket into ``into``, without a round trip.
+
+    (``Connection.notifies`` would do it, but psycopg 3.3 warns when it is used beside a notify
+    handler, and psycopg 3.2 hands a notification read during a statement to the handlers
+    alone: the handler is what sees them all.)
+    """
+    pgconn = db.pgconn
+    pgconn.consume_input()
+    encoding = db.info.encoding
+    while (note := pgconn.notifies()) is not None:
+        into.append(note.extra.decode(encoding))
 
 
 def _lock_key(schema: str) -> int:

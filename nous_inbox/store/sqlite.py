@@ -95,6 +95,10 @@ _STREAMS: Final = (
 
 
 
+#: The size (bytes) the -wal file is cut back to after a checkpoint that emptied it.
+_WAL_LIMIT: Final = 4 * 1024 * 1024
+
+
 class SqliteStore(StoreBase):
     """A :class:`~nous_inbox.store.base.Store` in one SQLite file (created mode 0600).
 
@@ -172,6 +176,10 @@ class SqliteStore(StoreBase):
             raise StoreError(f"{self.url} is not a usable SQLite store: cannot use WAL mode "
                              f"(got {mode!r})")
         db.execute("PRAGMA synchronous = FULL")
+        # A snapshot save writes its whole blob through the WAL; without a limit the -wal file
+        # stays that large (a second copy of the largest snapshot) for as long as it is open.
+        # With one, SQLite truncates it back when a checkpoint lets it start over.
+        db.execute(f"PRAGMA journal_size_limit = {_WAL_LIMIT}")
         with self._transaction(db):
             if not self._check_schema(db):
                 for statement in _SCHEMA:
@@ -249,7 +257,8 @@ class SqliteStore(StoreBase):
                     f"{actual}); nothing was written"
                 ) from None
 
-    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
+    def _write(self, stream: str, events: list[Event], records: list[bytes], *,
+               batch: object | None = None) -> None:
         # One statement per chunk of rows, not one step per row: a group commit's batch is
         # inserted in one go. Chunks stay far below SQLite's oldest limit on variables (999),
         # and their few shapes stay in the connection's statement cache.

@@ -1,0 +1,109 @@
+"""The store's proof without a decode: an event it judges by its fields must really read back.
+
+A store proves every event of an append reads back before it keeps it. For a send and a claim
+holding only plain values (a ``Target``, a ``bool``, counts in range, a message of ASCII text
+with no other field) it judges that by the exact types of the fields instead of decoding the
+record again (``nous_inbox.store.base._reads_back``). These tests hold that judgement to the
+decoder: whatever it says yes to decodes back equal, however the event was built, altered
+messages included; and a bad hand-built event is still refused by every store.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nous_inbox.codec import JSON_LINES, MSGPACK
+from nous_inbox.events import Event, MessageSent, QueueClaimed, Warned
+from nous_inbox.inbox import Target
+from nous_inbox.message import Message
+from nous_inbox.store import open_store
+from nous_inbox.store.base import _reads_back
+
+_anything = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6),
+    st.sampled_from(list(Target)), st.sampled_from(["next_step", "user", "robot", ""]),
+    st.builds(lambda: Message.user("x")), st.tuples(), st.lists(st.integers(), max_size=2),
+)
+
+
+@st.composite
+def mostly(draw: st.DrawFn, good: st.SearchStrategy[object]) -> object:
+    """A good value most of the time, anything plausible otherwise."""
+    return draw(good) if draw(st.integers(0, 9)) else draw(_anything)
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> object:
+    """A message built the proper way, sometimes altered past its checks, or not a message."""
+    if draw(st.integers(0, 19)) == 0:
+        return draw(_anything)
+    message = Message(draw(st.sampled_from(["user", "assistant", "system", "tool"])),
+                      draw(st.text(max_size=8) | st.text("ab c", max_size=8) | st.text("ab c", max_size=8)),
+                      name=draw(st.none() | st.none() | st.text(max_size=3)),
+                      metadata=draw(st.sampled_from([{}, {}, {"k": 1}])))
+    if draw(st.integers(0, 3)) == 0:  # force_setattr: what no constructor lets through
+        field = draw(st.sampled_from(Message.__struct_fields__))
+        msgspec.structs.force_setattr(message, field, draw(_anything))
+    return message
+
+
+@st.composite
+def events(draw: st.DrawFn) -> Event:
+    seq = draw(mostly(st.integers(0, 10**6) | st.integers(0, 2**64)))
+    at = draw(mostly(st.floats(allow_nan=False, allow_infinity=False) | st.floats()))
+    target = draw(mostly(st.sampled_from(list(Target))))
+    if draw(st.booleans()):
+        return MessageSent(target=target, wakeup=draw(mostly(st.booleans())),  # type: ignore[arg-type]
+                           message=draw(messages()), seq=seq, at=at)  # type: ignore[arg-type]
+    return QueueClaimed(target=target,  # type: ignore[arg-type]
+                        count=draw(mostly(st.integers(0, 9) | st.integers(-2, 2**64))),  # type: ignore[arg-type]
+                        rest=draw(mostly(st.integers(0, 9) | st.integers(-2, 2**64))),  # type: ignore[arg-type]
+                        seq=seq, at=at)  # type: ignore[arg-type]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(event=events())
+def test_an_event_judged_by_its_fields_decodes_back_equal_in_both_formats(event):
+    if not _reads_back(event):
+        return
+    for fmt in (MSGPACK, JSON_LINES):
+        assert fmt.decoder(Event).decode(fmt.encode(event)) == event
+
+
+def test_a_plain_send_and_claim_are_judged_by_their_fields():
+    sent = MessageSent(target=Target.NEXT_STEP, wakeup=False, message=Message.user("go"),
+                       seq=1, at=1.5)
+    claim = QueueClaimed(target=Target.NEXT_STEP, count=1, seq=2, at=1.5)
+    assert _reads_back(sent) and _reads_back(claim)
+
+
+@pytest.mark.parametrize("event", [
+    MessageSent(target=Target.NEXT_STEP, wakeup=True, message=Message.user("é"), seq=1, at=1.5),
+    MessageSent(target=Target.NEXT_STEP, wakeup=True,
+                message=Message.user("x", metadata={"k": 1}), seq=1, at=1.5),
+    MessageSent(target="next_step", wakeup=True, message=Message.user("x"), seq=1, at=1.5),
+    MessageSent(target=Target.NEXT_STEP, wakeup=1, message=Message.user("x"), seq=1, at=1.5),
+    QueueClaimed(target=Target.NEXT_STEP, count=-1, seq=1, at=1.5),
+    QueueClaimed(target=Target.NEXT_STEP, count=True, seq=1, at=1.5),
+    QueueClaimed(target=Target.NEXT_STEP, count=1, seq=1, at=math.nan),
+    Warned(text="x", seq=1, at=1.5),
+], ids=["non-ASCII text", "metadata", "a str target", "an int wakeup", "a negative count",
+        "a bool count", "a NaN time", "another event type"])
+def test_anything_else_is_decoded_and_compared(event):
+    assert not _reads_back(event)
+
+
+@pytest.mark.parametrize("field, value", [("content", 5), ("role", "robot"),
+                                          ("content", "\ud800"), ("tool_calls", [1])])
+def test_a_message_altered_past_its_checks_is_still_refused_by_every_store(url, field, value):
+    message = Message.user("fine")
+    msgspec.structs.force_setattr(message, field, value)
+    with open_store(url) as store:
+        with pytest.raises((TypeError, ValueError), match=r"append to 's': events\[0\]"):
+            store.append("s", [MessageSent(target=Target.NEXT_STEP, wakeup=True, message=message)])
+        assert store.version("s") == 0
