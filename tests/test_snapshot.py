@@ -8,6 +8,7 @@ a warning and the open replays from the start; a journal (so an owner) saves one
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import itertools
 import logging
@@ -864,3 +865,28 @@ def test_show_gives_the_same_inbox_from_a_snapshot(
         db.execute("DELETE FROM snapshots")
     assert main(["show", "--json", "--store", url, "s"]) == 0
     assert capsys.readouterr().out == from_snapshot
+
+
+def test_a_save_never_waits_for_another_holding_the_snapshot_directory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A process stopped mid-save (SIGSTOP, a debugger) keeps the directory's flock; a save here
+    # runs under the store's lock, so waiting would stop this process's sends too.
+    path = tmp_path / "log.jsonl"
+    with open_store(f"file:{path}") as store:
+        store.append("s", [Warned(text="x")])
+        assert save_snapshot(store, "s", replay(store.read("s")))
+        directory = os.open(f"{path}.snapshots", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(directory, fcntl.LOCK_EX)  # another descriptor: a lock of its own
+            store.append("s", [Warned(text="y")])
+            with caplog.at_level(logging.INFO, logger="nous_inbox.store.file"):
+                assert store.save_snapshot("s", 2, b"new") is False
+            assert "another save holds the snapshot directory" in caplog.text
+            assert store.load_snapshot("s")[0] == 1  # the old one is kept
+            store.append("s", [Warned(text="z")])
+            assert store.version("s") == 3
+        finally:
+            os.close(directory)
+        assert store.save_snapshot("s", 3, b"new")  # free again: saved
+        assert store.load_snapshot("s") == (3, b"new")

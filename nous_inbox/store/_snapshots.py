@@ -10,7 +10,10 @@ regular file of ours that nobody else may write. A save writes a temporary file 
 old snapshot or the new, never half of one. The temporary file has one fixed name per stream
 (``.<hash>.snapshot.tmp``) and saves hold an ``flock`` on the directory, so a save killed
 midway (``SIGKILL``, a power cut) leaves at most one stray file per stream, which the stream's
-next save removes first: nothing accumulates.
+next save removes first: nothing accumulates. That ``flock`` is never waited for: a save runs
+under the store's lock on the send path, and a process stopped while holding the directory
+(``SIGSTOP``, a debugger, a hung ``fsync``) must not stop every other one's sends. A save that
+finds it taken writes nothing and answers ``False``; the cache loses only this one refresh.
 
 The directory belongs with the log: it holds a copy of each session's content. Deleting the
 log? Delete ``PATH.snapshots/`` too. One left behind is harmless to the new log (its snapshots
@@ -37,6 +40,7 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import logging
 import os
 import stat
 import struct
@@ -50,6 +54,7 @@ __all__ = ["SnapshotFiles"]
 _SEQ: Final = struct.Struct(">Q")
 _WHAT: Final = "snapshot directory"
 _FIX: Final = "a snapshot is only a cache: delete it (or the snapshot directory)"
+logger: Final = logging.getLogger("nous_inbox.store.file")
 
 
 class SnapshotFiles:
@@ -63,15 +68,22 @@ class SnapshotFiles:
         """Replace ``stream``'s snapshot with ``data`` at ``seq``, atomically.
 
         Whether to replace is the store's decision (:meth:`StoreBase.save_snapshot
-        <nous_inbox.store.base.StoreBase.save_snapshot>`); this only writes.
+        <nous_inbox.store.base.StoreBase.save_snapshot>`); this only writes. ``False``, and
+        nothing written, when another save holds the directory: see the module docstring.
         """
         name = _name(stream)
         temp = f".{name}.tmp"
         directory_fd = open_private_directory(self.url, self.directory, _WHAT)
         try:
             # Saves of this store, in any process, take turns: the fixed temporary name is then
-            # only ever one save's, and what is found there is a killed save's leftover.
-            fcntl.flock(directory_fd, fcntl.LOCK_EX)
+            # only ever one save's, and what is found there is a killed save's leftover. Never
+            # waited for: the caller holds the store's lock, and a snapshot is only a cache.
+            try:
+                fcntl.flock(directory_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                logger.info("%s: another save holds the snapshot directory; the snapshot of %r "
+                            "is not refreshed this time", self.url, stream)
+                return False
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp, dir_fd=directory_fd)
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
