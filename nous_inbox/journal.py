@@ -158,6 +158,7 @@ class Journal:
         self._session = session if transcript else _without_transcript(session)
         self._frozen_at = 0
         self._due = 0  # the version from which _checkpoint has work (see _schedule)
+        self._writes = 0
         if store is not None:
             self._checkpoint()
         else:
@@ -172,6 +173,17 @@ class Journal:
     def session(self) -> Session:
         """The session as folded so far (call :meth:`catch_up` to read other writers first)."""
         return self._session
+
+    @property
+    def writes(self) -> int:
+        """How many appends of this journal the store has taken (the events of each are then
+        stored, whatever happened after).
+
+        A caller that must tell "refused, nothing written" from "written, then something raised"
+        (``on_events`` runs after the append) compares it before and after: the session's
+        version cannot say, as a retry's catch-up moves it for another writer's events.
+        """
+        return self._writes
 
     @property
     def max_record_size(self) -> int:
@@ -247,7 +259,7 @@ class Journal:
         ``ATTEMPTS`` times); a refusal with nothing new to read (a lock that timed out) is
         raised as it is. On any failure nothing was written and the session is unchanged, except
         for what ``on_events`` raises: it is called once the events are stored and folded, so its
-        error comes with the append made (the session's version moved on).
+        error comes with the append made (:attr:`writes` moved on).
         Returns the events as stored (``[]`` when the change had none) and ``change``'s result.
         """
         lost: ConcurrencyError | None = None
@@ -313,6 +325,7 @@ class Journal:
         else:
             kept = store.append(stream, stamped, self._session.version)
             stored = kept if type(kept) is list else list(kept)
+        self._writes += 1
         self._session = session
         if self._on_events is not None:
             self._on_events(stored)
