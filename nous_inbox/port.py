@@ -540,7 +540,8 @@ def commit_batch(
     or the error its sender is to hear. Call it holding the journal's lock. Every group commit
     (:meth:`JournalPort.append`'s, an ``AsyncOwner`` worker's) settles its batch here, by one
     rule: a batch the store refused before writing anything (``TypeError``, ``ValueError``, the
-    journal's version unmoved) is tried again one event at a time, so one bad event fails only
+    journal's :attr:`~nous_inbox.journal.Journal.writes` unmoved) is tried again one event at a
+    time, so one bad event fails only
     its own sender; a refused single event is not tried again; any other failure (whose
     transaction may have committed, as when PostgreSQL loses the answer to its COMMIT, or raised
     once the batch was stored, as the journal's ``on_events`` may) goes to every sender,
@@ -551,13 +552,14 @@ def commit_batch(
     >>> [(e.seq, error) for e, error in commit_batch(journal, [sent_event("a", "next_step", True)])]
     [(1, None)]
     """
-    before = journal.session.version
+    before = journal.writes
     try:
         stored, _ = journal.commit(lambda session: (events, None))
     except Exception as exc:
-        # A ValueError after the append (from ``on_events``) moved the version on: the batch
-        # is written, and appending it again one by one would store every event twice.
-        refused = isinstance(exc, _REFUSED_UNWRITTEN) and journal.session.version == before
+        # A ValueError after the append (from ``on_events``) comes with the batch written:
+        # appending it again one by one would store every event twice. Not the version: a
+        # retry's catch-up moves that for another writer's events, with nothing of ours written.
+        refused = isinstance(exc, _REFUSED_UNWRITTEN) and journal.writes == before
         if len(events) == 1 or not refused:
             return [(None, exc) for _ in events]
         outcomes: list[tuple[Event, None] | tuple[None, Exception]] = []

@@ -306,3 +306,23 @@ def test_concurrent_senders_on_every_store_share_transactions_and_lose_nothing(
         assert sum(counting.sizes) == senders * 4
         assert max(counting.sizes) >= senders - 1  # those queued behind the first, together
         assert owner.session == replay(owner.events())
+
+
+def test_a_refused_event_fails_only_its_sender_after_another_writer_appended_first() -> None:
+    # The commit catches up with the other writer's event before the store refuses the batch:
+    # the version moved, yet nothing of the batch was written, so its events are tried alone.
+    from nous_inbox.codec import MAX_RECORD_SIZE
+    from nous_inbox.errors import RecordTooLargeError
+    from nous_inbox.journal import Journal
+    from nous_inbox.port import commit_batch, sent_event
+
+    store = open_store("memory:")
+    mine, theirs = Journal(store, "s"), Journal(store, "s")
+    theirs.append([sent_event("theirs", "next_step", False)])
+    outcomes = commit_batch(mine, [sent_event("good", "next_step", False),
+                                   sent_event("x" * MAX_RECORD_SIZE, "next_step", False)])
+    (good, no_error), (none, error) = outcomes
+    assert no_error is None and isinstance(good, MessageSent) and good.seq == 2
+    assert none is None and isinstance(error, RecordTooLargeError)
+    assert [e.message.content for e in store.read("s") if isinstance(e, MessageSent)] == [
+        "theirs", "good"]
