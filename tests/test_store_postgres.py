@@ -943,3 +943,22 @@ def test_a_store_with_reconnect_zero_raises_at_once_when_its_connection_drops(po
         assert connects == []  # not one attempt to reconnect
         store.append("s", [Warned(text="c")])  # the next call connects afresh
         assert connects == [1] and [e.text for e in store.read("s")] == ["a", "c"]
+
+
+def test_behind_a_transaction_pooler_a_stuck_row_does_not_stop_the_renewal_of_other_leases(
+    postgres_url,
+):
+    # No session lock_timeout there (it would stay on the pooled connection): each renewal
+    # bounds its own wait, so the lease of "t" stays renewed while "s"'s row is stuck.
+    with PostgresStore(f"{postgres_url}&pooler=transaction", lease=1) as b:
+        b.own("s")
+        b.own("t")
+        stuck = stuck_writer(b, "s")
+        try:
+            before = expiry(postgres_url, "t")
+            assert until(lambda: expiry(postgres_url, "t") > before)
+            again = expiry(postgres_url, "t")
+            assert until(lambda: expiry(postgres_url, "t") > again)  # round after round
+        finally:
+            stuck.rollback()
+            stuck.close()

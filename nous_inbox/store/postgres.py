@@ -57,7 +57,9 @@ Timing rules (``lease`` = L seconds). Nothing the store waits for may outlast a 
   dropped waits for the stream row no longer than what is left of ``reconnect``, then raises
   ``StoreError`` saying the outcome is not known.
 - Behind a transaction pooler the session settings above are not made (they would stay on the
-  pooled server connection, for other clients): set the pooler's or the role's own.
+  pooled server connection, for other clients): set the pooler's or the role's own. The waits
+  for a row lock (taking, renewing, recovering) are bounded there all the same, per transaction
+  (``SET LOCAL``).
 
 Wake-ups. Each append notifies the channel of its schema with the stream's name. The background
 thread LISTENs (first, on every (re)connect, then nudges every subscriber, since a notification
@@ -850,21 +852,28 @@ class PostgresStore(StoreBase):
                 logger.exception("%s: a subscriber of %r failed", self.url, stream)
 
     def _renew(self, db: psycopg.Connection[Any]) -> None:
-        """Renew every lease held, on the background connection (whose ``lock_timeout`` bounds
-        the wait for a row a stuck writer holds: that lease is renewed at the next round, and
-        the others are not held up by it)."""
+        """Renew every lease held, on the background connection, each waiting at most L/4
+        (``lock_timeout``) for a row a stuck writer holds: that lease is renewed at the next
+        round, and the others are not held up by it. Behind a transaction pooler the bound is
+        set per renewal (``SET LOCAL`` in a transaction of its own), as a session setting would
+        stay on the pooled server connection; otherwise the background connection has it."""
         with self._state:
             held = list(self._held.values())
+        pooled = self.pooler == "transaction"
+        renew = (f"UPDATE {self._t_streams} SET expires = clock_timestamp() + "
+                 f"make_interval(secs => %s) WHERE stream = %s AND holder = %s "
+                 f"AND epoch = %s RETURNING 1")
         for lease in held:
             if lease.lost or lease.released:
                 continue
+            values = (self.lease, lease.stream, lease.token, lease.epoch)
             try:
-                row = db.execute(
-                    f"UPDATE {self._t_streams} SET expires = clock_timestamp() + "
-                    f"make_interval(secs => %s) WHERE stream = %s AND holder = %s "
-                    f"AND epoch = %s RETURNING 1",
-                    (self.lease, lease.stream, lease.token, lease.epoch),
-                ).fetchone()
+                if pooled:
+                    with db.transaction():
+                        db.execute(f"SET LOCAL lock_timeout = {self._lock_wait_ms}")
+                        row = db.execute(renew, values).fetchone()
+                else:
+                    row = db.execute(renew, values).fetchone()
             except psycopg.errors.LockNotAvailable:
                 logger.info("%s: the row of stream %r is locked by a stuck writer; its lease is "
                             "renewed at the next round", self.url, lease.stream)
