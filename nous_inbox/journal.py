@@ -189,9 +189,11 @@ class Journal:
     def max_record_size(self) -> int:
         """The largest record the store takes, in bytes: its ``max_record_size``, or the codec's
         default for a log that does not say (a host's own, or none). A runner checks a tool's
-        result against it, so a result the store would refuse becomes an error the model sees."""
-        limit = getattr(self._store, "max_record_size", MAX_RECORD_SIZE)
-        return limit if type(limit) is int else MAX_RECORD_SIZE
+        result against it, so a result the store would refuse becomes an error the model sees.
+        Passed on as the store says it (stores check it when they open): a default put in place
+        of a value that is not an int would be a limit the store does not enforce."""
+        limit: int = getattr(self._store, "max_record_size", MAX_RECORD_SIZE)
+        return limit
 
     def catch_up(self) -> list[Event]:
         """Fold in what other writers appended since this journal's version; return it.

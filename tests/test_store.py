@@ -584,3 +584,47 @@ def test_a_damaged_seq_or_stream_name_is_a_decode_error_naming_it(tmp_path):
             store.version("s")
         with pytest.raises(DecodeError, match=r"a stored stream has an invalid name: .*control character"):
             store.streams()
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgresql"])
+@pytest.mark.parametrize(("limit", "error"), [
+    (65536.0, TypeError), (True, TypeError), ("4096", TypeError), (None, TypeError),
+    (0, ValueError), (-1, ValueError),
+])
+def test_a_store_refuses_a_max_record_size_that_is_not_an_int_of_at_least_one_at_open(
+    tmp_path, kind, limit, error
+):
+    # The runner holds tool results to the limit the store says: one the store would enforce
+    # differently (a float, a bool) must not open at all. Nothing is created.
+    from nous_inbox.store.postgres import PostgresStore
+
+    path = tmp_path / "log"
+    opener = {"file": lambda: FileStore(path, max_record_size=limit),
+              "sqlite": lambda: SqliteStore(path, max_record_size=limit),
+              "postgresql": lambda: PostgresStore("postgresql://localhost:1/none",
+                                                  max_record_size=limit)}[kind]
+    with pytest.raises(error, match=rf"max_record_size must be an int >= 1 \(bytes\), "
+                                    rf"got {re.escape(repr(limit))}"):
+        opener()
+    assert not path.exists()
+
+
+def test_a_journal_says_the_store_s_max_record_size_as_it_is(tmp_path):
+    from nous_inbox.journal import Journal
+
+    with SqliteStore(tmp_path / "log", max_record_size=4096) as store:
+        assert Journal(store, "s").max_record_size == 4096
+
+    class OwnLog:  # a host's own log, not checked here: passed on, for the runner to refuse
+        max_record_size = 65536.0
+
+        def append(self, stream, events, expected_version=None):
+            return events
+
+        def read(self, stream, after=0):
+            return []
+
+        def version(self, stream):
+            return 0
+
+    assert Journal(OwnLog(), "s").max_record_size == 65536.0

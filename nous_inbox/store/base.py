@@ -76,6 +76,7 @@ __all__ = [
     "Store",
     "StoreBase",
     "StoreLockedError",
+    "check_max_record_size",
     "check_stream",
     "default_store_path",
     "default_store_url",
@@ -189,6 +190,25 @@ def check_stream(stream: object) -> str:
             _GOOD_STREAMS.clear()
         _GOOD_STREAMS[stream] = None
     return stream
+
+
+def check_max_record_size(url: str, value: object) -> int:
+    """``value`` if it is a store's ``max_record_size`` (an int >= 1, in bytes), else raise,
+    naming it: checked when a store opens, because the runner holds tool results to the limit
+    the store says, and a limit the store enforces differently would end a turn instead.
+
+    >>> check_max_record_size("memory:", 4096)
+    4096
+    >>> check_max_record_size("memory:", 65536.0)
+    Traceback (most recent call last):
+    ...
+    TypeError: memory:: max_record_size must be an int >= 1 (bytes), got 65536.0
+    """
+    if type(value) is not int:  # a bool, a float: refused, not rounded
+        raise TypeError(f"{url}: max_record_size must be an int >= 1 (bytes), got {value!r}")
+    if value < 1:
+        raise ValueError(f"{url}: max_record_size must be an int >= 1 (bytes), got {value!r}")
+    return value
 
 
 def _check_expected_version(expected_version: object) -> None:

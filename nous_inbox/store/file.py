@@ -107,7 +107,12 @@ from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
 from nous_inbox.store._safety import check_store_file
 from nous_inbox.store._snapshots import SnapshotFiles
-from nous_inbox.store.base import StoreBase, StoreLockedError, check_stream
+from nous_inbox.store.base import (
+    StoreBase,
+    StoreLockedError,
+    check_max_record_size,
+    check_stream,
+)
 from nous_inbox.store.lease import Leases
 
 __all__ = ["FileStore"]
@@ -147,7 +152,7 @@ class FileStore(StoreBase):
         self.url = f"file:{self.path}"
         self.read_only = read_only
         self.lock_timeout = float(lock_timeout)
-        self.max_record_size = self._max = max_record_size
+        self.max_record_size = self._max = check_max_record_size(self.url, max_record_size)
         self._format = JSON_LINES
         self._lock = threading.RLock()
         self._streams: dict[str, list[Event]] = {}  # the streams touched so far, decoded

@@ -119,7 +119,7 @@ import psycopg
 from nous_inbox.codec import FORMAT_NAME, MAX_RECORD_SIZE, MSGPACK
 from nous_inbox.errors import DecodeError, LeaseLostError, StoreError
 from nous_inbox.events import SCHEMA_VERSION, Event
-from nous_inbox.store.base import StoreBase, check_stream
+from nous_inbox.store.base import StoreBase, check_max_record_size, check_stream
 from nous_inbox.store.lease import OwnerLease, owned_error
 
 __all__ = ["PostgresLease", "PostgresStore"]
@@ -265,7 +265,7 @@ class PostgresStore(StoreBase):
         except psycopg.Error:  # connecting says what is wrong with it
             self._libpq_keys = frozenset()
         self._format = MSGPACK
-        self.max_record_size = max_record_size
+        self.max_record_size = check_max_record_size(self.url, max_record_size)
         # Per thread: a seq below every seq the thread's append in progress can have (what
         # ``_appending`` read), so its recovery looks only at the stream's newest rows.
         self._local = threading.local()

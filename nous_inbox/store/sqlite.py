@@ -62,7 +62,12 @@ from nous_inbox.codec import _BAD, FORMAT_NAME, MAX_RECORD_SIZE, MSGPACK, Header
 from nous_inbox.errors import ConcurrencyError, DecodeError, StoreError
 from nous_inbox.events import SCHEMA_VERSION, Event
 from nous_inbox.store._safety import check_store_file, read_only_sqlite_uri
-from nous_inbox.store.base import StoreBase, StoreLockedError, check_stream
+from nous_inbox.store.base import (
+    StoreBase,
+    StoreLockedError,
+    check_max_record_size,
+    check_stream,
+)
 from nous_inbox.store.lease import Leases
 
 __all__ = ["SqliteStore"]
@@ -114,7 +119,7 @@ class SqliteStore(StoreBase):
         self.url = f"sqlite:{self.path}"
         self.read_only = read_only
         self._timeout = busy_timeout
-        self.max_record_size = max_record_size
+        self.max_record_size = check_max_record_size(self.url, max_record_size)
         self._format = MSGPACK
         self._lock = threading.RLock()
         self._ready = False  # the schema is there (a read-only store may find an empty file)
