@@ -101,10 +101,9 @@ from collections.abc import (
 from typing import Any, Final, NamedTuple, Protocol
 
 import attrs
-import msgspec
 
-from nous_inbox.codec import MAX_RECORD_SIZE
-from nous_inbox.events import Event, QueueClaimed, Warned
+from nous_inbox.codec import MAX_RECORD_SIZE, Record, encode_record
+from nous_inbox.events import Event, QueueClaimed, ToolReturned, Warned
 from nous_inbox.inbox import Target
 from nous_inbox.loop import (
     Advance,
@@ -125,9 +124,10 @@ from nous_inbox.loop import (
     cancelled_result,
     new_state,
 )
-from nous_inbox.message import Message, ToolCall, enc_hook
+from nous_inbox.message import Message, ToolCall
 from nous_inbox.port import LocalSession, SessionPort, check_port
 from nous_inbox.session import Session
+from nous_inbox.store.base import MAX_STREAM_NAME
 from nous_inbox.tool import Tool, tool
 
 # The port's names are re-exported: a runner and its port are used together; so are its tools.
@@ -620,15 +620,26 @@ def _error_result(call: ToolCall, kind: str, text: str) -> Message:
     return Message.tool(f"error: {text}", call.id, name=call.name, metadata={"error": kind})
 
 
-_ROOM: Final = 4096
-"""Bytes a ToolReturned record needs around its text: the envelope, the call id and name."""
+_ENVELOPE: Final = 4 * MAX_STREAM_NAME + 256
+"""Bytes a ToolReturned record may take beyond what :func:`_record_size` measures: the stream's
+name (at most ``MAX_STREAM_NAME`` characters, 4 bytes each at most), the seq, time, turn, step
+and batch position at their longest, and MessagePack's longer string headers. A bound, not a
+guess: a result under it is one every store takes."""
+
+
+def _record_size(message: Message) -> int:
+    """The size of ``message``'s ToolReturned record as the ``file:`` store writes it (JSON, the
+    larger encoding), with an empty stream name and its numbers at zero: :data:`_ENVELOPE`
+    covers those."""
+    event = ToolReturned(turn=0, step=0, message=message)
+    return len(encode_record(Record(stream="", event=event)))
 
 
 def _tool_message(call: ToolCall, value: object, limit: int) -> Message:
     """A tool's return value as its tool message, or an error message when the log cannot hold
     it (issue 8): text with a lone surrogate, or a record above ``limit``, the size limit of the
     store the port records into. The transcript stays well-formed either way: every call gets
-    its answer."""
+    its answer (unless the call's own id and name are beyond the limit: then no answer fits)."""
     try:
         if isinstance(value, str):
             text = value
@@ -640,14 +651,24 @@ def _tool_message(call: ToolCall, value: object, limit: int) -> Message:
     except (TypeError, ValueError, RecursionError) as exc:
         logger.warning("tool %r returned a result the log cannot hold", call.name)
         return _error_result(call, "unstorable_result", f"the result cannot be stored: {exc}")
-    # A JSON-escaped character takes at most 6 bytes, so only a long text can be near the limit.
-    if len(text) * 6 + _ROOM > limit:
-        size = len(msgspec.json.encode(message, enc_hook=enc_hook)) + _ROOM
+    # A character takes at most 6 bytes in a record (JSON-escaped), so only long text, a long
+    # call id or tool name (the model's), can be near the limit: the rest are not encoded twice.
+    if (len(text) + len(call.id) + len(call.name)) * 6 + _ENVELOPE + _FIXED > limit:
+        try:
+            size = _record_size(message) + _ENVELOPE
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            logger.warning("tool %r returned a result the log cannot hold", call.name)
+            return _error_result(call, "unstorable_result",
+                                 f"the result cannot be stored: {exc}")
         if size > limit:
             logger.warning("tool %r returned %d bytes, above the record limit", call.name, size)
             return _error_result(
                 call, "result_too_large",
-                f"the result is about {size} bytes as a log record, above the limit of "
+                f"the result is at most {size} bytes as a log record, above the limit of "
                 f"{limit} bytes; return less (a summary, a page, a path)",
             )
     return message
+
+
+_FIXED: Final = 512
+"""Bytes a ToolReturned record of empty text, id and name takes at most, envelope aside (131)."""

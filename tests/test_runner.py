@@ -1178,3 +1178,54 @@ def test_cancelling_a_turn_whose_stretch_runs_on_a_thread_pool_ends_it_cleanly()
     last = port.events[-1]
     assert isinstance(last, TurnEnded) and last.reason == "cancelled"
     assert not port.session.running and replay(list(port.events)) == port.session
+
+
+def test_a_small_result_fits_a_small_store_limit(tmp_path: Any) -> None:
+    # Its record is about 150 bytes: a store limit of 4096 holds it, with room for any stream
+    # name; no fixed margin refuses it.
+    port = store_port("sqlite", tmp_path, max_record_size=4096)
+    port.append(sent_event("check", "next_turn", True))
+    model = Script(calls("check"), FINAL)
+    events = drive("sync", build("sync", model, [tool(name="check")(lambda: "ok")]), port)
+    answer = model.seen[1][-1]
+    assert answer.content == "ok" and "error" not in answer.metadata
+    assert ended(events).reason == "final"
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_a_long_call_id_counts_toward_the_result_s_record(kind: str, tmp_path: Any) -> None:
+    # The model names the call: an id this long with a modest result is above the limit the
+    # store enforces, so the model gets an error result (which fits) and the turn goes on.
+    limit = 16 * 1024
+    port = store_port(kind, tmp_path, max_record_size=limit)
+    port.append(sent_event("dump", "next_turn", True))
+    call_id = "i" * 14_500
+    model = Script(Message.assistant(tool_calls=[ToolCall(call_id, "dump")]), FINAL)
+    events = drive("sync", build("sync", model, [tool(name="dump")(lambda: "x" * 2000)]), port)
+    answer = model.seen[1][-1]
+    assert answer.tool_call_id == call_id and answer.metadata["error"] == "result_too_large"
+    assert ended(events).reason == "final"
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_the_largest_result_the_runner_lets_through_fits_the_longest_stream_name(
+    kind: str, tmp_path: Any
+) -> None:
+    from nous_inbox.events import ToolReturned
+    from nous_inbox.runner import _tool_message
+
+    limit = 8192
+    call = ToolCall("c1", "dump")
+    low, high = 0, limit  # the largest text the runner passes, found by bisection
+    while low < high:
+        middle = (low + high + 1) // 2
+        if "error" in _tool_message(call, "\x01" * middle, limit).metadata:
+            high = middle - 1
+        else:
+            low = middle
+    message = _tool_message(call, "\x01" * low, limit)
+    assert "error" not in message.metadata
+    store = (FileStore(tmp_path / "log.jsonl", max_record_size=limit) if kind == "file"
+             else SqliteStore(tmp_path / "log.db", max_record_size=limit))
+    with store:
+        store.append("\U0001d11e" * 256, [ToolReturned(turn=2**40, step=2**40, message=message)])
