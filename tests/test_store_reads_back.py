@@ -107,3 +107,13 @@ def test_a_message_altered_past_its_checks_is_still_refused_by_every_store(url, 
         with pytest.raises((TypeError, ValueError), match=r"append to 's': events\[0\]"):
             store.append("s", [MessageSent(target=Target.NEXT_STEP, wakeup=True, message=message)])
         assert store.version("s") == 0
+
+
+def test_the_proof_names_every_field_of_the_types_it_judges():
+    # A field added later to one of these types would fall outside _reads_back's checks; the
+    # module refuses to import until the proof names it (this test says the same, readably).
+    from nous_inbox.store.base import _PROVEN_FIELDS
+
+    assert set(_PROVEN_FIELDS) == {MessageSent, QueueClaimed, Message}
+    for kind, proven in _PROVEN_FIELDS.items():
+        assert proven == set(kind.__struct_fields__), kind.__name__

@@ -724,6 +724,25 @@ def _reads_back(event: Event) -> bool:
     return False
 
 
+#: The fields :func:`_reads_back` judges, type by type. It proves only what it names: a field
+#: added to one of these types later would pass unjudged, and an event holding a value that
+#: does not read back would be acknowledged. So the module refuses to import until the proof is
+#: revisited (a raise, not an ``assert``, which ``python -O`` would drop).
+_PROVEN_FIELDS: Final[dict[type[msgspec.Struct], frozenset[str]]] = {
+    MessageSent: frozenset({"seq", "at", "target", "wakeup", "message"}),
+    QueueClaimed: frozenset({"seq", "at", "target", "count", "rest"}),
+    Message: frozenset({"role", "content", "name", "tool_call_id", "id", "metadata",
+                        "tool_calls"}),
+}
+for _kind, _proven in _PROVEN_FIELDS.items():
+    if frozenset(_kind.__struct_fields__) != _proven:  # pragma: no cover - a developer's error
+        raise ImportError(
+            f"_reads_back judges {sorted(_proven)} of {_kind.__name__}, which has "
+            f"{sorted(_kind.__struct_fields__)}: extend the proof to every field"
+        )
+del _kind, _proven
+
+
 def _first_unencodable(events: list[Event]) -> int:
     for i, event in enumerate(events):
         try:
