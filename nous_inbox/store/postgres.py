@@ -51,9 +51,12 @@ Timing rules (``lease`` = L seconds). Nothing the store waits for may outlast a 
 - Taking a lease waits at most L/4 for the stream row's lock, and a renewal as long (that lease
   is renewed at the next round); a row locked longer is a writer stuck or gone, and ``own``
   refuses the stream as owned (``StreamOwnedError``) rather than wait.
-- ``reconnect`` defaults to 4/5 of L (at most 10 s), so a call that cannot get its connection back
-  gives up before a lease could have expired for want of the server; the pauses between its
-  attempts are made without the connection's lock. The recovery of an append whose connection
+- ``reconnect`` defaults to 4/5 of L (at most 10 s): a call that cannot get its connection back
+  stops retrying then, rather than retrying into a takeover. It is checked between attempts, so
+  an attempt under way (bounded by ``connect_timeout``, 5 s by default, whole seconds for libpq)
+  may end later, and other calls of the store wait behind it; the pauses between attempts are
+  made without the connection's lock. Leases do not depend on this: renewals use their own
+  connection. The recovery of an append whose connection
   dropped waits for the stream row no longer than what is left of ``reconnect``, then raises
   ``StoreError`` saying the outcome is not known.
 - Behind a transaction pooler the session settings above are not made (they would stay on the
@@ -188,8 +191,9 @@ def _libpq_timeout(conninfo: str) -> str | None:
 
 def _default_reconnect(lease: float) -> float:
     """``reconnect`` when none is given: shorter than the lease (4/5 of it, at most 10 s), so an
-    operation that cannot get its connection back gives up before a lease it holds could have
-    expired for want of the server, rather than retrying into a takeover."""
+    operation that cannot get its connection back stops retrying rather than retrying into a
+    takeover. A bound on the retries, checked between attempts, not on the call: an attempt
+    under way runs to its ``connect_timeout`` (see the module docstring)."""
     return min(DEFAULT_RECONNECT, 0.8 * lease)
 
 
