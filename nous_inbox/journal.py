@@ -245,7 +245,9 @@ class Journal:
         The append carries the session's version as the expected one. When another writer
         appended first, the journal reads what it wrote and computes the change again (up to
         ``ATTEMPTS`` times); a refusal with nothing new to read (a lock that timed out) is
-        raised as it is. On any failure nothing was written and the session is unchanged.
+        raised as it is. On any failure nothing was written and the session is unchanged, except
+        for what ``on_events`` raises: it is called once the events are stored and folded, so its
+        error comes with the append made (the session's version moved on).
         Returns the events as stored (``[]`` when the change had none) and ``change``'s result.
         """
         lost: ConcurrencyError | None = None

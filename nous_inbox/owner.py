@@ -322,7 +322,9 @@ class Owner(SendPresets):
         """Block until no run is going; ``False`` if ``timeout`` seconds passed first.
 
         Re-raises (once) an exception that ended the last run, such as a failing model; raises
-        ``lost`` (every time, at once) when the owner's lease was taken over.
+        ``lost`` (every time, at once) when the owner's lease was taken over. ``lost`` wins: a
+        failure of the last run is then dropped (it was logged when the run ended), since the
+        owner is over either way.
         """
         with self._changed:
             idle = self._changed.wait_for(

@@ -38,6 +38,7 @@ found and the fix, rather than failing mid-run or, worse, silently never deliver
 from __future__ import annotations
 
 import abc
+import copy
 import inspect
 import itertools
 import threading
@@ -150,6 +151,21 @@ def check_port(port: object) -> None:
             ) from None
 
 
+def _one_senders(error: BaseException) -> BaseException:
+    """A copy of a failed batch's ``error`` for one of its senders, caused by it: one instance
+    raised in every sender's thread would gather each thread's frames in its one traceback. An
+    error that cannot be copied (its class needs arguments it does not keep) is raised as is."""
+    try:
+        mine = copy.copy(error)
+    except Exception:
+        return error
+    if type(mine) is not type(error) or mine is error or str(mine) != str(error):
+        return error
+    mine.__cause__ = error
+    mine.__traceback__ = None
+    return mine
+
+
 def sent_event(message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
     """Check a send's three parts and build its ``MessageSent`` (``seq`` is left for the log).
 
@@ -237,8 +253,8 @@ class JournalPort:
     leader's. No call returns before the transaction holding its event committed, so
     acknowledged still means durable, and each sender's events keep their order (a sender waits
     for one before it sends the next). A batch the store refuses before writing anything (a
-    ``TypeError`` or ``ValueError``: an event too large, one that does not fold) is tried again
-    one event at a time, so one bad event fails only its own sender; any other failure (a
+    ``TypeError`` or ``ValueError``: an event too large, one that does not fold; the journal's
+    version unmoved) is tried again one event at a time, so one bad event fails only its own sender; any other failure (a
     ``StoreError``, say, whose transaction may have committed) is raised to every sender of the
     batch, and nothing is appended twice. A send made by a thread that already holds ``lock``
     (a listener called while a batch commits) is committed directly rather than queued behind
@@ -360,7 +376,7 @@ class JournalPort:
         if batch is not None:
             self._lead(batch, mine)
         if mine.error is not None:
-            raise mine.error
+            raise _one_senders(mine.error)
         assert mine.stored is not None
         return mine.stored
 
@@ -510,21 +526,26 @@ def commit_batch(
     """Commit ``events`` (a group commit's batch) in one append, and say how each ended: stored,
     or the error its sender is to hear. Call it holding the journal's lock. Every group commit
     (:meth:`JournalPort.append`'s, an ``AsyncOwner`` worker's) settles its batch here, by one
-    rule: a batch the store refused before writing anything (``TypeError``, ``ValueError``) is
-    tried again one event at a time, so one bad event fails only its own sender; a refused
-    single event is not tried again; any other failure (whose transaction may have committed,
-    as when PostgreSQL loses the answer to its COMMIT) goes to every sender, unchanged, and
-    nothing is appended twice.
+    rule: a batch the store refused before writing anything (``TypeError``, ``ValueError``, the
+    journal's version unmoved) is tried again one event at a time, so one bad event fails only
+    its own sender; a refused single event is not tried again; any other failure (whose
+    transaction may have committed, as when PostgreSQL loses the answer to its COMMIT, or raised
+    once the batch was stored, as the journal's ``on_events`` may) goes to every sender,
+    unchanged, and nothing is appended twice.
 
     >>> from nous_inbox.store import open_store
     >>> journal = Journal(open_store("memory:"), "s")
     >>> [(e.seq, error) for e, error in commit_batch(journal, [sent_event("a", "next_step", True)])]
     [(1, None)]
     """
+    before = journal.session.version
     try:
         stored, _ = journal.commit(lambda session: (events, None))
     except Exception as exc:
-        if len(events) == 1 or not isinstance(exc, _REFUSED_UNWRITTEN):
+        # A ValueError after the append (from ``on_events``) moved the version on: the batch
+        # is written, and appending it again one by one would store every event twice.
+        refused = isinstance(exc, _REFUSED_UNWRITTEN) and journal.session.version == before
+        if len(events) == 1 or not refused:
             return [(None, exc) for _ in events]
         outcomes: list[tuple[Event, None] | tuple[None, Exception]] = []
         for event in events:

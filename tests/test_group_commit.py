@@ -39,6 +39,7 @@ class _HeldStore:
                  refuse: frozenset[str] = frozenset()) -> None:
         self.inner = inner
         self.sizes: list[int] = []
+        self.leaders: list[str] = []  # the thread that made each append
         self.entered = threading.Event()
         self.release = threading.Event()
         self.fail = fail
@@ -47,6 +48,7 @@ class _HeldStore:
     def append(self, stream: str, events: Sequence[Any], expected_version: int | None = None
                ) -> Any:
         self.sizes.append(len(events))
+        self.leaders.append(threading.current_thread().name)
         if len(self.sizes) == 1:
             self.entered.set()
             assert self.release.wait(WAIT)
@@ -186,6 +188,83 @@ def test_a_batch_that_fails_in_the_store_fails_each_of_its_senders_and_sends_go_
         assert owner.session == replay(owner.events())
 
 
+def test_an_error_raised_after_the_batch_was_stored_is_not_retried_event_by_event() -> None:
+    # The journal's on_events raises a ValueError once the shared batch is stored and folded:
+    # the batch was written, so appending its events again one by one would store each twice.
+    from nous_inbox.journal import Journal
+    from nous_inbox.port import sent_event
+
+    def on_events(events: Sequence[Any]) -> None:
+        if len(events) > 1:
+            raise ValueError("a listener's own bug")
+
+    store = _HeldStore(open_store("memory:"))
+    port = JournalPort(Journal(store, "s", on_events=on_events))
+    results: dict[str, Any] = {}
+
+    def send(text: str) -> None:
+        try:
+            results[text] = port.append(sent_event(text, "next_step", False))
+        except Exception as exc:
+            results[text] = exc
+
+    first = threading.Thread(target=send, args=("first",), daemon=True)
+    first.start()
+    assert store.entered.wait(WAIT)
+    others = [threading.Thread(target=send, args=(t,), daemon=True) for t in "abc"]
+    for thread in others:
+        thread.start()
+    assert _until(lambda: _queued(port) == 3)
+    store.release.set()
+    for thread in [first, *others]:
+        thread.join(WAIT)
+    assert store.sizes == [1, 3]  # the shared batch once, nothing appended again
+    logged = [e.message.content for e in store.inner.read("s") if isinstance(e, MessageSent)]
+    assert sorted(logged) == ["a", "b", "c", "first"]
+    assert isinstance(results["first"], MessageSent)
+    assert all(isinstance(results[t], ValueError) for t in "abc")  # as a lone commit raises it
+
+
+def test_each_sender_of_a_failed_batch_gets_an_error_of_its_own_caused_by_the_shared_one() -> None:
+    # One instance raised in every sender's thread would gather every thread's frames in its
+    # traceback; each sender gets a copy of the same type and message, caused by the original.
+    store, owner = _held(fail=lambda: StoreError("the server went away"))
+    with owner:
+        senders = _hold_then_queue(store, owner, ["a", "b", "c"])
+        store.release.set()
+        senders.join()
+        errors = [senders.results[t] for t in "abc"]
+        assert all(type(e) is StoreError and str(e) == "the server went away" for e in errors)
+        assert len({id(e) for e in errors}) == 3
+        causes = {id(e.__cause__) for e in errors}
+        assert len(causes) == 1 and isinstance(errors[0].__cause__, StoreError)
+
+
+def test_the_last_sender_a_gathering_leader_waits_for_takes_the_batch_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The round of "first" (alone) and "a" (queued meanwhile) was two senders: "a", leading
+    # next, gathers until one more has queued (as long as it likes here). When "first" comes
+    # back with its next send, that sender commits the batch itself instead of waking "a".
+    monkeypatch.setattr("nous_inbox.port.GATHER_SECONDS", WAIT)
+    monkeypatch.setattr("nous_inbox.port.GATHER_MAX_SECONDS", WAIT)
+    store, owner = _held()
+    with owner:
+        senders = _hold_then_queue(store, owner, ["a"])
+        store.release.set()
+        assert _until(lambda: "first" in senders.results)
+        assert _until(lambda: owner._port._gatherer is not None)  # "a" gathers
+        again = _Senders(owner, ["second"])
+        again.start()
+        again.join()
+        senders.join()
+        assert store.sizes == [1, 2]
+        assert store.leaders[1] == again.threads[0].name  # not the gatherer's thread
+        assert all(isinstance(r, MessageSent) for r in [*senders.results.values(),
+                                                        *again.results.values()])
+        assert sorted(_contents(owner)) == ["a", "first", "second"]
+
+
 def test_a_lone_sender_never_waits_for_company() -> None:
     store = _HeldStore(open_store("memory:"))
     store.release.set()
@@ -200,10 +279,17 @@ def test_a_lone_sender_never_waits_for_company() -> None:
 def test_concurrent_senders_on_every_store_share_transactions_and_lose_nothing(
     store: Store, senders: int,
 ) -> None:
-    counting = _HeldStore(store)
-    counting.release.set()
+    counting = _HeldStore(store)  # its first append is held until the others are queued
     with Owner(counting, "s", Runner(_model), watch=False) as owner:
         barrier = threading.Barrier(senders)
+
+        def release_when_all_queued() -> None:
+            assert counting.entered.wait(WAIT)
+            assert _until(lambda: _queued(owner._port) == senders - 1)
+            counting.release.set()
+
+        releaser = threading.Thread(target=release_when_all_queued, daemon=True)
+        releaser.start()
 
         def send(k: int) -> None:
             barrier.wait()
@@ -218,4 +304,5 @@ def test_concurrent_senders_on_every_store_share_transactions_and_lose_nothing(
         logged = _contents(owner)
         assert sorted(logged) == sorted(f"t{k}-{i}" for k in range(senders) for i in range(4))
         assert sum(counting.sizes) == senders * 4
+        assert max(counting.sizes) >= senders - 1  # those queued behind the first, together
         assert owner.session == replay(owner.events())

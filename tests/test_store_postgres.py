@@ -173,6 +173,69 @@ def test_a_store_with_a_snapshot_opens_again(pg, postgres_url):
         assert again.load_snapshot("s") == (1, b"state")
 
 
+def test_the_snapshots_table_is_made_with_the_others(pg, postgres_url):
+    tables = sql(postgres_url, "SELECT table_name FROM information_schema.tables "
+                               "WHERE table_schema = 'SCHEMA' ORDER BY table_name")
+    assert [name for (name,) in tables] == [
+        "nous_inbox_events", "nous_inbox_meta", "nous_inbox_snapshots", "nous_inbox_streams"]
+
+
+def test_a_store_made_before_the_snapshots_table_gets_it_on_open(pg, postgres_url):
+    pg.append("s", [Warned(text="a")])
+    sql(postgres_url, 'DROP TABLE "SCHEMA".nous_inbox_snapshots')  # as an older version made it
+    with PostgresStore(postgres_url, read_only=True) as reader:  # read-only: nothing made
+        assert reader.load_snapshot("s") is None
+    assert not sql(postgres_url, "SELECT to_regclass('\"SCHEMA\".nous_inbox_snapshots')")[0][0]
+    with PostgresStore(postgres_url) as again:
+        assert again.save_snapshot("s", 1, b"state")
+        assert again.load_snapshot("s") == (1, b"state")
+
+
+def test_a_store_with_tables_of_a_later_version_beside_ours_opens(pg, postgres_url):
+    sql(postgres_url, 'CREATE TABLE "SCHEMA".nous_inbox_later (x int)')
+    with PostgresStore(postgres_url) as again:
+        again.append("s", [Warned(text="a")])
+
+
+@contextlib.contextmanager
+def least_privileged(postgres_url: str, schema: str) -> Iterator[str]:
+    """The URL of a role that may only read and write the store's tables (no CREATE)."""
+    import urllib.parse
+
+    role = f"app_{schema}"
+    sql(postgres_url, f"CREATE ROLE {role} LOGIN")
+    try:
+        sql(postgres_url, f'GRANT USAGE ON schema "SCHEMA" TO {role}')
+        sql(postgres_url, f'GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN schema "SCHEMA" TO {role}')
+        parts = urllib.parse.urlsplit(postgres_url)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        yield urllib.parse.urlunsplit(parts._replace(netloc=f"{role}@{host}"))
+    finally:
+        sql(postgres_url, f"DROP OWNED BY {role}")
+        sql(postgres_url, f"DROP ROLE {role}")
+
+
+def test_a_role_that_cannot_add_the_snapshots_table_opens_the_store_and_keeps_none(
+    pg, postgres_url, caplog,
+):
+    pg.append("s", [Warned(text="a")])
+    sql(postgres_url, 'DROP TABLE "SCHEMA".nous_inbox_snapshots')  # an older version's store
+    with least_privileged(postgres_url, pg.schema) as url, PostgresStore(url) as app:
+        assert "cannot add the snapshots table" in caplog.text
+        assert not app.save_snapshot("s", 1, b"state")
+        assert app.load_snapshot("s") is None
+        app.append("s", [Warned(text="b")])
+
+
+def test_a_role_without_create_on_the_schema_saves_snapshots(pg, postgres_url):
+    pg.append("s", [Warned(text="a"), Warned(text="b")])
+    with least_privileged(postgres_url, pg.schema) as url, PostgresStore(url) as app:
+        app.own("s")
+        app.append("s", [Warned(text="c")])
+        assert app.save_snapshot("s", 2, b"state")
+        assert app.load_snapshot("s") == (2, b"state")
+
+
 def test_streams_sort_as_python_sorts_them(pg):
     names = ["b", "B", "a", "é", "z", "_"]
     for name in names:
@@ -601,6 +664,31 @@ def test_a_subscriber_of_another_stream_is_not_woken(postgres_url):
         assert calls.count("a") == before
 
 
+def test_a_notification_that_arrives_during_a_renewal_still_wakes_at_once(postgres_url):
+    # The renewals share the listening connection: a notification read off the socket while
+    # one is in flight is delivered then, not at the next poll (an hour away here).
+    with PostgresStore(postgres_url, lease=0.6, poll=3600) as watcher, \
+            PostgresStore(postgres_url) as sender:
+        ready, woken = threading.Event(), threading.Event()
+        watcher.own("x")  # so that it renews
+        watcher.subscribe("s", lambda: (ready.set(), watcher.version("s") and woken.set()))
+        assert ready.wait(WAIT)
+        real = watcher._renew
+        sent: list[int] = []
+        pause = threading.Event()  # never set
+
+        def renew(db: psycopg.Connection[Any]) -> None:
+            if not sent:
+                sent.append(1)
+                sender.append("s", [Warned(text="wake")])  # notifies during this renewal
+                pause.wait(0.05)
+                db.execute("SELECT 1")  # a round trip that reads the notification
+            real(db)
+
+        watcher._renew = renew  # type: ignore[method-assign]
+        assert woken.wait(WAIT)
+
+
 def test_the_poll_backstop_nudges_without_any_notification(postgres_url):
     with PostgresStore(f"{postgres_url}&pooler=transaction", poll=0.05) as watcher:
         nudges = threading.Semaphore(0)
@@ -788,3 +876,70 @@ def test_a_shared_batch_whose_connection_dropped_is_written_once_for_every_sende
         logged = Counter(e.message.content for e in store.read("s") if isinstance(e, MessageSent))
         assert logged == Counter(["first", *texts])  # each once: none lost, none doubled
         assert [e.seq for e in store.read("s")] == list(range(1, 9))
+
+
+def test_an_event_too_large_in_a_shared_batch_fails_only_its_sender(postgres_url):
+    # The store refuses the whole shared batch before writing anything (a record above its
+    # limit, through the retrying path): each event is then tried on its own.
+    from nous_inbox import MessageSent
+    from nous_inbox.owner import Owner
+    from nous_inbox.runner import Runner
+
+    class Held:
+        def __init__(self, inner: PostgresStore) -> None:
+            self.inner, self.sizes = inner, list[int]()
+            self.entered, self.release = threading.Event(), threading.Event()
+
+        def append(self, stream: str, events: Any, expected_version: Any = None) -> Any:
+            self.sizes.append(len(events))
+            if len(self.sizes) == 1:
+                self.entered.set()
+                assert self.release.wait(WAIT)
+            return self.inner.append(stream, events, expected_version)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    with PostgresStore(postgres_url, max_record_size=4096) as store:
+        held = Held(store)
+        owner = Owner(held, "s", Runner(_model, []), start=False, watch=False)
+        results: dict[str, Any] = {}
+
+        def send(text: str) -> None:
+            try:
+                results[text[:5]] = owner.inject(text)
+            except Exception as exc:
+                results[text[:5]] = exc
+
+        first = threading.Thread(target=send, args=("first",))
+        first.start()
+        assert held.entered.wait(WAIT)
+        texts = ["a", "b", "big" + "x" * 8000, "c"]
+        threads = [threading.Thread(target=send, args=(t,)) for t in texts]
+        for t in threads:
+            t.start()
+        assert until(lambda: len(owner._port._pending) == 4)
+        held.release.set()
+        for t in [first, *threads]:
+            t.join(WAIT)
+        owner.close()
+        assert held.sizes[:2] == [1, 4]  # the shared batch was tried, refused as a whole
+        assert isinstance(results["bigxx"], ValueError) and "above the limit" in str(
+            results["bigxx"])
+        assert all(isinstance(results[t], MessageSent) for t in ["first", "a", "b", "c"])
+        logged = sorted(e.message.content for e in store.read("s") if isinstance(e, MessageSent))
+        assert logged == ["a", "b", "c", "first"]
+
+
+def test_a_store_with_reconnect_zero_raises_at_once_when_its_connection_drops(postgres_url):
+    with PostgresStore(postgres_url, reconnect=0) as store:
+        store.append("s", [Warned(text="a")])
+        sql(postgres_url, "SELECT pg_terminate_backend(%s)", store._connection().info.backend_pid)
+        connects: list[int] = []
+        real = store.connect
+        store.connect = lambda: (connects.append(1), real())[1]  # type: ignore[method-assign]
+        with pytest.raises(StoreError, match=r"could not get it back within 0s"):
+            store.append("s", [Warned(text="b")])
+        assert connects == []  # not one attempt to reconnect
+        store.append("s", [Warned(text="c")])  # the next call connects afresh
+        assert connects == [1] and [e.text for e in store.read("s")] == ["a", "c"]

@@ -377,8 +377,11 @@ class StoreBase(abc.ABC):
         inside on a clean exit, nothing on an error (a transaction, a file lock, ...)."""
 
     @abc.abstractmethod
-    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
-        """Keep ``events`` (numbered, stamped) whose encodings ``_encode`` gave as ``records``."""
+    def _write(self, stream: str, events: list[Event], records: list[bytes], *,
+               batch: object | None = None) -> None:
+        """Keep ``events`` (numbered, stamped) whose encodings ``_encode`` gave as ``records``;
+        ``batch`` is the append's identity when ``_append_retrying`` gave one (a store that
+        retries an append keeps it, to recognise a lost attempt that committed), else ``None``."""
 
     @abc.abstractmethod
     def _read(self, stream: str, after: int) -> Iterator[Event]:
@@ -394,7 +397,8 @@ class StoreBase(abc.ABC):
 
     @abc.abstractmethod
     def _close(self) -> None:
-        """Release what the store holds (called once, with the lock)."""
+        """Release what the store holds (with the lock, on every ``close``: the second and later
+        calls must do nothing)."""
 
     def _own(self, stream: str) -> OwnerLease:
         """Take ``stream``'s lease (the name and the store checked): by default from ``_leases``."""
@@ -523,10 +527,10 @@ class StoreBase(abc.ABC):
             raise _conflict(stream, expected_version, version)
         stored = _numbered(events, version, None)
         records = self._prove(stream, stored)
-        if batch is None:
+        if batch is None:  # (a store written before ``batch`` may not take it)
             self._write(stream, stored, records)
         else:
-            self._write(stream, stored, records, batch=batch)  # type: ignore[call-arg]
+            self._write(stream, stored, records, batch=batch)
         return stored
 
     def read(self, stream: str, after: int = 0) -> Iterator[Event]:

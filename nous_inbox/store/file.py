@@ -215,7 +215,8 @@ class FileStore(StoreBase):
             raise DecodeError(str(exc).replace("`$.event.", "`$.")) from None
         return decoded.event
 
-    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
+    def _write(self, stream: str, events: list[Event], records: list[bytes], *,
+               batch: object | None = None) -> None:
         data = b"".join([record + b"\n" for record in records])
         try:
             self._write_bytes(data)

@@ -59,7 +59,8 @@ class MemoryStore(StoreBase):
     def _appending(self, stream: str) -> contextlib.AbstractContextManager[int]:
         return contextlib.nullcontext(self._version(stream))
 
-    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
+    def _write(self, stream: str, events: list[Event], records: list[bytes], *,
+               batch: object | None = None) -> None:
         self._streams.setdefault(stream, []).extend(events)
 
     def _read(self, stream: str, after: int) -> Iterator[Event]:

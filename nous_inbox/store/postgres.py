@@ -10,7 +10,12 @@ Schema (created and versioned on open, in the URL's ``schema``, ``public`` by de
     nous_inbox_meta    (key, value)                       format and schema versions
     nous_inbox_streams (stream PK, version, holder, pid, host, epoch, expires)
     nous_inbox_events  (stream, seq, body, batch; PK (stream, seq))
-    nous_inbox_snapshots (stream PK, seq, body)           made with the first snapshot
+    nous_inbox_snapshots (stream PK, seq, body)           the newest snapshot of each stream
+
+All four are made on first open. A store made by a version that created the snapshots table
+with its first snapshot gets it on its next writable open (the table is the same, so the layout
+version is unchanged and those versions still open the store); a role without CREATE on the
+schema cannot add it, and is told so in the log.
 
 An append is one transaction: it moves the stream's row from the expected version to the new
 one (``UPDATE ... WHERE version = expected``; no row updated means
@@ -92,6 +97,7 @@ lease and at most 10 by default; 0 for no retry). Everything else is libpq's, ``
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -127,7 +133,10 @@ DEFAULT_RECONNECT: Final = 10.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 _PAGE: Final = 512
 _OURS: Final = ("schema", "lease", "poll", "pooler", "reconnect")
+#: The tables without which a schema is not a store (the snapshots table may be missing: see
+#: the module docstring).
 _TABLES: Final = frozenset({"nous_inbox_meta", "nous_inbox_streams", "nous_inbox_events"})
+_SNAPSHOTS: Final = "nous_inbox_snapshots"
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
@@ -259,8 +268,9 @@ class PostgresStore(StoreBase):
         self._local = threading.local()
         self.channel = "nous_inbox_" + hashlib.sha256(self.schema.encode()).hexdigest()[:16]
         q = f'"{self.schema}".'
-        self._t_meta, self._t_streams, self._t_events = (
-            q + "nous_inbox_meta", q + "nous_inbox_streams", q + "nous_inbox_events")
+        self._t_meta, self._t_streams, self._t_events, self._t_snapshots = (
+            q + "nous_inbox_meta", q + "nous_inbox_streams", q + "nous_inbox_events",
+            q + _SNAPSHOTS)
         # Two locks. ``_lock`` is the main connection's: held around every use of it, so it may
         # be held for as long as the server or the network takes. ``_state`` guards the leases
         # held, the subscribers, ``_closed`` and ``_background``, and is never held across I/O:
@@ -349,32 +359,37 @@ class PostgresStore(StoreBase):
     def _setup(self, db: psycopg.Connection[Any]) -> None:
         try:
             found = self._check_schema(db)
-            if found or self.read_only:
+            if self.read_only:
                 if not found:
                     raise StoreError(
                         f"{self.url}: no store in schema {self.schema!r} (opened read-only, so "
                         f"nothing was created)"
                     )
                 return
+            if _SNAPSHOTS in found:
+                return
             with db.transaction():
                 # Two hosts opening a new database at once: one creates, the other waits.
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema),))
-                if not self._check_schema(db):
+                found = self._check_schema(db)
+                if not found:
                     self._create_schema(db)
+                elif _SNAPSHOTS not in found:
+                    self._add_snapshots(db)
         except psycopg.Error as exc:
             raise StoreError(f"{self.url} is not a usable PostgreSQL store: "
                              f"{_first_line(exc)}") from exc
 
-    def _check_schema(self, db: psycopg.Connection[Any]) -> bool:
-        """Whether our tables are there (checking they are ours); ``False`` if none is."""
+    def _check_schema(self, db: psycopg.Connection[Any]) -> frozenset[str]:
+        """Our tables that are there (checking they are ours); empty if none is."""
         rows = db.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
             "AND table_name LIKE 'nous\\_inbox\\_%%'", (self.schema,),
         ).fetchall()
-        tables = {name for (name,) in rows}
+        tables = frozenset(name for (name,) in rows)
         if not tables:
-            return False
-        if not tables >= _TABLES:  # (the snapshots table comes later, with the first snapshot)
+            return tables
+        if not tables >= _TABLES:
             raise StoreError(f"{self.url} is not a usable PostgreSQL store: schema "
                              f"{self.schema!r} has only {', '.join(sorted(tables))}")
         meta = dict(db.execute(f"SELECT key, value FROM {self._t_meta}").fetchall())
@@ -391,7 +406,24 @@ class PostgresStore(StoreBase):
                     f"{self.url}: written with {key} {theirs}, newer than this nous-inbox "
                     f"reads ({ours}); upgrade nous-inbox to read it"
                 )
-        return True
+        return tables
+
+    def _add_snapshots(self, db: psycopg.Connection[Any]) -> None:
+        """Add the snapshots table to a store made before it came with the others (inside the
+        opening transaction, under its lock). Without the privilege to, the store opens all the
+        same: it keeps no snapshots, and says so."""
+        try:
+            with db.transaction():  # a savepoint: a refusal leaves the opening transaction usable
+                self._create_snapshots(db)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            logger.warning("%s: cannot add the snapshots table (%s); no snapshots are kept until "
+                           "a role with CREATE on schema %r opens the store", self.url,
+                           _first_line(exc), self.schema)
+
+    def _create_snapshots(self, db: psycopg.Connection[Any]) -> None:
+        db.execute(f"CREATE TABLE IF NOT EXISTS {self._t_snapshots} ("
+                   ' stream text COLLATE "C" PRIMARY KEY, seq bigint NOT NULL,'
+                   " body bytea NOT NULL)")
 
     def _create_schema(self, db: psycopg.Connection[Any]) -> None:
         db.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
@@ -407,6 +439,7 @@ class PostgresStore(StoreBase):
             ' stream text COLLATE "C" NOT NULL, seq bigint NOT NULL, body bytea NOT NULL,'
             " batch uuid, PRIMARY KEY (stream, seq))"
         )
+        self._create_snapshots(db)
         with db.cursor() as cur:
             cur.executemany(
                 f"INSERT INTO {self._t_meta} (key, value) VALUES (%s, %s)",
@@ -540,7 +573,7 @@ class PostgresStore(StoreBase):
             yield version
 
     def _write(self, stream: str, events: list[Event], records: list[bytes], *,
-               batch: object = None) -> None:
+               batch: object | None = None) -> None:
         """Move the stream row on, insert the events with the batch id, and notify."""
         db = self._connection()
         db.execute(f"UPDATE {self._t_streams} SET version = %s WHERE stream = %s",
@@ -589,44 +622,44 @@ class PostgresStore(StoreBase):
         return 0 if row is None else int(row[0])
 
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
-        # The stream's snapshot, one row, replaced (save_snapshot decided it should be; a cache:
-        # its table is made with the first one).
-        table = f'"{self.schema}".nous_inbox_snapshots'
+        # The stream's snapshot, one row, replaced (save_snapshot decided it should be). No DDL
+        # here: the table is made on open, so a role that may only write the tables saves too.
+        table = self._t_snapshots
 
         def save(db: psycopg.Connection[Any]) -> bool:
-            with db.transaction():
-                db.execute(f"CREATE TABLE IF NOT EXISTS {table} ("
-                           ' stream text COLLATE "C" PRIMARY KEY, seq bigint NOT NULL,'
-                           " body bytea NOT NULL)")
+            try:
                 db.execute(f"INSERT INTO {table} (stream, seq, body) VALUES (%s, %s, %s) "
                            "ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq, "
                            "body = excluded.body", (stream, seq, data))
+            except psycopg.errors.UndefinedTable:
+                return False  # a store without the table keeps none (see _add_snapshots)
             return True
 
         kept: bool = self._retrying(f"snapshot of stream {stream!r}", save)
         return kept
 
     def _snapshot_seq(self, stream: str) -> int | None:
-        table = f'"{self.schema}".nous_inbox_snapshots'
+        table = self._t_snapshots
 
         def seq(db: psycopg.Connection[Any]) -> Any:  # the seq alone, not the body
-            found = db.execute("SELECT to_regclass(%s)", (table,)).fetchone()
-            if found is None or found[0] is None:
+            try:
+                return db.execute(f"SELECT seq FROM {table} WHERE stream = %s",
+                                  (stream,)).fetchone()
+            except psycopg.errors.UndefinedTable:  # a store made before the table
                 return None
-            return db.execute(f"SELECT seq FROM {table} WHERE stream = %s", (stream,)).fetchone()
 
         row = self._retrying(f"snapshot of stream {stream!r}", seq)
         return None if row is None else int(row[0])
 
     def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
-        table = f'"{self.schema}".nous_inbox_snapshots'
+        table = self._t_snapshots
 
         def load(db: psycopg.Connection[Any]) -> Any:
-            found = db.execute("SELECT to_regclass(%s)", (table,)).fetchone()
-            if found is None or found[0] is None:
+            try:
+                return db.execute(f"SELECT seq, body FROM {table} WHERE stream = %s",
+                                  (stream,)).fetchone()
+            except psycopg.errors.UndefinedTable:  # a store made before the table
                 return None
-            return db.execute(f"SELECT seq, body FROM {table} WHERE stream = %s",
-                              (stream,)).fetchone()
 
         row = self._retrying(f"snapshot of stream {stream!r}", load)
         return None if row is None else (int(row[0]), bytes(row[1]))
@@ -855,8 +888,10 @@ class _Background:
         self._thread.start()
 
     def stop(self, wait: bool = True) -> None:
-        """Stop the thread; with ``wait``, return only once it renews and nudges no more (it
-        wakes at once, unless a connection attempt or a renewal is under way)."""
+        """Stop the thread; with ``wait``, return once it renews and nudges no more, or after
+        10 s at most: it wakes at once, unless a connection attempt (``connect_timeout``) or a
+        renewal (bounded by ``lock_timeout`` and the TCP keepalives) is under way, and such a
+        call may outlive the wait; it renews nothing after it (the store is closed)."""
         self._stop.set()
         with self._pipe_lock:
             if self._wake_write >= 0:
@@ -881,9 +916,14 @@ class _Background:
         listening = store.pooler != "transaction"
         while not self._stop.is_set():
             db: psycopg.Connection[Any] | None = None
+            # The streams notified, however their notifications were read: by the handler,
+            # which psycopg calls for those that arrive during any statement (a renewal's, say:
+            # read off the socket then, they would not make it readable again), and below.
+            arrived: list[str] = []
             try:
                 db = store.connect()
                 if listening:
+                    db.add_notify_handler(functools.partial(_collect, arrived))
                     db.execute(f"LISTEN {store.channel}")
                     # (behind a transaction pooler, a session setting would outlive us there)
                     db.execute(f"SET lock_timeout = {store._lock_wait_ms}")
@@ -898,9 +938,13 @@ class _Background:
                                                        tick)
                         if self._stop.is_set():
                             return
-                        if readable:
-                            for note in db.notifies(timeout=0):
-                                store._nudge(note.payload)
+                        if db.fileno() in readable:
+                            _read_notifications(db, arrived)
+                        if arrived:  # on every pass, whoever read them
+                            streams = list(dict.fromkeys(arrived))
+                            arrived.clear()
+                            for stream in streams:
+                                store._nudge(stream)
                     else:
                         self._stop.wait(tick)
                     now = time.monotonic()
@@ -922,6 +966,24 @@ class _Background:
                 if db is not None:
                     with contextlib.suppress(Exception):
                         db.close()
+
+
+def _collect(into: list[str], note: psycopg.Notify) -> None:
+    into.append(note.payload)
+
+
+def _read_notifications(db: psycopg.Connection[Any], into: list[str]) -> None:
+    """Read the notifications waiting on ``db``'s socket into ``into``, without a round trip.
+
+    (``Connection.notifies`` would do it, but psycopg 3.3 warns when it is used beside a notify
+    handler, and psycopg 3.2 hands a notification read during a statement to the handlers
+    alone: the handler is what sees them all.)
+    """
+    pgconn = db.pgconn
+    pgconn.consume_input()
+    encoding = db.info.encoding
+    while (note := pgconn.notifies()) is not None:
+        into.append(note.extra.decode(encoding))
 
 
 def _lock_key(schema: str) -> int:

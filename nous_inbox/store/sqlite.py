@@ -257,7 +257,8 @@ class SqliteStore(StoreBase):
                     f"{actual}); nothing was written"
                 ) from None
 
-    def _write(self, stream: str, events: list[Event], records: list[bytes]) -> None:
+    def _write(self, stream: str, events: list[Event], records: list[bytes], *,
+               batch: object | None = None) -> None:
         # One statement per chunk of rows, not one step per row: a group commit's batch is
         # inserted in one go. Chunks stay far below SQLite's oldest limit on variables (999),
         # and their few shapes stay in the connection's statement cache.
