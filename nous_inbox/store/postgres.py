@@ -83,15 +83,16 @@ handing out other connections.
 
 Connections. A store uses one connection for its calls, shared by its threads behind a lock (as
 the SQLite store shares its one), plus one for the background thread once it owns or is
-subscribed to a stream. No pool: writes to one stream serialise on its row anyway, and the owner's group commit already joins
-concurrent sends into one transaction, so more connections would only mean more server
-processes. An append is pipelined: two round trips (the row lock, then the writes with the
+subscribed to a stream. No pool: writes to one stream serialise on its row anyway, and the
+owner's group commit already joins concurrent sends into one transaction, so more connections
+would only mean more server processes. An append is pipelined: two round trips (the row lock, then the writes with the
 COMMIT), whatever the number of events.
 
 URL query parameters read by this store (removed before the URL reaches libpq): ``schema``,
 ``lease`` (seconds), ``poll`` (seconds), ``pooler`` (``transaction`` or ``session``),
 ``reconnect`` (seconds an operation keeps trying to get a lost connection back, 4/5 of the
-lease and at most 10 by default; 0 for no retry). Everything else is libpq's, ``connect_timeout`` included (5 s when not given).
+lease and at most 10 by default; 0 for no retry). Everything else is libpq's,
+``connect_timeout`` included (5 s when not given).
 """
 
 from __future__ import annotations
@@ -485,7 +486,8 @@ class PostgresStore(StoreBase):
                     return work(db)
                 except psycopg.Error as exc:
                     gone = db is None or db.closed or db.broken
-                    if not gone or not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+                    if not gone or not isinstance(exc, psycopg.OperationalError
+                                                  | psycopg.InterfaceError):
                         raise StoreError(f"{self.url}: {what} failed: {_first_line(exc)}") from exc
                     if time.monotonic() + pause > deadline:
                         raise StoreError(
