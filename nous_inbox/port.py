@@ -206,12 +206,11 @@ class SendPresets(abc.ABC):
 class _Pending:
     """One event waiting for a group commit, and how it ended: stored, or the error to raise."""
 
-    __slots__ = ("done", "error", "event", "gone", "handed", "lead", "next", "stored", "wake")
+    __slots__ = ("batch", "done", "error", "event", "gone", "handed", "next", "stored", "wake")
 
     def __init__(self, event: Event) -> None:
         self.event = event
         self.done = False
-        self.lead = False  # handed the leadership: gather and commit the next batch
         self.stored: Event | None = None
         self.error: BaseException | None = None
         # Released once: when the event is done (and its turn to wake came), or when its sender
@@ -224,6 +223,9 @@ class _Pending:
         self.next: _Pending | None = None
         self.handed = False
         self.gone = False
+        # The batch this sender took to lead, until its commit is under way: an interrupt in
+        # between gives it back (JournalPort._leave) rather than strand its senders.
+        self.batch: list[_Pending] | None = None
 
 
 class JournalPort:
@@ -274,6 +276,7 @@ class JournalPort:
         "_deadline",
         "_gatherer",
         "_journal",
+        "_leader",
         "_lock",
         "_pending",
         "_queue_lock",
@@ -288,6 +291,7 @@ class JournalPort:
         self._queue_lock = threading.Lock()
         self._pending: list[_Pending] = []
         self._committing = False  # a leader is gathering or appending a batch
+        self._leader: _Pending | None = None  # ... the sender leading, until its commit starts
         self._gatherer: _Pending | None = None  # the leader still waiting for senders to queue
         self._deadline = 0.0  # ... until then at most
         self._senders = 1  # how many sent in the last round: whom the next leader waits for
@@ -359,22 +363,27 @@ class JournalPort:
                 (stored,), _ = self._journal.commit(_just(event))
             return stored
         mine = _Pending(event)
-        with self._queue_lock:
-            self._pending.append(mine)
-            batch: list[_Pending] | None = None
-            if not self._committing:
-                self._committing = True
-                batch = self._gather(mine)
-            elif self._gatherer is not None and len(self._pending) >= self._senders:
-                # The last sender the gathering leader waits for: lead the batch at once rather
-                # than wake the leader to (one thread wake-up less between two transactions).
-                # The leader, its send in this batch, is woken with the batch's other senders.
-                self._gatherer = None
-                batch, self._pending = self._pending, []
-        if batch is None:
-            batch = self._wait(mine)
-        if batch is not None:
-            self._lead(batch, mine)
+        try:
+            with self._queue_lock:
+                self._pending.append(mine)
+                batch: list[_Pending] | None = None
+                if not self._committing:
+                    self._committing, self._leader = True, mine
+                    batch = self._gather(mine)
+                elif self._gatherer is not None and len(self._pending) >= self._senders:
+                    # The last sender the gathering leader waits for: lead the batch at once
+                    # rather than wake the leader to (one thread wake-up less between two
+                    # transactions). The leader, its send in this batch, is woken with the
+                    # batch's other senders.
+                    self._gatherer, self._leader = None, mine
+                    batch = self._take(mine)
+            if batch is None:
+                batch = self._wait(mine)
+            if batch is not None:
+                self._lead(batch, mine)
+        except BaseException:  # interrupted: unsent, unless a leader already took it
+            self._leave(mine)
+            raise
         if mine.error is not None:
             raise _one_senders(mine.error)
         assert mine.stored is not None
@@ -392,8 +401,7 @@ class JournalPort:
         batch and leads it (``_gatherer`` cleared); else the leader takes it at the deadline.
         """
         if len(self._pending) >= self._senders:
-            batch, self._pending = self._pending, []
-            return batch
+            return self._take(mine)
         self._gatherer = mine
         self._deadline = time.monotonic() + min(max(GATHER_SECONDS, self._commit_seconds / 2),
                                                 GATHER_MAX_SECONDS)
@@ -402,42 +410,46 @@ class JournalPort:
     def _wait(self, mine: _Pending) -> list[_Pending] | None:
         """Wait until ``mine`` is committed (``None``), or until this sender is to lead: then
         the batch to lead (``mine`` in it)."""
-        try:
-            while True:
-                if self._gatherer is mine:  # (only the thread of ``mine`` sets it to ``mine``)
-                    woken = mine.wake.acquire(timeout=max(self._deadline - time.monotonic(), 0))
-                else:
-                    woken = mine.wake.acquire()
-                if woken and mine.done:
-                    self._wake_next(mine)
-                    return None
-                with self._queue_lock:
-                    if woken:  # handed the leadership
-                        mine.lead = False
-                        batch = self._gather(mine)
-                        if batch is not None:
-                            return batch
-                    elif self._gatherer is mine:  # gathered until the deadline: lead what came
-                        self._gatherer = None
-                        batch, self._pending = self._pending, []
+        while True:
+            if self._gatherer is mine:  # (only the thread of ``mine`` sets it to ``mine``)
+                woken = mine.wake.acquire(timeout=max(self._deadline - time.monotonic(), 0))
+            else:
+                woken = mine.wake.acquire()
+            if woken and mine.done:
+                self._wake_next(mine)
+                return None
+            with self._queue_lock:
+                if woken:  # handed the leadership
+                    batch = self._gather(mine)
+                    if batch is not None:
                         return batch
-                    # (else the last sender took the batch, ``mine`` in it: wait to be woken)
-        except BaseException:  # interrupted: unsent, unless a leader already took it
-            self._leave(mine)
-            raise
+                elif self._gatherer is mine:  # gathered until the deadline: lead what came
+                    self._gatherer = None
+                    return self._take(mine)
+                # (else the last sender took the batch, ``mine`` in it: wait to be woken)
+
+    def _take(self, mine: _Pending) -> list[_Pending]:
+        """(With the queue lock.) Take everything queued as the batch ``mine``'s sender leads."""
+        batch, self._pending = self._pending, []
+        mine.batch = batch
+        return batch
 
     def _leave(self, mine: _Pending) -> None:
-        """``mine``'s sender was interrupted while waiting: take its send back if no leader took
-        it yet (else it is committed, unacknowledged); pass on whatever it was handed."""
+        """``mine``'s sender was interrupted (before its batch's commit started, or while it
+        waited for it): take its send back if no leader took it yet (else it is committed, or
+        failed, unacknowledged), and pass on whatever it held. A batch it took to lead goes back
+        to the head of the queue, without its own send; the leadership it held (gathering, or
+        handed to it, or taken with a batch) goes to the first sender queued, so no sender is
+        left waiting for a leader that is gone."""
         with self._queue_lock:
             mine.gone = True
-            unsent = mine in self._pending
-            if unsent:
+            if mine in self._pending:
                 self._pending.remove(mine)
-            if self._gatherer is mine:  # still gathering: let another lead, without this send
+            batch, mine.batch = mine.batch, None
+            if batch is not None:
+                self._pending[:0] = [pending for pending in batch if pending is not mine]
+            if self._leader is mine:
                 self._gatherer = None
-                self._hand_over()
-            elif mine.lead and unsent:  # the leadership it was handed goes on
                 self._hand_over()
             woken = self._next_to_wake(mine) if mine.handed else None
         if woken is not None:
@@ -459,6 +471,8 @@ class JournalPort:
         """
         begin = time.monotonic()
         try:
+            # From here on, the finally below answers for every sender of the batch.
+            mine.batch, self._leader = None, None
             with self._lock:
                 self._commit_batch(batch)
         finally:
@@ -498,11 +512,10 @@ class JournalPort:
         """Stop leading (with the queue lock): wake the first sender queued meanwhile to lead
         the next batch, or, with none queued, let the next sender to come lead."""
         if self._pending:
-            first = self._pending[0]
-            first.lead = True
+            self._leader = first = self._pending[0]
             first.wake.release()
         else:
-            self._committing = False
+            self._committing, self._leader = False, None
 
     def _commit_batch(self, batch: list[_Pending]) -> None:
         """Commit ``batch`` in one append (called with the lock); mark each done either way."""

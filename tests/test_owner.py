@@ -767,6 +767,29 @@ def test_the_senders_of_a_batch_are_all_woken_even_when_one_of_them_left_while_i
         assert [e.message.content for e in owner.events()] == ["leader", "first", "left", "last"]  # type: ignore[attr-defined]
 
 
+def test_a_leader_interrupted_before_its_commit_gives_its_batch_and_the_leadership_back() -> None:
+    # Interrupted (KeyboardInterrupt) after taking a batch, before committing it: its own send is
+    # unsent, the others go back to the head of the queue, and the first of them is to lead.
+    from nous_inbox.port import _Pending  # the queue, built by hand here
+
+    with Owner(open_store("memory:"), "s", Runner(ScriptedModel()), watch=False) as owner:
+        port = owner._port
+        mine, second, third = (
+            _Pending(MessageSent(target="next_step", wakeup=False, message=Message.user(text)))
+            for text in ("mine", "second", "third"))
+        with port._queue_lock:
+            port._pending = [mine, second, third]
+            port._committing, port._leader = True, mine
+            assert port._take(mine) == [mine, second, third]
+        port._leave(mine)
+        assert port._pending == [second, third] and port._leader is second and port._committing
+        assert not second.wake.locked()  # woken to lead
+        assert third.wake.locked()  # still waiting for its batch
+        assert port._wait(second) == [second, third]  # leads what is queued
+        port._lead([second, third], second)
+        assert [e.message.content for e in owner.events()] == ["second", "third"]  # type: ignore[attr-defined]
+
+
 def _finishes(work: Callable[[], object]) -> bool:
     """Run ``work`` on a daemon thread; whether it ended within WAIT (a hang fails, not hangs)."""
     thread = threading.Thread(target=work, daemon=True)
