@@ -890,3 +890,23 @@ def test_a_save_never_waits_for_another_holding_the_snapshot_directory(
             os.close(directory)
         assert store.save_snapshot("s", 3, b"new")  # free again: saved
         assert store.load_snapshot("s") == (3, b"new")
+
+
+def test_the_snapshot_command_says_to_try_again_when_another_save_holds_the_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nous_inbox.cli.main import main
+
+    path = tmp_path / "log.jsonl"
+    with open_store(f"file:{path}") as store:
+        fill(store, "s", 3)
+        assert save_snapshot(store, "s", replay(store.read("s")))
+        fill(store, "s", 2)
+    directory = os.open(f"{path}.snapshots", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(directory, fcntl.LOCK_EX)
+        assert main(["snapshot", "--store", f"file:{path}", "s"]) == 1
+    finally:
+        os.close(directory)
+    assert "another save was under way (then try again)" in capsys.readouterr().err
+    assert main(["snapshot", "--store", f"file:{path}", "s"]) == 0

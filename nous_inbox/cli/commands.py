@@ -189,7 +189,9 @@ def snapshot(args: argparse.Namespace, out: IO[str]) -> int:
             load = getattr(store, "load_snapshot", None)
             kept = load(args.session) if callable(load) else None
             if kept is None or kept[0] <= opened.session.version:
-                raise ValueError(f"{store!r} keeps no snapshots")
+                # (a file: store's save also skips while another holds its snapshot directory)
+                raise ValueError(f"{store!r} saved no snapshot: it keeps none, or another save "
+                                 f"was under way (then try again)")
             # an owner appended and saved meanwhile: its newer snapshot stays
             out.write(f"{printable(args.session)}: a newer snapshot (seq {kept[0]}) is kept "
                       f"already; nothing saved\n")
