@@ -626,6 +626,10 @@ name (at most ``MAX_STREAM_NAME`` characters, 4 bytes each at most), the seq, ti
 and batch position at their longest, and MessagePack's longer string headers. A bound, not a
 guess: a result under it is one every store takes."""
 
+_FIXED: Final = 512
+"""Bytes a ToolReturned record of empty text, id and name takes at most, envelope aside (131):
+with :data:`_ENVELOPE`, what lets a short result through without encoding it twice."""
+
 
 def _record_size(message: Message) -> int:
     """The size of ``message``'s ToolReturned record as the ``file:`` store writes it (JSON, the
@@ -669,6 +673,3 @@ def _tool_message(call: ToolCall, value: object, limit: int) -> Message:
             )
     return message
 
-
-_FIXED: Final = 512
-"""Bytes a ToolReturned record of empty text, id and name takes at most, envelope aside (131)."""
