@@ -541,11 +541,10 @@ def commit_batch(
     (:meth:`JournalPort.append`'s, an ``AsyncOwner`` worker's) settles its batch here, by one
     rule: a batch the store refused before writing anything (``TypeError``, ``ValueError``, the
     journal's :attr:`~nous_inbox.journal.Journal.writes` unmoved) is tried again one event at a
-    time, so one bad event fails only
-    its own sender; a refused single event is not tried again; any other failure (whose
-    transaction may have committed, as when PostgreSQL loses the answer to its COMMIT, or raised
-    once the batch was stored, as the journal's ``on_events`` may) goes to every sender,
-    unchanged, and nothing is appended twice.
+    time, so one bad event fails only its own sender; a refused single event is not tried
+    again; any other failure (whose transaction may have committed, as when PostgreSQL loses the
+    answer to its COMMIT, or raised once the batch was stored, as the journal's ``on_events``
+    may) goes to every sender, unchanged, and nothing is appended twice.
 
     >>> from nous_inbox.store import open_store
     >>> journal = Journal(open_store("memory:"), "s")

@@ -672,4 +672,3 @@ def _tool_message(call: ToolCall, value: object, limit: int) -> Message:
                 f"{limit} bytes; return less (a summary, a page, a path)",
             )
     return message
-

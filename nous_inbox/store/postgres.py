@@ -56,9 +56,9 @@ Timing rules (``lease`` = L seconds). Nothing the store waits for may outlast a 
   an attempt under way (bounded by ``connect_timeout``, 5 s by default, whole seconds for libpq)
   may end later, and other calls of the store wait behind it; the pauses between attempts are
   made without the connection's lock. Leases do not depend on this: renewals use their own
-  connection. The recovery of an append whose connection
-  dropped waits for the stream row no longer than what is left of ``reconnect``, then raises
-  ``StoreError`` saying the outcome is not known.
+  connection. The recovery of an append whose connection dropped waits for the stream row no
+  longer than what is left of ``reconnect``, then raises ``StoreError`` saying the outcome is
+  not known.
 - Behind a transaction pooler the session settings above are not made (they would stay on the
   pooled server connection, for other clients): set the pooler's or the role's own. The waits
   for a row lock (taking, renewing, recovering) are bounded there all the same, per transaction
