@@ -200,6 +200,8 @@ class AsyncOwner:
         self._flushing = False
         self._watcher: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
+        # The teardown, one task for every aclose: a cancelled aclose leaves it running.
+        self._closing: asyncio.Task[None] | None = None
 
     # -- opening and closing ----------------------------------------------------------------------
 
@@ -272,36 +274,54 @@ class AsyncOwner:
         A run that has not ended ``timeout`` seconds after its cancel (a model request that
         ignores it) has its task cancelled; if even that does not end it, the lease is kept and a
         warning logged, so no other owner can start a run beside it. The store stays open (it
-        is yours). Every ``events()`` reader ends. A second call does nothing.
+        is yours). Every ``events()`` reader ends.
+
+        The teardown runs as one task of its own: cancelling ``aclose`` (a second Ctrl-C, an
+        ``asyncio.timeout`` around ``async with``) stops the wait, not the teardown, so the
+        lease, the worker thread and the watcher are still released. A second call waits for
+        that same teardown.
         """
-        if not self._opened or self._closed:
+        if not self._opened:
             return
-        self._closed = True
+        if self._closing is None:
+            if self._closed:
+                return  # the open failed and cleaned up after itself
+            self._closed = True
+            loop = asyncio.get_running_loop()
+            self._closing = loop.create_task(self._close(timeout, asyncio.current_task()),
+                                             name=f"nous-inbox close {self._stream}")
+        await asyncio.shield(self._closing)
+
+    async def _close(self, timeout: float | None, caller: asyncio.Task[Any] | None) -> None:
+        # ``caller``: the task that asked to close. When it is the run or the watcher itself,
+        # waiting for it here would wait for ourselves.
         if self._core.close() and self._cancel is not None:
             self._cancel.set()
         run = self._run
-        if run is not None and run is not asyncio.current_task():
-            await asyncio.wait((run,), timeout=timeout)
-            if not run.done():
-                run.cancel()
-                await asyncio.wait((run,), timeout=timeout)
-        if self._watcher is not None and self._watcher is not asyncio.current_task():
-            self._watcher.cancel()
-            await asyncio.wait((self._watcher,))
         try:
-            if run is None or run.done():
-                # Shielded: a second cancel must not skip giving the stream up (a retry of
-                # aclose does nothing). On the worker it runs after a subscribe still going.
-                await asyncio.shield(self._call_soon(self._give_back))
-            else:
-                logger.warning("the run of session %r did not stop; keeping its lease", self._stream)
-                await asyncio.shield(self._call_soon(self._drop_subscription))
+            if run is not None and run is not caller:
+                await asyncio.wait((run,), timeout=timeout)
+                if not run.done():
+                    run.cancel()
+                    await asyncio.wait((run,), timeout=timeout)
+            if self._watcher is not None and self._watcher is not caller:
+                self._watcher.cancel()
+                await asyncio.wait((self._watcher,))
         finally:
-            self._react()  # the last batches reach the readers before they end
-            for reader in self._readers:
-                reader.put_nowait(None)
-            if self._io is not None:
-                self._io.shutdown(wait=False)
+            try:
+                if run is None or run.done():
+                    # On the worker it runs after a subscribe still going.
+                    await self._call_soon(self._give_back)
+                else:
+                    logger.warning("the run of session %r did not stop; keeping its lease",
+                                   self._stream)
+                    await self._call_soon(self._drop_subscription)
+            finally:
+                self._react()  # the last batches reach the readers before they end
+                for reader in self._readers:
+                    reader.put_nowait(None)
+                if self._io is not None:
+                    self._io.shutdown(wait=False)
 
     # -- what a host reads ------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ it shares with the threaded owner run against both, in ``test_owner.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import threading
@@ -706,5 +707,43 @@ def test_a_reader_of_events_ends_when_the_lease_is_lost() -> None:
             with pytest.raises(LeaseLostError):
                 await owner.inject("after")
             assert await asyncio.wait_for(rest(), WAIT) == []
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_close_still_gives_the_stream_up_once_the_run_ends(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    asked = asyncio.Event()
+
+    class Stubborn:
+        """A runner that ignores its cancel event and its task's cancel for half a second."""
+
+        async def arun_turn(self, port: Any, *, reason: str = "wake",
+                            cancel: asyncio.Event | None = None) -> Any:
+            asked.set()
+            end = asyncio.get_running_loop().time() + 0.5
+            while (left := end - asyncio.get_running_loop().time()) > 0:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(left)
+            async for event in Runner(echo).arun_turn(port, reason=reason, cancel=cancel):
+                yield event
+
+    async def main() -> None:
+        store = open_store(url)
+        owner = await AsyncOwner(store, "s", Stubborn()).__aenter__()
+        io_threads = {t for t in threading.enumerate() if t.name.startswith("nous-inbox io")}
+        await owner.steer("go")
+        await asyncio.wait_for(asked.wait(), WAIT)
+        closing = asyncio.ensure_future(owner.aclose(timeout=WAIT))
+        await asyncio.sleep(0.1)
+        closing.cancel()  # the host gives up waiting, e.g. a second Ctrl-C
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        await asyncio.wait_for(owner.aclose(), WAIT)  # a retry waits for the same teardown
+        async with AsyncOwner(open_store(url), "s", Runner(echo), start=False) as again:
+            assert not again.session.running  # the lease was given back
+        for thread in io_threads:
+            thread.join(WAIT)
+            assert not thread.is_alive()
 
     asyncio.run(main())
