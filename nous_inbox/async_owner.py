@@ -63,7 +63,7 @@ from nous_inbox.inbox import Inbox, Target
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore, Stop
-from nous_inbox.port import JournalPort, commit_batch, sent_event
+from nous_inbox.port import JournalPort, commit_batch, one_senders, refused_unwritten, sent_event
 from nous_inbox.session import Session
 from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
@@ -433,15 +433,32 @@ class AsyncOwner:
             event = MessageSent(target=target, wakeup=wakeup, message=message)
         else:
             event = sent_event(message, target, wakeup)
+        return await self._send(event)
+
+    async def _send(self, event: MessageSent,
+                    unwritten: Callable[[], None] | None = None) -> MessageSent:
+        """Store ``event`` (see :meth:`send`); ``unwritten`` is called when it fails and nothing
+        can have been stored: refused before the store, taken back, or refused by it."""
         journal = self._journal
-        if journal is None or self._closed or self._core.lost is not None:
-            journal = self._check_open()  # raises, saying why
+        try:
+            if journal is None or self._closed or self._core.lost is not None:
+                journal = self._check_open()  # raises, saying why
+        except BaseException:
+            if unwritten is not None:
+                unwritten()
+            raise
         if self._io is None:
             try:
                 with self._lock:
                     (stored,) = journal.append((event,))
             except LeaseLostError as exc:
                 self._lease_lost(exc)
+                if unwritten is not None:
+                    unwritten()
+                raise
+            except BaseException as exc:
+                if unwritten is not None and refused_unwritten(exc):
+                    unwritten()
                 raise
             return stored  # type: ignore[return-value]
         assert self._loop is not None
@@ -455,8 +472,17 @@ class AsyncOwner:
             return await future
         except asyncio.CancelledError:
             # ``_flush`` takes the whole list under this lock: still here means not taken.
+            # Taken means it is committed, or may be: not unwritten.
+            taken_back = False
             with self._sends_lock, contextlib.suppress(ValueError):
                 self._sends.remove((event, future))
+                taken_back = True
+            if taken_back and unwritten is not None:
+                unwritten()
+            raise
+        except BaseException as exc:
+            if unwritten is not None and refused_unwritten(exc):
+                unwritten()
             raise
 
     async def steer(self, message: Message | str) -> MessageSent:
@@ -473,14 +499,11 @@ class AsyncOwner:
 
     async def prompt(self, text: Message | str) -> MessageSent:
         """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any in progress."""
-        sent_event(text, Target.NEXT_TURN, True)
-        self._check_open()
+        event = sent_event(text, Target.NEXT_TURN, True)
         self._core.prompt()  # before the send: the run it wakes starts before it returns
-        try:
-            return await self.followup(text)
-        except BaseException:
-            self._core.unprompt()  # not stored: the next turn must not be recorded as a prompt
-            raise
+        # Undone only when the prompt cannot be in the log: one that may be (a cancel after the
+        # worker took it, a commit whose outcome is unknown) still opens its turn as a prompt.
+        return await self._send(event, self._core.unprompt)
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
@@ -635,7 +658,7 @@ class AsyncOwner:
             if future.done():  # the sender stopped waiting
                 continue
             if error is not None:
-                future.set_exception(error)
+                future.set_exception(one_senders(error))  # each sender its own
             else:
                 future.set_result(stored)  # type: ignore[arg-type]
 
