@@ -294,13 +294,9 @@ class Notices(abc.ABC):
                 return None
             lock.acquire()
         try:
-            with self._lock:
-                if desk.in_flight is not None or self._desks.get(desk.agent) is not desk:
-                    return None
-                how, when = self._plan(desk, now)
-                if how is None:
-                    return when
-                message = self._compose(desk)
+            how, when, message = self._decide(desk, now)
+            if how is None or message is None:
+                return when
             # Still under the owner's lock: the owner commits it at once, and nothing it does
             # (a run ending, a prompt) comes between the look above and this send.
             self._send(desk, how, message)
@@ -308,17 +304,24 @@ class Notices(abc.ABC):
         finally:
             lock.release()
 
+    def _decide(self, desk: Desk, now: float) -> tuple[str | None, float | None, Message | None]:
+        """Under the mailbox's lock: how to send ``desk``'s notice and the notice, now in flight;
+        or no way, with when to look again (None: not at all, one is in flight or the agent left)."""
+        with self._lock:
+            if desk.in_flight is not None or self._desks.get(desk.agent) is not desk:
+                return None, None, None
+            how, when = self._plan(desk, now)
+            if how is None:
+                return None, when, None
+            return how, when, self._compose(desk)
+
     def _deliver_unlocked(self, desk: Desk, now: float) -> float | None:
         """:meth:`_deliver` for a recipient with no lock to offer: decide, then look again
         right before sending, so an FYI's steer never starts a turn and no notice goes ahead of
         a prompt that came meanwhile (a gap between that look and the send remains)."""
-        with self._lock:
-            if desk.in_flight is not None or self._desks.get(desk.agent) is not desk:
-                return None
-            how, when = self._plan(desk, now)
-            if how is None:
-                return when
-            message = self._compose(desk)
+        how, when, message = self._decide(desk, now)
+        if how is None or message is None:
+            return when
         with self._lock:
             again, when = self._plan(desk, now)
             if again is None:
