@@ -63,7 +63,7 @@ from nous_inbox.inbox import Inbox, Target
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore, Stop
-from nous_inbox.port import JournalPort, commit_batch, sent_event
+from nous_inbox.port import JournalPort, commit_batch, one_senders, refused_unwritten, sent_event
 from nous_inbox.session import Session
 from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
@@ -200,6 +200,8 @@ class AsyncOwner:
         self._flushing = False
         self._watcher: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
+        # The teardown, one task for every aclose: a cancelled aclose leaves it running.
+        self._closing: asyncio.Task[None] | None = None
 
     # -- opening and closing ----------------------------------------------------------------------
 
@@ -272,36 +274,54 @@ class AsyncOwner:
         A run that has not ended ``timeout`` seconds after its cancel (a model request that
         ignores it) has its task cancelled; if even that does not end it, the lease is kept and a
         warning logged, so no other owner can start a run beside it. The store stays open (it
-        is yours). Every ``events()`` reader ends. A second call does nothing.
+        is yours). Every ``events()`` reader ends.
+
+        The teardown runs as one task of its own: cancelling ``aclose`` (a second Ctrl-C, an
+        ``asyncio.timeout`` around ``async with``) stops the wait, not the teardown, so the
+        lease, the worker thread and the watcher are still released. A second call waits for
+        that same teardown.
         """
-        if not self._opened or self._closed:
+        if not self._opened:
             return
-        self._closed = True
+        if self._closing is None:
+            if self._closed:
+                return  # the open failed and cleaned up after itself
+            self._closed = True
+            loop = asyncio.get_running_loop()
+            self._closing = loop.create_task(self._close(timeout, asyncio.current_task()),
+                                             name=f"nous-inbox close {self._stream}")
+        await asyncio.shield(self._closing)
+
+    async def _close(self, timeout: float | None, caller: asyncio.Task[Any] | None) -> None:
+        # ``caller``: the task that asked to close. When it is the run or the watcher itself,
+        # waiting for it here would wait for ourselves.
         if self._core.close() and self._cancel is not None:
             self._cancel.set()
         run = self._run
-        if run is not None and run is not asyncio.current_task():
-            await asyncio.wait((run,), timeout=timeout)
-            if not run.done():
-                run.cancel()
-                await asyncio.wait((run,), timeout=timeout)
-        if self._watcher is not None and self._watcher is not asyncio.current_task():
-            self._watcher.cancel()
-            await asyncio.wait((self._watcher,))
         try:
-            if run is None or run.done():
-                # Shielded: a second cancel must not skip giving the stream up (a retry of
-                # aclose does nothing). On the worker it runs after a subscribe still going.
-                await asyncio.shield(self._call_soon(self._give_back))
-            else:
-                logger.warning("the run of session %r did not stop; keeping its lease", self._stream)
-                await asyncio.shield(self._call_soon(self._drop_subscription))
+            if run is not None and run is not caller:
+                await asyncio.wait((run,), timeout=timeout)
+                if not run.done():
+                    run.cancel()
+                    await asyncio.wait((run,), timeout=timeout)
+            if self._watcher is not None and self._watcher is not caller:
+                self._watcher.cancel()
+                await asyncio.wait((self._watcher,))
         finally:
-            self._react()  # the last batches reach the readers before they end
-            for reader in self._readers:
-                reader.put_nowait(None)
-            if self._io is not None:
-                self._io.shutdown(wait=False)
+            try:
+                if run is None or run.done():
+                    # On the worker it runs after a subscribe still going.
+                    await self._call_soon(self._give_back)
+                else:
+                    logger.warning("the run of session %r did not stop; keeping its lease",
+                                   self._stream)
+                    await self._call_soon(self._drop_subscription)
+            finally:
+                self._react()  # the last batches reach the readers before they end
+                for reader in self._readers:
+                    reader.put_nowait(None)
+                if self._io is not None:
+                    self._io.shutdown(wait=False)
 
     # -- what a host reads ------------------------------------------------------------------------
 
@@ -413,15 +433,32 @@ class AsyncOwner:
             event = MessageSent(target=target, wakeup=wakeup, message=message)
         else:
             event = sent_event(message, target, wakeup)
+        return await self._send(event)
+
+    async def _send(self, event: MessageSent,
+                    unwritten: Callable[[], None] | None = None) -> MessageSent:
+        """Store ``event`` (see :meth:`send`); ``unwritten`` is called when it fails and nothing
+        can have been stored: refused before the store, taken back, or refused by it."""
         journal = self._journal
-        if journal is None or self._closed or self._core.lost is not None:
-            journal = self._check_open()  # raises, saying why
+        try:
+            if journal is None or self._closed or self._core.lost is not None:
+                journal = self._check_open()  # raises, saying why
+        except BaseException:
+            if unwritten is not None:
+                unwritten()
+            raise
         if self._io is None:
             try:
                 with self._lock:
                     (stored,) = journal.append((event,))
             except LeaseLostError as exc:
                 self._lease_lost(exc)
+                if unwritten is not None:
+                    unwritten()
+                raise
+            except BaseException as exc:
+                if unwritten is not None and refused_unwritten(exc):
+                    unwritten()
                 raise
             return stored  # type: ignore[return-value]
         assert self._loop is not None
@@ -435,8 +472,17 @@ class AsyncOwner:
             return await future
         except asyncio.CancelledError:
             # ``_flush`` takes the whole list under this lock: still here means not taken.
+            # Taken means it is committed, or may be: not unwritten.
+            taken_back = False
             with self._sends_lock, contextlib.suppress(ValueError):
                 self._sends.remove((event, future))
+                taken_back = True
+            if taken_back and unwritten is not None:
+                unwritten()
+            raise
+        except BaseException as exc:
+            if unwritten is not None and refused_unwritten(exc):
+                unwritten()
             raise
 
     async def steer(self, message: Message | str) -> MessageSent:
@@ -453,14 +499,11 @@ class AsyncOwner:
 
     async def prompt(self, text: Message | str) -> MessageSent:
         """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any in progress."""
-        sent_event(text, Target.NEXT_TURN, True)
-        self._check_open()
+        event = sent_event(text, Target.NEXT_TURN, True)
         self._core.prompt()  # before the send: the run it wakes starts before it returns
-        try:
-            return await self.followup(text)
-        except BaseException:
-            self._core.unprompt()  # not stored: the next turn must not be recorded as a prompt
-            raise
+        # Undone only when the prompt cannot be in the log: one that may be (a cancel after the
+        # worker took it, a commit whose outcome is unknown) still opens its turn as a prompt.
+        return await self._send(event, self._core.unprompt)
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
@@ -615,7 +658,7 @@ class AsyncOwner:
             if future.done():  # the sender stopped waiting
                 continue
             if error is not None:
-                future.set_exception(error)
+                future.set_exception(one_senders(error))  # each sender its own
             else:
                 future.set_result(stored)  # type: ignore[arg-type]
 

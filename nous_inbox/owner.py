@@ -69,7 +69,7 @@ from nous_inbox.inbox import Inbox, Target
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore, Stop
-from nous_inbox.port import JournalPort, SendPresets, sent_event
+from nous_inbox.port import JournalPort, SendPresets, refused_unwritten, sent_event
 from nous_inbox.session import Session
 from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
@@ -301,9 +301,12 @@ class Owner(SendPresets):
             self._core.prompt()
         try:
             return self.followup(text)
-        except BaseException:
-            with self._lock:  # not stored: the next turn must not be recorded as this prompt's
-                self._core.unprompt()
+        except BaseException as exc:
+            # Undone only when the prompt cannot be in the log: one whose commit may have landed
+            # (``StoreError``, outcome unknown) still opens its turn as a prompt.
+            if refused_unwritten(exc):
+                with self._lock:
+                    self._core.unprompt()
             raise
 
     def cancel(self) -> bool:

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Protocol, TypeVar, runtime_checkable
 
-from nous_inbox.errors import ConcurrencyError
+from nous_inbox.errors import ConcurrencyError, LeaseLostError
 from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target, as_message, as_target
 from nous_inbox.journal import Change, Journal
@@ -151,10 +151,12 @@ def check_port(port: object) -> None:
             ) from None
 
 
-def _one_senders(error: BaseException) -> BaseException:
+def one_senders(error: BaseException) -> BaseException:
     """A copy of a failed batch's ``error`` for one of its senders, caused by it: one instance
-    raised in every sender's thread would gather each thread's frames in its one traceback. An
-    error that cannot be copied (its class needs arguments it does not keep) is raised as is."""
+    raised to every sender would gather each sender's frames in its one traceback, and notes a
+    handler adds in one would show in the others'. Both owners' group commits give each sender
+    its error through here. An error that cannot be copied (its class needs arguments it does
+    not keep) is raised as is."""
     try:
         mine = copy.copy(error)
     except Exception:
@@ -385,7 +387,7 @@ class JournalPort:
             self._leave(mine)
             raise
         if mine.error is not None:
-            raise _one_senders(mine.error)
+            raise one_senders(mine.error)
         assert mine.stored is not None
         return mine.stored
 
@@ -577,6 +579,18 @@ def commit_batch(
 #: ``ValueError`` such as ``ReplayError`` or ``RecordTooLargeError``): only these are worth
 #: trying again one event at a time.
 _REFUSED_UNWRITTEN: Final = (TypeError, ValueError)
+
+def refused_unwritten(error: BaseException) -> bool:
+    """Whether a failed send's ``error`` shows that nothing was stored: a refusal raised before
+    any I/O (``TypeError``, ``ValueError``: bad input, a record too large) or an append fenced
+    off (``LeaseLostError``). Any other failure may have stored it: a ``StoreError`` whose
+    commit may have landed, a cancel after the send was taken up.
+
+    >>> refused_unwritten(ValueError("too large")), refused_unwritten(OSError("lost the answer"))
+    (True, False)
+    """
+    return isinstance(error, (*_REFUSED_UNWRITTEN, LeaseLostError))
+
 
 #: How long a leader may wait, at least, for the senders of the last round to queue again
 #: (when a commit takes longer, half of its smoothed time).

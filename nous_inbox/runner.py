@@ -480,10 +480,12 @@ async def _apump(
     finally:
         # Abandoned mid-turn (aclose, task cancelled): the body records the turn as cancelled.
         # A stretch still running elsewhere finishes first (a running generator cannot close);
-        # ``call_io`` promises no order, so the close waits for it. Both are shielded, so a
-        # second cancel cannot skip recording the end either.
+        # ``call_io`` promises no order, so the close waits for it. A cancel during either wait
+        # is remembered, not raised, so a second cancel cannot skip recording the end (which
+        # would leave it to the generator's collection, store I/O on the event loop).
+        cancelled = False
         if in_flight is not None and not in_flight.done():
-            await _finish_shielded(in_flight)
+            cancelled = await _finish_shielded(in_flight)
             if not in_flight.cancelled() and in_flight.exception() is not None:
                 # Nobody awaits it any more; the turn is being abandoned anyway.
                 logger.warning("a stretch of an abandoned turn failed", exc_info=in_flight.exception())
@@ -491,22 +493,24 @@ async def _apump(
             turn.close()
         else:
             closing = asyncio.ensure_future(io(turn.close))
-            await _finish_shielded(closing)
+            cancelled = await _finish_shielded(closing) or cancelled
             closing.result()
+        if cancelled:
+            raise asyncio.CancelledError
 
 
-async def _finish_shielded(work: asyncio.Future[Any]) -> None:
-    """Wait for ``work`` to finish even if this task is cancelled meanwhile, then re-raise that
-    cancel: cleanup that must not be cut short (the turn's end is recorded in it). Its outcome
-    is the caller's to read."""
+async def _finish_shielded(work: asyncio.Future[Any]) -> bool:
+    """Wait for ``work`` to finish even if this task is cancelled meanwhile: cleanup that must
+    not be cut short (the turn's end is recorded in it). Whether a cancel came meanwhile, for
+    the caller to raise once all of its cleanup is done; ``work``'s outcome is the caller's to
+    read."""
     cancelled = False
     while not work.done():
         try:
             await asyncio.wait((work,))
         except asyncio.CancelledError:
             cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
+    return cancelled
 
 
 _FINISHED: Final = object()

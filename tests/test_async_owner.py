@@ -5,6 +5,7 @@ it shares with the threaded owner run against both, in ``test_owner.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import threading
@@ -706,5 +707,115 @@ def test_a_reader_of_events_ends_when_the_lease_is_lost() -> None:
             with pytest.raises(LeaseLostError):
                 await owner.inject("after")
             assert await asyncio.wait_for(rest(), WAIT) == []
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_close_still_gives_the_stream_up_once_the_run_ends(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    asked = asyncio.Event()
+
+    class Stubborn:
+        """A runner that ignores its cancel event and its task's cancel for half a second."""
+
+        async def arun_turn(self, port: Any, *, reason: str = "wake",
+                            cancel: asyncio.Event | None = None) -> Any:
+            asked.set()
+            end = asyncio.get_running_loop().time() + 0.5
+            while (left := end - asyncio.get_running_loop().time()) > 0:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(left)
+            async for event in Runner(echo).arun_turn(port, reason=reason, cancel=cancel):
+                yield event
+
+    async def main() -> None:
+        store = open_store(url)
+        owner = await AsyncOwner(store, "s", Stubborn()).__aenter__()
+        io_threads = {t for t in threading.enumerate() if t.name.startswith("nous-inbox io")}
+        await owner.steer("go")
+        await asyncio.wait_for(asked.wait(), WAIT)
+        closing = asyncio.ensure_future(owner.aclose(timeout=WAIT))
+        await asyncio.sleep(0.1)
+        closing.cancel()  # the host gives up waiting, e.g. a second Ctrl-C
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        await asyncio.wait_for(owner.aclose(), WAIT)  # a retry waits for the same teardown
+        async with AsyncOwner(open_store(url), "s", Runner(echo), start=False) as again:
+            assert not again.session.running  # the lease was given back
+        for thread in io_threads:
+            thread.join(WAIT)
+            assert not thread.is_alive()
+
+    asyncio.run(main())
+
+
+class TakenThenHeld(Counting):
+    """A ``Counting`` store whose append of a send signals ``taken`` and then waits at ``gate``:
+    a send the worker has taken up, its outcome not yet known."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self.loop, self.taken, self.gate = loop, asyncio.Event(), threading.Event()
+
+    def append(self, stream: str, events: Sequence[Any], expected_version: Any = None) -> Any:
+        if any(isinstance(e, MessageSent) for e in events) and not self.gate.is_set():
+            self.loop.call_soon_threadsafe(self.taken.set)
+            self.gate.wait(WAIT)
+        return super().append(stream, events, expected_version)
+
+
+def turn_reasons(store: Any) -> list[str]:
+    return [e.reason for e in store.read("s") if isinstance(e, TurnStarted)]
+
+
+def test_a_prompt_cancelled_after_the_worker_took_it_still_opens_its_turn_as_a_prompt() -> None:
+    async def main() -> None:
+        store = TakenThenHeld(asyncio.get_running_loop())
+        async with AsyncOwner(store, "s", Runner(echo), watch=False) as owner:  # type: ignore[arg-type]
+            task = asyncio.ensure_future(owner.prompt("hello"))
+            await asyncio.wait_for(store.taken.wait(), WAIT)
+            task.cancel()  # too late to take back: the prompt is being stored
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            store.gate.set()
+            await asyncio.sleep(0.05)  # let the worker store it and the run start
+            await asyncio.wait_for(owner.wait_idle(), WAIT)
+            assert sent_texts(store) == ["hello"]
+            assert turn_reasons(store) == ["prompt"]
+
+    asyncio.run(main())
+
+
+def test_a_prompt_the_store_refused_leaves_the_next_turn_a_wake() -> None:
+    store = Counting()
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(echo), watch=False) as owner:  # type: ignore[arg-type]
+            store.refuse = ValueError("refused: the record is too large")
+            with pytest.raises(ValueError, match="refused"):
+                await owner.prompt("hello")
+            store.refuse = None
+            await owner.followup("later")
+            await asyncio.wait_for(owner.wait_idle(), WAIT)
+            assert turn_reasons(store) == ["wake"]
+
+    asyncio.run(main())
+
+
+def test_each_sender_of_a_failed_batch_hears_its_own_error_caused_by_the_shared_one() -> None:
+    store = Counting()
+
+    async def main() -> None:
+        async with AsyncOwner(store, "s", Runner(echo), watch=False, start=False) as owner:  # type: ignore[arg-type]
+            gate, busy = await _held(owner)
+            store.lose_answer = True
+            sends = [asyncio.ensure_future(owner.inject(text)) for text in "abc"]
+            await asyncio.sleep(0)
+            gate.set()
+            await busy
+            outcomes = await asyncio.gather(*sends, return_exceptions=True)
+            assert len({id(o) for o in outcomes}) == 3  # notes one handler adds stay its own
+            causes = {id(o.__cause__) for o in outcomes}  # type: ignore[union-attr]
+            assert len(causes) == 1 and all(isinstance(o.__cause__, StoreError) for o in outcomes)  # type: ignore[union-attr]
 
     asyncio.run(main())

@@ -706,3 +706,19 @@ def test_a_turn_cancelled_while_it_opens_is_still_ended() -> None:
     ended = port.events[-1]  # ... and the turn it opened is ended
     assert isinstance(ended, TurnEnded) and ended.reason == "cancelled"
     assert not port.session.running
+
+
+def test_a_consumer_that_stops_reading_at_the_turns_first_event_still_ends_it() -> None:
+    local = LocalSession()
+    local.followup("go")
+
+    async def main() -> None:
+        stream = AgentRunner(make_agent(Script("ok")), offload=False).arun_turn(local)
+        first = await anext(stream)  # type: ignore[call-overload]
+        assert isinstance(first, TurnStarted)
+        await stream.aclose()  # type: ignore[attr-defined]
+
+    asyncio.run(main())
+    ended = local.events[-1]
+    assert isinstance(ended, TurnEnded) and ended.reason == "cancelled"
+    assert not local.session.running and local.session == replay(local.events)

@@ -1146,6 +1146,7 @@ class ThreadPoolPort(LocalSession):
         self.loop = loop
         self.gate = threading.Event()
         self.holding = asyncio.Event()
+        self.ended_on: threading.Thread | None = None
 
     def call_io(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
         return self.loop.run_in_executor(None, fn, *args)
@@ -1154,6 +1155,8 @@ class ThreadPoolPort(LocalSession):
         if type(event).__name__ == "ModelReplied":
             self.loop.call_soon_threadsafe(self.holding.set)
             self.gate.wait(WAIT)
+        if isinstance(event, TurnEnded):
+            self.ended_on = threading.current_thread()
         return super().record(event)
 
 
@@ -1229,3 +1232,30 @@ def test_the_largest_result_the_runner_lets_through_fits_the_longest_stream_name
              else SqliteStore(tmp_path / "log.db", max_record_size=limit))
     with store:
         store.append("\U0001d11e" * 256, [ToolReturned(turn=2**40, step=2**40, message=message)])
+
+
+def test_a_second_cancel_while_the_stretch_finishes_still_ends_the_turn_through_call_io() -> None:
+    async def main() -> ThreadPoolPort:
+        port = ThreadPoolPort(asyncio.get_running_loop())
+        port.followup("go")
+
+        async def consume() -> list[Event]:
+            return [e async for e in Runner(Script(FINAL), offload=False).arun_turn(port)]
+
+        task = asyncio.create_task(consume())
+        await port.holding.wait()
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.05)
+        task.cancel()  # the host insists while the stretch still runs
+        await asyncio.wait({task}, timeout=0.05)
+        port.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return port
+
+    port = asyncio.run(main())
+    last = port.events[-1]
+    assert isinstance(last, TurnEnded) and last.reason == "cancelled"
+    # Recorded by the runner through call_io, not later by the generator's collection.
+    assert port.ended_on is not threading.main_thread()
+    assert not port.session.running and replay(list(port.events)) == port.session

@@ -550,12 +550,14 @@ class AgentRunner:
                 except BaseException:
                     logger.exception("could not record the end of a cancelled turn")
             raise
-        for event in hooks.take():
-            yield event
         ending: TurnEndReason = "cancelled"  # unless the run says otherwise below
         error: str | None = None
         run: Any = None
         try:
+            # Inside the try: a consumer that stops reading at the opening's events (aclose,
+            # break) still has the turn ended.
+            for event in hooks.take():
+                yield event
             if history and isinstance(history[-1], ModelRequest):
                 async with self.agent.iter(
                     None, message_history=history, capabilities=[hooks], **self.run_kwargs
