@@ -272,17 +272,22 @@ class AsyncOwner:
         """Cancel any run, wait for it to end, stop watching, give up the stream's lease.
 
         A run that has not ended ``timeout`` seconds after its cancel (a model request that
-        ignores it) has its task cancelled; if even that does not end it, the lease is kept and a
-        warning logged, so no other owner can start a run beside it. The store stays open (it
-        is yours). Every ``events()`` reader ends.
+        ignores it) has its task cancelled; if even that does not end it, a warning is logged and
+        the lease is kept until the run does end, so no other owner can start a run beside it.
+        The store stays open (it is yours). Every ``events()`` reader ends.
+
+        Called from inside the run (a tool, the runner), it does not wait for that run, which
+        cannot end while it waits: the lease goes back when the run ends.
 
         The teardown runs as one task of its own: cancelling ``aclose`` (a second Ctrl-C, an
         ``asyncio.timeout`` around ``async with``) stops the wait, not the teardown, so the
         lease, the worker thread and the watcher are still released. A second call waits for
-        that same teardown.
+        that same teardown, except from the run or the watcher, which that teardown waits for.
         """
         if not self._opened:
             return
+        if self._closing is not None and asyncio.current_task() in (self._run, self._watcher):
+            return  # the teardown under way waits for this very task: waiting for it would stall
         if self._closing is None:
             if self._closed:
                 return  # the open failed and cleaned up after itself
@@ -308,20 +313,47 @@ class AsyncOwner:
                 self._watcher.cancel()
                 await asyncio.wait((self._watcher,))
         finally:
+            lasting = run is not None and not run.done()
             try:
-                if run is None or run.done():
+                # Shielded: a cancel of this task itself (``asyncio.run`` cancelling every task
+                # after a Ctrl-C) would cancel the job before the worker took it up.
+                if not lasting:
                     # On the worker it runs after a subscribe still going.
-                    await self._call_soon(self._give_back)
+                    await asyncio.shield(self._call_soon(self._give_back))
                 else:
-                    logger.warning("the run of session %r did not stop; keeping its lease",
-                                   self._stream)
-                    await self._call_soon(self._drop_subscription)
+                    if run is not caller:
+                        logger.warning("the run of session %r did not stop; keeping its lease "
+                                       "until it ends", self._stream)
+                    await asyncio.shield(self._call_soon(self._drop_subscription))
             finally:
                 self._react()  # the last batches reach the readers before they end
                 for reader in self._readers:
                     reader.put_nowait(None)
-                if self._io is not None:
+                if lasting:
+                    assert run is not None
+                    # The worker stays up for the give-back: a lease released on a plain thread
+                    # or the loop would block it on store I/O, and nothing else would release it.
+                    run.add_done_callback(self._give_back_after_run)
+                elif self._io is not None:
                     self._io.shutdown(wait=False)
+
+    def _give_back_after_run(self, run: asyncio.Task[None]) -> None:
+        """The run a teardown could not wait for (the caller itself, or a stubborn one) ended:
+        its lease goes back now, then the worker stops."""
+        if self._io is None:
+            try:
+                self._give_back()
+            except Exception:
+                logger.exception("could not give back the lease of session %r", self._stream)
+            return
+        done = self._io.submit(self._give_back)
+        self._io.shutdown(wait=False)
+        done.add_done_callback(self._log_failed_give_back)
+
+    def _log_failed_give_back(self, done: concurrent.futures.Future[None]) -> None:
+        if not done.cancelled() and (exc := done.exception()) is not None:
+            logger.error("could not give back the lease of session %r", self._stream,
+                         exc_info=exc)
 
     # -- what a host reads ------------------------------------------------------------------------
 

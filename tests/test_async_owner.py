@@ -819,3 +819,68 @@ def test_each_sender_of_a_failed_batch_hears_its_own_error_caused_by_the_shared_
             assert len(causes) == 1 and all(isinstance(o.__cause__, StoreError) for o in outcomes)  # type: ignore[union-attr]
 
     asyncio.run(main())
+
+
+class ClosesItsOwner:
+    """A runner whose turn closes its own owner (as a tool ending the session would), then ends."""
+
+    def __init__(self) -> None:
+        self.owner: AsyncOwner | None = None
+        self.host_closing = asyncio.Event()  # set: wait for it before closing
+        self.wait_for_host = False
+        self.closed_at_once: bool | None = None
+
+    async def arun_turn(self, port: Any, *, reason: str = "wake",
+                        cancel: asyncio.Event | None = None) -> Any:
+        assert self.owner is not None
+        if self.wait_for_host:
+            await asyncio.wait_for(self.host_closing.wait(), WAIT)
+        before = asyncio.get_running_loop().time()
+        await self.owner.aclose(timeout=WAIT)  # in this task: a wait_for would start another
+        self.closed_at_once = asyncio.get_running_loop().time() - before < WAIT / 2
+        async for event in Runner(echo).arun_turn(port, reason=reason, cancel=cancel):
+            yield event
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_a_run_that_closes_its_own_owner_gives_the_stream_up_when_it_ends(
+    tmp_path: Path, blocking: bool
+) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+
+    async def main() -> None:
+        runner = ClosesItsOwner()
+        owner = runner.owner = await AsyncOwner(open_store(url), "s", runner,
+                                                offload=blocking).__aenter__()
+        io_threads = {t for t in threading.enumerate() if t.name.startswith("nous-inbox io")}
+        await owner.steer("go")
+        await asyncio.wait_for(owner.wait_idle(), WAIT)
+        assert owner.closed and runner.closed_at_once
+        for _ in range(3):
+            await asyncio.sleep(0)  # the run's task ends just after wait_idle returns
+        for thread in io_threads:  # the worker stops once it has given the lease back
+            await asyncio.to_thread(thread.join, WAIT)
+            assert not thread.is_alive()
+        async with AsyncOwner(open_store(url), "s", Runner(echo), start=False) as again:
+            assert not again.session.running  # the lease was given back
+
+    asyncio.run(main())
+
+
+def test_a_run_closing_its_owner_while_the_host_closes_it_returns_at_once(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+
+    async def main() -> None:
+        runner = ClosesItsOwner()
+        runner.wait_for_host = True
+        owner = runner.owner = await AsyncOwner(open_store(url), "s", runner).__aenter__()
+        await owner.steer("go")
+        closing = asyncio.ensure_future(owner.aclose(timeout=WAIT))
+        await asyncio.sleep(0)  # the host's teardown is under way
+        runner.host_closing.set()
+        await asyncio.wait_for(closing, WAIT)
+        assert runner.closed_at_once  # not stalled until the host's timeout
+        async with AsyncOwner(open_store(url), "s", Runner(echo), start=False) as again:
+            assert not again.session.running  # the lease was given back
+
+    asyncio.run(main())
