@@ -403,8 +403,9 @@ class Runner:
         found = self.tools.get(call.name)
         if found is None:
             have = ", ".join(sorted(self.tools)) or "none"
-            return _error_result(
-                call, "unknown_tool", f"unknown tool {call.name!r} (this run's tools: {have})"
+            return _fitting_error(
+                call, "unknown_tool", f"unknown tool {call.name!r} (this run's tools: {have})",
+                limit,
             )
         try:
             value = yield _Call(found.fn, found.is_async, (), found.arguments(call.arguments),
@@ -412,7 +413,7 @@ class Runner:
         except Exception as exc:
             logger.warning("tool %r raised; the model gets an error result", call.name,
                            exc_info=True)
-            return _error_result(call, type(exc).__name__, _describe(exc))
+            return _fitting_error(call, type(exc).__name__, _describe(exc), limit)
         if value is _ABANDONED:
             return cancelled_result(call)
         return _tool_message(call, value, limit)
@@ -624,11 +625,28 @@ def _error_result(call: ToolCall, kind: str, text: str) -> Message:
     return Message.tool(f"error: {text}", call.id, name=call.name, metadata={"error": kind})
 
 
+def _fitting_error(call: ToolCall, kind: str, text: str, limit: int) -> Message:
+    """:func:`_error_result`, its text cut short when the record would be above ``limit`` (the
+    store's record limit): a tool that raised with a long message, under a store with a small
+    limit, must still answer its call rather than end the turn with a store error."""
+    # As in _tool_message: a character takes at most 6 bytes in a record.
+    fixed = (len(call.id) + len(call.name) + len(kind)) * 6 + _ENVELOPE + _FIXED
+    if len(text) * 6 + fixed <= limit or _record_size(
+            _error_result(call, kind, text)) + _ENVELOPE <= limit:
+        return _error_result(call, kind, text)
+    room = max(0, (limit - fixed) // 6 - len(_CUT))
+    logger.warning("tool %r: its error text is cut to fit a record", call.name)
+    return _error_result(call, kind, text[:room] + _CUT)
+
+
+_CUT: Final = "... (cut to fit the log's record limit)"
+
 _ENVELOPE: Final = 4 * MAX_STREAM_NAME + 256
 """Bytes a ToolReturned record may take beyond what :func:`_record_size` measures: the stream's
 name (at most ``MAX_STREAM_NAME`` characters, 4 bytes each at most), the seq, time, turn, step
 and batch position at their longest, and MessagePack's longer string headers. A bound, not a
-guess: a result under it is one every store takes."""
+guess: a result under it is one every store of this package takes (a host's own store
+with another envelope says so by a smaller ``max_record_size``)."""
 
 _FIXED: Final = 512
 """Bytes a ToolReturned record of empty text, id and name takes at most, envelope aside (131):

@@ -892,6 +892,28 @@ def test_a_tool_that_raises_what_the_log_cannot_hold_still_answers_with_an_error
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_a_tool_error_too_long_for_a_small_store_limit_is_cut_to_fit_and_the_turn_goes_on(
+    mode: str, kind: str, tmp_path: Any
+) -> None:
+    # A 4 KiB store: the tool's error message (5,000 characters) would make a record the
+    # store refuses, ending the turn with a store error; it is cut short instead.
+    port = store_port(kind, tmp_path, max_record_size=4096)
+    port.append(sent_event("open it", "next_turn", True))
+
+    def open_it() -> str:
+        raise ValueError("y" * 5000)
+
+    model = Script(calls("open_it"), FINAL)
+    events = drive(mode, build(mode, model, [tool(name="open_it")(open_it)]), port)
+    answer = model.seen[1][-1]
+    assert answer.metadata["error"] == "ValueError"
+    assert answer.content.startswith("error: ValueError: yyy")
+    assert answer.content.endswith("(cut to fit the log's record limit)")
+    assert ended(events).reason == "final"
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("why", UNSTORABLE)
 def test_a_model_that_raises_what_the_log_cannot_hold_still_ends_the_turn_recorded(
     mode: str, why: str, tmp_path: Any
