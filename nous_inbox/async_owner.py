@@ -483,13 +483,10 @@ class AsyncOwner:
             try:
                 with self._lock:
                     (stored,) = journal.append((event,))
-            except LeaseLostError as exc:
-                self._lease_lost(exc)
-                if unwritten is not None:
-                    unwritten()
-                raise
             except BaseException as exc:
-                if unwritten is not None and refused_unwritten(exc):
+                if isinstance(exc, LeaseLostError):
+                    self._lease_lost(exc)
+                if unwritten is not None and refused_unwritten(exc):  # a lost lease wrote nothing
                     unwritten()
                 raise
             return stored  # type: ignore[return-value]
