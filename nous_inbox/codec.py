@@ -80,6 +80,7 @@ __all__ = [
     "FRAME_HEADER_SIZE",
     "JSON_LINES",
     "MAX_RECORD_SIZE",
+    "MAX_STREAM_NAME",
     "MSGPACK",
     "Format",
     "Header",
@@ -105,6 +106,10 @@ __all__ = [
 FORMAT_NAME: Final = "nous-inbox"
 MAX_RECORD_SIZE: Final = 16 * 1024 * 1024
 """Default size limit of one record (its JSON line or MessagePack payload), in bytes."""
+
+MAX_STREAM_NAME: Final = 256
+"""The longest stream (session) name a record may carry, in characters: a store refuses a longer
+one, and a record's size is bounded with it."""
 
 Format = Literal["json", "msgpack"]
 """A format by name, as the functions below accept it (or pass a :class:`LogFormat`)."""

@@ -102,7 +102,7 @@ from typing import Any, Final, NamedTuple, Protocol
 
 import attrs
 
-from nous_inbox.codec import MAX_RECORD_SIZE, Record, encode_record
+from nous_inbox.codec import MAX_RECORD_SIZE, MAX_STREAM_NAME, Record, encode_record
 from nous_inbox.events import Event, QueueClaimed, ToolReturned, Warned
 from nous_inbox.inbox import Target
 from nous_inbox.loop import (
@@ -127,7 +127,6 @@ from nous_inbox.loop import (
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.port import LocalSession, SessionPort, check_port
 from nous_inbox.session import Session
-from nous_inbox.store.base import MAX_STREAM_NAME
 from nous_inbox.tool import Tool, tool
 
 # The port's names are re-exported: a runner and its port are used together; so are its tools.

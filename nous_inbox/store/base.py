@@ -62,7 +62,7 @@ from typing import Final, Protocol, Self, cast, runtime_checkable
 
 import msgspec
 
-from nous_inbox.codec import _BAD, JSON_LINES, MAX_RECORD_SIZE, MSGPACK, LogFormat
+from nous_inbox.codec import _BAD, JSON_LINES, MAX_RECORD_SIZE, MAX_STREAM_NAME, MSGPACK, LogFormat
 from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import EVENT_TYPES, Event, MailSent, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target
@@ -82,7 +82,6 @@ __all__ = [
     "default_store_url",
 ]
 
-MAX_STREAM_NAME: Final = 256
 STORE_ENV: Final = "NOUS_INBOX_STORE"
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _READ_BACK: Final = "it would not read back"
