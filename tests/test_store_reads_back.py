@@ -10,6 +10,7 @@ messages included; and a bad hand-built event is still refused by every store.
 
 from __future__ import annotations
 
+import io
 import math
 
 import msgspec
@@ -18,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nous_inbox.codec import JSON_LINES, MSGPACK
+from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed, Warned
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
@@ -117,3 +119,68 @@ def test_the_proof_names_every_field_of_the_types_it_judges():
     assert set(_PROVEN_FIELDS) == {MessageSent, QueueClaimed, Message}
     for kind, proven in _PROVEN_FIELDS.items():
         assert proven == set(kind.__struct_fields__), kind.__name__
+
+
+# -- memory: keeps a plain send or claim on its fields' proof, the size limit still exact --------
+
+
+@settings(max_examples=500, deadline=None)
+@given(event=events(), length=st.sampled_from([0, 1, 31, 32, 255, 256, 65535, 65536]))
+def test_the_size_bound_memory_keeps_by_is_never_below_the_real_encoding(event, length):
+    # memory: keeps a proven send or claim without encoding it, when its bound is under the
+    # limit; a bound below the real size would keep a record the durable stores refuse.
+    from nous_inbox.store.memory import _CLAIMED_MOST, _SENT_MOST
+
+    if isinstance(event, MessageSent) and type(event.message) is Message:
+        msgspec.structs.force_setattr(event.message, "content", "x" * length)
+    if not _reads_back(event):
+        return
+    bound = (_CLAIMED_MOST if type(event) is QueueClaimed
+             else _SENT_MOST + len(event.message.content))
+    assert len(MSGPACK.encode(event)) <= bound
+
+
+@pytest.mark.parametrize("kind", ["send", "claim"])
+def test_memory_holds_a_proven_event_to_the_record_limit_to_the_byte(kind):
+    # The limit is held exactly: an event that encodes to the limit is kept, one that encodes
+    # to a byte more is refused, whether or not the store needed to encode it to know.
+    def event(size: int) -> Event:
+        if kind == "claim":
+            return QueueClaimed(target=Target.NEXT_STEP, count=0, rest=0, seq=1, at=1.5)
+        return MessageSent(target=Target.NEXT_STEP, wakeup=True,
+                           message=Message.user("x" * size), seq=1, at=1.5)
+
+    exact = len(MSGPACK.encode(event(100)))
+    for limit, kept in ((exact, True), (exact - 1, False), (10**6, True)):
+        store = open_store("memory:")
+        store.max_record_size = limit
+        if kept:
+            assert store.append("s", [event(100)]) == [event(100)]
+        else:
+            with pytest.raises(ValueError, match="above the limit"):
+                store.append("s", [event(100)])
+            assert store.version("s") == 0
+
+
+def test_memory_numbers_and_times_a_proven_event_as_every_store_does():
+    store = open_store("memory:")
+    sent = MessageSent(target=Target.NEXT_STEP, wakeup=True, message=Message.user("go"))
+    (first,) = store.append("s", [sent])
+    (second,) = store.append("s", (sent,), expected_version=1)
+    assert (first.seq, second.seq) == (1, 2) and first.at > 0 and type(first.at) is float
+    claim = QueueClaimed(target=Target.NEXT_STEP, count=2, seq=7, at=3.5)
+    (third,) = store.append("s", [claim])
+    assert (third.seq, third.at) == (3, 3.5)
+    assert list(store.read("s")) == [first, second, third]
+    with pytest.raises(ConcurrencyError):
+        store.append("s", [sent], expected_version=1)
+    with pytest.raises(ValueError, match="expected_version"):
+        store.append("s", [sent], expected_version=True)
+    assert store.version("s") == 3 and store.version("other") == 0
+    store.close()
+    with pytest.raises(ValueError, match="closed"):
+        store.append("s", [sent])
+    with pytest.raises(ValueError, match="closed"):
+        store.version("s")
+    with pytest.raises(io.UnsupportedOperation):
+        open_store("memory:", read_only=True).append("s", [sent])

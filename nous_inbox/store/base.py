@@ -58,7 +58,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Protocol, Self, cast, runtime_checkable
+from typing import Any, Final, Protocol, Self, cast, runtime_checkable
 
 import msgspec
 
@@ -693,31 +693,35 @@ def _reads_back(event: Event) -> bool:
     anything else (non-ASCII text, metadata, a value of a wrong type however it got there, a
     message altered past its own checks) is decoded and compared as before.
     """
-    kind = type(event)
-    at = event.at
-    seq = event.seq
-    if type(seq) is not int or not 0 <= seq <= _INT64_MAX or type(at) is not float or not (
-        -_INF < at < _INF
+    # (Read through ``Any``, not ``cast``: this runs for every send and claim, and a ``cast``
+    # is a function call.)
+    judged: Any = event
+    kind = type(judged)
+    seq = judged.seq
+    at = judged.at
+    if type(seq) is not int or type(at) is not float or not (
+        0 <= seq <= _INT64_MAX and -_INF < at < _INF
     ):
         return False
     if kind is MessageSent:
-        sent = cast(MessageSent, event)
-        message = sent.message
-        if type(sent.target) is not Target or type(sent.wakeup) is not bool or (
-            type(message) is not Message
+        message = judged.message
+        if type(message) is not Message or type(judged.target) is not Target or (
+            type(judged.wakeup) is not bool
         ):
             return False
-        role, content, calls = message.role, message.content, message.tool_calls
+        role = message.role
+        content = message.content
+        calls = message.tool_calls
         return (
             type(role) is str and role in ROLES and type(content) is str and content.isascii()
             and message.name is None and message.tool_call_id is None and message.id is None
             and message.metadata is _NO_METADATA and type(calls) is tuple and not calls
         )
     if kind is QueueClaimed:
-        claim = cast(QueueClaimed, event)
-        count, rest = claim.count, claim.rest
+        count = judged.count
+        rest = judged.rest
         return (
-            type(claim.target) is Target and type(count) is int and type(rest) is int
+            type(judged.target) is Target and type(count) is int and type(rest) is int
             and 0 <= count <= _INT64_MAX and 0 <= rest <= _INT64_MAX
         )
     return False
