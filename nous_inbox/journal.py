@@ -70,7 +70,7 @@ from pyrsistent import pvector
 from nous_inbox.codec import MAX_RECORD_SIZE
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, QueueClaimed
-from nous_inbox.inbox import Inbox, Target, as_target
+from nous_inbox.inbox import Claimed, Inbox, Target
 from nous_inbox.message import Message
 from nous_inbox.session import Session
 from nous_inbox.snapshot import (
@@ -311,27 +311,39 @@ class Journal:
         """
         session = self._session
         version = session.version
-        now = self._clock() if self._clock is not None else _time()
         stream = self._stream
+        if len(events) == 1:  # a send, a claim, a run's record: no list to build
+            event = events[0]
+            at = event.at
+            if event.seq != version + 1 or type(at) is not float or not at:
+                now = at or (self._clock() if self._clock is not None else _time())
+                event = _replace(event, seq=version + 1, at=float(now))
+            return self._keep((event,), session.apply(event, stream))
+        now = self._clock() if self._clock is not None else _time()
         stamped: list[Event] = []
         for event in events:
             version += 1
             event = _replace(event, seq=version, at=float(event.at or now))
             session = session.apply(event, stream)
             stamped.append(event)
+        return self._keep(stamped, session)
+
+    def _keep(self, stamped: Sequence[Event], session: Session) -> list[Event]:
+        """Append ``stamped`` (numbered, timed) at the session's version and keep ``session``,
+        the fold of them; then tell ``on_events`` and checkpoint when due."""
         if not self._keep_transcript:
             session = _without_transcript(session)
         store = self._store
         if store is None:
-            stored = stamped
+            stored = stamped if type(stamped) is list else list(stamped)
         else:
-            kept = store.append(stream, stamped, self._session.version)
+            kept = store.append(self._stream, stamped, self._session.version)
             stored = kept if type(kept) is list else list(kept)
         self._writes += 1
         self._session = session
         if self._on_events is not None:
             self._on_events(stored)
-        if version >= self._due:
+        if session.version >= self._due:
             self._checkpoint()
         return stored
 
@@ -345,9 +357,15 @@ class Journal:
         and becomes the transcript entries (ruling 6). What is claimed is the core's decision
         (:meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`: ``wake_only`` claims only when a
         waking message worth a round is queued; ``limit`` takes only the oldest few, and the
-        event's ``rest`` says how many stayed). What other writers appended is read first, so a
-        steer sent from another process joins this claim. Returns the messages in send order and
-        the stored event, or ``([], None)`` when nothing was claimed (nothing is recorded then).
+        event's ``rest`` says how many stayed). A steer another process sent joins this claim:
+        the claim is appended at the version it was computed on, so one computed before another
+        writer's append is refused by the store, and the journal reads what was written and
+        claims again (as it does, too, before it answers that there was nothing). Returns the
+        messages in send order and the stored event, or ``([], None)`` when nothing was claimed
+        (nothing is recorded then).
+
+        It asks the store for no version first: the append's expected version is that check,
+        and a claim that has something to take is then one store call, not two.
 
         >>> from nous_inbox.events import MessageSent
         >>> from nous_inbox.store import open_store
@@ -360,17 +378,33 @@ class Journal:
         >>> [m.content for m in messages], event.count, event.seq
         (['fyi'], 1, 2)
         """
-        where = as_target(target)
-        self.catch_up()
+        claimed, event = self.take(target, wake_only=wake_only, limit=limit)
+        return (list(claimed), event) if event is not None else ([], None)
+
+    def take(
+        self, target: Target | str, *, wake_only: bool = False, limit: int | None = None
+    ) -> tuple[Claimed, QueueClaimed | None]:
+        """:meth:`claim`, with the messages as the read-only view the inbox handed out
+        (:class:`~nous_inbox.inbox.Claimed`): for a caller that copies them its own way (the
+        port makes a tuple), so a claim is copied once."""
+        clock = self._clock if self._clock is not None else _time
         lost: ConcurrencyError | None = None
         for _ in range(ATTEMPTS):
-            # Computed again if another writer appended first: the queue may have grown.
-            claimed, event, _ = claim_event(self._session.inbox, where, wake_only=wake_only,
-                                            limit=limit)
+            # Computed on the session as it stands; the store's expected version is the check
+            # that nobody appended since. Refused (another writer first), or nothing to take
+            # here, the journal reads what others wrote and claims again, so a steer sent from
+            # another process joins this claim either way, with no version asked beforehand.
+            now = clock()
+            claimed, event, after = self._session.claim(
+                target, at=now if type(now) is float else float(now), wake_only=wake_only,
+                limit=limit,
+            )
             if event is None:
-                return [], None
+                if self.catch_up():
+                    continue
+                return claimed, None
             try:
-                (stored,) = self._append((event,))
+                (stored,) = self._keep((event,), after)
             except ConcurrencyError as exc:
                 if not self.catch_up():
                     raise
@@ -398,22 +432,22 @@ def claim_event(
     inbox: Inbox, target: Target | str, *, wake_only: bool = False, limit: int | None = None
 ) -> tuple[list[Message], QueueClaimed | None, Inbox]:
     """A claim as the log records it: the messages, the ``QueueClaimed`` event (``None`` when
-    nothing was claimed) and the inbox left behind. Pure; the decision is :meth:`Inbox.claim`'s.
+    nothing was claimed; ``seq`` and ``at`` left for the log) and the inbox left behind. Pure;
+    the decision is :meth:`Inbox.claim`'s.
 
-    Every claimer builds its event here (through :meth:`Journal.claim`, or, for a holder that
-    claims several queues in one append like the aimu adapter, directly), so a claim's event
+    Every claim's event is built by :meth:`Session.claim <nous_inbox.session.Session.claim>`:
+    a journal's own claims call it directly, and this is it for a holder that claims several
+    queues in one append (the mailbox's routing, the pydantic-ai adapter), so a claim's event
     always says what the core decided.
 
     >>> claimed, event, rest = claim_event(Inbox().followup("a").followup("b"), "next_turn", limit=1)
-    >>> [m.content for m in claimed], event.count, event.rest, rest.count()
-    (['a'], 1, 1, 1)
+    >>> [m.content for m in claimed], event.count, event.rest, event.seq, rest.count()
+    (['a'], 1, 1, 0, 1)
     """
-    where = as_target(target)
-    claimed, rest = inbox.claim(where, limit, wake_only=wake_only)
-    if not claimed:
+    claimed, event, after = Session(inbox=inbox).claim(target, wake_only=wake_only, limit=limit)
+    if event is None:
         return [], None, inbox
-    left = rest.count(where) if limit is not None else 0
-    return list(claimed), QueueClaimed(target=where, count=len(claimed), rest=left), rest
+    return list(claimed), _replace(event, seq=0), after.inbox
 
 
 def _gave_up(stream: str) -> ConcurrencyError:

@@ -17,7 +17,9 @@ There is one implementation: :class:`JournalPort`, a :class:`~nous_inbox.journal
 stream of a store) seen from a runner. The owner runs its turns through one; :class:`LocalSession`
 is one over an in-memory list, with the send verbs added, for tests, examples and single-process
 hosts (unlike a store, it does not prove each event reads back from a wire format). Every claim,
-the aimu adapter's included, builds its event with :func:`~nous_inbox.journal.claim_event`.
+the adapters' included, builds its event with :meth:`Session.claim
+<nous_inbox.session.Session.claim>` (the journal's, directly; a holder claiming several queues
+in one append, through :func:`~nous_inbox.journal.claim_event`).
 
 >>> local = LocalSession()
 >>> local.inject("recall: the deploy is frozen").seq, local.steer("stop and summarize").seq
@@ -323,7 +325,7 @@ class JournalPort:
         """Drain ``target`` and record the claim, atomically; ``((), None)`` if nothing was
         claimed. See :meth:`Journal.claim <nous_inbox.journal.Journal.claim>`."""
         with self._lock:
-            messages, event = self._journal.claim(target, wake_only=wake_only)
+            messages, event = self._journal.take(target, wake_only=wake_only)
             return (tuple(messages), event) if event is not None else ((), None)
 
     def record(self, event: Event) -> Event:

@@ -16,6 +16,7 @@ from nous_inbox import (
     Session,
     replay,
 )
+from nous_inbox.events import Event
 from nous_inbox.journal import ATTEMPTS, Journal
 from nous_inbox.store import StoreLockedError, open_store
 
@@ -153,3 +154,35 @@ def test_a_wake_only_claim_takes_nothing_unless_a_waking_message_worth_a_round_i
                                            message=Message.user("stop"))], None))
     messages, _ = journal.claim("next_step", wake_only=True)
     assert [m.content for m in messages] == ["fyi", "  ", "stop"]
+
+
+def test_a_claim_made_on_a_stale_session_takes_what_other_writers_sent_too() -> None:
+    # The claim is computed on the session as it stands and appended at its version: another
+    # writer's send since makes the store refuse it, and the claim is made again, theirs in it.
+    store = open_store("memory:")
+    journal = Journal(store, "s")
+    journal.append([sent("mine")])
+    store.append("s", [sent("theirs")])
+    messages, event = journal.claim("next_step")
+    assert [m.content for m in messages] == ["mine", "theirs"]
+    assert event is not None and (event.count, event.seq) == (2, 3)
+    assert journal.session == replay(store.read("s"))
+
+
+def test_a_claim_with_nothing_queued_here_reads_other_writers_before_it_says_nothing() -> None:
+    store = open_store("memory:")
+    journal = Journal(store, "s")
+    store.append("s", [sent("theirs")])
+    messages, event = journal.claim("next_step", wake_only=True)
+    assert [m.content for m in messages] == ["theirs"] and event is not None
+    assert journal.claim("next_step") == ([], None)
+    assert journal.session == replay(store.read("s"))
+
+
+def test_a_claim_is_told_to_on_events_once_and_as_stored() -> None:
+    store = open_store("memory:")
+    told: list[Event] = []
+    journal = Journal(store, "s", on_events=told.extend)
+    journal.append([sent("a")])
+    _, event = journal.claim("next_step")
+    assert told == list(store.read("s")) and told[-1] == event
