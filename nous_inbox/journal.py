@@ -291,14 +291,23 @@ class Journal:
         """
         if not events:
             return []
-        lost: ConcurrencyError | None = None
-        for _ in range(ATTEMPTS):
+        try:  # (the first attempt outside the retry loop: it is the one that succeeds)
+            return self._append(events)
+        except ConcurrencyError as exc:
+            return self._append_again(events, exc)
+
+    def _append_again(self, events: Sequence[Event], lost: ConcurrencyError) -> list[Event]:
+        """:meth:`append`'s attempts after its first was refused with ``lost``: after each
+        refusal, what the other writer wrote is read (nothing new: the refusal is raised)."""
+        for _ in range(ATTEMPTS - 1):
+            if not self.catch_up():
+                raise lost
             try:
                 return self._append(events)
             except ConcurrencyError as exc:
-                if not self.catch_up():
-                    raise
                 lost = exc
+        if not self.catch_up():
+            raise lost
         raise _gave_up(self._stream) from lost
 
     def _append(self, events: Sequence[Event]) -> list[Event]:

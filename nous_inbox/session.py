@@ -144,13 +144,17 @@ def _claimed(session: Session, claim: QueueClaimed, seq: int, stream: str) -> Se
     if queued != claim.count + claim.rest:
         raise _miscount(stream, seq, where, claim, queued)
     claimed, inbox = session.inbox.claim(where, claim.count if claim.rest else None)
+    if not claimed:  # a recorded claim that took nothing: only the version moves
+        return Session(inbox, session.transcript, seq, session.turn, session.step,
+                       session.running)
     return _took(session, claimed, inbox, seq)
 
 
 def _took(session: Session, claimed: Claimed, inbox: Inbox, seq: int) -> Session:
-    # A claim's fold once the claim is made: the one copy for ``apply`` and ``Session.claim``.
-    transcript = session.transcript.extend(claimed) if claimed else session.transcript
-    return Session(inbox, transcript, seq, session.turn, session.step, session.running)
+    # A claim's fold once a claim took something: the one copy for ``apply`` and
+    # ``Session.claim``.
+    return Session(inbox, session.transcript.extend(claimed), seq, session.turn, session.step,
+                   session.running)
 
 
 def _joined(

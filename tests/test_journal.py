@@ -87,19 +87,30 @@ class _Refusing:
         return getattr(self.inner, name)
 
 
-def test_a_refusal_with_nothing_new_to_read_is_raised_at_once() -> None:
+_WRITES = {  # every way a journal writes, each held to the same retry rules
+    "commit": lambda journal: journal.commit(lambda s: ([sent("x")], None)),
+    "append": lambda journal: journal.append([sent("x")]),
+    "claim": lambda journal: journal.claim("next_step"),
+}
+
+
+@pytest.mark.parametrize("write", _WRITES)
+def test_a_refusal_with_nothing_new_to_read_is_raised_at_once(write: str) -> None:
     store = _Refusing(news=False)
+    store.inner.append("s", [sent("queued")])
     journal = Journal(store, "s")  # type: ignore[arg-type]
     with pytest.raises(StoreLockedError):
-        journal.commit(lambda s: ([sent("x")], None))
-    assert store.appends == 1 and journal.session.version == 0
+        _WRITES[write](journal)
+    assert store.appends == 1 and journal.session.version == 1
 
 
-def test_a_stream_that_never_stands_still_is_given_up_on_with_a_clear_error() -> None:
+@pytest.mark.parametrize("write", _WRITES)
+def test_a_stream_that_never_stands_still_is_given_up_on_with_a_clear_error(write: str) -> None:
     store = _Refusing(news=True)
+    store.inner.append("s", [sent("queued")])
     journal = Journal(store, "s")  # type: ignore[arg-type]
     with pytest.raises(ConcurrencyError, match=f"gave up after {ATTEMPTS} attempts"):
-        journal.commit(lambda s: ([sent("x")], None))
+        _WRITES[write](journal)
     assert store.appends == ATTEMPTS
     assert journal.session == replay(store.inner.read("s"))  # it kept up with what it read
 
