@@ -66,6 +66,7 @@ Equality compares :meth:`MailboxState.snapshot`, a plain structure of everything
 
 from __future__ import annotations
 
+import sys
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -120,6 +121,7 @@ _OUTCOMES: Final[dict[int, Outcome]] = {
 }
 _NEW: Final = QUEUED | FRESH
 _COMPACT: Final = 1024  # a queue is compacted once it is this long and more than half gone
+_UNBOUNDED: Final = sys.maxsize  # a fold without a bound (replay: the events already obey it)
 _COMPACT_MIN: Final = 4096  # the lists are compacted once they grew at least this much since
 # the last compaction (and doubled): whether the new entries are dead does not matter, the cost
 # is spread over the sends that grew them either way
@@ -196,7 +198,7 @@ class Thread:
 class Box:
     """One recipient's share of the mailbox (messages named by their position in the log)."""
 
-    __slots__ = ("dropped", "fresh_head", "gave_work", "head", "kept", "parent", "queue",
+    __slots__ = ("dropped", "fresh_head", "gave_work", "head", "held", "parent", "queue",
                  "queued", "settled", "started", "waking")
 
     def __init__(self) -> None:
@@ -204,13 +206,19 @@ class Box:
         self.head = 0  # queue[head] is the oldest message that may still be queued
         self.fresh_head = 0  # and queue[fresh_head] the oldest that may still be fresh
         self.queued = 0
-        self.kept = 0  # how many of ``queue`` are not gone
+        self.held = 0  # how many of ``queue`` are kept but no longer queued (read, retracted)
         self.waking: deque[int] = deque()  # those that may wake it (lazily cleaned)
         self.settled: deque[int] = deque()  # read and answered, in the order they became so
         self.dropped = 0
         self.parent: str | None = None  # who gave it its first work
         self.started = False  # whether it has taken any message yet
         self.gave_work: set[str] = set()  # the agents it gave work to
+
+    @property
+    def kept(self) -> int:
+        """How many of its messages are kept (not gone): queued ones and held ones. Two counts,
+        not this one, so a send and a receive each change only ``queued``."""
+        return self.queued + self.held
 
 
 def wakes(box: Box, kind: str, sender: str) -> bool:
@@ -262,6 +270,7 @@ class MailboxState:
         self.late = remember // 8  # let go within this many sends of its send: not in ``gone``
         self.boxes: dict[str, Box] = {}
         self.cut = 0  # entries compaction dropped (forgotten messages)
+        self._new = _NEW + ORDER  # the flags of a new message at position 0 (order cut + 1)
         self._compact_at = _COMPACT_MIN  # the length of the lists at which a send compacts
         self._index: dict[str, int] = {}
         self._indexed = 0
@@ -374,13 +383,19 @@ class MailboxState:
         while i < end and not marks[queue[i]] & QUEUED:
             i += 1
         box.head = i
-        if end > _COMPACT and end > 2 * box.kept:
+        if end > _COMPACT and end > 2 * (box.queued + box.held):
             self._compact(box)
         return box.head
 
     def _compact(self, box: Box) -> None:
         # Cut out the messages gone: mostly a consumed head, and holes retention let go of.
         queue, log, head = box.queue, self.log, box.head
+        if not box.held and box.queued == len(queue) - head:
+            # The common case: every kept message is queued, so none is before the head, and
+            # every one from the head on is: the queue is its tail, one slice, no look at each.
+            box.queue = queue[head:]
+            box.head = box.fresh_head = 0
+            return
         before = [p for p in queue[:head] if log[p] is not None]
         box.queue = before + [p for p in queue[head:] if log[p] is not None]
         box.head, box.fresh_head = len(before), 0
@@ -405,17 +420,20 @@ class MailboxState:
         i = self._head(box)
         queue, marks, log = box.queue, self.marks, self.log
         chunk = queue[i:i + limit]
-        taken: list[MailSent] = [log[p] for p in chunk if marks[p] & QUEUED]  # type: ignore[misc]
         now = len(log) + self.cut
         received = RECEIVED + now * ORDER  # what became of them, and when
         # Let go late, if the oldest was (a queue is in send order): compaction must find them.
         late = now - marks[chunk[0]] // ORDER >= self.late  # queued: chunk is not empty
-        if len(taken) == len(chunk):  # the common case: no hole (a read, a withdraw) among them
+        if box.queued == len(queue) - i:
+            # The common case: every message from the head on is queued (every queued one is
+            # there), so the chunk has no hole (a read, a withdraw) and needs no look at flags.
+            taken: list[MailSent] = [log[p] for p in chunk]  # type: ignore[misc]
             for p in chunk:
                 marks[p] = received
                 log[p] = None
             if late:
                 self.gone += chunk
+            i += len(chunk)
         else:
             taken = []
             gone = self.gone
@@ -429,39 +447,48 @@ class MailboxState:
                     if late:
                         gone.append(p)
                 i += 1
+        box.head = i  # nothing before it is queued now: the next take need not walk past them
         box.started = True
         box.queued -= len(taken)
-        box.kept -= len(taken)
         self.version += 1
         return taken
 
-    def sent(self, event: MailSent) -> None:
-        """Fold one ``MailSent`` in: what :meth:`apply` does with it, called directly by a send."""
-        p = len(self.log)
-        if p >= self._compact_at:
-            self.compact()
-            p = len(self.log)
+    def sent(self, event: MailSent, bound: int = _UNBOUNDED) -> bool:
+        """Fold one ``MailSent`` in: what :meth:`apply` does with it, called directly by a send.
+
+        With ``bound``, only if fewer than that many messages are queued for its recipient;
+        otherwise fold nothing and answer False (the send's overflow policy decides). The send
+        checks its bound here, under the same look-up of the recipient as the fold."""
         recipient = event.recipient
         box = self.boxes.get(recipient)
         if box is None:
             box = self.boxes[recipient] = Box()
+        elif box.queued >= bound:
+            return False
+        # Compaction runs at the same folded event live and in replay: only once the send is
+        # sure to be folded (a send at the bound folds a drop first, then comes back here).
+        log = self.log
+        p = len(log)
+        if p >= self._compact_at:
+            self.compact()
+            log = self.log
+            p = len(log)
         sender = event.sender
-        cls = event.kind
-        flags = _NEW + (p + 1 + self.cut) * ORDER
-        if cls == "action" and sender == box.parent:
+        if sender == box.parent and event.kind == "action":
             # The commonest send: more work from the agent that gave this one its first work.
             # It wakes, and the sender is already among those that gave work (set with parent).
-            self.log.append(event)
+            log.append(event)
             self.ids.append(event.id)
-            self.marks.append(flags | WAKES)
+            self.marks.append(self._new + p * ORDER | WAKES)
             box.queue.append(p)
             box.queued += 1
-            box.kept += 1
             box.waking.append(p)
-            if box.settled and box.kept > self.retain:
+            if box.settled:
                 self._trim(box)
             self.version = event.seq or self.version + 1
-            return
+            return True
+        cls = event.kind
+        flags = self._new + p * ORDER
         if cls == "action":
             if box.parent is None:
                 if not box.started:
@@ -475,17 +502,17 @@ class MailboxState:
             giver.gave_work.add(recipient)
         elif wakes(box, cls, sender):
             flags |= WAKES
-        self.log.append(event)
+        log.append(event)
         self.ids.append(event.id)
         self.marks.append(flags)
         box.queue.append(p)
         box.queued += 1
-        box.kept += 1
         if flags & WAKES:
             box.waking.append(p)
-        if box.settled and box.kept > self.retain:
+        if box.settled:
             self._trim(box)
         self.version = event.seq or self.version + 1
+        return True
 
     def apply(self, event: Any) -> None:
         """Fold one mailbox event in (events of other kinds are passed by)."""
@@ -512,6 +539,7 @@ class MailboxState:
                     settled = self._settled(p)
                     if marks[p] & QUEUED:
                         box.queued -= 1
+                        box.held += 1
                     marks[p] = (marks[p] | READ) & ~_NEW
                     if not settled and self._settled(p):
                         self._settle(box, p)
@@ -530,6 +558,7 @@ class MailboxState:
                     settled = self._settled(p)
                     if self.marks[p] & QUEUED:
                         box.queued -= 1
+                        box.held += 1
                     self.marks[p] = (self.marks[p] | RETRACTED) & ~_NEW
                     if not settled and self._settled(p):
                         self._settle(box, p)
@@ -578,7 +607,7 @@ class MailboxState:
             log[p] = None
             count += 1
         box.queued -= queued
-        box.kept -= count
+        box.held -= count - queued
 
     def _box(self, agent: str) -> Box:
         box = self.boxes.get(agent)
@@ -592,13 +621,14 @@ class MailboxState:
         box = self._box(event.recipient)
         if self.marks[p] & QUEUED:
             box.queued -= 1
-        box.kept -= 1
+        else:
+            box.held -= 1
         now = len(self.log) + self.cut
         if now - self.marks[p] // ORDER >= self.late:
             self.gone.append(p)
         self.marks[p] = outcome + now * ORDER
         self.log[p] = None
-        if len(box.queue) > _COMPACT and len(box.queue) > 2 * box.kept:
+        if len(box.queue) > _COMPACT and len(box.queue) > 2 * (box.queued + box.held):
             self._head(box)  # which compacts
 
     def _settled(self, p: int) -> bool:
@@ -619,12 +649,11 @@ class MailboxState:
 
     def _settle(self, box: Box, p: int) -> None:
         box.settled.append(p)
-        if box.kept > self.retain:
-            self._trim(box)
+        self._trim(box)
 
     def _trim(self, box: Box) -> None:
         settled = box.settled
-        while box.kept > self.retain and settled:
+        while box.queued + box.held > self.retain and settled:
             p = settled.popleft()
             if self.log[p] is not None:
                 self._remove(p, RELEASED)
@@ -686,6 +715,7 @@ class MailboxState:
         self.ids = [ids[p] for p in old] + ids[recent:]
         self.marks = [marks[p] for p in old] + marks[recent:]
         self.cut += shift
+        self._new = _NEW + (self.cut + 1) * ORDER
         self._index = {}
         self._indexed = 0
         size = len(self.log)
@@ -704,7 +734,7 @@ class MailboxState:
                 "threads": [(t.key, [m.id for m in t.mails], t.senders, t.unread, t.new)
                             for t in self.threads(agent)],
                 "settled": [ids[p] for p in box.settled if log[p] is not None],
-                "counts": (box.queued, box.kept, box.dropped),
+                "counts": (box.queued, box.queued + box.held, box.dropped),
                 "family": (box.parent, box.started, sorted(box.gave_work)),
             }
         mails: dict[str, Any] = {}
