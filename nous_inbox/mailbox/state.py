@@ -450,6 +450,8 @@ class MailboxState:
         box.head = i  # nothing before it is queued now: the next take need not walk past them
         box.started = True
         box.queued -= len(taken)
+        if not box.queued:
+            box.waking.clear()  # a fresh message is a queued one: none of them is fresh now
         self.version += 1
         return taken
 
@@ -608,6 +610,8 @@ class MailboxState:
             count += 1
         box.queued -= queued
         box.held -= count - queued
+        if not box.queued:
+            box.waking.clear()  # a fresh message is a queued one: none of them is fresh now
 
     def _box(self, agent: str) -> Box:
         box = self.boxes.get(agent)
@@ -681,9 +685,15 @@ class MailboxState:
         # Remembered: let go when at least len(log) + cut - remember + 1 messages had been sent.
         since = (len(log) + self.cut - self.remember + 1) * ORDER
         remembered = self.gone[bisect_left(self.gone, since, key=marks.__getitem__):]
-        old = sorted([p for box in self.boxes.values() for p in box.queue
-                      if p < recent and log[p] is not None]
-                     + [p for p in remembered if p < recent])
+        old = [p for p in remembered if p < recent]
+        for box in self.boxes.values():
+            # A queue is in send order, so its positions before ``recent`` are a prefix; and
+            # before its head only held messages are kept: with none, that part needs no look.
+            queue = box.queue
+            start = 0 if box.held else box.head
+            old += [p for p in queue[start:bisect_left(queue, recent, start)]
+                    if log[p] is not None]
+        old.sort()
         shift = recent - len(old)  # a position p >= recent becomes p - shift
         moved = {p: i for i, p in enumerate(old)}
 
@@ -699,21 +709,24 @@ class MailboxState:
                 # Only those still fresh may matter, and fresh ones are queued: none is older
                 # than the oldest fresh message, so the older part goes without a look.
                 i = self._fresh_head(box)
-                waking = list(box.waking)
                 if i < len(box.queue):
+                    waking = list(box.waking)
                     box.waking = deque(kept(waking[bisect_left(waking, box.queue[i]):]))
                 else:
                     box.waking = deque()
             if box.queue:
-                before = kept(box.queue[:box.head])
+                before = kept(box.queue[:box.head]) if box.held else []
                 box.queue = before + kept(box.queue[box.head:])
                 box.head = box.fresh_head = len(before)
             if box.settled:
                 box.settled = deque(kept(box.settled))
         self.gone = [p - shift if p >= recent else moved[p] for p in remembered]
-        self.log = [log[p] for p in old] + log[recent:]
-        self.ids = [ids[p] for p in old] + ids[recent:]
-        self.marks = [marks[p] for p in old] + marks[recent:]
+        self.log, self.ids, self.marks = log[recent:], ids[recent:], marks[recent:]
+        # The older survivors go in front of the slices (one move), not the slices after a
+        # list of them: that copies the slice again, and costs several times as much.
+        self.log[:0] = [log[p] for p in old]
+        self.ids[:0] = [ids[p] for p in old]
+        self.marks[:0] = [marks[p] for p in old]
         self.cut += shift
         self._new = _NEW + (self.cut + 1) * ORDER
         self._index = {}
