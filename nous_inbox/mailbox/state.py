@@ -261,7 +261,10 @@ class MailboxState:
     def __init__(self, retain: int = RETAIN, remember: int = REMEMBER) -> None:
         self.retain = retain
         self.remember = remember
-        self.version = 0
+        # ``version`` is this plus the sends folded (len(log) + cut, which compaction keeps):
+        # the other events folded, or, once events carry a store's seq, what makes the last
+        # one's seq. So a send without a store changes no count of its own.
+        self._base = 0
         self.log: list[MailSent | None] = []
         self.ids: list[str] = []
         self.marks: list[int] = []
@@ -276,6 +279,12 @@ class MailboxState:
         self._indexed = 0
 
     # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """The stream's version this state has folded: the last event's ``seq`` when events
+        carry one (a store's), else how many events were folded."""
+        return self._base + len(self.log) + self.cut
 
     def position(self, id: str) -> int | None:
         """The position of the message ``id`` (kept or gone), or None if it was never sent."""
@@ -452,7 +461,7 @@ class MailboxState:
         box.queued -= len(taken)
         if not box.queued:
             box.waking.clear()  # a fresh message is a queued one: none of them is fresh now
-        self.version += 1
+        self._base += 1  # the MailReceived a store would have recorded
         return taken
 
     def sent(self, event: MailSent, bound: int = _UNBOUNDED) -> bool:
@@ -487,7 +496,8 @@ class MailboxState:
             box.waking.append(p)
             if box.settled:
                 self._trim(box)
-            self.version = event.seq or self.version + 1
+            if event.seq:
+                self._base = event.seq - p - 1 - self.cut
             return True
         cls = event.kind
         flags = self._new + p * ORDER
@@ -513,7 +523,8 @@ class MailboxState:
             box.waking.append(p)
         if box.settled:
             self._trim(box)
-        self.version = event.seq or self.version + 1
+        if event.seq:
+            self._base = event.seq - p - 1 - self.cut
         return True
 
     def apply(self, event: Any) -> None:
@@ -570,7 +581,10 @@ class MailboxState:
             for p in self._kept((event.id,)):
                 self._remove(p, DROPPED)
             self._box(event.recipient).dropped += 1
-        self.version = event.seq or self.version + 1
+        if event.seq:
+            self._base = event.seq - len(self.log) - self.cut
+        else:
+            self._base += 1
 
     def _kept(self, ids: Iterable[str]) -> list[int]:
         """The positions of the kept messages among ``ids``."""
