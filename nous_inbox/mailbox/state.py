@@ -20,9 +20,10 @@ threads, unread and noticed marks, counts and outcomes.
 Design notes. The fold is mutable and kept under its mailbox's lock: a send is the hot path (the
 benchmark races PraisonAI's deque), and a persistent value per send would cost several times a
 few list appends. For the same reason a message is not an object of its own but a *position* in
-three lists (its event, its id, an ``int`` of flags with its send order above the flag bits), so
-a send allocates nothing the cyclic garbage collector tracks (the events are ``gc=False``) and
-inserts into no dict: with thousands of queued messages, tracked objects made every collection
+three lists (its event, its id, an ``int`` of flags: a small one, which Python does not allocate;
+its send order is its position plus ``cut``, see ``MailboxState._order``), so a send
+allocates nothing the cyclic garbage collector tracks (the events are ``gc=False``) and inserts
+into no dict: with thousands of queued messages, tracked objects made every collection
 walk them all, and two dict inserts per send cost more than the rest of it. Ids are indexed
 lazily, the first time one is looked up (a withdraw, a read, a notice, a resend of a given id);
 a receive finds its messages at the head of the queue without the index. :class:`Mail` is a view
@@ -113,13 +114,14 @@ RECEIVED: Final = 64  # the flags of a message no longer kept are what became of
 WITHDRAWN: Final = 128
 DROPPED: Final = 256
 RELEASED: Final = 512
-ORDER: Final = 1024  # flags // ORDER: a kept message's place among every message sent; a gone
-# one's flags are its outcome plus ORDER times the number of messages sent when it was let go
+ORDER: Final = 1024  # a gone message's flags: its outcome plus ORDER times the number of
+# messages sent when it was let go (a kept one's are below ORDER: see MailboxState._order)
 _OUTCOME: Final = ORDER - 1
 _OUTCOMES: Final[dict[int, Outcome]] = {
     RECEIVED: "received", WITHDRAWN: "withdrawn", DROPPED: "dropped", RELEASED: "released",
 }
 _NEW: Final = QUEUED | FRESH
+_NEW_WAKING: Final = QUEUED | FRESH | WAKES
 _COMPACT: Final = 1024  # a queue is compacted once it is this long and more than half gone
 _UNBOUNDED: Final = sys.maxsize  # a fold without a bound (replay: the events already obey it)
 _COMPACT_MIN: Final = 4096  # the lists are compacted once they grew at least this much since
@@ -130,22 +132,18 @@ _COMPACT_MIN: Final = 4096  # the lists are compacted once they grew at least th
 class Mail:
     """A view of one kept message: its event, flags and the reply that answered it, if any."""
 
-    __slots__ = ("answered_by", "event", "flags")
+    __slots__ = ("answered_by", "event", "flags", "order")
 
-    def __init__(self, event: MailSent, flags: int, answered_by: str | None) -> None:
+    def __init__(self, event: MailSent, flags: int, answered_by: str | None, order: int) -> None:
         self.event = event
         self.flags = flags
         self.answered_by = answered_by
+        self.order = order  # its place among every message sent (1, 2, ...; not the seq)
 
     @property
     def id(self) -> str:
         """The message's id."""
         return self.event.id
-
-    @property
-    def order(self) -> int:
-        """Its place among every message sent (1, 2, ...; the seq is 0 without a store)."""
-        return self.flags // ORDER
 
     @property
     def thread(self) -> str:
@@ -273,7 +271,7 @@ class MailboxState:
         self.late = remember // 8  # let go within this many sends of its send: not in ``gone``
         self.boxes: dict[str, Box] = {}
         self.cut = 0  # entries compaction dropped (forgotten messages)
-        self._new = _NEW + ORDER  # the flags of a new message at position 0 (order cut + 1)
+        self._orders: dict[int, int] = {}  # position -> send order, where not p + 1 + cut
         self._compact_at = _COMPACT_MIN  # the length of the lists at which a send compacts
         self._index: dict[str, int] = {}
         self._indexed = 0
@@ -312,7 +310,18 @@ class MailboxState:
 
     def _view(self, p: int) -> Mail | None:
         event = self.log[p]
-        return None if event is None else Mail(event, self.marks[p], self.answers.get(p))
+        if event is None:
+            return None
+        return Mail(event, self.marks[p], self.answers.get(p), self._order(p))
+
+    def _order(self, p: int) -> int:
+        """The send order of the kept message at position ``p`` (its place among every message
+        sent): ``p + 1 + cut``, unless compaction moved it to the front of the lists.
+
+        Not kept in its flags: a kept message's flags are below 256, so Python's cached small
+        ints serve them and a send allocates no int for them."""
+        order = self._orders.get(p)
+        return p + 1 + self.cut if order is None else order
 
     def outcome(self, id: str) -> tuple[Outcome, str | None] | None:
         """What became of ``id`` if the mailbox no longer keeps it (and the reply that answered
@@ -432,7 +441,7 @@ class MailboxState:
         now = len(log) + self.cut
         received = RECEIVED + now * ORDER  # what became of them, and when
         # Let go late, if the oldest was (a queue is in send order): compaction must find them.
-        late = now - marks[chunk[0]] // ORDER >= self.late  # queued: chunk is not empty
+        late = now - self._order(chunk[0]) >= self.late  # queued: chunk is not empty
         if box.queued == len(queue) - i:
             # The common case: every message from the head on is queued (every queued one is
             # there), so the chunk has no hole (a read, a withdraw) and needs no look at flags.
@@ -490,7 +499,7 @@ class MailboxState:
             # It wakes, and the sender is already among those that gave work (set with parent).
             log.append(event)
             self.ids.append(event.id)
-            self.marks.append(self._new + p * ORDER | WAKES)
+            self.marks.append(_NEW_WAKING)
             box.queue.append(p)
             box.queued += 1
             box.waking.append(p)
@@ -500,7 +509,7 @@ class MailboxState:
                 self._base = event.seq - p - 1 - self.cut
             return True
         cls = event.kind
-        flags = self._new + p * ORDER
+        flags = _NEW
         if cls == "action":
             if box.parent is None:
                 if not box.started:
@@ -617,7 +626,7 @@ class MailboxState:
                     continue
                 p = found[0]
             queued += marks[p] & QUEUED
-            if now - marks[p] // ORDER >= self.late:
+            if now - self._order(p) >= self.late:
                 self.gone.append(p)
             marks[p] = received
             log[p] = None
@@ -642,7 +651,7 @@ class MailboxState:
         else:
             box.held -= 1
         now = len(self.log) + self.cut
-        if now - self.marks[p] // ORDER >= self.late:
+        if now - self._order(p) >= self.late:
             self.gone.append(p)
         self.marks[p] = outcome + now * ORDER
         self.log[p] = None
@@ -718,6 +727,12 @@ class MailboxState:
 
         self.answers = {p - shift if p >= recent else moved[p]: by
                         for p, by in self.answers.items() if p >= recent or p in moved}
+        # The kept messages moved to the front keep their send order aside (the rest shift with
+        # ``cut``, so theirs is still p + 1 + cut).
+        orders = {moved[p]: self._order(p) for p in old if log[p] is not None}
+        orders.update((p - shift, order) for p, order in self._orders.items()
+                      if p >= recent and log[p] is not None)
+        self._orders = orders
         for box in self.boxes.values():  # while the old lists are in place (_fresh_head)
             if box.waking:
                 # Only those still fresh may matter, and fresh ones are queued: none is older
@@ -742,7 +757,6 @@ class MailboxState:
         self.ids[:0] = [ids[p] for p in old]
         self.marks[:0] = [marks[p] for p in old]
         self.cut += shift
-        self._new = _NEW + (self.cut + 1) * ORDER
         self._index = {}
         self._indexed = 0
         size = len(self.log)
@@ -771,7 +785,7 @@ class MailboxState:
             else:
                 mails[ids[p]] = (event.sender, event.recipient, thaw_json(event.body),
                                  event.kind, event.thread, event.correlation_id, event.reply_to,
-                                 event.at, self.marks[p], self.answers.get(p))
+                                 event.at, self.marks[p], self._order(p), self.answers.get(p))
         return {"version": self.version, "mails": mails, "boxes": boxes}
 
     def __eq__(self, other: object) -> bool:
