@@ -205,7 +205,8 @@ class Box:
         self.fresh_head = 0  # and queue[fresh_head] the oldest that may still be fresh
         self.queued = 0
         self.held = 0  # how many of ``queue`` are kept but no longer queued (read, retracted)
-        self.waking: deque[int] = deque()  # those that may wake it (lazily cleaned)
+        self.waking: deque[int] = deque()  # those that may wake it (lazily cleaned,
+        # and emptied once nothing is queued: a fresh message is a queued one)
         self.settled: deque[int] = deque()  # read and answered, in the order they became so
         self.dropped = 0
         self.parent: str | None = None  # who gave it its first work
@@ -503,7 +504,7 @@ class MailboxState:
             box.queue.append(p)
             box.queued += 1
             box.waking.append(p)
-            if box.settled:
+            if box.settled and box.queued + box.held > self.retain:
                 self._trim(box)
             if event.seq:
                 self._base = event.seq - p - 1 - self.cut
@@ -530,7 +531,7 @@ class MailboxState:
         box.queued += 1
         if flags & WAKES:
             box.waking.append(p)
-        if box.settled:
+        if box.settled and box.queued + box.held > self.retain:
             self._trim(box)
         if event.seq:
             self._base = event.seq - p - 1 - self.cut
