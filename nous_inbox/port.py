@@ -83,7 +83,8 @@ class SessionPort(Protocol):
     # Optional, so not a member here (an ``isinstance`` check would then refuse the ports that
     # leave it out): ``max_record_size``, an int, the largest record ``record`` can store, in
     # bytes. A runner turns a tool result above it into an error result the model sees; a port
-    # without it is held to the codec's default (``nous_inbox.codec.MAX_RECORD_SIZE``).
+    # without it, or with None (no limit of its own), is held to the codec's default
+    # (``nous_inbox.codec.MAX_RECORD_SIZE``).
 
 
 _PORT_FIX: Final = (

@@ -606,6 +606,12 @@ def test_a_store_refuses_a_max_record_size_that_is_not_an_int_of_at_least_one_at
     with pytest.raises(error, match=rf"max_record_size must be an int >= 1 \(bytes\), "
                                     rf"got {re.escape(repr(limit))}"):
         opener()
+    if kind == "postgresql":
+        # Nothing created means no connection made: with a good limit, the same URL (no server
+        # on port 1) fails at connecting, so the refusal above came first.
+        with pytest.raises(StoreError, match="cannot connect"):
+            PostgresStore("postgresql://localhost:1/none", max_record_size=4096)
+        return
     assert not path.exists()
 
 
