@@ -188,3 +188,21 @@ def test_memory_numbers_and_times_a_proven_event_as_every_store_does():
         store.version("s")
     with pytest.raises(io.UnsupportedOperation):
         open_store("memory:", read_only=True).append("s", [sent])
+
+
+def test_a_memory_store_subclass_that_overrides_a_hook_sees_every_append():
+    from nous_inbox.store.memory import MemoryStore
+
+    class Mirrored(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.written: list[Event] = []
+
+        def _write(self, stream, events, records, *, batch=None):
+            self.written.extend(events)
+            super()._write(stream, events, records, batch=batch)
+
+    store = Mirrored()
+    (sent,) = store.append("s", [MessageSent(target=Target.NEXT_STEP, wakeup=True,
+                                             message=Message.user("go"))])
+    assert store.written == [sent] and store.version("s") == 1

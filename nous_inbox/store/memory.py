@@ -22,8 +22,9 @@ their decode), and the size limit holds exactly because such an event's MessageP
 bounded by its text's length plus a fixed overhead (computed below from the largest such event):
 an event under the limit by that bound is under it by its real size, and one that is not goes
 the general way and is encoded and measured. So a plain send or claim is appended with one check
-of its fields and one lock, and anything else (a batch, another event, non-ASCII text, metadata)
-takes :class:`~nous_inbox.store.base.StoreBase`'s path, proved by encoding.
+of its fields and one lock, and anything else (a batch, another event, non-ASCII text, metadata,
+any append to a subclass that overrides one of the hooks) takes
+:class:`~nous_inbox.store.base.StoreBase`'s path, proved by encoding.
 
 Thread-safe: one lock guards the streams; ``read`` iterates over a snapshot taken under it.
 Owner leases are a set in the store: no other store can see its streams, so none can own them.
@@ -78,12 +79,25 @@ _CLAIMED_MOST: Final = max(
 )
 
 
+#: The hooks and steps a proven send or claim (and ``version``) no longer passes through.
+_BYPASSED: Final = ("_check_open", "_version", "_write", "_encode", "_decode", "_prove",
+                    "_append_retrying", "_append_once", "_append_at")
+
+
 class MemoryStore(StoreBase):
     """A :class:`~nous_inbox.store.base.Store` that keeps its streams in memory."""
 
     url = "memory:"
     blocking = False  # a call is a few microseconds under a lock: an event loop may make it
     _lock_excludes = True  # one lock guards the streams; a write is one list.extend
+
+    #: Whether appends of a proven send or claim and ``version`` skip the hooks (see ``append``):
+    #: not in a subclass that overrides one of them, which must see every call.
+    _direct: bool = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._direct = all(getattr(cls, hook) is getattr(MemoryStore, hook) for hook in _BYPASSED)
 
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only
@@ -103,7 +117,7 @@ class MemoryStore(StoreBase):
         :class:`~nous_inbox.store.base.Store`. A lone plain send or claim is proved by its
         fields and size bound (see the module's design note); anything else by encoding."""
         if (
-            (type(events) is list or type(events) is tuple) and len(events) == 1
+            self._direct and (type(events) is list or type(events) is tuple) and len(events) == 1
             and type(stream) is str and stream in _GOOD_STREAMS
             and (expected_version is None
                  or (type(expected_version) is int and expected_version >= 0))
@@ -141,6 +155,8 @@ class MemoryStore(StoreBase):
         dict). A journal asks it before every read of what others wrote (an empty claim, a
         watcher's poll), so it costs what the lookup costs.
         """
+        if not self._direct:
+            return super().version(stream)
         if type(stream) is not str or stream not in _GOOD_STREAMS:  # (check_stream's cache)
             check_stream(stream)
         if self._closed:
