@@ -463,55 +463,56 @@ class AsyncOwner:
         """
         # Bad input is refused on the caller's own line. Parts already checked (a built
         # Message, a Target, a bool) need no second look.
-        if type(message) is Message and type(target) is Target and type(wakeup) is bool:
-            event = MessageSent(target=target, wakeup=wakeup, message=message)
-        else:
+        if type(message) is not Message or type(target) is not Target or type(wakeup) is not bool:
             event = sent_event(message, target, wakeup)
+            message, target, wakeup = event.message, event.target, event.wakeup
         # Each verb stores inline itself rather than awaiting a shared coroutine: on a store
         # that does not block, a send completes within the caller's one coroutine.
         if self._io is None:
-            return self._store_now(event)
-        return await self._store_queued(event)
+            return self._store_now(message, target, wakeup)
+        return await self._store_queued(MessageSent(target=target, wakeup=wakeup, message=message))
 
     async def steer(self, message: Message | str) -> MessageSent:
         """Next step, wakes: "read this before your next model request"."""
-        event = MessageSent(target=_STEP, wakeup=True,
-                            message=message if type(message) is Message else as_message(message))
+        if type(message) is not Message:
+            message = as_message(message)
         if self._io is None:
-            return self._store_now(event)
-        return await self._store_queued(event)
+            return self._store_now(message, _STEP, True)
+        return await self._store_queued(MessageSent(target=_STEP, wakeup=True, message=message))
 
     async def inject(self, message: Message | str) -> MessageSent:
         """Next step, no wake: "have this to hand if you make another request"."""
-        event = MessageSent(target=_STEP, wakeup=False,
-                            message=message if type(message) is Message else as_message(message))
+        if type(message) is not Message:
+            message = as_message(message)
         if self._io is None:
-            return self._store_now(event)
-        return await self._store_queued(event)
+            return self._store_now(message, _STEP, False)
+        return await self._store_queued(MessageSent(target=_STEP, wakeup=False, message=message))
 
     async def followup(self, message: Message | str) -> MessageSent:
         """Next turn, wakes: "answer this after you finish what you are doing"."""
-        event = MessageSent(target=_TURN, wakeup=True,
-                            message=message if type(message) is Message else as_message(message))
+        if type(message) is not Message:
+            message = as_message(message)
         if self._io is None:
-            return self._store_now(event)
-        return await self._store_queued(event)
+            return self._store_now(message, _TURN, True)
+        return await self._store_queued(MessageSent(target=_TURN, wakeup=True, message=message))
 
     async def prompt(self, text: Message | str) -> MessageSent:
         """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any in progress."""
-        event = sent_event(text, Target.NEXT_TURN, True)
+        message = as_message(text)
         self._core.prompt()  # before the send: the run it wakes starts before it returns
         # Undone only when the prompt cannot be in the log: one that may be (a cancel after the
         # worker took it, a commit whose outcome is unknown) still opens its turn as a prompt.
         if self._io is None:
-            return self._store_now(event, self._core.unprompt)
-        return await self._store_queued(event, self._core.unprompt)
+            return self._store_now(message, _TURN, True, self._core.unprompt)
+        return await self._store_queued(MessageSent(target=_TURN, wakeup=True, message=message),
+                                        self._core.unprompt)
 
-    def _store_now(self, event: MessageSent,
+    def _store_now(self, message: Message, target: Target, wakeup: bool,
                    unwritten: Callable[[], None] | None = None) -> MessageSent:
-        """Store ``event`` inline (a store that does not block; see :meth:`send`), the wake
-        decided as it folds in. ``unwritten`` is called when it fails and nothing can have been
-        stored: refused before the store, or by it (a lost lease wrote nothing, either)."""
+        """Store the send of these checked parts inline (a store that does not block; see
+        :meth:`send`), the wake decided as it folds in: the journal builds the event once,
+        numbered. ``unwritten`` is called when it fails and nothing can have been stored:
+        refused before the store, or by it (a lost lease wrote nothing, either)."""
         journal = self._journal
         if journal is None or self._closed or self._core.lost is not None:
             try:
@@ -522,14 +523,13 @@ class AsyncOwner:
                 raise
         try:
             with self._lock:
-                (stored,) = journal.append((event,))
+                return journal.send(message, target, wakeup)
         except BaseException as exc:
             if isinstance(exc, LeaseLostError):
                 self._lease_lost(exc)
             if unwritten is not None and refused_unwritten(exc):
                 unwritten()
             raise
-        return stored  # type: ignore[return-value]
 
     async def _store_queued(self, event: MessageSent,
                             unwritten: Callable[[], None] | None = None) -> MessageSent:

@@ -17,6 +17,7 @@ from nous_inbox import (
     replay,
 )
 from nous_inbox.events import Event
+from nous_inbox.inbox import Target
 from nous_inbox.journal import ATTEMPTS, Journal
 from nous_inbox.store import StoreLockedError, open_store
 
@@ -197,3 +198,18 @@ def test_a_claim_is_told_to_on_events_once_and_as_stored() -> None:
     journal.append([sent("a")])
     _, event = journal.claim("next_step")
     assert told == list(store.read("s")) and told[-1] == event
+
+
+def test_a_send_is_built_once_numbered_checked_first_and_retried_after_another_writer() -> None:
+    store = open_store("memory:")
+    journal = Journal(store, "s")
+    first = journal.send("fyi", "next_step", False)  # plain spellings become a message, a Target
+    assert (first.seq, first.target, first.message) == (1, Target.NEXT_STEP, Message.user("fyi"))
+    store.append("s", [sent("theirs")])
+    second = journal.send(Message.user("go"), Target.NEXT_TURN, True)
+    assert second.seq == 3 and journal.session == replay(store.read("s"))
+    for bad, error in (((42, "next_step", True), TypeError), (("x", "later", True), ValueError),
+                       (("x", "next_step", 1), TypeError)):
+        with pytest.raises(error):
+            journal.send(*bad)  # type: ignore[arg-type]
+    assert store.version("s") == 3
