@@ -400,7 +400,7 @@ class Journal:
         event's ``rest`` says how many stayed). A steer another process sent joins this claim:
         the claim is appended at the version it was computed on, so one computed before another
         writer's append is refused by the store, and the journal reads what was written and
-        claims again (as it does, too, before it answers that there was nothing). Returns the
+        claims again (and reads once, too, before it answers that there was nothing). Returns the
         messages in send order and the stored event, or ``([], None)`` when nothing was claimed
         (nothing is recorded then).
 
@@ -429,6 +429,7 @@ class Journal:
         port makes a tuple), so a claim is copied once."""
         clock = self._clock if self._clock is not None else _time
         lost: ConcurrencyError | None = None
+        looked = False  # whether an empty claim has read other writers yet
         for _ in range(ATTEMPTS):
             # Computed on the session as it stands; the store's expected version is the check
             # that nobody appended since. Refused (another writer first), or nothing to take
@@ -440,7 +441,11 @@ class Journal:
                 limit=limit,
             )
             if event is None:
-                if self.catch_up():
+                # Read others once, not until the stream stands still: an empty claim writes
+                # nothing, so it cannot lose a race, and a writer appending to the other queue
+                # (followups while a run claims next_step) must not turn "nothing" into an error.
+                if not looked and self.catch_up():
+                    looked = True
                     continue
                 return claimed, None
             try:

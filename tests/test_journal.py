@@ -116,6 +116,34 @@ def test_a_stream_that_never_stands_still_is_given_up_on_with_a_clear_error(writ
     assert journal.session == replay(store.inner.read("s"))  # it kept up with what it read
 
 
+class _Busy:
+    """A store another writer appends to (a followup on ``next_turn``) just before every poll of
+    its version: a stream that never stands still, though nothing touches ``next_step``."""
+
+    def __init__(self) -> None:
+        self.inner = open_store("memory:")
+        self.polls = 0
+
+    def version(self, stream: str) -> int:
+        self.polls += 1
+        self.inner.append(stream, [MessageSent(target="next_turn", wakeup=True,
+                                               message=Message.user(f"later {self.polls}"))])
+        return self.inner.version(stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_an_empty_claim_reads_other_writers_once_then_answers_nothing() -> None:
+    # An empty claim writes nothing, so it has no race to lose: it reads what others wrote once
+    # (a steer sent from elsewhere would join it) and answers nothing, however busy the stream.
+    store = _Busy()
+    journal = Journal(store, "s")  # type: ignore[arg-type]
+    assert journal.claim("next_step") == ([], None)
+    assert store.polls == 1 and journal.session.version == 1
+    assert journal.session == replay(store.inner.read("s"))
+
+
 def test_without_a_store_changes_are_numbered_and_folded_but_kept_nowhere() -> None:
     journal = Journal(None, "local")
     stored, _ = journal.commit(lambda s: ([sent("a"), sent("b")], None))
