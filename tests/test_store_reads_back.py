@@ -145,25 +145,43 @@ def test_the_size_bound_memory_keeps_by_is_never_below_the_real_encoding(event, 
 
 
 @pytest.mark.parametrize("kind", ["send", "claim"])
-def test_memory_holds_a_proven_event_to_the_record_limit_to_the_byte(kind):
+def test_memory_holds_a_proven_event_to_the_record_limit_to_the_byte(kind, monkeypatch):
     # The limit is held exactly: an event that encodes to the limit is kept, one that encodes
-    # to a byte more is refused, whether or not the store needed to encode it to know.
-    def event(size: int) -> Event:
-        if kind == "claim":
-            return QueueClaimed(target=Target.NEXT_STEP, count=0, rest=0, seq=1, at=1.5)
-        return MessageSent(target=Target.NEXT_STEP, wakeup=True,
-                           message=Message.user("x" * size), seq=1, at=1.5)
+    # to a byte more is refused, whether or not the store needed to encode it to know. At the
+    # bound itself the store keeps the event unencoded (the direct path), and what it kept
+    # really encodes within the limit; a byte under the bound, it encodes and measures.
+    from nous_inbox.store.base import StoreBase
+    from nous_inbox.store.memory import _CLAIMED_MOST, _SENT_MOST
 
-    exact = len(MSGPACK.encode(event(100)))
-    for limit, kept in ((exact, True), (exact - 1, False), (10**6, True)):
+    text = "x" * 100
+    if kind == "claim":
+        event: Event = QueueClaimed(target=Target.NEXT_STEP, count=0, rest=0, seq=1, at=1.5)
+        bound = _CLAIMED_MOST
+    else:
+        event = MessageSent(target=Target.NEXT_STEP, wakeup=True, message=Message.user(text),
+                            seq=1, at=1.5)
+        bound = _SENT_MOST + len(text)
+    exact = len(MSGPACK.encode(event))
+    assert exact < bound  # so the limits below reach both paths
+
+    encoded: list[int] = []  # appends that went StoreBase's way, proved by encoding
+    general = StoreBase.append
+    monkeypatch.setattr(StoreBase, "append",
+                        lambda self, *a, **k: encoded.append(1) or general(self, *a, **k))
+    for limit, kept, direct in ((bound, True, True), (bound - 1, True, False),
+                                (exact, True, False), (exact - 1, False, False),
+                                (10**6, True, True)):
         store = open_store("memory:")
         store.max_record_size = limit
+        encoded.clear()
         if kept:
-            assert store.append("s", [event(100)]) == [event(100)]
+            (stored,) = store.append("s", [event])
+            assert stored == event and len(MSGPACK.encode(stored)) <= limit
         else:
             with pytest.raises(ValueError, match="above the limit"):
-                store.append("s", [event(100)])
+                store.append("s", [event])
             assert store.version("s") == 0
+        assert (not encoded) is direct, (limit, direct)
 
 
 def test_memory_numbers_and_times_a_proven_event_as_every_store_does():
@@ -206,3 +224,47 @@ def test_a_memory_store_subclass_that_overrides_a_hook_sees_every_append():
     (sent,) = store.append("s", [MessageSent(target=Target.NEXT_STEP, wakeup=True,
                                              message=Message.user("go"))])
     assert store.written == [sent] and store.version("s") == 1
+
+
+def test_a_memory_store_subclass_writing_json_lines_is_held_to_its_own_limit():
+    # The direct path's bound is a MessagePack size; JSON Lines writes "\x01" as six bytes.
+    from nous_inbox.store.memory import MemoryStore
+
+    class JsonMemory(MemoryStore):
+        _format = JSON_LINES
+
+    store = JsonMemory()
+    store.max_record_size = 1000
+    store.append("s", [MessageSent(target=Target.NEXT_STEP, wakeup=True,
+                                   message=Message.user("hi"))])
+    with pytest.raises(ValueError, match="above the limit of 1000 bytes"):
+        store.append("s", [MessageSent(target=Target.NEXT_STEP, wakeup=True,
+                                       message=Message.user("\x01" * 800))])
+    assert store.version("s") == 1
+
+
+def test_a_memory_store_subclass_that_holds_streams_through_appending_sees_every_append():
+    # With _lock_excludes off, StoreBase holds each append through _appending (a cross-process
+    # lock, a transaction, an audit): no append may skip it.
+    import contextlib
+
+    from nous_inbox.store.memory import MemoryStore
+
+    class Held(MemoryStore):
+        _lock_excludes = False
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.held = 0
+
+        @contextlib.contextmanager
+        def _appending(self, stream):
+            self.held += 1
+            yield self._version(stream)
+
+    store = Held()
+    sent = MessageSent(target=Target.NEXT_STEP, wakeup=True, message=Message.user("go"))
+    claim = QueueClaimed(target=Target.NEXT_STEP, count=1)
+    for event in (sent, sent, claim):
+        store.append("s", [event])
+    assert store.held == 3 and store.version("s") == 3

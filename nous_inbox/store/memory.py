@@ -22,9 +22,17 @@ their decode), and the size limit holds exactly because such an event's MessageP
 bounded by its text's length plus a fixed overhead (computed below from the largest such event):
 an event under the limit by that bound is under it by its real size, and one that is not goes
 the general way and is encoded and measured. So a plain send or claim is appended with one check
-of its fields and one lock, and anything else (a batch, another event, non-ASCII text, metadata,
-any append to a subclass that overrides one of the hooks) takes
-:class:`~nous_inbox.store.base.StoreBase`'s path, proved by encoding.
+of its fields and one lock, and anything else (a batch, another event, non-ASCII text, metadata)
+takes :class:`~nous_inbox.store.base.StoreBase`'s path, proved by encoding.
+
+Only ``MemoryStore`` itself takes that path; every subclass takes the general one, for every
+append and ``version``. The path rests on assumptions no list of overridden hooks can hold for
+good: the records are MessagePack (the bound is a MessagePack size; a subclass may set
+``_format``, and JSON Lines writes ``"\x01"`` as six bytes), the lock is all the exclusion
+needed (a subclass may turn ``_lock_excludes`` off so that its ``_appending`` runs), and no hook
+has work to do (a ``_write`` that mirrors). A rule on the class alone cannot drift as hooks are
+added. It is per class, so an instance-level patch of a hook or of ``_format``
+(``store._write = ...``) is not seen: a plain send or claim skips it; patch a subclass instead.
 
 Thread-safe: one lock guards the streams; ``read`` iterates over a snapshot taken under it.
 Owner leases are a set in the store: no other store can see its streams, so none can own them.
@@ -79,11 +87,6 @@ _CLAIMED_MOST: Final = max(
 )
 
 
-#: The hooks and steps a proven send or claim (and ``version``) no longer passes through.
-_BYPASSED: Final = ("_check_open", "_version", "_write", "_encode", "_decode", "_prove",
-                    "_append_retrying", "_append_once", "_append_at")
-
-
 class MemoryStore(StoreBase):
     """A :class:`~nous_inbox.store.base.Store` that keeps its streams in memory."""
 
@@ -92,12 +95,12 @@ class MemoryStore(StoreBase):
     _lock_excludes = True  # one lock guards the streams; a write is one list.extend
 
     #: Whether appends of a proven send or claim and ``version`` skip the hooks (see ``append``):
-    #: not in a subclass that overrides one of them, which must see every call.
+    #: only in ``MemoryStore`` itself, never in a subclass (see the module's design note).
     _direct: bool = True
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        cls._direct = all(getattr(cls, hook) is getattr(MemoryStore, hook) for hook in _BYPASSED)
+        cls._direct = False
 
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only
