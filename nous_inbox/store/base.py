@@ -22,11 +22,13 @@ Appending needs no lease: anyone may send a message to a session someone else ow
 appended, so every store answers it cheaply (a dict lookup, a ``stat``, an index seek).
 
 A store acknowledges only what it has proved it can read back: every event of an append is
-encoded in the store's own format and decoded again before anything is written, and one that
-does not come back equal (a bare ``str`` where a message belongs, an unknown target, a
-``wakeup`` that is not a bool, a time that is not a finite number) is refused with a
-``TypeError`` or ``ValueError`` naming its index and the field, and nothing is written. So a
-hand-built event can never poison a log for its other readers.
+proved to read back before anything is written, either encoded in the store's own format and
+decoded again or, for a plain send or claim, judged by its fields (:func:`_reads_back`, the
+exact type and range of each, held to the decoders by a property test). One that would not come
+back equal (a bare ``str`` where a message belongs, an unknown target, a ``wakeup`` that is not
+a bool, a time that is not a finite number) is refused with a ``TypeError`` or ``ValueError``
+naming its index and the field, and nothing is written. So a hand-built event can never poison
+a log for its other readers.
 
 Writing a store. :class:`StoreBase` does the shared work once: it checks names, expected
 versions and events, refuses writes to a read-only store, numbers and time-stamps events,
