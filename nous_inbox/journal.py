@@ -70,7 +70,7 @@ from pyrsistent import pvector
 from nous_inbox.codec import MAX_RECORD_SIZE
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Claimed, Inbox, Target, as_message, as_target
+from nous_inbox.inbox import Claimed, Inbox, Target, as_message, as_target, as_wakeup
 from nous_inbox.message import Message
 from nous_inbox.session import Session
 from nous_inbox.snapshot import (
@@ -188,13 +188,15 @@ class Journal:
         return self._writes
 
     @property
-    def max_record_size(self) -> int:
+    def max_record_size(self) -> int | None:
         """The largest record the store takes, in bytes: its ``max_record_size``, or the codec's
-        default for a log that does not say (a host's own, or none). A runner checks a tool's
-        result against it, so a result the store would refuse becomes an error the model sees.
-        Passed on as the store says it (stores check it when they open): a default put in place
-        of a value that is not an int would be a limit the store does not enforce."""
-        limit: int = getattr(self._store, "max_record_size", MAX_RECORD_SIZE)
+        default for a log without the attribute (a host's own, or none). A runner checks a
+        tool's result against it, so a result the store would refuse becomes an error the model
+        sees. Passed on as the store says it, ``None`` included (a log that names no limit):
+        the runner is the one place that holds ``None`` to the codec's default and refuses a
+        value that is not an int >= 1 (stores check their own when they open), so a default put
+        in place here would be a limit the store does not enforce."""
+        limit: int | None = getattr(self._store, "max_record_size", MAX_RECORD_SIZE)
         return limit
 
     def catch_up(self) -> list[Event]:
@@ -316,7 +318,7 @@ class Journal:
         if target is not _STEP and target is not _TURN:
             target = as_target(target)
         if type(wakeup) is not bool:
-            raise TypeError(f"wakeup must be a bool, got {type(wakeup).__name__}")
+            as_wakeup(wakeup)  # raises
         session = self._session
         now = self._clock() if self._clock is not None else _time()
         event = MessageSent(target=target, wakeup=wakeup, message=message,

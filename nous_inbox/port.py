@@ -50,7 +50,7 @@ from typing import Final, Protocol, TypeVar, runtime_checkable
 
 from nous_inbox.errors import ConcurrencyError, LeaseLostError
 from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Target, as_message, as_target
+from nous_inbox.inbox import Target, as_message, as_target, as_wakeup
 from nous_inbox.journal import Change, Journal
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
@@ -183,9 +183,8 @@ def sent_event(message: Message | str, target: Target | str, wakeup: bool) -> Me
     ...
     TypeError: wakeup must be a bool, got str
     """
-    if type(wakeup) is not bool:
-        raise TypeError(f"wakeup must be a bool, got {type(wakeup).__name__}")
-    return MessageSent(target=as_target(target), wakeup=wakeup, message=as_message(message))
+    message = as_message(message)  # the parts in Inbox.send's order, so the same error wins
+    return MessageSent(target=as_target(target), wakeup=as_wakeup(wakeup), message=message)
 
 
 class SendPresets(abc.ABC):
@@ -308,9 +307,11 @@ class JournalPort:
         return self._journal
 
     @property
-    def max_record_size(self) -> int:
-        """The largest record the journal's store takes, in bytes (the optional port member a
-        runner checks a tool's result against; see :class:`SessionPort`)."""
+    def max_record_size(self) -> int | None:
+        """The largest record the journal's store takes, in bytes, or ``None`` when it names no
+        limit (the optional port member a runner checks a tool's result against; see
+        :class:`SessionPort`, and :attr:`Journal.max_record_size
+        <nous_inbox.journal.Journal.max_record_size>`)."""
         return self._journal.max_record_size
 
     @property
