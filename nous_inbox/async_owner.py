@@ -452,6 +452,8 @@ class AsyncOwner:
         self._listeners.append(callback)
 
     # -- what a host says -------------------------------------------------------------------------
+    # The five verbs (send, steer, inject, followup, prompt) each end in the same inline-or-queued
+    # branch, written out rather than shared (see send): a change to one must be made to all five.
 
     async def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
         """Queue ``message`` on ``target`` durably, then wake if it asks to and nothing runs.

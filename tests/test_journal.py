@@ -241,3 +241,21 @@ def test_a_send_is_built_once_numbered_checked_first_and_retried_after_another_w
         with pytest.raises(error):
             journal.send(*bad)  # type: ignore[arg-type]
     assert store.version("s") == 3
+
+
+@pytest.mark.parametrize("bad", [(42, "later", 1), (42, "next_step", 1), ("x", "later", 1),
+                                 ("x", "later", True), ("x", "next_step", None)])
+def test_every_way_to_send_checks_the_parts_in_one_order_so_one_error_wins(bad: tuple) -> None:
+    # message, then target, then wakeup: a send with several bad parts raises the same error
+    # whether the inbox, a journal or the owners' sent_event takes it.
+    from nous_inbox.inbox import Inbox
+    from nous_inbox.port import sent_event
+
+    def error(send: Any) -> str:
+        with pytest.raises((TypeError, ValueError)) as caught:
+            send(*bad)
+        return f"{type(caught.value).__name__}: {caught.value}"
+
+    journal = Journal(open_store("memory:"), "s")
+    assert error(journal.send) == error(sent_event) == error(Inbox().send)
+    assert journal.session.version == 0
