@@ -28,10 +28,10 @@ takes :class:`~nous_inbox.store.base.StoreBase`'s path, proved by encoding.
 Only ``MemoryStore`` itself takes that path; every subclass takes the general one, for every
 append and ``version``. The path rests on assumptions no list of overridden hooks can hold for
 good: the records are MessagePack (the bound is a MessagePack size; a subclass may set
-``_format``, and JSON Lines writes ``"\x01"`` as six bytes), the lock is all the exclusion
-needed (a subclass may turn ``_lock_excludes`` off so that its ``_appending`` runs), and no hook
-has work to do (a ``_write`` that mirrors). A rule on the class alone cannot drift as hooks are
-added. It is per class, so an instance-level patch of a hook or of ``_format``
+``_format``, and JSON Lines writes a control character as six bytes), the lock is all the
+exclusion needed (a subclass may turn ``_lock_excludes`` off so that its ``_appending`` runs),
+and no hook has work to do (a ``_write`` that mirrors). A rule on the class alone cannot drift
+as hooks are added. It is per class, so an instance-level patch of a hook or of ``_format``
 (``store._write = ...``) is not seen: a plain send or claim skips it; patch a subclass instead.
 
 Thread-safe: one lock guards the streams; ``read`` iterates over a snapshot taken under it.
