@@ -123,10 +123,10 @@ _OUTCOMES: Final[dict[int, Outcome]] = {
 _NEW: Final = QUEUED | FRESH
 _NEW_WAKING: Final = QUEUED | FRESH | WAKES
 _COMPACT: Final = 1024  # a queue is compacted once it is this long and more than half gone
-_UNBOUNDED: Final = sys.maxsize  # a fold without a bound (replay: the events already obey it)
 _COMPACT_MIN: Final = 4096  # the lists are compacted once they grew at least this much since
 # the last compaction (and doubled): whether the new entries are dead does not matter, the cost
 # is spread over the sends that grew them either way
+_UNBOUNDED: Final = sys.maxsize  # a fold without a bound (replay: the events already obey it)
 
 
 class Mail:
@@ -216,7 +216,8 @@ class Box:
     @property
     def kept(self) -> int:
         """How many of its messages are kept (not gone): queued ones and held ones. Two counts,
-        not this one, so a send and a receive each change only ``queued``."""
+        not this one, so a send and a receive each change only ``queued``. ``sent`` writes the
+        sum out instead: it runs on every send, where a property call costs measurably."""
         return self.queued + self.held
 
 
@@ -282,7 +283,9 @@ class MailboxState:
     @property
     def version(self) -> int:
         """The stream's version this state has folded: the last event's ``seq`` when events
-        carry one (a store's), else how many events were folded."""
+        carry one (a store's), else how many events were folded. Read it under the mailbox's
+        lock: it is a sum of three attributes, and ``compact`` changes two of them (``log`` and
+        ``cut``) a few statements apart."""
         return self._base + len(self.log) + self.cut
 
     def position(self, id: str) -> int | None:
@@ -402,7 +405,7 @@ class MailboxState:
         while i < end and not marks[queue[i]] & QUEUED:
             i += 1
         box.head = i
-        if end > _COMPACT and end > 2 * (box.queued + box.held):
+        if end > _COMPACT and end > 2 * box.kept:
             self._compact(box)
         return box.head
 
@@ -504,7 +507,7 @@ class MailboxState:
             box.queue.append(p)
             box.queued += 1
             box.waking.append(p)
-            if box.settled and box.queued + box.held > self.retain:
+            if box.settled and box.queued + box.held > self.retain:  # box.kept, inline
                 self._trim(box)
             if event.seq:
                 self._base = event.seq - p - 1 - self.cut
@@ -512,12 +515,12 @@ class MailboxState:
         cls = event.kind
         flags = _NEW
         if cls == "action":
+            # An action from the parent took the fast path above, so one from anyone else
+            # wakes only as the recipient's first work (the rule ``wakes`` writes out).
             if box.parent is None:
                 if not box.started:
                     flags |= WAKES
                 box.parent = sender
-            elif sender == box.parent:
-                flags |= WAKES
             giver = self.boxes.get(sender)
             if giver is None:
                 giver = self.boxes[sender] = Box()
@@ -531,7 +534,7 @@ class MailboxState:
         box.queued += 1
         if flags & WAKES:
             box.waking.append(p)
-        if box.settled and box.queued + box.held > self.retain:
+        if box.settled and box.queued + box.held > self.retain:  # box.kept, inline
             self._trim(box)
         if event.seq:
             self._base = event.seq - p - 1 - self.cut
@@ -656,7 +659,7 @@ class MailboxState:
             self.gone.append(p)
         self.marks[p] = outcome + now * ORDER
         self.log[p] = None
-        if len(box.queue) > _COMPACT and len(box.queue) > 2 * (box.queued + box.held):
+        if len(box.queue) > _COMPACT and len(box.queue) > 2 * box.kept:
             self._head(box)  # which compacts
 
     def _settled(self, p: int) -> bool:
@@ -681,7 +684,7 @@ class MailboxState:
 
     def _trim(self, box: Box) -> None:
         settled = box.settled
-        while box.queued + box.held > self.retain and settled:
+        while box.kept > self.retain and settled:
             p = settled.popleft()
             if self.log[p] is not None:
                 self._remove(p, RELEASED)
@@ -731,6 +734,10 @@ class MailboxState:
         # The kept messages moved to the front keep their send order aside (the rest shift with
         # ``cut``, so theirs is still p + 1 + cut).
         orders = {moved[p]: self._order(p) for p in old if log[p] is not None}
+        # Those an earlier compaction moved to the front, at or after ``recent`` now, shift and
+        # keep their order aside. Only an explicit compact() leaves one there: a send compacts
+        # once the lists grew by at least _COMPACT_MIN past the window kept whole, so ``recent``
+        # is then beyond every entry the last compaction moved to the front.
         orders.update((p - shift, order) for p, order in self._orders.items()
                       if p >= recent and log[p] is not None)
         self._orders = orders
@@ -776,7 +783,7 @@ class MailboxState:
                 "threads": [(t.key, [m.id for m in t.mails], t.senders, t.unread, t.new)
                             for t in self.threads(agent)],
                 "settled": [ids[p] for p in box.settled if log[p] is not None],
-                "counts": (box.queued, box.queued + box.held, box.dropped),
+                "counts": (box.queued, box.kept, box.dropped),
                 "family": (box.parent, box.started, sorted(box.gave_work)),
             }
         mails: dict[str, Any] = {}
