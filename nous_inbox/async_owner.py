@@ -59,7 +59,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Inbox, Target
+from nous_inbox.inbox import Inbox, Target, as_message
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore, Stop
@@ -76,6 +76,8 @@ logger: Final = logging.getLogger("nous_inbox.async_owner")
 
 _T = TypeVar("_T")
 _thread_id: Final = threading.get_ident
+_STEP: Final = Target.NEXT_STEP
+_TURN: Final = Target.NEXT_TURN
 
 Listener = Callable[[Event], None]
 
@@ -450,6 +452,8 @@ class AsyncOwner:
         self._listeners.append(callback)
 
     # -- what a host says -------------------------------------------------------------------------
+    # The five verbs (send, steer, inject, followup, prompt) each end in the same inline-or-queued
+    # branch, written out rather than shared (see send): a change to one must be made to all five.
 
     async def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
         """Queue ``message`` on ``target`` durably, then wake if it asks to and nothing runs.
@@ -461,36 +465,85 @@ class AsyncOwner:
         """
         # Bad input is refused on the caller's own line. Parts already checked (a built
         # Message, a Target, a bool) need no second look.
-        if type(message) is Message and type(target) is Target and type(wakeup) is bool:
-            event = MessageSent(target=target, wakeup=wakeup, message=message)
-        else:
+        if type(message) is not Message or type(target) is not Target or type(wakeup) is not bool:
             event = sent_event(message, target, wakeup)
-        return await self._send(event)
+            message, target, wakeup = event.message, event.target, event.wakeup
+        # Each verb stores inline itself rather than awaiting a shared coroutine: on a store
+        # that does not block, a send completes within the caller's one coroutine.
+        if self._io is None:
+            return self._store_now(message, target, wakeup)
+        return await self._store_queued(MessageSent(target=target, wakeup=wakeup, message=message))
 
-    async def _send(self, event: MessageSent,
-                    unwritten: Callable[[], None] | None = None) -> MessageSent:
-        """Store ``event`` (see :meth:`send`); ``unwritten`` is called when it fails and nothing
-        can have been stored: refused before the store, taken back, or refused by it."""
+    async def steer(self, message: Message | str) -> MessageSent:
+        """Next step, wakes: "read this before your next model request"."""
+        if type(message) is not Message:
+            message = as_message(message)
+        if self._io is None:
+            return self._store_now(message, _STEP, True)
+        return await self._store_queued(MessageSent(target=_STEP, wakeup=True, message=message))
+
+    async def inject(self, message: Message | str) -> MessageSent:
+        """Next step, no wake: "have this to hand if you make another request"."""
+        if type(message) is not Message:
+            message = as_message(message)
+        if self._io is None:
+            return self._store_now(message, _STEP, False)
+        return await self._store_queued(MessageSent(target=_STEP, wakeup=False, message=message))
+
+    async def followup(self, message: Message | str) -> MessageSent:
+        """Next turn, wakes: "answer this after you finish what you are doing"."""
+        if type(message) is not Message:
+            message = as_message(message)
+        if self._io is None:
+            return self._store_now(message, _TURN, True)
+        return await self._store_queued(MessageSent(target=_TURN, wakeup=True, message=message))
+
+    async def prompt(self, text: Message | str) -> MessageSent:
+        """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any in progress."""
+        message = as_message(text)
+        self._core.prompt()  # before the send: the run it wakes starts before it returns
+        # Undone only when the prompt cannot be in the log: one that may be (a cancel after the
+        # worker took it, a commit whose outcome is unknown) still opens its turn as a prompt.
+        if self._io is None:
+            return self._store_now(message, _TURN, True, self._core.unprompt)
+        return await self._store_queued(MessageSent(target=_TURN, wakeup=True, message=message),
+                                        self._core.unprompt)
+
+    def _store_now(self, message: Message, target: Target, wakeup: bool,
+                   unwritten: Callable[[], None] | None = None) -> MessageSent:
+        """Store the send of these checked parts inline (a store that does not block; see
+        :meth:`send`), the wake decided as it folds in: the journal builds the event once,
+        numbered. ``unwritten`` is called when it fails and nothing can have been stored:
+        refused before the store, or by it (a lost lease wrote nothing, either)."""
         journal = self._journal
-        try:
-            if journal is None or self._closed or self._core.lost is not None:
+        if journal is None or self._closed or self._core.lost is not None:
+            try:
                 journal = self._check_open()  # raises, saying why
+            except BaseException:
+                if unwritten is not None:
+                    unwritten()
+                raise
+        try:
+            with self._lock:
+                return journal.send(message, target, wakeup)
+        except BaseException as exc:
+            if isinstance(exc, LeaseLostError):
+                self._lease_lost(exc)
+            if unwritten is not None and refused_unwritten(exc):
+                unwritten()
+            raise
+
+    async def _store_queued(self, event: MessageSent,
+                            unwritten: Callable[[], None] | None = None) -> MessageSent:
+        """Store ``event`` in the worker's next group commit (a store that blocks); see
+        :meth:`send`. ``unwritten`` as for :meth:`_store_now`, or when the send was taken back."""
+        try:
+            self._check_open()
         except BaseException:
             if unwritten is not None:
                 unwritten()
             raise
-        if self._io is None:
-            try:
-                with self._lock:
-                    (stored,) = journal.append((event,))
-            except BaseException as exc:
-                if isinstance(exc, LeaseLostError):
-                    self._lease_lost(exc)
-                if unwritten is not None and refused_unwritten(exc):  # a lost lease wrote nothing
-                    unwritten()
-                raise
-            return stored  # type: ignore[return-value]
-        assert self._loop is not None
+        assert self._loop is not None and self._io is not None
         future: asyncio.Future[MessageSent] = self._loop.create_future()
         with self._sends_lock:
             self._sends.append((event, future))
@@ -513,26 +566,6 @@ class AsyncOwner:
             if unwritten is not None and refused_unwritten(exc):
                 unwritten()
             raise
-
-    async def steer(self, message: Message | str) -> MessageSent:
-        """Next step, wakes: "read this before your next model request"."""
-        return await self.send(message, Target.NEXT_STEP, True)
-
-    async def inject(self, message: Message | str) -> MessageSent:
-        """Next step, no wake: "have this to hand if you make another request"."""
-        return await self.send(message, Target.NEXT_STEP, False)
-
-    async def followup(self, message: Message | str) -> MessageSent:
-        """Next turn, wakes: "answer this after you finish what you are doing"."""
-        return await self.send(message, Target.NEXT_TURN, True)
-
-    async def prompt(self, text: Message | str) -> MessageSent:
-        """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any in progress."""
-        event = sent_event(text, Target.NEXT_TURN, True)
-        self._core.prompt()  # before the send: the run it wakes starts before it returns
-        # Undone only when the prompt cannot be in the log: one that may be (a cancel after the
-        # worker took it, a commit whose outcome is unknown) still opens its turn as a prompt.
-        return await self._send(event, self._core.unprompt)
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.

@@ -65,6 +65,7 @@ __all__ = [
     "Target",
     "as_message",
     "as_target",
+    "as_wakeup",
     "claim",
     "count",
     "followup",
@@ -133,6 +134,27 @@ def as_message(message: object) -> Message:
     if isinstance(message, Message):
         return message
     raise TypeError(f"message must be a Message or a str, got {type(message).__name__}")
+
+
+def as_wakeup(wakeup: object) -> bool:
+    """A ``bool`` passes through; anything else (``1``, ``"yes"``, ``None``) is a TypeError.
+
+    Whoever takes a send's parts checks them in one order, message, target, then wakeup
+    (:meth:`Inbox.send`, :func:`~nous_inbox.port.sent_event`,
+    :meth:`Journal.send <nous_inbox.journal.Journal.send>`), so a send with several bad parts
+    raises the same error wherever it is made. A hot path tests ``type(wakeup) is not bool``
+    itself and calls this only to raise.
+
+    >>> as_wakeup(True)
+    True
+    >>> as_wakeup(1)
+    Traceback (most recent call last):
+    ...
+    TypeError: wakeup must be a bool, got int
+    """
+    if type(wakeup) is not bool:
+        raise TypeError(f"wakeup must be a bool, got {type(wakeup).__name__}")
+    return wakeup
 
 
 def is_blank(messages: Iterable[Message]) -> bool:
@@ -282,7 +304,7 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
         else:
             step = as_target(target) is _STEP  # in practice: raises the ValueError naming choices
         if type(wakeup) is not bool:
-            raise TypeError(f"wakeup must be a bool, got {type(wakeup).__name__}")
+            as_wakeup(wakeup)  # raises
         if step:
             return Inbox(self._turn, self._step.append((message, wakeup)), self._turn_wakes,
                          self._step_wakes + wakeup, self._turn_worth,

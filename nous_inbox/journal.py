@@ -69,8 +69,8 @@ from pyrsistent import pvector
 
 from nous_inbox.codec import MAX_RECORD_SIZE
 from nous_inbox.errors import ConcurrencyError
-from nous_inbox.events import Event, QueueClaimed
-from nous_inbox.inbox import Inbox, Target, as_target
+from nous_inbox.events import Event, MessageSent, QueueClaimed
+from nous_inbox.inbox import Claimed, Inbox, Target, as_message, as_target, as_wakeup
 from nous_inbox.message import Message
 from nous_inbox.session import Session
 from nous_inbox.snapshot import (
@@ -93,6 +93,8 @@ ATTEMPTS: Final = 100
 
 _NEVER: Final = 2**63  # a version no stream reaches: "no checkpoint due"
 _replace: Final = msgspec.structs.replace
+_STEP: Final = Target.NEXT_STEP
+_TURN: Final = Target.NEXT_TURN
 _time: Final = time.time
 
 class Log(Protocol):
@@ -186,13 +188,15 @@ class Journal:
         return self._writes
 
     @property
-    def max_record_size(self) -> int:
+    def max_record_size(self) -> int | None:
         """The largest record the store takes, in bytes: its ``max_record_size``, or the codec's
-        default for a log that does not say (a host's own, or none). A runner checks a tool's
-        result against it, so a result the store would refuse becomes an error the model sees.
-        Passed on as the store says it (stores check it when they open): a default put in place
-        of a value that is not an int would be a limit the store does not enforce."""
-        limit: int = getattr(self._store, "max_record_size", MAX_RECORD_SIZE)
+        default for a log without the attribute (a host's own, or none). A runner checks a
+        tool's result against it, so a result the store would refuse becomes an error the model
+        sees. Passed on as the store says it, ``None`` included (a log that names no limit):
+        the runner is the one place that holds ``None`` to the codec's default and refuses a
+        value that is not an int >= 1 (stores check their own when they open), so a default put
+        in place here would be a limit the store does not enforce."""
+        limit: int | None = getattr(self._store, "max_record_size", MAX_RECORD_SIZE)
         return limit
 
     def catch_up(self) -> list[Event]:
@@ -291,14 +295,52 @@ class Journal:
         """
         if not events:
             return []
-        lost: ConcurrencyError | None = None
-        for _ in range(ATTEMPTS):
+        try:  # (the first attempt outside the retry loop: it is the one that succeeds)
+            return self._append(events)
+        except ConcurrencyError as exc:
+            return self._append_again(events, exc)
+
+    def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
+        """Append one ``MessageSent`` (a send: the commonest append), then fold it in; return it
+        as stored. The parts are checked as :meth:`Inbox.send <nous_inbox.inbox.Inbox.send>`
+        checks them, before anything is written.
+
+        :meth:`append` of a built send, but the event is built once, numbered and timed, rather
+        than built and then copied to number it.
+
+        >>> from nous_inbox.store import open_store
+        >>> journal = Journal(open_store("memory:"), "s")
+        >>> journal.send("go", "next_step", True).seq, journal.session.inbox.wants_wake()
+        (1, True)
+        """
+        if type(message) is not Message:
+            message = as_message(message)
+        if target is not _STEP and target is not _TURN:
+            target = as_target(target)
+        if type(wakeup) is not bool:
+            as_wakeup(wakeup)  # raises
+        session = self._session
+        now = self._clock() if self._clock is not None else _time()
+        event = MessageSent(target=target, wakeup=wakeup, message=message,
+                            seq=session.version + 1, at=now if type(now) is float else float(now))
+        try:
+            (stored,) = self._keep((event,), session.apply(event, self._stream))
+        except ConcurrencyError as exc:
+            (stored,) = self._append_again((event,), exc)
+        return stored  # type: ignore[return-value]
+
+    def _append_again(self, events: Sequence[Event], lost: ConcurrencyError) -> list[Event]:
+        """:meth:`append`'s attempts after its first was refused with ``lost``: after each
+        refusal, what the other writer wrote is read (nothing new: the refusal is raised)."""
+        for _ in range(ATTEMPTS - 1):
+            if not self.catch_up():
+                raise lost
             try:
                 return self._append(events)
             except ConcurrencyError as exc:
-                if not self.catch_up():
-                    raise
                 lost = exc
+        if not self.catch_up():
+            raise lost
         raise _gave_up(self._stream) from lost
 
     def _append(self, events: Sequence[Event]) -> list[Event]:
@@ -311,27 +353,39 @@ class Journal:
         """
         session = self._session
         version = session.version
-        now = self._clock() if self._clock is not None else _time()
         stream = self._stream
+        if len(events) == 1:  # a send, a claim, a run's record: no list to build
+            event = events[0]
+            at = event.at
+            if event.seq != version + 1 or type(at) is not float or not at:
+                now = at or (self._clock() if self._clock is not None else _time())
+                event = _replace(event, seq=version + 1, at=float(now))
+            return self._keep((event,), session.apply(event, stream))
+        now = self._clock() if self._clock is not None else _time()
         stamped: list[Event] = []
         for event in events:
             version += 1
             event = _replace(event, seq=version, at=float(event.at or now))
             session = session.apply(event, stream)
             stamped.append(event)
+        return self._keep(stamped, session)
+
+    def _keep(self, stamped: Sequence[Event], session: Session) -> list[Event]:
+        """Append ``stamped`` (numbered, timed) at the session's version and keep ``session``,
+        the fold of them; then tell ``on_events`` and checkpoint when due."""
         if not self._keep_transcript:
             session = _without_transcript(session)
         store = self._store
         if store is None:
-            stored = stamped
+            stored = stamped if type(stamped) is list else list(stamped)
         else:
-            kept = store.append(stream, stamped, self._session.version)
+            kept = store.append(self._stream, stamped, self._session.version)
             stored = kept if type(kept) is list else list(kept)
         self._writes += 1
         self._session = session
         if self._on_events is not None:
             self._on_events(stored)
-        if version >= self._due:
+        if session.version >= self._due:
             self._checkpoint()
         return stored
 
@@ -345,9 +399,15 @@ class Journal:
         and becomes the transcript entries (ruling 6). What is claimed is the core's decision
         (:meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`: ``wake_only`` claims only when a
         waking message worth a round is queued; ``limit`` takes only the oldest few, and the
-        event's ``rest`` says how many stayed). What other writers appended is read first, so a
-        steer sent from another process joins this claim. Returns the messages in send order and
-        the stored event, or ``([], None)`` when nothing was claimed (nothing is recorded then).
+        event's ``rest`` says how many stayed). A steer another process sent joins this claim:
+        the claim is appended at the version it was computed on, so one computed before another
+        writer's append is refused by the store, and the journal reads what was written and
+        claims again (and reads once, too, before it answers that there was nothing). Returns the
+        messages in send order and the stored event, or ``([], None)`` when nothing was claimed
+        (nothing is recorded then).
+
+        It asks the store for no version first: the append's expected version is that check,
+        and a claim that has something to take is then one store call, not two.
 
         >>> from nous_inbox.events import MessageSent
         >>> from nous_inbox.store import open_store
@@ -360,17 +420,38 @@ class Journal:
         >>> [m.content for m in messages], event.count, event.seq
         (['fyi'], 1, 2)
         """
-        where = as_target(target)
-        self.catch_up()
+        claimed, event = self.take(target, wake_only=wake_only, limit=limit)
+        return (list(claimed), event) if event is not None else ([], None)
+
+    def take(
+        self, target: Target | str, *, wake_only: bool = False, limit: int | None = None
+    ) -> tuple[Claimed, QueueClaimed | None]:
+        """:meth:`claim`, with the messages as the read-only view the inbox handed out
+        (:class:`~nous_inbox.inbox.Claimed`): for a caller that copies them its own way (the
+        port makes a tuple), so a claim is copied once."""
+        clock = self._clock if self._clock is not None else _time
         lost: ConcurrencyError | None = None
+        looked = False  # whether an empty claim has read other writers yet
         for _ in range(ATTEMPTS):
-            # Computed again if another writer appended first: the queue may have grown.
-            claimed, event, _ = claim_event(self._session.inbox, where, wake_only=wake_only,
-                                            limit=limit)
+            # Computed on the session as it stands; the store's expected version is the check
+            # that nobody appended since. Refused (another writer first), or nothing to take
+            # here, the journal reads what others wrote and claims again, so a steer sent from
+            # another process joins this claim either way, with no version asked beforehand.
+            now = clock()
+            claimed, event, after = self._session.claim(
+                target, at=now if type(now) is float else float(now), wake_only=wake_only,
+                limit=limit,
+            )
             if event is None:
-                return [], None
+                # Read others once, not until the stream stands still: an empty claim writes
+                # nothing, so it cannot lose a race, and a writer appending to the other queue
+                # (followups while a run claims next_step) must not turn "nothing" into an error.
+                if not looked and self.catch_up():
+                    looked = True
+                    continue
+                return claimed, None
             try:
-                (stored,) = self._append((event,))
+                (stored,) = self._keep((event,), after)
             except ConcurrencyError as exc:
                 if not self.catch_up():
                     raise
@@ -398,22 +479,22 @@ def claim_event(
     inbox: Inbox, target: Target | str, *, wake_only: bool = False, limit: int | None = None
 ) -> tuple[list[Message], QueueClaimed | None, Inbox]:
     """A claim as the log records it: the messages, the ``QueueClaimed`` event (``None`` when
-    nothing was claimed) and the inbox left behind. Pure; the decision is :meth:`Inbox.claim`'s.
+    nothing was claimed; ``seq`` and ``at`` left for the log) and the inbox left behind. Pure;
+    the decision is :meth:`Inbox.claim`'s.
 
-    Every claimer builds its event here (through :meth:`Journal.claim`, or, for a holder that
-    claims several queues in one append like the aimu adapter, directly), so a claim's event
+    Every claim's event is built by :meth:`Session.claim <nous_inbox.session.Session.claim>`:
+    a journal's own claims call it directly, and this is it for a holder that claims several
+    queues in one append (the mailbox's routing, the pydantic-ai adapter), so a claim's event
     always says what the core decided.
 
     >>> claimed, event, rest = claim_event(Inbox().followup("a").followup("b"), "next_turn", limit=1)
-    >>> [m.content for m in claimed], event.count, event.rest, rest.count()
-    (['a'], 1, 1, 1)
+    >>> [m.content for m in claimed], event.count, event.rest, event.seq, rest.count()
+    (['a'], 1, 1, 0, 1)
     """
-    where = as_target(target)
-    claimed, rest = inbox.claim(where, limit, wake_only=wake_only)
-    if not claimed:
+    claimed, event, after = Session(inbox=inbox).claim(target, wake_only=wake_only, limit=limit)
+    if event is None:
         return [], None, inbox
-    left = rest.count(where) if limit is not None else 0
-    return list(claimed), QueueClaimed(target=where, count=len(claimed), rest=left), rest
+    return list(claimed), _replace(event, seq=0), after.inbox
 
 
 def _gave_up(stream: str) -> ConcurrencyError:

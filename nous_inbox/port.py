@@ -17,7 +17,9 @@ There is one implementation: :class:`JournalPort`, a :class:`~nous_inbox.journal
 stream of a store) seen from a runner. The owner runs its turns through one; :class:`LocalSession`
 is one over an in-memory list, with the send verbs added, for tests, examples and single-process
 hosts (unlike a store, it does not prove each event reads back from a wire format). Every claim,
-the aimu adapter's included, builds its event with :func:`~nous_inbox.journal.claim_event`.
+the adapters' included, builds its event with :meth:`Session.claim
+<nous_inbox.session.Session.claim>` (the journal's, directly; a holder claiming several queues
+in one append, through :func:`~nous_inbox.journal.claim_event`).
 
 >>> local = LocalSession()
 >>> local.inject("recall: the deploy is frozen").seq, local.steer("stop and summarize").seq
@@ -48,7 +50,7 @@ from typing import Final, Protocol, TypeVar, runtime_checkable
 
 from nous_inbox.errors import ConcurrencyError, LeaseLostError
 from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Target, as_message, as_target
+from nous_inbox.inbox import Target, as_message, as_target, as_wakeup
 from nous_inbox.journal import Change, Journal
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
@@ -83,7 +85,8 @@ class SessionPort(Protocol):
     # Optional, so not a member here (an ``isinstance`` check would then refuse the ports that
     # leave it out): ``max_record_size``, an int, the largest record ``record`` can store, in
     # bytes. A runner turns a tool result above it into an error result the model sees; a port
-    # without it is held to the codec's default (``nous_inbox.codec.MAX_RECORD_SIZE``).
+    # without it, or with None (no limit of its own), is held to the codec's default
+    # (``nous_inbox.codec.MAX_RECORD_SIZE``).
 
 
 _PORT_FIX: Final = (
@@ -180,9 +183,8 @@ def sent_event(message: Message | str, target: Target | str, wakeup: bool) -> Me
     ...
     TypeError: wakeup must be a bool, got str
     """
-    if type(wakeup) is not bool:
-        raise TypeError(f"wakeup must be a bool, got {type(wakeup).__name__}")
-    return MessageSent(target=as_target(target), wakeup=wakeup, message=as_message(message))
+    message = as_message(message)  # the parts in Inbox.send's order, so the same error wins
+    return MessageSent(target=as_target(target), wakeup=as_wakeup(wakeup), message=message)
 
 
 class SendPresets(abc.ABC):
@@ -305,9 +307,11 @@ class JournalPort:
         return self._journal
 
     @property
-    def max_record_size(self) -> int:
-        """The largest record the journal's store takes, in bytes (the optional port member a
-        runner checks a tool's result against; see :class:`SessionPort`)."""
+    def max_record_size(self) -> int | None:
+        """The largest record the journal's store takes, in bytes, or ``None`` when it names no
+        limit (the optional port member a runner checks a tool's result against; see
+        :class:`SessionPort`, and :attr:`Journal.max_record_size
+        <nous_inbox.journal.Journal.max_record_size>`)."""
         return self._journal.max_record_size
 
     @property
@@ -323,7 +327,7 @@ class JournalPort:
         """Drain ``target`` and record the claim, atomically; ``((), None)`` if nothing was
         claimed. See :meth:`Journal.claim <nous_inbox.journal.Journal.claim>`."""
         with self._lock:
-            messages, event = self._journal.claim(target, wake_only=wake_only)
+            messages, event = self._journal.take(target, wake_only=wake_only)
             return (tuple(messages), event) if event is not None else ((), None)
 
     def record(self, event: Event) -> Event:

@@ -323,9 +323,12 @@ class Runner:
         check_port(port)
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, got {type(reason).__name__}")
-        # The limit of the store the port records into (a store may be opened with its own);
-        # a port that does not say is held to the codec's default.
-        limit = getattr(port, "max_record_size", MAX_RECORD_SIZE)
+        # The limit of the store the port records into (a store may be opened with its own).
+        # A port that does not say, or says None (a host's log with no limit of its own), is
+        # held to the codec's default: the largest record every reader of the log takes.
+        limit = getattr(port, "max_record_size", None)
+        if limit is None:
+            limit = MAX_RECORD_SIZE
         if type(limit) is not int or limit < 1:
             raise TypeError(
                 f"{type(port).__name__}.max_record_size must be an int >= 1 (the largest record "

@@ -16,6 +16,8 @@ from nous_inbox import (
     Session,
     replay,
 )
+from nous_inbox.events import Event
+from nous_inbox.inbox import Target
 from nous_inbox.journal import ATTEMPTS, Journal
 from nous_inbox.store import StoreLockedError, open_store
 
@@ -86,21 +88,60 @@ class _Refusing:
         return getattr(self.inner, name)
 
 
-def test_a_refusal_with_nothing_new_to_read_is_raised_at_once() -> None:
+_WRITES = {  # every way a journal writes, each held to the same retry rules
+    "commit": lambda journal: journal.commit(lambda s: ([sent("x")], None)),
+    "append": lambda journal: journal.append([sent("x")]),
+    "claim": lambda journal: journal.claim("next_step"),
+}
+
+
+@pytest.mark.parametrize("write", _WRITES)
+def test_a_refusal_with_nothing_new_to_read_is_raised_at_once(write: str) -> None:
     store = _Refusing(news=False)
+    store.inner.append("s", [sent("queued")])
     journal = Journal(store, "s")  # type: ignore[arg-type]
     with pytest.raises(StoreLockedError):
-        journal.commit(lambda s: ([sent("x")], None))
-    assert store.appends == 1 and journal.session.version == 0
+        _WRITES[write](journal)
+    assert store.appends == 1 and journal.session.version == 1
 
 
-def test_a_stream_that_never_stands_still_is_given_up_on_with_a_clear_error() -> None:
+@pytest.mark.parametrize("write", _WRITES)
+def test_a_stream_that_never_stands_still_is_given_up_on_with_a_clear_error(write: str) -> None:
     store = _Refusing(news=True)
+    store.inner.append("s", [sent("queued")])
     journal = Journal(store, "s")  # type: ignore[arg-type]
     with pytest.raises(ConcurrencyError, match=f"gave up after {ATTEMPTS} attempts"):
-        journal.commit(lambda s: ([sent("x")], None))
+        _WRITES[write](journal)
     assert store.appends == ATTEMPTS
     assert journal.session == replay(store.inner.read("s"))  # it kept up with what it read
+
+
+class _Busy:
+    """A store another writer appends to (a followup on ``next_turn``) just before every poll of
+    its version: a stream that never stands still, though nothing touches ``next_step``."""
+
+    def __init__(self) -> None:
+        self.inner = open_store("memory:")
+        self.polls = 0
+
+    def version(self, stream: str) -> int:
+        self.polls += 1
+        self.inner.append(stream, [MessageSent(target="next_turn", wakeup=True,
+                                               message=Message.user(f"later {self.polls}"))])
+        return self.inner.version(stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_an_empty_claim_reads_other_writers_once_then_answers_nothing() -> None:
+    # An empty claim writes nothing, so it has no race to lose: it reads what others wrote once
+    # (a steer sent from elsewhere would join it) and answers nothing, however busy the stream.
+    store = _Busy()
+    journal = Journal(store, "s")  # type: ignore[arg-type]
+    assert journal.claim("next_step") == ([], None)
+    assert store.polls == 1 and journal.session.version == 1
+    assert journal.session == replay(store.inner.read("s"))
 
 
 def test_without_a_store_changes_are_numbered_and_folded_but_kept_nowhere() -> None:
@@ -153,3 +194,68 @@ def test_a_wake_only_claim_takes_nothing_unless_a_waking_message_worth_a_round_i
                                            message=Message.user("stop"))], None))
     messages, _ = journal.claim("next_step", wake_only=True)
     assert [m.content for m in messages] == ["fyi", "  ", "stop"]
+
+
+def test_a_claim_made_on_a_stale_session_takes_what_other_writers_sent_too() -> None:
+    # The claim is computed on the session as it stands and appended at its version: another
+    # writer's send since makes the store refuse it, and the claim is made again, theirs in it.
+    store = open_store("memory:")
+    journal = Journal(store, "s")
+    journal.append([sent("mine")])
+    store.append("s", [sent("theirs")])
+    messages, event = journal.claim("next_step")
+    assert [m.content for m in messages] == ["mine", "theirs"]
+    assert event is not None and (event.count, event.seq) == (2, 3)
+    assert journal.session == replay(store.read("s"))
+
+
+def test_a_claim_with_nothing_queued_here_reads_other_writers_before_it_says_nothing() -> None:
+    store = open_store("memory:")
+    journal = Journal(store, "s")
+    store.append("s", [sent("theirs")])
+    messages, event = journal.claim("next_step", wake_only=True)
+    assert [m.content for m in messages] == ["theirs"] and event is not None
+    assert journal.claim("next_step") == ([], None)
+    assert journal.session == replay(store.read("s"))
+
+
+def test_a_claim_is_told_to_on_events_once_and_as_stored() -> None:
+    store = open_store("memory:")
+    told: list[Event] = []
+    journal = Journal(store, "s", on_events=told.extend)
+    journal.append([sent("a")])
+    _, event = journal.claim("next_step")
+    assert told == list(store.read("s")) and told[-1] == event
+
+
+def test_a_send_is_built_once_numbered_checked_first_and_retried_after_another_writer() -> None:
+    store = open_store("memory:")
+    journal = Journal(store, "s")
+    first = journal.send("fyi", "next_step", False)  # plain spellings become a message, a Target
+    assert (first.seq, first.target, first.message) == (1, Target.NEXT_STEP, Message.user("fyi"))
+    store.append("s", [sent("theirs")])
+    second = journal.send(Message.user("go"), Target.NEXT_TURN, True)
+    assert second.seq == 3 and journal.session == replay(store.read("s"))
+    for bad, error in (((42, "next_step", True), TypeError), (("x", "later", True), ValueError),
+                       (("x", "next_step", 1), TypeError)):
+        with pytest.raises(error):
+            journal.send(*bad)  # type: ignore[arg-type]
+    assert store.version("s") == 3
+
+
+@pytest.mark.parametrize("bad", [(42, "later", 1), (42, "next_step", 1), ("x", "later", 1),
+                                 ("x", "later", True), ("x", "next_step", None)])
+def test_every_way_to_send_checks_the_parts_in_one_order_so_one_error_wins(bad: tuple) -> None:
+    # message, then target, then wakeup: a send with several bad parts raises the same error
+    # whether the inbox, a journal or the owners' sent_event takes it.
+    from nous_inbox.inbox import Inbox
+    from nous_inbox.port import sent_event
+
+    def error(send: Any) -> str:
+        with pytest.raises((TypeError, ValueError)) as caught:
+            send(*bad)
+        return f"{type(caught.value).__name__}: {caught.value}"
+
+    journal = Journal(open_store("memory:"), "s")
+    assert error(journal.send) == error(sent_event) == error(Inbox().send)
+    assert journal.session.version == 0

@@ -543,6 +543,18 @@ def test_messages_still_kept_are_never_forgotten() -> None:
     assert box.status(answered.id) == "answered"
 
 
+def test_a_kept_message_keeps_its_send_order_through_compactions() -> None:
+    box = Mailbox(remember=100)
+    box.send("idle", "first", sender="lead", id="k-1")
+    _drain(box, 5)
+    box.send("idle", "second", sender="lead", id="k-2")
+    _drain(box, 20_000)  # compactions move both to the front of the lists, again and again
+    box.send("idle", "third", sender="lead", id="k-3")
+    assert box.state.cut > 0
+    orders = [box.state.mail(id).order for id in ("k-1", "k-2", "k-3")]  # type: ignore[union-attr]
+    assert orders == [1, 7, 20_008]
+
+
 def test_a_compacted_state_replays_equal(store: Store) -> None:
     with mock.patch("nous_inbox.mailbox.state._COMPACT_MIN", 64):  # compact often, cheaply
         live = Mailbox(store, remember=50, retain=3)
@@ -816,4 +828,17 @@ def test_a_receive_skips_a_message_read_in_the_middle_of_the_queue() -> None:
     box.send("dev", "from lead 5", sender="lead")
     box.read_thread("dev", "qa")  # a hole in the queue
     assert [m.body for m in box.receive("dev", limit=6)] == [f"from lead {i}" for i in range(6)]
+    assert box.pending("dev") == 0
+
+
+def test_receives_with_reads_between_take_each_message_once_oldest_first() -> None:
+    box = Mailbox()
+    for i in range(6):
+        box.send("dev", f"lead {i}", sender="lead")
+        box.send("dev", f"qa {i}", sender="qa")
+    assert [m.body for m in box.receive("dev", limit=3)] == ["lead 0", "qa 0", "lead 1"]
+    box.read_thread("dev", "qa")  # holes after where the last receive stopped
+    assert [m.body for m in box.receive("dev", limit=2)] == ["lead 2", "lead 3"]
+    box.send("dev", "lead 6", sender="lead")
+    assert [m.body for m in box.receive("dev")] == ["lead 4", "lead 5", "lead 6"]
     assert box.pending("dev") == 0

@@ -1002,6 +1002,21 @@ def test_a_port_that_names_no_record_limit_is_checked_against_the_default() -> N
     assert f"above the limit of {MAX_RECORD_SIZE} bytes" in answer.content
 
 
+@pytest.mark.parametrize("mode", ["sync", "native"])
+def test_a_port_that_says_it_has_no_record_limit_is_held_to_the_codec_default(mode: str) -> None:
+    # None: a host's log with no limit of its own. The turn runs; a result above what every
+    # reader of the log takes still becomes an error result the model sees.
+    local = LocalSession()
+    local.followup("read the dump")
+    port = NoLimitPort(local)
+    port.max_record_size = None  # type: ignore[attr-defined]
+    model = Script(calls("dump"), FINAL)
+    drive(mode, build(mode, model, [tool(name="dump")(lambda: "x" * MAX_RECORD_SIZE)]), port)
+    answer = model.seen[1][-1]
+    assert answer.metadata["error"] == "result_too_large"
+    assert f"above the limit of {MAX_RECORD_SIZE} bytes" in answer.content
+
+
 @pytest.mark.parametrize("limit", [0, -1, "16M", 1.5, True])
 def test_a_port_with_a_record_limit_that_is_not_a_positive_int_is_refused(limit: object) -> None:
     port = NoLimitPort(LocalSession())

@@ -101,6 +101,39 @@ def test_a_claim_moves_the_queue_into_the_transcript() -> None:
     assert session.inbox == Inbox().followup("b")
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    sends=st.lists(st.tuples(st.sampled_from([TURN, STEP]), st.booleans(),
+                             st.sampled_from(["go", " ", "", "later"])), max_size=6),
+    claimed_before=st.booleans(),
+    target=st.sampled_from([TURN, STEP, "next_step", "next_turn"]),
+    wake_only=st.booleans(),
+    limit=st.none() | st.integers(0, 7),
+)
+def test_a_claim_made_on_a_session_is_the_fold_of_the_event_it_records(
+    sends: list[tuple[Target, bool, str]], claimed_before: bool, target: Any, wake_only: bool,
+    limit: int | None,
+) -> None:
+    # The journal folds its own claims with Session.claim, not apply: what it keeps must be
+    # what replay makes of the event it records, and that event what the inbox decided.
+    events: list[Event] = [MessageSent(target=t, wakeup=w, message=Message.user(text))
+                           for t, w, text in sends]
+    if claimed_before and sends:
+        events.append(QueueClaimed(target=sends[0][0], count=sum(
+            1 for t, _, _ in sends if t is sends[0][0])))
+    session = fold(*events)
+    taken, event, after = session.claim(target, at=2.5, wake_only=wake_only, limit=limit)
+    expected, rest = session.inbox.claim(target, limit, wake_only=wake_only)
+    assert list(taken) == list(expected)
+    if not expected:
+        assert event is None and after is session
+        return
+    assert event is not None and (event.seq, event.at) == (session.version + 1, 2.5)
+    assert event.target is Target(target) and event.count == len(expected)
+    assert after == session.apply(event) and after.inbox == rest
+    assert replay([*numbered(*events), event]) == after
+
+
 def test_a_claim_that_does_not_match_the_queue_is_a_replay_error() -> None:
     with pytest.raises(ReplayError, match="claim of next_step records 1 message"):
         fold(QueueClaimed(target=STEP, count=1))

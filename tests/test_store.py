@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from nous_inbox.codec import Record, encode_header, json_lines
+from nous_inbox.codec import MAX_RECORD_SIZE, Record, encode_header, json_lines
 from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import MessageSent, QueueClaimed, Warned
 from nous_inbox.inbox import Target
@@ -606,6 +606,12 @@ def test_a_store_refuses_a_max_record_size_that_is_not_an_int_of_at_least_one_at
     with pytest.raises(error, match=rf"max_record_size must be an int >= 1 \(bytes\), "
                                     rf"got {re.escape(repr(limit))}"):
         opener()
+    if kind == "postgresql":
+        # Nothing created means no connection made: with a good limit, the same URL (no server
+        # on port 1) fails at connecting, so the refusal above came first.
+        with pytest.raises(StoreError, match="cannot connect"):
+            PostgresStore("postgresql://localhost:1/none", max_record_size=4096)
+        return
     assert not path.exists()
 
 
@@ -628,3 +634,7 @@ def test_a_journal_says_the_store_s_max_record_size_as_it_is(tmp_path):
             return 0
 
     assert Journal(OwnLog(), "s").max_record_size == 65536.0
+    OwnLog.max_record_size = None  # names no limit: the runner holds it to the codec's default
+    assert Journal(OwnLog(), "s").max_record_size is None
+    del OwnLog.max_record_size  # says nothing: the codec's default
+    assert Journal(OwnLog(), "s").max_record_size == MAX_RECORD_SIZE

@@ -10,6 +10,7 @@ messages included; and a bad hand-built event is still refused by every store.
 
 from __future__ import annotations
 
+import io
 import math
 
 import msgspec
@@ -18,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nous_inbox.codec import JSON_LINES, MSGPACK
+from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed, Warned
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
@@ -111,9 +113,158 @@ def test_a_message_altered_past_its_checks_is_still_refused_by_every_store(url, 
 
 def test_the_proof_names_every_field_of_the_types_it_judges():
     # A field added later to one of these types would fall outside _reads_back's checks; the
-    # module refuses to import until the proof names it (this test says the same, readably).
-    from nous_inbox.store.base import _PROVEN_FIELDS
+    # module refuses to import until the proof names it.
+    from nous_inbox.store.base import _PROVEN_FIELDS, _check_proof
 
     assert set(_PROVEN_FIELDS) == {MessageSent, QueueClaimed, Message}
-    for kind, proven in _PROVEN_FIELDS.items():
-        assert proven == set(kind.__struct_fields__), kind.__name__
+    _check_proof(_PROVEN_FIELDS)  # the proof as shipped passes
+    short = dict(_PROVEN_FIELDS)
+    short[Message] = _PROVEN_FIELDS[Message] - {"tool_calls"}
+    with pytest.raises(ImportError, match=r"judges .* of Message, which has .*'tool_calls'.*: "
+                                          r"extend the proof to every field"):
+        _check_proof(short)
+
+
+# -- memory: keeps a plain send or claim on its fields' proof, the size limit still exact --------
+
+
+@settings(max_examples=500, deadline=None)
+@given(event=events(), length=st.sampled_from([0, 1, 31, 32, 255, 256, 65535, 65536]))
+def test_the_size_bound_memory_keeps_by_is_never_below_the_real_encoding(event, length):
+    # memory: keeps a proven send or claim without encoding it, when its bound is under the
+    # limit; a bound below the real size would keep a record the durable stores refuse.
+    from nous_inbox.store.memory import _CLAIMED_MOST, _SENT_MOST
+
+    if isinstance(event, MessageSent) and type(event.message) is Message:
+        msgspec.structs.force_setattr(event.message, "content", "x" * length)
+    if not _reads_back(event):
+        return
+    bound = (_CLAIMED_MOST if type(event) is QueueClaimed
+             else _SENT_MOST + len(event.message.content))
+    assert len(MSGPACK.encode(event)) <= bound
+
+
+@pytest.mark.parametrize("kind", ["send", "claim"])
+def test_memory_holds_a_proven_event_to_the_record_limit_to_the_byte(kind, monkeypatch):
+    # The limit is held exactly: an event that encodes to the limit is kept, one that encodes
+    # to a byte more is refused, whether or not the store needed to encode it to know. At the
+    # bound itself the store keeps the event unencoded (the direct path), and what it kept
+    # really encodes within the limit; a byte under the bound, it encodes and measures.
+    from nous_inbox.store.base import StoreBase
+    from nous_inbox.store.memory import _CLAIMED_MOST, _SENT_MOST
+
+    text = "x" * 100
+    if kind == "claim":
+        event: Event = QueueClaimed(target=Target.NEXT_STEP, count=0, rest=0, seq=1, at=1.5)
+        bound = _CLAIMED_MOST
+    else:
+        event = MessageSent(target=Target.NEXT_STEP, wakeup=True, message=Message.user(text),
+                            seq=1, at=1.5)
+        bound = _SENT_MOST + len(text)
+    exact = len(MSGPACK.encode(event))
+    assert exact < bound  # so the limits below reach both paths
+
+    encoded: list[int] = []  # appends that went StoreBase's way, proved by encoding
+    general = StoreBase.append
+    monkeypatch.setattr(StoreBase, "append",
+                        lambda self, *a, **k: encoded.append(1) or general(self, *a, **k))
+    for limit, kept, direct in ((bound, True, True), (bound - 1, True, False),
+                                (exact, True, False), (exact - 1, False, False),
+                                (10**6, True, True)):
+        store = open_store("memory:")
+        store.max_record_size = limit
+        encoded.clear()
+        if kept:
+            (stored,) = store.append("s", [event])
+            assert stored == event and len(MSGPACK.encode(stored)) <= limit
+        else:
+            with pytest.raises(ValueError, match="above the limit"):
+                store.append("s", [event])
+            assert store.version("s") == 0
+        assert (not encoded) is direct, (limit, direct)
+
+
+def test_memory_numbers_and_times_a_proven_event_as_every_store_does():
+    store = open_store("memory:")
+    sent = MessageSent(target=Target.NEXT_STEP, wakeup=True, message=Message.user("go"))
+    (first,) = store.append("s", [sent])
+    (second,) = store.append("s", (sent,), expected_version=1)
+    assert (first.seq, second.seq) == (1, 2) and first.at > 0 and type(first.at) is float
+    claim = QueueClaimed(target=Target.NEXT_STEP, count=2, seq=7, at=3.5)
+    (third,) = store.append("s", [claim])
+    assert (third.seq, third.at) == (3, 3.5)
+    assert list(store.read("s")) == [first, second, third]
+    with pytest.raises(ConcurrencyError):
+        store.append("s", [sent], expected_version=1)
+    with pytest.raises(ValueError, match="expected_version"):
+        store.append("s", [sent], expected_version=True)
+    assert store.version("s") == 3 and store.version("other") == 0
+    store.close()
+    with pytest.raises(ValueError, match="closed"):
+        store.append("s", [sent])
+    with pytest.raises(ValueError, match="closed"):
+        store.version("s")
+    with pytest.raises(io.UnsupportedOperation):
+        open_store("memory:", read_only=True).append("s", [sent])
+
+
+def test_a_memory_store_subclass_that_overrides_a_hook_sees_every_append():
+    from nous_inbox.store.memory import MemoryStore
+
+    class Mirrored(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.written: list[Event] = []
+
+        def _write(self, stream, events, records, *, batch=None):
+            self.written.extend(events)
+            super()._write(stream, events, records, batch=batch)
+
+    store = Mirrored()
+    (sent,) = store.append("s", [MessageSent(target=Target.NEXT_STEP, wakeup=True,
+                                             message=Message.user("go"))])
+    assert store.written == [sent] and store.version("s") == 1
+
+
+def test_a_memory_store_subclass_writing_json_lines_is_held_to_its_own_limit():
+    # The direct path's bound is a MessagePack size; JSON Lines writes "\x01" as six bytes.
+    from nous_inbox.store.memory import MemoryStore
+
+    class JsonMemory(MemoryStore):
+        _format = JSON_LINES
+
+    store = JsonMemory()
+    store.max_record_size = 1000
+    store.append("s", [MessageSent(target=Target.NEXT_STEP, wakeup=True,
+                                   message=Message.user("hi"))])
+    with pytest.raises(ValueError, match="above the limit of 1000 bytes"):
+        store.append("s", [MessageSent(target=Target.NEXT_STEP, wakeup=True,
+                                       message=Message.user("\x01" * 800))])
+    assert store.version("s") == 1
+
+
+def test_a_memory_store_subclass_that_holds_streams_through_appending_sees_every_append():
+    # With _lock_excludes off, StoreBase holds each append through _appending (a cross-process
+    # lock, a transaction, an audit): no append may skip it.
+    import contextlib
+
+    from nous_inbox.store.memory import MemoryStore
+
+    class Held(MemoryStore):
+        _lock_excludes = False
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.held = 0
+
+        @contextlib.contextmanager
+        def _appending(self, stream):
+            self.held += 1
+            yield self._version(stream)
+
+    store = Held()
+    sent = MessageSent(target=Target.NEXT_STEP, wakeup=True, message=Message.user("go"))
+    claim = QueueClaimed(target=Target.NEXT_STEP, count=1)
+    for event in (sent, sent, claim):
+        store.append("s", [event])
+    assert store.held == 3 and store.version("s") == 3

@@ -282,17 +282,14 @@ class Mailbox(Notices):
             if self._plain:
                 lock.acquire()
                 try:
-                    box = self._state.boxes.get(recipient)
-                    if self._plain and (box is None or box.queued < self._max_queue):
-                        self._state.sent(event)  # nothing to store, nobody to call or tell
+                    # Nothing to store, nobody to call or tell: fold it if there is room.
+                    if self._plain and self._state.sent(event, self._max_queue):
                         return Receipt(id, "queued")
                 finally:
                     lock.release()
             with lock:
-                state = self._state
-                box = state.boxes.get(recipient)
-                if self._store is None and (box is None or box.queued < self._max_queue):
-                    state.sent(event)  # the common case, without a store: nothing to retry
+                if self._store is None and self._state.sent(event, self._max_queue):
+                    # The common case, without a store: nothing to retry.
                     stored: Sequence[Event] = (event,)
                     receipt = Receipt(id, "queued")
                 else:
@@ -329,10 +326,7 @@ class Mailbox(Notices):
             lock = self._lock
             lock.acquire()
             try:
-                state = self._state
-                box = state.boxes.get(recipient)
-                if self._plain and (box is None or box.queued < self._max_queue):
-                    state.sent(event)
+                if self._plain and self._state.sent(event, self._max_queue):
                     return id
             finally:
                 lock.release()

@@ -20,9 +20,10 @@ threads, unread and noticed marks, counts and outcomes.
 Design notes. The fold is mutable and kept under its mailbox's lock: a send is the hot path (the
 benchmark races PraisonAI's deque), and a persistent value per send would cost several times a
 few list appends. For the same reason a message is not an object of its own but a *position* in
-three lists (its event, its id, an ``int`` of flags with its send order above the flag bits), so
-a send allocates nothing the cyclic garbage collector tracks (the events are ``gc=False``) and
-inserts into no dict: with thousands of queued messages, tracked objects made every collection
+three lists (its event, its id, an ``int`` of flags: a small one, which Python does not allocate;
+its send order is its position plus ``cut``, see ``MailboxState._order``), so a send
+allocates nothing the cyclic garbage collector tracks (the events are ``gc=False``) and inserts
+into no dict: with thousands of queued messages, tracked objects made every collection
 walk them all, and two dict inserts per send cost more than the rest of it. Ids are indexed
 lazily, the first time one is looked up (a withdraw, a read, a notice, a resend of a given id);
 a receive finds its messages at the head of the queue without the index. :class:`Mail` is a view
@@ -66,6 +67,7 @@ Equality compares :meth:`MailboxState.snapshot`, a plain structure of everything
 
 from __future__ import annotations
 
+import sys
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -112,14 +114,16 @@ RECEIVED: Final = 64  # the flags of a message no longer kept are what became of
 WITHDRAWN: Final = 128
 DROPPED: Final = 256
 RELEASED: Final = 512
-ORDER: Final = 1024  # flags // ORDER: a kept message's place among every message sent; a gone
-# one's flags are its outcome plus ORDER times the number of messages sent when it was let go
+ORDER: Final = 1024  # a gone message's flags: its outcome plus ORDER times the number of
+# messages sent when it was let go (a kept one's are below ORDER: see MailboxState._order)
 _OUTCOME: Final = ORDER - 1
 _OUTCOMES: Final[dict[int, Outcome]] = {
     RECEIVED: "received", WITHDRAWN: "withdrawn", DROPPED: "dropped", RELEASED: "released",
 }
 _NEW: Final = QUEUED | FRESH
+_NEW_WAKING: Final = QUEUED | FRESH | WAKES
 _COMPACT: Final = 1024  # a queue is compacted once it is this long and more than half gone
+_UNBOUNDED: Final = sys.maxsize  # a fold without a bound (replay: the events already obey it)
 _COMPACT_MIN: Final = 4096  # the lists are compacted once they grew at least this much since
 # the last compaction (and doubled): whether the new entries are dead does not matter, the cost
 # is spread over the sends that grew them either way
@@ -128,22 +132,18 @@ _COMPACT_MIN: Final = 4096  # the lists are compacted once they grew at least th
 class Mail:
     """A view of one kept message: its event, flags and the reply that answered it, if any."""
 
-    __slots__ = ("answered_by", "event", "flags")
+    __slots__ = ("answered_by", "event", "flags", "order")
 
-    def __init__(self, event: MailSent, flags: int, answered_by: str | None) -> None:
+    def __init__(self, event: MailSent, flags: int, answered_by: str | None, order: int) -> None:
         self.event = event
         self.flags = flags
         self.answered_by = answered_by
+        self.order = order  # its place among every message sent (1, 2, ...; not the seq)
 
     @property
     def id(self) -> str:
         """The message's id."""
         return self.event.id
-
-    @property
-    def order(self) -> int:
-        """Its place among every message sent (1, 2, ...; the seq is 0 without a store)."""
-        return self.flags // ORDER
 
     @property
     def thread(self) -> str:
@@ -196,7 +196,7 @@ class Thread:
 class Box:
     """One recipient's share of the mailbox (messages named by their position in the log)."""
 
-    __slots__ = ("dropped", "fresh_head", "gave_work", "head", "kept", "parent", "queue",
+    __slots__ = ("dropped", "fresh_head", "gave_work", "head", "held", "parent", "queue",
                  "queued", "settled", "started", "waking")
 
     def __init__(self) -> None:
@@ -204,13 +204,20 @@ class Box:
         self.head = 0  # queue[head] is the oldest message that may still be queued
         self.fresh_head = 0  # and queue[fresh_head] the oldest that may still be fresh
         self.queued = 0
-        self.kept = 0  # how many of ``queue`` are not gone
-        self.waking: deque[int] = deque()  # those that may wake it (lazily cleaned)
+        self.held = 0  # how many of ``queue`` are kept but no longer queued (read, retracted)
+        self.waking: deque[int] = deque()  # those that may wake it (lazily cleaned,
+        # and emptied once nothing is queued: a fresh message is a queued one)
         self.settled: deque[int] = deque()  # read and answered, in the order they became so
         self.dropped = 0
         self.parent: str | None = None  # who gave it its first work
         self.started = False  # whether it has taken any message yet
         self.gave_work: set[str] = set()  # the agents it gave work to
+
+    @property
+    def kept(self) -> int:
+        """How many of its messages are kept (not gone): queued ones and held ones. Two counts,
+        not this one, so a send and a receive each change only ``queued``."""
+        return self.queued + self.held
 
 
 def wakes(box: Box, kind: str, sender: str) -> bool:
@@ -253,7 +260,10 @@ class MailboxState:
     def __init__(self, retain: int = RETAIN, remember: int = REMEMBER) -> None:
         self.retain = retain
         self.remember = remember
-        self.version = 0
+        # ``version`` is this plus the sends folded (len(log) + cut, which compaction keeps):
+        # the other events folded, or, once events carry a store's seq, what makes the last
+        # one's seq. So a send without a store changes no count of its own.
+        self._base = 0
         self.log: list[MailSent | None] = []
         self.ids: list[str] = []
         self.marks: list[int] = []
@@ -262,11 +272,18 @@ class MailboxState:
         self.late = remember // 8  # let go within this many sends of its send: not in ``gone``
         self.boxes: dict[str, Box] = {}
         self.cut = 0  # entries compaction dropped (forgotten messages)
+        self._orders: dict[int, int] = {}  # position -> send order, where not p + 1 + cut
         self._compact_at = _COMPACT_MIN  # the length of the lists at which a send compacts
         self._index: dict[str, int] = {}
         self._indexed = 0
 
     # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """The stream's version this state has folded: the last event's ``seq`` when events
+        carry one (a store's), else how many events were folded."""
+        return self._base + len(self.log) + self.cut
 
     def position(self, id: str) -> int | None:
         """The position of the message ``id`` (kept or gone), or None if it was never sent."""
@@ -294,7 +311,18 @@ class MailboxState:
 
     def _view(self, p: int) -> Mail | None:
         event = self.log[p]
-        return None if event is None else Mail(event, self.marks[p], self.answers.get(p))
+        if event is None:
+            return None
+        return Mail(event, self.marks[p], self.answers.get(p), self._order(p))
+
+    def _order(self, p: int) -> int:
+        """The send order of the kept message at position ``p`` (its place among every message
+        sent): ``p + 1 + cut``, unless compaction moved it to the front of the lists.
+
+        Not kept in its flags: a kept message's flags are below 256, so Python's cached small
+        ints serve them and a send allocates no int for them."""
+        order = self._orders.get(p)
+        return p + 1 + self.cut if order is None else order
 
     def outcome(self, id: str) -> tuple[Outcome, str | None] | None:
         """What became of ``id`` if the mailbox no longer keeps it (and the reply that answered
@@ -374,13 +402,19 @@ class MailboxState:
         while i < end and not marks[queue[i]] & QUEUED:
             i += 1
         box.head = i
-        if end > _COMPACT and end > 2 * box.kept:
+        if end > _COMPACT and end > 2 * (box.queued + box.held):
             self._compact(box)
         return box.head
 
     def _compact(self, box: Box) -> None:
         # Cut out the messages gone: mostly a consumed head, and holes retention let go of.
         queue, log, head = box.queue, self.log, box.head
+        if not box.held and box.queued == len(queue) - head:
+            # The common case: every kept message is queued, so none is before the head, and
+            # every one from the head on is: the queue is its tail, one slice, no look at each.
+            box.queue = queue[head:]
+            box.head = box.fresh_head = 0
+            return
         before = [p for p in queue[:head] if log[p] is not None]
         box.queue = before + [p for p in queue[head:] if log[p] is not None]
         box.head, box.fresh_head = len(before), 0
@@ -405,17 +439,20 @@ class MailboxState:
         i = self._head(box)
         queue, marks, log = box.queue, self.marks, self.log
         chunk = queue[i:i + limit]
-        taken: list[MailSent] = [log[p] for p in chunk if marks[p] & QUEUED]  # type: ignore[misc]
         now = len(log) + self.cut
         received = RECEIVED + now * ORDER  # what became of them, and when
         # Let go late, if the oldest was (a queue is in send order): compaction must find them.
-        late = now - marks[chunk[0]] // ORDER >= self.late  # queued: chunk is not empty
-        if len(taken) == len(chunk):  # the common case: no hole (a read, a withdraw) among them
+        late = now - self._order(chunk[0]) >= self.late  # queued: chunk is not empty
+        if box.queued == len(queue) - i:
+            # The common case: every message from the head on is queued (every queued one is
+            # there), so the chunk has no hole (a read, a withdraw) and needs no look at flags.
+            taken: list[MailSent] = [log[p] for p in chunk]  # type: ignore[misc]
             for p in chunk:
                 marks[p] = received
                 log[p] = None
             if late:
                 self.gone += chunk
+            i += len(chunk)
         else:
             taken = []
             gone = self.gone
@@ -429,39 +466,51 @@ class MailboxState:
                     if late:
                         gone.append(p)
                 i += 1
+        box.head = i  # nothing before it is queued now: the next take need not walk past them
         box.started = True
         box.queued -= len(taken)
-        box.kept -= len(taken)
-        self.version += 1
+        if not box.queued:
+            box.waking.clear()  # a fresh message is a queued one: none of them is fresh now
+        self._base += 1  # the MailReceived a store would have recorded
         return taken
 
-    def sent(self, event: MailSent) -> None:
-        """Fold one ``MailSent`` in: what :meth:`apply` does with it, called directly by a send."""
-        p = len(self.log)
-        if p >= self._compact_at:
-            self.compact()
-            p = len(self.log)
+    def sent(self, event: MailSent, bound: int = _UNBOUNDED) -> bool:
+        """Fold one ``MailSent`` in: what :meth:`apply` does with it, called directly by a send.
+
+        With ``bound``, only if fewer than that many messages are queued for its recipient;
+        otherwise fold nothing and answer False (the send's overflow policy decides). The send
+        checks its bound here, under the same look-up of the recipient as the fold."""
         recipient = event.recipient
         box = self.boxes.get(recipient)
         if box is None:
             box = self.boxes[recipient] = Box()
+        elif box.queued >= bound:
+            return False
+        # Compaction runs at the same folded event live and in replay: only once the send is
+        # sure to be folded (a send at the bound folds a drop first, then comes back here).
+        log = self.log
+        p = len(log)
+        if p >= self._compact_at:
+            self.compact()
+            log = self.log
+            p = len(log)
         sender = event.sender
-        cls = event.kind
-        flags = _NEW + (p + 1 + self.cut) * ORDER
-        if cls == "action" and sender == box.parent:
+        if sender == box.parent and event.kind == "action":
             # The commonest send: more work from the agent that gave this one its first work.
             # It wakes, and the sender is already among those that gave work (set with parent).
-            self.log.append(event)
+            log.append(event)
             self.ids.append(event.id)
-            self.marks.append(flags | WAKES)
+            self.marks.append(_NEW_WAKING)
             box.queue.append(p)
             box.queued += 1
-            box.kept += 1
             box.waking.append(p)
-            if box.settled and box.kept > self.retain:
+            if box.settled and box.queued + box.held > self.retain:
                 self._trim(box)
-            self.version = event.seq or self.version + 1
-            return
+            if event.seq:
+                self._base = event.seq - p - 1 - self.cut
+            return True
+        cls = event.kind
+        flags = _NEW
         if cls == "action":
             if box.parent is None:
                 if not box.started:
@@ -475,17 +524,18 @@ class MailboxState:
             giver.gave_work.add(recipient)
         elif wakes(box, cls, sender):
             flags |= WAKES
-        self.log.append(event)
+        log.append(event)
         self.ids.append(event.id)
         self.marks.append(flags)
         box.queue.append(p)
         box.queued += 1
-        box.kept += 1
         if flags & WAKES:
             box.waking.append(p)
-        if box.settled and box.kept > self.retain:
+        if box.settled and box.queued + box.held > self.retain:
             self._trim(box)
-        self.version = event.seq or self.version + 1
+        if event.seq:
+            self._base = event.seq - p - 1 - self.cut
+        return True
 
     def apply(self, event: Any) -> None:
         """Fold one mailbox event in (events of other kinds are passed by)."""
@@ -512,6 +562,7 @@ class MailboxState:
                     settled = self._settled(p)
                     if marks[p] & QUEUED:
                         box.queued -= 1
+                        box.held += 1
                     marks[p] = (marks[p] | READ) & ~_NEW
                     if not settled and self._settled(p):
                         self._settle(box, p)
@@ -530,6 +581,7 @@ class MailboxState:
                     settled = self._settled(p)
                     if self.marks[p] & QUEUED:
                         box.queued -= 1
+                        box.held += 1
                     self.marks[p] = (self.marks[p] | RETRACTED) & ~_NEW
                     if not settled and self._settled(p):
                         self._settle(box, p)
@@ -539,7 +591,10 @@ class MailboxState:
             for p in self._kept((event.id,)):
                 self._remove(p, DROPPED)
             self._box(event.recipient).dropped += 1
-        self.version = event.seq or self.version + 1
+        if event.seq:
+            self._base = event.seq - len(self.log) - self.cut
+        else:
+            self._base += 1
 
     def _kept(self, ids: Iterable[str]) -> list[int]:
         """The positions of the kept messages among ``ids``."""
@@ -572,13 +627,15 @@ class MailboxState:
                     continue
                 p = found[0]
             queued += marks[p] & QUEUED
-            if now - marks[p] // ORDER >= self.late:
+            if now - self._order(p) >= self.late:
                 self.gone.append(p)
             marks[p] = received
             log[p] = None
             count += 1
         box.queued -= queued
-        box.kept -= count
+        box.held -= count - queued
+        if not box.queued:
+            box.waking.clear()  # a fresh message is a queued one: none of them is fresh now
 
     def _box(self, agent: str) -> Box:
         box = self.boxes.get(agent)
@@ -592,13 +649,14 @@ class MailboxState:
         box = self._box(event.recipient)
         if self.marks[p] & QUEUED:
             box.queued -= 1
-        box.kept -= 1
+        else:
+            box.held -= 1
         now = len(self.log) + self.cut
-        if now - self.marks[p] // ORDER >= self.late:
+        if now - self._order(p) >= self.late:
             self.gone.append(p)
         self.marks[p] = outcome + now * ORDER
         self.log[p] = None
-        if len(box.queue) > _COMPACT and len(box.queue) > 2 * box.kept:
+        if len(box.queue) > _COMPACT and len(box.queue) > 2 * (box.queued + box.held):
             self._head(box)  # which compacts
 
     def _settled(self, p: int) -> bool:
@@ -619,12 +677,11 @@ class MailboxState:
 
     def _settle(self, box: Box, p: int) -> None:
         box.settled.append(p)
-        if box.kept > self.retain:
-            self._trim(box)
+        self._trim(box)
 
     def _trim(self, box: Box) -> None:
         settled = box.settled
-        while box.kept > self.retain and settled:
+        while box.queued + box.held > self.retain and settled:
             p = settled.popleft()
             if self.log[p] is not None:
                 self._remove(p, RELEASED)
@@ -652,9 +709,15 @@ class MailboxState:
         # Remembered: let go when at least len(log) + cut - remember + 1 messages had been sent.
         since = (len(log) + self.cut - self.remember + 1) * ORDER
         remembered = self.gone[bisect_left(self.gone, since, key=marks.__getitem__):]
-        old = sorted([p for box in self.boxes.values() for p in box.queue
-                      if p < recent and log[p] is not None]
-                     + [p for p in remembered if p < recent])
+        old = [p for p in remembered if p < recent]
+        for box in self.boxes.values():
+            # A queue is in send order, so its positions before ``recent`` are a prefix; and
+            # before its head only held messages are kept: with none, that part needs no look.
+            queue = box.queue
+            start = 0 if box.held else box.head
+            old += [p for p in queue[start:bisect_left(queue, recent, start)]
+                    if log[p] is not None]
+        old.sort()
         shift = recent - len(old)  # a position p >= recent becomes p - shift
         moved = {p: i for i, p in enumerate(old)}
 
@@ -665,26 +728,35 @@ class MailboxState:
 
         self.answers = {p - shift if p >= recent else moved[p]: by
                         for p, by in self.answers.items() if p >= recent or p in moved}
+        # The kept messages moved to the front keep their send order aside (the rest shift with
+        # ``cut``, so theirs is still p + 1 + cut).
+        orders = {moved[p]: self._order(p) for p in old if log[p] is not None}
+        orders.update((p - shift, order) for p, order in self._orders.items()
+                      if p >= recent and log[p] is not None)
+        self._orders = orders
         for box in self.boxes.values():  # while the old lists are in place (_fresh_head)
             if box.waking:
                 # Only those still fresh may matter, and fresh ones are queued: none is older
                 # than the oldest fresh message, so the older part goes without a look.
                 i = self._fresh_head(box)
-                waking = list(box.waking)
                 if i < len(box.queue):
+                    waking = list(box.waking)
                     box.waking = deque(kept(waking[bisect_left(waking, box.queue[i]):]))
                 else:
                     box.waking = deque()
             if box.queue:
-                before = kept(box.queue[:box.head])
+                before = kept(box.queue[:box.head]) if box.held else []
                 box.queue = before + kept(box.queue[box.head:])
                 box.head = box.fresh_head = len(before)
             if box.settled:
                 box.settled = deque(kept(box.settled))
         self.gone = [p - shift if p >= recent else moved[p] for p in remembered]
-        self.log = [log[p] for p in old] + log[recent:]
-        self.ids = [ids[p] for p in old] + ids[recent:]
-        self.marks = [marks[p] for p in old] + marks[recent:]
+        self.log, self.ids, self.marks = log[recent:], ids[recent:], marks[recent:]
+        # The older survivors go in front of the slices (one move), not the slices after a
+        # list of them: that copies the slice again, and costs several times as much.
+        self.log[:0] = [log[p] for p in old]
+        self.ids[:0] = [ids[p] for p in old]
+        self.marks[:0] = [marks[p] for p in old]
         self.cut += shift
         self._index = {}
         self._indexed = 0
@@ -704,7 +776,7 @@ class MailboxState:
                 "threads": [(t.key, [m.id for m in t.mails], t.senders, t.unread, t.new)
                             for t in self.threads(agent)],
                 "settled": [ids[p] for p in box.settled if log[p] is not None],
-                "counts": (box.queued, box.kept, box.dropped),
+                "counts": (box.queued, box.queued + box.held, box.dropped),
                 "family": (box.parent, box.started, sorted(box.gave_work)),
             }
         mails: dict[str, Any] = {}
@@ -714,7 +786,7 @@ class MailboxState:
             else:
                 mails[ids[p]] = (event.sender, event.recipient, thaw_json(event.body),
                                  event.kind, event.thread, event.correlation_id, event.reply_to,
-                                 event.at, self.marks[p], self.answers.get(p))
+                                 event.at, self.marks[p], self._order(p), self.answers.get(p))
         return {"version": self.version, "mails": mails, "boxes": boxes}
 
     def __eq__(self, other: object) -> bool:
