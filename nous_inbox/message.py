@@ -203,8 +203,8 @@ def _quick_dict(value: dict[Any, Any], depth: int) -> FrozenDict:
             if not item.isascii():
                 _utf8_or_slow(item)
         elif kind is int:
-            if not _INT_MIN <= item <= _INT_MAX:
-                raise _Slow
+            if item < _COMPACT_MIN or item > _COMPACT:
+                _int64_or_slow(item)
         elif kind is list or kind is FrozenList:
             _dict_set(out, key, _quick_list(item, depth + 1))
         elif kind is dict or kind is FrozenDict:
@@ -226,8 +226,8 @@ def _quick_list(value: list[Any], depth: int) -> FrozenList:
             if not item.isascii():
                 _utf8_or_slow(item)
         elif kind is int:
-            if not _INT_MIN <= item <= _INT_MAX:
-                raise _Slow
+            if item < _COMPACT_MIN or item > _COMPACT:
+                _int64_or_slow(item)
         elif kind is dict or kind is list or kind is FrozenDict or kind is FrozenList:
             break
         elif kind is float:
@@ -250,8 +250,8 @@ def _quick_list(value: list[Any], depth: int) -> FrozenList:
             if not item.isascii():
                 _utf8_or_slow(item)
         elif kind is int:
-            if not _INT_MIN <= item <= _INT_MAX:
-                raise _Slow
+            if item < _COMPACT_MIN or item > _COMPACT:
+                _int64_or_slow(item)
         elif kind is float:
             if not _isfinite(item):
                 raise _Slow
@@ -262,6 +262,18 @@ def _quick_list(value: list[Any], depth: int) -> FrozenList:
 
 
 _dict_set: Final = dict.__setitem__
+_isascii: Final = str.isascii
+"""``str.isascii`` unbound: one call checks that a value is a str (else ``TypeError``) and that
+its text needs no further check (a non-ASCII str may hold a lone surrogate)."""
+_COMPACT_MIN: Final = -(2**30 - 1)
+_COMPACT: Final = 2**30 - 1
+"""Integers within these bounds fit one internal digit, which CPython 3.11 compares on its
+specialised fast path; a hot check tests them first and the 64-bit bounds only beyond."""
+
+
+def _int64_or_slow(value: int) -> None:
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise _Slow
 
 
 def _utf8_or_slow(text: str) -> None:
@@ -321,19 +333,69 @@ class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaul
     arguments: Mapping[str, Any] = _EMPTY
 
     def __post_init__(self) -> None:
-        # Replay runs this once per decoded call: ASCII str names are settled by two type tests
-        # and two O(1) isascii() calls, anything else goes the long way, which names the field.
-        id_, name = self.id, self.name
-        if not (type(id_) is str and type(name) is str and id_.isascii() and name.isascii()):
+        # Replay runs this once per decoded call, twice per call a runner made (the reply that
+        # asks for it, the ToolCalled event that runs it), so the common case is written out
+        # here: ASCII str names settled by two O(1) isascii() calls (str.isascii refuses any
+        # other type), and a decoded dict frozen in this frame, a list of scalars in it too.
+        # Anything else goes the long way, which builds the same value or names the fault.
+        try:
+            plain = _isascii(self.id) and _isascii(self.name)
+        except TypeError:
+            plain = False
+        if not plain:
             self._check_id_and_name()
         arguments = self.arguments
+        if type(arguments) is dict and arguments:
+            # The items as the frozen copy will hold them: the given dict itself, until a
+            # container in it is frozen, which is stored in a copy (the given dict is the
+            # caller's, or the decoder's, and is never changed).
+            items = arguments
+            try:
+                for key, item in arguments.items():
+                    if not _isascii(key):
+                        raise _Slow
+                    kind = type(item)
+                    if kind is str:
+                        if not item.isascii():
+                            _utf8_or_slow(item)
+                    elif kind is list:
+                        for part in item:
+                            kind = type(part)
+                            if kind is int:
+                                if part < _COMPACT_MIN or part > _COMPACT:
+                                    _int64_or_slow(part)
+                            elif kind is str:
+                                if not part.isascii():
+                                    _utf8_or_slow(part)
+                            elif kind is float:
+                                if not _isfinite(part):
+                                    raise _Slow
+                            elif part is not None and kind is not bool:
+                                item = _quick_list(item, 1)
+                                break
+                        else:
+                            item = FrozenList(item)
+                        if items is arguments:
+                            items = arguments.copy()
+                        items[key] = item
+                    elif kind is int:
+                        if item < _COMPACT_MIN or item > _COMPACT:
+                            _int64_or_slow(item)
+                    elif kind is dict:
+                        if items is arguments:
+                            items = arguments.copy()
+                        items[key] = _quick_dict(item, 1)
+                    elif kind is float:
+                        if not _isfinite(item):
+                            raise _Slow
+                    elif item is not None and kind is not bool:
+                        raise _Slow
+            except (_Slow, TypeError):  # TypeError: a key that is not a str
+                pass
+            else:
+                _set(self, "arguments", FrozenDict(items))
+                return
         if arguments is not _EMPTY:
-            if type(arguments) is dict and arguments:  # what decoding gives: one call, no detour
-                try:
-                    _set(self, "arguments", _quick_dict(arguments, 0))
-                    return
-                except _Slow:
-                    pass
             _set(self, "arguments", _freeze_mapping(arguments, "ToolCall.arguments"))
 
     def _check_id_and_name(self) -> None:
@@ -371,6 +433,9 @@ def _tool_calls(value: object) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
+_NO_CALLS: Final[tuple[ToolCall, ...]] = ()
+
+
 class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaults=True,
               gc=False):
     """One message: what a queue holds and what a transcript is made of.
@@ -399,31 +464,39 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
         # Replay runs this once per decoded message, so the common case (a known role, ASCII
         # text, the optional strings absent or ASCII, tool calls already ToolCalls) is a handful
         # of cheap checks; anything else goes the long way, which names the field at fault.
-        role, content = self.role, self.content
-        if type(role) is not str or role not in ROLES or type(content) is not str or not (
-            content.isascii()
-        ):
+        # str.isascii refuses anything but a str, so one call checks a field's type and text.
+        try:
+            plain = self.role in ROLES and _isascii(self.content)
+        except TypeError:  # an unhashable role, or content that is not a str
+            plain = False
+        if not plain:
             self._check_role_and_content()
         name, call_id, id_ = self.name, self.tool_call_id, self.id
-        if (name is not None or call_id is not None or id_ is not None) and not (
-            (name is None or (type(name) is str and name.isascii()))
-            and (call_id is None or (type(call_id) is str and call_id.isascii()))
-            and (id_ is None or (type(id_) is str and id_.isascii()))
-        ):
-            _check_optional_str(name, "Message.name")
-            _check_optional_str(call_id, "Message.tool_call_id")
-            _check_optional_str(id_, "Message.id")
+        if name is not None or call_id is not None or id_ is not None:
+            try:
+                plain = (
+                    (name is None or _isascii(name))
+                    and (call_id is None or _isascii(call_id))
+                    and (id_ is None or _isascii(id_))
+                )
+            except TypeError:
+                plain = False
+            if not plain:
+                _check_optional_str(name, "Message.name")
+                _check_optional_str(call_id, "Message.tool_call_id")
+                _check_optional_str(id_, "Message.id")
         metadata = self.metadata
         if metadata is not _EMPTY:
             _set(self, "metadata", _freeze_mapping(metadata, "Message.metadata"))
         calls = self.tool_calls
-        if type(calls) is tuple:  # what decoding gives: kept if all are ToolCalls (each checked
-            for call in calls:    # as it was built)
-                if type(call) is not ToolCall:
-                    _set(self, "tool_calls", _tool_calls(calls))
-                    break
-        elif calls != ():
-            _set(self, "tool_calls", _tool_calls(calls))
+        if calls is not _NO_CALLS:
+            if type(calls) is tuple:  # what decoding gives: kept if all are ToolCalls (each
+                for call in calls:    # checked as it was built)
+                    if type(call) is not ToolCall:
+                        _set(self, "tool_calls", _tool_calls(calls))
+                        break
+            elif calls != ():
+                _set(self, "tool_calls", _tool_calls(calls))
 
     def _check_role_and_content(self) -> None:
         if not isinstance(self.role, str):

@@ -453,6 +453,41 @@ def test_metadata_decoded_or_given_gets_the_same_value_or_the_same_error_as_free
         assert got == expected
 
 
+_edges = st.sampled_from([
+    2**30 - 1, 2**30, -(2**30 - 1), -(2**30), 2**63 - 1, -(2**63), 2**64 - 1, 2**64,
+    -(2**63) - 1, float("inf"), float("nan"), -0.0,
+])
+
+
+def _shape(value: Any) -> Any:
+    """A value down to the exact type of every part (== alone takes 1 for 1.0 or True)."""
+    if isinstance(value, dict):
+        return type(value).__name__, [(key, _shape(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return type(value).__name__, [_shape(item) for item in value]
+    return type(value).__name__, repr(value)
+
+
+@given(st.dictionaries(
+    st.one_of(st.text(max_size=3), st.integers(0, 3)),
+    st.one_of(_trees, _edges, st.lists(st.one_of(_leaves, _edges), max_size=4)),
+    max_size=4,
+))
+def test_tool_arguments_get_the_same_value_or_the_same_error_as_freeze_json(
+    tree: dict[Any, Any],
+) -> None:
+    # ToolCall freezes a plain dict on a walk written out in __post_init__ (replay's hot path)
+    # and falls back to freeze_json's careful walk for anything unusual: the same value, down
+    # to each part's type, or the same error.
+    kind, got = _outcome(lambda: ToolCall("c1", "f", tree).arguments)
+    expected_kind, expected = _outcome(lambda: freeze_json(tree, "ToolCall.arguments"))
+    assert kind == expected_kind
+    if kind == "value":
+        assert _shape(got) == _shape(expected) or not tree
+    else:
+        assert got == expected
+
+
 def test_metadata_nested_past_the_limit_is_refused_on_the_quick_walk_too() -> None:
     deep: Any = 1
     for _ in range(MAX_DEPTH):
