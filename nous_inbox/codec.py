@@ -597,7 +597,9 @@ def _decode_lines(
 
     ``span``, when the caller knows it, is how many bytes the lines came from: if that is
     within ``max_size``, no line can be above it, and the lines are not measured one by one
-    (a replay's 32 KiB pieces never need it; it was a few percent of decoding them).
+    (a piece whose bytes fit the limit cannot hold a line above it: replay's pieces of about
+    32 KiB, to the next newline, skip the walk under the default limit; it was a few percent
+    of decoding them).
     """
     if not lines:
         return [], None

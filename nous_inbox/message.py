@@ -345,6 +345,10 @@ class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaul
         if not plain:
             self._check_id_and_name()
         arguments = self.arguments
+        # The walk below is _quick_dict/_quick_list written out (replay's hottest Python): the
+        # same scalar rule (str ASCII or valid UTF-8, int in int64, float finite, None or bool,
+        # else _Slow). Change one, change both; the property test in tests/test_message.py
+        # holds both to freeze_json, with an example for each refusal.
         if type(arguments) is dict and arguments:
             # The items as the frozen copy will hold them: the given dict itself, until a
             # container in it is frozen, which is stored in a copy (the given dict is the
@@ -433,6 +437,8 @@ def _tool_calls(value: object) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
+#: The default ``tool_calls``: compared by identity in ``__post_init__`` so a message without
+#: calls skips the tuple check (any empty tuple would also pass the slow check).
 _NO_CALLS: Final[tuple[ToolCall, ...]] = ()
 
 
@@ -465,8 +471,10 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
         # text, the optional strings absent or ASCII, tool calls already ToolCalls) is a handful
         # of cheap checks; anything else goes the long way, which names the field at fault.
         # str.isascii refuses anything but a str, so one call checks a field's type and text.
+        # The role's type is checked first: a non-str equal to a role (a UserString, say) would
+        # pass the set look-up and then fail only when the message is encoded.
         try:
-            plain = self.role in ROLES and _isascii(self.content)
+            plain = type(self.role) is str and self.role in ROLES and _isascii(self.content)
         except TypeError:  # an unhashable role, or content that is not a str
             plain = False
         if not plain:

@@ -11,12 +11,12 @@ import math
 import re
 import socket
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, UserString
 from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
@@ -340,7 +340,7 @@ def test_an_unknown_role_is_a_value_error_listing_the_roles(role: str) -> None:
         Message(role, "hi")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("role", [1, None, ["user"], b"user"])
+@pytest.mark.parametrize("role", [1, None, ["user"], b"user", UserString("user")])
 def test_a_role_that_is_not_a_str_is_a_type_error(role: Any) -> None:
     with pytest.raises(TypeError, match=re.escape("Message.role must be a str, got")):
         Message(role, "hi")
@@ -473,6 +473,18 @@ def _shape(value: Any) -> Any:
     st.one_of(_trees, _edges, st.lists(st.one_of(_leaves, _edges), max_size=4)),
     max_size=4,
 ))
+# Every refusal of the inline walk, each once for certain (the search above meets them by chance).
+@example({"a": [2**64]})
+@example({"a": [-(2**63) - 1]})
+@example({"a": 2**64})
+@example({"a": -(2**63) - 1})
+@example({"a": [float("nan")]})
+@example({"a": float("inf")})
+@example({"a": ["\ud800"]})
+@example({"a": "\ud800"})
+@example({"\ud800": 1})
+@example({1: 1})
+@example({"a": {1: 1}})
 def test_tool_arguments_get_the_same_value_or_the_same_error_as_freeze_json(
     tree: dict[Any, Any],
 ) -> None:
