@@ -49,7 +49,7 @@ when a line fails is the buffer walked again in Python to name the line and byte
 helper, ``_decode_lines``, does this for the codec's readers and the ``file:`` store alike).
 Without positions, the events of each piece are a list walked by ``itertools.chain``, so no
 generator frame is resumed per event. A bulk decode or fold pauses the cyclic garbage collector
-(``_collector_paused``): everything it builds is acyclic, and the collector's full passes over
+(``nous_inbox._collector.collector_paused``): everything it builds is acyclic, and the collector's full passes over
 the millions of objects already built were most of a long replay's time, growing with the log;
 the caller's collector state (enabled or not) is restored on the way out, errors included. The
 MessagePack frame is ``length (4 bytes, big-endian) | crc32 (4 bytes) | payload``: MessagePack has
@@ -60,8 +60,6 @@ other text.
 from __future__ import annotations
 
 import abc
-import contextlib
-import gc
 import os
 import struct
 import zlib
@@ -544,26 +542,6 @@ def _read_file(
     name = os.fspath(path)
     with open(path, "rb") as file:
         yield from fmt.read_file(file, name, kind, max_size)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a bulk decode or fold, then restore it.
-
-    What a replay or a store's bulk read builds is acyclic (events and messages hold only
-    values), and with the collector on, each of its full passes walks every object already
-    built, which made a long replay several times slower and its time per event grow with the
-    log. Reference counting frees everything as usual. The caller's state is restored on the
-    way out, an exception included; a caller that had the collector disabled keeps it so.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _reason(exc: BaseException, data: Any) -> str:

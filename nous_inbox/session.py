@@ -37,7 +37,7 @@ from typing import Any, Final
 import msgspec
 from pyrsistent import PVector, pvector
 
-from nous_inbox.codec import _collector_paused
+from nous_inbox._collector import collector_paused
 from nous_inbox.errors import ReplayError
 from nous_inbox.events import (
     Event,
@@ -226,9 +226,9 @@ def replay(events: Iterable[Event], start: Session | None = None, stream: str = 
     runs: what a replay builds is acyclic, and with the collector on, each of its full passes
     walks every message already replayed, which made a long replay several times slower.
     Reference counting still frees everything as usual; the caller's collector state is
-    restored on the way out, an exception included (``nous_inbox.codec._collector_paused``).
+    restored on the way out, an exception included (``nous_inbox._collector.collector_paused``).
     """
-    with _collector_paused():
+    with collector_paused():
         return _replay(events, start, stream)
 
 

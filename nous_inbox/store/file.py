@@ -93,12 +93,12 @@ from typing import Final
 
 import msgspec
 
+from nous_inbox._collector import collector_paused
 from nous_inbox.codec import (
     _BAD,
     JSON_LINES,
     MAX_RECORD_SIZE,
     Record,
-    _collector_paused,
     _decode_lines,
     _reason,
     _span,
@@ -558,7 +558,7 @@ class FileStore(StoreBase):
         """Take in the complete appends of ``[start, end)`` that others wrote since the last
         look: every line is decoded (the whole tail, in msgspec's own loop; positions worked
         out only for an error), checked, and kept for the streams already touched."""
-        with _collector_paused():
+        with collector_paused():
             self._take_in_paused(start, end)
 
     def _take_in_paused(self, start: int, end: int) -> None:
@@ -627,7 +627,7 @@ class FileStore(StoreBase):
         log = streams.pop(stream, None)
         if log is None:
             if self._end > self._header:
-                with _collector_paused():
+                with collector_paused():
                     log = self._scan(stream)
             else:
                 log = []
