@@ -21,7 +21,13 @@ _RULE = re.compile(r"^\s*=+(\s+=+)+\s*$")
 
 
 def markdown(text: str) -> str:
-    """The Markdown form of one docstring."""
+    r"""The Markdown form of one docstring.
+
+    >>> markdown("See :class:`~nous_inbox.Inbox`.")
+    'See `nous_inbox.Inbox`.'
+    >>> markdown("Run it::\n\n    python -m bench\n").splitlines()
+    ['Run it:', '', '```text', 'python -m bench', '```']
+    """
     text = _ROLE.sub(lambda m: f"`{m.group(1)}`", text)
     out: list[str] = []
     lines = text.splitlines()
