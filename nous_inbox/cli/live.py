@@ -133,7 +133,9 @@ def run_demo(
     printer = _Printer(out, as_json)
     style, write = printer.style, printer.write
     url = str(getattr(store, "url", url))  # the store's own, any password hidden
-    where = f"session {session!r} in {printable(url)}{' (default store)' if default else ''}"
+    where = f"session {session!r} in {printable(url)}"
+    if default:
+        where += " (the default store; --store URL picks another)"
     if as_json:  # stdout is the events alone; where they went is said on stderr
         sys.stderr.write(f"nous-inbox demo: {where}\n")
     else:

@@ -52,6 +52,7 @@ from nous_inbox.cli.usage import UsageError
 
 __all__ = ["UsageError", "build_parser", "main"]
 
+
 class _OneLine(logging.Formatter):
     """Formats a log record as ``nous-inbox: warning: <message>`` on one line, no traceback.
 

@@ -45,8 +45,8 @@ def _store(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _session(parser: argparse.ArgumentParser, what: str = "the session") -> None:
-    parser.add_argument("session", metavar="SESSION", help=f"{what} (a stream name in the store)")
+def _session(parser: argparse.ArgumentParser, what: str = "the session's name") -> None:
+    parser.add_argument("session", metavar="SESSION", help=what)
 
 
 def _json(parser: argparse.ArgumentParser, what: str) -> None:
@@ -75,7 +75,7 @@ def _run(sub: _Sub) -> None:
     run = _command(sub, "run", "run the scripted agent on SESSION; steer it from another terminal",
                    "run")
     _store(run)
-    _session(run, "the session to run (created if new)")
+    _session(run, "the session to run; a new name starts a new session")
     run.add_argument("--steps", type=int, default=5, metavar="N",
                      help="tool steps the scripted task takes (default 5)")
     run.add_argument("--step-seconds", type=float, default=0.5, metavar="SECONDS",
@@ -99,7 +99,7 @@ def _sends(sub: _Sub) -> None:
     for mode, text in SENDS:
         send = _command(sub, mode, text, "send")
         _store(send)
-        _session(send, "the session to send to (it must exist, unless --create)")
+        _session(send, "the session to send to; it must have events, unless --create")
         send.add_argument("text", metavar="TEXT", nargs="?", default=None,
                           help="the message; - reads it from stdin")
         send.add_argument("--file", metavar="PATH", default=None,
