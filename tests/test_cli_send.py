@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nous_inbox.cli import main
 from nous_inbox.cli.main import build_parser
-from nous_inbox.cli.text import MAX_TEXT_BYTES
+from nous_inbox.cli.text import MAX_TEXT_BYTES, message_text
 from nous_inbox.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +52,11 @@ def test_a_dash_reads_the_text_from_stdin(
     stdin_of(monkeypatch, "from stdin\nsecond line ✓\n".encode())
     assert cli(mode, "--store", url, "s", "-")[0] == 0
     assert sorted(queued(url)) == ["first", "from stdin\nsecond line ✓\n"]  # not a literal "-"
+
+
+@given(st.text(min_size=1).filter(str.strip))
+def test_any_text_that_says_something_comes_through_stdin_exactly(text: str) -> None:
+    assert message_text(None, "-", io.BytesIO(text.encode())) == text
 
 
 def test_a_200_kb_text_goes_through_stdin_of_a_real_process(url: str) -> None:
@@ -108,7 +115,7 @@ def test_a_send_to_a_session_that_does_not_exist_says_so_and_sends_nothing(
     assert cli(mode, "--store", url, "typo", "hello")[0] == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "no session 'typo' in this store; nothing was sent (--create" in err
+    assert "no session 'typo' in this store (nothing was sent; --create sends anyway" in err
     with open_store(url, read_only=True) as store:
         assert store.streams() == ["s"]
 

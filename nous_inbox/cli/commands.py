@@ -101,9 +101,7 @@ def demo(args: argparse.Namespace, out: IO[str]) -> int:
 def run(args: argparse.Namespace, out: IO[str]) -> int:
     """Run the scripted agent on a session so another terminal can steer it."""
     if not 1 <= args.steps <= MAX_STEPS:
-        raise UsageError(
-            f"--steps must be from 1 to {MAX_STEPS}, got {args.steps}"
-        )
+        raise UsageError(f"--steps must be from 1 to {MAX_STEPS}, got {args.steps}")
     _check_step_seconds(args.step_seconds)
     with _open(args) as store:
         return run_session(
@@ -117,10 +115,18 @@ def tour(args: argparse.Namespace, out: IO[str]) -> int:
     return run_tour(out)
 
 
-def _no_session(session: str) -> ValueError:
-    return ValueError(
-        f"no session {session!r} in this store (`nous-inbox sessions` lists the ones there are)"
-    )
+_LISTS: Final = "`nous-inbox sessions` lists the ones there are"
+
+
+def _no_session(session: str, hint: str = _LISTS) -> ValueError:
+    return ValueError(f"no session {session!r} in this store ({hint})")
+
+
+def _check_exists(args: argparse.Namespace, hint: str = _LISTS) -> None:
+    """Refuse a session with no events; read-only, so a mistyped ``--store`` creates nothing."""
+    with _open(args, read_only=True) as store:
+        if store.version(args.session) == 0:
+            raise _no_session(args.session, hint)
 
 
 def send(args: argparse.Namespace, out: IO[str]) -> int:
@@ -134,15 +140,9 @@ def send(args: argparse.Namespace, out: IO[str]) -> int:
     text = message_text(args.file, args.text, sys.stdin.buffer)
     if not args.create:
         try:
-            looked = _open(args, read_only=True)
+            _check_exists(args, "nothing was sent; --create sends anyway and starts its log")
         except StoreError as exc:
             raise StoreError(f"{exc}; nothing was sent (--create starts the store)") from None
-        with looked as store:
-            if store.version(args.session) == 0:
-                raise ValueError(
-                    f"no session {args.session!r} in this store; nothing was sent (--create "
-                    f"sends anyway and starts its log; `nous-inbox sessions` lists the ones there are)"
-                )
     event = MessageSent(target=target, wakeup=wakeup, message=Message.user(text))
     with _open(args) as store:
         (stored,) = store.append(args.session, [event])
@@ -262,9 +262,7 @@ def rm(args: argparse.Namespace, out: IO[str]) -> int:
             f"rm asks before deleting {args.session!r}, but stdin is not a terminal: add --yes to "
             f"delete without asking"
         )
-    with _open(args, read_only=True) as store:  # a mistyped --store creates nothing
-        if store.version(args.session) == 0:
-            raise _no_session(args.session)
+    _check_exists(args)
     with _open(args) as store:
         try:
             lease = store.own(args.session)
@@ -291,9 +289,7 @@ def rm(args: argparse.Namespace, out: IO[str]) -> int:
 def snapshot(args: argparse.Namespace, out: IO[str]) -> int:
     """Save a snapshot of a session now (see :mod:`nous_inbox.snapshot`): opening it afterwards
     decodes the snapshot and replays only what came after."""
-    with _open(args, read_only=True) as store:  # a mistyped --store creates nothing
-        if store.version(args.session) == 0:
-            raise _no_session(args.session)
+    _check_exists(args)
     with _open(args) as store:
         opened = load_session(store, args.session)
         if not save_snapshot(store, args.session, opened.session):
