@@ -13,6 +13,7 @@ True
 ['the deploy is frozen', 'stop and summarize']
 """
 
+import logging as _logging
 from importlib import metadata as _metadata
 
 from nous_inbox.async_owner import AsyncOwner
@@ -87,6 +88,9 @@ try:  # one source of truth for the version: the installed distribution's metada
     __version__ = _metadata.version("nous-inbox")
 except _metadata.PackageNotFoundError:  # a bare checkout on sys.path, never installed
     __version__ = "0+unknown"
+
+# A host that set up no logging hears nothing from the library (not Python's last-resort stderr).
+_logging.getLogger("nous_inbox").addHandler(_logging.NullHandler())
 
 __all__ = [
     "SCHEMA_VERSION",

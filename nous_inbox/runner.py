@@ -410,8 +410,13 @@ class Runner:
                 limit,
             )
         try:
-            value = yield _Call(found.fn, found.is_async, (), found.arguments(call.arguments),
-                                f"tool {call.name!r}")
+            arguments = found.arguments(call.arguments)
+        except TypeError as exc:  # the model's mistake, not the tool's: it never ran
+            logger.warning("tool %r: arguments refused, the tool did not run (%s)", call.name, exc)
+            return _fitting_error(call, "arguments_refused",
+                                  f"arguments refused, the tool did not run: {exc}", limit)
+        try:
+            value = yield _Call(found.fn, found.is_async, (), arguments, f"tool {call.name!r}")
         except Exception as exc:
             logger.warning("tool %r raised; the model gets an error result", call.name,
                            exc_info=True)

@@ -24,7 +24,8 @@ parameters' annotations), so containers, ``Optional``, ``Literal``, enums and ``
 parameters come out as JSON Schema says (a Struct as a ``$ref`` into ``$defs``). The same
 annotations convert the model's arguments on the way in (``msgspec.convert``): a Struct parameter
 receives a Struct, not a dict, and an argument of the wrong type becomes a ``TypeError`` naming
-the argument, which the runner hands the model as an error result. A parameter without an
+the argument: the runner then refuses the arguments without calling the tool, and hands the
+model an error result saying so. A parameter without an
 annotation, or with one msgspec has no schema for, is shown as ``{}`` (anything) and passed as
 the model gave it. ``Tool`` is an ``attrs`` class: it is a behaviour-bearing shell object, not a
 wire value (those are frozen ``msgspec.Struct`` s); it compares by identity, like the function

@@ -187,7 +187,8 @@ def test_an_idle_async_owner_wakes_for_a_steer_another_process_appended(tmp_path
             reader = owner.events()
             await asyncio.to_thread(
                 subprocess.run,
-                [sys.executable, "-m", "nous_inbox", "steer", "--store", url, "s", "wake up"],
+                [sys.executable, "-m", "nous_inbox", "steer", "--create", "--store", url, "s",
+                 "wake up"],  # the owner waits on a session with no events yet
                 check=True, capture_output=True, cwd=ROOT,
             )
             async for event in reader:

@@ -34,9 +34,9 @@ def url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
 
 
 def test_steer_inject_followup_then_show_json_prints_the_documented_shape(url: str) -> None:
-    assert cli("inject", "--store", url, "s1", "fyi")[0] == 0
-    assert cli("steer", "--store", url, "s1", "go")[0] == 0
-    assert cli("followup", "--store", url, "s1", "later")[0] == 0
+    assert cli("inject", "--create", "--store", url, "s1", "fyi")[0] == 0
+    assert cli("steer", "--create", "--store", url, "s1", "go")[0] == 0
+    assert cli("followup", "--create", "--store", url, "s1", "later")[0] == 0
     status, text = cli("show", "--store", url, "s1", "--json")
     assert status == 0
     shown = json.loads(text)
@@ -49,8 +49,8 @@ def test_steer_inject_followup_then_show_json_prints_the_documented_shape(url: s
 
 
 def test_show_log_and_sessions_read_what_was_appended(url: str) -> None:
-    cli("steer", "--store", url, "alpha", "one")
-    cli("inject", "--store", url, "beta", "two")
+    cli("steer", "--create", "--store", url, "alpha", "one")
+    cli("inject", "--create", "--store", url, "beta", "two")
     status, text = cli("sessions", "--store", url)
     assert status == 0
     assert text.splitlines() == ["alpha\t1 events", "beta\t1 events"]
@@ -67,7 +67,7 @@ def test_the_default_store_comes_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NOUS_INBOX_STORE", f"sqlite:{tmp_path / 'env.sqlite'}")
-    assert cli("steer", "s", "hello")[0] == 0
+    assert cli("steer", "--create", "s", "hello")[0] == 0
     assert (tmp_path / "env.sqlite").exists()
     assert json.loads(cli("show", "s", "--json")[1])["next_step"][0]["content"] == "hello"
 
@@ -115,7 +115,7 @@ def test_usage_errors_exit_2(
 def test_a_parse_error_points_at_the_help_of_its_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli("show")[0] == 2
     assert capsys.readouterr().err == (
-        "nous-inbox show: the following arguments are required: session "
+        "nous-inbox show: the following arguments are required: SESSION "
         "(see nous-inbox show --help)\n"
     )
     assert cli("bogus")[0] == 2
@@ -148,7 +148,7 @@ def test_an_empty_message_is_a_usage_error(url: str, capsys: pytest.CaptureFixtu
 def test_data_errors_exit_1_with_one_line_and_no_traceback(
     url: str, argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli("inject", "--store", url, "somebody", "so the store exists")[0] == 0
+    assert cli("inject", "--create", "--store", url, "somebody", "so the store exists")[0] == 0
     status, _ = cli(*[a.replace("{url}", url) for a in argv])
     err = capsys.readouterr().err
     assert status == 1
@@ -181,7 +181,7 @@ def test_reading_a_store_that_is_not_there_says_so_and_creates_nothing(
 def test_writing_commands_still_create_the_store(tmp_path: Path) -> None:
     path = tmp_path / "new" / "inbox.sqlite"
     path.parent.mkdir()
-    assert cli("inject", "--store", f"sqlite:{path}", "s", "hello")[0] == 0
+    assert cli("inject", "--create", "--store", f"sqlite:{path}", "s", "hello")[0] == 0
     assert path.exists()
     assert cli("sessions", "--store", f"sqlite:{path}")[1] == "s\t1 events\n"
 
@@ -218,8 +218,8 @@ def test_a_corrupt_log_is_a_data_error_naming_the_place(
 ) -> None:
     path = tmp_path / "log.jsonl"
     url = f"file:{path}"
-    cli("steer", "--store", url, "s", "one")
-    cli("steer", "--store", url, "s", "two")
+    cli("steer", "--create", "--store", url, "s", "one")
+    cli("steer", "--create", "--store", url, "s", "two")
     lines = path.read_bytes().splitlines(keepends=True)
     lines[1] = lines[1].replace(b'"seq":1', b'"seq":"x"')
     path.write_bytes(b"".join(lines))
@@ -321,6 +321,9 @@ def test_a_reader_that_leaves_ends_the_command_quietly_with_0(
     out = _ClosesAfter(3)
     status = main([*command, "--store", url, "--step-seconds", "0"], out=out)
     err = capsys.readouterr().err
+    if command == ["demo", "--json"]:  # where the log went, on stderr, before any event
+        assert err.startswith("nous-inbox demo: session 'demo-") and err.count("\n") == 1
+        err = ""
     assert status == 0 and err == ""
     assert out.getvalue().count("\n") == 3 and out.refused == 1  # one try, then silence
     with open_store(url) as store:
@@ -396,7 +399,7 @@ def test_main_leaves_the_callers_logging_as_it_found_it(url: str) -> None:
     import logging
 
     before = list(logging.getLogger().handlers)
-    cli("steer", "--store", url, "s", "x")
+    cli("steer", "--create", "--store", url, "s", "x")
     assert logging.getLogger().handlers == before
 
 
@@ -406,7 +409,7 @@ HOSTILE = "look \x1b]0;pwned\x07\x1b[2J\x9b1;1H here\x7f"
 
 
 def test_show_and_log_escape_control_characters_but_json_keeps_them(url: str) -> None:
-    assert cli("steer", "--store", url, "s", HOSTILE)[0] == 0
+    assert cli("steer", "--create", "--store", url, "s", HOSTILE)[0] == 0
     for command in ("show", "log"):
         status, text = cli(command, "--store", url, "s")
         assert status == 0
@@ -422,6 +425,7 @@ def test_every_rendered_event_field_is_escaped() -> None:
     from nous_inbox.cli.render import format_event
     from nous_inbox.cli.style import Style
     from nous_inbox.events import (
+        Event,
         ModelReplied,
         Nudged,
         ToolCalled,
@@ -433,7 +437,7 @@ def test_every_rendered_event_field_is_escaped() -> None:
     from nous_inbox.message import Message, ToolCall
 
     call = ToolCall("c1", "read_log", {"name": HOSTILE})
-    events = [
+    events: list[Event] = [
         ModelReplied(turn=1, step=1, message=Message.assistant(HOSTILE)),
         ModelReplied(turn=1, step=1, message=Message.assistant(HOSTILE, tool_calls=[call])),
         ToolCalled(turn=1, step=1, call=call),
@@ -513,7 +517,7 @@ CRAFTED = "pay \u202eexe.txt\u202c now \x1b]0;pwned\x07 \x9b2J \x7f \u2066x\u206
 
 
 def test_json_output_escapes_del_c1_and_bidi_controls_and_still_decodes_to_the_log(url: str) -> None:
-    assert cli("steer", "--store", url, "s", CRAFTED)[0] == 0
+    assert cli("steer", "--create", "--store", url, "s", CRAFTED)[0] == 0
     shown = cli("show", "--store", url, "s", "--json")[1]
     logged = cli("log", "--store", url, "s", "--json")[1]
     for text in (shown, logged):
@@ -534,7 +538,7 @@ def test_run_json_output_is_escaped_too(url: str) -> None:
 
 
 def test_text_output_neutralises_bidi_overrides(url: str) -> None:
-    assert cli("steer", "--store", url, "s", CRAFTED)[0] == 0
+    assert cli("steer", "--create", "--store", url, "s", CRAFTED)[0] == 0
     for command in ("show", "log"):
         status, text = cli(command, "--store", url, "s")
         assert status == 0
@@ -547,7 +551,7 @@ def test_an_error_quoting_a_crafted_log_prints_its_controls_escaped(
 ) -> None:
     path = tmp_path / "log.jsonl"
     url = f"file:{path}"
-    assert cli("steer", "--store", url, "s", "one")[0] == 0
+    assert cli("steer", "--create", "--store", url, "s", "one")[0] == 0
     header, record = path.read_text().splitlines()
     crafted = json.dumps({"stream": "s", "event": {"type": "\x1b]0;pwned\x07\x9b2J\u202eevil"}})
     path.write_text("\n".join([header, crafted, record]) + "\n")

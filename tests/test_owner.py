@@ -448,7 +448,8 @@ def test_an_idle_owner_wakes_for_a_steer_another_process_appended(durable_url: s
 
     with make_owner(model, store_url=url, listen=on_event, poll_interval=0.01) as owner:
         subprocess.run(
-            [sys.executable, "-m", "nous_inbox", "steer", "--store", url, "s", "wake up"],
+            [sys.executable, "-m", "nous_inbox", "steer", "--create", "--store", url, "s",
+             "wake up"],  # the owner waits on a session with no events yet
             check=True, capture_output=True, cwd=ROOT,
         )
         assert answered.wait(WAIT)

@@ -1038,7 +1038,7 @@ def test_arguments_that_do_not_fit_the_annotations_become_an_error_result(mode: 
     model = Script(reply, FINAL)
     run(mode, local, model, [add])
     answer = model.seen[1][-1]
-    assert answer.metadata["error"] == "TypeError"
+    assert answer.metadata["error"] == "arguments_refused"
     assert "argument 'a': Expected `int`, got `str`" in answer.content
 
 

@@ -365,7 +365,8 @@ def test_an_idle_owner_is_woken_by_the_notification_of_a_cli_steer(postgres_url:
         listen=lambda e: answered.set() if type(e).__name__ == "TurnEnded" else None,
     ) as owner:
         steer = subprocess.run(
-            [sys.executable, "-m", "nous_inbox", "steer", "--store", url, "s", "wake up"],
+            [sys.executable, "-m", "nous_inbox", "steer", "--create", "--store", url, "s",
+             "wake up"],  # the owner waits on a session with no events yet
             capture_output=True, text=True, cwd=ROOT, env=ENV,
         )
         assert steer.returncode == 0, steer.stderr

@@ -3,8 +3,8 @@
 It works through a small task, "survey the logs", one tool call per step, and each tool takes a
 moment (``step_seconds``) the way real tools do, so there is time to talk to it while it works.
 The "model" is a plain function of the transcript, and it reacts to what the inbox delivers the
-way a model would: it acknowledges a delivered message in its next reply, adds a log a steer
-names to its plan, stops early when told to stop, and answers a followup as a turn of its own.
+way a model would: it acknowledges a delivered message in its next reply, reads a log a steer
+names next, stops early when told to stop, and answers a followup as a turn of its own.
 
 >>> from nous_inbox.message import Message
 >>> agent = ScriptedAgent(steps=2, step_seconds=0)
@@ -137,11 +137,14 @@ class ScriptedAgent:
         return fresh[::-1]
 
     def _plan(self, people: list[Message]) -> list[str]:
+        """The logs to read in order: a later message naming a log puts it next in line,
+        whether or not the plan held it already (the latest message's logs first)."""
         plan = log_names(self.steps)
-        for message in people[1:]:  # a steer that names a log puts it next in line
-            for name in re.findall(r"[\w-]+\.log", message.content):
-                if name not in plan:
-                    plan.insert(1, name)
+        for message in people[1:]:
+            for name in reversed(re.findall(r"[\w-]+\.log", message.content)):
+                if name in plan:
+                    plan.remove(name)
+                plan.insert(1, name)
         return plan
 
     def _summary(self, turn: list[Message]) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
+import time
 from collections.abc import Iterator
 from typing import IO, Any, Final
 
@@ -19,8 +21,10 @@ from nous_inbox.cli.progress import with_progress
 from nous_inbox.cli.render import event_json, format_event
 from nous_inbox.cli.style import Style
 from nous_inbox.cli.terminal import json_safe, printable
+from nous_inbox.cli.text import message_text
 from nous_inbox.cli.tour import run_tour
 from nous_inbox.cli.usage import UsageError
+from nous_inbox.errors import StoreError, StreamOwnedError
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message, thaw_json
@@ -28,13 +32,20 @@ from nous_inbox.session import Session
 from nous_inbox.snapshot import load_session, save_snapshot
 from nous_inbox.store import Store, default_store_url, open_store
 
-__all__ = ["MAX_STEP_SECONDS", "demo", "log", "run", "send", "sessions", "show", "tour"]
+__all__ = [
+    "FOLLOW_POLL_SECONDS", "MAX_STEP_SECONDS", "demo", "log", "rm", "run", "send", "sessions",
+    "show", "snapshot", "tour",
+]
 
 _MODES = {
     "steer": (Target.NEXT_STEP, True),
     "inject": (Target.NEXT_STEP, False),
     "followup": (Target.NEXT_TURN, True),
+    "prompt": (Target.NEXT_TURN, True),  # the log has one form for a prompt and a followup
 }
+
+#: How often ``log --follow`` looks for new events.
+FOLLOW_POLL_SECONDS: Final = 0.2
 
 
 def _open(args: argparse.Namespace, *, read_only: bool = False) -> Store:
@@ -46,9 +57,7 @@ def _open(args: argparse.Namespace, *, read_only: bool = False) -> Store:
 def _replayed(store: Store, session: str) -> Session:
     total = store.version(session)
     if total == 0:
-        raise ValueError(
-            f"no session {session!r} in this store (`nous-inbox sessions` lists the ones there are)"
-        )
+        raise _no_session(session)
     # From the session's snapshot when it has a usable one (the same value, sooner).
     return load_session(_WithProgress(store, total), session).session
 
@@ -85,15 +94,14 @@ def demo(args: argparse.Namespace, out: IO[str]) -> int:
     _check_step_seconds(args.step_seconds)
     url = args.store or default_store_url()
     with open_store(url) as store:
-        return run_demo(store, url, out, step_seconds=args.step_seconds, as_json=args.json)
+        return run_demo(store, url, out, step_seconds=args.step_seconds, as_json=args.json,
+                        default=args.store is None)
 
 
 def run(args: argparse.Namespace, out: IO[str]) -> int:
     """Run the scripted agent on a session so another terminal can steer it."""
     if not 1 <= args.steps <= MAX_STEPS:
-        raise UsageError(
-            f"--steps must be from 1 to {MAX_STEPS}, got {args.steps}"
-        )
+        raise UsageError(f"--steps must be from 1 to {MAX_STEPS}, got {args.steps}")
     _check_step_seconds(args.step_seconds)
     with _open(args) as store:
         return run_session(
@@ -107,12 +115,35 @@ def tour(args: argparse.Namespace, out: IO[str]) -> int:
     return run_tour(out)
 
 
+_LISTS: Final = "`nous-inbox sessions` lists the ones there are"
+
+
+def _no_session(session: str, hint: str = _LISTS) -> ValueError:
+    return ValueError(f"no session {session!r} in this store ({hint})")
+
+
+def _check_exists(args: argparse.Namespace, hint: str = _LISTS) -> None:
+    """Refuse a session with no events; read-only, so a mistyped ``--store`` creates nothing."""
+    with _open(args, read_only=True) as store:
+        if store.version(args.session) == 0:
+            raise _no_session(args.session, hint)
+
+
 def send(args: argparse.Namespace, out: IO[str]) -> int:
-    """Append one send (steer, inject or followup) to a session's log."""
+    """Append one send (steer, inject, followup or prompt) to a session's log.
+
+    A session with no events is refused unless ``--create``: a mistyped name must not quietly
+    start a log nobody runs. The check opens the store read-only, so a mistyped ``--store``
+    creates nothing either.
+    """
     target, wakeup = _MODES[args.command]
-    if not args.text.strip():
-        raise UsageError("TEXT is empty; an empty message is never worth a model round")
-    event = MessageSent(target=target, wakeup=wakeup, message=Message.user(args.text))
+    text = message_text(args.file, args.text, sys.stdin.buffer)
+    if not args.create:
+        try:
+            _check_exists(args, "nothing was sent; --create sends anyway and starts its log")
+        except StoreError as exc:
+            raise StoreError(f"{exc}; nothing was sent (--create starts the store)") from None
+    event = MessageSent(target=target, wakeup=wakeup, message=Message.user(text))
     with _open(args) as store:
         (stored,) = store.append(args.session, [event])
     out.write(f"{args.command} queued for {args.session!r} as event #{stored.seq}\n")
@@ -154,35 +185,111 @@ def show(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
+def _check_log_range(args: argparse.Namespace) -> None:
+    if args.after < 0:
+        raise UsageError(f"--after must be a seq >= 0, got {args.after}")
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {args.limit}")
+
+
 def log(args: argparse.Namespace, out: IO[str]) -> int:
-    """Print a session's events, one per line (JSON Lines with ``--json``)."""
+    """Print a session's events, one per line (JSON Lines with ``--json``).
+
+    ``--after SEQ`` starts after event #SEQ, so a reader that stopped can resume where it was;
+    ``--follow`` then waits for new events (polling the store's version, which every store keeps
+    cheap) until Ctrl-C, which ends it with status 0; ``--limit N`` stops after N events.
+    """
+    _check_log_range(args)
     style = Style(out)
-    with _open(args, read_only=True) as store:
-        total = store.version(args.session)
-        if total == 0:
-            raise ValueError(f"no session {args.session!r} in this store")
-        for event in with_progress(store.read(args.session), total, "reading"):
-            out.write((event_json(event) if args.json else format_event(event, style)) + "\n")
-    return 0
+    printed = 0
+    try:
+        with _open(args, read_only=True) as store:
+            total = store.version(args.session)
+            if total == 0:
+                raise _no_session(args.session)
+            after = args.after
+            while True:
+                events = store.read(args.session, after)
+                if not args.follow:
+                    events = with_progress(events, total - after, "reading")
+                for event in events:
+                    out.write((event_json(event) if args.json else format_event(event, style)) + "\n")
+                    after = event.seq
+                    printed += 1
+                    if printed == args.limit:
+                        return 0
+                if not args.follow:
+                    return 0
+                out.flush()
+                while store.version(args.session) <= after:
+                    time.sleep(FOLLOW_POLL_SECONDS)
+    except KeyboardInterrupt:
+        if args.follow:
+            return 0  # the way out of --follow, not a failure
+        raise
 
 
 def sessions(args: argparse.Namespace, out: IO[str]) -> int:
-    """List the sessions in the store with their event counts."""
+    """List the sessions in the store with their event counts (JSON Lines with ``--json``)."""
     with _open(args, read_only=True) as store:
         for name in store.streams():
-            out.write(f"{printable(name)}\t{store.version(name)} events\n")
+            if args.json:
+                line = json.dumps({"session": name, "events": store.version(name)},
+                                  ensure_ascii=False)
+                out.write(json_safe(line) + "\n")
+            else:
+                out.write(f"{printable(name)}\t{store.version(name)} events\n")
+    return 0
+
+
+def _confirmed(question: str) -> bool:
+    """Ask ``question`` on the terminal; only an answer of y or yes is a yes."""
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def rm(args: argparse.Namespace, out: IO[str]) -> int:
+    """Delete a session's log, after asking on the terminal (``--yes`` asks nothing).
+
+    Refused while an owner holds the session: the command takes the session's owner lease
+    itself and keeps it while it asks and deletes, so no owner can start on the log it removes.
+    Without ``--yes`` a stdin that is not a terminal is refused rather than read as an answer:
+    a script must say it means it.
+    """
+    if not args.yes and not sys.stdin.isatty():
+        raise UsageError(
+            f"rm asks before deleting {args.session!r}, but stdin is not a terminal: add --yes to "
+            f"delete without asking"
+        )
+    _check_exists(args)
+    with _open(args) as store:
+        try:
+            lease = store.own(args.session)
+        except StreamOwnedError as exc:
+            raise ValueError(
+                f"session {args.session!r} is in use ({exc}): stop its owner first; nothing was "
+                f"deleted"
+            ) from None
+        with lease:
+            delete = getattr(store, "delete", None)
+            if not callable(delete):
+                raise ValueError(f"{store!r} cannot delete a session; nothing was deleted")
+            events = store.version(args.session)
+            if not args.yes and not _confirmed(
+                f"delete session {printable(args.session)!r} ({events} events) from {store!r}?"
+            ):
+                sys.stderr.write(f"nous-inbox rm: {printable(args.session)!r} kept\n")
+                return 1
+            delete(args.session)
+    out.write(f"deleted session {printable(args.session)!r} ({events} events)\n")
     return 0
 
 
 def snapshot(args: argparse.Namespace, out: IO[str]) -> int:
     """Save a snapshot of a session now (see :mod:`nous_inbox.snapshot`): opening it afterwards
     decodes the snapshot and replays only what came after."""
-    with _open(args, read_only=True) as store:  # a mistyped --store creates nothing
-        if store.version(args.session) == 0:
-            raise ValueError(
-                f"no session {args.session!r} in this store (`nous-inbox sessions` lists the ones "
-                f"there are)"
-            )
+    _check_exists(args)
     with _open(args) as store:
         opened = load_session(store, args.session)
         if not save_snapshot(store, args.session, opened.session):

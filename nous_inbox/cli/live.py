@@ -15,6 +15,8 @@ command exits 0.
 
 from __future__ import annotations
 
+import secrets
+import sys
 import threading
 import time
 from typing import IO, Final
@@ -32,7 +34,7 @@ from nous_inbox.runner import Runner
 from nous_inbox.session import replay
 from nous_inbox.store import Store
 
-__all__ = ["run_demo", "run_session"]
+__all__ = ["new_demo_session", "run_demo", "run_session"]
 
 #: What the simulated person does, and when: as the n-th tool call starts.
 PERSON: Final = (
@@ -103,16 +105,42 @@ def _person(owner: Owner, printer: _Printer, as_json: bool) -> None:
         getattr(owner, mode)(text)
 
 
-def run_demo(store: Store, url: str, out: IO[str], *, step_seconds: float, as_json: bool) -> int:
-    """Play the demo on ``store``; returns 0 when the replayed log equals the live state."""
-    session = time.strftime("demo-%Y%m%d-%H%M%S")
+def new_demo_session(store: Store) -> str:
+    """A session name no log in ``store`` has yet: the time, then random digits, so two demos
+    started in the same second each get their own.
+
+    >>> from nous_inbox.store import open_store
+    >>> new_demo_session(open_store("memory:")).startswith("demo-")
+    True
+    """
+    while True:
+        session = time.strftime("demo-%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+        if store.version(session) == 0:
+            return session
+
+
+def run_demo(
+    store: Store, url: str, out: IO[str], *, step_seconds: float, as_json: bool,
+    default: bool = False,
+) -> int:
+    """Play the demo on ``store``; returns 0 when the replayed log equals the live state.
+
+    The first lines say which session and store the log went to (on stderr with ``as_json``);
+    ``default`` says the store is the default one, which the person did not choose.
+    """
+    session = new_demo_session(store)
     agent = ScriptedAgent(steps=4, step_seconds=step_seconds)
     printer = _Printer(out, as_json)
     style, write = printer.style, printer.write
     url = str(getattr(store, "url", url))  # the store's own, any password hidden
-    if not as_json:
+    where = f"session {session!r} in {printable(url)}"
+    if default:
+        where += " (the default store; --store URL picks another)"
+    if as_json:  # stdout is the events alone; where they went is said on stderr
+        sys.stderr.write(f"nous-inbox demo: {where}\n")
+    else:
         write(style.paint("nous-inbox demo", "bold") + ": a person talks to an agent while it works\n")
-        write(f"  session {session!r} in {printable(url)}\n")
+        write(f"  {where}\n")
         write("  The agent reads logs, one tool call per step. While a tool runs, the person\n")
         write("  injects context, steers, and asks a followup; watch where each one lands.\n\n")
         write(style.paint(f"        person > prompt: {TASK}", "magenta") + "\n")
@@ -137,7 +165,10 @@ def run_demo(store: Store, url: str, out: IO[str], *, step_seconds: float, as_js
         f"state ({len(replayed.transcript)} transcript entries, "
         f"{replayed.inbox.count()} message(s) still queued).\n"
     )
-    write(f"  See it again: nous-inbox log --store {printable(url)} {session}\n")
+    if url == "memory:":
+        write("  The memory: store ends with this command; --store sqlite:PATH keeps the log.\n")
+    else:
+        write(f"  See it again: nous-inbox log --store {printable(url)} {session}\n")
     return 0
 
 

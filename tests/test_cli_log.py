@@ -1,0 +1,123 @@
+"""``log --after/--follow/--limit`` and ``sessions --json``: reading a session as it grows."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from nous_inbox.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+WAIT = 60.0
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(list(argv), out=out), out.getvalue()
+
+
+@pytest.fixture(params=["sqlite", "file", "postgres"])
+def url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return f"{request.param}:{tmp_path / 'inbox.log'}"
+
+
+def steer(url: str, *texts: str) -> None:
+    for text in texts:
+        assert cli("steer", "--create", "--store", url, "s", text)[0] == 0
+
+
+class Lines(io.StringIO):
+    """An output a test can wait on: ``wait_for(n)`` returns once ``n`` lines were written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._written = threading.Condition()
+
+    def write(self, text: str) -> int:
+        with self._written:
+            count = super().write(text)
+            self._written.notify_all()
+        return count
+
+    def wait_for(self, lines: int) -> bool:
+        with self._written:
+            return self._written.wait_for(lambda: self.getvalue().count("\n") >= lines, WAIT)
+
+
+def test_after_starts_after_the_given_seq(url: str) -> None:
+    steer(url, "one", "two", "three")
+    status, text = cli("log", "--store", url, "s", "--json", "--after", "1")
+    assert status == 0
+    assert [json.loads(line)["seq"] for line in text.splitlines()] == [2, 3]
+    assert cli("log", "--store", url, "s", "--after", "3") == (0, "")
+
+
+def test_limit_stops_after_n_events(url: str) -> None:
+    steer(url, "one", "two", "three")
+    text = cli("log", "--store", url, "s", "--json", "--limit", "2")[1]
+    assert [json.loads(line)["message"]["content"] for line in text.splitlines()] == ["one", "two"]
+
+
+def test_follow_prints_events_recorded_later_resuming_after_the_given_seq(url: str) -> None:
+    steer(url, "one", "two")
+    out = Lines()
+    status: list[int] = []
+    follower = threading.Thread(target=lambda: status.append(main(
+        ["log", "--store", url, "s", "--json", "--follow", "--after", "1", "--limit", "3"],
+        out=out,
+    )))
+    follower.start()
+    assert out.wait_for(1)  # event 2, already there
+    steer(url, "three")  # recorded while the follower waits
+    assert out.wait_for(2)
+    steer(url, "four", "five")
+    follower.join(WAIT)
+    assert not follower.is_alive() and status == [0]
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(e["seq"], e["message"]["content"]) for e in events] == [
+        (2, "two"), (3, "three"), (4, "four"),
+    ]
+
+
+def test_ctrl_c_ends_a_follow_with_status_0_and_nothing_on_stderr(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    steer(url, "one")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "nous_inbox", "log", "--store", url, "s", "--follow"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+    )
+    assert follow.stdout is not None and follow.stderr is not None
+    assert follow.stdout.readline().startswith("#1 ")  # it is following now
+    follow.send_signal(signal.SIGINT)
+    assert follow.wait(WAIT) == 0
+    assert follow.stderr.read() == "" and follow.stdout.read() == ""
+
+
+@pytest.mark.parametrize(("option", "value"), [("--after", "-1"), ("--limit", "0")])
+def test_a_range_out_of_bounds_is_a_usage_error(
+    url: str, option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    steer(url, "one")
+    assert cli("log", "--store", url, "s", option, value)[0] == 2
+    assert option in capsys.readouterr().err
+
+
+def test_sessions_json_is_one_object_per_session(url: str) -> None:
+    steer(url, "one", "two")
+    assert cli("inject", "--create", "--store", url, "b\u202eeta", "x")[0] == 0
+    status, text = cli("sessions", "--store", url, "--json")
+    assert status == 0 and "\u202e" not in text  # escaped, as all --json output is
+    assert [json.loads(line) for line in text.splitlines()] == [
+        {"session": "b\u202eeta", "events": 1}, {"session": "s", "events": 2},
+    ]
