@@ -160,6 +160,10 @@ def _parser() -> argparse.ArgumentParser:
     snapshot = sub.add_parser("snapshot", help="save a snapshot of SESSION, so opening it replays less")
     _store_option(snapshot)
     snapshot.add_argument("session")
+
+    from nous_inbox.web.serve import add_parser as add_serve  # no web import until it runs
+
+    add_serve(sub)
     return parser
 
 
@@ -200,6 +204,12 @@ def _check_usage(args: argparse.Namespace) -> None:
             raise UsageError(str(exc).replace("stream name", "SESSION", 1)) from None
 
 
+def _serve(args: argparse.Namespace, out: IO[str]) -> int:
+    from nous_inbox.web.serve import serve
+
+    return serve(args, out)
+
+
 def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     out = sys.stdout if out is None else out
@@ -221,6 +231,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         "log": commands.log,
         "sessions": commands.sessions,
         "snapshot": commands.snapshot,
+        "serve": _serve,
     }
     try:
         _check_usage(args)
