@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import html
 import importlib.resources
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -201,8 +202,10 @@ def create_app(
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     async def page(request: Request) -> Response:
-        return Response((_STATIC / "page.html").read_bytes(), media_type="text/html; charset=utf-8",
-                        headers=_PAGE_HEADERS)
+        # Where the app is mounted, so the page's links and calls go to it.
+        root = html.escape(request.scope.get("root_path", "").rstrip("/"), quote=True)
+        text = (_STATIC / "page.html").read_text("utf-8").replace("{{root}}", root)
+        return Response(text, media_type="text/html; charset=utf-8", headers=_PAGE_HEADERS)
 
     def static(file: str, media_type: str) -> Endpoint:
         async def serve(request: Request) -> Response:
