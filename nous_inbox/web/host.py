@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, TypeVar
 
 from nous_inbox.async_owner import AsyncOwner, AsyncTurnRunner
-from nous_inbox.errors import LeaseLostError, StreamOwnedError
+from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
@@ -202,7 +202,11 @@ class SessionHost:
             try:
                 sent: MessageSent = await getattr(owner, mode)(message)
                 return sent
-            except LeaseLostError:  # nothing was written: the log takes it instead
+            except RuntimeError:
+                # Closed meanwhile (let go as idle, or its lease taken over): refused before
+                # anything was written, so the log takes it instead.
+                if not owner.closed:
+                    raise
                 self._drop(session, owner)
         target, wakeup = MODES[mode]
         event = MessageSent(target=target, wakeup=wakeup, message=message)
