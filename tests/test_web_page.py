@@ -22,7 +22,6 @@ pytest.importorskip("httpx")
 
 from tests.test_web_serve import WAIT, Served, start_serve
 
-ROOT = Path(__file__).resolve().parent.parent
 #: Where the screenshot goes: the docs' picture is refreshed with
 #: ``NOUS_INBOX_SCREENSHOT=docs/img/web-session.png pytest tests/test_web_page.py``; otherwise a
 #: temporary file, so running the tests changes no tracked file.

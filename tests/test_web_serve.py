@@ -171,3 +171,17 @@ def test_serve_refuses_unsafe_or_bad_options(
             "--agent", "nous_inbox.web.scripted:agent", *args]
     assert main(argv) == 1
     assert says in capsys.readouterr().err
+
+
+def test_without_the_web_extra_the_command_line_works_and_serve_says_what_is_missing() -> None:
+    script = (
+        "import sys\n"
+        "sys.modules['starlette'] = sys.modules['uvicorn'] = None  # as if not installed\n"
+        "from nous_inbox.cli import main\n"
+        "assert main(['sessions', '--store', 'memory:']) == 0\n"
+        "sys.exit(main(['serve', '--store', 'memory:', '--agent', 'nous_inbox.web.scripted:agent']))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=WAIT)
+    assert result.returncode == 1, result.stderr
+    assert "needs the web extra: pip install 'nous-inbox[web]'" in result.stderr
