@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from nous_inbox.async_owner import AsyncOwner
+from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import MessageSent, TurnEnded
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
@@ -44,6 +45,14 @@ def steer_from_elsewhere(store: Store, session: str, text: str) -> None:
     """A send another process makes (``nous-inbox steer``): straight into the log."""
     store.append(session, [MessageSent(target=Target.NEXT_STEP, wakeup=True,
                                        message=Message.user(text))])
+
+
+def lease_is_free(store: Store, session: str) -> bool:
+    try:
+        store.own(session).release()
+    except StreamOwnedError:
+        return False
+    return True
 
 
 def run(main: Callable[[], Any]) -> Any:
@@ -91,7 +100,7 @@ def test_an_idle_session_is_let_go_and_its_lease_given_back(tmp_path: Path) -> N
                 await host.send("s1", "prompt", "hello")
                 await until(lambda: answered(store, "s1"), "the prompt was answered")
                 await until(lambda: host.held == [], "the idle session was let go")
-                other.own("s1").release()  # free for another owner now
+                await until(lambda: lease_is_free(other, "s1"), "its lease was given back")
                 shown = await host.session("s1")
                 assert shown is not None and shown.transcript[-1].content == "s1 heard hello"
                 steer_from_elsewhere(store, "s1", "again")
