@@ -24,6 +24,7 @@ SUITES = (
      "bench.postgres_bench"),
     ("Long sessions: opening from a snapshot against a full replay; send latency as history grows",
      "bench.snapshot_bench"),
+    ("The web face: idle sessions, steer to model request over HTTP, SSE fan-out", "bench.web_bench"),
 )
 
 

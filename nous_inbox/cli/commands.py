@@ -34,7 +34,7 @@ from nous_inbox.store import Store, default_store_url, open_store
 
 __all__ = [
     "FOLLOW_POLL_SECONDS", "MAX_STEP_SECONDS", "demo", "log", "rm", "run", "send", "sessions",
-    "show", "snapshot", "tour",
+    "serve", "show", "snapshot", "tour",
 ]
 
 _MODES = {
@@ -306,3 +306,10 @@ def snapshot(args: argparse.Namespace, out: IO[str]) -> int:
         out.write(f"{printable(args.session)}: snapshot saved at seq {opened.session.version} "
                   f"(the open replayed {opened.replayed} events)\n")
     return 0
+
+
+def serve(args: argparse.Namespace, out: IO[str]) -> int:
+    """``serve``: host the store's sessions behind the web face (needs the web extra)."""
+    from nous_inbox.web.serve import serve as serve_sessions  # Starlette/Uvicorn only when asked
+
+    return serve_sessions(args, out)

@@ -150,9 +150,15 @@ def _rm(sub: _Sub) -> None:
                     help="delete without asking (required when stdin is not a terminal)")
 
 
+def _serve(sub: _Sub) -> None:
+    from nous_inbox.web.serve import add_parser  # argparse only: the web extra loads when it runs
+
+    add_parser(sub).set_defaults(handler="serve")
+
+
 #: Every command, in the order ``--help`` lists them.
 COMMANDS: Final[tuple[Callable[[_Sub], None], ...]] = (
-    _demo, _tour, _run, _sends, _show, _log, _sessions, _snapshot, _rm,
+    _demo, _tour, _run, _sends, _show, _log, _sessions, _snapshot, _rm, _serve,
 )
 
 

@@ -1,0 +1,324 @@
+"""The web face: what hosting sessions behind HTTP costs, beside the in-process calls it wraps.
+
+Three tables, each measured side by side in one run, with a real Uvicorn on 127.0.0.1 serving a
+:class:`~nous_inbox.web.SessionHost` on an ``sqlite:`` store, in a thread of its own (its event
+loop is the server's); the client is this thread, over one kept-alive connection.
+
+**Idle sessions.** The host takes ``N`` sessions (each with one message in its log) and holds them
+idle. Reported: the process's resident memory and threads added per held session.
+
+**Steer to model request.** An idle session is steered; the time from the send until the model
+is called with the steer in its transcript (the model notes the moment it sees it), p50 and p99.
+Sides: ``AsyncOwner.steer`` called on the server's loop (the in-process baseline); the host's
+``send`` (the owner's verb, plus the host's checks); ``POST /api/sessions/{id}/messages`` through
+Uvicorn (what the HTTP face adds: the request, its checks, the JSON).
+
+**Fan-out.** ``K`` subscribers follow one session's event stream; each send's event is timed from
+the send until the last subscriber has read it, p50 and p99. Sides: ``AsyncOwner.events()``
+readers in-process, one SSE client, ``K`` SSE clients.
+
+``python -m bench --only web_bench`` (``--quick``: small and fast).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from nous_inbox.message import Message
+from nous_inbox.runner import Runner
+from nous_inbox.store import open_store
+
+__all__ = ["main", "run"]
+
+_T = TypeVar("_T")
+TOKEN = "bench-token-0000"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class _Stamps:
+    """The moment the model first saw each text: the agent of every benched session."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, float] = {}
+        self.arrived = threading.Condition()
+
+    def agent(self, session: str) -> Runner:
+        async def model(transcript: Any, tools: Any) -> Message:
+            now = time.perf_counter()
+            with self.arrived:
+                self.seen.setdefault(transcript[-1].content, now)
+                self.arrived.notify_all()
+            return Message.assistant("ok")
+
+        return Runner(model)
+
+    def wait(self, text: str) -> float:
+        with self.arrived:
+            if not self.arrived.wait_for(lambda: text in self.seen, 30):
+                raise TimeoutError(f"the model never saw {text!r}")
+            return self.seen[text]
+
+
+class _Server:
+    """A SessionHost and Uvicorn on 127.0.0.1, on an event loop in a thread of their own."""
+
+    def __init__(self, url: str, agent: Callable[[str], Runner], sessions: int) -> None:
+        self._url = url
+        self._agent = agent
+        self._sessions = sessions
+        self._ready = threading.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.host: Any = None
+        self.address = ""
+        self._server: Any = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    def __enter__(self) -> _Server:
+        self._thread.start()
+        if not self._ready.wait(60):
+            raise RuntimeError("the server did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.loop is not None
+        self.loop.call_soon_threadsafe(self._stop)
+        self._thread.join(60)
+
+    def _stop(self) -> None:
+        self.host.stopping.set()
+        self._server.should_exit = True
+
+    def call(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coroutine`` on the server's loop and wait for it."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(60)
+
+    async def _main(self) -> None:
+        import uvicorn
+
+        from nous_inbox.web import SessionHost, create_app
+
+        with open_store(self._url) as store:
+            async with SessionHost(store, self._agent, max_sessions=self._sessions + 10,
+                                   idle_timeout=3600, scan_interval=None) as host:
+                self.host, self.loop = host, asyncio.get_running_loop()
+                config = uvicorn.Config(create_app(host, token=TOKEN), host="127.0.0.1", port=0,
+                                        lifespan="off", log_level="warning")
+                self._server = uvicorn.Server(config)
+                serving = asyncio.ensure_future(self._server.serve())
+                while not self._server.started:
+                    await asyncio.sleep(0.01)
+                port = self._server.servers[0].sockets[0].getsockname()[1]
+                self.address = f"http://127.0.0.1:{port}"
+                self._ready.set()
+                await serving
+
+
+def _resident() -> int:
+    """This process's resident memory, in bytes (Linux)."""
+    with open("/proc/self/statm") as statm:
+        import os
+
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+
+def _idle_table(server: _Server, n: int) -> str:
+    names = [f"idle-{i}" for i in range(n)]
+
+    async def seed() -> None:
+        for name in names:
+            await server.host.call(server.host.store.append, name, [_inject(name)])
+
+    async def take_all() -> None:
+        for name in names:
+            await server.host.take(name)
+
+    server.call(seed())
+    gc.collect()
+    memory, threads = _resident(), threading.active_count()
+    server.call(take_all())
+    gc.collect()
+    held = len(server.host.held)
+    per_memory = (_resident() - memory) / held
+    per_thread = (threading.active_count() - threads) / held
+    return "\n".join([
+        f"Idle sessions: {held} held by one host (sqlite:).",
+        "",
+        "| per idle session | resident memory | threads |",
+        "|---|---:|---:|",
+        f"| SessionHost + AsyncOwner | {per_memory / 1024:.1f} KiB | {per_thread:.2f} |",
+    ])
+
+
+def _inject(text: str) -> Any:
+    from nous_inbox.events import MessageSent
+    from nous_inbox.inbox import Target
+
+    return MessageSent(target=Target.NEXT_STEP, wakeup=False, message=Message.user(text))
+
+
+def _steer_table(server: _Server, stamps: _Stamps, client: Any, repeats: int) -> str:
+    host = server.host
+
+    async def owner_steer(text: str) -> float:
+        owner = await host.take("direct")
+        started = time.perf_counter()
+        await owner.steer(text)
+        return started
+
+    async def host_send(text: str) -> float:
+        started = time.perf_counter()
+        await host.send("hosted", "steer", text)
+        return started
+
+    def http_post(text: str) -> float:
+        started = time.perf_counter()
+        answer = client.post("/api/sessions/posted/messages", json={"mode": "steer", "text": text})
+        assert answer.status_code == 202, answer.text
+        return started
+
+    async def idle(session: str) -> None:
+        owner = host.hosted(session)
+        if owner is not None:
+            await owner.wait_idle(30)
+
+    sides: list[tuple[str, str, Callable[[str], float]]] = [
+        ("AsyncOwner.steer, in-process", "direct", lambda t: server.call(owner_steer(t))),
+        ("SessionHost.send", "hosted", lambda t: server.call(host_send(t))),
+        ("POST .../messages over HTTP", "posted", http_post),
+    ]
+    rows = []
+    for side, session, steer in sides:
+        samples = []
+        for i in range(repeats + 5):  # the first few warm up
+            text = f"{session} {i}"
+            started = steer(text)
+            seen = stamps.wait(text)
+            server.call(idle(session))
+            if i >= 5:
+                samples.append(seen - started)
+        rows.append((side, *_percentiles(samples)))
+    base = rows[0]
+    lines = [
+        f"Steer to the model request that carries it, an idle session woken; {repeats} sends each.",
+        "",
+        "| side | p50 | p99 | p50 added |",
+        "|---|---:|---:|---:|",
+    ]
+    for side, p50, p99 in rows:
+        lines.append(f"| {side} | {p50 * 1e3:.2f} ms | {p99 * 1e3:.2f} ms | "
+                     f"{(p50 - base[1]) * 1e3:+.2f} ms |")
+    return "\n".join(lines)
+
+
+def _fanout_table(server: _Server, client: Any, subscribers: int, sends: int) -> str:
+    host = server.host
+    session = "fanout"
+    client.post(f"/api/sessions/{session}/messages", json={"mode": "inject", "text": "start"})
+    port = int(server.address.rsplit(":", 1)[1])
+
+    async def sse_reader(got: list[dict[int, float]], ready: asyncio.Event, after: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write((f"GET /api/sessions/{session}/events?after={after} HTTP/1.1\r\n"
+                      f"Host: bench\r\nAuthorization: Bearer {TOKEN}\r\n\r\n").encode())
+        await writer.drain()
+        seen: dict[int, float] = {}
+        got.append(seen)
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                if line.startswith(b": events"):
+                    ready.set()
+                elif line.startswith(b"id: "):
+                    seen[int(line[4:])] = time.perf_counter()
+        finally:
+            writer.close()
+
+    async def owner_reader(got: list[dict[int, float]], ready: asyncio.Event, after: int) -> None:
+        owner = host.hosted(session)
+        seen: dict[int, float] = {}
+        got.append(seen)
+        ready.set()
+        async for event in owner.events(after):
+            seen[event.seq] = time.perf_counter()
+
+    async def measure(kind: str, count: int) -> list[float]:
+        owner = await host.take(session)
+        after = owner.session.version
+        got: list[dict[int, float]] = []
+        readies = [asyncio.Event() for _ in range(count)]
+        make = sse_reader if kind == "sse" else owner_reader
+        readers = [asyncio.ensure_future(make(got, ready, after)) for ready in readies]
+        await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 60)
+        latencies = []
+        for i in range(sends):
+            started = time.perf_counter()
+            sent = await owner.inject(f"fan {i}")
+            deadline = time.monotonic() + 30
+            while not all(sent.seq in seen for seen in got):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("a subscriber never got its event")
+                await asyncio.sleep(0.0005)
+            latencies.append(max(seen[sent.seq] for seen in got) - started)
+        for reader in readers:
+            reader.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        return latencies
+
+    rows = []
+    for side, kind, count in ((f"AsyncOwner.events(), {subscribers} readers", "owner", subscribers),
+                              ("SSE, 1 subscriber", "sse", 1),
+                              (f"SSE, {subscribers} subscribers", "sse", subscribers)):
+        rows.append((side, *_percentiles(server.call(measure(kind, count)))))
+    lines = [
+        f"Fan-out of one session: send to the last subscriber's read; {sends} sends.",
+        "",
+        "| side | p50 | p99 |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {side} | {p50 * 1e3:.2f} ms | {p99 * 1e3:.2f} ms |" for side, p50, p99 in rows]
+    return "\n".join(lines)
+
+
+def run(quick: bool = False) -> str:
+    """The three tables, as markdown."""
+    try:
+        import httpx
+        import uvicorn  # noqa: F401
+    except ImportError:
+        return "(the web extra and httpx are not installed: pip install 'nous-inbox[web-test]')"
+    idle, repeats, subscribers, sends = (50, 30, 20, 20) if quick else (1000, 300, 100, 200)
+    stamps = _Stamps()
+    with tempfile.TemporaryDirectory() as tmp, \
+            _Server(f"sqlite:{Path(tmp) / 'bench.sqlite'}", stamps.agent, idle) as server, \
+            httpx.Client(base_url=server.address, headers=AUTH, timeout=60) as client:
+        tables = [_idle_table(server, idle), _steer_table(server, stamps, client, repeats),
+                  _fanout_table(server, client, subscribers, sends)]
+    return "\n\n".join(tables)
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    print(run(parser.parse_args().quick))
+
+
+if __name__ == "__main__":
+    main()

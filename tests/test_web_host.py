@@ -1,0 +1,179 @@
+"""SessionHost: one asyncio process holding owners for many sessions of a store: it takes a
+session that wants a wake, lets an idle one go, holds no more than its cap, and leaves a session
+another owner holds to that owner."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nous_inbox.async_owner import AsyncOwner
+from nous_inbox.errors import StreamOwnedError
+from nous_inbox.events import MessageSent, TurnEnded
+from nous_inbox.inbox import Target
+from nous_inbox.message import Message
+from nous_inbox.runner import Runner
+from nous_inbox.session import replay
+from nous_inbox.store import Store, open_store
+from nous_inbox.web.host import SessionHost
+
+WAIT = 20.0  # seconds: a bound for what should happen soon, never a sleep to synchronise
+
+
+def echo(session: str) -> Runner:
+    return Runner(lambda transcript, tools: Message.assistant(f"{session} heard {transcript[-1].content}"))
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {WAIT} s: {what}")
+        await asyncio.sleep(0.01)
+
+
+def answered(store: Store, session: str) -> bool:
+    return any(isinstance(e, TurnEnded) for e in store.read(session))
+
+
+def steer_from_elsewhere(store: Store, session: str, text: str) -> None:
+    """A send another process makes (``nous-inbox steer``): straight into the log."""
+    store.append(session, [MessageSent(target=Target.NEXT_STEP, wakeup=True,
+                                       message=Message.user(text))])
+
+
+def lease_is_free(store: Store, session: str) -> bool:
+    try:
+        store.own(session).release()
+    except StreamOwnedError:
+        return False
+    return True
+
+
+def run(main: Callable[[], Any]) -> Any:
+    return asyncio.run(main())
+
+
+def test_the_scan_takes_a_session_that_wants_a_wake_and_runs_it(tmp_path: Path) -> None:
+    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+        steer_from_elsewhere(store, "waiting", "go")
+        store.append("quiet", [MessageSent(target=Target.NEXT_STEP, wakeup=False,
+                                           message=Message.user("fyi"))])
+
+        async def main() -> None:
+            async with SessionHost(store, echo, scan_interval=0.01) as host:
+                await until(lambda: answered(store, "waiting"), "the waiting session ran")
+                assert host.held == ["waiting"]  # an injection alone wakes nothing (ruling 9)
+
+        run(main)
+        assert [m.content for m in replay(store.read("waiting")).transcript] == [
+            "go", "waiting heard go"]
+
+
+def test_one_host_runs_many_sessions_each_with_its_own_agent(tmp_path: Path) -> None:
+    names = [f"s{i}" for i in range(20)]
+    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+
+        async def main() -> None:
+            async with SessionHost(store, echo, scan_interval=None) as host:
+                sent = await asyncio.gather(*(host.send(n, "prompt", f"task {n}") for n in names))
+                assert [event.seq for event in sent] == [1] * len(names)
+                assert host.held == sorted(names)
+                await until(lambda: all(answered(store, n) for n in names), "every session ran")
+
+        run(main)
+        for name in names:
+            assert replay(store.read(name)).transcript[-1].content == f"{name} heard task {name}"
+
+
+def test_an_idle_session_is_let_go_and_its_lease_given_back(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'log.sqlite'}"
+    with open_store(url) as store, open_store(url) as other:
+
+        async def main() -> None:
+            async with SessionHost(store, echo, idle_timeout=0.05, scan_interval=0.01) as host:
+                await host.send("s1", "prompt", "hello")
+                await until(lambda: answered(store, "s1"), "the prompt was answered")
+                await until(lambda: host.held == [], "the idle session was let go")
+                await until(lambda: lease_is_free(other, "s1"), "its lease was given back")
+                shown = await host.session("s1")
+                assert shown is not None and shown.transcript[-1].content == "s1 heard hello"
+                steer_from_elsewhere(store, "s1", "again")
+                await until(lambda: host.held == ["s1"], "a new wake took it back")
+                await until(lambda: replay(store.read("s1")).transcript[-1].content ==
+                            "s1 heard again", "the steer was answered")
+
+        run(main)
+
+
+def test_at_its_cap_a_host_queues_the_send_in_the_log_and_takes_it_when_a_slot_frees(
+        tmp_path: Path) -> None:
+    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+
+        async def main() -> None:
+            gate = asyncio.Event()
+
+            def gated(session: str) -> Runner:
+                async def model(transcript: Any, tools: Any) -> str:
+                    await gate.wait()
+                    return f"{session} done"
+                return Runner(model)
+
+            async with SessionHost(store, gated, max_sessions=2, idle_timeout=0.05,
+                                   scan_interval=0.01) as host:
+                for name in ("a", "b", "c"):
+                    await host.send(name, "prompt", f"task {name}")
+                assert host.held == ["a", "b"]  # both running, so c waits in the log
+                assert [str(e.target) for e in store.read("c")] == ["next_turn"]
+                gate.set()
+                await until(lambda: all(answered(store, n) for n in "abc"), "all three ran")
+                assert len(host.held) <= 2
+
+        run(main)
+
+
+def test_a_session_another_owner_holds_gets_the_send_through_the_log(tmp_path: Path) -> None:
+    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+
+        async def main() -> None:
+            mine = AsyncOwner(store, "theirs", echo("theirs"), poll_interval=0.01)
+            async with mine, SessionHost(store, echo, scan_interval=0.01) as host:
+                sent = await host.send("theirs", "steer", "from the web")
+                assert host.held == [] and host.cancel("theirs") is False
+                await until(lambda: answered(store, "theirs"), "its owner answered it")
+                assert mine.transcript[0].content == "from the web"
+                assert sent.seq == 1
+
+        run(main)
+
+
+def test_bad_options_name_themselves() -> None:
+    store = open_store("memory:")
+    with pytest.raises(ValueError, match="max_sessions must be an int >= 1"):
+        SessionHost(store, echo, max_sessions=0)
+    with pytest.raises(ValueError, match="idle_timeout must be a positive number"):
+        SessionHost(store, echo, idle_timeout=float("nan"))
+    with pytest.raises(TypeError, match="agent must be a callable factory"):
+        SessionHost(store, "echo")  # type: ignore[arg-type]
+
+
+def test_a_bad_send_writes_nothing(tmp_path: Path) -> None:
+    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+
+        async def main() -> None:
+            async with SessionHost(store, echo, scan_interval=None) as host:
+                with pytest.raises(ValueError, match="mode must be one of"):
+                    await host.send("s1", "yell", "x")
+                with pytest.raises(ValueError, match="control character"):
+                    await host.send("s\x07", "steer", "x")
+                with pytest.raises(ValueError, match="text is empty"):
+                    await host.send("s1", "steer", " \t\n")
+                assert host.held == []
+
+        run(main)
+        assert store.streams() == []

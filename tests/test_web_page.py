@@ -1,0 +1,163 @@
+"""The page in a real browser: Debian's Chromium, headless, driven by Selenium against a real
+``nous-inbox serve``. A person opens a session's page, types a steer while the scripted agent
+works, and sees it land at the agent's next step. Its screenshot is the one the docs show.
+
+Without Chromium and its driver this test is skipped on a developer's machine and fails in CI
+(``CI=true``): a browser test that silently did not run must not pass there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("uvicorn")
+pytest.importorskip("httpx")
+
+from tests.test_web_serve import WAIT, Served, start_serve
+
+#: Where the screenshot goes: the docs' picture is refreshed with
+#: ``NOUS_INBOX_SCREENSHOT=docs/img/web-session.png pytest tests/test_web_page.py``; otherwise a
+#: temporary file, so running the tests changes no tracked file.
+SCREENSHOT_VARIABLE = "NOUS_INBOX_SCREENSHOT"
+
+
+def _browser_parts() -> tuple[str, str]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        driver = None
+    if chromium and driver:
+        return chromium, driver
+    why = "Chromium, chromium-driver and selenium are needed (apt-get install chromium chromium-driver; pip install selenium)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the browser test cannot run in CI: {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    chromium, driver_path = _browser_parts()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-dev-shm-usage", "--window-size=1200,1000",
+                 f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    server = start_serve(f"sqlite:{tmp_path / 'log.sqlite'}", "--agent", "nous_inbox.web.scripted:agent",
+                         env={"NOUS_INBOX_SCRIPTED_STEPS": "6",
+                              "NOUS_INBOX_SCRIPTED_STEP_SECONDS": "0.6"})
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def until(condition: Callable[[], Any], what: str) -> Any:
+    deadline = time.monotonic() + WAIT
+    while not (found := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {WAIT} s: {what}")
+        time.sleep(0.05)
+    return found
+
+
+def lines(browser: Any) -> list[tuple[str, str]]:
+    """(type, text) of each event line on the page."""
+    from selenium.webdriver.common.by import By
+
+    return [(li.get_attribute("data-type"), li.text)
+            for li in browser.find_elements(By.CSS_SELECTOR, "#events li")]
+
+
+def test_a_steer_typed_while_the_agent_works_lands_at_its_next_step(
+        browser: Any, served: Served, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    token = served.url.rstrip("/")
+    browser.get(f"{token}/sessions/incident-42#token=serve-test-token")
+    assert "#token" not in browser.current_url  # the token left the address bar
+    text = browser.find_element(By.ID, "text")
+    text.send_keys("survey the logs from this morning's incident")
+    browser.find_element(By.CSS_SELECTOR, "button[data-mode=prompt]").click()
+    until(lambda: any(kind == "tool_called" for kind, _ in lines(browser)), "the agent works")
+
+    steer = "the cdn.log matters most, read it next"
+    text.send_keys(steer)
+    browser.find_element(By.CSS_SELECTOR, "button[data-mode=steer]").click()
+    until(lambda: "steer stored as event #" in browser.find_element(By.ID, "sent").text,
+          "the steer was acknowledged")
+    until(lambda: any(kind == "turn_ended" for kind, _ in lines(browser)), "the run ended")
+
+    shown = lines(browser)
+    sent_at = next(i for i, (kind, line) in enumerate(shown)
+                   if kind == "message_sent" and "steer" in line and steer in line)
+    claimed_at = next(i for i, (kind, line) in enumerate(shown)
+                      if i > sent_at and kind == "queue_claimed" and "next_step" in line)
+    requests = [i for i, (kind, _) in enumerate(shown) if kind == "model_requested"]
+    assert any(i > claimed_at for i in requests)  # claimed right before the next model request
+    replies = [line for kind, line in shown[claimed_at:] if kind == "model_replied"]
+    assert f"Noted: '{steer}'" in replies[0]  # the agent's very next reply heard it
+    assert 'read_log(name="cdn.log")' in replies[0]
+    until(lambda: "idle" in browser.find_element(By.ID, "status").text, "the status says idle")
+
+    screenshot = Path(os.environ.get(SCREENSHOT_VARIABLE) or tmp_path / "web-session.png")
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    browser.execute_script(  # the picture shows the steer and the step it lands at
+        "const list = document.getElementById('events');"
+        "const line = list.children[arguments[0]];"
+        "list.scrollTop = line.offsetTop - list.offsetTop - 80;", sent_at)
+    assert not browser.find_element(By.ID, "token-form").is_displayed()
+    assert browser.save_screenshot(str(screenshot))
+
+    browser.get(token + "/")
+    until(lambda: "incident-42" in browser.find_element(By.ID, "sessions").text,
+          "the list shows the session")
+
+
+def test_text_from_a_message_is_shown_as_text_never_as_markup(browser: Any, served: Served) -> None:
+    from selenium.webdriver.common.by import By
+
+    markup = '<img src=x onerror="document.title=\'owned\'"><b>bold</b>'
+    with served.client() as client:
+        assert client.post("/api/sessions/x/messages",
+                           json={"mode": "inject", "text": markup}).status_code == 202
+    browser.get(f"{served.url.rstrip('/')}/sessions/x#token=serve-test-token")
+    line = until(lambda: [text for kind, text in lines(browser) if kind == "message_sent"],
+                 "the message is shown")
+    assert markup in line[0]
+    assert browser.find_elements(By.CSS_SELECTOR, "#events img, #events b") == []
+    assert browser.title != "owned"
+
+
+def test_without_the_token_the_page_asks_for_it(browser: Any, served: Served) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(served.url)
+    form = until(lambda: (f := browser.find_element(By.ID, "token-form")).is_displayed() and f,
+                 "the token form is shown")
+    form.find_element(By.ID, "token-input").send_keys("serve-test-token")
+    form.find_element(By.TAG_NAME, "button").click()
+    until(lambda: browser.find_element(By.ID, "no-sessions").is_displayed(),
+          "with the token the (empty) list shows")
