@@ -224,7 +224,7 @@ def replay(events: Iterable[Event], start: Session | None = None, stream: str = 
     transcript list; the persistent vectors are built once, at the end. The checks and their
     messages are those of ``apply``. The cyclic garbage collector is paused while the loop
     runs: what a replay builds is acyclic, and with the collector on, each of its full passes
-    walks every message already replayed, which made a long replay several times slower.
+    walks every message already replayed, so a replay's time per event would grow with the log.
     Reference counting still frees everything as usual; the caller's collector state is
     restored on the way out, an exception included (``nous_inbox._collector.collector_paused``).
     """

@@ -662,6 +662,7 @@ def test_an_owner_reopens_from_its_snapshot(tmp_path: Path) -> None:
         assert store.load_snapshot("s")[0] == 20
     with open_store(url) as store:
         owner = Owner(store, "s", runner, snapshot_every=10, watch=False, start=False)
+        # (private: an owner does not say how its journal opened; the journal's count does)
         assert owner._journal.replayed == 3
         assert owner.session == replay(store.read("s"))
         owner.close()

@@ -24,7 +24,7 @@ from nous_inbox.events import Event, MessageSent, QueueClaimed, Warned
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.store import open_store
-from nous_inbox.store.base import _reads_back
+from nous_inbox.store.base import _reads_back  # private: a store shortcut, held to the decoder
 
 _anything = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6),
