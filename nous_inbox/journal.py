@@ -110,10 +110,6 @@ class Log(Protocol):
 Change = Callable[[Session], tuple[Sequence[Event], T]]
 """Computes, from the session as it stands, the events to append and a result for the caller."""
 
-_Step = Callable[[Session], tuple[Sequence[Event], T, Session | None]]
-"""A change as the retry loop runs it: the events, the result, and the session they fold into
-when the change has folded them already (a claim), else ``None``."""
-
 _Claim = tuple[Claimed, QueueClaimed]
 
 
@@ -263,7 +259,8 @@ class Journal:
 
     def commit(self, change: Change[T]) -> tuple[list[Event], T]:
         """Append the events ``change`` computes from the session, then fold them in: the
-        general write, which :meth:`append`, :meth:`send` and :meth:`claim` are made of.
+        general write, and the one retry loop: :meth:`append`, :meth:`send` and :meth:`claim`
+        are commits.
 
         ``change(session)`` returns the events to append (numbered and timed here) and a result
         for the caller. The append carries the session's version as the expected one, so a
@@ -280,7 +277,6 @@ class Journal:
         (:attr:`writes` moved on). Returns the events as stored (``[]`` when none) and
         ``change``'s result.
 
-        >>> from nous_inbox.events import MessageSent
         >>> from nous_inbox.store import open_store
         >>> journal = Journal(open_store("memory:"), "s")
         >>> def claim_if_two(session):     # a decision on the session as it stands
@@ -295,11 +291,28 @@ class Journal:
         >>> [type(e).__name__ for e in stored], stored[0].seq, result
         (['QueueClaimed'], 3, 'claimed')
         """
-        def step(session: Session) -> tuple[Sequence[Event], T, Session | None]:
-            events, result = change(session)
-            return events, result, None
-
-        return self._write(step)
+        lost: ConcurrencyError | None = None
+        looked = False  # whether a change that computed nothing has read other writers yet
+        for _ in range(ATTEMPTS):
+            events, result = change(self._session)
+            if not events:
+                # Nothing to write cannot lose a race: read others once (a steer sent from
+                # elsewhere joins a claim), not until the stream stands still, so a writer
+                # busy on the other queue cannot turn "nothing" into an error.
+                if looked or not self.catch_up():
+                    return [], result
+                looked = True
+                continue
+            try:
+                return self._append(events), result
+            except ConcurrencyError as exc:
+                if not self.catch_up():
+                    raise
+                lost = exc
+        raise ConcurrencyError(
+            f"stream {self._stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
+            "attempts (nothing was written)"
+        ) from lost
 
     def append(self, events: Sequence[Event]) -> list[Event]:
         """Append ``events`` as they are (numbered and timed here), then fold them in: a
@@ -311,7 +324,7 @@ class Journal:
         >>> [e.seq for e in Journal(open_store("memory:"), "s").append([Warned(text="hi")])]
         [1]
         """
-        return self._write(lambda session: (events, None, None))[0]
+        return self.commit(lambda session: (events, None))[0]
 
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
         """Queue ``message`` on ``target``: append one ``MessageSent`` (built by
@@ -354,13 +367,13 @@ class Journal:
         >>> [m.content for m in messages], event.count, event.seq
         (['fyi'], 1, 2)
         """
-        def step(session: Session) -> tuple[Sequence[Event], _Claim | None, Session | None]:
-            claimed, event, after = session.claim(
+        def claiming(session: Session) -> tuple[Sequence[Event], _Claim | None]:
+            claimed, event, _ = session.claim(
                 target, at=float(self._clock()), wake_only=wake_only, limit=limit
             )
-            return ((), None, None) if event is None else ((event,), (claimed, event), after)
+            return ([], None) if event is None else ([event], (claimed, event))
 
-        _, made = self._write(step)
+        _, made = self.commit(claiming)
         return ([], None) if made is None else (list(made[0]), made[1])
 
     def take(
@@ -371,52 +384,25 @@ class Journal:
                       stacklevel=2)
         return self.claim(target, wake_only=wake_only, limit=limit)
 
-    def _write(self, step: _Step[T]) -> tuple[list[Event], T]:
-        """The expected-version retry loop every write runs (see :meth:`commit`)."""
-        lost: ConcurrencyError | None = None
-        looked = False  # whether a change that computed nothing has read other writers yet
-        for _ in range(ATTEMPTS):
-            events, result, folded = step(self._session)
-            if not events:
-                # Nothing to write cannot lose a race: read others once (a steer sent from
-                # elsewhere joins a claim), not until the stream stands still, so a writer
-                # busy on the other queue cannot turn "nothing" into an error.
-                if looked or not self.catch_up():
-                    return [], result
-                looked = True
-                continue
-            try:
-                return self._append(events, folded), result
-            except ConcurrencyError as exc:
-                if not self.catch_up():
-                    raise
-                lost = exc
-        raise ConcurrencyError(
-            f"stream {self._stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
-            "attempts (nothing was written)"
-        ) from lost
-
-    def _append(self, events: Sequence[Event], folded: Session | None) -> list[Event]:
-        """One attempt: number, time and fold ``events`` (unless ``folded`` is their fold
-        already), append them at the session's version and keep the folded session;
-        ``ConcurrencyError`` (nothing changed) if the stream moved on."""
-        session = self._session
-        if folded is None:
-            version, now = session.version, 0.0
-            stamped: list[Event] = []
-            for event in events:
-                version += 1
-                if event.seq != version or type(event.at) is not float or not event.at:
-                    now = now or float(self._clock())
-                    event = _replace(event, seq=version, at=float(event.at or now))
-                session = session.apply(event, self._stream)
-                stamped.append(event)
-            events, folded = stamped, session
+    def _append(self, events: Sequence[Event]) -> list[Event]:
+        """One attempt: number, time and fold ``events``, append them at the session's version
+        and keep the folded session; ``ConcurrencyError`` (nothing changed) if the stream moved
+        on. Folded first, so an event that does not fold is refused with nothing written."""
+        folded = self._session
+        version, now = folded.version, 0.0
+        stamped: list[Event] = []
+        for event in events:
+            version += 1
+            if event.seq != version or type(event.at) is not float or not event.at:
+                now = now or float(self._clock())
+                event = _replace(event, seq=version, at=float(event.at or now))
+            folded = folded.apply(event, self._stream)
+            stamped.append(event)
         if not self._keep_transcript:
             folded = _without_transcript(folded)
         store = self._store
-        stored = list(events) if store is None else list(
-            store.append(self._stream, events, self._session.version)
+        stored = stamped if store is None else list(
+            store.append(self._stream, stamped, self._session.version)
         )
         self._writes += 1
         self._session = folded

@@ -107,9 +107,9 @@ class Session(msgspec.Struct, frozen=True, gc=False):
         session it folds into, which equals ``self.apply(event)``.
 
         What is taken is :meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`'s decision
-        (``wake_only``, ``limit``). A claimer that records its claim (the journal) folds it
-        with this rather than ``apply``, which would take the claim a second time only to
-        check what was just built.
+        (``wake_only``, ``limit``). Every claimer that records its claim (the journal,
+        :func:`~nous_inbox.journal.claim_event`) builds its event here, so the event always
+        says what the core decided.
 
         >>> from nous_inbox.inbox import Inbox
         >>> session = Session(inbox=Inbox().inject("fyi"))
