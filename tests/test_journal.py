@@ -18,7 +18,7 @@ from nous_inbox import (
 )
 from nous_inbox.events import Event
 from nous_inbox.inbox import Target
-from nous_inbox.journal import ATTEMPTS, Journal
+from nous_inbox.journal import ATTEMPTS, Journal, sent_event
 from nous_inbox.store import StoreLockedError, open_store
 
 
@@ -274,9 +274,9 @@ def test_a_send_is_built_once_numbered_checked_first_and_retried_after_another_w
                                  ("x", "later", True), ("x", "next_step", None)])
 def test_every_way_to_send_checks_the_parts_in_one_order_so_one_error_wins(bad: tuple) -> None:
     # message, then target, then wakeup: a send with several bad parts raises the same error
-    # whether the inbox, a journal or the owners' sent_event takes it.
+    # whether the inbox, a journal, its sent_event or the port's takes it.
+    from nous_inbox import port
     from nous_inbox.inbox import Inbox
-    from nous_inbox.port import sent_event
 
     def error(send: Any) -> str:
         with pytest.raises((TypeError, ValueError)) as caught:
@@ -285,4 +285,5 @@ def test_every_way_to_send_checks_the_parts_in_one_order_so_one_error_wins(bad: 
 
     journal = Journal(open_store("memory:"), "s")
     assert error(journal.send) == error(sent_event) == error(Inbox().send)
+    assert error(port.sent_event) == error(sent_event)
     assert journal.session.version == 0
