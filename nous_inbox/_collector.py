@@ -2,9 +2,9 @@
 
 A replay's fold (``session``) and a bulk decode (``codec``, the ``file:`` store) build millions
 of acyclic objects (events and messages hold only values), and with the collector on, each of
-its full passes walks every object already built, which made a long replay several times
-slower and its time per event grow with the log. It lives here, importing nothing of the
-package, so the fold need not import the codec above it (DESIGN.md, "The house").
+its full passes walks every object already built, so a long replay's time per event would
+grow with the log. It lives here, importing nothing of the package, so the fold need not import
+the codec above it (dependencies point downward only).
 """
 
 from __future__ import annotations

@@ -117,9 +117,8 @@ _FRAME: Final = struct.Struct(">II")
 _CHUNK: Final = 4 * 1024 * 1024
 _PIECE: Final = 32 * 1024
 """Bytes of JSON Lines decoded per batch. Small enough that a batch's lines and events (a few
-hundred of each) stay in a core's L2 cache until the reader has used them: 256 KiB batches
-spilled it, which made typed decoding about 1.3x as slow on a 1,000,000-event log, and more
-on a machine whose caches other processes share."""
+hundred of each) stay in a core's L2 cache until the reader has used them; larger batches
+spill it and make typed decoding slower."""
 
 
 class Header(msgspec.Struct, frozen=True, kw_only=True):

@@ -4,7 +4,9 @@ Whoever keeps a session value beside a shared log does the same three things: fo
 the value once, append each change with the version the value was computed from (so a change
 computed from stale state is refused rather than written), and, when another writer got there
 first, read what it wrote and compute the change again. The owner does this for a whole session,
-the aimu adapter for each agent's queues; both do it here.
+the aimu adapter for each agent's queues; both do it here, and every write a journal makes
+(:meth:`~Journal.commit`, :meth:`~Journal.append`, :meth:`~Journal.send`,
+:meth:`~Journal.claim`) goes through one retry loop.
 
 >>> from nous_inbox.events import MessageSent
 >>> from nous_inbox.store import open_store
@@ -27,33 +29,25 @@ events after it (:func:`~nous_inbox.snapshot.load_session`, equal to a full repl
 saves a new snapshot once it has folded ``snapshot_every`` events since the last one
 (:data:`~nous_inbox.snapshot.SNAPSHOT_EVERY` by default; 0 never saves), or a tenth of the
 session when that is more, and right after an open that replayed that many. A save encodes the
-whole session, so a fixed interval would make the saving cost per event grow with the history
-(about 1.3 s per save at a million events); with the tenth, it stays flat, and an open replays
-at most a tenth of the session after its snapshot. Only a journal that keeps the transcript
-saves (a snapshot holds the whole session). A failed save is logged, never raised: the log is
-the truth.
+whole session, so a fixed interval would make the saving cost per event grow with the history;
+with the tenth it stays flat, and an open replays at most a tenth of the session after its
+snapshot. Only a journal that keeps the transcript saves (a snapshot holds the whole session). A
+failed save is logged, never raised: the log is the truth.
 
-Design note: flat send latency. A session of a million events is millions of objects the cyclic
-garbage collector tracks (vector nodes, tuples, metadata maps), though none can ever be part of a
-cycle. Each full collection walks them all: with such a history loaded, one took 213 ms. So once
-a session holds ``snapshot_every`` events (:data:`~nous_inbox.snapshot.SNAPSHOT_EVERY` when that
-is 0), the journal calls ``gc.freeze()`` after an open and again every ``snapshot_every``
-events, which moves every object then alive into the collector's permanent generation: full
-collections then walk only what was made since (0.3 ms at a million events), as for a short
-session. A full collection runs just before each freeze (after the first, it walks only what the
-last freeze left out), so no garbage is frozen.
+The collector and a long history (``freeze_gc``, off by default). A session of a million events
+is millions of objects the cyclic garbage collector tracks (vector nodes, tuples, metadata maps),
+though none can be part of a cycle, and each full collection walks them all, so its pauses grow
+with the history. With ``freeze_gc=True`` the journal calls ``gc.freeze()`` once the session
+holds ``snapshot_every`` events (:data:`~nous_inbox.snapshot.SNAPSHOT_EVERY` when that is 0),
+after an open and again every ``snapshot_every`` events: every object then alive moves to the
+collector's permanent generation, and full collections walk only what was made since, as for a
+short session. A full collection runs just before each freeze, so no garbage is frozen.
 
-The price, and the ruling. ``gc.freeze`` is process-wide: every object alive at a freeze is
-frozen, the host's too. Reference counting still frees them, but one caught in a reference
-cycle at that moment (an asyncio task or future with its callbacks, an exception with its
-traceback, a request object pointing at itself) is never collected after it dies: a leak of
-whatever such cycles are alive at each freeze, once per ``snapshot_every`` events (10 000 by
-default, also when snapshots are off). Freezes stay on by default because the issue this
-serves asks for flat send latency as history grows, and without them a full collection costs
-what the history holds (213 ms at a million events); the leak is bounded by what is in flight
-at a freeze, a few objects for a typical host. A host that keeps long-lived cycles, or cannot
-afford any leak, passes ``freeze_gc=False`` (``Journal``, ``Owner``, ``AsyncOwner``) and pays
-the full collections instead.
+Turn it on in a long-lived host that keeps long sessions loaded and minds collection pauses. The
+cost: ``gc.freeze`` is process-wide, so every object alive at a freeze is frozen, the host's too.
+Reference counting still frees them, but one that later ends up in a reference cycle (an asyncio
+task or future with its callbacks, an exception with its traceback) is never collected after it
+dies. A library does not change its host's collector unasked, hence the default.
 """
 
 from __future__ import annotations
@@ -61,6 +55,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol, TypeVar
 
@@ -81,7 +76,7 @@ from nous_inbox.snapshot import (
     save_snapshot,
 )
 
-__all__ = ["ATTEMPTS", "Journal", "Log", "claim_event"]
+__all__ = ["ATTEMPTS", "Change", "Journal", "Log", "claim_event", "sent_event"]
 
 T = TypeVar("T")
 
@@ -93,9 +88,8 @@ ATTEMPTS: Final = 100
 
 _NEVER: Final = 2**63  # a version no stream reaches: "no checkpoint due"
 _replace: Final = msgspec.structs.replace
-_STEP: Final = Target.NEXT_STEP
-_TURN: Final = Target.NEXT_TURN
 _time: Final = time.time
+
 
 class Log(Protocol):
     """What a journal needs of a store: append with an expected version, read back, and a cheap
@@ -116,6 +110,29 @@ class Log(Protocol):
 Change = Callable[[Session], tuple[Sequence[Event], T]]
 """Computes, from the session as it stands, the events to append and a result for the caller."""
 
+_Claim = tuple[Claimed, QueueClaimed]
+
+
+def sent_event(
+    message: Message | str, target: Target | str, wakeup: bool, *, seq: int = 0, at: float = 0.0
+) -> MessageSent:
+    """Check a send's three parts and build its ``MessageSent``: the one place a send is built.
+
+    The parts are checked in :meth:`Inbox.send <nous_inbox.inbox.Inbox.send>`'s order (message,
+    target, wakeup), so a send with several bad parts raises the same error wherever it is made,
+    before anything is written. ``seq`` and ``at`` are left for the log unless given.
+
+    >>> sent_event("go", "next_step", True).message.content
+    'go'
+    >>> sent_event("go", "next_step", "yes")
+    Traceback (most recent call last):
+    ...
+    TypeError: wakeup must be a bool, got str
+    """
+    message = as_message(message)
+    return MessageSent(target=as_target(target), wakeup=as_wakeup(wakeup), message=message,
+                       seq=seq, at=at)
+
 
 class Journal:
     """``stream``'s :class:`Session` in ``store``, folded from the log and kept up to date.
@@ -125,8 +142,9 @@ class Journal:
     and the run bookkeeping (the transcript stays empty), for a holder that needs the queues
     but would otherwise keep every delivered message in memory for nothing. ``clock``, when
     given, times the events this journal appends (the store times them otherwise).
-    ``snapshot_every`` and ``freeze_gc`` are the long-session knobs described in the module's
-    docstring; :attr:`replayed` says how many events the open replayed (after its snapshot).
+    ``snapshot_every`` and ``freeze_gc`` (off by default) are the long-session knobs described
+    in the module's docstring; :attr:`replayed` says how many events the open replayed (after
+    its snapshot).
     """
 
     def __init__(
@@ -138,13 +156,13 @@ class Journal:
         transcript: bool = True,
         clock: Callable[[], float] | None = None,
         snapshot_every: int = SNAPSHOT_EVERY,
-        freeze_gc: bool = True,
+        freeze_gc: bool = False,
     ) -> None:
         check_snapshot_every(snapshot_every, "Journal")
         if type(freeze_gc) is not bool:
             raise TypeError(f"Journal: freeze_gc must be a bool, got {type(freeze_gc).__name__}")
         self._store = store
-        self._clock = clock
+        self._clock = clock if clock is not None else _time
         self._stream = stream
         self._on_events = on_events
         self._keep_transcript = transcript
@@ -210,7 +228,13 @@ class Journal:
             return []
         missed = list(store.read(self._stream, self._session.version))
         if missed:
-            self._fold(missed)
+            session = self._session
+            for event in missed:
+                session = session.apply(event, self._stream)
+            self._session = session if self._keep_transcript else _without_transcript(session)
+            if self._on_events is not None:
+                self._on_events(missed)
+            self._checkpoint()
         return missed
 
     def snapshot(self) -> bool:
@@ -226,14 +250,173 @@ class Journal:
             return False
         try:
             return save_snapshot(self._store, self._stream, self._session)
-        except Exception as exc:  # logged: the send that triggered it succeeded
+        except Exception as exc:  # logged: the write that triggered it succeeded
             logger.warning("stream %r: snapshot at seq %d not saved: %s",
                            self._stream, self._session.version, exc)
             return False
 
+    # -- writing: four verbs, one retry loop ----------------------------------------------------
+
+    def commit(self, change: Change[T]) -> tuple[list[Event], T]:
+        """Append the events ``change`` computes from the session, then fold them in: the
+        general write, and the one retry loop: :meth:`append`, :meth:`send` and :meth:`claim`
+        are commits.
+
+        ``change(session)`` returns the events to append (numbered and timed here) and a result
+        for the caller. The append carries the session's version as the expected one, so a
+        change computed from stale state is refused by the store rather than written; the
+        journal then reads what the other writer appended and calls ``change`` again, up to
+        ``ATTEMPTS`` times. A refusal with nothing new to read (a lock that timed out) is
+        raised as it is. A change that computes no events writes nothing; if other writers
+        appended meanwhile, it is asked once more on their events, then its answer stands.
+
+        The events are folded before they are appended, so one that does not fold (a claim the
+        inbox cannot meet) raises ``ReplayError`` with nothing written. On any failure nothing
+        was written and the session is unchanged, except for what ``on_events`` raises: it is
+        called once the events are stored and folded, so its error comes with the append made
+        (:attr:`writes` moved on). Returns the events as stored (``[]`` when none) and
+        ``change``'s result.
+
+        >>> from nous_inbox.store import open_store
+        >>> journal = Journal(open_store("memory:"), "s")
+        >>> def claim_if_two(session):     # a decision on the session as it stands
+        ...     if session.inbox.count("next_step") < 2:
+        ...         return [], "waiting"
+        ...     return [QueueClaimed(target="next_step", count=2)], "claimed"
+        >>> journal.commit(claim_if_two)
+        ([], 'waiting')
+        >>> for text in ("a", "b"):
+        ...     _ = journal.send(text, "next_step", False)
+        >>> stored, result = journal.commit(claim_if_two)
+        >>> [type(e).__name__ for e in stored], stored[0].seq, result
+        (['QueueClaimed'], 3, 'claimed')
+        """
+        lost: ConcurrencyError | None = None
+        looked = False  # whether a change that computed nothing has read other writers yet
+        for _ in range(ATTEMPTS):
+            events, result = change(self._session)
+            if not events:
+                # Nothing to write cannot lose a race: read others once (a steer sent from
+                # elsewhere joins a claim), not until the stream stands still, so a writer
+                # busy on the other queue cannot turn "nothing" into an error.
+                if looked or not self.catch_up():
+                    return [], result
+                looked = True
+                continue
+            try:
+                return self._append(events), result
+            except ConcurrencyError as exc:
+                if not self.catch_up():
+                    raise
+                lost = exc
+        raise ConcurrencyError(
+            f"stream {self._stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
+            "attempts (nothing was written)"
+        ) from lost
+
+    def append(self, events: Sequence[Event]) -> list[Event]:
+        """Append ``events`` as they are (numbered and timed here), then fold them in: a
+        :meth:`commit` whose change does not depend on the session (a run's record).
+        Returns the events as stored (``[]`` for none).
+
+        >>> from nous_inbox.events import Warned
+        >>> from nous_inbox.store import open_store
+        >>> [e.seq for e in Journal(open_store("memory:"), "s").append([Warned(text="hi")])]
+        [1]
+        """
+        return self.commit(lambda session: (events, None))[0]
+
+    def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
+        """Queue ``message`` on ``target``: append one ``MessageSent`` (built by
+        :func:`sent_event`, so its parts are checked before anything is written), then fold it
+        in; return it as stored. The one send path: every owner's send ends here.
+
+        >>> from nous_inbox.store import open_store
+        >>> journal = Journal(open_store("memory:"), "s")
+        >>> journal.send("go", "next_step", True).seq, journal.session.inbox.wants_wake()
+        (1, True)
+        """
+        event = sent_event(message, target, wakeup, seq=self._session.version + 1,
+                           at=float(self._clock()))
+        (stored,) = self.append((event,))  # renumbered by the retry after another writer's
+        return stored  # type: ignore[return-value]  # the MessageSent built above
+
+    def claim(
+        self, target: Target | str, *, wake_only: bool = False, limit: int | None = None
+    ) -> tuple[list[Message], QueueClaimed | None]:
+        """Drain ``target`` and record the claim in one atomic append: the one claim path.
+
+        Every claimer (the owner's runs, a :class:`~nous_inbox.port.LocalSession`, the aimu
+        adapter) claims here, so a claim is always one ``QueueClaimed`` that both drains the queue
+        and becomes the transcript entries (ruling 6). What is claimed is the core's decision
+        (:meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`: ``wake_only`` claims only when a
+        waking message worth a round is queued; ``limit`` takes only the oldest few, and the
+        event's ``rest`` says how many stayed). A claim is a :meth:`commit`: computed on the
+        session as it stands, appended at its version, made again after another writer's
+        append; and a claim that finds nothing reads other writers once before it says so, so a
+        steer sent from another process joins it either way, with no version asked beforehand.
+        Returns the messages in send order and the stored event, or ``([], None)`` when nothing
+        was claimed (nothing is recorded then).
+
+        >>> from nous_inbox.store import open_store
+        >>> journal = Journal(open_store("memory:"), "s")
+        >>> _ = journal.send("fyi", "next_step", False)
+        >>> journal.claim("next_step", wake_only=True)       # an injection alone: not worth it
+        ([], None)
+        >>> messages, event = journal.claim("next_step")
+        >>> [m.content for m in messages], event.count, event.seq
+        (['fyi'], 1, 2)
+        """
+        def claiming(session: Session) -> tuple[Sequence[Event], _Claim | None]:
+            claimed, event, _ = session.claim(
+                target, at=float(self._clock()), wake_only=wake_only, limit=limit
+            )
+            return ([], None) if event is None else ([event], (claimed, event))
+
+        _, made = self.commit(claiming)
+        return ([], None) if made is None else (list(made[0]), made[1])
+
+    def take(
+        self, target: Target | str, *, wake_only: bool = False, limit: int | None = None
+    ) -> tuple[list[Message], QueueClaimed | None]:
+        """Deprecated alias of :meth:`claim` (one name per verb)."""
+        warnings.warn("Journal.take is deprecated: use Journal.claim", DeprecationWarning,
+                      stacklevel=2)
+        return self.claim(target, wake_only=wake_only, limit=limit)
+
+    def _append(self, events: Sequence[Event]) -> list[Event]:
+        """One attempt: number, time and fold ``events``, append them at the session's version
+        and keep the folded session; ``ConcurrencyError`` (nothing changed) if the stream moved
+        on. Folded first, so an event that does not fold is refused with nothing written."""
+        folded = self._session
+        version, now = folded.version, 0.0
+        stamped: list[Event] = []
+        for event in events:
+            version += 1
+            if event.seq != version or type(event.at) is not float or not event.at:
+                now = now or float(self._clock())
+                event = _replace(event, seq=version, at=float(event.at or now))
+            folded = folded.apply(event, self._stream)
+            stamped.append(event)
+        if not self._keep_transcript:
+            folded = _without_transcript(folded)
+        store = self._store
+        stored = stamped if store is None else list(
+            store.append(self._stream, stamped, self._session.version)
+        )
+        self._writes += 1
+        self._session = folded
+        if self._on_events is not None:
+            self._on_events(stored)
+        if folded.version >= self._due:
+            self._checkpoint()
+        return stored
+
+    # -- long sessions ---------------------------------------------------------------------------
+
     def _checkpoint(self) -> None:
         # After each fold: save a snapshot when due, and freeze what a long session holds out
-        # of the collector's way (see "long sessions" in the module docstring).
+        # of the collector's way when asked to (see the module docstring).
         version = self._session.version
         every = self._every
         if every and version - self._snapshot_at >= max(every, self._snapshot_at // SNAPSHOT_SHARE):
@@ -256,223 +439,6 @@ class Journal:
             cadence = every or SNAPSHOT_EVERY
             due = min(due, max(cadence, self._frozen_at + cadence))
         self._due = due
-
-    def commit(self, change: Change[T]) -> tuple[list[Event], T]:
-        """Append the events ``change`` computes from the session, then fold them in.
-
-        The append carries the session's version as the expected one. When another writer
-        appended first, the journal reads what it wrote and computes the change again (up to
-        ``ATTEMPTS`` times); a refusal with nothing new to read (a lock that timed out) is
-        raised as it is. On any failure nothing was written and the session is unchanged, except
-        for what ``on_events`` raises: it is called once the events are stored and folded, so its
-        error comes with the append made (:attr:`writes` moved on).
-        Returns the events as stored (``[]`` when the change had none) and ``change``'s result.
-        """
-        lost: ConcurrencyError | None = None
-        for _ in range(ATTEMPTS):
-            events, result = change(self._session)
-            if not events:
-                return [], result
-            try:
-                return self._append(events), result
-            except ConcurrencyError as exc:
-                if not self.catch_up():
-                    raise
-                lost = exc
-        raise _gave_up(self._stream) from lost
-
-    def append(self, events: Sequence[Event]) -> list[Event]:
-        """Append ``events`` as they are (numbered and timed here), then fold them in: a
-        :meth:`commit` whose change does not depend on the session (a send, a run's record).
-
-        When another writer appended first, the journal reads what it wrote and appends after
-        it; the rest is :meth:`commit`'s. Returns the events as stored (``[]`` for none).
-
-        >>> from nous_inbox.events import Warned
-        >>> from nous_inbox.store import open_store
-        >>> [e.seq for e in Journal(open_store("memory:"), "s").append([Warned(text="hi")])]
-        [1]
-        """
-        if not events:
-            return []
-        try:  # (the first attempt outside the retry loop: it is the one that succeeds)
-            return self._append(events)
-        except ConcurrencyError as exc:
-            return self._append_again(events, exc)
-
-    def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
-        """Append one ``MessageSent`` (a send: the commonest append), then fold it in; return it
-        as stored. The parts are checked as :meth:`Inbox.send <nous_inbox.inbox.Inbox.send>`
-        checks them, before anything is written.
-
-        :meth:`append` of a built send, but the event is built once, numbered and timed, rather
-        than built and then copied to number it.
-
-        >>> from nous_inbox.store import open_store
-        >>> journal = Journal(open_store("memory:"), "s")
-        >>> journal.send("go", "next_step", True).seq, journal.session.inbox.wants_wake()
-        (1, True)
-        """
-        if type(message) is not Message:
-            message = as_message(message)
-        if target is not _STEP and target is not _TURN:
-            target = as_target(target)
-        if type(wakeup) is not bool:
-            as_wakeup(wakeup)  # raises
-        session = self._session
-        now = self._clock() if self._clock is not None else _time()
-        event = MessageSent(target=target, wakeup=wakeup, message=message,
-                            seq=session.version + 1, at=now if type(now) is float else float(now))
-        try:
-            (stored,) = self._keep((event,), session.apply(event, self._stream))
-        except ConcurrencyError as exc:
-            (stored,) = self._append_again((event,), exc)
-        return stored  # type: ignore[return-value]
-
-    def _append_again(self, events: Sequence[Event], lost: ConcurrencyError) -> list[Event]:
-        """:meth:`append`'s attempts after its first was refused with ``lost``: after each
-        refusal, what the other writer wrote is read (nothing new: the refusal is raised)."""
-        for _ in range(ATTEMPTS - 1):
-            if not self.catch_up():
-                raise lost
-            try:
-                return self._append(events)
-            except ConcurrencyError as exc:
-                lost = exc
-        if not self.catch_up():
-            raise lost
-        raise _gave_up(self._stream) from lost
-
-    def _append(self, events: Sequence[Event]) -> list[Event]:
-        """One attempt: number, time and fold ``events``, append them at the session's version,
-        and keep the folded session; ``ConcurrencyError`` (nothing changed) if the stream moved.
-
-        Numbered and timed here, and folded BEFORE the append: an event that does not fold (a
-        claim the inbox cannot meet) is refused with nothing written, so the log never holds
-        what replay would refuse. The store keeps the seq and time given.
-        """
-        session = self._session
-        version = session.version
-        stream = self._stream
-        if len(events) == 1:  # a send, a claim, a run's record: no list to build
-            event = events[0]
-            at = event.at
-            if event.seq != version + 1 or type(at) is not float or not at:
-                now = at or (self._clock() if self._clock is not None else _time())
-                event = _replace(event, seq=version + 1, at=float(now))
-            return self._keep((event,), session.apply(event, stream))
-        now = self._clock() if self._clock is not None else _time()
-        stamped: list[Event] = []
-        for event in events:
-            version += 1
-            event = _replace(event, seq=version, at=float(event.at or now))
-            session = session.apply(event, stream)
-            stamped.append(event)
-        return self._keep(stamped, session)
-
-    def _keep(self, stamped: Sequence[Event], session: Session) -> list[Event]:
-        """Append ``stamped`` (numbered, timed) at the session's version and keep ``session``,
-        the fold of them; then tell ``on_events`` and checkpoint when due."""
-        if not self._keep_transcript:
-            session = _without_transcript(session)
-        store = self._store
-        if store is None:
-            stored = stamped if type(stamped) is list else list(stamped)
-        else:
-            kept = store.append(self._stream, stamped, self._session.version)
-            stored = kept if type(kept) is list else list(kept)
-        self._writes += 1
-        self._session = session
-        if self._on_events is not None:
-            self._on_events(stored)
-        if session.version >= self._due:
-            self._checkpoint()
-        return stored
-
-    def claim(
-        self, target: Target | str, *, wake_only: bool = False, limit: int | None = None
-    ) -> tuple[list[Message], QueueClaimed | None]:
-        """Drain ``target`` and record the claim in one atomic append: the one claim path.
-
-        Every claimer (the owner's runs, a :class:`~nous_inbox.port.LocalSession`, the aimu
-        adapter) claims here, so a claim is always one ``QueueClaimed`` that both drains the queue
-        and becomes the transcript entries (ruling 6). What is claimed is the core's decision
-        (:meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`: ``wake_only`` claims only when a
-        waking message worth a round is queued; ``limit`` takes only the oldest few, and the
-        event's ``rest`` says how many stayed). A steer another process sent joins this claim:
-        the claim is appended at the version it was computed on, so one computed before another
-        writer's append is refused by the store, and the journal reads what was written and
-        claims again (and reads once, too, before it answers that there was nothing). Returns the
-        messages in send order and the stored event, or ``([], None)`` when nothing was claimed
-        (nothing is recorded then).
-
-        It asks the store for no version first: the append's expected version is that check,
-        and a claim that has something to take is then one store call, not two.
-
-        >>> from nous_inbox.events import MessageSent
-        >>> from nous_inbox.store import open_store
-        >>> journal = Journal(open_store("memory:"), "s")
-        >>> _ = journal.commit(lambda s: ([MessageSent(target="next_step", wakeup=False,
-        ...                                            message=Message.user("fyi"))], None))
-        >>> journal.claim("next_step", wake_only=True)       # an injection alone: not worth it
-        ([], None)
-        >>> messages, event = journal.claim("next_step")
-        >>> [m.content for m in messages], event.count, event.seq
-        (['fyi'], 1, 2)
-        """
-        claimed, event = self.take(target, wake_only=wake_only, limit=limit)
-        return (list(claimed), event) if event is not None else ([], None)
-
-    def take(
-        self, target: Target | str, *, wake_only: bool = False, limit: int | None = None
-    ) -> tuple[Claimed, QueueClaimed | None]:
-        """:meth:`claim`, with the messages as the read-only view the inbox handed out
-        (:class:`~nous_inbox.inbox.Claimed`): for a caller that copies them its own way (the
-        port makes a tuple), so a claim is copied once."""
-        clock = self._clock if self._clock is not None else _time
-        lost: ConcurrencyError | None = None
-        looked = False  # whether an empty claim has read other writers yet
-        for _ in range(ATTEMPTS):
-            # Computed on the session as it stands; the store's expected version is the check
-            # that nobody appended since. Refused (another writer first), or nothing to take
-            # here, the journal reads what others wrote and claims again, so a steer sent from
-            # another process joins this claim either way, with no version asked beforehand.
-            now = clock()
-            claimed, event, after = self._session.claim(
-                target, at=now if type(now) is float else float(now), wake_only=wake_only,
-                limit=limit,
-            )
-            if event is None:
-                # Read others once, not until the stream stands still: an empty claim writes
-                # nothing, so it cannot lose a race, and a writer appending to the other queue
-                # (followups while a run claims next_step) must not turn "nothing" into an error.
-                if not looked and self.catch_up():
-                    looked = True
-                    continue
-                return claimed, None
-            try:
-                (stored,) = self._keep((event,), after)
-            except ConcurrencyError as exc:
-                if not self.catch_up():
-                    raise
-                lost = exc
-                continue
-            if not isinstance(stored, QueueClaimed):  # pragma: no cover - built just above
-                raise TypeError(f"a claim stored a {type(stored).__name__}")
-            return claimed, stored
-        raise _gave_up(self._stream) from lost
-
-    def _folded(self, events: Sequence[Event]) -> Session:
-        session = self._session
-        for event in events:
-            session = session.apply(event, self._stream)
-        return session if self._keep_transcript else _without_transcript(session)
-
-    def _fold(self, events: Sequence[Event]) -> None:
-        self._session = self._folded(events)
-        if self._on_events is not None:
-            self._on_events(events)
-        self._checkpoint()
 
 
 def claim_event(
@@ -497,14 +463,7 @@ def claim_event(
     return list(claimed), _replace(event, seq=0), after.inbox
 
 
-def _gave_up(stream: str) -> ConcurrencyError:
-    return ConcurrencyError(
-        f"stream {stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
-        "attempts (nothing was written)"
-    )
-
-
 def _without_transcript(session: Session) -> Session:
     if not session.transcript:
         return session
-    return msgspec.structs.replace(session, transcript=pvector())
+    return _replace(session, transcript=pvector())

@@ -333,74 +333,9 @@ class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaul
     arguments: Mapping[str, Any] = _EMPTY
 
     def __post_init__(self) -> None:
-        # Replay runs this once per decoded call, twice per call a runner made (the reply that
-        # asks for it, the ToolCalled event that runs it), so the common case is written out
-        # here: ASCII str names settled by two O(1) isascii() calls (str.isascii refuses any
-        # other type), and a decoded dict frozen in this frame, a list of scalars in it too.
-        # Anything else goes the long way, which builds the same value or names the fault.
-        try:
-            plain = _isascii(self.id) and _isascii(self.name)
-        except TypeError:
-            plain = False
-        if not plain:
-            self._check_id_and_name()
-        arguments = self.arguments
-        # The walk below is _quick_dict/_quick_list written out (replay's hottest Python): the
-        # same scalar rule (str ASCII or valid UTF-8, int in int64, float finite, None or bool,
-        # else _Slow). Change one, change both; the property test in tests/test_message.py
-        # holds both to freeze_json, with an example for each refusal.
-        if type(arguments) is dict and arguments:
-            # The items as the frozen copy will hold them: the given dict itself, until a
-            # container in it is frozen, which is stored in a copy (the given dict is the
-            # caller's, or the decoder's, and is never changed).
-            items = arguments
-            try:
-                for key, item in arguments.items():
-                    if not _isascii(key):
-                        raise _Slow
-                    kind = type(item)
-                    if kind is str:
-                        if not item.isascii():
-                            _utf8_or_slow(item)
-                    elif kind is list:
-                        for part in item:
-                            kind = type(part)
-                            if kind is int:
-                                if part < _COMPACT_MIN or part > _COMPACT:
-                                    _int64_or_slow(part)
-                            elif kind is str:
-                                if not part.isascii():
-                                    _utf8_or_slow(part)
-                            elif kind is float:
-                                if not _isfinite(part):
-                                    raise _Slow
-                            elif part is not None and kind is not bool:
-                                item = _quick_list(item, 1)
-                                break
-                        else:
-                            item = FrozenList(item)
-                        if items is arguments:
-                            items = arguments.copy()
-                        items[key] = item
-                    elif kind is int:
-                        if item < _COMPACT_MIN or item > _COMPACT:
-                            _int64_or_slow(item)
-                    elif kind is dict:
-                        if items is arguments:
-                            items = arguments.copy()
-                        items[key] = _quick_dict(item, 1)
-                    elif kind is float:
-                        if not _isfinite(item):
-                            raise _Slow
-                    elif item is not None and kind is not bool:
-                        raise _Slow
-            except (_Slow, TypeError):  # TypeError: a key that is not a str
-                pass
-            else:
-                _set(self, "arguments", FrozenDict(items))
-                return
-        if arguments is not _EMPTY:
-            _set(self, "arguments", _freeze_mapping(arguments, "ToolCall.arguments"))
+        self._check_id_and_name()
+        if self.arguments is not _EMPTY:
+            _set(self, "arguments", _freeze_mapping(self.arguments, "ToolCall.arguments"))
 
     def _check_id_and_name(self) -> None:
         if not isinstance(self.id, str) or not isinstance(self.name, str):

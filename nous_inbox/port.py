@@ -327,7 +327,7 @@ class JournalPort:
         """Drain ``target`` and record the claim, atomically; ``((), None)`` if nothing was
         claimed. See :meth:`Journal.claim <nous_inbox.journal.Journal.claim>`."""
         with self._lock:
-            messages, event = self._journal.take(target, wake_only=wake_only)
+            messages, event = self._journal.claim(target, wake_only=wake_only)
             return (tuple(messages), event) if event is not None else ((), None)
 
     def record(self, event: Event) -> Event:

@@ -107,9 +107,9 @@ class Session(msgspec.Struct, frozen=True, gc=False):
         session it folds into, which equals ``self.apply(event)``.
 
         What is taken is :meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`'s decision
-        (``wake_only``, ``limit``). A claimer that records its claim (the journal) folds it
-        with this rather than ``apply``, which would take the claim a second time only to
-        check what was just built.
+        (``wake_only``, ``limit``). Every claimer that records its claim (the journal,
+        :func:`~nous_inbox.journal.claim_event`) builds its event here, so the event always
+        says what the core decided.
 
         >>> from nous_inbox.inbox import Inbox
         >>> session = Session(inbox=Inbox().inject("fyi"))
@@ -224,7 +224,7 @@ def replay(events: Iterable[Event], start: Session | None = None, stream: str = 
     transcript list; the persistent vectors are built once, at the end. The checks and their
     messages are those of ``apply``. The cyclic garbage collector is paused while the loop
     runs: what a replay builds is acyclic, and with the collector on, each of its full passes
-    walks every message already replayed, which made a long replay several times slower.
+    walks every message already replayed, so a replay's time per event would grow with the log.
     Reference counting still frees everything as usual; the caller's collector state is
     restored on the way out, an exception included (``nous_inbox._collector.collector_paused``).
     """

@@ -58,8 +58,8 @@ session. Saving is skipped on a read-only store; a failed save is a warning, nev
 The save runs inside the send (the journal's commit) that reaches the save point, under the
 owner's lock: that one send per interval pays for it (``bench/snapshot_bench.py`` times it).
 It is not handed to a background thread, though the value is immutable: encoding holds the
-interpreter lock throughout (msgspec does not release it; a thread encoding 100 000 events
-stalled the sending thread 43 of its 52 ms), and the write holds the store's lock, which the
+interpreter lock throughout (msgspec does not release it, so a thread encoding would stall
+the sending thread for most of the save), and the write holds the store's lock, which the
 next append needs, so the same sends would wait, only later and less predictably.
 
 Which snapshot a store keeps. One per stream, replaced by each save unless the one kept is

@@ -18,7 +18,7 @@ from nous_inbox import (
 )
 from nous_inbox.events import Event
 from nous_inbox.inbox import Target
-from nous_inbox.journal import ATTEMPTS, Journal
+from nous_inbox.journal import ATTEMPTS, Journal, sent_event
 from nous_inbox.store import StoreLockedError, open_store
 
 
@@ -91,8 +91,20 @@ class _Refusing:
 _WRITES = {  # every way a journal writes, each held to the same retry rules
     "commit": lambda journal: journal.commit(lambda s: ([sent("x")], None)),
     "append": lambda journal: journal.append([sent("x")]),
+    "send": lambda journal: journal.send("x", "next_step", True),
     "claim": lambda journal: journal.claim("next_step"),
 }
+
+
+@pytest.mark.parametrize("write", _WRITES)
+def test_a_write_that_lost_a_race_is_made_again_after_the_other_writers_events(write: str) -> None:
+    store = open_store("memory:")
+    journal = Journal(store, "s")
+    journal.append([sent("mine")])
+    store.append("s", [sent("theirs")])  # another writer, unseen by the journal
+    _WRITES[write](journal)
+    assert store.version("s") == 3 and journal.writes == 2
+    assert journal.session == replay(store.read("s"))
 
 
 @pytest.mark.parametrize("write", _WRITES)
@@ -134,14 +146,29 @@ class _Busy:
         return getattr(self.inner, name)
 
 
-def test_an_empty_claim_reads_other_writers_once_then_answers_nothing() -> None:
-    # An empty claim writes nothing, so it has no race to lose: it reads what others wrote once
-    # (a steer sent from elsewhere would join it) and answers nothing, however busy the stream.
+_NOTHING = {  # writes that find nothing to write
+    "claim": lambda journal: journal.claim("next_step"),
+    "commit": lambda journal: journal.commit(lambda s: ([], None)),
+}
+
+
+@pytest.mark.parametrize("write", _NOTHING)
+def test_a_write_of_nothing_reads_other_writers_once_then_answers_nothing(write: str) -> None:
+    # Nothing to write cannot lose a race: it reads what others wrote once (a steer sent from
+    # elsewhere would join a claim) and answers nothing, however busy the stream.
     store = _Busy()
     journal = Journal(store, "s")  # type: ignore[arg-type]
-    assert journal.claim("next_step") == ([], None)
-    assert store.polls == 1 and journal.session.version == 1
+    assert _NOTHING[write](journal) == ([], None)
+    assert store.polls == 1 and journal.session.version == 1 and journal.writes == 0
     assert journal.session == replay(store.inner.read("s"))
+
+
+def test_take_is_a_deprecated_name_for_claim() -> None:
+    journal = Journal(open_store("memory:"), "s")
+    journal.send("go", "next_step", True)
+    with pytest.deprecated_call(match="Journal.claim"):
+        messages, event = journal.take("next_step")
+    assert [m.content for m in messages] == ["go"] and event is not None and event.seq == 2
 
 
 def test_without_a_store_changes_are_numbered_and_folded_but_kept_nowhere() -> None:
@@ -247,9 +274,9 @@ def test_a_send_is_built_once_numbered_checked_first_and_retried_after_another_w
                                  ("x", "later", True), ("x", "next_step", None)])
 def test_every_way_to_send_checks_the_parts_in_one_order_so_one_error_wins(bad: tuple) -> None:
     # message, then target, then wakeup: a send with several bad parts raises the same error
-    # whether the inbox, a journal or the owners' sent_event takes it.
+    # whether the inbox, a journal, its sent_event or the port's takes it.
+    from nous_inbox import port
     from nous_inbox.inbox import Inbox
-    from nous_inbox.port import sent_event
 
     def error(send: Any) -> str:
         with pytest.raises((TypeError, ValueError)) as caught:
@@ -258,4 +285,5 @@ def test_every_way_to_send_checks_the_parts_in_one_order_so_one_error_wins(bad: 
 
     journal = Journal(open_store("memory:"), "s")
     assert error(journal.send) == error(sent_event) == error(Inbox().send)
+    assert error(port.sent_event) == error(sent_event)
     assert journal.session.version == 0

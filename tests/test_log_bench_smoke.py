@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench import log_bench
 from nous_inbox.codec import iter_events
 
 
 def test_the_benchmark_reports_replay_growth_and_appends():
     report = log_bench.run(quick=True, events=600)
-    assert "Replay of a 600-event JSON Lines log" in report
+    assert "Replay of a 600-event JSON Lines log of runner sessions" in report
+    assert "Replay of a 600-event JSON Lines log of sends and claims only" in report
+    assert report.count("at most 2.50x raw") == report.count("at least 3x faster") == 2
     assert "raw `msgspec.json.decode`" in report
     assert "hand-written fold" in report
     assert "ours from a `file:` store" in report
@@ -16,12 +20,13 @@ def test_the_benchmark_reports_replay_growth_and_appends():
     assert "How replay grows with log length" in report
     for store in ("`memory:`", "`file:`", "`sqlite:`"):
         assert store in report
-    assert report.count("\n|---") == 4  # four tables
+    assert report.count("\n|---") == 5  # five tables
     assert "Opening a store of" in report
 
 
-def test_the_generated_log_is_valid_and_the_baseline_fold_agrees_with_replay():
-    data = log_bench.make_log(500)
+@pytest.mark.parametrize("shape", log_bench.SHAPES)
+def test_the_generated_log_is_valid_and_the_baseline_fold_agrees_with_replay(shape):
+    data = log_bench.make_log(500, shape)
     events = [event for _, _, event in iter_events(data)]
     assert [e.seq for e in events] == list(range(1, 501))
     queues, transcript, version = log_bench.hand_fold(data)

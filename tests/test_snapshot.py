@@ -662,6 +662,7 @@ def test_an_owner_reopens_from_its_snapshot(tmp_path: Path) -> None:
         assert store.load_snapshot("s")[0] == 20
     with open_store(url) as store:
         owner = Owner(store, "s", runner, snapshot_every=10, watch=False, start=False)
+        # (private: an owner does not say how its journal opened; the journal's count does)
         assert owner._journal.replayed == 3
         assert owner.session == replay(store.read("s"))
         owner.close()
@@ -716,14 +717,17 @@ def test_a_read_only_sqlite_store_from_before_snapshots_has_none(tmp_path: Path)
 # -- a long session: the collector is kept out of its history --------------------------------
 
 
-def test_a_long_session_is_frozen_out_of_the_collector_after_open() -> None:
+def test_a_journal_freezes_a_long_session_out_of_the_collector_only_when_asked() -> None:
+    # gc.freeze is process-wide: a library leaves its host's collector alone by default.
     store = open_store("memory:")
     fill(store, "s", 50)
     gc.unfreeze()
     try:
-        Journal(store, "s", snapshot_every=10, freeze_gc=False)
+        journal = Journal(store, "s", snapshot_every=10)
+        for i in range(30):
+            journal.send(f"fyi {i}", "next_step", False)
         assert gc.get_freeze_count() == 0
-        Journal(store, "s", snapshot_every=10)
+        Journal(store, "s", snapshot_every=10, freeze_gc=True)
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()

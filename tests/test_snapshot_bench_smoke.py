@@ -11,6 +11,6 @@ def test_the_snapshot_bench_renders_open_send_and_save_point_tables() -> None:
     assert "| full replay (baseline) | 3,000 |" in table
     assert "| from the snapshot | 1,000 |" in table
     assert "| 100 events |" in table
-    assert "no freeze (before)" in table
+    assert "`freeze_gc=True`" in table and "`freeze_gc=False` (default)" in table
     assert "| the send that saved |" in table
     assert table.count("\n|---") == 3
