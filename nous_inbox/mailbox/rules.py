@@ -1,9 +1,24 @@
-"""Notices: how an agent hears of its new messages, and when.
+"""The mailbox's rules: message classes, who may wake whom, when a message is settled, the bounds,
+and how and when an agent hears of its new mail (one notice).
 
-Another agent's message is never a turn of its own (acpmux's lesson: a coordinator had 319 agent
-messages queued as 319 turns). The agent hears of everything new as ONE notice: a message tagged
-as a notice (``metadata["provenance"] == "mailbox_notice"``), not as anyone's words, with one line
-per thread: the count, the sender(s) and the newest message's first line cut to 120 characters,
+Everything here is a decision made from plain values, with no storage and no I/O, so the fold
+(:mod:`nous_inbox.mailbox.state`) and the mailbox (:mod:`nous_inbox.mailbox.mailbox`) only ask.
+
+Another agent's message is never a turn of its own (ruling 11): it waits in the recipient's
+mailbox and may wake an idle recipient only by its class.
+
+>>> wakes("fyi", "lead", parent=None, started=False, gave_work=())
+False
+>>> wakes("action", "lead", parent=None, started=False, gave_work=())   # its first work
+True
+>>> wakes("action", "qa", parent="lead", started=True, gave_work=())    # not from its parent
+False
+>>> settled("fyi", read=True, retracted=False, answered=False)          # asks no answer
+True
+
+The agent hears of everything new as ONE notice: a message tagged as the mailbox's
+(``metadata["provenance"] == "mailbox_notice"``), not as anyone's words, with one line per
+thread (the count, the sender(s), the newest message's first line cut to 120 characters),
 blockers first, then the most recent threads.
 
 >>> from nous_inbox.events import MailSent
@@ -30,12 +45,56 @@ notice is in flight per agent; the caller checks that before asking.
 from __future__ import annotations
 
 import json
-from typing import Final, Literal
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Final, Literal
 
-from nous_inbox.mailbox.state import Mail, MailboxState
 from nous_inbox.message import Message, thaw_json
 
-__all__ = ["DEBOUNCE", "MAX_WAIT", "NOTICE", "PREVIEW", "Plan", "compose", "plan", "preview"]
+if TYPE_CHECKING:
+    from nous_inbox.mailbox.state import Mail, MailboxState
+
+__all__ = [
+    "DEBOUNCE",
+    "KINDS",
+    "KIND_ALIASES",
+    "MAX_QUEUE",
+    "MAX_WAIT",
+    "NOTICE",
+    "NO_ANSWER",
+    "PREVIEW",
+    "REMEMBER",
+    "RETAIN",
+    "Plan",
+    "compose",
+    "kind_of",
+    "plan",
+    "preview",
+    "settled",
+    "wakes",
+]
+
+KINDS: Final = frozenset({"action", "blocker", "report", "fyi", "reply"})
+"""The classes of a message; they decide whether it may wake an idle recipient (see ``wakes``)."""
+
+KIND_ALIASES: Final = {
+    "action": "action", "result": "action", "blocker": "blocker", "question": "blocker",
+    "block": "blocker", "report": "report", "fyi": "fyi", "reply": "reply",
+}
+"""Every accepted ``kind`` and the class it means."""
+
+NO_ANSWER: Final = frozenset({"fyi", "report", "reply"})
+"""The classes that ask for no answer: reading such a message settles it."""
+
+MAX_QUEUE: Final = 1000
+"""Messages queued per recipient before the overflow policy applies."""
+
+RETAIN: Final = 500
+"""Messages kept per recipient by default before settled ones are let go."""
+
+REMEMBER: Final = 10_000
+"""Messages sent after one was let go during which its outcome is still remembered, by default
+(however long it was kept before): a resend of its id within them answers what became of it and
+carries nothing."""
 
 DEBOUNCE: Final = 2.0
 """Seconds an idle agent waits after the first message that may wake it, so a burst is one wake."""
@@ -53,6 +112,47 @@ Plan = tuple[Literal["steer", "followup"] | None, float | None]
 """How to deliver a notice now (``None``: not now) and, if not now, when to look again."""
 
 
+def kind_of(kind: object, where: str) -> str:
+    """The class ``kind`` names (an alias included), or a ``ValueError`` naming ``where``.
+
+    >>> kind_of("question", "send"), kind_of("result", "send")
+    ('blocker', 'action')
+    """
+    found = KIND_ALIASES.get(kind) if type(kind) is str else None
+    if found is None:
+        raise ValueError(f"{where}: kind must be one of {sorted(KIND_ALIASES)}, got {kind!r}")
+    return found
+
+
+def wakes(kind: str, sender: str, parent: str | None, started: bool,
+          gave_work: Collection[str]) -> bool:
+    """Whether a message of class ``kind`` from ``sender`` may wake its idle recipient, whose
+    ``parent`` gave it its first work, which ``started`` once it took any message, and which
+    ``gave_work`` to those agents.
+
+    A blocker always may; a report only of work the recipient gave ``sender``; an action when it
+    is the recipient's first work or comes from its parent. An FYI or a reply never wakes anyone.
+    """
+    if kind == "action":
+        return sender == parent or (parent is None and not started)
+    if kind == "blocker":
+        return True
+    if kind == "report":
+        return sender in gave_work
+    return False
+
+
+def settled(kind: str, *, read: bool, retracted: bool, answered: bool) -> bool:
+    """Whether a kept message owes nothing more, so retention may let it go: read and answered;
+    read, if its class asks no answer; or read and retracted.
+
+    A retraction alone does not settle a message: it is only retracted because a notice carried
+    it, so its recipient was told of it, and the thread, where it shows as retracted, is the only
+    place it learns that it no longer holds.
+    """
+    return read and (retracted or answered or kind in NO_ANSWER)
+
+
 def preview(body: object, width: int = PREVIEW) -> str:
     """A body's first line, cut to ``width`` characters (JSON for a body that is not text).
 
@@ -66,13 +166,14 @@ def preview(body: object, width: int = PREVIEW) -> str:
 
 def compose(state: MailboxState, agent: str, notice_id: str) -> tuple[Message, tuple[str, ...]]:
     """The notice of everything ``agent`` has not heard of yet, and the ids it carries (its
-    metadata names them, and their messages' orders beside them).
+    metadata names them, and their messages' send orders beside them, unique over the stream's
+    life where an id is not, so a claimed notice marks exactly what it carried).
 
     Costs O(new messages): threads with nothing new are not looked at.
     """
     groups: dict[str, list[Mail]] = {}
     for mail in state.fresh(agent):
-        groups.setdefault(mail.event.thread or mail.event.sender, []).append(mail)
+        groups.setdefault(mail.thread, []).append(mail)
     ids = tuple(mail.id for mails in groups.values() for mail in mails)
     ranked = sorted(
         groups.items(),
@@ -86,8 +187,6 @@ def compose(state: MailboxState, agent: str, notice_id: str) -> tuple[Message, t
     count = len(ids)
     head = (f"{count} new message{'s' if count != 1 else ''} in your mailbox "
             "(read a thread to see it whole):")
-    # Each id with its message's order, unique over the stream's life (an id is not, once
-    # forgotten: it may be sent again), so a claimed notice marks exactly what it carried.
     orders = [mail.order for mails in groups.values() for mail in mails]
     metadata = {"provenance": NOTICE, "notice": notice_id, "threads": [key for key, _ in ranked],
                 "ids": list(ids), "orders": orders}
@@ -101,6 +200,7 @@ def plan(
     """Whether to deliver a notice to ``agent`` now, and how; else when to look again.
 
     >>> from nous_inbox.events import MailSent
+    >>> from nous_inbox.mailbox.state import MailboxState
     >>> state = MailboxState()
     >>> state.apply(MailSent(id="1", sender="qa", recipient="dev", body="fyi", kind="fyi", at=10.0))
     >>> plan(state, "dev", 11.0, running=False, prompt_waiting=False)

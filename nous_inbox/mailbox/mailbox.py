@@ -28,11 +28,11 @@ Rules, each a test in ``tests/test_mailbox*.py``:
 * A message's ``thread`` is the one its sender names, else the sender. ``kind`` is its class:
   ``"action"`` (the default; alias ``"result"``), ``"blocker"`` (alias ``"question"``,
   ``"block"``), ``"report"``, ``"fyi"``; it decides whether the message may wake an idle
-  recipient (:func:`~nous_inbox.mailbox.state.wakes`).
+  recipient (:func:`~nous_inbox.mailbox.rules.wakes`).
 * ``id`` makes a send idempotent: sending an id again answers what became of it (the
   :class:`Receipt` has ``duplicate=True``) and carries nothing, before or after a restart. The
   mailbox remembers the id of every message it keeps; of one it let go (received, withdrawn,
-  dropped, released), for ``remember`` (10,000) more messages sent after it was let go, at least,
+  dropped, released), for ``remember`` (10,000) more messages sent after it was let go,
   however long it was kept before; a resend of an id forgotten since is a new message (a notice
   names each message by id and order, so it is heard of again), and ``status`` answers ``None``
   for it. ``remember`` and ``retain`` shape the fold: processes sharing a stream must use the
@@ -45,12 +45,13 @@ Rules, each a test in ``tests/test_mailbox*.py``:
   retracted and read (the sender took it back: it owes nothing once its recipient, who heard of
   it, has read that in its thread).
 
-Design notes. One lock guards the fold (:class:`~nous_inbox.mailbox.state.MailboxState`) and
-the append: an event is appended before it is folded, so the fold never holds what the store
-does not. Subscribers and owners are called outside the lock, so a callback may send. With a
-store, the stream's version is checked first on every call (stores answer that cheaply), so two
-processes sharing a store see each other's mail; an append that loses a race reads what it missed
-and is computed again. Without one, nothing is kept but the fold.
+One lock guards the fold (:class:`~nous_inbox.mailbox.state.MailboxState`) and the append: an
+event is appended before it is folded, so the fold never holds what the store does not.
+Subscribers and owners are called outside the lock, so a callback may send. With a store, every
+change goes through the store's :class:`~nous_inbox.journal.Journal` (``commit``: computed from
+the state, appended at the version it was computed on, computed again when another writer came
+first), and every read first folds what other writers appended, so two processes sharing a store
+see each other's mail. Without one, nothing is kept but the fold.
 """
 
 from __future__ import annotations
@@ -61,12 +62,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
 from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
-from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import (
     Event,
     MailAnswered,
@@ -76,17 +75,19 @@ from nous_inbox.events import (
     MailSent,
     MailWithdrawn,
 )
-from nous_inbox.mailbox.notice import DEBOUNCE, MAX_WAIT
-from nous_inbox.mailbox.state import (
-    NOTICED,
-    READ,
+from nous_inbox.journal import Journal
+from nous_inbox.mailbox.owner_link import NoticeDelivery
+from nous_inbox.mailbox.rules import (
+    DEBOUNCE,
+    KIND_ALIASES,
+    MAX_QUEUE,
+    MAX_WAIT,
     REMEMBER,
     RETAIN,
-    RETRACTED,
-    MailboxState,
-    Thread,
+    kind_of,
+    preview,
 )
-from nous_inbox.mailbox.wiring import Desk, Notices
+from nous_inbox.mailbox.state import MailboxState, Thread
 from nous_inbox.message import freeze_json
 from nous_inbox.store import Store, open_store
 
@@ -98,18 +99,8 @@ logger: Final = logging.getLogger("nous_inbox.mailbox")
 STREAM: Final = "mailbox"
 """The store stream a mailbox keeps its events in, unless told another."""
 
-MAX_QUEUE: Final = 1000
-"""Messages queued per recipient before the overflow policy applies."""
-
-KIND_ALIASES: Final = {
-    "action": "action", "result": "action", "blocker": "blocker", "question": "blocker",
-    "block": "blocker", "report": "report", "fyi": "fyi", "reply": "reply",
-}
-"""Every accepted ``kind`` and the class it means."""
-
 Overflow = Literal["refuse", "drop_oldest"]
 Subscriber = Callable[[MailSent], None]
-_ATTEMPTS: Final = 100
 _T = TypeVar("_T")
 
 
@@ -151,26 +142,30 @@ class ThreadSummary(msgspec.Struct, frozen=True):
     preview: str
 
 
-_KINDS: Final = dict(KIND_ALIASES)
-
-
-def _check_send(recipient: object, sender: object, thread: object, correlation: object) -> None:
-    _text(recipient, "recipient", "send")
-    where = f"send to {recipient!r}"
-    _text(sender, "sender", where)
-    if thread is not None:
-        _text(thread, "thread", where)
-    if correlation is not None and type(correlation) is not str:
-        raise TypeError(f"{where}: correlation_id must be a str or None, got {correlation!r}")
-
-
 def _text(value: object, what: str, where: str) -> str:
     if type(value) is not str or not value:
         raise TypeError(f"{where}: {what} must be a non-empty str, got {value!r}")
     return value
 
 
-class Mailbox(Notices):
+def _refuse_send(recipient: object, sender: object, thread: object, correlation: object) -> None:
+    """Raise the error naming the part of a send that is not what it must be."""
+    _text(recipient, "recipient", "send")
+    where = f"send to {recipient!r}"
+    _text(sender, "sender", where)
+    if thread is not None:
+        _text(thread, "thread", where)
+    raise TypeError(f"{where}: correlation_id must be a str or None, got {correlation!r}")
+
+
+def _body(body: Any, where: str) -> Any:
+    """``body`` frozen and checked (plain ASCII text, the commonest body, needs neither)."""
+    if type(body) is str and body.isascii():
+        return body
+    return freeze_json(body, f"{where}: body")
+
+
+class Mailbox(NoticeDelivery):
     """Addressed delivery between named agents; ``store`` (a Store or a URL) makes it durable.
 
     ``retain`` bounds the settled messages kept per recipient, ``remember`` how many messages
@@ -221,29 +216,22 @@ class Mailbox(Notices):
         self._stream = stream
         self._max_queue = max_queue
         self._overflow = overflow
-        self._debounce = debounce
-        self._max_wait = max_wait
         self._clock = clock
         self._lock = threading.RLock()
         self._state = MailboxState(retain, remember)
         self._subscribers: dict[str, list[Subscriber]] = {}
-        # No store, no subscriber, no attached agent: a send need only fold (see ``_post``).
-        self._plain = self._store is None
-        self._desks: dict[str, Desk] = {}
         self._prefix = os.urandom(5).hex() + "-"
         self._counter = itertools.count(1)
-        self._closed = threading.Event()
-        self._due = threading.Condition(self._lock)
+        self._journal: Journal | None = None
         if self._store is not None:
+            self._journal = Journal(self._store, stream, on_events=self._fold,
+                                    transcript=False, clock=clock, snapshot_every=0,
+                                    freeze_gc=False)
             for event in self._store.read(stream):
+                if event.seq > self._journal.session.version:
+                    break  # the journal folds it as it catches up
                 self._state.apply(event)
-        self._ticker: threading.Thread | None = None
-        self._recheck: set[str] = set()
-        self._deliverer: threading.Thread | None = None
-        if autotick:
-            self._ticker = threading.Thread(target=self._tick_forever, daemon=True,
-                                            name=f"nous-inbox mailbox {stream}")
-            self._ticker.start()
+        NoticeDelivery.__init__(self, debounce=debounce, max_wait=max_wait, autotick=autotick)
 
     # -- sending ----------------------------------------------------------------------------------
 
@@ -263,78 +251,66 @@ class Mailbox(Notices):
         Raises ``TypeError``/``ValueError`` for bad input and :class:`MailboxFullError` at the
         bound (default policy), leaving everything unchanged.
         """
-        if (type(recipient) is not str or type(sender) is not str or not recipient or not sender
+        if (type(recipient) is not str or not recipient or type(sender) is not str or not sender
                 or (thread is not None and (type(thread) is not str or not thread))
                 or (correlation_id is not None and type(correlation_id) is not str)):
-            _check_send(recipient, sender, thread, correlation_id)
+            _refuse_send(recipient, sender, thread, correlation_id)
         if type(body) is not str or not body.isascii():
             body = freeze_json(body, f"send to {recipient!r}: body")
-        cls = _KINDS.get(kind) if type(kind) is str else None
+        cls = KIND_ALIASES.get(kind) if type(kind) is str else None
         if cls is None:
-            raise ValueError(f"send to {recipient!r}: kind must be one of "
-                             f"{sorted(KIND_ALIASES)}, got {kind!r}")
+            cls = kind_of(kind, f"send to {recipient!r}")  # raises, naming the kinds
+        given = id is not None
         if id is None:
             id = self._prefix + str(next(self._counter))
-            event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
-                             thread=thread or "", correlation_id=correlation_id,
-                             at=self._clock())
-            lock = self._lock
-            if self._plain:
-                lock.acquire()
-                try:
-                    # Nothing to store, nobody to call or tell: fold it if there is room.
-                    if self._plain and self._state.sent(event, self._max_queue):
-                        return Receipt(id, "queued")
-                finally:
-                    lock.release()
-            with lock:
-                if self._store is None and self._state.sent(event, self._max_queue):
-                    # The common case, without a store: nothing to retry.
-                    stored: Sequence[Event] = (event,)
-                    receipt = Receipt(id, "queued")
-                else:
-                    stored, receipt = self._commit(partial(self._sent, event, False))
-                callbacks = self._subscribers.get(recipient)
-                attached = bool(self._desks) and recipient in self._desks
-        else:
+        elif type(id) is not str or not id:
             _text(id, "id", f"send to {recipient!r}")
-            event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
-                             thread=thread or "", correlation_id=correlation_id,
-                             at=self._clock())
-            with self._lock:
-                stored, receipt = self._commit(partial(self._sent, event, True))
-                callbacks = self._subscribers.get(recipient) if stored else None
-                attached = bool(stored) and recipient in self._desks
-        if callbacks:
-            self._call(callbacks, stored[-1])  # type: ignore[arg-type]
-        if attached:
-            self.tick((recipient,))  # a running agent hears of it at its next step
+        event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
+                         thread=thread or "", correlation_id=correlation_id, at=self._clock())
+        lock = self._lock
+        lock.acquire()
+        try:
+            stored, receipt = self._commit(self._sent, event, given)
+        finally:
+            lock.release()
+        if self._subscribers or self._attached:
+            self._announce(stored)
         return receipt
 
     def _post(self, recipient: str, body: Any, *, sender: str,
               correlation_id: str | None = None) -> str:
-        """``send(recipient, body, sender=sender, correlation_id=correlation_id).id``, for the
-        PraisonAI drop-in's hot path (its ``send`` is this very method): plain text to a
-        recipient with room, no store, no subscriber, no attached agent; anything else goes the
-        whole way through :meth:`send`. What it folds is the same ``MailSent`` a send folds."""
-        if (self._plain and type(body) is str and type(recipient) is str
-                and type(sender) is str and recipient and sender and body.isascii()
+        """``send(recipient, body, sender=sender, correlation_id=correlation_id).id``: the
+        PraisonAI drop-in's ``send``, which is this very method.
+
+        The one shortcut of a send, kept for the drop-in's speed floor: without a store, a
+        subscriber or an attached agent, with room in the queue, there is nothing to commit,
+        answer or tell, so the ``MailSent`` is folded as it is built. It is checked, frozen and
+        folded as :meth:`send` does; anything else goes through :meth:`send`.
+        """
+        lock = self._lock
+        if (self._journal is None and type(recipient) is str and recipient
+                and type(sender) is str and sender
                 and (correlation_id is None or type(correlation_id) is str)):
-            id = self._prefix + str(next(self._counter))
-            event = MailSent(id=id, sender=sender, recipient=recipient, body=body,
-                             correlation_id=correlation_id, at=self._clock())
-            lock = self._lock
+            if type(body) is not str or not body.isascii():
+                body = freeze_json(body, f"send to {recipient!r}: body")
+            event = MailSent(id=self._prefix + str(next(self._counter)), sender=sender,
+                             recipient=recipient, body=body, correlation_id=correlation_id,
+                             at=self._clock())
+            state = self._state
             lock.acquire()
             try:
-                if self._plain and self._state.sent(event, self._max_queue):
-                    return id
+                box = state.boxes.get(recipient)
+                if ((box is None or box.queued < self._max_queue) and not self._subscribers
+                        and not self._attached):
+                    state.apply(event)
+                    return event.id
             finally:
                 lock.release()
         return self.send(recipient, body, sender=sender, correlation_id=correlation_id).id
 
     def _sent(
         self, event: MailSent, given: bool, state: MailboxState
-    ) -> tuple[list[Event], Receipt]:
+    ) -> tuple[Sequence[Event], Receipt]:
         """The events a send appends: none for an id already sent, a drop first at the bound."""
         if given:
             seen = self._receipt(state, event.id)
@@ -349,7 +325,8 @@ class Mailbox(Notices):
                         "body); an id names one message: use a new id")
                 return [], seen
         recipient = event.recipient
-        if state.pending(recipient) < self._max_queue:
+        box = state.boxes.get(recipient)
+        if box is None or box.queued < self._max_queue:
             return [event], Receipt(event.id, "queued")
         if self._overflow == "refuse":
             raise MailboxFullError(
@@ -359,6 +336,21 @@ class Mailbox(Notices):
         (oldest,) = state.oldest_queued(recipient, 1)
         return ([MailDropped(id=oldest.id, recipient=recipient, at=event.at), event],
                 Receipt(event.id, "queued"))
+
+    def _announce(self, stored: Sequence[Event]) -> None:
+        """Tell a sent message's subscribers, and its attached recipient (who hears of it at
+        its next step when running); outside the lock, so either may send."""
+        for message in reversed(stored):
+            if type(message) is MailSent:
+                break
+        else:
+            return
+        recipient = message.recipient
+        callbacks = self._subscribers.get(recipient)
+        if callbacks:
+            self._call(callbacks, message)
+        if self._attached and recipient in self._attached:
+            self.tick((recipient,))
 
     def reply(self, agent: str, thread: str, body: Any, *, to: str | None = None,
               id: str | None = None) -> Receipt:
@@ -374,8 +366,7 @@ class Mailbox(Notices):
         left unanswered.
         """
         where = f"reply of {agent!r} in thread {thread!r}"
-        if type(body) is not str or not body.isascii():
-            body = freeze_json(body, f"{where}: body")
+        body = _body(body, where)
         given = id is not None
         if id is None:
             id = self._prefix + str(next(self._counter))
@@ -398,7 +389,7 @@ class Mailbox(Notices):
                              thread=newest.event.thread and found.key,
                              correlation_id=newest.event.correlation_id, at=self._clock())
 
-            def change(state: MailboxState) -> tuple[list[Event], Receipt]:
+            def change(state: MailboxState) -> tuple[Sequence[Event], Receipt]:
                 events, receipt = self._sent(event, given, state)
                 still = tuple(i for i in answered
                               if (m := state.mail(i)) is not None and m.answered_by is None)
@@ -408,13 +399,7 @@ class Mailbox(Notices):
                 return events, receipt
 
             stored, receipt = self._commit(change)
-            sent = [e for e in stored if type(e) is MailSent]
-            callbacks = self._subscribers.get(to) if sent else None
-            attached = bool(sent) and to in self._desks
-        if callbacks:
-            self._call(callbacks, sent[-1])
-        if attached:
-            self.tick((to,))
+        self._announce(stored)
         return receipt
 
     def withdraw(self, id: str, *, sender: str) -> str:
@@ -436,11 +421,9 @@ class Mailbox(Notices):
             if mail.event.sender != sender:
                 raise PermissionError(
                     f"withdraw: message {id!r} was sent by {mail.event.sender!r}, not {sender!r}")
-            if mail.flags & RETRACTED:
+            if mail.retracted:
                 return [], "retracted"
-            desk = self._desks.get(mail.event.recipient)
-            retract = bool(mail.flags & (NOTICED | READ)) or (
-                desk is not None and desk.carries(mail))
+            retract = mail.noticed or mail.read or self._carried(mail)
             return [MailWithdrawn(id=id, recipient=mail.event.recipient, retracted=retract,
                                   at=self._clock())], ("retracted" if retract else "withdrawn")
 
@@ -452,28 +435,22 @@ class Mailbox(Notices):
 
     def receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
         """Take up to ``limit`` of ``agent``'s queued messages, oldest first; they leave the mailbox."""
-        if type(agent) is not str or not agent:
-            _text(agent, "agent", "receive")
+        _text(agent, "agent", "receive")
         if type(limit) is not int or limit < 0:
             raise ValueError(f"receive for {agent!r}: limit must be an int >= 0, got {limit!r}")
-        if self._store is None:
-            lock = self._lock
-            lock.acquire()
-            try:
-                return self._state.take(agent, limit)  # the fold of the MailReceived below
-            finally:
-                lock.release()
-
-        def change(state: MailboxState) -> tuple[list[Event], list[MailSent]]:
-            taken = state.oldest_queued(agent, limit)
-            if not taken:
-                return [], []
-            return [MailReceived(recipient=agent, ids=tuple([m.id for m in taken]),
-                                 at=self._clock())], taken
 
         with self._lock:
-            _, taken = self._commit(change)
+            _, taken = self._commit(self._received, agent, limit)
         return taken
+
+    def _received(self, agent: str, limit: int,
+                  state: MailboxState) -> tuple[list[Event], list[MailSent]]:
+        """The event a receive appends: the ``limit`` oldest queued messages leave."""
+        taken = state.oldest_queued(agent, limit)
+        if not taken:
+            return [], []
+        return [MailReceived(recipient=agent, ids=tuple([m.id for m in taken]),
+                             at=self._clock())], taken
 
     def subscribe(self, agent: str, callback: Subscriber) -> None:
         """Call ``callback(message)`` for every message sent to ``agent`` from now on.
@@ -486,12 +463,10 @@ class Mailbox(Notices):
             raise TypeError(f"subscribe to {agent!r}: callback must be callable")
         with self._lock:
             self._subscribers[agent] = [*self._subscribers.get(agent, ()), callback]
-            self._plain = False
 
     def pending(self, agent: str) -> int:
         """How many messages wait for ``agent``: neither received, read nor withdrawn."""
-        if type(agent) is not str or not agent:
-            _text(agent, "agent", "pending")
+        _text(agent, "agent", "pending")
         with self._lock:
             self._catch_up()
             return self._state.pending(agent)
@@ -503,7 +478,7 @@ class Mailbox(Notices):
             return self._state.box(agent).dropped
 
     def status(self, id: str) -> str | None:
-        """What became of message ``id`` (``None`` if it was never sent)."""
+        """What became of message ``id`` (``None`` if it was never sent, or was forgotten)."""
         with self._lock:
             self._catch_up()
             receipt = self._receipt(self._state, id)
@@ -511,8 +486,6 @@ class Mailbox(Notices):
 
     def threads(self, agent: str) -> list[ThreadSummary]:
         """``agent``'s threads, the most recent first."""
-        from nous_inbox.mailbox.notice import preview
-
         with self._lock:
             self._catch_up()
             result = []
@@ -533,7 +506,7 @@ class Mailbox(Notices):
             mails = found.mails
             letters = [Letter(m.id, m.event.sender, m.event.body, m.event.kind, m.event.at,
                               m.state, m.event.correlation_id) for m in mails]
-            unread = tuple(m.id for m in mails if not m.flags & READ)
+            unread = tuple(m.id for m in mails if not m.read)
             if unread:
                 self._commit(lambda state: (
                     [MailRead(recipient=agent, ids=unread, at=self._clock())], None))
@@ -552,12 +525,7 @@ class Mailbox(Notices):
 
     def close(self) -> None:
         """Stop the notice timer; close the store if the mailbox opened it from a URL."""
-        self._closed.set()
-        with self._lock:
-            self._due.notify_all()
-        for thread in (self._ticker, self._deliverer):
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(5)
+        self._stop_delivery()
         if self._owns_store and self._store is not None:
             self._store.close()
 
@@ -592,41 +560,29 @@ class Mailbox(Notices):
                 logger.exception("a mailbox subscriber of %r failed on message %r",
                                  message.recipient, message.id)
 
-    def _catch_up(self) -> bool:
-        store = self._store
-        if store is None or store.version(self._stream) == self._state.version:
-            return False
-        for event in store.read(self._stream, self._state.version):
+    def _fold(self, events: Sequence[Event]) -> None:
+        for event in events:
             self._state.apply(event)
-        return True
+
+    def _catch_up(self) -> bool:
+        """Fold in what other writers appended to the stream; whether there was any."""
+        return self._journal is not None and bool(self._journal.catch_up())
 
     def _commit(
-        self, change: Callable[[MailboxState], tuple[Sequence[Event], _T]]
+        self, change: Callable[..., tuple[Sequence[Event], _T]], *args: Any
     ) -> tuple[Sequence[Event], _T]:
-        """Append what ``change`` computes from the state, then fold it; called with the lock."""
-        store = self._store
-        state = self._state
-        if store is None:
-            events, result = change(state)
+        """Append what ``change(*args, state)`` computes, then fold it; called with the lock.
+
+        With a store, through the journal's one retry loop (the change reads the mailbox's
+        state, which the journal's ``on_events`` keeps folded); without one there is nobody to
+        race, so the change is folded as computed.
+        """
+        journal = self._journal
+        if journal is None:
+            events, result = change(*args, self._state)
+            apply = self._state.apply
             for event in events:
-                state.apply(event)
+                apply(event)
             return events, result
-        self._catch_up()
-        lost: ConcurrencyError | None = None
-        for _ in range(_ATTEMPTS):
-            events, result = change(state)
-            if not events:
-                return [], result
-            try:
-                stored = store.append(self._stream, events, state.version)
-            except ConcurrencyError as exc:
-                if not self._catch_up():
-                    raise
-                lost = exc
-                continue
-            for event in stored:
-                state.apply(event)
-            return stored, result
-        raise ConcurrencyError(
-            f"mailbox stream {self._stream!r}: other writers kept appending; gave up after "
-            f"{_ATTEMPTS} attempts (nothing was written)") from lost
+        journal.catch_up()  # the change reads the state: let it see every writer's events
+        return journal.commit(lambda _: change(*args, self._state))
