@@ -1,6 +1,6 @@
 """The mailbox: addressed delivery, bounds, ids, threads, replies, withdraw, retention, replay.
 
-Each rule of issue 9 is its own test; the notices (wake classes, debounce, delivery through an
+Each rule of the mailbox is its own test; the notices (wake classes, debounce, delivery through an
 owner) are in ``test_mailbox_notices.py``.
 """
 

@@ -19,31 +19,20 @@ Traceback (most recent call last):
 ...
 TypeError: send to 'writer': body: object is not JSON-able (allowed: None, bool, int, float, str, list, tuple, dict with str keys)
 
-Rules, each a test in ``tests/test_mailbox*.py``:
+Rules (what classes and retention mean is :mod:`nous_inbox.mailbox.rules`'):
 
 * A body is any JSON-able value, checked (and frozen) at send; anything else is an error and
-  nothing is queued. Each recipient's queue is bounded (``max_queue``, 1000): by default a send
-  beyond it is refused with :class:`MailboxFullError`; with ``overflow="drop_oldest"`` the oldest
-  queued message makes room, and the drop is an event and counted (``dropped(agent)``).
-* A message's ``thread`` is the one its sender names, else the sender. ``kind`` is its class:
-  ``"action"`` (the default; alias ``"result"``), ``"blocker"`` (alias ``"question"``,
-  ``"block"``), ``"report"``, ``"fyi"``; it decides whether the message may wake an idle
-  recipient (:func:`~nous_inbox.mailbox.rules.wakes`).
+  nothing is queued. Each recipient's queue is bounded (``max_queue``): by default a send beyond
+  it is refused with :class:`MailboxFullError`; with ``overflow="drop_oldest"`` the oldest queued
+  message makes room, and the drop is an event and counted (``dropped(agent)``).
 * ``id`` makes a send idempotent: sending an id again answers what became of it (the
-  :class:`Receipt` has ``duplicate=True``) and carries nothing, before or after a restart. The
-  mailbox remembers the id of every message it keeps; of one it let go (received, withdrawn,
-  dropped, released), for ``remember`` (10,000) more messages sent after it was let go,
-  however long it was kept before; a resend of an id forgotten since is a new message (a notice
-  names each message by id and order, so it is heard of again), and ``status`` answers ``None``
-  for it. ``remember`` and ``retain`` shape the fold: processes sharing a stream must use the
-  same values.
+  :class:`Receipt` has ``duplicate=True``) and carries nothing, before or after a restart, while
+  the mailbox keeps the message, and for ``remember`` more messages sent after it let it go; a
+  resend of an id forgotten since is a new message. ``remember`` and ``retain`` shape the fold:
+  processes sharing a stream must use the same values.
 * ``read_thread`` reads a thread whole and marks it read (another agent's threads are refused);
   ``reply`` answers into the original sender's inbox under the same thread, waking nobody;
   ``withdraw`` unsends a message no notice has carried yet, and retracts one that was.
-* Retention keeps ``retain`` messages per recipient (500) and lets go only of settled ones:
-  read and answered; read, for a class that asks no answer (an FYI, a report, a reply); or
-  retracted and read (the sender took it back: it owes nothing once its recipient, who heard of
-  it, has read that in its thread).
 
 One lock guards the fold (:class:`~nous_inbox.mailbox.state.MailboxState`) and the append: an
 event is appended before it is folded, so the fold never holds what the store does not.
@@ -61,10 +50,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal, TypeVar
-
-import msgspec
 
 from nous_inbox.events import (
     Event,
@@ -76,6 +63,7 @@ from nous_inbox.events import (
     MailWithdrawn,
 )
 from nous_inbox.journal import Journal
+from nous_inbox.mailbox.answers import Letter, MailboxFullError, Receipt, ThreadSummary
 from nous_inbox.mailbox.owner_link import NoticeDelivery
 from nous_inbox.mailbox.rules import (
     DEBOUNCE,
@@ -84,6 +72,7 @@ from nous_inbox.mailbox.rules import (
     MAX_WAIT,
     REMEMBER,
     RETAIN,
+    check_options,
     kind_of,
     preview,
 )
@@ -91,8 +80,7 @@ from nous_inbox.mailbox.state import MailboxState, Thread
 from nous_inbox.message import freeze_json
 from nous_inbox.store import Store, open_store
 
-__all__ = ["KIND_ALIASES", "MAX_QUEUE", "STREAM", "Letter", "Mailbox", "MailboxFullError",
-           "Receipt", "ThreadSummary"]
+__all__ = ["STREAM", "Mailbox"]
 
 logger: Final = logging.getLogger("nous_inbox.mailbox")
 
@@ -102,44 +90,6 @@ STREAM: Final = "mailbox"
 Overflow = Literal["refuse", "drop_oldest"]
 Subscriber = Callable[[MailSent], None]
 _T = TypeVar("_T")
-
-
-class MailboxFullError(RuntimeError):
-    """A send beyond a recipient's bound under the default ``overflow="refuse"``: nothing queued."""
-
-
-class Receipt(msgspec.Struct, frozen=True, gc=False):
-    """What a send answers: the message's ``id``, what became of it (``state``), whether the id
-    had been sent before (``duplicate``) and, once answered, the reply that answered it."""
-
-    id: str
-    state: str
-    duplicate: bool = False
-    answer: str | None = None
-
-
-class Letter(msgspec.Struct, frozen=True):
-    """One message of a thread as ``read_thread`` shows it, with its ``state`` before the read."""
-
-    id: str
-    sender: str
-    body: Any
-    kind: str
-    at: float
-    state: str
-    correlation_id: str | None = None
-
-
-class ThreadSummary(msgspec.Struct, frozen=True):
-    """One of an agent's threads: who wrote in it, how many messages, unread and new ones."""
-
-    thread: str
-    senders: tuple[str, ...]
-    count: int
-    unread: int
-    new: int
-    newest_at: float
-    preview: str
 
 
 def _text(value: object, what: str, where: str) -> str:
@@ -193,18 +143,8 @@ class Mailbox(NoticeDelivery):
         clock: Callable[[], float] = time.time,
         autotick: bool = False,
     ) -> None:
-        if type(max_queue) is not int or max_queue <= 0:
-            raise ValueError(f"Mailbox: max_queue must be an int > 0, got {max_queue!r}")
-        if overflow not in ("refuse", "drop_oldest"):
-            raise ValueError(f"Mailbox: overflow must be 'refuse' or 'drop_oldest', got {overflow!r}")
-        if type(retain) is not int or retain <= 0:
-            raise ValueError(f"Mailbox: retain must be an int > 0, got {retain!r}")
-        if type(remember) is not int or remember < 0:
-            raise ValueError(f"Mailbox: remember must be an int >= 0, got {remember!r}")
-        for name, seconds in (("debounce", debounce), ("max_wait", max_wait)):
-            if type(seconds) not in (int, float) or not 0 <= seconds < float("inf"):
-                raise ValueError(f"Mailbox: {name} must be a number of seconds >= 0, "
-                                 f"got {seconds!r}")
+        check_options(max_queue=max_queue, overflow=overflow, retain=retain, remember=remember,
+                      debounce=debounce, max_wait=max_wait)
         if not callable(clock):
             raise TypeError(f"Mailbox: clock must be callable (like time.time), got {clock!r}")
         if type(stream) is not str or not stream:
@@ -255,8 +195,7 @@ class Mailbox(NoticeDelivery):
                 or (thread is not None and (type(thread) is not str or not thread))
                 or (correlation_id is not None and type(correlation_id) is not str)):
             _refuse_send(recipient, sender, thread, correlation_id)
-        if type(body) is not str or not body.isascii():
-            body = freeze_json(body, f"send to {recipient!r}: body")
+        body = _body(body, f"send to {recipient!r}")
         cls = KIND_ALIASES.get(kind) if type(kind) is str else None
         if cls is None:
             cls = kind_of(kind, f"send to {recipient!r}")  # raises, naming the kinds
@@ -279,29 +218,25 @@ class Mailbox(NoticeDelivery):
 
     def _post(self, recipient: str, body: Any, *, sender: str,
               correlation_id: str | None = None) -> str:
-        """``send(recipient, body, sender=sender, correlation_id=correlation_id).id``: the
-        PraisonAI drop-in's ``send``, which is this very method.
-
-        The one shortcut of a send, kept for the drop-in's speed floor: without a store, a
-        subscriber or an attached agent, with room in the queue, there is nothing to commit,
-        answer or tell, so the ``MailSent`` is folded as it is built. It is checked, frozen and
-        folded as :meth:`send` does; anything else goes through :meth:`send`.
-        """
+        """``send(...).id``, the PraisonAI drop-in's ``send``. The one shortcut of a send, kept
+        for the drop-in's speed floor: with no store, subscriber or attached agent and room in
+        the queue there is nothing to commit, answer or tell, so the ``MailSent`` is checked,
+        frozen and folded as :meth:`send` would; anything else goes through :meth:`send`."""
         lock = self._lock
         if (self._journal is None and type(recipient) is str and recipient
                 and type(sender) is str and sender
                 and (correlation_id is None or type(correlation_id) is str)):
             if type(body) is not str or not body.isascii():
                 body = freeze_json(body, f"send to {recipient!r}: body")
-            event = MailSent(id=self._prefix + str(next(self._counter)), sender=sender,
-                             recipient=recipient, body=body, correlation_id=correlation_id,
-                             at=self._clock())
             state = self._state
             lock.acquire()
             try:
                 box = state.boxes.get(recipient)
                 if ((box is None or box.queued < self._max_queue) and not self._subscribers
                         and not self._attached):
+                    event = MailSent(id=self._prefix + str(next(self._counter)), sender=sender,
+                                     recipient=recipient, body=body,
+                                     correlation_id=correlation_id, at=self._clock())
                     state.apply(event)
                     return event.id
             finally:
@@ -346,9 +281,12 @@ class Mailbox(NoticeDelivery):
         else:
             return
         recipient = message.recipient
-        callbacks = self._subscribers.get(recipient)
-        if callbacks:
-            self._call(callbacks, message)
+        for callback in self._subscribers.get(recipient, ()):
+            try:
+                callback(message)
+            except Exception:
+                logger.exception("a mailbox subscriber of %r failed on message %r",
+                                 recipient, message.id)
         if self._attached and recipient in self._attached:
             self.tick((recipient,))
 
@@ -356,14 +294,11 @@ class Mailbox(NoticeDelivery):
               id: str | None = None) -> Receipt:
         """``agent`` answers ``thread``: into the original sender's inbox, same thread, no wake.
 
-        ``to`` is whom to answer (default: the sender of the thread's newest message from
-        someone else); one who wrote nothing in the thread is refused. The reply goes under the
-        thread the answered message named; if it named none (its thread is its sender), it goes
-        under no name either, so in ``to``'s inbox it is the replier's thread: replies from two
-        agents stay apart. Every message of theirs in the thread not yet answered is marked answered
-        by this reply, in the same append as the reply itself, so a crash leaves both or
-        neither; a retry with the same ``id`` carries nothing again but still marks what is
-        left unanswered.
+        ``to`` is whom to answer (default: the newest other writer in the thread). The reply
+        goes under the thread the answered message named, or none (then, in ``to``'s inbox, it
+        is the replier's thread). It marks every message of ``to``'s in the thread answered, in
+        the same append, so a crash leaves both or neither; a retry with the same ``id`` carries
+        nothing again but still marks what is left unanswered.
         """
         where = f"reply of {agent!r} in thread {thread!r}"
         body = _body(body, where)
@@ -404,11 +339,8 @@ class Mailbox(NoticeDelivery):
 
     def withdraw(self, id: str, *, sender: str) -> str:
         """``sender`` takes back message ``id``: ``"withdrawn"`` if no notice carried it yet (it
-        is unsent; a resend of the id answers ``"withdrawn"``), ``"retracted"`` if one did (it
-        stays in its thread, marked retracted). A message already gone answers what became of it.
-        A notice on its way (queued in the owner, not yet claimed) already carries the message's
-        preview, so withdrawing a message it names retracts it too.
-        """
+        is unsent), ``"retracted"`` if one did or one on its way does (it stays in its thread,
+        marked retracted). A message already gone answers what became of it."""
         _text(id, "id", "withdraw")
 
         def change(state: MailboxState) -> tuple[list[Event], str]:
@@ -435,7 +367,8 @@ class Mailbox(NoticeDelivery):
 
     def receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
         """Take up to ``limit`` of ``agent``'s queued messages, oldest first; they leave the mailbox."""
-        _text(agent, "agent", "receive")
+        if type(agent) is not str or not agent:
+            _text(agent, "agent", "receive")  # raises
         if type(limit) is not int or limit < 0:
             raise ValueError(f"receive for {agent!r}: limit must be an int >= 0, got {limit!r}")
 
@@ -552,14 +485,6 @@ class Mailbox(NoticeDelivery):
             raise LookupError(f"{where}: no such thread")
         return found
 
-    def _call(self, callbacks: Iterable[Subscriber], message: MailSent) -> None:
-        for callback in callbacks:
-            try:
-                callback(message)
-            except Exception:
-                logger.exception("a mailbox subscriber of %r failed on message %r",
-                                 message.recipient, message.id)
-
     def _fold(self, events: Sequence[Event]) -> None:
         for event in events:
             self._state.apply(event)
@@ -572,11 +497,8 @@ class Mailbox(NoticeDelivery):
         self, change: Callable[..., tuple[Sequence[Event], _T]], *args: Any
     ) -> tuple[Sequence[Event], _T]:
         """Append what ``change(*args, state)`` computes, then fold it; called with the lock.
-
-        With a store, through the journal's one retry loop (the change reads the mailbox's
-        state, which the journal's ``on_events`` keeps folded); without one there is nobody to
-        race, so the change is folded as computed.
-        """
+        With a store, through the journal's one retry loop (its ``on_events`` folds the state
+        the change reads); without one there is nobody to race: the change is folded."""
         journal = self._journal
         if journal is None:
             events, result = change(*args, self._state)

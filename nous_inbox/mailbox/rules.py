@@ -5,7 +5,10 @@ Everything here is a decision made from plain values, with no storage and no I/O
 (:mod:`nous_inbox.mailbox.state`) and the mailbox (:mod:`nous_inbox.mailbox.mailbox`) only ask.
 
 Another agent's message is never a turn of its own (ruling 11): it waits in the recipient's
-mailbox and may wake an idle recipient only by its class.
+mailbox and may wake an idle recipient only by its class: ``"action"`` (the default; alias
+``"result"``), ``"blocker"`` (aliases ``"question"``, ``"block"``), ``"report"``, ``"fyi"`` or
+``"reply"``. Its thread is the one its sender names, else the sender. Retention keeps ``retain``
+messages per recipient and lets go only of settled ones, in the order they became so.
 
 >>> wakes("fyi", "lead", parent=None, started=False, gave_work=())
 False
@@ -66,6 +69,7 @@ __all__ = [
     "RETAIN",
     "Plan",
     "compose",
+    "check_options",
     "kind_of",
     "plan",
     "preview",
@@ -110,6 +114,30 @@ PREVIEW: Final = 120
 
 Plan = tuple[Literal["steer", "followup"] | None, float | None]
 """How to deliver a notice now (``None``: not now) and, if not now, when to look again."""
+
+
+def check_options(*, max_queue: int, overflow: str, retain: int, remember: int,
+                  debounce: float, max_wait: float) -> None:
+    """Refuse a mailbox's bounds and timings that cannot work, naming the option.
+
+    >>> check_options(max_queue=0, overflow="refuse", retain=1, remember=0, debounce=0,
+    ...               max_wait=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: Mailbox: max_queue must be an int > 0, got 0
+    """
+    if type(max_queue) is not int or max_queue <= 0:
+        raise ValueError(f"Mailbox: max_queue must be an int > 0, got {max_queue!r}")
+    if overflow not in ("refuse", "drop_oldest"):
+        raise ValueError(f"Mailbox: overflow must be 'refuse' or 'drop_oldest', got {overflow!r}")
+    if type(retain) is not int or retain <= 0:
+        raise ValueError(f"Mailbox: retain must be an int > 0, got {retain!r}")
+    if type(remember) is not int or remember < 0:
+        raise ValueError(f"Mailbox: remember must be an int >= 0, got {remember!r}")
+    for name, seconds in (("debounce", debounce), ("max_wait", max_wait)):
+        if type(seconds) not in (int, float) or not 0 <= seconds < float("inf"):
+            raise ValueError(f"Mailbox: {name} must be a number of seconds >= 0, "
+                             f"got {seconds!r}")
 
 
 def kind_of(kind: object, where: str) -> str:

@@ -352,11 +352,14 @@ class MailboxState:
             box.started = True
             queue, taken = box.queue, []
             for id in event.ids:  # the oldest queued, most likely: found at the front
-                while queue and not queue[0].queued:
-                    queue.popleft()
-                if queue and queue[0].event.id == id:
-                    taken.append(queue.popleft())
+                mail = queue.popleft() if queue else None
+                while mail is not None and not mail.queued:
+                    mail = queue.popleft() if queue else None
+                if mail is not None and mail.event.id == id:
+                    taken.append(mail)
                 else:
+                    if mail is not None:
+                        queue.appendleft(mail)
                     taken += self._kept((id,))
             self._let_go(taken, "received", box)
         elif kind is MailNoticed:
