@@ -18,12 +18,14 @@ what settles a message) is asked of :mod:`nous_inbox.mailbox.rules`.
 >>> state.pending("dev"), state.mail("m1").state
 (1, 'read')
 
-The records. Each kept message is a :class:`Mail` (its event and how far it got), found by id in
-one dict. Each recipient has an :class:`AgentMail`: its queued messages in send order, the new
-ones (no notice carried them) and those that may wake it, each a queue read from the front, where
-a message that left it (taken, read, withdrawn) is dropped when it gets there; and the messages
-it keeps but no longer has queued (read, retracted). So every event costs O(messages it names),
-never O(queue length), O(recipients) or O(threads); threads are grouped when asked for.
+The records. Each kept message is a :class:`Mail` (its event and how far it got). Each recipient
+has an :class:`AgentMail`: its queued messages in send order, the new ones (no notice carried
+them) and those that may wake it, each a queue read from the front, where a message that left it
+(taken, read, withdrawn) is dropped when it gets there; and the messages it keeps but no longer
+has queued (read, retracted). Messages and outcomes are found by id in dicts built when an id is
+first looked up, so a send and a receive (which takes from the front) touch no dict. Every event
+costs O(messages it names), never O(queue length), O(recipients) or O(threads); threads are
+grouped when asked for.
 
 What the state keeps is bounded by what is kept, not by what was ever sent. Retention
 (``retain`` messages per recipient) lets go only of settled messages, in the order they became
@@ -259,9 +261,12 @@ class MailboxState:
         box = self.boxes.get(agent)
         if box is None or not box.queued or limit <= 0:
             return []
-        _first_queued(box.queue)
+        queue = box.queue
+        _first_queued(queue)
+        if len(queue) == box.queued:  # no message left from the middle: the first are taken
+            return [mail.event for mail in islice(queue, limit)]
         found: list[MailSent] = []
-        for mail in box.queue:
+        for mail in queue:
             if mail.queued:
                 found.append(mail.event)
                 if len(found) == limit:
@@ -350,18 +355,12 @@ class MailboxState:
         if kind is MailReceived:
             box = self._box(event.recipient)
             box.started = True
-            queue, taken = box.queue, []
-            for id in event.ids:  # the oldest queued, most likely: found at the front
-                mail = queue.popleft() if queue else None
-                while mail is not None and not mail.queued:
-                    mail = queue.popleft() if queue else None
-                if mail is not None and mail.event.id == id:
-                    taken.append(mail)
-                else:
-                    if mail is not None:
-                        queue.appendleft(mail)
-                    taken += self._kept((id,))
-            self._let_go(taken, "received", box)
+            queue, ids = box.queue, event.ids
+            _first_queued(queue)
+            taken = list(islice(queue, len(ids))) if len(queue) == box.queued else []
+            if [mail.event.id for mail in taken] != list(ids):  # not simply the oldest queued
+                taken = self._kept(ids)
+            self._let_go(taken, "received", box)  # (left in the queue, dropped when met)
         elif kind is MailNoticed:
             self._box(event.recipient).started = True
             for mail in self._kept(event.ids):
@@ -444,19 +443,20 @@ class MailboxState:
 
     def _let_go(self, mails: Iterable[Mail], outcome: Outcome, box: AgentMail) -> None:
         """Stop keeping ``mails`` (of ``box``): only their outcome stays, for ``remember`` sends."""
-        forget, index, sends, count = self._forget, self._mails, self.sends, 0
+        forget, index, sends, count, queued = self._forget, self._mails, self.sends, 0, 0
         for mail in mails:
+            id = mail.event.id
             if mail.queued:
                 mail.queued = mail.fresh = False
-                box.queued -= 1
+                queued += 1
             else:
-                del box.held[mail.id]
+                del box.held[id]
             mail.kept = False
-            id = mail.event.id
             if mail.indexed:
                 del index[id]
             forget.append(Gone(id, outcome, mail.answered_by, sends))
             count += 1
+        box.queued -= queued
         self._gone_unindexed += count
         self._kept_count -= count
         if not box.queued:  # nothing queued: nothing new either
