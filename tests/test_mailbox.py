@@ -719,8 +719,8 @@ _ops = st.lists(st.tuples(
 @settings(max_examples=60, deadline=None)
 @given(_ops)
 def test_replay_equals_live_after_any_sequence_of_operations(ops: list[tuple[str, str, str]]) -> None:
-    # The slack of batched work patched away, so the queues are tidied and outcomes forgotten
-    # all the time, live and in replay.
+    # The slack of batched work patched away (private: it has no option), so the queues are
+    # tidied and outcomes forgotten all the time, live and in replay.
     with mock.patch("nous_inbox.mailbox.state._TIDY", 0):
         _replay_equals_live(ops)
 
@@ -774,6 +774,7 @@ def test_forgetting_changes_nothing_but_what_is_forgotten(ops: list[tuple[str, s
     whole = MailboxState(retain=3)
     for event in events:
         whole.apply(event)
+    # (private: the batching slack patched away, so forgetting happens at every send)
     with mock.patch("nous_inbox.mailbox.state._TIDY", 0):
         compacted = MailboxState(retain=3, remember=2)
         for event in events:
@@ -855,7 +856,7 @@ def test_without_a_store_any_sequence_folds_as_the_recorded_events_do(
 ) -> None:
     # A mailbox without a store folds what it computes, with nothing to append: after every
     # operation it must equal one whose events are recorded and folded (queues tidied and
-    # outcomes forgotten all the time).
+    # outcomes forgotten all the time: the private batching slack is patched away).
     with mock.patch("nous_inbox.mailbox.state._TIDY", 0):
         store = open_store("memory:")
         options: dict[str, Any] = dict(max_queue=4, overflow=overflow, retain=retain,

@@ -522,7 +522,7 @@ def test_a_listener_of_one_owner_mailing_another_busy_one_does_not_wait_for_it()
     holder = threading.Thread(target=hold_b)
     holder.start()
     assert holding.wait(WAIT)
-    with a._lock:  # as a listener of ``a`` runs
+    with a._lock:  # as a listener of ``a`` runs (private: the owner's lock is the subject)
         sent = box.send("b", "which branch?", sender="a", kind="blocker")
     assert not delivered.is_set() and box.status(sent.id) == "queued"
     release.set()
