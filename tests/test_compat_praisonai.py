@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nous_inbox.compat.praisonai import AgentMessage, InProcessMailbox
@@ -220,8 +220,10 @@ _sends = st.lists(st.tuples(
 ), max_size=40)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(_sends)
+@example([("send", "w", "text")] * 5)  # past the bound
+@example([("subscribe", "w", "text"), ("send", "w", {"task": "review"})])
 def test_the_drop_ins_send_folds_exactly_what_the_mailboxs_send_folds(
     ops: list[tuple[str, str, Any]]
 ) -> None:
