@@ -10,7 +10,9 @@ Sides, in one process, the same calls:
 
 Throughput: a sender sends a burst of 100 messages to one recipient, which then drains them with
 ``receive`` (limit 50), repeated; messages per second, the best of the repeats, each side
-interleaved with the others. Memory: bytes allocated per queued message (``tracemalloc``) with
+interleaved with the others. The content is a short str, and again a small dict
+(``SMALL_DICT``): the drop-in checks and freezes a dict at send and gives the receiver a copy it
+may change, where PraisonAI passes the sender's object along. Memory: bytes allocated per queued message (``tracemalloc``) with
 10,000 messages waiting. Ratios are the median over repeats of each side's rate divided by the
 baseline's rate measured just before it. Retained after drain: bytes still allocated after N
 messages were sent and all received (``tracemalloc``), for N = 10,000, 100,000 and 300,000: flat
@@ -40,8 +42,12 @@ from nous_inbox.mailbox import Mailbox, compose
 __all__ = ["growth", "memory", "render", "retained", "run", "throughput", "main"]
 
 BURST = 100
+SMALL_DICT = {"task": "review", "file": "auth.py", "priority": 2}
 BASELINE = "PraisonAI InProcessMailbox (baseline)"
+BASELINE_DICT = "PraisonAI InProcessMailbox (baseline), dict content"
 BASELINE_SQLITE = "PraisonAI (baseline, sqlite-sized run)"
+DROP_IN = "drop-in InProcessMailbox, in memory"
+DROP_IN_DICT = "drop-in InProcessMailbox, in memory, dict content"
 
 
 def _praisonai() -> Any:
@@ -50,12 +56,12 @@ def _praisonai() -> Any:
     return Baseline
 
 
-def _rate(box: Any, n: int) -> float:
+def _rate(box: Any, n: int, body: Any = "findings") -> float:
     send, receive = box.send, box.receive
     begin = time.perf_counter()
     for _ in range(n // BURST):
         for _ in range(BURST):
-            send("writer", "findings", sender="researcher")
+            send("writer", body, sender="researcher")
         while receive("writer", limit=50):
             pass
     return n / (time.perf_counter() - begin)
@@ -78,9 +84,10 @@ def throughput(quick: bool = False) -> dict[str, tuple[float, float]]:
         for r in range(repeats):
             sides: dict[str, tuple[Callable[[], float], str]] = {
                 BASELINE: (lambda: _rate(baseline(), n), BASELINE),
-                "drop-in InProcessMailbox, in memory": (
-                    lambda: _rate(InProcessMailbox(), n), BASELINE),
+                DROP_IN: (lambda: _rate(InProcessMailbox(), n), BASELINE),
                 "Mailbox (library API), in memory": (lambda: _rate(Mailbox(), n), BASELINE),
+                BASELINE_DICT: (lambda: _rate(baseline(), n, SMALL_DICT), BASELINE_DICT),
+                DROP_IN_DICT: (lambda: _rate(InProcessMailbox(), n, SMALL_DICT), BASELINE_DICT),
                 BASELINE_SQLITE: (lambda: _rate(baseline(), n_sqlite), BASELINE_SQLITE),
                 "drop-in InProcessMailbox, sqlite: (durable)": (lambda r=r: _rate(
                     InProcessMailbox(store=f"sqlite:{Path(tmp) / f'b{r}.sqlite'}"), n_sqlite),
@@ -189,8 +196,10 @@ def render(quick: bool = False) -> str:
     lines = ["| side | best messages/s (send+receive) | vs PraisonAI (median of paired runs) |",
              "|---|---:|---:|"]
     for side, (rate, ratio) in rates.items():
-        said = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:,.0f}x slower"
+        said = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:,.2f}x slower"
         lines.append(f"| {side} | {rate:,.0f} | {said} |")
+    lines += ["", f"drop-in vs PraisonAI: {rates[DROP_IN][1]:.2f}x with str content, "
+              f"{rates[DROP_IN_DICT][1]:.2f}x with a small dict as content"]
     mem = memory(quick)
     base_mem = mem["PraisonAI InProcessMailbox (baseline)"]
     lines += ["", "| side | bytes per queued message | vs PraisonAI |", "|---|---:|---:|"]

@@ -88,6 +88,12 @@ def freeze_json(value: Any, path: str) -> Any:
     ...
     ValueError: x[0][0]...[0]: nested 65 containers deep, deeper than the limit of 64 (a log must be able to read back what it accepts)
     """
+    kind = type(value)
+    if kind is dict or kind is list:
+        try:
+            return _quick(value, 0)  # the walk without a path kept; any doubt, the careful one
+        except _Slow:
+            pass
     return _freeze(value, path, ())
 
 
@@ -162,8 +168,12 @@ def thaw_json(value: Any) -> Any:
     >>> thaw_json(freeze_json({"a": [1, 2]}, "x"))
     {'a': [1, 2]}
     """
-    if isinstance(value, Mapping):
-        return {key: thaw_json(item) for key, item in value.items()}
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    if kind is FrozenDict or kind is dict or isinstance(value, Mapping):
+        return {key: item if type(item) is str else thaw_json(item)
+                for key, item in value.items()}
     if isinstance(value, (list, tuple, PVector)):
         return [thaw_json(item) for item in value]
     return value

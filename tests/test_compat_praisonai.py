@@ -11,9 +11,12 @@ import uuid
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from nous_inbox.compat.praisonai import AgentMessage, InProcessMailbox
 from nous_inbox.events import MailDropped
+from nous_inbox.mailbox import Mailbox
 from nous_inbox.store import open_store
 
 messaging = pytest.importorskip("praisonaiagents.messaging")
@@ -208,3 +211,37 @@ def test_a_subscriber_added_after_plain_sends_hears_every_later_one() -> None:
     box.send("writer", "after", sender="researcher")
     box.send("writer", {"also": "after"}, sender="researcher")
     assert heard == ["after", {"also": "after"}]
+
+
+_sends = st.lists(st.tuples(
+    st.sampled_from(["send", "send", "send", "receive", "subscribe"]),
+    st.sampled_from(["w", "x"]),
+    st.sampled_from(["text", "ünïcode", {"task": "review", "priority": 2}, [1, 2.5, None]]),
+), max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_sends)
+@example([("send", "w", "text")] * 5)  # past the bound
+@example([("subscribe", "w", "text"), ("send", "w", {"task": "review"})])
+def test_the_drop_ins_send_folds_exactly_what_the_mailboxs_send_folds(
+    ops: list[tuple[str, str, Any]]
+) -> None:
+    # The drop-in's send folds a plain send as it builds it (no store, no listener, room in the
+    # queue); anything else goes the whole way through ``Mailbox.send``. Both must leave the
+    # same state, at the bound and with a subscriber included.
+    drop_in = InProcessMailbox(max_inbox=3)
+    whole = Mailbox(max_queue=3, overflow="drop_oldest", clock=lambda: 5.0)
+    drop_in.mailbox._clock = whole._clock  # (private: the same clock and generated ids on
+    drop_in.mailbox._prefix = whole._prefix  # both sides; both are the mailbox's own)
+    for op, agent, body in ops:
+        if op == "send":
+            sent = drop_in.send(agent, body, sender="r")
+            assert whole.send(agent, body, sender="r").id == sent
+        elif op == "receive":
+            got = drop_in.receive(agent, limit=2)
+            assert [m.body for m in got] == [e.body for e in whole.receive(agent, limit=2)]
+        else:
+            drop_in.subscribe(agent, lambda message: None)
+            whole.subscribe(agent, lambda message: None)
+        assert drop_in.mailbox.state == whole.state

@@ -105,7 +105,7 @@ def test_the_first_work_wakes_and_its_sender_becomes_the_parent() -> None:
     box.send("dev", "build it", sender="lead")
     box.send("dev", "also this", sender="stranger")
     box.send("dev", "and this", sender="lead")
-    waking = [m.event.body for m in box.state.fresh("dev") if m.flags & 32]
+    waking = [m.event.body for m in box.state.fresh("dev") if m.wakes]
     assert waking == ["build it", "and this"]
     assert box.state.box("dev").parent == "lead"
 
@@ -123,7 +123,7 @@ def test_a_report_wakes_only_the_agent_that_gave_out_the_work() -> None:
     box.send("worker", "index the logs", sender="lead")
     box.send("lead", "indexed", sender="worker", kind="report")
     box.send("lead", "unrelated report", sender="someone", kind="report")
-    assert [m.event.body for m in box.state.fresh("lead") if m.flags & 32] == ["indexed"]
+    assert [m.event.body for m in box.state.fresh("lead") if m.wakes] == ["indexed"]
 
 
 # -- when a notice goes (pure) -------------------------------------------------------------------
@@ -460,7 +460,7 @@ class _Probed(Owner):
     def _probe(self, what: str) -> None:
         got: list[bool] = []
 
-        def other() -> None:
+        def other() -> None:  # (the owner's private lock: what the guarantee is about)
             if self._lock.acquire(blocking=False):
                 self._lock.release()
                 got.append(True)
@@ -515,14 +515,14 @@ def test_a_listener_of_one_owner_mailing_another_busy_one_does_not_wait_for_it()
     b.listen(lambda event: delivered.set() if isinstance(event, MessageSent) else None)
 
     def hold_b() -> None:
-        with b._lock:
+        with b._lock:  # (private: the owners' locks are what this guarantee is about)
             holding.set()
             release.wait(WAIT)
 
     holder = threading.Thread(target=hold_b)
     holder.start()
     assert holding.wait(WAIT)
-    with a._lock:  # as a listener of ``a`` runs
+    with a._lock:  # as a listener of ``a`` runs (private: the owner's lock is the subject)
         sent = box.send("b", "which branch?", sender="a", kind="blocker")
     assert not delivered.is_set() and box.status(sent.id) == "queued"
     release.set()

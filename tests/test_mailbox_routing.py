@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nous_inbox.inbox import Inbox
-from nous_inbox.mailbox.routing import (
+from nous_inbox.compat.aimu_routing import (
     ORDER_KEY,
     SendClock,
     addresses,
@@ -17,6 +16,7 @@ from nous_inbox.mailbox.routing import (
     stamped,
     stream_name,
 )
+from nous_inbox.inbox import Inbox
 from nous_inbox.message import Message
 
 

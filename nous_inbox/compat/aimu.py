@@ -88,11 +88,8 @@ from typing import Final, Protocol, TypeVar
 
 import attrs
 
-from nous_inbox.events import Event, MessageSent
-from nous_inbox.inbox import Entry, Inbox, Target
-from nous_inbox.journal import Journal, Log
-from nous_inbox.mailbox import routing
-from nous_inbox.mailbox.routing import (
+from nous_inbox.compat import aimu_routing as routing
+from nous_inbox.compat.aimu_routing import (
     ORDER_KEY,
     SendClock,
     addresses,
@@ -100,6 +97,9 @@ from nous_inbox.mailbox.routing import (
     claim_for_run,
     order_of,
 )
+from nous_inbox.events import Event, MessageSent
+from nous_inbox.inbox import Entry, Inbox, Target
+from nous_inbox.journal import Journal, Log
 from nous_inbox.message import Message
 from nous_inbox.session import Session
 

@@ -86,15 +86,12 @@ class AgentMessage(msgspec.Struct, gc=False):
                    correlation_id=data.get("correlation_id"))
 
 
-def _thawed(body: Any) -> Any:
-    return body if body is None else thaw_json(body)
-
-
 def _message(event: MailSent) -> AgentMessage:
+    """The PraisonAI message a mailbox event is, with a body the receiver may change (as
+    ``receive`` builds them, written out there for its list)."""
     body = event.body
-    if type(body) is not str:
-        body = _thawed(body)
-    return AgentMessage(event.sender, event.recipient, body, event.id, event.at,
+    return AgentMessage(event.sender, event.recipient,
+                        body if type(body) is str else thaw_json(body), event.id, event.at,
                         event.correlation_id)
 
 
@@ -111,7 +108,7 @@ class InProcessMailbox:
         self._mailbox = Mailbox(store, stream=stream, max_queue=max_inbox,
                                 overflow="drop_oldest")
         if type(self).send is InProcessMailbox.send:  # a subclass's own send is kept
-            # The mailbox's send hot path, with the same signature, bound here: one call, not two.
+            # The mailbox's send of PraisonAI's shape, bound here: one call, not two.
             self.send = self._mailbox._post  # type: ignore[method-assign]
 
     def send(self, recipient: str, body: Any, *, sender: str,
@@ -124,7 +121,7 @@ class InProcessMailbox:
         if limit <= 0:
             return []
         return [AgentMessage(e.sender, e.recipient,
-                             e.body if type(e.body) is str else _thawed(e.body), e.id, e.at,
+                             e.body if type(e.body) is str else thaw_json(e.body), e.id, e.at,
                              e.correlation_id)
                 for e in self._mailbox.receive(agent_id, limit=limit)]
 

@@ -1,25 +1,33 @@
 """The mailbox layer: addressed delivery between named agents (threads, wake classes, notices,
 withdraw, replies), durable in the store's one event vocabulary.
 
-See :mod:`nous_inbox.mailbox.post` for the rules, :mod:`nous_inbox.mailbox.notice` for when and
-how an agent hears of its mail, and :mod:`nous_inbox.mailbox.state` for the fold.
-:mod:`nous_inbox.mailbox.routing` holds the routing of hosts that keep one inbox value per agent
-(addresses, a send clock, which followups a run is owed), which the aimu adapter is a face over.
+:mod:`nous_inbox.mailbox.mailbox` is the mailbox and its verbs (its answers are
+:mod:`nous_inbox.mailbox.answers`); :mod:`nous_inbox.mailbox.rules`
+its rules (message classes, who may wake whom, settling, bounds, what a notice says and when it
+is due); :mod:`nous_inbox.mailbox.state` the fold its events make; and
+:mod:`nous_inbox.mailbox.owner_link` the link to the owners that run its agents, through which
+notices are delivered.
 """
 
-from nous_inbox.mailbox.notice import DEBOUNCE, MAX_WAIT, NOTICE, compose, plan, preview
-from nous_inbox.mailbox.post import (
+from nous_inbox.mailbox.answers import Letter, MailboxFullError, Receipt, ThreadSummary
+from nous_inbox.mailbox.mailbox import STREAM, Mailbox
+from nous_inbox.mailbox.owner_link import Recipient
+from nous_inbox.mailbox.rules import (
+    DEBOUNCE,
     KIND_ALIASES,
+    KINDS,
     MAX_QUEUE,
-    STREAM,
-    Letter,
-    Mailbox,
-    MailboxFullError,
-    Receipt,
-    ThreadSummary,
+    MAX_WAIT,
+    NO_ANSWER,
+    NOTICE,
+    REMEMBER,
+    RETAIN,
+    compose,
+    plan,
+    preview,
+    wakes,
 )
-from nous_inbox.mailbox.state import KINDS, NO_ANSWER, REMEMBER, RETAIN, MailboxState, wakes
-from nous_inbox.mailbox.wiring import Recipient
+from nous_inbox.mailbox.state import MailboxState
 
 __all__ = [
     "DEBOUNCE",

@@ -1,5 +1,5 @@
-"""Wiring agents to their owners: what the mailbox needs from the owner of an agent's session,
-its note of each one, and the notices it delivers through them.
+"""The mailbox's link to the owners of its agents' sessions: what it needs of an owner, its note
+of each attached agent, and the notices it delivers through them.
 
 The mailbox delivers notices through the owner's own verbs: a ``steer`` for a running turn, a
 ``followup`` to join a waiting prompt's turn or to wake an idle agent. It reads the ``session``
@@ -7,8 +7,8 @@ The mailbox delivers notices through the owner's own verbs: a ``steer`` for a ru
 only once a run claimed it. :class:`nous_inbox.owner.Owner` is such a recipient; so is anything
 with these members.
 
-:class:`Notices` is the mailbox's side of it (``attach``, ``tick``), kept here so the delivery
-rules of :mod:`nous_inbox.mailbox.post` and the timing of notices each fit in one module.
+:class:`NoticeDelivery` is the mailbox's side of it (``attach``, ``detach``, ``tick``); what a
+notice says and when it is due are :mod:`nous_inbox.mailbox.rules`'.
 
 Locks. The owner calls the mailbox back (a claim) while holding its own lock, so the order is
 always the owner's lock, then the mailbox's: the mailbox never waits for an owner's lock while it
@@ -29,8 +29,8 @@ one step against this process only). And the guard above knows only the owners a
 mailbox: a thread holding the lock of an owner that is not (a coordinator's listener relaying
 mail, an owner attached to a second mailbox) blocks on the target's lock, and if the target's
 thread, in a listener, steers that first owner, the two wait for each other. Knowing it would
-take a process-wide record of which thread holds which owner's lock; the README says to keep
-such relays one way.
+take a process-wide record of which thread holds which owner's lock: keep such relays one
+way.
 
 When the notice in flight is claimed, messages that came while it was on its way are due at
 once (in a running turn, as the steer read at the next step). An ``Owner`` reports the claim
@@ -52,13 +52,13 @@ from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 from nous_inbox.events import Event, MailNoticed, QueueClaimed
 from nous_inbox.inbox import Target
-from nous_inbox.mailbox.notice import NOTICE, compose, plan
-from nous_inbox.mailbox.state import FRESH, Mail, MailboxState
+from nous_inbox.mailbox.rules import DEBOUNCE, MAX_WAIT, NOTICE, compose, plan
+from nous_inbox.mailbox.state import Mail, MailboxState
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
 from nous_inbox.session import Session
 
-__all__ = ["Desk", "InFlight", "Notices", "Recipient"]
+__all__ = ["AttachedAgent", "InFlight", "NoticeDelivery", "Recipient"]
 
 logger: Final = logging.getLogger("nous_inbox.mailbox")
 _TURN: Final = Target.NEXT_TURN
@@ -105,7 +105,7 @@ def _lock_of(owner: object) -> threading.RLock | None:
     return owner._lock if isinstance(owner, Owner) else None
 
 
-class Desk:
+class AttachedAgent:
     """One attached agent: its owner, the owner's lock if it has one we know, and the notice in
     flight (its id, the ids it carries and their messages' orders, or None for a notice an older
     version sent, which named no orders), with how much of the transcript is known not to hold
@@ -156,24 +156,30 @@ def _heard(state: MailboxState, ids: Sequence[str], orders: Sequence[int] | None
                  if (m := state.mail(i)) is not None and m.order == o)
 
 
-class Notices(abc.ABC):
-    """The notice half of :class:`~nous_inbox.mailbox.post.Mailbox`: agents attached to their
-    owners, and the notices delivered to them when due (see :mod:`nous_inbox.mailbox.notice`)."""
+class NoticeDelivery(abc.ABC):
+    """The notice half of :class:`~nous_inbox.mailbox.mailbox.Mailbox`: agents attached to
+    their owners, and the notices delivered to them when due."""
 
     _lock: threading.RLock
-    _due: threading.Condition
-    _closed: threading.Event
-    _ticker: threading.Thread | None
-    _recheck: set[str]
-    _deliverer: threading.Thread | None
     _state: MailboxState
-    _desks: dict[str, Desk]
-    _plain: bool
     _clock: Callable[[], float]
     _prefix: str
     _counter: itertools.count[int]
-    _debounce: float
-    _max_wait: float
+
+    def __init__(self, *, debounce: float = DEBOUNCE, max_wait: float = MAX_WAIT,
+                 autotick: bool = False) -> None:
+        self._debounce = debounce
+        self._max_wait = max_wait
+        self._attached: dict[str, AttachedAgent] = {}
+        self._closed = threading.Event()
+        self._due = threading.Condition(self._lock)
+        self._recheck: set[str] = set()
+        self._deliverer: threading.Thread | None = None
+        self._ticker: threading.Thread | None = None
+        if autotick:
+            self._ticker = threading.Thread(target=self._tick_forever, daemon=True,
+                                            name="nous-inbox mailbox notices")
+            self._ticker.start()
 
     @abc.abstractmethod
     def _catch_up(self) -> bool:
@@ -181,13 +187,13 @@ class Notices(abc.ABC):
 
     @abc.abstractmethod
     def _commit(
-        self, change: Callable[[MailboxState], tuple[Sequence[Event], _T]]
+        self, change: Callable[..., tuple[Sequence[Event], _T]], *args: Any
     ) -> tuple[Sequence[Event], _T]:
-        """Append what ``change`` computes from the state, and fold it in (the mailbox's)."""
+        """Append what ``change(*args, state)`` computes, and fold it in (the mailbox's)."""
 
     def attach(self, agent: str, owner: Recipient) -> None:
-        """Deliver ``agent``'s mail to the session ``owner`` runs, as notices (see
-        :mod:`nous_inbox.mailbox.notice`). A notice counts as heard only once a run claimed it.
+        """Deliver ``agent``'s mail to the session ``owner`` runs, as notices; a notice counts
+        as heard only once a run claimed it.
 
         Reconciles with the session first: a notice the session already claimed marks its
         messages noticed (the very messages it carried: matched by id and order, since an id
@@ -198,17 +204,16 @@ class Notices(abc.ABC):
         """
         if type(agent) is not str or not agent:
             raise TypeError(f"attach: agent must be a non-empty str, got {agent!r}")
-        desk = Desk(agent, owner)
+        link = AttachedAgent(agent, owner)
         with self._lock:
-            if agent in self._desks:
+            if agent in self._attached:
                 raise ValueError(f"attach: agent {agent!r} is already attached")
-        owner.listen(lambda event: self._on_session_event(desk, event))
+        owner.listen(lambda event: self._on_session_event(link, event))
         with self._lock:
-            if agent in self._desks:
+            if agent in self._attached:
                 raise ValueError(f"attach: agent {agent!r} is already attached")
-            self._desks[agent] = desk
+            self._attached[agent] = link
             session = owner.session  # one value: its transcript and inbox agree
-            self._plain = False  # a send to it may be due a notice
             # id -> the orders notices carried it under (None: a notice that named no orders)
             heard: dict[str, set[int] | None] = {}
             for message in session.transcript:
@@ -223,18 +228,18 @@ class Notices(abc.ABC):
 
             def replayed(state: MailboxState) -> tuple[list[Event], None]:
                 fresh = tuple(i for i, orders in heard.items()
-                              if (m := state.mail(i)) is not None and m.flags & FRESH
+                              if (m := state.mail(i)) is not None and m.fresh
                               and (orders is None or m.order in orders))
                 return ([MailNoticed(recipient=agent, notice="(replayed)", ids=fresh,
                                      at=self._clock())] if fresh else []), None
 
             if heard:
                 self._commit(replayed)
-            desk.seen = len(session.transcript)  # a notice in flight is claimed after these
+            link.seen = len(session.transcript)  # a notice in flight is claimed after these
             for target in Target:
                 for message, _ in session.inbox.entries(target):
                     if message.metadata.get("provenance") == NOTICE:
-                        desk.in_flight = (message.metadata["notice"],
+                        link.in_flight = (message.metadata["notice"],
                                           *_carried(message.metadata))
         self.tick((agent,))
 
@@ -246,7 +251,21 @@ class Notices(abc.ABC):
         its own once its owner refuses a notice because it is closed.
         """
         with self._lock:
-            return self._desks.pop(agent, None) is not None
+            return self._attached.pop(agent, None) is not None
+
+    def _carried(self, mail: Mail) -> bool:
+        """Whether the notice on its way to ``mail``'s recipient carries it (with the lock)."""
+        link = self._attached.get(mail.event.recipient)
+        return link is not None and link.carries(mail)
+
+    def _stop_delivery(self) -> None:
+        """Stop the notice timer and the delivery thread."""
+        self._closed.set()
+        with self._lock:
+            self._due.notify_all()
+        for thread in (self._ticker, self._deliverer):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(5)
 
     def tick(self, agents: Iterable[str] | None = None) -> float | None:
         """Deliver every notice that is due now (to ``agents``, default every attached one);
@@ -260,12 +279,12 @@ class Notices(abc.ABC):
         with self._lock:
             self._catch_up()
             state = self._state
-            desks = [desk for desk in (self._desks.values() if agents is None else
-                                       [self._desks[a] for a in agents if a in self._desks])
-                     if desk.in_flight is None and state.oldest_fresh(desk.agent) is not None]
+            links = [link for link in (self._attached.values() if agents is None else
+                                       [self._attached[a] for a in agents if a in self._attached])
+                     if link.in_flight is None and state.oldest_fresh(link.agent) is not None]
         due: float | None = None
-        for desk in desks:
-            when = self._deliver(desk, now)
+        for link in links:
+            when = self._deliver(link, now)
             if when is not None:
                 due = when if due is None else min(due, when)
         if due is not None and self._ticker is not None:
@@ -273,14 +292,14 @@ class Notices(abc.ABC):
                 self._due.notify_all()  # the timer thread may need to wake sooner
         return due
 
-    def _deliver(self, desk: Desk, now: float) -> float | None:
-        """Send ``desk``'s notice if one is due; else return when to look again (or None).
+    def _deliver(self, link: AttachedAgent, now: float) -> float | None:
+        """Send ``link``'s notice if one is due; else return when to look again (or None).
 
         Never called with the mailbox's lock held (the owner's comes first, see the module).
         """
-        lock = desk.lock
+        lock = link.lock
         if lock is None:
-            return self._deliver_unlocked(desk, now)
+            return self._deliver_unlocked(link, now)
         # Free, or ours already (a claim's listener: only counted again): no need to look at
         # the other owners, so a send costs the same however many agents are attached.
         if not lock.acquire(False):
@@ -288,77 +307,77 @@ class Notices(abc.ABC):
             # listener of that owner sending mail): two such threads could each wait for the
             # other's.
             with self._lock:
-                others = [d.lock for d in self._desks.values() if d is not desk and d.lock]
+                others = [d.lock for d in self._attached.values() if d is not link and d.lock]
             if any(_is_owned(other) for other in others):
-                self._defer(desk.agent)
+                self._defer(link.agent)
                 return None
             lock.acquire()
         try:
-            how, when, message = self._decide(desk, now)
+            how, when, message = self._decide(link, now)
             if how is None or message is None:
                 return when
             # Still under the owner's lock: the owner commits it at once, and nothing it does
             # (a run ending, a prompt) comes between the look above and this send.
-            self._send(desk, how, message)
+            self._send(link, how, message)
             return None
         finally:
             lock.release()
 
-    def _decide(self, desk: Desk, now: float) -> tuple[str | None, float | None, Message | None]:
-        """Under the mailbox's lock: how to send ``desk``'s notice and the notice, now in flight;
+    def _decide(self, link: AttachedAgent, now: float) -> tuple[str | None, float | None, Message | None]:
+        """Under the mailbox's lock: how to send ``link``'s notice and the notice, now in flight;
         or no way, with when to look again (None: not at all, one is in flight or the agent left)."""
         with self._lock:
-            if desk.in_flight is not None or self._desks.get(desk.agent) is not desk:
+            if link.in_flight is not None or self._attached.get(link.agent) is not link:
                 return None, None, None
-            how, when = self._plan(desk, now)
+            how, when = self._plan(link, now)
             if how is None:
                 return None, when, None
-            return how, when, self._compose(desk)
+            return how, when, self._compose(link)
 
-    def _deliver_unlocked(self, desk: Desk, now: float) -> float | None:
+    def _deliver_unlocked(self, link: AttachedAgent, now: float) -> float | None:
         """:meth:`_deliver` for a recipient with no lock to offer: decide, then look again
         right before sending, so an FYI's steer never starts a turn and no notice goes ahead of
         a prompt that came meanwhile (a gap between that look and the send remains)."""
-        how, when, message = self._decide(desk, now)
+        how, when, message = self._decide(link, now)
         if how is None or message is None:
             return when
         with self._lock:
-            again, when = self._plan(desk, now)
+            again, when = self._plan(link, now)
             if again is None:
-                desk.in_flight = None
+                link.in_flight = None
                 self._due.notify_all()
                 return when
-        self._send(desk, again, message)
+        self._send(link, again, message)
         return None
 
-    def _compose(self, desk: Desk) -> Message:
-        """The notice of what ``desk``'s agent has not heard of, now in flight (with the lock)."""
+    def _compose(self, link: AttachedAgent) -> Message:
+        """The notice of what ``link``'s agent has not heard of, now in flight (with the lock)."""
         notice_id = f"notice-{self._prefix}{next(self._counter)}"
-        message, ids = compose(self._state, desk.agent, notice_id)
+        message, ids = compose(self._state, link.agent, notice_id)
         # Claimed, it joins the transcript after what is there now.
-        desk.seen = len(desk.owner.session.transcript)
-        desk.in_flight = (notice_id, ids, tuple(message.metadata["orders"]))
+        link.seen = len(link.owner.session.transcript)
+        link.in_flight = (notice_id, ids, tuple(message.metadata["orders"]))
         return message
 
-    def _send(self, desk: Desk, how: str, message: Message) -> None:
+    def _send(self, link: AttachedAgent, how: str, message: Message) -> None:
         """Hand the notice to the owner; one it refuses is not in flight any more."""
         try:
             if how == "steer":
-                desk.owner.steer(message)
+                link.owner.steer(message)
             else:
-                desk.owner.followup(message)
+                link.owner.followup(message)
         except Exception:
             with self._lock:
-                desk.in_flight = None
-                closed = _closed(desk.owner)
-                if closed and self._desks.get(desk.agent) is desk:
-                    del self._desks[desk.agent]
+                link.in_flight = None
+                closed = _closed(link.owner)
+                if closed and self._attached.get(link.agent) is link:
+                    del self._attached[link.agent]
             if closed:
                 logger.warning("the owner of %r is closed: detached it (its mail stays)",
-                               desk.agent)
+                               link.agent)
             else:
                 logger.exception("delivering a notice to %r failed; it will be tried again",
-                                 desk.agent)
+                                 link.agent)
 
     def _defer(self, agent: str) -> None:
         """Have the delivery thread (or the timer) look at ``agent`` again, holding no lock."""
@@ -370,54 +389,54 @@ class Notices(abc.ABC):
                 self._deliverer.start()
             self._due.notify_all()
 
-    def _plan(self, desk: Desk, now: float) -> tuple[str | None, float | None]:
-        owner = desk.owner
+    def _plan(self, link: AttachedAgent, now: float) -> tuple[str | None, float | None]:
+        owner = link.owner
         session = owner.session
-        return plan(self._state, desk.agent, now, running=owner.running or session.running,
-                    prompt_waiting=session.inbox.count(_TURN) > 0,
+        return plan(self._state, link.agent, now, running=owner.running or session.running,
+                    prompt_waiting=session.inbox.has_pending(_TURN),
                     debounce=self._debounce, max_wait=self._max_wait)
 
-    def _on_session_event(self, desk: Desk, event: Event) -> None:
+    def _on_session_event(self, link: AttachedAgent, event: Event) -> None:
         # Runs inside the owner's lock: take only the mailbox's (never the other way round).
-        if (type(event) is not QueueClaimed or desk.in_flight is None
-                or self._desks.get(desk.agent) is not desk):
+        if (type(event) is not QueueClaimed or link.in_flight is None
+                or self._attached.get(link.agent) is not link):
             return
         with self._lock:
-            if desk.in_flight is None or self._desks.get(desk.agent) is not desk:
+            if link.in_flight is None or self._attached.get(link.agent) is not link:
                 return
-            notice_id, ids, orders = desk.in_flight
+            notice_id, ids, orders = link.in_flight
             # Look for the notice in all the transcript gained since it was sent, not in this
             # claim's share of it: a runner may claim several queues in one append (a framework
             # adapter opens a turn with next_turn and next_step at once), and the listener sees
             # each claim only once the whole append is folded, so the newest entries may be
             # another claim's. The transcript only grows: what was looked at stays looked at.
-            transcript = desk.owner.session.transcript
-            seen, desk.seen = desk.seen, len(transcript)
+            transcript = link.owner.session.transcript
+            seen, link.seen = link.seen, len(transcript)
             if not any(transcript[n].metadata.get("notice") == notice_id
                        for n in range(seen, len(transcript))):
                 return
-            desk.in_flight = None
+            link.in_flight = None
 
             def noticed(state: MailboxState) -> tuple[list[Event], None]:
                 live = _heard(state, ids, orders)
-                return ([MailNoticed(recipient=desk.agent, notice=notice_id, ids=live,
+                return ([MailNoticed(recipient=link.agent, notice=notice_id, ids=live,
                                      at=self._clock())] if live else []), None
 
             self._commit(noticed)
-            more = self._state.oldest_fresh(desk.agent) is not None
+            more = self._state.oldest_fresh(link.agent) is not None
         if not more:
             return
         # What came while it was on its way is due now. On the claiming thread, inside the
         # owner's lock, when it is an Owner's: the run reads it at its next step, or its last.
-        if desk.lock is not None and _is_owned(desk.lock):
+        if link.lock is not None and _is_owned(link.lock):
             try:
-                self._deliver(desk, self._clock())
+                self._deliver(link, self._clock())
             except Exception:
                 logger.exception("delivering a notice to %r failed; it will be tried again",
-                                 desk.agent)
-                self._defer(desk.agent)
+                                 link.agent)
+                self._defer(link.agent)
         else:
-            self._defer(desk.agent)
+            self._defer(link.agent)
 
     def _deliver_forever(self) -> None:
         # Without autotick: check again each agent whose notice was claimed, once the claim's

@@ -19,38 +19,28 @@ Traceback (most recent call last):
 ...
 TypeError: send to 'writer': body: object is not JSON-able (allowed: None, bool, int, float, str, list, tuple, dict with str keys)
 
-Rules, each a test in ``tests/test_mailbox*.py``:
+Rules (what classes and retention mean is :mod:`nous_inbox.mailbox.rules`'):
 
 * A body is any JSON-able value, checked (and frozen) at send; anything else is an error and
-  nothing is queued. Each recipient's queue is bounded (``max_queue``, 1000): by default a send
-  beyond it is refused with :class:`MailboxFullError`; with ``overflow="drop_oldest"`` the oldest
-  queued message makes room, and the drop is an event and counted (``dropped(agent)``).
-* A message's ``thread`` is the one its sender names, else the sender. ``kind`` is its class:
-  ``"action"`` (the default; alias ``"result"``), ``"blocker"`` (alias ``"question"``,
-  ``"block"``), ``"report"``, ``"fyi"``; it decides whether the message may wake an idle
-  recipient (:func:`~nous_inbox.mailbox.state.wakes`).
+  nothing is queued. Each recipient's queue is bounded (``max_queue``): by default a send beyond
+  it is refused with :class:`MailboxFullError`; with ``overflow="drop_oldest"`` the oldest queued
+  message makes room, and the drop is an event and counted (``dropped(agent)``).
 * ``id`` makes a send idempotent: sending an id again answers what became of it (the
-  :class:`Receipt` has ``duplicate=True``) and carries nothing, before or after a restart. The
-  mailbox remembers the id of every message it keeps; of one it let go (received, withdrawn,
-  dropped, released), for ``remember`` (10,000) more messages sent after it was let go, at least,
-  however long it was kept before; a resend of an id forgotten since is a new message (a notice
-  names each message by id and order, so it is heard of again), and ``status`` answers ``None``
-  for it. ``remember`` and ``retain`` shape the fold: processes sharing a stream must use the
-  same values.
+  :class:`Receipt` has ``duplicate=True``) and carries nothing, before or after a restart, while
+  the mailbox keeps the message, and for ``remember`` more messages sent after it let it go; a
+  resend of an id forgotten since is a new message. ``remember`` and ``retain`` shape the fold:
+  processes sharing a stream must use the same values.
 * ``read_thread`` reads a thread whole and marks it read (another agent's threads are refused);
   ``reply`` answers into the original sender's inbox under the same thread, waking nobody;
   ``withdraw`` unsends a message no notice has carried yet, and retracts one that was.
-* Retention keeps ``retain`` messages per recipient (500) and lets go only of settled ones:
-  read and answered; read, for a class that asks no answer (an FYI, a report, a reply); or
-  retracted and read (the sender took it back: it owes nothing once its recipient, who heard of
-  it, has read that in its thread).
 
-Design notes. One lock guards the fold (:class:`~nous_inbox.mailbox.state.MailboxState`) and
-the append: an event is appended before it is folded, so the fold never holds what the store
-does not. Subscribers and owners are called outside the lock, so a callback may send. With a
-store, the stream's version is checked first on every call (stores answer that cheaply), so two
-processes sharing a store see each other's mail; an append that loses a race reads what it missed
-and is computed again. Without one, nothing is kept but the fold.
+One lock guards the fold (:class:`~nous_inbox.mailbox.state.MailboxState`) and the append: an
+event is appended before it is folded, so the fold never holds what the store does not.
+Subscribers and owners are called outside the lock, so a callback may send. With a store, every
+change goes through the store's :class:`~nous_inbox.journal.Journal` (``commit``: computed from
+the state, appended at the version it was computed on, computed again when another writer came
+first), and every read first folds what other writers appended, so two processes sharing a store
+see each other's mail. Without one, nothing is kept but the fold.
 """
 
 from __future__ import annotations
@@ -60,13 +50,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from functools import partial
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal, TypeVar
 
-import msgspec
-
-from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import (
     Event,
     MailAnswered,
@@ -76,92 +62,34 @@ from nous_inbox.events import (
     MailSent,
     MailWithdrawn,
 )
-from nous_inbox.mailbox.notice import DEBOUNCE, MAX_WAIT
-from nous_inbox.mailbox.state import (
-    NOTICED,
-    READ,
+from nous_inbox.journal import Journal
+from nous_inbox.mailbox.answers import Letter, MailboxFullError, Receipt, ThreadSummary
+from nous_inbox.mailbox.owner_link import NoticeDelivery
+from nous_inbox.mailbox.rules import (
+    DEBOUNCE,
+    KIND_ALIASES,
+    MAX_QUEUE,
+    MAX_WAIT,
     REMEMBER,
     RETAIN,
-    RETRACTED,
-    MailboxState,
-    Thread,
+    check_options,
+    kind_of,
+    preview,
 )
-from nous_inbox.mailbox.wiring import Desk, Notices
+from nous_inbox.mailbox.state import MailboxState, Thread
 from nous_inbox.message import freeze_json
 from nous_inbox.store import Store, open_store
 
-__all__ = ["KIND_ALIASES", "MAX_QUEUE", "STREAM", "Letter", "Mailbox", "MailboxFullError",
-           "Receipt", "ThreadSummary"]
+__all__ = ["STREAM", "Mailbox"]
 
 logger: Final = logging.getLogger("nous_inbox.mailbox")
 
 STREAM: Final = "mailbox"
 """The store stream a mailbox keeps its events in, unless told another."""
 
-MAX_QUEUE: Final = 1000
-"""Messages queued per recipient before the overflow policy applies."""
-
-KIND_ALIASES: Final = {
-    "action": "action", "result": "action", "blocker": "blocker", "question": "blocker",
-    "block": "blocker", "report": "report", "fyi": "fyi", "reply": "reply",
-}
-"""Every accepted ``kind`` and the class it means."""
-
 Overflow = Literal["refuse", "drop_oldest"]
 Subscriber = Callable[[MailSent], None]
-_ATTEMPTS: Final = 100
 _T = TypeVar("_T")
-
-
-class MailboxFullError(RuntimeError):
-    """A send beyond a recipient's bound under the default ``overflow="refuse"``: nothing queued."""
-
-
-class Receipt(msgspec.Struct, frozen=True, gc=False):
-    """What a send answers: the message's ``id``, what became of it (``state``), whether the id
-    had been sent before (``duplicate``) and, once answered, the reply that answered it."""
-
-    id: str
-    state: str
-    duplicate: bool = False
-    answer: str | None = None
-
-
-class Letter(msgspec.Struct, frozen=True):
-    """One message of a thread as ``read_thread`` shows it, with its ``state`` before the read."""
-
-    id: str
-    sender: str
-    body: Any
-    kind: str
-    at: float
-    state: str
-    correlation_id: str | None = None
-
-
-class ThreadSummary(msgspec.Struct, frozen=True):
-    """One of an agent's threads: who wrote in it, how many messages, unread and new ones."""
-
-    thread: str
-    senders: tuple[str, ...]
-    count: int
-    unread: int
-    new: int
-    newest_at: float
-    preview: str
-
-
-_KINDS: Final = dict(KIND_ALIASES)
-
-
-def _check_send(recipient: object, sender: object, thread: object, correlation: object) -> None:
-    _text(recipient, "recipient", "send")
-    where = f"send to {recipient!r}"
-    _text(sender, "sender", where)
-    if thread is not None:
-        _text(thread, "thread", where)
-    if correlation is not None and type(correlation) is not str:
-        raise TypeError(f"{where}: correlation_id must be a str or None, got {correlation!r}")
 
 
 def _text(value: object, what: str, where: str) -> str:
@@ -170,7 +98,24 @@ def _text(value: object, what: str, where: str) -> str:
     return value
 
 
-class Mailbox(Notices):
+def _refuse_send(recipient: object, sender: object, thread: object, correlation: object) -> None:
+    """Raise the error naming the part of a send that is not what it must be."""
+    _text(recipient, "recipient", "send")
+    where = f"send to {recipient!r}"
+    _text(sender, "sender", where)
+    if thread is not None:
+        _text(thread, "thread", where)
+    raise TypeError(f"{where}: correlation_id must be a str or None, got {correlation!r}")
+
+
+def _body(body: Any, where: str) -> Any:
+    """``body`` frozen and checked (plain ASCII text, the commonest body, needs neither)."""
+    if type(body) is str and body.isascii():
+        return body
+    return freeze_json(body, f"{where}: body")
+
+
+class Mailbox(NoticeDelivery):
     """Addressed delivery between named agents; ``store`` (a Store or a URL) makes it durable.
 
     ``retain`` bounds the settled messages kept per recipient, ``remember`` how many messages
@@ -198,18 +143,8 @@ class Mailbox(Notices):
         clock: Callable[[], float] = time.time,
         autotick: bool = False,
     ) -> None:
-        if type(max_queue) is not int or max_queue <= 0:
-            raise ValueError(f"Mailbox: max_queue must be an int > 0, got {max_queue!r}")
-        if overflow not in ("refuse", "drop_oldest"):
-            raise ValueError(f"Mailbox: overflow must be 'refuse' or 'drop_oldest', got {overflow!r}")
-        if type(retain) is not int or retain <= 0:
-            raise ValueError(f"Mailbox: retain must be an int > 0, got {retain!r}")
-        if type(remember) is not int or remember < 0:
-            raise ValueError(f"Mailbox: remember must be an int >= 0, got {remember!r}")
-        for name, seconds in (("debounce", debounce), ("max_wait", max_wait)):
-            if type(seconds) not in (int, float) or not 0 <= seconds < float("inf"):
-                raise ValueError(f"Mailbox: {name} must be a number of seconds >= 0, "
-                                 f"got {seconds!r}")
+        check_options(max_queue=max_queue, overflow=overflow, retain=retain, remember=remember,
+                      debounce=debounce, max_wait=max_wait)
         if not callable(clock):
             raise TypeError(f"Mailbox: clock must be callable (like time.time), got {clock!r}")
         if type(stream) is not str or not stream:
@@ -221,29 +156,22 @@ class Mailbox(Notices):
         self._stream = stream
         self._max_queue = max_queue
         self._overflow = overflow
-        self._debounce = debounce
-        self._max_wait = max_wait
         self._clock = clock
         self._lock = threading.RLock()
         self._state = MailboxState(retain, remember)
         self._subscribers: dict[str, list[Subscriber]] = {}
-        # No store, no subscriber, no attached agent: a send need only fold (see ``_post``).
-        self._plain = self._store is None
-        self._desks: dict[str, Desk] = {}
         self._prefix = os.urandom(5).hex() + "-"
         self._counter = itertools.count(1)
-        self._closed = threading.Event()
-        self._due = threading.Condition(self._lock)
+        self._journal: Journal | None = None
         if self._store is not None:
+            self._journal = Journal(self._store, stream, on_events=self._fold,
+                                    transcript=False, clock=clock, snapshot_every=0,
+                                    freeze_gc=False)
             for event in self._store.read(stream):
+                if event.seq > self._journal.session.version:
+                    break  # the journal folds it as it catches up
                 self._state.apply(event)
-        self._ticker: threading.Thread | None = None
-        self._recheck: set[str] = set()
-        self._deliverer: threading.Thread | None = None
-        if autotick:
-            self._ticker = threading.Thread(target=self._tick_forever, daemon=True,
-                                            name=f"nous-inbox mailbox {stream}")
-            self._ticker.start()
+        NoticeDelivery.__init__(self, debounce=debounce, max_wait=max_wait, autotick=autotick)
 
     # -- sending ----------------------------------------------------------------------------------
 
@@ -263,78 +191,61 @@ class Mailbox(Notices):
         Raises ``TypeError``/``ValueError`` for bad input and :class:`MailboxFullError` at the
         bound (default policy), leaving everything unchanged.
         """
-        if (type(recipient) is not str or type(sender) is not str or not recipient or not sender
+        if (type(recipient) is not str or not recipient or type(sender) is not str or not sender
                 or (thread is not None and (type(thread) is not str or not thread))
                 or (correlation_id is not None and type(correlation_id) is not str)):
-            _check_send(recipient, sender, thread, correlation_id)
-        if type(body) is not str or not body.isascii():
-            body = freeze_json(body, f"send to {recipient!r}: body")
-        cls = _KINDS.get(kind) if type(kind) is str else None
+            _refuse_send(recipient, sender, thread, correlation_id)
+        body = _body(body, f"send to {recipient!r}")
+        cls = KIND_ALIASES.get(kind) if type(kind) is str else None
         if cls is None:
-            raise ValueError(f"send to {recipient!r}: kind must be one of "
-                             f"{sorted(KIND_ALIASES)}, got {kind!r}")
+            cls = kind_of(kind, f"send to {recipient!r}")  # raises, naming the kinds
+        given = id is not None
         if id is None:
             id = self._prefix + str(next(self._counter))
-            event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
-                             thread=thread or "", correlation_id=correlation_id,
-                             at=self._clock())
-            lock = self._lock
-            if self._plain:
-                lock.acquire()
-                try:
-                    # Nothing to store, nobody to call or tell: fold it if there is room.
-                    if self._plain and self._state.sent(event, self._max_queue):
-                        return Receipt(id, "queued")
-                finally:
-                    lock.release()
-            with lock:
-                if self._store is None and self._state.sent(event, self._max_queue):
-                    # The common case, without a store: nothing to retry.
-                    stored: Sequence[Event] = (event,)
-                    receipt = Receipt(id, "queued")
-                else:
-                    stored, receipt = self._commit(partial(self._sent, event, False))
-                callbacks = self._subscribers.get(recipient)
-                attached = bool(self._desks) and recipient in self._desks
-        else:
+        elif type(id) is not str or not id:
             _text(id, "id", f"send to {recipient!r}")
-            event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
-                             thread=thread or "", correlation_id=correlation_id,
-                             at=self._clock())
-            with self._lock:
-                stored, receipt = self._commit(partial(self._sent, event, True))
-                callbacks = self._subscribers.get(recipient) if stored else None
-                attached = bool(stored) and recipient in self._desks
-        if callbacks:
-            self._call(callbacks, stored[-1])  # type: ignore[arg-type]
-        if attached:
-            self.tick((recipient,))  # a running agent hears of it at its next step
+        event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
+                         thread=thread or "", correlation_id=correlation_id, at=self._clock())
+        lock = self._lock
+        lock.acquire()
+        try:
+            stored, receipt = self._commit(self._sent, event, given)
+        finally:
+            lock.release()
+        if self._subscribers or self._attached:
+            self._announce(stored)
         return receipt
 
     def _post(self, recipient: str, body: Any, *, sender: str,
               correlation_id: str | None = None) -> str:
-        """``send(recipient, body, sender=sender, correlation_id=correlation_id).id``, for the
-        PraisonAI drop-in's hot path (its ``send`` is this very method): plain text to a
-        recipient with room, no store, no subscriber, no attached agent; anything else goes the
-        whole way through :meth:`send`. What it folds is the same ``MailSent`` a send folds."""
-        if (self._plain and type(body) is str and type(recipient) is str
-                and type(sender) is str and recipient and sender and body.isascii()
+        """``send(...).id``, the PraisonAI drop-in's ``send``. The one shortcut of a send, kept
+        for the drop-in's speed floor: with no store, subscriber or attached agent and room in
+        the queue there is nothing to commit, answer or tell, so the ``MailSent`` is checked,
+        frozen and folded as :meth:`send` would; anything else goes through :meth:`send`."""
+        lock = self._lock
+        if (self._journal is None and type(recipient) is str and recipient
+                and type(sender) is str and sender
                 and (correlation_id is None or type(correlation_id) is str)):
-            id = self._prefix + str(next(self._counter))
-            event = MailSent(id=id, sender=sender, recipient=recipient, body=body,
-                             correlation_id=correlation_id, at=self._clock())
-            lock = self._lock
+            if type(body) is not str or not body.isascii():
+                body = freeze_json(body, f"send to {recipient!r}: body")
+            state = self._state
             lock.acquire()
             try:
-                if self._plain and self._state.sent(event, self._max_queue):
-                    return id
+                box = state.boxes.get(recipient)
+                if ((box is None or box.queued < self._max_queue) and not self._subscribers
+                        and not self._attached):
+                    event = MailSent(id=self._prefix + str(next(self._counter)), sender=sender,
+                                     recipient=recipient, body=body,
+                                     correlation_id=correlation_id, at=self._clock())
+                    state.apply(event)
+                    return event.id
             finally:
                 lock.release()
         return self.send(recipient, body, sender=sender, correlation_id=correlation_id).id
 
     def _sent(
         self, event: MailSent, given: bool, state: MailboxState
-    ) -> tuple[list[Event], Receipt]:
+    ) -> tuple[Sequence[Event], Receipt]:
         """The events a send appends: none for an id already sent, a drop first at the bound."""
         if given:
             seen = self._receipt(state, event.id)
@@ -349,7 +260,8 @@ class Mailbox(Notices):
                         "body); an id names one message: use a new id")
                 return [], seen
         recipient = event.recipient
-        if state.pending(recipient) < self._max_queue:
+        box = state.boxes.get(recipient)
+        if box is None or box.queued < self._max_queue:
             return [event], Receipt(event.id, "queued")
         if self._overflow == "refuse":
             raise MailboxFullError(
@@ -360,22 +272,36 @@ class Mailbox(Notices):
         return ([MailDropped(id=oldest.id, recipient=recipient, at=event.at), event],
                 Receipt(event.id, "queued"))
 
+    def _announce(self, stored: Sequence[Event]) -> None:
+        """Tell a sent message's subscribers, and its attached recipient (who hears of it at
+        its next step when running); outside the lock, so either may send."""
+        for message in reversed(stored):
+            if type(message) is MailSent:
+                break
+        else:
+            return
+        recipient = message.recipient
+        for callback in self._subscribers.get(recipient, ()):
+            try:
+                callback(message)
+            except Exception:
+                logger.exception("a mailbox subscriber of %r failed on message %r",
+                                 recipient, message.id)
+        if self._attached and recipient in self._attached:
+            self.tick((recipient,))
+
     def reply(self, agent: str, thread: str, body: Any, *, to: str | None = None,
               id: str | None = None) -> Receipt:
         """``agent`` answers ``thread``: into the original sender's inbox, same thread, no wake.
 
-        ``to`` is whom to answer (default: the sender of the thread's newest message from
-        someone else); one who wrote nothing in the thread is refused. The reply goes under the
-        thread the answered message named; if it named none (its thread is its sender), it goes
-        under no name either, so in ``to``'s inbox it is the replier's thread: replies from two
-        agents stay apart. Every message of theirs in the thread not yet answered is marked answered
-        by this reply, in the same append as the reply itself, so a crash leaves both or
-        neither; a retry with the same ``id`` carries nothing again but still marks what is
-        left unanswered.
+        ``to`` is whom to answer (default: the newest other writer in the thread). The reply
+        goes under the thread the answered message named, or none (then, in ``to``'s inbox, it
+        is the replier's thread). It marks every message of ``to``'s in the thread answered, in
+        the same append, so a crash leaves both or neither; a retry with the same ``id`` carries
+        nothing again but still marks what is left unanswered.
         """
         where = f"reply of {agent!r} in thread {thread!r}"
-        if type(body) is not str or not body.isascii():
-            body = freeze_json(body, f"{where}: body")
+        body = _body(body, where)
         given = id is not None
         if id is None:
             id = self._prefix + str(next(self._counter))
@@ -398,7 +324,7 @@ class Mailbox(Notices):
                              thread=newest.event.thread and found.key,
                              correlation_id=newest.event.correlation_id, at=self._clock())
 
-            def change(state: MailboxState) -> tuple[list[Event], Receipt]:
+            def change(state: MailboxState) -> tuple[Sequence[Event], Receipt]:
                 events, receipt = self._sent(event, given, state)
                 still = tuple(i for i in answered
                               if (m := state.mail(i)) is not None and m.answered_by is None)
@@ -408,22 +334,13 @@ class Mailbox(Notices):
                 return events, receipt
 
             stored, receipt = self._commit(change)
-            sent = [e for e in stored if type(e) is MailSent]
-            callbacks = self._subscribers.get(to) if sent else None
-            attached = bool(sent) and to in self._desks
-        if callbacks:
-            self._call(callbacks, sent[-1])
-        if attached:
-            self.tick((to,))
+        self._announce(stored)
         return receipt
 
     def withdraw(self, id: str, *, sender: str) -> str:
         """``sender`` takes back message ``id``: ``"withdrawn"`` if no notice carried it yet (it
-        is unsent; a resend of the id answers ``"withdrawn"``), ``"retracted"`` if one did (it
-        stays in its thread, marked retracted). A message already gone answers what became of it.
-        A notice on its way (queued in the owner, not yet claimed) already carries the message's
-        preview, so withdrawing a message it names retracts it too.
-        """
+        is unsent), ``"retracted"`` if one did or one on its way does (it stays in its thread,
+        marked retracted). A message already gone answers what became of it."""
         _text(id, "id", "withdraw")
 
         def change(state: MailboxState) -> tuple[list[Event], str]:
@@ -436,11 +353,9 @@ class Mailbox(Notices):
             if mail.event.sender != sender:
                 raise PermissionError(
                     f"withdraw: message {id!r} was sent by {mail.event.sender!r}, not {sender!r}")
-            if mail.flags & RETRACTED:
+            if mail.retracted:
                 return [], "retracted"
-            desk = self._desks.get(mail.event.recipient)
-            retract = bool(mail.flags & (NOTICED | READ)) or (
-                desk is not None and desk.carries(mail))
+            retract = mail.noticed or mail.read or self._carried(mail)
             return [MailWithdrawn(id=id, recipient=mail.event.recipient, retracted=retract,
                                   at=self._clock())], ("retracted" if retract else "withdrawn")
 
@@ -453,27 +368,22 @@ class Mailbox(Notices):
     def receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
         """Take up to ``limit`` of ``agent``'s queued messages, oldest first; they leave the mailbox."""
         if type(agent) is not str or not agent:
-            _text(agent, "agent", "receive")
+            _text(agent, "agent", "receive")  # raises
         if type(limit) is not int or limit < 0:
             raise ValueError(f"receive for {agent!r}: limit must be an int >= 0, got {limit!r}")
-        if self._store is None:
-            lock = self._lock
-            lock.acquire()
-            try:
-                return self._state.take(agent, limit)  # the fold of the MailReceived below
-            finally:
-                lock.release()
-
-        def change(state: MailboxState) -> tuple[list[Event], list[MailSent]]:
-            taken = state.oldest_queued(agent, limit)
-            if not taken:
-                return [], []
-            return [MailReceived(recipient=agent, ids=tuple([m.id for m in taken]),
-                                 at=self._clock())], taken
 
         with self._lock:
-            _, taken = self._commit(change)
+            _, taken = self._commit(self._received, agent, limit)
         return taken
+
+    def _received(self, agent: str, limit: int,
+                  state: MailboxState) -> tuple[list[Event], list[MailSent]]:
+        """The event a receive appends: the ``limit`` oldest queued messages leave."""
+        taken = state.oldest_queued(agent, limit)
+        if not taken:
+            return [], []
+        return [MailReceived(recipient=agent, ids=tuple([m.id for m in taken]),
+                             at=self._clock())], taken
 
     def subscribe(self, agent: str, callback: Subscriber) -> None:
         """Call ``callback(message)`` for every message sent to ``agent`` from now on.
@@ -486,12 +396,10 @@ class Mailbox(Notices):
             raise TypeError(f"subscribe to {agent!r}: callback must be callable")
         with self._lock:
             self._subscribers[agent] = [*self._subscribers.get(agent, ()), callback]
-            self._plain = False
 
     def pending(self, agent: str) -> int:
         """How many messages wait for ``agent``: neither received, read nor withdrawn."""
-        if type(agent) is not str or not agent:
-            _text(agent, "agent", "pending")
+        _text(agent, "agent", "pending")
         with self._lock:
             self._catch_up()
             return self._state.pending(agent)
@@ -503,7 +411,7 @@ class Mailbox(Notices):
             return self._state.box(agent).dropped
 
     def status(self, id: str) -> str | None:
-        """What became of message ``id`` (``None`` if it was never sent)."""
+        """What became of message ``id`` (``None`` if it was never sent, or was forgotten)."""
         with self._lock:
             self._catch_up()
             receipt = self._receipt(self._state, id)
@@ -511,8 +419,6 @@ class Mailbox(Notices):
 
     def threads(self, agent: str) -> list[ThreadSummary]:
         """``agent``'s threads, the most recent first."""
-        from nous_inbox.mailbox.notice import preview
-
         with self._lock:
             self._catch_up()
             result = []
@@ -533,7 +439,7 @@ class Mailbox(Notices):
             mails = found.mails
             letters = [Letter(m.id, m.event.sender, m.event.body, m.event.kind, m.event.at,
                               m.state, m.event.correlation_id) for m in mails]
-            unread = tuple(m.id for m in mails if not m.flags & READ)
+            unread = tuple(m.id for m in mails if not m.read)
             if unread:
                 self._commit(lambda state: (
                     [MailRead(recipient=agent, ids=unread, at=self._clock())], None))
@@ -552,12 +458,7 @@ class Mailbox(Notices):
 
     def close(self) -> None:
         """Stop the notice timer; close the store if the mailbox opened it from a URL."""
-        self._closed.set()
-        with self._lock:
-            self._due.notify_all()
-        for thread in (self._ticker, self._deliverer):
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(5)
+        self._stop_delivery()
         if self._owns_store and self._store is not None:
             self._store.close()
 
@@ -584,49 +485,26 @@ class Mailbox(Notices):
             raise LookupError(f"{where}: no such thread")
         return found
 
-    def _call(self, callbacks: Iterable[Subscriber], message: MailSent) -> None:
-        for callback in callbacks:
-            try:
-                callback(message)
-            except Exception:
-                logger.exception("a mailbox subscriber of %r failed on message %r",
-                                 message.recipient, message.id)
+    def _fold(self, events: Sequence[Event]) -> None:
+        for event in events:
+            self._state.apply(event)
 
     def _catch_up(self) -> bool:
-        store = self._store
-        if store is None or store.version(self._stream) == self._state.version:
-            return False
-        for event in store.read(self._stream, self._state.version):
-            self._state.apply(event)
-        return True
+        """Fold in what other writers appended to the stream; whether there was any."""
+        return self._journal is not None and bool(self._journal.catch_up())
 
     def _commit(
-        self, change: Callable[[MailboxState], tuple[Sequence[Event], _T]]
+        self, change: Callable[..., tuple[Sequence[Event], _T]], *args: Any
     ) -> tuple[Sequence[Event], _T]:
-        """Append what ``change`` computes from the state, then fold it; called with the lock."""
-        store = self._store
-        state = self._state
-        if store is None:
-            events, result = change(state)
+        """Append what ``change(*args, state)`` computes, then fold it; called with the lock.
+        With a store, through the journal's one retry loop (its ``on_events`` folds the state
+        the change reads); without one there is nobody to race: the change is folded."""
+        journal = self._journal
+        if journal is None:
+            events, result = change(*args, self._state)
+            apply = self._state.apply
             for event in events:
-                state.apply(event)
+                apply(event)
             return events, result
-        self._catch_up()
-        lost: ConcurrencyError | None = None
-        for _ in range(_ATTEMPTS):
-            events, result = change(state)
-            if not events:
-                return [], result
-            try:
-                stored = store.append(self._stream, events, state.version)
-            except ConcurrencyError as exc:
-                if not self._catch_up():
-                    raise
-                lost = exc
-                continue
-            for event in stored:
-                state.apply(event)
-            return stored, result
-        raise ConcurrencyError(
-            f"mailbox stream {self._stream!r}: other writers kept appending; gave up after "
-            f"{_ATTEMPTS} attempts (nothing was written)") from lost
+        journal.catch_up()  # the change reads the state: let it see every writer's events
+        return journal.commit(lambda _: change(*args, self._state))

@@ -1,0 +1,50 @@
+r"""What the mailbox answers: a send's :class:`Receipt`, a thread's :class:`Letter`\ s and
+:class:`ThreadSummary`\ s, and :class:`MailboxFullError`. Plain frozen records, so an answer never
+changes under its reader as mail moves on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = ["Letter", "MailboxFullError", "Receipt", "ThreadSummary"]
+
+
+class MailboxFullError(RuntimeError):
+    """A send beyond a recipient's bound under the default ``overflow="refuse"``: nothing queued."""
+
+
+class Receipt(msgspec.Struct, frozen=True, gc=False):
+    """What a send answers: the message's ``id``, what became of it (``state``), whether the id
+    had been sent before (``duplicate``) and, once answered, the reply that answered it."""
+
+    id: str
+    state: str
+    duplicate: bool = False
+    answer: str | None = None
+
+
+class Letter(msgspec.Struct, frozen=True):
+    """One message of a thread as ``read_thread`` shows it, with its ``state`` before the read."""
+
+    id: str
+    sender: str
+    body: Any
+    kind: str
+    at: float
+    state: str
+    correlation_id: str | None = None
+
+
+class ThreadSummary(msgspec.Struct, frozen=True):
+    """One of an agent's threads: who wrote in it, how many messages, unread and new ones."""
+
+    thread: str
+    senders: tuple[str, ...]
+    count: int
+    unread: int
+    new: int
+    newest_at: float
+    preview: str
