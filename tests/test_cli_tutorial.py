@@ -16,6 +16,7 @@ import pytest
 
 from nous_inbox.cli import main
 from nous_inbox.cli.agent import log_names
+from nous_inbox.events import TurnStarted
 from nous_inbox.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,7 +99,11 @@ def test_two_demos_in_the_same_second_each_get_their_own_session(
     assert cli("demo", "--store", url, "--step-seconds", "0")[0] == 0
     with open_store(url) as store:
         first, second = store.streams()
-        assert first != second and store.version(first) == store.version(second)
+        # Each demo's prompt opened turn 1 of its own session: neither ran on in the other's log.
+        for session in (first, second):
+            prompts = [e for e in store.read(session) if isinstance(e, TurnStarted) and e.reason == "prompt"]
+            assert [e.turn for e in prompts] == [1], session
+    assert first != second
 
 
 def test_the_demo_says_which_store_it_writes_to(

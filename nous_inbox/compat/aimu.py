@@ -39,7 +39,7 @@ its send position as ``metadata["nous_inbox.order"]``, which is what that merge 
 all it is used for: which followups a run is owed is decided from the queues themselves.
 
 Design notes. The routing decisions below (addresses, the send clock, which followups a run is
-owed) live in the mailbox layer, :mod:`nous_inbox.mailbox.routing`; this adapter is aimu's face
+owed) live beside it, in :mod:`nous_inbox.compat.aimu_routing`; this adapter is aimu's face
 over them and over a journal per address.
 
 * A run is owed the followups queued when it opened its reader: ``reader()`` first reads what
