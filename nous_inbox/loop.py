@@ -504,7 +504,7 @@ def _answered(state: LoopState, answered: ModelAnswered) -> Advance:
         return Advance(_replace(state, phase=Phase.TOOLS, calls=calls), RunTools(calls),
                        tuple(events))
     events.append(StepEnded(turn=turn, step=step))
-    if not is_blank((message,)):
+    if not message.blank:
         return _boundary(state, Phase.CLAIM_FINAL, events)
     return _boundary(state, Phase.CLAIM_NUDGE, events)
 

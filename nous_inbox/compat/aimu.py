@@ -321,18 +321,26 @@ class AimuInbox:
             return own if name is None else own + self._box(None).count(target)
 
     def wants_wake(self, agent: str | None = None) -> bool:
-        """Whether a message ``agent`` could receive asked for a run (a steer or a followup).
+        """Whether ``agent`` is owed a run: a message it could receive asked for one (a steer or
+        a followup) and is worth a model round (:meth:`Inbox.worth_waking
+        <nous_inbox.inbox.Inbox.worth_waking>`).
 
         The question a host asks when a run ends: a steer that landed after the run's last
-        drain, or any followup, is owed a new run. An inject alone is not. It counts what other
-        processes sent and claimed through the store too.
+        drain, or any followup, is owed a new run. An inject alone is not, nor a blank message
+        (ruling 4). It counts what other processes sent and claimed through the store too.
+
+        >>> box = AimuInbox()
+        >>> box.steer("  \\u200b", agent="a"); box.wants_wake("a")
+        False
+        >>> box.steer("check the tests", agent="a"); box.wants_wake("a")
+        True
         """
         name = check_agent(agent, "AimuInbox.wants_wake")
         with self._lock:
             self._catch_up_all(addresses(name))
-            if self._box(name).wants_wake():
+            if self._box(name).worth_waking():
                 return True
-            return name is not None and self._box(None).wants_wake()
+            return name is not None and self._box(None).worth_waking()
 
     def inbox(self, agent: str | None = None) -> Inbox:
         """The ``Inbox`` value queued for exactly this address (``None``: the shared one).
