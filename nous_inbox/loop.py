@@ -111,6 +111,7 @@ __all__ = [
     "LoopState",
     "ModelAnswered",
     "Phase",
+    "Retried",
     "RunTools",
     "ToolSpec",
     "ToolsFinished",
@@ -244,9 +245,24 @@ class ModelAnswered(msgspec.Struct, frozen=True):
 
 
 class ToolsFinished(msgspec.Struct, frozen=True):
-    """The tool calls ran; one ``tool`` message per call, in call order."""
+    """The tool calls ran; one ``tool`` message per call, in call order.
+
+    ``final`` says the results are the answer (a framework's output tool, whose return ends its
+    run): the boundary after them is then a would-be final answer's (ruling 2), not a step's."""
 
     results: Sequence[Message]
+    final: bool = False
+
+
+class Retried(msgspec.Struct, frozen=True):
+    """The driver's framework answered the reply itself with ``message`` (a user message, its
+    own nudge: a retry after an empty reply or a refused answer) and will ask the model again.
+
+    The request is one the run makes anyway, so the claim before it is a plain one: a pending
+    message joins the framework's words (rulings 1 and 3); the budget still counts (ruling 5).
+    """
+
+    message: Message
 
 
 class Cancelled(msgspec.Struct, frozen=True):
@@ -259,7 +275,7 @@ class Failed(msgspec.Struct, frozen=True):
     error: str
 
 
-Happening = TurnOpened | Drained | ModelAnswered | ToolsFinished | Cancelled | Failed
+Happening = TurnOpened | Drained | ModelAnswered | ToolsFinished | Retried | Cancelled | Failed
 
 
 class LoopState(msgspec.Struct, frozen=True):
@@ -529,6 +545,17 @@ def _tools_finished(state: LoopState, finished: ToolsFinished) -> Advance:
     events: list[Event] = [ToolReturned(turn=turn, step=step, message=m) for m in results]
     events.append(StepEnded(turn=turn, step=step))
     state = _replace(state, transcript=state.transcript.extend(results), calls=())
+    return _boundary(state, Phase.CLAIM_FINAL if finished.final else Phase.CLAIM_STEP, events)
+
+
+def _retried(state: LoopState, retried: Retried) -> Advance:
+    """A claim phase after a reply + Retried: the framework's nudge joins the transcript, and
+    the request it makes claims plainly, within the budget (rulings 3 and 5)."""
+    message = retried.message
+    if not isinstance(message, Message) or message.role != "user":
+        raise ValueError(f"Retried needs a user Message, got {message!r}")
+    state = _replace(state, transcript=state.transcript.append(message))
+    events: list[Event] = [Nudged(turn=state.turn, step=state.step, message=message)]
     return _boundary(state, Phase.CLAIM_STEP, events)
 
 
@@ -588,6 +615,8 @@ _TRANSITIONS: Final[Mapping[tuple[Phase, type], _Handler]] = MappingProxyType({
     **{(phase, Drained): _drained for phase in _CLAIM_PHASES},
     (Phase.MODEL, ModelAnswered): _answered,
     (Phase.TOOLS, ToolsFinished): _tools_finished,
+    **{(phase, Retried): _retried
+       for phase in (Phase.CLAIM_NUDGE, Phase.CLAIM_FINAL, Phase.CLAIM_BUDGET)},
     **{(phase, Cancelled): _cancelled for phase in _OPEN_PHASES},
     **{(phase, Failed): _failed for phase in _OPEN_PHASES},
 })

@@ -489,8 +489,9 @@ def test_a_model_request_is_recorded_in_two_appends_the_boundary_and_the_reply()
             assert owner.session == replay(list(store.read("s")))
             return store.appends - before
 
-    # The opening (turn, claims, step), then per request its boundary and its reply, then the end.
-    assert asyncio.run(main()) == 1 + 2 * len(script.requests) + 1
+    # Per request its boundary (the first: the turn's opening) and its reply, then the boundary
+    # at the final answer, which ends the turn.
+    assert asyncio.run(main()) == 2 * len(script.requests) + 1
 
 
 def test_each_model_request_says_how_many_messages_it_showed() -> None:
