@@ -549,7 +549,7 @@ def _tools_finished(state: LoopState, finished: ToolsFinished) -> Advance:
 
 
 def _retried(state: LoopState, retried: Retried) -> Advance:
-    """A claim phase after a reply + Retried: the framework's nudge joins the transcript, and
+    """A claim phase after a step + Retried: the framework's nudge joins the transcript, and
     the request it makes claims plainly, within the budget (rulings 3 and 5)."""
     message = retried.message
     if not isinstance(message, Message) or message.role != "user":
@@ -615,8 +615,7 @@ _TRANSITIONS: Final[Mapping[tuple[Phase, type], _Handler]] = MappingProxyType({
     **{(phase, Drained): _drained for phase in _CLAIM_PHASES},
     (Phase.MODEL, ModelAnswered): _answered,
     (Phase.TOOLS, ToolsFinished): _tools_finished,
-    **{(phase, Retried): _retried
-       for phase in (Phase.CLAIM_NUDGE, Phase.CLAIM_FINAL, Phase.CLAIM_BUDGET)},
+    **{(phase, Retried): _retried for phase in _CLAIM_PHASES if phase is not Phase.CLAIM_TURN},
     **{(phase, Cancelled): _cancelled for phase in _OPEN_PHASES},
     **{(phase, Failed): _failed for phase in _OPEN_PHASES},
 })

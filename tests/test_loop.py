@@ -417,7 +417,7 @@ TAKES: dict[Phase, set[type]] = {
     Phase.NEW: {TurnOpened},
     **{phase: {Drained, Cancelled, Failed} for phase in CLAIM_PHASES},
     **{phase: {Drained, Retried, Cancelled, Failed}
-       for phase in (Phase.CLAIM_NUDGE, Phase.CLAIM_FINAL, Phase.CLAIM_BUDGET)},
+       for phase in (Phase.CLAIM_STEP, Phase.CLAIM_NUDGE, Phase.CLAIM_FINAL, Phase.CLAIM_BUDGET)},
     Phase.MODEL: {ModelAnswered, Cancelled, Failed},
     Phase.TOOLS: {ToolsFinished, Cancelled, Failed},
     Phase.ENDED: set(),

@@ -80,6 +80,7 @@ try:
         ModelRequest,
         ModelRequestPart,
         ModelResponse,
+        RetryFeedbackPart,
         RetryPromptPart,
         SystemPromptPart,
         TextPart,
@@ -373,6 +374,8 @@ class _InboxHooks(AbstractCapability[Any]):
             if isinstance(part, ToolReturnPart):
                 results.append(Message.tool(part.model_response_str(), part.tool_call_id,
                                             name=part.tool_name))
+            elif isinstance(part, RetryFeedbackPart):  # pydantic-ai's own nudge
+                retries.append(Message.user(part.model_response()))
             elif isinstance(part, RetryPromptPart):
                 text = part.model_response()
                 if part.tool_name is None:
