@@ -22,7 +22,9 @@ Claim(target=<Target.NEXT_STEP: 'next_step'>, wake_only=True)
 >>> command, [type(e).__name__ for e in events]
 (EndTurn(reason='final'), ['TurnEnded'])
 
-The rulings it implements (DESIGN.md), each with a test in ``tests/test_loop.py``:
+The rulings it implements, each with a test in ``tests/test_loop.py`` (and, for every driver,
+in ``tests/test_rulings.py``): every driver (the runner, the pydantic-ai adapter) asks this table
+at each boundary and decides none of it itself.
 
 1. **Claim points.** A turn opens -> ``Claim(next_turn)``; every step boundary -> ``Claim(next_step)``
    right before the model request, so a message sent during a tool call lands after that tool's
@@ -30,7 +32,8 @@ The rulings it implements (DESIGN.md), each with a test in ``tests/test_loop.py`
 2. **The would-be final answer** (content, no tool calls) is a boundary too, but it asks for a
    ``wake_only`` claim: the driver claims ``next_step`` only if an entry there asked for a wake (a
    steer) and is worth a round (``Inbox.claim(..., wake_only=True)`` decides, in the core), and
-   then the run is extended by one step. A pending *injection* alone does not extend
+   then the run is extended by one step. Results that are the answer (``ToolsFinished(final=True)``,
+   a framework's output tool) make the same boundary. A pending *injection* alone does not extend
    the run: Nous defines inject as "have this to hand if you make another request", so it stays
    queued for the next request someone else causes. aimu's "any pending message extends the run"
    is thereby kept for messages that ask to be answered, and a steer that lands after this check is
@@ -39,8 +42,10 @@ The rulings it implements (DESIGN.md), each with a test in ``tests/test_loop.py`
    anyway, so it claims ``next_step`` plainly: anything delivered (steer *or* injection) replaces the
    continuation nudge; with nothing delivered the loop adds its own nudge, a user message whose
    ``metadata["provenance"]`` is ``"continuation"`` (event ``Nudged``). Delivered messages stay
-   plain user messages.
-4. **Whitespace-only content is never worth a round.** Blank messages are still claimed (so nothing
+   plain user messages. A framework that answers the reply itself (``Retried``: its own retry
+   prompt) has made the nudge: a delivery joins it.
+4. **Blank content is never worth a round** (whitespace, or only invisible characters:
+   ``Message.blank``, decided when the message is built). Blank messages are still claimed (so nothing
    is left behind and replay agrees with the log: a claim *is* the transcript entry, so they do
    enter the transcript and ride along with the next request the run makes anyway), but they never
    extend a run, replace a nudge or reset the budget. A blank model reply counts as degenerate.

@@ -665,7 +665,7 @@ def _record_size(message: Message) -> int:
 
 def _tool_message(call: ToolCall, value: object, limit: int) -> Message:
     """A tool's return value as its tool message, or an error message when the log cannot hold
-    it (issue 8): text with a lone surrogate, or a record above ``limit``, the size limit of the
+    it: text with a lone surrogate, or a record above ``limit``, the size limit of the
     store the port records into. The transcript stays well-formed either way: every call gets
     its answer (unless the call's own id and name are beyond the limit: then no answer fits)."""
     try:

@@ -24,26 +24,35 @@ or :class:`~nous_inbox.async_owner.AsyncOwner`; each turn is one pydantic-ai run
 >>> [m.content for m in local.session.transcript]
 ['hello', 'heard 1 message(s)']
 
-Where the inbox joins a run (the rulings of ``DESIGN.md``, through pydantic-ai's own hooks):
+Where the inbox joins a run. The loop (:mod:`nous_inbox.loop`) decides every boundary, as it
+does for the built-in runner; the hooks tell it what pydantic-ai did and carry out what it says:
 
-- A turn opens: ``next_turn`` is claimed (followups, prompts), then ``next_step`` as the first
-  step boundary; together they are the run's opening request (pydantic-ai needs a request to
-  start from), after the earlier transcript as ``message_history``.
-- Every later step boundary, in ``before_model_request``: ``next_step`` is claimed and the claimed
-  messages join that very request as user parts (through ``RunContext.enqueue``), after the tool
-  results it carries, so a steer sent during a tool call lands after that tool's result.
-- A would-be final answer, in ``after_node_run`` when the result is ``End``: a pending *waking*
-  message (a steer, not whitespace) is claimed and extends the run by one request (ruling 2);
-  an injection alone does not, it waits for the next request something else causes.
+- A turn opens: the loop claims ``next_turn`` (followups, prompts), then ``next_step`` (ruling 1);
+  the run starts from the loop's first request, the earlier transcript as ``message_history``.
+- Every later step boundary, in ``before_model_request``: the tool results pydantic-ai shows are
+  the loop's ``ToolsFinished``, its own retry prompt a ``Retried``; what the loop then claims
+  joins that very request (through ``RunContext.enqueue``), after the tool results, so a steer
+  sent during a tool call lands after that tool's result. When the loop ends the turn there
+  instead (a spent budget, ruling 5: ``max_steps``, as for the runner), the run stops before
+  the request.
+- The run would end (``after_node_run`` with ``End``: a text answer, or an output tool's return,
+  ``ToolsFinished(final=True)``): the loop's wake-only claim extends the run by one request for a
+  pending steer (ruling 2), not for an injection alone; after a blank reply its plain claim
+  delivers a pending message, else its nudge (rulings 3 and 4).
 - Cancelling ends the run at its next node boundary, recorded as ``"cancelled"`` (ruling 9): the
   results of tools that ran before it are recorded, and calls it left unrun are answered as
   cancelled, as the built-in runner does, so no call is left for pydantic-ai to answer unlogged.
 
+Where pydantic-ai decides first: it answers an empty reply itself, with a retry prompt counted
+against its output retries, so a pending message joins that prompt rather than replacing it
+(ruling 3), and a run of empty replies ends as an error at its retry limit, before the step
+budget would.
+
 What is recorded: ``TurnStarted``; the claims (``QueueClaimed``: the claim *is* the transcript
 entry, ruling 6); per request ``StepStarted``, ``ModelRequested``, ``ModelReplied`` (the response as
 an assistant ``Message``) and a ``ToolCalled`` per tool call, all before the tools run; each tool
-result or retry prompt the model is then shown as ``ToolReturned`` (a retry prompt not tied to a
-tool, as ``Nudged``), an output tool's return included; ``StepEnded`` and ``TurnEnded``. A call an
+result or retry prompt the model is then shown as ``ToolReturned`` (pydantic-ai's own retry
+prompt, as ``Nudged``), an output tool's return included; ``StepEnded`` and ``TurnEnded``. A call an
 older log left open is answered as pydantic-ai answers it to the model ("interrupted") when the
 next turn opens, so the replayed transcript is the one the model saw. Design choice: tool results are recorded
 from the request that carries them, in pydantic-ai's own rendering, rather than from the tool's
