@@ -309,10 +309,7 @@ def blank_text(text: str) -> bool:
     if text.isascii():
         return not text or text.isspace()
     # Stops at the first visible character, so ordinary text costs a character or two.
-    return all(ch.isspace() or _category(ch) == "Cf" for ch in text)
-
-
-_category: Final = unicodedata.category
+    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
 
 
 def _check_optional_str(value: object, where: str) -> None:

@@ -206,14 +206,6 @@ class _Claims:
 
 
 def _claim_shape_problem(result: object, target: Target) -> str | None:
-    if type(result) is tuple and len(result) == 2 and type(result[0]) is tuple:
-        # The shape every well-behaved port answers in, checked without the ABC machinery.
-        messages, event = result
-        if event is None and not messages:
-            return None
-        if (type(event) is QueueClaimed and event.target is target
-                and event.count == len(messages) and all(type(m) is Message for m in messages)):
-            return None
     expected = "expected (messages, QueueClaimed | None)"
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         if isinstance(result, str):

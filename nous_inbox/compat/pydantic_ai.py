@@ -255,31 +255,21 @@ class _TurnOver(Exception):
     (a spent budget, ruling 5): the run stops there, the request unmade."""
 
 
-class _Claims:
-    """A boundary part: make the claims the loop asks for now, until it asks for something else."""
+_CLAIMS: Final = object()
+"""A boundary part: make the claims the loop asks for now, until it asks for something else."""
 
-
-_CLAIMS: Final = _Claims()
-
-_Part = Event | Happening | _Claims
+_Part = Event | Happening | object
 """What a boundary records, in order: an event as given, a happening the loop advances by (its
 events recorded), or ``_CLAIMS``."""
 
 
-@dataclass(frozen=True)
-class _Walked:
-    """Where a boundary left the loop, and what the next request must carry that pydantic-ai
-    does not put there itself (the claimed messages and the loop's own nudge), in order."""
-
-    adv: Advance
-    deliver: list[Message]
-
-
 def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequence[Message]],
-          emit: Callable[[Event], None]) -> _Walked:
+          emit: Callable[[Any], None]) -> tuple[Advance, list[Message]]:
     """Advance the loop through ``parts``, emitting every event in order, and at ``_CLAIMS``
     making each claim the loop asks for with ``claim``. What is claimed and how, and whether the
-    run goes on, is the loop's table; this only carries it out."""
+    run goes on, is the loop's table; this only carries it out. Returns where the loop stands
+    and what the next request must carry that pydantic-ai does not put there itself (the
+    claimed messages and the loop's own nudge), in order."""
     deliver: list[Message] = []
     for part in parts:
         if isinstance(part, _HAPPENINGS):
@@ -288,8 +278,8 @@ def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequenc
                 for event in adv.events:
                     emit(event)
             continue
-        if not isinstance(part, _Claims):
-            emit(part)  # type: ignore[arg-type]
+        if part is not _CLAIMS:
+            emit(part)
             continue
         while isinstance(adv.command, Claim):
             command = adv.command
@@ -300,7 +290,7 @@ def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequenc
                 emit(event)
                 if type(event) is Nudged:  # the loop's own nudge: pydantic-ai has not shown it
                     deliver.append(event.message)
-    return _Walked(adv, deliver)
+    return adv, deliver
 
 
 _HAPPENINGS: Final = (TurnOpened, ModelAnswered, ToolsFinished, Retried, Cancelled, Failed)
@@ -340,7 +330,7 @@ class _InboxHooks(AbstractCapability[Any]):
         what the next request must carry."""
         before = len(self.recorded)
         if isinstance(self.port, JournalPort):
-            def boundary(session: Session) -> tuple[list[Event], _Walked]:
+            def boundary(session: Session) -> tuple[list[Event], tuple[Advance, list[Message]]]:
                 events: list[Event] = []
                 inbox = session.inbox
 
@@ -365,34 +355,11 @@ class _InboxHooks(AbstractCapability[Any]):
 
             walked = _walk(self.adv, parts, claim,
                            lambda event: self.recorded.append(self.port.record(event)))
-        self.adv = walked.adv
+        self.adv, deliver = walked
         for event in self.recorded[before:]:
             if isinstance(event, Warned):  # the loop's budget warning: a log line too
                 logger.warning(event.text)
-        return walked.deliver
-
-    def _shown(self, parts: Iterable[ModelRequestPart]) -> tuple[list[Message], list[Message]]:
-        """What pydantic-ai put in a request itself and is not recorded yet: tool results (and
-        retry prompts answering a call) and its own retry prompts, as messages."""
-        results: list[Message] = []
-        retries: list[Message] = []
-        for part in parts:
-            if id(part) in self.seen:
-                continue
-            self.seen[id(part)] = part
-            if isinstance(part, ToolReturnPart):
-                results.append(Message.tool(part.model_response_str(), part.tool_call_id,
-                                            name=part.tool_name))
-            elif isinstance(part, RetryFeedbackPart):  # pydantic-ai's own nudge
-                retries.append(Message.user(part.model_response()))
-            elif isinstance(part, RetryPromptPart):
-                text = part.model_response()
-                if part.tool_name is None:
-                    retries.append(Message.user(text))
-                else:
-                    results.append(Message.tool(text, part.tool_call_id, name=part.tool_name,
-                                                metadata={"error": "retry"}))
-        return results, retries
+        return deliver
 
     def _deliver(self, ctx: Any, messages: Sequence[Message]) -> None:
         if messages:
@@ -420,17 +387,29 @@ class _InboxHooks(AbstractCapability[Any]):
         return history
 
     def _happenings(self, shown: Sequence[ModelRequestPart], final: bool = False) -> list[_Part]:
-        """What a request (or a run's end) shows that pydantic-ai put there itself, as the loop's
-        happenings: the results of the calls the loop waits for, then its own retry prompts."""
-        results, retries = self._shown(shown)
-        parts: list[_Part] = []
-        if self.adv.state.phase is Phase.TOOLS:
-            by_id = {m.tool_call_id: m for m in results}
-            parts.append(ToolsFinished(
-                [by_id.get(call.id) or cancelled_result(call) for call in self.adv.state.calls],
-                final=final))
-        parts.extend(Retried(m) for m in retries)
-        return parts
+        """What a request (or a run's end) shows that pydantic-ai put there itself and is not
+        recorded yet, as the loop's happenings: the results of the calls the loop waits for (a
+        retry prompt answering a call is its result), then pydantic-ai's own retry prompts."""
+        by_id: dict[str, Message] = {}
+        retries: list[_Part] = []
+        for part in shown:
+            if id(part) in self.seen:
+                continue
+            self.seen[id(part)] = part
+            if isinstance(part, ToolReturnPart):
+                by_id[part.tool_call_id] = Message.tool(
+                    part.model_response_str(), part.tool_call_id, name=part.tool_name)
+            elif isinstance(part, RetryPromptPart) and part.tool_name is not None:
+                by_id[part.tool_call_id] = Message.tool(
+                    part.model_response(), part.tool_call_id, name=part.tool_name,
+                    metadata={"error": "retry"})
+            elif isinstance(part, (RetryFeedbackPart, RetryPromptPart)):  # its own nudge
+                retries.append(Retried(Message.user(part.model_response())))
+        if self.adv.state.phase is not Phase.TOOLS:
+            return retries
+        calls = self.adv.state.calls
+        results = [by_id.get(call.id) or cancelled_result(call) for call in calls]
+        return [ToolsFinished(results, final=final), *retries]
 
     async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
         """A step boundary: the results pydantic-ai shows, then the loop's claim into this very
@@ -478,26 +457,10 @@ class _InboxHooks(AbstractCapability[Any]):
 
 
 class _Flag(Protocol):
-    """A cancel flag: an ``asyncio.Event``, a ``threading.Event``, or :class:`_Either`."""
+    """A cancel flag: an ``asyncio.Event`` or a ``threading.Event``."""
 
     def is_set(self) -> bool:
         """Whether the turn should end at its next node."""
-
-
-class _Either:
-    """A cancel flag that is set when the host's is, or when :meth:`set` was called."""
-
-    __slots__ = ("_host", "_mine")
-
-    def __init__(self, host: threading.Event | None) -> None:
-        self._host = host
-        self._mine = threading.Event()
-
-    def set(self) -> None:
-        self._mine.set()
-
-    def is_set(self) -> bool:
-        return self._mine.is_set() or (self._host is not None and self._host.is_set())
 
 
 async def _offloaded(fn: Callable[[], _T]) -> _T:
@@ -570,7 +533,7 @@ class AgentRunner:
         check_port(port)
         return self._arun(port, reason, cancel)
 
-    async def _arun(self, port: SessionPort, reason: str, cancel: _Flag | None) -> AsyncIterator[Event]:
+    async def _arun(self, port: SessionPort, reason: str, *cancels: _Flag | None) -> AsyncIterator[Event]:
         hooks = _InboxHooks(port, _caller(port, self.offload), self._start)
         opening = asyncio.ensure_future(hooks.call(lambda: hooks.open(reason)))
         try:
@@ -600,7 +563,7 @@ class AgentRunner:
                     async for _node in run:
                         for event in hooks.take():
                             yield event
-                        if cancel is not None and cancel.is_set():
+                        if any(flag is not None and flag.is_set() for flag in cancels):
                             break
                     else:
                         ending = None  # the loop ended the turn at the run's end
@@ -648,14 +611,14 @@ class AgentRunner:
         # of its own and hands each event over as it is recorded.
         handed: queue.SimpleQueue[object] = queue.SimpleQueue()
         failure: list[BaseException] = []
-        stop = _Either(cancel)  # set too when the consumer stops reading
+        stop = threading.Event()  # set when the consumer stops reading
         running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
 
         async def pump() -> None:
             task = asyncio.current_task()
             assert task is not None
             running.append((asyncio.get_running_loop(), task))
-            async for event in self._arun(port, reason, stop):
+            async for event in self._arun(port, reason, cancel, stop):
                 handed.put(event)
 
         def drive() -> None:
