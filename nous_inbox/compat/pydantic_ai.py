@@ -57,8 +57,10 @@ older log left open is answered as pydantic-ai answers it to the model ("interru
 next turn opens, so the replayed transcript is the one the model saw. Design choice: tool results are recorded
 from the request that carries them, in pydantic-ai's own rendering, rather than from the tool's
 raw return value, because the promise is the transcript *the model saw*. Not recorded: the
-agent's instructions and system prompts (configuration, not conversation), and content a host
-adds through pydantic-ai's own ``enqueue`` (send it through the inbox to have it kept).
+agent's instructions and system prompts (configuration, not conversation: they reach the model
+at every turn, the system prompts at the start of the history, as a bare run shows them), and
+content a host adds through pydantic-ai's own ``enqueue`` (send it through the inbox to have it
+kept).
 
 Store I/O never runs on the event loop. Each hook makes all its port calls in one trip, and
 records what it records in one append (:meth:`JournalPort.commit
@@ -489,6 +491,12 @@ async def _inline(fn: Callable[[], _T]) -> _T:
     return fn()
 
 
+_UNDELIVERABLE: Final = {
+    "tool": "it takes a tool result only as the answer to a call of its own run",
+    "assistant": "it takes the model's words only from the model",
+}
+
+
 class AgentRunner:
     """Runs turns of a pydantic-ai ``agent`` over a session port: one pydantic-ai run per turn.
 
@@ -557,6 +565,7 @@ class AgentRunner:
             for event in hooks.take():
                 yield event
             if history and isinstance(history[-1], ModelRequest):
+                await self._with_system_prompts(history)
                 async with self.agent.iter(
                     None, message_history=history, capabilities=[hooks], **self.run_kwargs
                 ) as run:
@@ -593,6 +602,38 @@ class AgentRunner:
             await hooks.call(lambda: hooks.close(ending or Cancelled(), left))
         for event in hooks.take():
             yield event
+
+    def check_message(self, message: Message) -> None:
+        """Refuse a message this runner cannot deliver to the model as it is: a ``ValueError``
+        naming the role. pydantic-ai takes a user or system message in a request; a tool result
+        only as the answer to a call of its own run, and an assistant message only from the
+        model. A host (or an owner) asks this before it sends, so the log never holds a message
+        the model would not see as sent.
+
+        >>> from pydantic_ai.models.test import TestModel
+        >>> AgentRunner(Agent(TestModel())).check_message(Message.tool("42", "c1"))
+        Traceback (most recent call last):
+        ...
+        ValueError: AgentRunner cannot deliver a 'tool' message to a pydantic-ai run (it takes a tool result only as the answer to a call of its own run); send it as a 'user' or 'system' message
+        """
+        why = _UNDELIVERABLE.get(message.role)
+        if why is not None:
+            raise ValueError(
+                f"AgentRunner cannot deliver a {message.role!r} message to a pydantic-ai run "
+                f"({why}); send it as a 'user' or 'system' message"
+            )
+
+    async def _with_system_prompts(self, history: list[ModelMessage]) -> None:
+        """Put the agent's system prompts at the start of ``history``, as a bare run of the agent
+        shows them: pydantic-ai adds them only to a run with no history, and every turn here
+        continues one. They are the agent's configuration, not the conversation: not recorded."""
+        kwargs = {name: self.run_kwargs[name] for name in ("deps", "model", "model_settings")
+                  if name in self.run_kwargs}
+        prompts = await self.agent.system_prompt_parts(message_history=history, **kwargs)
+        if prompts:
+            first = history[0]
+            parts = first.parts if isinstance(first, ModelRequest) else []
+            history[: 1 if parts else 0] = [ModelRequest(parts=[*prompts, *parts])]
 
     def run_turn(
         self, port: SessionPort, *, reason: str = "wake", cancel: threading.Event | None = None
