@@ -172,8 +172,6 @@ _WAKE: Final = 1
 """A queue's flag: an entry on it asked for a wake."""
 _WORTH: Final = 2
 """A queue's flag: an entry on it asked for a wake and is worth a model round (not blank)."""
-
-
 _WAKE_WORTH: Final = _WAKE | _WORTH
 
 
@@ -424,10 +422,11 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
 
         This is the decision to start a run (an owner asks it when a message arrives and when a
         run ends) and to extend one at a would-be final answer (``claim(..., wake_only=True)``).
-        A whitespace-only message never earns a round of its own (ruling 4): it stays queued
-        and rides along with the next request something else causes. A message with tool calls
-        counts as worth it. Like ``wants_wake``, it reads two counters kept as entries come and
-        go, so it costs the same however long the queues are.
+        A blank message (whitespace, or only invisible characters: ``Message.blank``) never
+        earns a round of its own (ruling 4): it stays queued and rides along with the next
+        request something else causes. A message with tool calls counts as worth it. Like
+        ``wants_wake``, it reads flags kept as entries come and go, so it costs the same however
+        long the queues are.
 
         >>> blank = Inbox().steer("  \\n")
         >>> blank.wants_wake(), blank.worth_waking()
