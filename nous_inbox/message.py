@@ -528,7 +528,9 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
                 _set(self, "tool_calls", _tool_calls(calls))
         # Decided here, whatever was given: a log written before the field, or a copy made by
         # ``msgspec.structs.replace`` with other content, carries a value that may not hold.
-        blank = not self.tool_calls and blank_text(self.content)
+        content = self.content  # blank_text, its common case first, without the call
+        blank = not self.tool_calls and (not content or content.isspace() or (
+            not content.isascii() and blank_text(content)))
         if blank is not self.blank:
             _set(self, "blank", blank)
 
