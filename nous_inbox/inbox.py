@@ -108,9 +108,7 @@ def as_target(target: object) -> Target:
     ...
     ValueError: target must be 'next_turn' or 'next_step', got 'later'
     """
-    if target is _STEP or target is _TURN:
-        return target
-    if target == "next_step":
+    if target == "next_step":  # a Target is a str: both spellings match
         return _STEP
     if target == "next_turn":
         return _TURN
@@ -127,12 +125,10 @@ def as_message(message: object) -> Message:
     ...
     TypeError: message must be a Message or a str, got int
     """
-    if type(message) is Message:
+    if isinstance(message, Message):
         return message
     if isinstance(message, str):
         return Message.user(message)
-    if isinstance(message, Message):
-        return message
     raise TypeError(f"message must be a Message or a str, got {type(message).__name__}")
 
 

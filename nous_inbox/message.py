@@ -306,8 +306,6 @@ def blank_text(text: str) -> bool:
     >>> blank_text(" \\n"), blank_text("\\u200b \\ufeff"), blank_text("\\u200bgo")
     (True, True, False)
     """
-    if text.isascii():
-        return not text or text.isspace()
     # Stops at the first visible character, so ordinary text costs a character or two.
     return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
 

@@ -583,11 +583,8 @@ def _as_reply(value: object) -> Message:
     return value
 
 
-_NOT_AWAITABLE: Final = frozenset({Message, str, int, float, bool, dict, list, tuple, type(None)})
-
-
 def _not_awaitable(value: object, what: str) -> None:
-    if type(value) not in _NOT_AWAITABLE and inspect.isawaitable(value):
+    if inspect.isawaitable(value):
         if inspect.iscoroutine(value):
             value.close()
         raise TypeError(f"{what} returned an awaitable; drive async callables with arun_turn")

@@ -283,7 +283,7 @@ class AimuInbox:
             for name in addresses(agent):
                 try:
                     if self._store is not None:
-                        self._catch_up(name)
+                        self._journal(name).catch_up()
                     claim = partial(claim_for_run, owed_turn=owed_turn.get(name))
                     turn, step = self._commit(name, claim)
                 except Exception as exc:
@@ -400,16 +400,13 @@ class AimuInbox:
         _, result = self._journal(name).commit(events_of)
         return result
 
-    def _catch_up(self, name: str | None) -> bool:
-        """Fold in what was appended to ``name``'s stream since this process last saw it."""
-        return bool(self._journal(name).catch_up())
-
     def _saw(self, events: Sequence[Event]) -> None:
         # Every send position read here moves this process's clock past it.
         self._clock.saw(e.message for e in events if isinstance(e, MessageSent))
 
     def _catch_up_all(self, names: Iterable[str | None]) -> None:
-        """``_catch_up`` each address in ``names`` when there is a store; called with the lock."""
+        """Fold in what was appended to the streams of ``names`` since this process last saw
+        them, when there is a store; called with the lock."""
         if self._store is not None:
             for name in names:
-                self._catch_up(name)
+                self._journal(name).catch_up()

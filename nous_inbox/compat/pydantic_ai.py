@@ -78,7 +78,7 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
@@ -246,12 +246,6 @@ def _left_over(run: Any) -> list[ModelRequestPart]:
     return parts
 
 
-def _interrupted(call: ToolCall) -> Message:
-    """The answer to a call an earlier turn left open, as pydantic-ai words it to the model."""
-    return Message.tool(INTERRUPTED_TOOL_RETURN_CONTENT, call.id, name=call.name,
-                        metadata={"error": "interrupted"})
-
-
 class _TurnOver(Exception):
     """Raised from a hook when the loop ends the turn where pydantic-ai would make a request
     (a spent budget, ruling 5): the run stops there, the request unmade."""
@@ -375,7 +369,10 @@ class _InboxHooks(AbstractCapability[Any]):
         turn left open (pydantic-ai would answer them itself, unrecorded), then the loop's
         claims. Returns the history the run starts from: what the loop's first request shows."""
         session = self.port.session
-        answers = [_interrupted(call) for call in open_calls(session.transcript)]
+        answers = [  # as pydantic-ai words the answer to a call left open
+            Message.tool(INTERRUPTED_TOOL_RETURN_CONTENT, call.id, name=call.name,
+                         metadata={"error": "interrupted"})
+            for call in open_calls(session.transcript)]
         turn = session.turn + 1
         opened = advance(self.start, TurnOpened(turn, reason, [*session.transcript, *answers]))
         self.adv = opened._replace(events=())
@@ -473,18 +470,10 @@ def _caller(port: SessionPort, offload: bool) -> Callable[[Callable[[], Any]], A
     """How this turn calls ``port``: through the port's own ``call_io`` when it has one (an
     ``AsyncOwner``'s: its store worker, in order with the owner's other store calls; ``None``
     when its store does not block: inline), else in a thread when ``offload``, else inline."""
-    found: Any = getattr(port, "call_io", _NO_CALL_IO)
-    if found is _NO_CALL_IO:
+    call_io: Any = getattr(port, "call_io", _NO_CALL_IO)
+    if call_io is _NO_CALL_IO:
         return _offloaded if offload else _inline
-    if found is None:
-        return _inline
-    call_io: Callable[..., Awaitable[Any]] = found
-
-    async def through(fn: Callable[[], _T]) -> _T:
-        result: _T = await call_io(fn)
-        return result
-
-    return through
+    return _inline if call_io is None else call_io
 
 
 async def _inline(fn: Callable[[], _T]) -> _T:
@@ -627,9 +616,9 @@ class AgentRunner:
         """Put the agent's system prompts at the start of ``history``, as a bare run of the agent
         shows them: pydantic-ai adds them only to a run with no history, and every turn here
         continues one. They are the agent's configuration, not the conversation: not recorded."""
-        kwargs = {name: self.run_kwargs[name] for name in ("deps", "model", "model_settings")
-                  if name in self.run_kwargs}
-        prompts = await self.agent.system_prompt_parts(message_history=history, **kwargs)
+        prompts = await self.agent.system_prompt_parts(
+            message_history=history, deps=self.run_kwargs.get("deps"),
+            model=self.run_kwargs.get("model"))
         if prompts:
             first = history[0]
             parts = first.parts if isinstance(first, ModelRequest) else []
