@@ -16,6 +16,7 @@ True
 from importlib import metadata as _metadata
 
 from nous_inbox.async_owner import AsyncOwner
+from nous_inbox.boundary import Boundary, BoundaryKind
 from nous_inbox.errors import (
     ConcurrencyError,
     DecodeError,
@@ -91,6 +92,8 @@ except _metadata.PackageNotFoundError:  # a bare checkout on sys.path, never ins
 __all__ = [
     "SCHEMA_VERSION",
     "AsyncOwner",
+    "Boundary",
+    "BoundaryKind",
     "Claimed",
     "ConcurrencyError",
     "DecodeError",
