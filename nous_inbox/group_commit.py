@@ -87,19 +87,20 @@ class GroupCommit(Generic[W]):
     * :meth:`gather` (the leader): how long to wait for company first. The senders of the last
       round (its batch, and those who queued while it committed) are likely back at once with
       their next sends; waiting for them, at most half a commit's smoothed time, makes one
-      transaction of what would be two. A lone sender never waits. :meth:`company` names the
-      gathering leader once they are all queued, so the pump can end the wait early;
+      transaction of what would be two. A lone sender never waits, and the last sender it
+      waits for takes the lead over (:meth:`queue`);
     * :meth:`take` everything queued as the batch; :meth:`finish` it with its outcomes, which
       names the ticket to lead the next batch (the first queued meanwhile), or ``None``: idle;
     * :meth:`withdraw` a ticket its sender gave up on, if no batch took it yet.
     """
 
-    __slots__ = ("_commit_seconds", "_committing", "_leader", "_pending", "_senders")
+    __slots__ = ("_commit_seconds", "_committing", "_gathering", "_leader", "_pending", "_senders")
 
     def __init__(self) -> None:
         self._pending: list[Ticket[W]] = []
         self._committing = False  # a leader is gathering or committing
         self._leader: Ticket[W] | None = None  # the ticket to lead, until it takes its batch
+        self._gathering = False  # ... waiting for the senders of the last round
         self._senders = 1  # how many sent in the last round: whom the next leader waits for
         self._commit_seconds = 0.0  # a commit's time, smoothed: what bounds that wait
 
@@ -114,27 +115,35 @@ class GroupCommit(Generic[W]):
         return self._senders
 
     def queue(self, ticket: Ticket[W]) -> bool:
-        """Queue ``ticket``; whether its sender is to lead the next commit (none is under way)."""
+        """Queue ``ticket``; whether its sender is to lead the next commit: none is under way,
+        or the leader is gathering and this is the last sender it waits for (it takes the lead
+        over rather than wake the leader, one thread wake-up less between two transactions;
+        the old leader, its send in the batch, waits as a sender)."""
         self._pending.append(ticket)
-        if self._committing:
-            return False
-        self._committing, self._leader = True, ticket
-        return True
+        if not self._committing:
+            self._committing, self._leader = True, ticket
+            return True
+        if self._gathering and len(self._pending) >= self._senders:
+            self._gathering, self._leader = False, ticket
+            return True
+        return False
 
-    def company(self) -> Ticket[W] | None:
-        """After a :meth:`queue`: the ticket leading (still to take its batch) when every sender
-        it may be gathering for is now queued, so its pump can wake it; else ``None``."""
-        return self._leader if len(self._pending) >= self._senders else None
+    def leads(self, ticket: Ticket[W]) -> bool:
+        """Whether ``ticket``'s sender is (still) to lead: a gathering leader asks when its wait
+        ends, as the last sender may have taken the lead over."""
+        return self._leader is ticket
 
     def gather(self) -> float:
         """For the leader, before it takes: the seconds to wait for company (0: take now)."""
         if len(self._pending) >= self._senders:
             return 0.0
+        self._gathering = True
         return min(max(GATHER_SECONDS, self._commit_seconds / 2), GATHER_MAX_SECONDS)
 
     def take(self) -> list[Ticket[W]]:
         """Everything queued, as the batch the leader commits now."""
         batch, self._pending, self._leader = self._pending, [], None
+        self._gathering = False
         return batch
 
     def finish(
@@ -159,6 +168,7 @@ class GroupCommit(Generic[W]):
         return taken_back, self._hand_over()
 
     def _hand_over(self) -> Ticket[W] | None:
+        self._gathering = False
         if self._pending:
             self._leader = self._pending[0]
             return self._leader
@@ -244,14 +254,12 @@ def commit_in_threads(
     try:
         with queue_lock:
             leading = batcher.queue(ticket)
-            leader = None if leading else batcher.company()
-        if leader is not None and leader is not ticket:
-            _release(leader)  # the gathering leader's company is complete
-        if not leading:
-            ticket.waiter.acquire()
-            leading = not ticket.done  # woken to lead, not as a sender whose send is done
-        if leading:
-            _lead(batcher, queue_lock, ticket, commit)
+        while not ticket.done:
+            if leading:
+                leading = _lead(batcher, queue_lock, ticket, commit)
+            else:
+                ticket.waiter.acquire()
+                leading = not ticket.done  # woken to lead, not as a sender whose send is done
     except BaseException:
         if not ticket.done:
             with queue_lock:
@@ -264,12 +272,16 @@ def commit_in_threads(
 
 def _lead(batcher: GroupCommit[threading.Lock], queue_lock: threading.Lock,
           ticket: Ticket[threading.Lock], commit: Callable[[Sequence[Event]], Sequence[Event]],
-          ) -> None:
+          ) -> bool:
+    """Lead one batch; ``False`` when the last sender took the lead over while this one
+    gathered (it then waits as a sender of that batch)."""
     with queue_lock:
         wait = batcher.gather()
     if wait:
-        ticket.waiter.acquire(timeout=wait)  # until the last of them queues, or the deadline
+        ticket.waiter.acquire(timeout=wait)  # the deadline, unless a hand-over woke it
     with queue_lock:
+        if not batcher.leads(ticket):
+            return False
         batch = batcher.take()
     begin = time.monotonic()
     outcomes: list[Outcome] = []
@@ -286,6 +298,7 @@ def _lead(batcher: GroupCommit[threading.Lock], queue_lock: threading.Lock,
         for other in batch:
             if other is not ticket:
                 _release(other)
+    return True
 
 
 def _release(ticket: Ticket[threading.Lock]) -> None:

@@ -228,12 +228,12 @@ def test_each_sender_of_a_failed_batch_gets_an_error_of_its_own_caused_by_the_sh
         assert len(causes) == 1 and isinstance(errors[0].__cause__, StoreError)
 
 
-def test_a_gathering_leader_commits_as_soon_as_the_last_sender_of_the_last_round_is_back(
+def test_the_last_sender_a_gathering_leader_waits_for_takes_the_batch_over(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The round of "first" (alone) and "a" (queued meanwhile) was two senders: "a", leading
     # next, gathers until one more has queued (as long as it likes here). When "first" comes
-    # back with its next send, the batch is complete and "a" commits both at once.
+    # back with its next send, that sender commits the batch itself instead of waking "a".
     monkeypatch.setattr("nous_inbox.group_commit.GATHER_SECONDS", WAIT)
     monkeypatch.setattr("nous_inbox.group_commit.GATHER_MAX_SECONDS", WAIT)
     store, owner = _held()
@@ -246,6 +246,7 @@ def test_a_gathering_leader_commits_as_soon_as_the_last_sender_of_the_last_round
         again.join()
         senders.join()
         assert store.sizes == [1, 2]
+        assert store.leaders[1] == again.threads[0].name  # not the gatherer's thread
         assert all(isinstance(r, MessageSent) for r in [*senders.results.values(),
                                                         *again.results.values()])
         assert sorted(_contents(owner)) == ["a", "first", "second"]
@@ -366,10 +367,8 @@ def test_a_leader_waits_for_the_senders_of_the_last_round_only_and_briefly() -> 
     batcher.queue(b)
     batcher.finish(batch, [(a.event, None)], seconds=1.0)  # a slow commit; round of two
     assert 0 < batcher.gather() <= 0.005  # b waits, at most a bound, for one more
-    assert batcher.company() is None
-    batcher.queue(c)
-    assert batcher.company() is b  # complete: the pump wakes b at once
-    assert batcher.gather() == 0.0
+    assert batcher.queue(c)  # the last one it waits for: c takes the lead over at once
+    assert batcher.leads(c) and not batcher.leads(b)  # b, its wait over, waits as a sender
     assert batcher.take() == [b, c]
 
 

@@ -24,7 +24,6 @@ from nous_inbox import (
     QueueClaimed,
     StepEnded,
     StepStarted,
-    StoreError,
     ToolCall,
     TurnEnded,
     TurnStarted,
