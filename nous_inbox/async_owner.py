@@ -329,11 +329,15 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
 
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> Coroutine[Any, Any, MessageSent]:
-        self._check_open(self._closed)
-        self._prompting(prompt)
+        journal = self._journal
+        if journal is None or self._closed or self._core.lost is not None:
+            self._check_open(self._closed)  # raises, saying why
+        if prompt:
+            self._core.prompt()  # before the send: the run it wakes starts before it returns
         try:
             if self._io is None or self._holds_lock():
-                return _Stored(self._now(message, target, wakeup))
+                with self._lock:
+                    return _Stored(journal.send(message, target, wakeup))  # type: ignore[union-attr]
             assert self._loop is not None
             ticket: Ticket[_Future] = Ticket(sent_event(message, target, wakeup),
                                              self._loop.create_future())
@@ -485,6 +489,19 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
     def _deliver(self, events: Sequence[Event]) -> None:
         """The journal folded ``events`` in (on any thread, under the journal lock): tell them
         on the loop, in order (at once when folded there with nothing before them)."""
+        if not self._batches and not self._reacting and self._on_loop():
+            if not self._readers and not self._listeners:  # nobody to tell: the core decides
+                if self._core.arrived(events, self.session):
+                    self._start_run()
+                return
+            self._reacting = True  # (no other thread queues a batch: each does so under the
+            try:                   # journal lock, which this thread holds)
+                self._tell(events)
+            finally:
+                self._reacting = False
+            if self._batches:  # a listener's own send, folded while we told
+                self._react()
+            return
         with self._batches_lock:
             self._batches.append(events)
             here = self._on_loop()
@@ -515,7 +532,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
             self._reacting = False
 
     def _tell(self, events: Sequence[Event]) -> None:
-        for reader in tuple(self._readers):
+        for reader in tuple(self._readers) if self._readers else ():
             for event in events:
                 reader.put_nowait(event)
         super()._tell(events)

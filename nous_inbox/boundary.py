@@ -32,10 +32,12 @@ goes on. A run that makes no boundary (a single-shot run, ruling 8) tells nothin
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final, Literal
 
 import attrs
+
+from nous_inbox.events import Event, TurnEnded
 
 __all__ = ["Boundaries", "Boundary", "BoundaryKind"]
 
@@ -82,6 +84,13 @@ class Boundaries:
             self._callbacks = tuple(kept)
 
         return unsubscribe
+
+    def ended(self, events: Sequence[Event]) -> None:
+        """Tell of every turn that ``events`` (a batch just stored) ended."""
+        if self._callbacks:
+            for event in events:
+                if type(event) is TurnEnded:
+                    self.tell("turn_ended", event.turn)
 
     def tell(self, kind: BoundaryKind, turn: int) -> None:
         """Tell every subscriber that the run reached ``kind`` in ``turn``; log one that raises."""

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Final, Generic, TypeVar
 
 from nous_inbox.boundary import Boundaries, Boundary
 from nous_inbox.errors import LeaseLostError
-from nous_inbox.events import Event, MessageSent, QueueClaimed, TurnEnded
+from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.group_commit import refused_unwritten
 from nous_inbox.inbox import Inbox, Target
 from nous_inbox.journal import Journal
@@ -285,17 +285,16 @@ class OwnerBody(Generic[R]):
             self._deliver(events)
         except Exception:
             logger.exception("handing on the events of session %r failed", self._stream)
-        for event in events:
-            if type(event) is TurnEnded:
-                self._boundaries.tell("turn_ended", event.turn)
+        self._boundaries.ended(events)
 
     def _deliver(self, events: Sequence[Event]) -> None:
         self._tell(events)
 
     def _tell(self, events: Sequence[Event]) -> None:
         """Tell the listeners of each event, in order, then ask the core whether to wake."""
-        for event in events:
-            for listener in tuple(self._listeners):
+        listeners = tuple(self._listeners)
+        for event in events if listeners else ():
+            for listener in listeners:
                 try:
                     listener(event)
                 except Exception:
