@@ -5,7 +5,8 @@ one run at a time, wake on a waking send and again at run end, cancel wakes noth
 the log, a lost lease ends the owner), spoken in ``await``: both are one body
 (:mod:`nous_inbox.owner_body`) with two pumps. This one runs its turns as an asyncio task through
 the runner's ``arun_turn`` (an async model, async tools and a pydantic-ai agent stay on the loop
-they were built for).
+they were built for), and calls its store where :mod:`nous_inbox.store_worker` says: inline for
+``memory:``, else on one worker thread of its own, so the loop never waits on a disk.
 
 >>> import asyncio
 >>> from nous_inbox.message import Message
@@ -21,45 +22,25 @@ they were built for).
 >>> asyncio.run(main())
 (1, ['summarize', 'heard: summarize'])
 
-Where the store is called. A store says whether its calls block (``store.blocking``: a disk, a
-lock, a network; only ``memory:`` says no). A non-blocking store is called inline on the loop. A
-blocking store is called from one worker thread of the owner's own, never from the loop: sends,
-the run's claims and records, the reads of ``events()`` and the watcher's looks queue there in
-order, and sends that arrive while the worker is busy share one append (a group commit,
-:mod:`nous_inbox.group_commit`); each sender resumes once its transaction committed. The runner
-reaches the worker through its port's ``call_io``.
-
-A send verb does its checks, and an inline send its whole work, when it is called; it returns a
-coroutine of the stored event. Called from a listener or a boundary subscriber (which hold the
-owner's lock), it commits at once, so a sync callback may send without awaiting.
-
-What the loop does. Every batch of events folded into the session, the owner's own and those
-another process appended, is handed to the loop in log order; there the owner tells its
-``events()`` readers and ``listen`` callbacks, and asks the core whether to wake.
+A send verb checks its input, and an inline send does its whole work, when it is called; it
+returns a coroutine of the stored event. Called from a listener or a boundary subscriber while
+the owner's lock is held, it commits at once, so a sync callback may send without awaiting.
+Every batch of events folded into the session, the owner's own and those another process
+appended, is handed to the loop in log order; there the owner tells its ``events()`` readers and
+``listen`` callbacks, and asks the core whether to wake.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
-import functools
 import threading
-import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from typing import Any, Protocol
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.group_commit import (
-    GroupCommit,
-    Outcome,
-    Ticket,
-    one_senders,
-    refused_unwritten,
-    settle,
-)
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner_body import OwnerBody, logger
@@ -67,11 +48,9 @@ from nous_inbox.owner_core import Stop
 from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
+from nous_inbox.store_worker import SendTicket, Stored, StoreWorker, awaited
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
-
-_T = TypeVar("_T")
-_Future = asyncio.Future[MessageSent]
 
 
 class AsyncTurnRunner(Protocol):
@@ -81,33 +60,6 @@ class AsyncTurnRunner(Protocol):
         self, port: Any, *, reason: str = ..., cancel: asyncio.Event | None = ...
     ) -> AsyncIterator[Event]:
         """Run one turn; see ``nous_inbox.runner.Runner.arun_turn``."""
-
-
-class _Stored(Coroutine[Any, Any, MessageSent]):
-    """A coroutine of a send already stored: awaiting it (or a task running it) returns the
-    event at once, and one never awaited is no error (a sync callback's send)."""
-
-    __slots__ = ("event",)
-
-    def __init__(self, event: MessageSent) -> None:
-        self.event = event
-
-    def send(self, value: Any) -> Any:
-        raise StopIteration(self.event)
-
-    def throw(self, *error: Any) -> Any:
-        raise error[1] if len(error) > 1 and error[1] is not None else error[0]
-
-    def close(self) -> None:
-        pass
-
-    def __await__(self) -> Generator[Any, None, MessageSent]:
-        return self.event
-        yield  # a generator: awaiting it returns at once
-
-
-async def _stored(future: _Future) -> MessageSent:
-    return await future
 
 
 class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
@@ -144,8 +96,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
         self._blocking = bool(getattr(store, "blocking", True)) if offload is None else offload
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
-        self._io: concurrent.futures.ThreadPoolExecutor | None = None
-        self._lease: Any = None
+        self._io: StoreWorker | None = None
         self._entered = self._closed = False
         self._run: asyncio.Task[None] | None = None
         self._cancel: asyncio.Event | None = None
@@ -156,10 +107,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
         self._batches_lock = threading.Lock()
         self._react_scheduled = self._reacting = False
         self._readers: set[asyncio.Queue[Event | None]] = set()
-        self._group: GroupCommit[_Future] = GroupCommit()
-        self._queue_lock = threading.Lock()
         self._watcher: asyncio.Task[None] | None = None
-        self._unsubscribe: Callable[[], None] | None = None
         self._closing: asyncio.Task[None] | None = None  # one teardown for every aclose
 
     # -- opening and closing ----------------------------------------------------------------------
@@ -170,18 +118,14 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
         self._entered = True
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        if self._blocking:
-            self._io = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix=f"nous-inbox io {self._stream}")
+        self._io = io = StoreWorker(self._loop, self._blocking, self._stream, self._commit,
+                                    self._batch_settled)
         try:
-            await self._call(self._open)
+            await io.hold(lambda: self._open_session(None if io.inline else io.call_io))
         except BaseException:
             self._closed = True
-            if self._io is not None:
-                # Cancelled while the open runs on: it still takes the lease. The one worker
-                # runs this after it, so whatever it took is given back.
-                self._io.submit(self._give_back)
-                self._io.shutdown(wait=False)
+            io.submit(io.give_back)  # an open a cancel left running still takes the lease
+            io.shutdown()
             raise
         if self._watch_others:
             self._watcher = self._loop.create_task(self._watch(), name=f"nous-inbox watch {self._stream}")
@@ -190,21 +134,6 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
             if self._core.wake(self.session):
                 self._start_run()
         return self
-
-    def _open(self) -> None:
-        # Kept by the job itself: an open cancelled meanwhile still takes the lease, and the
-        # give-back queued after it on the worker finds it here.
-        self._lease = self._open_session(self._call_io if self._io is not None else None)
-
-    def _give_back(self) -> None:
-        """Drop the store subscription and give the lease back (on the worker, after every job
-        queued before it: a subscribe or an open a cancel left running ends first)."""
-        lease, self._lease = self._lease, None
-        try:
-            self._drop_subscription()
-        finally:
-            if lease is not None:
-                lease.release()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
@@ -233,7 +162,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
     async def _close(self, timeout: float | None, caller: asyncio.Task[Any] | None) -> None:
         if self._core.close():
             self._cancel_turn()
-        run = self._run
+        run, io = self._run, self._io
+        assert io is not None
         try:
             if run is not None and run is not caller:
                 await asyncio.wait((run,), timeout=timeout)
@@ -246,39 +176,22 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
         finally:
             lasting = run is not None and not run.done()
             try:  # shielded: a cancel of this task must not drop the job before the worker runs it
-                if not lasting:
-                    await asyncio.shield(self._call_soon(self._give_back))
-                else:
-                    if run is not caller:
-                        logger.warning("the run of session %r did not stop; keeping its lease "
-                                       "until it ends", self._stream)
-                    await asyncio.shield(self._call_soon(self._drop_subscription))
+                if lasting and run is not caller:
+                    logger.warning("the run of session %r did not stop; keeping its lease until "
+                                   "it ends", self._stream)
+                await asyncio.shield(io.soon(io.drop_subscription if lasting else io.give_back))
             finally:
                 self._react()  # the last batches reach the readers before they end
                 for reader in self._readers:
                     reader.put_nowait(None)
                 if lasting:
                     assert run is not None
-                    run.add_done_callback(self._give_back_after_run)
-                elif self._io is not None:
-                    self._io.shutdown(wait=False)
+                    run.add_done_callback(lambda run: io.give_back_last(self._gave_back))
+                else:
+                    io.shutdown()
 
-    def _give_back_after_run(self, run: asyncio.Task[None]) -> None:
-        """The run a teardown could not wait for ended: its lease goes back now (on the worker,
-        as a release may block on store I/O), then the worker stops."""
-        if self._io is None:
-            try:
-                self._give_back()
-            except Exception:
-                logger.exception("could not give back the lease of session %r", self._stream)
-            return
-        done = self._io.submit(self._give_back)
-        self._io.shutdown(wait=False)
-        done.add_done_callback(self._log_failed_give_back)
-
-    def _log_failed_give_back(self, done: concurrent.futures.Future[None]) -> None:
-        if not done.cancelled() and (exc := done.exception()) is not None:
-            logger.error("could not give back the lease of session %r", self._stream, exc_info=exc)
+    def _gave_back(self, error: BaseException) -> None:
+        logger.error("could not give back the lease of session %r", self._stream, exc_info=error)
 
     # -- what a host reads and says ---------------------------------------------------------------
 
@@ -303,24 +216,23 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
         if type(after) is not int:
             raise TypeError(f"events: after must be an int seq, got {type(after).__name__}")
         self._check_open(self._closed)
+        assert self._io is not None
         live: asyncio.Queue[Event | None] = asyncio.Queue()
         self._readers.add(live)
+        last = after
         try:
-            last = after
-            for event in await self._call(self._read, after):
+            for event in await self._io.call(self._read, after):
                 last = event.seq
                 yield event
             while (event := await live.get()) is not None:  # type: ignore[assignment]
-                if event.seq <= last:
-                    continue  # read from the store already
                 if event.seq > last + 1:  # never expected: fill the gap from the log itself
-                    for missed in await self._call(self._read, last):
-                        if missed.seq >= event.seq:
-                            break
-                        last = missed.seq
-                        yield missed
-                last = event.seq
-                yield event
+                    for missed in await self._io.call(self._read, last):
+                        if missed.seq < event.seq:
+                            last = missed.seq
+                            yield missed
+                if event.seq > last:  # (else read from the store already)
+                    last = event.seq
+                    yield event
         finally:
             self._readers.discard(live)
 
@@ -329,38 +241,20 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
 
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> Coroutine[Any, Any, MessageSent]:
-        journal = self._journal
-        if journal is None or self._closed or self._core.lost is not None:
+        journal, io = self._journal, self._io
+        if journal is None or io is None or self._closed or self._core.lost is not None:
             self._check_open(self._closed)  # raises, saying why
         if prompt:
             self._core.prompt()  # before the send: the run it wakes starts before it returns
         try:
-            if self._io is None or self._holds_lock():
+            if io.inline or self._holds_lock():  # type: ignore[union-attr]
                 with self._lock:
-                    return _Stored(journal.send(message, target, wakeup))  # type: ignore[union-attr]
-            assert self._loop is not None
-            ticket: Ticket[_Future] = Ticket(sent_event(message, target, wakeup),
-                                             self._loop.create_future())
+                    return Stored(journal.send(message, target, wakeup))  # type: ignore[union-attr]
+            event = sent_event(message, target, wakeup)
         except BaseException as exc:
             self._sent_failed(exc, prompt)
             raise
-        with self._queue_lock:
-            lead = self._group.queue(ticket)
-        if lead:
-            self._io.submit(self._flush)
-        ticket.waiter.add_done_callback(functools.partial(self._sent, ticket, prompt))
-        return _stored(ticket.waiter)
-
-    def _sent(self, ticket: Ticket[_Future], prompt: bool, future: _Future) -> None:
-        """On the loop, a queued send's future is done. Cancelled (the sender gave up) before
-        a batch took it: taken back. A prompt that cannot be in the log is no prompt."""
-        if future.cancelled():
-            with self._queue_lock:
-                taken_back, _ = self._group.withdraw(ticket)
-            if taken_back and prompt:
-                self._core.unprompt()
-        elif prompt and refused_unwritten(future.exception() or Exception()):
-            self._core.unprompt()
+        return awaited(io.send(event, self._core.unprompt if prompt else None))  # type: ignore[arg-type, union-attr]
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
@@ -388,100 +282,40 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
                  else f"version {self.session.version}")
         return f"AsyncOwner({self._stream!r}, {state})"
 
-    # -- the store's side -------------------------------------------------------------------------
+    # -- the loop's side --------------------------------------------------------------------------
 
-    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """``fn(*args)`` where store calls belong: inline, or on the worker."""
-        return fn(*args) if self._io is None else await self._call_io(fn, *args)
-
-    def _call_soon(self, fn: Callable[[], _T]) -> asyncio.Future[_T]:
-        """``fn()`` where store calls belong, queued now, as a future (done already inline)."""
-        if self._io is not None:
-            return self._call_io(fn)
-        assert self._loop is not None
-        done: asyncio.Future[_T] = self._loop.create_future()
-        try:
-            done.set_result(fn())
-        except Exception as exc:
-            done.set_exception(exc)
-        return done
-
-    def _call_io(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
-        assert self._loop is not None and self._io is not None
-        return self._loop.run_in_executor(self._io, fn, *args)
-
-    def _drop_subscription(self) -> None:
-        unsubscribe, self._unsubscribe = self._unsubscribe, None
-        if unsubscribe is not None:
-            unsubscribe()
-
-    def _subscribe(self, subscribe: Callable[..., Callable[[], None]], poke: Callable[[], None]) -> None:
-        # Kept by the job itself: a watcher cancelled meanwhile (aclose) would drop it, and
-        # aclose's unsubscribe, queued on the worker after this job, finds it here.
-        self._unsubscribe = subscribe(self._stream, poke)
-
-    def _flush(self) -> None:
-        """On the worker: commit what the group commit queued, one batch, then hand each sender
-        its outcome on the loop (and queue the next batch, if more came)."""
-        with self._queue_lock:
-            batch = self._group.take()
-        begin, outcomes = time.monotonic(), list[Outcome]()
-        try:
-            outcomes = settle(self._commit, [ticket.event for ticket in batch])
-        except BaseException as exc:  # not a store's failure: its senders hear it too
-            outcomes = [(None, exc)] * len(batch)
-            raise
-        finally:
-            with self._queue_lock:
-                more = self._group.finish(batch, outcomes, time.monotonic() - begin)
-            assert self._loop is not None and self._io is not None
-            with contextlib.suppress(RuntimeError):  # the loop or the worker is gone
-                self._loop.call_soon_threadsafe(self._settle, batch)
-                if more is not None:
-                    self._io.submit(self._flush)
-
-    def _settle(self, batch: Sequence[Ticket[_Future]]) -> None:
+    def _batch_settled(self, batch: Sequence[SendTicket]) -> None:
         self._react()  # a run a send woke has started before its sender resumes
         for ticket in batch:
             if isinstance(ticket.error, LeaseLostError):
                 self._lose(ticket.error)
-            if ticket.waiter.done():  # the sender stopped waiting
-                continue
-            if ticket.error is not None:
-                ticket.waiter.set_exception(one_senders(ticket.error))
-            else:
-                ticket.waiter.set_result(ticket.stored)  # type: ignore[arg-type]
 
     async def _watch(self) -> None:
-        loop = asyncio.get_running_loop()
-        nudge = asyncio.Event()
+        loop, nudge, io = asyncio.get_running_loop(), asyncio.Event(), self._io
+        assert io is not None
 
         def poke() -> None:
             with contextlib.suppress(RuntimeError):  # the loop is gone
                 loop.call_soon_threadsafe(nudge.set)
 
-        subscribe = getattr(self._store, "subscribe", None)
-        if callable(subscribe):
+        if callable(subscribe := getattr(self._store, "subscribe", None)):
             try:
-                await self._call(self._subscribe, subscribe, poke)
+                await io.subscribe(subscribe, self._stream, poke)
             except Exception:
                 logger.exception("could not subscribe to session %r; polling", self._stream)
         while True:
-            if self._unsubscribe is None:
+            if not io.subscribed:
                 await asyncio.sleep(self._poll_interval)
             else:
                 await nudge.wait()
                 nudge.clear()
-            lost = self._taken_over(self._lease)
-            if lost is not None:
+            if (lost := self._taken_over(io.lease)) is not None:
                 self._lose(lost)
                 return
             try:
-                await self._call(self._catch_up)
+                await io.call(self._catch_up)
             except Exception:
                 logger.exception("watching session %r failed; retrying", self._stream)
-
-    # -- the loop's side --------------------------------------------------------------------------
 
     def _on_loop(self) -> bool:
         return threading.get_ident() == self._loop_thread
@@ -489,30 +323,22 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
     def _deliver(self, events: Sequence[Event]) -> None:
         """The journal folded ``events`` in (on any thread, under the journal lock): tell them
         on the loop, in order (at once when folded there with nothing before them)."""
-        if not self._batches and not self._reacting and self._on_loop():
-            if not self._readers and not self._listeners:  # nobody to tell: the core decides
-                if self._core.arrived(events, self.session):
-                    self._start_run()
-                return
-            self._reacting = True  # (no other thread queues a batch: each does so under the
-            try:                   # journal lock, which this thread holds)
-                self._tell(events)
-            finally:
-                self._reacting = False
-            if self._batches:  # a listener's own send, folded while we told
-                self._react()
+        here = self._on_loop()
+        if here and not self._batches and not self._reacting and not self._readers \
+                and not self._listeners:  # nobody to tell, nothing before it: the core decides
+            if self._core.arrived(events, self.session):
+                self._start_run()
             return
         with self._batches_lock:
             self._batches.append(events)
-            here = self._on_loop()
-            schedule = not here and not self._react_scheduled
+            schedule = not here and not self._react_scheduled and self._loop is not None
             if schedule:
                 self._react_scheduled = True
         if here:
             self._react()
-        elif schedule and self._loop is not None:
+        elif schedule:
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
-                self._loop.call_soon_threadsafe(self._react)
+                self._loop.call_soon_threadsafe(self._react)  # type: ignore[union-attr]
 
     def _react(self) -> None:
         """On the loop: tell each folded batch, in order (a listener's own send, folded while
@@ -527,15 +353,12 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
                         self._react_scheduled = False
                         return
                     events = self._batches.popleft()
+                for reader in tuple(self._readers) if self._readers else ():
+                    for event in events:
+                        reader.put_nowait(event)
                 self._tell(events)
         finally:
             self._reacting = False
-
-    def _tell(self, events: Sequence[Event]) -> None:
-        for reader in tuple(self._readers) if self._readers else ():
-            for event in events:
-                reader.put_nowait(event)
-        super()._tell(events)
 
     def _cancel_turn(self) -> None:
         if self._cancel is not None:
@@ -564,9 +387,9 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
         self._run = self._loop.create_task(self._work(self._cancel), name=f"nous-inbox run {self._stream}")
 
     async def _work(self, cancel: asyncio.Event) -> None:
-        me, port = asyncio.current_task(), self._port
+        me, port, io = asyncio.current_task(), self._port, self._io
+        assert io is not None
         took: bool | None = None  # whether the last turn claimed anything; None before the first
-        stop: Stop | None = None
         try:
             try:
                 while not isinstance(answer := self._core.next_turn(self.session, took), Stop):
@@ -589,7 +412,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
             # nothing below may touch it. The record is queued before any later run's events.
             if stop.record:
                 try:
-                    await self._call_soon(functools.partial(self._commit, stop.record))
+                    await io.soon(lambda: self._commit(stop.record))
                 except Exception as exc:
                     logger.exception("could not record the end of session %r's run", self._stream)
                     if isinstance(exc, LeaseLostError):

@@ -545,7 +545,7 @@ class Counting:
 async def _held(owner: AsyncOwner) -> tuple[threading.Event, asyncio.Future[Any]]:
     """Keep the owner's worker busy until the returned gate is set: sends queue meanwhile."""
     gate = threading.Event()
-    busy = owner._call_io(gate.wait, WAIT)
+    busy = owner._io.call_io(gate.wait, WAIT)  # type: ignore[union-attr]  # private: the one way to hold the worker busy
     return gate, busy
 
 
