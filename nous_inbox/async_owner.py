@@ -33,9 +33,7 @@ appended, is handed to the loop in log order; there the owner tells its ``events
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import threading
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import Any, Protocol
 
@@ -95,17 +93,12 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
             raise TypeError(f"AsyncOwner: offload must be a bool or None, got {type(offload).__name__}")
         self._blocking = bool(getattr(store, "blocking", True)) if offload is None else offload
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = 0
         self._io: StoreWorker | None = None
         self._entered = self._closed = False
         self._run: asyncio.Task[None] | None = None
         self._cancel: asyncio.Event | None = None
         self._settled = asyncio.Event()  # no run going, or the lease was lost: wait_idle returns
         self._settled.set()
-        # Folded batches on their way to the loop, in log order (appended under the journal lock).
-        self._batches: collections.deque[Sequence[Event]] = collections.deque()
-        self._batches_lock = threading.Lock()
-        self._react_scheduled = self._reacting = False
         self._readers: set[asyncio.Queue[Event | None]] = set()
         self._watcher: asyncio.Task[None] | None = None
         self._closing: asyncio.Task[None] | None = None  # one teardown for every aclose
@@ -117,9 +110,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
             raise RuntimeError(f"AsyncOwner of session {self._stream!r} was already opened")
         self._entered = True
         self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
         self._io = io = StoreWorker(self._loop, self._blocking, self._stream, self._commit,
-                                    self._batch_settled)
+                                    self._batch_settled, self._tell)
         try:
             await io.hold(lambda: self._open_session(None if io.inline else io.call_io))
         except BaseException:
@@ -130,7 +122,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
         if self._watch_others:
             self._watcher = self._loop.create_task(self._watch(), name=f"nous-inbox watch {self._stream}")
         if self._start:
-            self._react()  # what the resume recorded, before the first decision
+            io.drain()  # what the resume recorded, before the first decision
             if self._core.wake(self.session):
                 self._start_run()
         return self
@@ -181,7 +173,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
                                    "it ends", self._stream)
                 await asyncio.shield(io.soon(io.drop_subscription if lasting else io.give_back))
             finally:
-                self._react()  # the last batches reach the readers before they end
+                io.drain()  # the last batches reach the readers before they end
                 for reader in self._readers:
                     reader.put_nowait(None)
                 if lasting:
@@ -285,7 +277,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
     # -- the loop's side --------------------------------------------------------------------------
 
     def _batch_settled(self, batch: Sequence[SendTicket]) -> None:
-        self._react()  # a run a send woke has started before its sender resumes
+        self._io.drain()  # type: ignore[union-attr]  # a run a send woke starts before its sender resumes
         for ticket in batch:
             if isinstance(ticket.error, LeaseLostError):
                 self._lose(ticket.error)
@@ -317,57 +309,30 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
             except Exception:
                 logger.exception("watching session %r failed; retrying", self._stream)
 
-    def _on_loop(self) -> bool:
-        return threading.get_ident() == self._loop_thread
-
     def _deliver(self, events: Sequence[Event]) -> None:
-        """The journal folded ``events`` in (on any thread, under the journal lock): tell them
-        on the loop, in order (at once when folded there with nothing before them)."""
-        here = self._on_loop()
-        if here and not self._batches and not self._reacting and not self._readers \
-                and not self._listeners:  # nobody to tell, nothing before it: the core decides
-            if self._core.arrived(events, self.session):
+        """The journal folded ``events`` in (on any thread): told on the loop, in order."""
+        io = self._io
+        assert io is not None
+        if not self._readers and not self._listeners and not io.relaying and io.on_loop():
+            if self._core.arrived(events, self.session):  # nobody to tell: the core decides
                 self._start_run()
             return
-        with self._batches_lock:
-            self._batches.append(events)
-            schedule = not here and not self._react_scheduled and self._loop is not None
-            if schedule:
-                self._react_scheduled = True
-        if here:
-            self._react()
-        elif schedule:
-            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
-                self._loop.call_soon_threadsafe(self._react)  # type: ignore[union-attr]
+        io.relay(events)
 
-    def _react(self) -> None:
-        """On the loop: tell each folded batch, in order (a listener's own send, folded while
-        one is told, is told after it)."""
-        if self._reacting:
-            return
-        self._reacting = True
-        try:
-            while True:
-                with self._batches_lock:
-                    if not self._batches:
-                        self._react_scheduled = False
-                        return
-                    events = self._batches.popleft()
-                for reader in tuple(self._readers) if self._readers else ():
-                    for event in events:
-                        reader.put_nowait(event)
-                self._tell(events)
-        finally:
-            self._reacting = False
+    def _tell(self, events: Sequence[Event]) -> None:
+        for reader in tuple(self._readers) if self._readers else ():
+            for event in events:
+                reader.put_nowait(event)
+        super()._tell(events)
 
     def _cancel_turn(self) -> None:
         if self._cancel is not None:
             self._cancel.set()
 
     def _lose(self, error: LeaseLostError) -> None:
-        if not self._on_loop() and self._loop is not None:  # a subscriber's send, off the loop
+        if self._io is not None and not self._io.on_loop():  # a subscriber's send, off the loop
             with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(super()._lose, error)
+                self._loop.call_soon_threadsafe(super()._lose, error)  # type: ignore[union-attr]
             return
         super()._lose(error)
 

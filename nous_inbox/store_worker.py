@@ -23,6 +23,7 @@ arrive while the worker is busy share one append: this is the group commit's asy
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import threading
@@ -56,8 +57,15 @@ class StoreWorker:
         self, loop: asyncio.AbstractEventLoop, blocking: bool, name: str,
         commit: Callable[[Sequence[Event]], Sequence[Event]],
         settled: Callable[[Sequence[SendTicket]], None] | None = None,
+        tell: Callable[[Sequence[Event]], None] | None = None,
     ) -> None:
         self._loop = loop
+        self._loop_thread = threading.get_ident()  # (made on the loop)
+        self._tell = tell
+        # Folded batches on their way to the loop, in log order (see relay).
+        self._batches: collections.deque[Sequence[Event]] = collections.deque()
+        self._batches_lock = threading.Lock()
+        self._scheduled = self.telling = False
         self._io = (concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"nous-inbox io {name}") if blocking else None)
         self._commit = commit
@@ -114,6 +122,47 @@ class StoreWorker:
         done = self._io.submit(self.give_back)
         self._io.shutdown(wait=False)
         done.add_done_callback(lambda done: (exc := done.exception()) is None or on_error(exc))
+
+    def on_loop(self) -> bool:
+        """Whether the calling thread is the loop's."""
+        return threading.get_ident() == self._loop_thread
+
+    def relay(self, events: Sequence[Event]) -> None:
+        """Hand ``events``, folded on any thread under the journal lock, to ``tell`` on the
+        loop, in log order: at once when folded on the loop, else as soon as the loop runs."""
+        here = self.on_loop()
+        with self._batches_lock:
+            self._batches.append(events)
+            schedule = not here and not self._scheduled
+            self._scheduled = self._scheduled or schedule
+        if here:
+            self.drain()
+        elif schedule:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+                self._loop.call_soon_threadsafe(self.drain)
+
+    @property
+    def relaying(self) -> bool:
+        """Whether batches wait to be told, or one is being told (a caller on the loop that
+        would tell one itself must queue it behind them)."""
+        return self.telling or bool(self._batches)
+
+    def drain(self) -> None:
+        """On the loop: tell each batch relayed so far, in order (one relayed while a batch is
+        told, by a listener's own send, is told after it)."""
+        if self.telling or self._tell is None:
+            return
+        self.telling = True
+        try:
+            while True:
+                with self._batches_lock:
+                    if not self._batches:
+                        self._scheduled = False
+                        return
+                    events = self._batches.popleft()
+                self._tell(events)
+        finally:
+            self.telling = False
 
     @property
     def inline(self) -> bool:
