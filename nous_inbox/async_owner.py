@@ -22,12 +22,9 @@ they were built for), and calls its store where :mod:`nous_inbox.store_worker` s
 >>> asyncio.run(main())
 (1, ['summarize', 'heard: summarize'])
 
-A send verb checks its input, and an inline send does its whole work, when it is called; it
-returns a coroutine of the stored event. Called from a listener or a boundary subscriber while
-the owner's lock is held, it commits at once, so a sync callback may send without awaiting.
-Every batch of events folded into the session, the owner's own and those another process
-appended, is handed to the loop in log order; there the owner tells its ``events()`` readers and
-``listen`` callbacks, and asks the core whether to wake.
+A send verb checks its input (and an inline send stores) when called, and returns a coroutine of
+the stored event; under the owner's lock (a boundary subscriber) it commits at once, so a sync
+callback may send without awaiting. Every folded batch is told on the loop, in log order.
 """
 
 from __future__ import annotations
@@ -35,13 +32,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Coroutine, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
-from nous_inbox.owner_body import OwnerBody, logger
+from nous_inbox.owner_body import AsyncTurnRunner, OwnerBody, logger
 from nous_inbox.owner_core import Stop
 from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
@@ -51,26 +48,16 @@ from nous_inbox.store_worker import SendTicket, Stored, StoreWorker, awaited
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
 
 
-class AsyncTurnRunner(Protocol):
-    """What an ``AsyncOwner`` needs from a runner: one turn on a port, as an async stream."""
-
-    def arun_turn(
-        self, port: Any, *, reason: str = ..., cancel: asyncio.Event | None = ...
-    ) -> AsyncIterator[Event]:
-        """Run one turn; see ``nous_inbox.runner.Runner.arun_turn``."""
-
-
 class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
     """Holds one session (``stream`` in ``store``) and runs ``runner`` on the event loop whenever
     it should wake; use it as ``async with AsyncOwner(store, stream, runner) as owner``.
 
-    ``runner`` is anything with ``arun_turn(port, *, reason, cancel)``: a
-    :class:`~nous_inbox.runner.Runner`, or a pydantic-ai
-    :class:`~nous_inbox.compat.pydantic_ai.AgentRunner`. ``offload`` says whether store calls go
-    to the owner's worker thread (by default when ``store.blocking``). The other options are the
-    threaded owner's (:class:`~nous_inbox.owner.Owner`), ``freeze_gc`` included: off by default;
-    turned on, an asyncio task or future caught in a reference cycle at a freeze is never
-    collected. Options are checked here, before anything is opened: a bad one names itself.
+    ``runner`` has ``arun_turn(port, *, reason, cancel)`` (a :class:`~nous_inbox.runner.Runner`,
+    a pydantic-ai :class:`~nous_inbox.compat.pydantic_ai.AgentRunner`). ``offload``: whether
+    store calls go to the worker thread (default: ``store.blocking``). The other options are
+    :class:`~nous_inbox.owner.Owner`'s, ``freeze_gc`` included (off by default; on, an asyncio
+    task or future caught in a reference cycle at a freeze is never collected). They are
+    checked here, before anything is opened.
 
     >>> from nous_inbox.store import open_store
     >>> AsyncOwner(open_store("memory:"), "s", object())
@@ -131,14 +118,11 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
         await self.aclose()
 
     async def aclose(self, timeout: float | None = 10.0) -> None:
-        """Cancel any run, wait for it to end, stop watching, give up the stream's lease.
-
-        A run still going ``timeout`` seconds after its cancel has its task cancelled; if even
-        that does not end it, a warning is logged and the lease is kept until the run ends. Every
-        ``events()`` reader ends. Called from inside the run, it does not wait for that run: the
-        lease goes back when the run ends. The teardown is one task of its own: cancelling
-        ``aclose`` stops the wait, not the teardown.
-        """
+        """Cancel any run, wait for it to end, stop watching, give up the stream's lease; every
+        ``events()`` reader ends. A run still going ``timeout`` seconds after its cancel has its
+        task cancelled; if even that does not end it, the lease is kept until it does (logged).
+        From inside the run it does not wait for that run. The teardown is a task of its own:
+        cancelling ``aclose`` stops the wait, not the teardown."""
         if not self._entered:
             return
         if self._closing is not None and asyncio.current_task() in (self._run, self._watcher):
@@ -268,11 +252,6 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
         if failure is not None:
             raise failure
         return True
-
-    def __repr__(self) -> str:
-        state = ("not open" if not self._entered else "closed" if self.closed
-                 else f"version {self.session.version}")
-        return f"AsyncOwner({self._stream!r}, {state})"
 
     # -- the loop's side --------------------------------------------------------------------------
 

@@ -60,15 +60,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
-from nous_inbox.owner_body import Listener, OwnerBody
+from nous_inbox.owner_body import Listener, OwnerBody, TurnRunner
 from nous_inbox.owner_core import Stop
 from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
@@ -77,15 +76,6 @@ from nous_inbox.store import Store
 __all__ = ["Owner", "TurnRunner"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
-
-
-class TurnRunner(Protocol):
-    """What an owner needs from a runner: run one turn on a port, yielding its events."""
-
-    def run_turn(
-        self, port: Any, *, reason: str = ..., cancel: threading.Event | None = ...
-    ) -> Iterator[Event]:
-        """Run one turn; see ``nous_inbox.runner.Runner.run_turn``."""
 
 
 class Owner(OwnerBody[MessageSent]):

@@ -19,10 +19,11 @@ are checked once on either path, before anything is written.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Final, Generic, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 
 from nous_inbox.boundary import Boundaries, Boundary
 from nous_inbox.errors import LeaseLostError
@@ -38,7 +39,7 @@ from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
 
-__all__ = ["Listener", "OwnerBody", "OwnerPort"]
+__all__ = ["AsyncTurnRunner", "Listener", "OwnerBody", "OwnerPort", "TurnRunner"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
 
@@ -47,6 +48,24 @@ Listener = Callable[[Event], None]
 
 _STEP: Final = Target.NEXT_STEP
 _TURN: Final = Target.NEXT_TURN
+
+
+class TurnRunner(Protocol):
+    """What an owner needs from a runner: run one turn on a port, yielding its events."""
+
+    def run_turn(
+        self, port: Any, *, reason: str = ..., cancel: threading.Event | None = ...
+    ) -> Iterator[Event]:
+        """Run one turn; see ``nous_inbox.runner.Runner.run_turn``."""
+
+
+class AsyncTurnRunner(Protocol):
+    """What an ``AsyncOwner`` needs from a runner: one turn on a port, as an async stream."""
+
+    def arun_turn(
+        self, port: Any, *, reason: str = ..., cancel: asyncio.Event | None = ...
+    ) -> AsyncIterator[Event]:
+        """Run one turn; see ``nous_inbox.runner.Runner.arun_turn``."""
 
 
 class OwnerPort(JournalPort):
@@ -139,6 +158,11 @@ class OwnerBody(Generic[R]):
         stream over), or ``None``; from then on its sends and waits raise it."""
         return self._core.lost
 
+    @property
+    def closed(self) -> bool:
+        """Whether the owner was closed (or lost its lease): it refuses sends."""
+        raise NotImplementedError
+
     def listen(self, callback: Listener) -> None:
         """Call ``callback(event)`` for every event recorded from now on, in order (the owner's
         own and those another process appended). Keep it quick; one that raises is logged and
@@ -175,6 +199,11 @@ class OwnerBody(Generic[R]):
         """
         with self._lock:
             return self._boundaries.subscribe(callback)
+
+    def __repr__(self) -> str:
+        state = ("not open" if self._journal is None else "closed" if self.closed
+                 else f"version {self.session.version}")
+        return f"{self._who}({self._stream!r}, {state})"
 
     # -- what a host says -------------------------------------------------------------------------
 
