@@ -32,12 +32,13 @@ async def echo(transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
 
 def test_a_steer_is_stored_then_answered_on_the_event_loop() -> None:
     async def main() -> None:
-        async with AsyncOwner(open_store("memory:"), "s", Runner(echo)) as owner:
+        store = open_store("memory:")
+        async with AsyncOwner(store, "s", Runner(echo)) as owner:
             sent = await owner.steer("hello")
             assert isinstance(sent, MessageSent) and sent.seq == 1
             assert await owner.wait_idle(WAIT)
             assert [m.content for m in owner.transcript] == ["hello", "heard: hello"]
-            assert owner.session == replay(list(owner._store.read(owner.stream)))
+            assert owner.session == replay(list(store.read(owner.stream)))
 
     asyncio.run(main())
 
