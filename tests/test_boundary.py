@@ -19,7 +19,21 @@ from nous_inbox.runner import Runner, tool
 from nous_inbox.store import open_store
 
 WAIT = 30.0  # seconds: a bound for a wait that should end at once, never a sync sleep
-FACES = ("Owner", "AsyncOwner", "AsyncOwner+worker")
+#: The threaded owner, inline and through its group commit (a store that blocks); the asyncio
+#: owner, inline and with its store worker.
+FACES = ("Owner", "Owner+group commit", "AsyncOwner", "AsyncOwner+worker")
+
+
+class _Blocking:
+    """A ``memory:`` store that says its calls block, as a durable store does."""
+
+    blocking = True
+
+    def __init__(self) -> None:
+        self.inner = open_store("memory:")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 @tool
@@ -41,8 +55,8 @@ Subscriber = Callable[[Any, Boundary], None]
 def _run(face: str, subscriber: Subscriber, first: str = "go") -> tuple[list[Any], Any]:
     """Open an owner of ``face``, subscribe ``subscriber(owner, boundary)``, steer ``first``,
     wait for the run to end; the events stored, and the session the owner held."""
-    store = open_store("memory:")
-    if face == "Owner":
+    store: Any = _Blocking() if face == "Owner+group commit" else open_store("memory:")
+    if face.startswith("Owner"):
         with Owner(store, "s", Runner(_model, [work]), watch=False) as owner:
             owner.on_boundary(lambda boundary: subscriber(owner, boundary))
             owner.steer(first)
