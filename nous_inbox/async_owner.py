@@ -247,11 +247,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
             await asyncio.wait_for(self._settled.wait(), timeout)
         except TimeoutError:
             return False
-        self._raise_if_lost()
-        failure, self._failure = self._failure, None
-        if failure is not None:
-            raise failure
-        return True
+        return self._waited(True)
 
     # -- the loop's side --------------------------------------------------------------------------
 

@@ -193,11 +193,7 @@ class Owner(OwnerBody[MessageSent]):
         with self._changed:
             idle = self._changed.wait_for(
                 lambda: self._worker is None or self._core.lost is not None, timeout)
-            failure, self._failure = self._failure, None
-        self._raise_if_lost()
-        if failure is not None:
-            raise failure
-        return idle
+        return self._waited(idle)
 
     def close(self, timeout: float | None = 10.0) -> None:
         """Cancel any run, stop the watcher, wait for both, and give up the stream's lease.

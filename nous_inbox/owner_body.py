@@ -256,6 +256,16 @@ class OwnerBody(Generic[R]):
         if lost is not None:  # a new error each time, so no traceback grows on the stored one
             raise LeaseLostError(str(lost), stream=lost.stream, epoch=lost.epoch) from lost
 
+    def _waited(self, idle: bool) -> bool:
+        """A wait for the run ended (``idle``: not timed out): raise ``lost``, or (once) what
+        ended the last run; a lost lease wins, as the owner is over either way."""
+        with self._lock:
+            failure, self._failure = self._failure, None
+        self._raise_if_lost()
+        if failure is not None:
+            raise failure
+        return idle
+
     def _open_session(self, call_io: Callable[..., Any] | None = None) -> Any:
         """Take the stream's lease, fold the session, close a turn the log shows open; returns
         the lease (store I/O: an ``AsyncOwner`` calls it on its worker).
