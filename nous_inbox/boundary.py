@@ -85,6 +85,10 @@ class Boundaries:
 
         return unsubscribe
 
+    def __bool__(self) -> bool:
+        """Whether anyone subscribed (a boundary with no subscriber costs one look)."""
+        return bool(self._callbacks)
+
     def ended(self, events: Sequence[Event]) -> None:
         """Tell of every turn that ``events`` (a batch just stored) ended."""
         if self._callbacks:

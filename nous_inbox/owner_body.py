@@ -85,9 +85,11 @@ class OwnerPort(JournalPort):
         self, target: Target | str, *, wake_only: bool = False
     ) -> tuple[Sequence[Message], QueueClaimed | None]:
         with self._lock:
-            turn = self._journal.session.turn
-            self._boundaries.tell("turn_opening" if target == _TURN else "step", turn)
-            return super().claim(target, wake_only=wake_only)
+            if self._boundaries:
+                turn = self._journal.session.turn
+                self._boundaries.tell("turn_opening" if target == _TURN else "step", turn)
+            messages, event = self._journal.claim(target, wake_only=wake_only)
+            return (tuple(messages), event) if event is not None else ((), None)
 
 
 class OwnerBody(Generic[R]):
