@@ -17,6 +17,7 @@ import logging as _logging
 from importlib import metadata as _metadata
 
 from nous_inbox.async_owner import AsyncOwner
+from nous_inbox.boundary import Boundary, BoundaryKind
 from nous_inbox.errors import (
     ConcurrencyError,
     DecodeError,
@@ -95,6 +96,8 @@ _logging.getLogger("nous_inbox").addHandler(_logging.NullHandler())
 __all__ = [
     "SCHEMA_VERSION",
     "AsyncOwner",
+    "Boundary",
+    "BoundaryKind",
     "Claimed",
     "ConcurrencyError",
     "DecodeError",
