@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any, Final, get_args
 
@@ -115,12 +116,13 @@ class MemoryStore(StoreBase):
 
     def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = None,
+        *, identity: str | uuid.UUID | None = None,
     ) -> list[Event]:
         """Append atomically, after proving every event reads back; see
         :class:`~nous_inbox.store.base.Store`. A lone plain send or claim is proved by its
         fields and size bound (see the module's design note); anything else by encoding."""
         if (
-            self._direct and (type(events) is list or type(events) is tuple) and len(events) == 1
+            self._direct and identity is None and (type(events) is list or type(events) is tuple) and len(events) == 1
             and type(stream) is str and stream in _GOOD_STREAMS
             and (expected_version is None
                  or (type(expected_version) is int and expected_version >= 0))
@@ -148,7 +150,7 @@ class MemoryStore(StoreBase):
                     else:
                         log.append(event)
                 return [event]
-        return super().append(stream, events, expected_version)
+        return super().append(stream, events, expected_version, identity=identity)
 
     def version(self, stream: str) -> int:
         """The last seq of ``stream`` (0 if none); see :class:`~nous_inbox.store.base.Store`.
