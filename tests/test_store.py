@@ -678,6 +678,6 @@ def test_an_identity_is_a_uuid_or_a_key_of_the_callers_own(store):
     store.append("s", [Warned(text="b")], identity="send-42")
     assert [e.seq for e in store.append("s", [Warned(text="b")], identity="send-42")] == [2]
     for bad in ("", 42, b"send-42"):
-        with pytest.raises(TypeError, match="identity must be a uuid.UUID or a non-empty str"):
+        with pytest.raises(TypeError, match=r"identity must be a uuid\.UUID or a non-empty str"):
             store.append("s", [Warned(text="c")], identity=bad)
     assert store.version("s") == 2
