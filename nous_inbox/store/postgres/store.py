@@ -213,13 +213,14 @@ class PostgresStore(Leasing, StoreBase):
 
         After a loss, ``recover(connection)`` (when given) runs first on the new connection; a
         result other than ``None`` is returned instead of running ``work`` again. The attempts
-        stop ``reconnect`` seconds after the first, the pauses between them made without the
+        stop ``reconnect`` seconds after the first loss (``_local.deadline``; a host paused in
+        the call has lost nothing of its budget), the pauses between them made without the
         lock. Giving up, the error is ``unknown(reason)`` when that is not ``None`` (the last
         attempt may have written), else ``StoreError`` saying nothing was done.
         """
-        deadline = time.monotonic() + self._reconnect
         pause = 0.02
         lost = False
+        deadline = 0.0
         with self._lock:
             while True:
                 db: psycopg.Connection[Any] | None = None
@@ -234,6 +235,8 @@ class PostgresStore(Leasing, StoreBase):
                     if not _session_lost(exc, db):
                         raise StoreError(f"{self.url}: {what} failed: {_first_line(exc)}") from exc
                     self._drop(db)
+                    if not lost:
+                        deadline = self._local.deadline = time.monotonic() + self._reconnect
                     if time.monotonic() + pause > deadline:
                         reason = (f"lost the connection and could not get it back within "
                                   f"{self._reconnect:g}s: {_first_line(exc)}")
@@ -255,7 +258,6 @@ class PostgresStore(Leasing, StoreBase):
         """Append in one transaction, fenced when this store owns the stream; a lost
         connection is made again and the append looked for before it is tried again."""
         batch = identity if identity is not None else uuid.uuid4()
-        deadline = time.monotonic() + self._reconnect
 
         def attempt(db: psycopg.Connection[Any]) -> list[Event]:
             # Every earlier attempt is known to have written nothing (none was made, or a
@@ -270,7 +272,7 @@ class PostgresStore(Leasing, StoreBase):
             # either way, so the look that follows sees its outcome. The wait is bounded by what
             # is left of ``reconnect``: a lost attempt whose server process lives on, idle in
             # its transaction, ends within ``max(1, lease/2)`` s (see ``connect``).
-            left = max(50, round((deadline - time.monotonic()) * 1000))
+            left = max(50, round((self._local.deadline - time.monotonic()) * 1000))
             try:
                 with db.transaction():
                     db.execute(f"SET LOCAL lock_timeout = {left}")
