@@ -107,6 +107,20 @@ def bundled_binaries() -> list[Path]:
     return [Path(spec.origin).parent / "pginstall" / "bin"]
 
 
+def _copy_install(binaries: Path, into: Path) -> Path:
+    """Copy the install tree of ``binaries`` (bin, lib, share side by side) into ``into``, with
+    the libraries a wheel bundles beside its package (``pgserver.libs``, which the binaries find
+    relative to themselves), keeping their places; the copied ``bin``."""
+    tree = binaries.parent
+    package = tree.parent
+    target = into / package.name / tree.name
+    shutil.copytree(tree, target, symlinks=True)
+    libs = package.parent / f"{package.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, into / libs.name, symlinks=True)
+    return target / binaries.name
+
+
 def _reachable(path: Path, user: pwd.struct_passwd) -> bool:
     """Whether ``user`` (not root) can reach ``path``: every directory above it searchable."""
     for directory in path.resolve().parents:
@@ -145,9 +159,7 @@ class Cluster:
             if self._user is None:
                 raise RuntimeError("running as root and no unprivileged user to run PostgreSQL")
             if not _reachable(binaries / "postgres", self._user):
-                # The install tree (bin, lib, share side by side) where the user can run it.
-                shutil.copytree(binaries.parent, self.root / "install", symlinks=True)
-                binaries = self.root / "install" / binaries.name
+                binaries = _copy_install(binaries, self.root / "install")
             for path in (self.root, *self.root.rglob("*")):
                 os.chown(path, self._user.pw_uid, self._user.pw_gid, follow_symlinks=False)
         self.binaries = binaries
