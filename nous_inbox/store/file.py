@@ -74,7 +74,7 @@ chunk holding only that stream's lines, as a file of one session does, is split 
 checked in one pass; a line's place in the file (line number, byte offset) is worked out only
 for an error. The cyclic garbage collector is paused while a stream or a tail is read (see
 ``nous_inbox.codec``): what is read is acyclic, and the collector's passes over every event
-already read made a long read several times slower; the caller's collector state is restored.
+already read would make a long read several times slower; the caller's collector state is restored.
 """
 
 from __future__ import annotations

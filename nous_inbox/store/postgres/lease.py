@@ -33,6 +33,7 @@ import psycopg
 from nous_inbox.store.base import check_stream
 from nous_inbox.store.lease import OwnerLease, owned_error
 from nous_inbox.store.postgres.schema import Tables
+from nous_inbox.store.postgres.url import first_line
 
 __all__ = ["Background", "Leasing", "PostgresLease"]
 
@@ -165,7 +166,7 @@ class Leasing:
                         _release_row(self, own, stream, token)
             except (psycopg.Error, ValueError) as exc:
                 logger.warning("%s: could not release the lease of %r (it will expire): %s",
-                               self.url, stream, _first_line(exc))
+                               self.url, stream, first_line(exc))
 
     def subscribe(self, stream: str, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback()`` when ``stream`` may have changed; returns the unsubscribe function.
@@ -315,7 +316,7 @@ class Background:
                         polled = now
             except psycopg.Error as exc:
                 logger.info("%s: background connection failed (%s); reconnecting", store.url,
-                            _first_line(exc))
+                            first_line(exc))
                 self._stop.wait(0.1)
             except Exception:
                 logger.exception("%s: background thread failed; restarting it", store.url)
@@ -375,8 +376,3 @@ def _read_notifications(db: psycopg.Connection[Any], into: list[str]) -> None:
     encoding = db.info.encoding
     while (note := pgconn.notifies()) is not None:
         into.append(note.extra.decode(encoding))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -29,6 +29,7 @@ import psycopg
 from nous_inbox.codec import FORMAT_NAME
 from nous_inbox.errors import DecodeError, StoreError
 from nous_inbox.events import SCHEMA_VERSION
+from nous_inbox.store.postgres.url import first_line
 
 __all__ = ["TABLES_VERSION", "Tables"]
 
@@ -80,7 +81,7 @@ class Tables:
                               "finding an append by its identity reads the stream")
         except psycopg.Error as exc:
             raise StoreError(f"{self.url} is not a usable PostgreSQL store: "
-                             f"{_first_line(exc)}") from exc
+                             f"{first_line(exc)}") from exc
 
     def _check(self, db: psycopg.Connection[Any]) -> frozenset[str]:
         """Our tables and index that are there (checking they are ours); empty if none is."""
@@ -120,7 +121,7 @@ class Tables:
                 db.execute(ddl)
         except psycopg.errors.InsufficientPrivilege as exc:
             logger.warning("%s: cannot add %s (%s); %s until a role with CREATE on schema %r "
-                           "opens the store", self.url, what, _first_line(exc), without,
+                           "opens the store", self.url, what, first_line(exc), without,
                            self.schema)
 
     def _batch_index(self) -> str:
@@ -157,8 +158,3 @@ _SNAPSHOT_COLUMNS: Final = ('stream text COLLATE "C" PRIMARY KEY, seq bigint NOT
 def _lock_key(schema: str) -> int:
     return int.from_bytes(hashlib.sha256(f"nous-inbox:{schema}".encode()).digest()[:8], "big",
                           signed=True)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -41,6 +41,7 @@ from nous_inbox.store.postgres.lease import Background, Leasing, PostgresLease
 from nous_inbox.store.postgres.schema import Tables
 from nous_inbox.store.postgres.url import (
     default_reconnect,
+    first_line,
     gives_connect_timeout,
     reconnect_seconds,
     seconds,
@@ -130,7 +131,7 @@ class PostgresStore(Leasing, StoreBase):
             try:
                 self._db = self.connect()
             except psycopg.Error as exc:
-                raise StoreError(f"{self.url}: cannot connect: {_first_line(exc)}") from exc
+                raise StoreError(f"{self.url}: cannot connect: {first_line(exc)}") from exc
             try:
                 self.tables.setup(self._db, read_only)
             except BaseException:
@@ -233,13 +234,13 @@ class PostgresStore(Leasing, StoreBase):
                     return work(db)
                 except psycopg.Error as exc:
                     if not _session_lost(exc, db):
-                        raise StoreError(f"{self.url}: {what} failed: {_first_line(exc)}") from exc
+                        raise StoreError(f"{self.url}: {what} failed: {first_line(exc)}") from exc
                     self._drop(db)
                     if not lost:
                         deadline = self._local.deadline = time.monotonic() + self._reconnect
                     if time.monotonic() + pause > deadline:
                         reason = (f"lost the connection and could not get it back within "
-                                  f"{self._reconnect:g}s: {_first_line(exc)}")
+                                  f"{self._reconnect:g}s: {first_line(exc)}")
                         error = unknown(reason) if unknown is not None else None
                         if error is not None:
                             raise error from exc
@@ -495,9 +496,3 @@ def _session_lost(exc: psycopg.Error, db: psycopg.Connection[Any] | None) -> boo
     if state is None:  # raised by the client: a broken protocol state, a lost socket
         return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
     return state.startswith("08") or state in _GONE
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-

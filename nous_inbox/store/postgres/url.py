@@ -24,7 +24,7 @@ from typing import Final, NamedTuple
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-__all__ = ["OURS", "SECRETS", "Target", "default_reconnect", "gives_connect_timeout",
+__all__ = ["OURS", "SECRETS", "Target", "default_reconnect", "first_line", "gives_connect_timeout",
            "reconnect_seconds", "seconds", "split_url"]
 
 #: The query parameters the store reads; libpq never sees them.
@@ -62,7 +62,7 @@ def split_url(url: str) -> Target:
     try:
         params = conninfo_to_dict(libpq_url)
     except psycopg.Error as exc:
-        raise ValueError(f"{shown}: not a URL libpq takes: {_first_line(exc)}") from None
+        raise ValueError(f"{shown}: not a URL libpq takes: {first_line(exc)}") from None
     return Target({k: str(v) for k, v in params.items() if v is not None}, ours, shown)
 
 
@@ -115,6 +115,7 @@ def seconds(name: str, value: str | float | None, default: float, url: str) -> f
     return number
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (a server's may go on with details and hints)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
