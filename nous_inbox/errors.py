@@ -9,6 +9,8 @@ stream and sequence number of an event, the path inside a message. None leaves s
 
 from __future__ import annotations
 
+import uuid
+
 __all__ = [
     "ConcurrencyError",
     "DecodeError",
@@ -103,7 +105,8 @@ class OutcomeUnknownError(StoreError):
     store gave it). Every other ``StoreError`` of an append means nothing was written.
     """
 
-    def __init__(self, message: str, *, stream: str = "", identity: object = None) -> None:
+    def __init__(self, message: str, *, stream: str = "",
+                 identity: uuid.UUID | str | None = None) -> None:
         super().__init__(message)
         self.stream = stream
         self.identity = identity

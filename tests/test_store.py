@@ -681,3 +681,24 @@ def test_an_identity_is_a_uuid_or_a_key_of_the_callers_own(store):
         with pytest.raises(TypeError, match=r"identity must be a uuid\.UUID or a non-empty str"):
             store.append("s", [Warned(text="c")], identity=bad)
     assert store.version("s") == 2
+
+
+def test_append_once_retries_an_unknown_outcome_with_its_identity(store, monkeypatch):
+    from nous_inbox.errors import OutcomeUnknownError
+    from nous_inbox.store import append_once
+
+    real = store.append
+    calls: list[object] = []
+
+    def answer_lost(stream, events, expected_version=None, *, identity=None):
+        # The first attempt is written, but its answer is lost on the way back.
+        calls.append(identity)
+        stored = real(stream, events, expected_version, identity=identity or "lost-1")
+        if len(calls) == 1:
+            raise OutcomeUnknownError("the answer was lost", stream=stream, identity="lost-1")
+        return stored
+
+    monkeypatch.setattr(store, "append", answer_lost)
+    stored = append_once(store, "s", [Warned(text="a")], 0)
+    assert calls == [None, "lost-1"] and [e.seq for e in stored] == [1]
+    assert [e.text for e in store.read("s")] == ["a"]

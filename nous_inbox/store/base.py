@@ -66,7 +66,13 @@ from typing import Any, Final, Protocol, Self, cast, runtime_checkable
 import msgspec
 
 from nous_inbox.codec import _BAD, JSON_LINES, MAX_RECORD_SIZE, MAX_STREAM_NAME, MSGPACK, LogFormat
-from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError, StoreError
+from nous_inbox.errors import (
+    ConcurrencyError,
+    DecodeError,
+    OutcomeUnknownError,
+    RecordTooLargeError,
+    StoreError,
+)
 from nous_inbox.events import EVENT_TYPES, Event, MailSent, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target
 from nous_inbox.message import ROLES, Message, freeze_json
@@ -80,6 +86,7 @@ __all__ = [
     "StoreBase",
     "StoreLockedError",
     "append_identity",
+    "append_once",
     "check_max_record_size",
     "check_stream",
     "default_store_path",
@@ -225,6 +232,33 @@ def append_identity(identity: object) -> uuid.UUID:
             return uuid.uuid5(_IDENTITIES, identity)
     raise TypeError(f"an append's identity must be a uuid.UUID or a non-empty str, "
                     f"got {identity!r}")
+
+
+def append_once(
+    store: Store, stream: str, events: Sequence[Event], expected_version: int | None = None,
+    *, tries: int = 3,
+) -> list[Event]:
+    """``store.append``, written once whatever its outcome: an append whose outcome the store
+    could not learn (:class:`~nous_inbox.errors.OutcomeUnknownError`) is made again with the
+    identity the error gives, up to ``tries`` attempts in all, then that error is raised. Every
+    other error means nothing was written, and is raised at once. (The first attempt names no
+    identity, so it costs what any append costs.)
+
+    >>> from nous_inbox.store import open_store
+    >>> from nous_inbox.events import Warned
+    >>> [e.seq for e in append_once(open_store("memory:"), "s", [Warned(text="a")])]
+    [1]
+    """
+    try:
+        return store.append(stream, events, expected_version)
+    except OutcomeUnknownError as unknown:
+        for left in range(tries - 1, 0, -1):
+            try:
+                return store.append(stream, events, expected_version, identity=unknown.identity)
+            except OutcomeUnknownError as again:
+                if left == 1:
+                    raise again from unknown
+        raise
 
 
 def check_max_record_size(url: str, value: object) -> int:
