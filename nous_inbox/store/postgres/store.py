@@ -233,8 +233,10 @@ class PostgresStore(Leasing, StoreBase):
                             return found
                     return work(db)
                 except psycopg.Error as exc:
-                    if not _session_lost(exc, db):
-                        raise StoreError(f"{self.url}: {what} failed: {first_line(exc)}") from exc
+                    if not _session_lost(exc, db):  # refused by the server: nothing was done
+                        done = "; nothing was written" if unknown is not None else ""
+                        raise StoreError(f"{self.url}: {what} failed: {first_line(exc)}{done}"
+                                         ) from exc
                     self._drop(db)
                     if not lost:
                         deadline = self._local.deadline = time.monotonic() + self._reconnect
@@ -317,8 +319,7 @@ class PostgresStore(Leasing, StoreBase):
             raise self._lost(stream, held)
         look, self._local.look, self._local.found = getattr(self._local, "look", None), None, None
         streams = self.tables.streams
-        query = (f"BEGIN; SET LOCAL statement_timeout = {round(max(1.0, self.lease) * 1000)}; "
-                 f"INSERT INTO {streams} (stream) VALUES (%s) ON CONFLICT DO NOTHING; "
+        query = (f"BEGIN; INSERT INTO {streams} (stream) VALUES (%s) ON CONFLICT DO NOTHING; "
                  f"SELECT version, holder, epoch FROM {streams} WHERE stream = %s FOR UPDATE")
         params: list[Any] = [stream, stream]
         if look is not None:
@@ -329,7 +330,7 @@ class PostgresStore(Leasing, StoreBase):
         try:
             cur = ClientCursor(db)
             cur.execute(query, params)
-            for _ in range(3):  # past BEGIN, SET and INSERT
+            for _ in range(2):  # past BEGIN and INSERT
                 cur.nextset()
             row = cur.fetchone()
             if row is None:
