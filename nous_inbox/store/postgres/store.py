@@ -9,11 +9,8 @@ message is read whole before any of it runs, so a host paused while sending it i
 same way. (A pipeline would not do: its statements between two Syncs leave the server waiting
 for input with no timer armed.)
 
-When the connection is lost or the backend ends during an append, the store reconnects and
-looks for the append's identity under the stream row's lock (which waits for the lost attempt's
-transaction to end): found, it was committed and its events are returned; not found, it is made
-again. Only when it cannot look within ``reconnect`` does it raise
-:class:`~nous_inbox.errors.OutcomeUnknownError`, carrying the identity to retry with.
+A lost append is looked up by its identity under the stream row's lock, which waits for the lost
+attempt's transaction to end (see the package's "Lost answers").
 """
 
 from __future__ import annotations
@@ -225,15 +222,21 @@ class PostgresStore(Leasing, StoreBase):
         with self._lock:
             while True:
                 db: psycopg.Connection[Any] | None = None
+                recovering = False
                 try:
                     db = self._connection()
                     if lost and recover is not None:
+                        recovering = True
                         found = recover(db)
                         if found is not None:
                             return found
+                        recovering = False
                     return work(db)
                 except psycopg.Error as exc:
                     if not _session_lost(exc, db):  # refused by the server: nothing was done
+                        error = unknown(first_line(exc)) if recovering and unknown else None
+                        if error is not None:  # ... by this attempt; the lost one may have
+                            raise error from exc
                         done = "; nothing was written" if unknown is not None else ""
                         raise StoreError(f"{self.url}: {what} failed: {first_line(exc)}{done}"
                                          ) from exc
@@ -359,8 +362,7 @@ class PostgresStore(Leasing, StoreBase):
 
     def _find_batch(self, stream: str, identity: uuid.UUID) -> list[Event] | None:
         """The append made with ``identity``, as ``_appending`` found it in the stream."""
-        found: list[Event] | None = getattr(self._local, "found", None)
-        return found
+        return getattr(self._local, "found", None)
 
     def _remember_batch(self, stream: str, identity: uuid.UUID, stored: list[Event]) -> None:
         """Nothing to do: the identity is stored with the events (``_write``)."""
@@ -468,8 +470,7 @@ class PostgresStore(Leasing, StoreBase):
         return self._retrying(f"snapshot of stream {stream!r}", run)
 
     def own(self, stream: str) -> PostgresLease:
-        """Take ``stream``'s lease row, or raise ``StreamOwnedError``; see
-        :mod:`nous_inbox.store.postgres.lease`."""
+        """Take ``stream``'s lease row, or raise ``StreamOwnedError`` (see its module)."""
         lease = super().own(stream)
         assert isinstance(lease, PostgresLease)
         return lease
