@@ -9,10 +9,13 @@ stream and sequence number of an event, the path inside a message. None leaves s
 
 from __future__ import annotations
 
+import uuid
+
 __all__ = [
     "ConcurrencyError",
     "DecodeError",
     "LeaseLostError",
+    "OutcomeUnknownError",
     "RecordTooLargeError",
     "ReplayError",
     "StoreError",
@@ -84,3 +87,26 @@ class LeaseLostError(RuntimeError):
 class StoreError(OSError):
     """A store that cannot be opened or used: missing, a directory, not a store at all, or a
     database that failed underneath. The message names the store's path and what failed."""
+
+
+class OutcomeUnknownError(StoreError):
+    """An append whose outcome the store could not learn: it may or may not have been written.
+
+    A store that loses its server during an append reconnects and looks the append up before it
+    answers; this is raised only when it could not look in time. Retry with the same identity
+    and the append is written once, whichever way it went::
+
+        try:
+            store.append(stream, events, identity=identity)
+        except OutcomeUnknownError as exc:
+            store.append(stream, events, identity=exc.identity)
+
+    ``stream`` names the stream; ``identity`` is the append's (the caller's, or the one the
+    store gave it). Every other ``StoreError`` of an append means nothing was written.
+    """
+
+    def __init__(self, message: str, *, stream: str = "",
+                 identity: uuid.UUID | str | None = None) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.identity = identity

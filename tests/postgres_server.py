@@ -4,10 +4,13 @@ With ``NOUS_INBOX_TEST_POSTGRES=postgresql://...`` set, the tests use that serve
 a schema of its own in it, dropped afterwards). Otherwise one private cluster is started per test
 session from the PostgreSQL binaries on the machine (``initdb``/``pg_ctl`` on ``PATH``, where
 ``pg_config --bindir`` says, or under ``/usr/lib/postgresql/*/bin``) or, failing those, from the
-server the ``pgserver`` package of the test extra bundles, in a temporary directory, listening on a free loopback port and on
-a unix socket in that directory, with ``trust`` authentication for a superuser ``nous``. As root
-(initdb refuses to run as root) the cluster runs as an unprivileged user: ``postgres`` when the
-system has one, else ``nobody``.
+server the ``pgserver`` package of the test extra bundles, in a fresh private temporary directory,
+listening on a free loopback port and on a unix socket in that directory, with ``trust``
+authentication for a superuser ``nous``. As root (initdb refuses to run as root) the cluster runs
+as an unprivileged user: ``postgres`` when the system has one, else ``nobody``. That user may not
+reach the checkout (a clone under a 0700 home): the cluster's directory is the user's own, never
+under the checkout, and binaries the user cannot reach (the bundle, installed in a virtualenv
+inside the checkout) are copied into it first.
 
 Where no server can be had, the PostgreSQL tests are skipped, except in CI (``CI=true``), where a
 missing server is a failure: a suite that silently skipped its server tests would pass in CI while
@@ -104,6 +107,35 @@ def bundled_binaries() -> list[Path]:
     return [Path(spec.origin).parent / "pginstall" / "bin"]
 
 
+def _copy_install(binaries: Path, into: Path) -> Path:
+    """Copy the install tree of ``binaries`` (bin, lib, share side by side) into ``into``, with
+    the libraries a wheel bundles beside its package (``pgserver.libs``, which the binaries find
+    relative to themselves), keeping their places; the copied ``bin``."""
+    tree = binaries.parent
+    package = tree.parent
+    target = into / package.name / tree.name
+    shutil.copytree(tree, target, symlinks=True)
+    libs = package.parent / f"{package.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, into / libs.name, symlinks=True)
+    return target / binaries.name
+
+
+def _reachable(path: Path, user: pwd.struct_passwd) -> bool:
+    """Whether ``user`` (not root) can reach ``path``: every directory above it searchable."""
+    for directory in path.resolve().parents:
+        info = directory.stat()
+        if info.st_uid == user.pw_uid:
+            mode = info.st_mode >> 6
+        elif info.st_gid == user.pw_gid:
+            mode = info.st_mode >> 3
+        else:
+            mode = info.st_mode
+        if not mode & 0o1:
+            return False
+    return True
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -114,9 +146,9 @@ class Cluster:
     """A private PostgreSQL cluster in a temporary directory (one per test session)."""
 
     def __init__(self, binaries: Path) -> None:
-        self.binaries = binaries
         self.root = Path(tempfile.mkdtemp(prefix="nous-inbox-pg-"))
         self.data = self.root / "data"
+        self.socket_dir = self.root
         self.port = _free_port()
         self._user: pwd.struct_passwd | None = None
         if os.geteuid() == 0:
@@ -126,7 +158,11 @@ class Cluster:
                     break
             if self._user is None:
                 raise RuntimeError("running as root and no unprivileged user to run PostgreSQL")
-            os.chown(self.root, self._user.pw_uid, self._user.pw_gid)
+            if not _reachable(binaries / "postgres", self._user):
+                binaries = _copy_install(binaries, self.root / "install")
+            for path in (self.root, *self.root.rglob("*")):
+                os.chown(path, self._user.pw_uid, self._user.pw_gid, follow_symlinks=False)
+        self.binaries = binaries
         self.url = f"postgresql://nous@127.0.0.1:{self.port}/postgres"
 
     def _run(self, *args: str) -> None:

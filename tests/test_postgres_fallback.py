@@ -7,6 +7,8 @@ before a machine that needs it meets it.
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,35 @@ def test_the_pgserver_bundle_runs_a_private_cluster() -> None:
         with psycopg.connect(cluster.url, connect_timeout=10) as conn:
             row = conn.execute("select 6 * 7").fetchone()
         assert row == (42,)
+    finally:
+        cluster.destroy()
+
+
+def test_binaries_in_a_checkout_under_a_private_directory_run_as_root(tmp_path: Path) -> None:
+    # A clone under a 0700 home, run as root, its virtualenv (and the bundle) inside it: the
+    # unprivileged user the server runs as cannot reach the binaries there.
+    if os.geteuid() != 0:
+        pytest.skip("only root runs the server as another user")
+    bundled = postgres_server.bundled_binaries()
+    if not bundled:
+        postgres_server.unavailable("pgserver (in the test extra) is not installed")
+    private = tmp_path / "home"
+    private.mkdir(mode=0o700)
+    tree = bundled[0].parent
+    site = private / "venv" / "site-packages"
+    shutil.copytree(tree, site / tree.parent.name / tree.name, symlinks=True)
+    libs = tree.parent.parent / f"{tree.parent.name}.libs"  # the wheel's bundled libraries
+    if libs.is_dir():
+        shutil.copytree(libs, site / libs.name, symlinks=True)
+    import psycopg
+
+    cluster = postgres_server.Cluster(site / tree.parent.name / tree.name / "bin")
+    try:
+        assert private not in cluster.binaries.parents  # what runs is where its user reaches
+        cluster.init()
+        cluster.start()
+        with psycopg.connect(cluster.url, connect_timeout=10) as conn:
+            assert conn.execute("select 6 * 7").fetchone() == (42,)
     finally:
         cluster.destroy()
 

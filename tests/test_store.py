@@ -638,3 +638,67 @@ def test_a_journal_says_the_store_s_max_record_size_as_it_is(tmp_path):
     assert Journal(OwnLog(), "s").max_record_size is None
     del OwnLog.max_record_size  # says nothing: the codec's default
     assert Journal(OwnLog(), "s").max_record_size == MAX_RECORD_SIZE
+
+
+# -- an append's identity: retried, written once ---------------------------------------------------
+
+
+def test_an_append_retried_with_its_identity_is_written_once(store):
+    import uuid
+
+    identity = uuid.uuid4()
+    first = store.append("s", [Warned(text="a"), Warned(text="b")], expected_version=0,
+                         identity=identity)
+    store.append("s", [Warned(text="c")])
+    # The retry's expected version is stale by now: it is answered as the append was made,
+    # before any version check, and nothing is written again.
+    again = store.append("s", [Warned(text="a"), Warned(text="b")], expected_version=0,
+                         identity=identity)
+    assert again == first and [e.seq for e in again] == [1, 2]
+    assert [e.text for e in store.read("s")] == ["a", "b", "c"]
+
+
+def test_appends_with_other_identities_or_none_are_appends_of_their_own(store):
+    import uuid
+
+    store.append("s", [Warned(text="a")], identity=uuid.uuid4())
+    store.append("s", [Warned(text="a")], identity=uuid.uuid4())
+    store.append("s", [Warned(text="a")])
+    store.append("t", [Warned(text="a")], identity="send-1")
+    store.append("s", [Warned(text="a")], identity="send-1")  # another stream's identity
+    assert store.version("s") == 4 and store.version("t") == 1
+
+
+def test_an_identity_is_a_uuid_or_a_key_of_the_callers_own(store):
+    import uuid
+
+    identity = uuid.uuid4()
+    store.append("s", [Warned(text="a")], identity=str(identity))
+    assert [e.seq for e in store.append("s", [Warned(text="a")], identity=identity)] == [1]
+    store.append("s", [Warned(text="b")], identity="send-42")
+    assert [e.seq for e in store.append("s", [Warned(text="b")], identity="send-42")] == [2]
+    for bad in ("", 42, b"send-42"):
+        with pytest.raises(TypeError, match=r"identity must be a uuid\.UUID or a non-empty str"):
+            store.append("s", [Warned(text="c")], identity=bad)
+    assert store.version("s") == 2
+
+
+def test_append_once_retries_an_unknown_outcome_with_its_identity(store, monkeypatch):
+    from nous_inbox.errors import OutcomeUnknownError
+    from nous_inbox.store import append_once
+
+    real = store.append
+    calls: list[object] = []
+
+    def answer_lost(stream, events, expected_version=None, *, identity=None):
+        # The first attempt is written, but its answer is lost on the way back.
+        calls.append(identity)
+        stored = real(stream, events, expected_version, identity=identity or "lost-1")
+        if len(calls) == 1:
+            raise OutcomeUnknownError("the answer was lost", stream=stream, identity="lost-1")
+        return stored
+
+    monkeypatch.setattr(store, "append", answer_lost)
+    stored = append_once(store, "s", [Warned(text="a")], 0)
+    assert calls == [None, "lost-1"] and [e.seq for e in stored] == [1]
+    assert [e.text for e in store.read("s")] == ["a"]

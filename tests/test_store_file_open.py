@@ -262,7 +262,12 @@ def test_a_reader_leaves_a_torn_append_alone_and_says_so(tmp_path, caplog):
     assert path.read_bytes() == good + b"\0" * 64 + b"\n"
 
 
-@pytest.mark.parametrize("lost", [b"\0" * 36, b"\0" * 36 + b"\n", b"\0" * 36 + b"\n" + b"\0" * 80])
+@pytest.mark.parametrize("lost", [
+    b"\0" * 36, b"\0" * 36 + b"\n", b"\0" * 36 + b"\n" + b"\0" * 80,
+    # A header write torn after its first bytes: the rest of its block reads as NULs.
+    b'{"format":"nous-in' + b"\0" * 100, b'{"format":"nous-in' + b"\0" * 100 + b"\n",
+    b'{"format":"nous-inbox","version":2}' + b"\0" * 5000,
+])
 def test_a_header_lost_to_power_loss_opens_as_an_empty_log(tmp_path, caplog, lost):
     path = tmp_path / "log.jsonl"
     path.write_bytes(lost)

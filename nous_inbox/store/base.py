@@ -57,6 +57,7 @@ import os
 import re
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -65,7 +66,13 @@ from typing import Any, Final, Protocol, Self, cast, runtime_checkable
 import msgspec
 
 from nous_inbox.codec import _BAD, JSON_LINES, MAX_RECORD_SIZE, MAX_STREAM_NAME, MSGPACK, LogFormat
-from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError, StoreError
+from nous_inbox.errors import (
+    ConcurrencyError,
+    DecodeError,
+    OutcomeUnknownError,
+    RecordTooLargeError,
+    StoreError,
+)
 from nous_inbox.events import EVENT_TYPES, Event, MailSent, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target
 from nous_inbox.message import ROLES, Message, freeze_json
@@ -78,6 +85,8 @@ __all__ = [
     "Store",
     "StoreBase",
     "StoreLockedError",
+    "append_identity",
+    "append_once",
     "check_max_record_size",
     "check_stream",
     "default_store_path",
@@ -96,6 +105,10 @@ _EVENT_DECODE: Final = {fmt: fmt.decoder(Event).decode for fmt in (MSGPACK, JSON
 _replace: Final = msgspec.structs.replace
 _GOOD_STREAMS: Final[dict[str, None]] = {}  # names check_stream has passed, as a set
 _GOOD_STREAMS_KEPT: Final = 4096
+#: How many identities of appends made with one a local store remembers (see ``append``).
+_BATCHES_KEPT: Final = 4096
+#: The namespace of the identities made from a caller's own key (see :func:`append_identity`).
+_IDENTITIES: Final = uuid.UUID("5a0a5b9e-6f1e-4c56-9d1e-6e6f75732d69")
 
 
 class StoreLockedError(ConcurrencyError):
@@ -108,6 +121,7 @@ class Store(Protocol):
 
     def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = None,
+        *, identity: str | uuid.UUID | None = None,
     ) -> list[Event]:
         """Append ``events`` to ``stream`` atomically and return them as stored.
 
@@ -117,6 +131,14 @@ class Store(Protocol):
         ``ConcurrencyError`` and write nothing. An event the store could not read back equal
         is refused (``TypeError`` or ``ValueError``) and nothing is written. An empty list is a
         no-op returning ``[]``.
+
+        ``identity`` (see :func:`append_identity`) names the append: an append with an identity
+        already written to ``stream`` writes nothing and returns the events stored then, before
+        any version check. So an append whose outcome is unknown
+        (:class:`~nous_inbox.errors.OutcomeUnknownError`, a call cancelled in its thread) is
+        retried with the same identity and written once. A server store keeps identities with
+        the events; a local one remembers those of its last 4096 appends made with one, for as
+        long as it is open (a local append's outcome is known to the process that made it).
         """
 
     def read(self, stream: str, after: int = 0) -> Iterator[Event]:
@@ -191,6 +213,52 @@ def check_stream(stream: object) -> str:
             _GOOD_STREAMS.clear()
         _GOOD_STREAMS[stream] = None
     return stream
+
+
+def append_identity(identity: object) -> uuid.UUID:
+    """The identity of an append as the stores keep it: a ``uuid.UUID`` as it is; a ``str``
+    that spells a UUID, that UUID; any other non-empty ``str`` (a key of the caller's own), a
+    UUID made from it. Anything else is a ``TypeError``.
+
+    >>> append_identity("send-42") == append_identity("send-42") != append_identity("send-43")
+    True
+    """
+    if type(identity) is uuid.UUID:
+        return identity
+    if type(identity) is str and identity:
+        try:
+            return uuid.UUID(identity)
+        except ValueError:
+            return uuid.uuid5(_IDENTITIES, identity)
+    raise TypeError(f"an append's identity must be a uuid.UUID or a non-empty str, "
+                    f"got {identity!r}")
+
+
+def append_once(
+    store: Store, stream: str, events: Sequence[Event], expected_version: int | None = None,
+    *, tries: int = 3,
+) -> list[Event]:
+    """``store.append``, written once whatever its outcome: an append whose outcome the store
+    could not learn (:class:`~nous_inbox.errors.OutcomeUnknownError`) is made again with the
+    identity the error gives, up to ``tries`` attempts in all, then that error is raised. Every
+    other error means nothing was written, and is raised at once. (The first attempt names no
+    identity, so it costs what any append costs.)
+
+    >>> from nous_inbox.store import open_store
+    >>> from nous_inbox.events import Warned
+    >>> [e.seq for e in append_once(open_store("memory:"), "s", [Warned(text="a")])]
+    [1]
+    """
+    try:
+        return store.append(stream, events, expected_version)
+    except OutcomeUnknownError as unknown:
+        for left in range(tries - 1, 0, -1):
+            try:
+                return store.append(stream, events, expected_version, identity=unknown.identity)
+            except OutcomeUnknownError as again:
+                if left == 1:
+                    raise again from unknown
+        raise
 
 
 def check_max_record_size(url: str, value: object) -> int:
@@ -432,13 +500,33 @@ class StoreBase(abc.ABC):
 
     def _append_retrying(
         self, stream: str, events: Sequence[Event], expected_version: int | None,
+        identity: uuid.UUID | None,
     ) -> list[Event]:
-        """Make the checked, non-empty append: by default once, as ``_append_once(..., None)``.
+        """Make the checked, non-empty append: by default once, with the caller's identity.
 
         A store that retries an append after a lost connection overrides this and gives each
         append an identity (``batch``), which ``_append_once`` hands to ``_write``.
         """
-        return self._append_once(stream, events, expected_version, None)
+        return self._append_once(stream, events, expected_version, identity, identity is not None)
+
+    def _find_batch(self, stream: str, identity: uuid.UUID) -> list[Event] | None:
+        """The events of the append made to ``stream`` with ``identity``, or ``None``: by
+        default from the identities this store remembers (with the lock, the stream held)."""
+        span = self.__dict__.get("_batches", {}).get((stream, identity))
+        if span is None:
+            return None
+        first, count = span
+        found = list(itertools.islice(self._read(stream, first - 1), count))
+        return found if len(found) == count and found[0].seq == first else None
+
+    def _remember_batch(self, stream: str, identity: uuid.UUID, stored: list[Event]) -> None:
+        """Note the append just written with ``identity``; by default in this store's memory,
+        the oldest forgotten past ``_BATCHES_KEPT``."""
+        kept: dict[tuple[str, uuid.UUID], tuple[int, int]] = self.__dict__.setdefault(
+            "_batches", {})
+        if len(kept) >= _BATCHES_KEPT:
+            del kept[next(iter(kept))]
+        kept[(stream, identity)] = (stored[0].seq, len(stored))
 
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
         """Keep ``data`` as ``stream``'s snapshot at ``seq`` in place of whatever is kept;
@@ -508,6 +596,7 @@ class StoreBase(abc.ABC):
 
     def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = None,
+        *, identity: str | uuid.UUID | None = None,
     ) -> list[Event]:
         """Append atomically, after proving every event reads back; see :class:`Store`."""
         if type(stream) is not str or stream not in _GOOD_STREAMS:  # (check_stream's own cache)
@@ -516,34 +605,41 @@ class StoreBase(abc.ABC):
             type(expected_version) is not int or expected_version < 0
         ):
             _check_expected_version(expected_version)
+        key = None if identity is None else append_identity(identity)
         batch = _checked_events(stream, events)
         if not batch:
             with self._lock:
                 self._check_writable()
             return []
-        return self._append_retrying(stream, batch, expected_version)
+        return self._append_retrying(stream, batch, expected_version, key)
 
     def _append_once(
         self, stream: str, events: Sequence[Event], expected_version: int | None,
-        batch: object,
+        batch: Any, known: bool = False,
     ) -> list[Event]:
         """One attempt at a checked append, under the lock; ``batch`` (when not ``None``, the
-        append's identity) is passed on to ``_write`` as its keyword ``batch``."""
+        append's identity) is passed on to ``_write`` as its keyword ``batch``, and looked for
+        first when ``known`` (the caller named it)."""
         with self._lock:
             self._check_open()
             if self.read_only:
                 raise _read_only_error(self.url)
             if self._lock_excludes:
                 return self._append_at(stream, events, expected_version, batch,
-                                       self._version(stream))
+                                       self._version(stream), known)
             with self._appending(stream) as version:
-                return self._append_at(stream, events, expected_version, batch, version)
+                return self._append_at(stream, events, expected_version, batch, version, known)
 
     def _append_at(
         self, stream: str, events: Sequence[Event], expected_version: int | None,
-        batch: object, version: int,
+        batch: Any, version: int, known: bool = False,
     ) -> list[Event]:
-        """The checked append, the stream held at ``version``: compare, number, prove, write."""
+        """The checked append, the stream held at ``version``: an append already made with
+        its identity is answered as it was; else compare, number, prove, write."""
+        if known:
+            found = self._find_batch(stream, batch)
+            if found is not None:
+                return found
         if expected_version is not None and expected_version != version:
             raise _conflict(stream, expected_version, version)
         stored = _numbered(events, version, None)
@@ -552,6 +648,8 @@ class StoreBase(abc.ABC):
             self._write(stream, stored, records)
         else:
             self._write(stream, stored, records, batch=batch)
+            if known:
+                self._remember_batch(stream, batch, stored)
         return stored
 
     def read(self, stream: str, after: int = 0) -> Iterator[Event]:

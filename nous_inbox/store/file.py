@@ -74,7 +74,7 @@ chunk holding only that stream's lines, as a file of one session does, is split 
 checked in one pass; a line's place in the file (line number, byte offset) is worked out only
 for an error. The cyclic garbage collector is paused while a stream or a tail is read (see
 ``nous_inbox.codec``): what is read is acyclic, and the collector's passes over every event
-already read made a long read several times slower; the caller's collector state is restored.
+already read would make a long read several times slower; the caller's collector state is restored.
 """
 
 from __future__ import annotations
@@ -467,24 +467,27 @@ class FileStore(StoreBase):
     def _read_header(self, size: int) -> bool:
         head = os.pread(self._fd, min(size, 4096), 0)
         newline = head.find(b"\n")
-        if newline < 0:
-            if _HEADER.startswith(head):
-                return False  # a header cut short: the log is empty
-            if not head.strip(b"\0"):
-                self._lost_header(size)  # a header lost to power loss, nothing after it
-                return False
-            raise DecodeError(f"{self.path} line 1 (byte 0): not a nous-inbox log (no header)")
-        if not head[:newline].strip(b"\0") and not self._pread(0, size).strip(b"\0\n"):
-            self._lost_header(size)  # a header lost to power loss, and only NULs after it
+        if newline < 0 and _HEADER.startswith(head):
+            return False  # a header cut short: the log is empty
+        first = head if newline < 0 else head[:newline]
+        written = first.rstrip(b"\0")
+        if (b"\0" in first and _HEADER.startswith(written)
+                and not self._pread(len(written), size).strip(b"\0\n")):
+            # A header lost or torn by a power loss (none, or its first bytes, then NULs) and
+            # only NULs after it: nothing was ever acknowledged in this file.
+            self._lost_header(size)
             return False
+        if newline < 0:
+            raise DecodeError(f"{self.path} line 1 (byte 0): not a nous-inbox log (no header)")
         JSON_LINES.check_header(head[:newline], f"{self.path} line 1 (byte 0)")
         self._header = self._end = newline + 1
         return True
 
     def _lost_header(self, size: int) -> None:
         if self._torn != 0 and self.read_only:
-            logger.warning("%s: the header was lost (%d NUL bytes, a file created just before a "
-                           "power loss); it reads as empty, and a writer will set them aside",
+            logger.warning("%s: the header was lost or torn (%d bytes, NULs after at most its "
+                           "first bytes, a file created just before a power loss); it reads as "
+                           "empty, and a writer will set them aside",
                            self.url, size)
         self._torn = 0
 

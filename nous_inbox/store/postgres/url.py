@@ -1,0 +1,121 @@
+"""Where a PostgreSQL store connects: every URL libpq takes, with the store's own options taken out.
+
+The store reads a few parameters of its own from the URL's query (:data:`OURS`); everything else
+is libpq's and reaches it as written: an empty host (``postgresql:///agents``), a unix socket as
+a ``host=`` parameter or percent-encoded in the host part (``postgresql://%2Frun%2Fpg/agents``),
+``service=``, several hosts, and the ``PG*`` environment variables for whatever the URL leaves
+out. Only the store's own parameters are cut out of the query, each as it was written, and psycopg
+parses what is left (``conninfo_to_dict``), so a URL is never rebuilt by hand and no form libpq
+takes is lost on the way.
+
+>>> target = split_url("postgresql:///agents?host=/run/pg&lease=2&user=x")
+>>> target.ours, sorted(target.params.items())
+({'lease': '2'}, [('dbname', 'agents'), ('host', '/run/pg'), ('user', 'x')])
+>>> split_url("postgresql://me:secret@db/agents?sslpassword=key").shown
+'postgresql://me:***@db/agents?sslpassword=***'
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from typing import Final, NamedTuple
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+__all__ = ["OURS", "SECRETS", "Target", "default_reconnect", "first_line", "gives_connect_timeout",
+           "reconnect_seconds", "seconds", "split_url"]
+
+#: The query parameters the store reads; libpq never sees them.
+OURS: Final = ("schema", "lease", "poll", "pooler", "reconnect")
+#: The parameters libpq reads as secrets: never shown in ``url``, errors or ``repr``.
+SECRETS: Final = frozenset({"password", "sslpassword"})
+#: The longest default ``reconnect`` (see :func:`default_reconnect`).
+DEFAULT_RECONNECT: Final = 10.0
+
+
+class Target(NamedTuple):
+    """A store URL taken apart: libpq's parameters, the store's own, and the URL to show."""
+
+    params: dict[str, str]
+    ours: dict[str, str]
+    shown: str
+
+
+def split_url(url: str) -> Target:
+    """Take ``url`` apart; a URL libpq would refuse is a ``ValueError`` naming it (masked)."""
+    base, mark, query = url.partition("?")
+    ours: dict[str, str] = {}
+    kept: list[str] = []
+    shown_query: list[str] = []
+    for piece in query.split("&") if query else []:
+        raw_key, _, raw_value = piece.partition("=")
+        key = urllib.parse.unquote(raw_key)
+        if key in OURS:
+            ours[key] = urllib.parse.unquote(raw_value)
+        else:
+            kept.append(piece)
+        shown_query.append(f"{raw_key}=***" if key in SECRETS else piece)
+    shown = _mask_userinfo(base) + (mark + "&".join(shown_query) if mark else "")
+    libpq_url = base + ("?" + "&".join(kept) if kept else "")
+    try:
+        params = conninfo_to_dict(libpq_url)
+    except psycopg.Error as exc:
+        raise ValueError(f"{shown}: not a URL libpq takes: {first_line(exc)}") from None
+    return Target({k: str(v) for k, v in params.items() if v is not None}, ours, shown)
+
+
+def _mask_userinfo(base: str) -> str:
+    """``base`` (a URL without its query) with the password of its user part as ``***``."""
+    scheme, sep, after = base.partition("://")
+    if not sep:
+        return base
+    authority, slash, path = after.partition("/")
+    userinfo, at, hosts = authority.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    if not at or not colon:
+        return base
+    return f"{scheme}://{user}:***@{hosts}{slash}{path}"
+
+
+def gives_connect_timeout(params: dict[str, str]) -> bool:
+    """Whether the user said how long libpq waits for a connection (URL or ``PGCONNECT_TIMEOUT``)."""
+    return "connect_timeout" in params or bool(os.environ.get("PGCONNECT_TIMEOUT"))
+
+
+def default_reconnect(lease: float) -> float:
+    """``reconnect`` when none is given: shorter than the lease (4/5 of it, at most 10 s), so a
+    call that cannot get its connection back stops retrying rather than retrying into a takeover.
+    A bound on the retries, checked between attempts: an attempt under way runs to its
+    ``connect_timeout``."""
+    return min(DEFAULT_RECONNECT, 0.8 * lease)
+
+
+def reconnect_seconds(value: str | float | None, default: float, url: str) -> float:
+    """``reconnect`` from the keyword or the URL: seconds, or zero (any spelling) for one try."""
+    try:
+        if value is not None and type(value) is not bool and float(value) == 0:
+            return 0.0
+    except ValueError:
+        pass  # seconds() names it
+    return seconds("reconnect", value, default, url)
+
+
+def seconds(name: str, value: str | float | None, default: float, url: str) -> float:
+    """A positive, finite number of seconds, or ``default`` for ``None``; else ``ValueError``."""
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number > 0 or number == float("inf"):
+        raise ValueError(f"{url}: {name} must be a positive number of seconds, got {value!r}")
+    return number
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (a server's may go on with details and hints)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
