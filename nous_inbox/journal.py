@@ -304,11 +304,18 @@ class Journal:
                 looked = True
                 continue
             try:
-                return self._append(events), result
+                stored = self._append(events)
             except ConcurrencyError as exc:
                 if not self.catch_up():
                     raise
                 lost = exc
+                continue
+            # Stored: from here on nothing is a lost race, so what on_events raises is raised.
+            if self._on_events is not None:
+                self._on_events(stored)
+            if self._session.version >= self._due:
+                self._checkpoint()
+            return stored, result
         raise ConcurrencyError(
             f"stream {self._stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
             "attempts (nothing was written)"
@@ -387,7 +394,9 @@ class Journal:
     def _append(self, events: Sequence[Event]) -> list[Event]:
         """One attempt: number, time and fold ``events``, append them at the session's version
         and keep the folded session; ``ConcurrencyError`` (nothing changed) if the stream moved
-        on. Folded first, so an event that does not fold is refused with nothing written."""
+        on. Folded first, so an event that does not fold is refused with nothing written.
+        Nothing of the holder's runs here (``on_events`` is :meth:`commit`'s), so a
+        ``ConcurrencyError`` out of it is always the store's refusal."""
         folded = self._session
         version, now = folded.version, 0.0
         stamped: list[Event] = []
@@ -406,10 +415,6 @@ class Journal:
         )
         self._writes += 1
         self._session = folded
-        if self._on_events is not None:
-            self._on_events(stored)
-        if folded.version >= self._due:
-            self._checkpoint()
         return stored
 
     # -- long sessions ---------------------------------------------------------------------------
