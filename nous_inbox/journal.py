@@ -110,9 +110,6 @@ class Log(Protocol):
 Change = Callable[[Session], tuple[Sequence[Event], T]]
 """Computes, from the session as it stands, the events to append and a result for the caller."""
 
-_Claim = tuple[Claimed, QueueClaimed]
-
-
 def sent_event(
     message: Message | str, target: Target | str, wakeup: bool, *, seq: int = 0, at: float = 0.0
 ) -> MessageSent:
@@ -374,14 +371,16 @@ class Journal:
         >>> [m.content for m in messages], event.count, event.seq
         (['fyi'], 1, 2)
         """
-        def claiming(session: Session) -> tuple[Sequence[Event], _Claim | None]:
+        def claiming(session: Session) -> tuple[Sequence[Event], Claimed | None]:
             claimed, event, _ = session.claim(
                 target, at=float(self._clock()), wake_only=wake_only, limit=limit
             )
-            return ([], None) if event is None else ([event], (claimed, event))
+            return ([], None) if event is None else ([event], claimed)
 
-        _, made = self.commit(claiming)
-        return ([], None) if made is None else (list(made[0]), made[1])
+        stored, claimed = self.commit(claiming)
+        if claimed is None:
+            return [], None
+        return list(claimed), stored[0]  # type: ignore[return-value]  # the QueueClaimed above
 
     def take(
         self, target: Target | str, *, wake_only: bool = False, limit: int | None = None

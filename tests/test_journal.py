@@ -307,3 +307,13 @@ def test_an_error_from_on_events_after_a_stored_write_is_never_taken_for_a_lost_
         journal.send("mine", "next_step", True)
     contents = [e.message.content for e in store.read("s") if isinstance(e, MessageSent)]
     assert contents == ["mine", "theirs"] and journal.writes == 1  # "mine" stored once
+
+
+def test_a_claim_returns_its_event_as_the_store_kept_it() -> None:
+    # A clock that says 0 leaves the time to the store, which times the event itself: what the
+    # claim returns is what the log holds, as for every other write.
+    store = open_store("memory:")
+    journal = Journal(store, "s", clock=lambda: 0.0)
+    journal.send("go", "next_step", True)
+    _, event = journal.claim("next_step")
+    assert event == list(store.read("s"))[-1] and event is not None and event.at > 0
