@@ -333,7 +333,8 @@ class Journal:
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
         """Queue ``message`` on ``target``: append one ``MessageSent`` (built by
         :func:`sent_event`, so its parts are checked before anything is written), then fold it
-        in; return it as stored. The one send path: every owner's send ends here.
+        in; return it as stored. A send on its own; the owners' group commits build theirs
+        with :func:`sent_event` too and :meth:`commit` them several to an append.
 
         >>> from nous_inbox.store import open_store
         >>> journal = Journal(open_store("memory:"), "s")
