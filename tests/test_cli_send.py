@@ -86,6 +86,18 @@ def test_a_200_kb_text_goes_through_stdin_of_a_real_process(url: str) -> None:
     assert queued(url)[-1] == text
 
 
+def test_without_any_stdin_a_text_is_sent_and_a_dash_is_a_usage_error(
+    url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A process started with its stdin closed (a daemon's child, `<&-`) has no sys.stdin.
+    monkeypatch.setattr(sys, "stdin", None)
+    assert cli("steer", "--store", url, "s", "go")[0] == 0
+    assert cli("steer", "--store", url, "s", "-")[0] == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "there is no stdin" in err
+    assert queued(url) == ["first", "go"]
+
+
 def test_file_reads_the_text_from_a_file(url: str, tmp_path: Path) -> None:
     note = tmp_path / "note.txt"
     note.write_text("read cdn.log next\n")

@@ -137,7 +137,8 @@ def send(args: argparse.Namespace, out: IO[str]) -> int:
     creates nothing either.
     """
     target, wakeup = _MODES[args.command]
-    text = message_text(args.file, args.text, sys.stdin.buffer)
+    stdin = sys.stdin.buffer if sys.stdin is not None else None  # None: started without one
+    text = message_text(args.file, args.text, stdin)
     if not args.create:
         try:
             _check_exists(args, "nothing was sent; --create sends anyway and starts its log")
@@ -257,7 +258,7 @@ def rm(args: argparse.Namespace, out: IO[str]) -> int:
     Without ``--yes`` a stdin that is not a terminal is refused rather than read as an answer:
     a script must say it means it.
     """
-    if not args.yes and not sys.stdin.isatty():
+    if not args.yes and (sys.stdin is None or not sys.stdin.isatty()):
         raise UsageError(
             f"rm asks before deleting {args.session!r}, but stdin is not a terminal: add --yes to "
             f"delete without asking"

@@ -50,8 +50,9 @@ def _decoded(data: bytes, where: str) -> str:
         ) from None
 
 
-def message_text(file: str | None, text: str | None, stdin: IO[bytes]) -> str:
+def message_text(file: str | None, text: str | None, stdin: IO[bytes] | None) -> str:
     """The message a send carries: ``text``, stdin's bytes when ``text`` is ``-``, or ``file``'s.
+    ``stdin`` is ``None`` for a process started without one (its stdin closed).
 
     Raises :class:`UsageError` for no message, both a TEXT and a ``--file``, a text above
     ``MAX_TEXT_BYTES``, one that is not UTF-8 and one the core counts blank (whitespace only);
@@ -63,6 +64,8 @@ def message_text(file: str | None, text: str | None, stdin: IO[bytes]) -> str:
         with open(file, "rb") as stream:
             message = _decoded(_read_bytes(stream, f"--file {file}"), f"--file {file}")
     elif text == "-":
+        if stdin is None:
+            raise UsageError("- reads the message from stdin, but there is no stdin (it is closed)")
         message = _decoded(_read_bytes(stdin, "stdin"), "stdin")
     elif text is None:
         raise UsageError("no message: give TEXT, - to read it from stdin, or --file PATH")
