@@ -110,9 +110,6 @@ class Log(Protocol):
 Change = Callable[[Session], tuple[Sequence[Event], T]]
 """Computes, from the session as it stands, the events to append and a result for the caller."""
 
-_Claim = tuple[Claimed, QueueClaimed]
-
-
 def sent_event(
     message: Message | str, target: Target | str, wakeup: bool, *, seq: int = 0, at: float = 0.0
 ) -> MessageSent:
@@ -304,11 +301,18 @@ class Journal:
                 looked = True
                 continue
             try:
-                return self._append(events), result
+                stored = self._append(events)
             except ConcurrencyError as exc:
                 if not self.catch_up():
                     raise
                 lost = exc
+                continue
+            # Stored: from here on nothing is a lost race, so what on_events raises is raised.
+            if self._on_events is not None:
+                self._on_events(stored)
+            if self._session.version >= self._due:
+                self._checkpoint()
+            return stored, result
         raise ConcurrencyError(
             f"stream {self._stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
             "attempts (nothing was written)"
@@ -329,7 +333,8 @@ class Journal:
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
         """Queue ``message`` on ``target``: append one ``MessageSent`` (built by
         :func:`sent_event`, so its parts are checked before anything is written), then fold it
-        in; return it as stored. The one send path: every owner's send ends here.
+        in; return it as stored. A send on its own; the owners' group commits build theirs
+        with :func:`sent_event` too and :meth:`commit` them several to an append.
 
         >>> from nous_inbox.store import open_store
         >>> journal = Journal(open_store("memory:"), "s")
@@ -367,14 +372,16 @@ class Journal:
         >>> [m.content for m in messages], event.count, event.seq
         (['fyi'], 1, 2)
         """
-        def claiming(session: Session) -> tuple[Sequence[Event], _Claim | None]:
+        def claiming(session: Session) -> tuple[Sequence[Event], Claimed | None]:
             claimed, event, _ = session.claim(
                 target, at=float(self._clock()), wake_only=wake_only, limit=limit
             )
-            return ([], None) if event is None else ([event], (claimed, event))
+            return ([], None) if event is None else ([event], claimed)
 
-        _, made = self.commit(claiming)
-        return ([], None) if made is None else (list(made[0]), made[1])
+        stored, claimed = self.commit(claiming)
+        if claimed is None:
+            return [], None
+        return list(claimed), stored[0]  # type: ignore[return-value]  # the QueueClaimed above
 
     def take(
         self, target: Target | str, *, wake_only: bool = False, limit: int | None = None
@@ -387,7 +394,9 @@ class Journal:
     def _append(self, events: Sequence[Event]) -> list[Event]:
         """One attempt: number, time and fold ``events``, append them at the session's version
         and keep the folded session; ``ConcurrencyError`` (nothing changed) if the stream moved
-        on. Folded first, so an event that does not fold is refused with nothing written."""
+        on. Folded first, so an event that does not fold is refused with nothing written.
+        Nothing of the holder's runs here (``on_events`` is :meth:`commit`'s), so a
+        ``ConcurrencyError`` out of it is always the store's refusal."""
         folded = self._session
         version, now = folded.version, 0.0
         stamped: list[Event] = []
@@ -406,10 +415,6 @@ class Journal:
         )
         self._writes += 1
         self._session = folded
-        if self._on_events is not None:
-            self._on_events(stored)
-        if folded.version >= self._due:
-            self._checkpoint()
         return stored
 
     # -- long sessions ---------------------------------------------------------------------------

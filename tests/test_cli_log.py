@@ -6,6 +6,7 @@ import io
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -87,6 +88,28 @@ def test_follow_prints_events_recorded_later_resuming_after_the_given_seq(url: s
     assert [(e["seq"], e["message"]["content"]) for e in events] == [
         (2, "two"), (3, "three"), (4, "four"),
     ]
+
+
+def test_a_follow_whose_session_is_deleted_says_so_rather_than_wait_or_skip_the_new_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Deleted under the follower (the rows removed, as an rm from another terminal would) and
+    # begun again: following on from event #2 would skip the new log's first two events.
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    steer(url, "one", "two")
+    out = Lines()
+    status: list[int] = []
+    follower = threading.Thread(target=lambda: status.append(main(
+        ["log", "--store", url, "s", "--json", "--follow"], out=out,
+    )), daemon=True)
+    follower.start()
+    assert out.wait_for(2)
+    with sqlite3.connect(tmp_path / "inbox.sqlite") as db:
+        db.execute("DELETE FROM events WHERE stream = 's'")
+    follower.join(WAIT)
+    assert not follower.is_alive() and status == [1]
+    assert "session 's' was deleted while it was followed" in capsys.readouterr().err
+    assert out.getvalue().count("\n") == 2
 
 
 def test_ctrl_c_ends_a_follow_with_status_0_and_nothing_on_stderr(tmp_path: Path) -> None:

@@ -79,6 +79,16 @@ def test_without_yes_rm_refuses_a_stdin_that_is_not_a_terminal(
     assert deleting == []
 
 
+def test_without_any_stdin_rm_asks_for_yes(
+    url: str, deleting: list[str], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(sys, "stdin", None)  # started with its stdin closed
+    assert cli("rm", "--store", url, "s")[0] == 2
+    assert "stdin is not a terminal: add --yes" in capsys.readouterr().err
+    assert deleting == []
+
+
 def test_rm_refuses_a_session_an_owner_holds(
     url: str, deleting: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

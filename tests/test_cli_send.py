@@ -17,6 +17,9 @@ from hypothesis import strategies as st
 from nous_inbox.cli import main
 from nous_inbox.cli.main import build_parser
 from nous_inbox.cli.text import MAX_TEXT_BYTES, message_text
+from nous_inbox.cli.usage import UsageError
+from nous_inbox.inbox import is_blank
+from nous_inbox.message import Message
 from nous_inbox.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +62,18 @@ def test_any_text_that_says_something_comes_through_stdin_exactly(text: str) -> 
     assert message_text(None, "-", io.BytesIO(text.encode())) == text
 
 
+@given(st.text(alphabet=" \t\n\u00a0\u2003\u200b\u2060\ufeffx", max_size=4))
+def test_a_text_is_refused_as_empty_exactly_when_the_core_counts_it_blank(text: str) -> None:
+    # One blank rule (ruling 4): the command line asks the core rather than keep its own.
+    blank = is_blank([Message.user(text)])
+    try:
+        message_text(None, "-", io.BytesIO(text.encode()))
+    except UsageError as exc:
+        assert blank and "empty" in str(exc)
+    else:
+        assert not blank
+
+
 def test_a_200_kb_text_goes_through_stdin_of_a_real_process(url: str) -> None:
     text = ("a line of a long pasted log, " * 7 + "\n") * 1000  # about 200 KB
     assert len(text.encode()) > 200_000
@@ -69,6 +84,18 @@ def test_a_200_kb_text_goes_through_stdin_of_a_real_process(url: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert queued(url)[-1] == text
+
+
+def test_without_any_stdin_a_text_is_sent_and_a_dash_is_a_usage_error(
+    url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A process started with its stdin closed (a daemon's child, `<&-`) has no sys.stdin.
+    monkeypatch.setattr(sys, "stdin", None)
+    assert cli("steer", "--store", url, "s", "go")[0] == 0
+    assert cli("steer", "--store", url, "s", "-")[0] == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "there is no stdin" in err
+    assert queued(url) == ["first", "go"]
 
 
 def test_file_reads_the_text_from_a_file(url: str, tmp_path: Path) -> None:

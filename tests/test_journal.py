@@ -287,3 +287,33 @@ def test_every_way_to_send_checks_the_parts_in_one_order_so_one_error_wins(bad: 
     assert error(journal.send) == error(sent_event) == error(Inbox().send)
     assert error(port.sent_event) == error(sent_event)
     assert journal.session.version == 0
+
+
+def test_an_error_from_on_events_after_a_stored_write_is_never_taken_for_a_lost_race() -> None:
+    # The write is stored when on_events runs: a ConcurrencyError it raises (say, from a write
+    # of its own elsewhere) comes with the append made, and must not make the change again,
+    # even when another writer appended meanwhile and there is news to read.
+    store = open_store("memory:")
+    calls: list[int] = []
+
+    def told(events: Sequence[Event]) -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            store.append("s", [sent("theirs")])
+            raise StoreLockedError("the host's own write timed out")
+
+    journal = Journal(store, "s", on_events=told)
+    with pytest.raises(StoreLockedError):
+        journal.send("mine", "next_step", True)
+    contents = [e.message.content for e in store.read("s") if isinstance(e, MessageSent)]
+    assert contents == ["mine", "theirs"] and journal.writes == 1  # "mine" stored once
+
+
+def test_a_claim_returns_its_event_as_the_store_kept_it() -> None:
+    # A clock that says 0 leaves the time to the store, which times the event itself: what the
+    # claim returns is what the log holds, as for every other write.
+    store = open_store("memory:")
+    journal = Journal(store, "s", clock=lambda: 0.0)
+    journal.send("go", "next_step", True)
+    _, event = journal.claim("next_step")
+    assert event == list(store.read("s"))[-1] and event is not None and event.at > 0

@@ -137,7 +137,8 @@ def send(args: argparse.Namespace, out: IO[str]) -> int:
     creates nothing either.
     """
     target, wakeup = _MODES[args.command]
-    text = message_text(args.file, args.text, sys.stdin.buffer)
+    stdin = sys.stdin.buffer if sys.stdin is not None else None  # None: started without one
+    text = message_text(args.file, args.text, stdin)
     if not args.create:
         try:
             _check_exists(args, "nothing was sent; --create sends anyway and starts its log")
@@ -197,7 +198,9 @@ def log(args: argparse.Namespace, out: IO[str]) -> int:
 
     ``--after SEQ`` starts after event #SEQ, so a reader that stopped can resume where it was;
     ``--follow`` then waits for new events (polling the store's version, which every store keeps
-    cheap) until Ctrl-C, which ends it with status 0; ``--limit N`` stops after N events.
+    cheap) until Ctrl-C, which ends it with status 0; ``--limit N`` stops after N events. A
+    followed session whose log shrinks was deleted: that ends it with status 1, rather than
+    wait forever or, once a log of that name grows again, go on from the old log's place.
     """
     _check_log_range(args)
     style = Style(out)
@@ -221,7 +224,12 @@ def log(args: argparse.Namespace, out: IO[str]) -> int:
                 if not args.follow:
                     return 0
                 out.flush()
-                while store.version(args.session) <= after:
+                if printed:  # the log holds at least what was printed (--after may be beyond)
+                    total = max(total, after)
+                while (version := store.version(args.session)) <= after:
+                    if version < total:
+                        raise ValueError(f"session {args.session!r} was deleted while it was "
+                                         f"followed (its log went from {total} to {version} events)")
                     time.sleep(FOLLOW_POLL_SECONDS)
     except KeyboardInterrupt:
         if args.follow:
@@ -257,7 +265,7 @@ def rm(args: argparse.Namespace, out: IO[str]) -> int:
     Without ``--yes`` a stdin that is not a terminal is refused rather than read as an answer:
     a script must say it means it.
     """
-    if not args.yes and not sys.stdin.isatty():
+    if not args.yes and (sys.stdin is None or not sys.stdin.isatty()):
         raise UsageError(
             f"rm asks before deleting {args.session!r}, but stdin is not a terminal: add --yes to "
             f"delete without asking"

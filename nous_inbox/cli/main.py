@@ -11,6 +11,7 @@ Commands (``nous-inbox COMMAND --help`` for each one's arguments)::
     nous-inbox sessions [--json]         the sessions in the store
     nous-inbox snapshot SESSION          save a snapshot, so opening SESSION replays less
     nous-inbox rm SESSION [--yes]        delete a session no owner holds
+    nous-inbox serve --agent MOD:FACTORY host the store's sessions on the web (the web extra)
 
 Every command takes ``--store URL``. The parser lives in ``nous_inbox.cli.parser``, the
 commands in ``nous_inbox.cli.commands``.

@@ -2,8 +2,9 @@
 
 A shell caps one argument (about 128 KB on Linux), so a long message, a pasted log say, comes
 through stdin or a file: ``nous-inbox steer s - < notes.txt``. Whichever way it comes, it is
-read as UTF-8, at most ``MAX_TEXT_BYTES`` of it, and must say something: a mistake in any of
-these is a usage error that names where the text came from.
+read as UTF-8, at most ``MAX_TEXT_BYTES`` of it, and must say something (the core's blank rule,
+:func:`~nous_inbox.inbox.is_blank`, decides what says nothing): a mistake in any of these is a
+usage error that names where the text came from.
 
 >>> import io
 >>> message_text(None, "-", io.BytesIO("read cdn.log next\\n".encode()))
@@ -19,6 +20,8 @@ from __future__ import annotations
 from typing import IO, Final
 
 from nous_inbox.cli.usage import UsageError
+from nous_inbox.inbox import is_blank
+from nous_inbox.message import Message
 
 __all__ = ["MAX_TEXT_BYTES", "message_text"]
 
@@ -47,12 +50,13 @@ def _decoded(data: bytes, where: str) -> str:
         ) from None
 
 
-def message_text(file: str | None, text: str | None, stdin: IO[bytes]) -> str:
+def message_text(file: str | None, text: str | None, stdin: IO[bytes] | None) -> str:
     """The message a send carries: ``text``, stdin's bytes when ``text`` is ``-``, or ``file``'s.
+    ``stdin`` is ``None`` for a process started without one (its stdin closed).
 
     Raises :class:`UsageError` for no message, both a TEXT and a ``--file``, a text above
-    ``MAX_TEXT_BYTES``, one that is not UTF-8 and one that is only whitespace; a file that
-    cannot be read is an ``OSError`` naming it.
+    ``MAX_TEXT_BYTES``, one that is not UTF-8 and one the core counts blank (whitespace only);
+    a file that cannot be read is an ``OSError`` naming it.
     """
     if file is not None and text is not None:
         raise UsageError("give TEXT or --file PATH, not both")
@@ -60,6 +64,8 @@ def message_text(file: str | None, text: str | None, stdin: IO[bytes]) -> str:
         with open(file, "rb") as stream:
             message = _decoded(_read_bytes(stream, f"--file {file}"), f"--file {file}")
     elif text == "-":
+        if stdin is None:
+            raise UsageError("- reads the message from stdin, but there is no stdin (it is closed)")
         message = _decoded(_read_bytes(stdin, "stdin"), "stdin")
     elif text is None:
         raise UsageError("no message: give TEXT, - to read it from stdin, or --file PATH")
@@ -75,6 +81,6 @@ def message_text(file: str | None, text: str | None, stdin: IO[bytes]) -> str:
         if len(text) * 4 > MAX_TEXT_BYTES and len(text.encode("utf-8")) > MAX_TEXT_BYTES:
             raise UsageError(f"TEXT is larger than {MAX_TEXT_BYTES:,} bytes; nothing was sent")
         message = text
-    if not message.strip():
+    if is_blank((Message.user(message),)):
         raise UsageError("the message is empty; an empty message is never worth a model round")
     return message

@@ -37,7 +37,7 @@ class MemoryStore(StoreBase):
     """A :class:`~nous_inbox.store.base.Store` that keeps its streams in memory."""
 
     url = "memory:"
-    blocking = False  # a call is a few microseconds under a lock: an event loop may make it
+    blocking = False  # no disk, no network, a lock around a list: an event loop may call it
     _lock_excludes = True  # one lock guards the streams; a write is one list.extend
 
     def __init__(self, *, read_only: bool = False) -> None:
