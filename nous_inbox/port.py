@@ -48,8 +48,8 @@ from typing import Final, Protocol, TypeVar, runtime_checkable
 
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Target, as_message, as_target, as_wakeup
-from nous_inbox.journal import Change, Journal
+from nous_inbox.inbox import Target
+from nous_inbox.journal import Change, Journal, sent_event
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
 
@@ -149,22 +149,6 @@ def check_port(port: object) -> None:
                 f"{cls}.{name}{signature} cannot be called the way the runner calls it: "
                 f"{call}, with {what}. Widen the signature in the class body: `{fix}`."
             ) from None
-
-
-def sent_event(message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
-    """Check a send's three parts and build its ``MessageSent`` (``seq`` is left for the log).
-
-    Whoever records sends calls this first, so bad input raises before anything is written.
-
-    >>> sent_event("go", "next_step", True).message.content
-    'go'
-    >>> sent_event("go", "next_step", "yes")
-    Traceback (most recent call last):
-    ...
-    TypeError: wakeup must be a bool, got str
-    """
-    message = as_message(message)  # the parts in Inbox.send's order, so the same error wins
-    return MessageSent(target=as_target(target), wakeup=as_wakeup(wakeup), message=message)
 
 
 class SendPresets(abc.ABC):
