@@ -215,7 +215,8 @@ async def test_every_api_call_needs_the_token(api: Api, headers: dict[str, str])
     assert api.written() == [] and api.host.held == []
 
 
-@pytest.mark.parametrize("query", ["after=-1", "after=x", "after=1e3", "offset=-2"])
+@pytest.mark.parametrize("query", ["after=-1", "after=x", "after=1e3", "offset=-2",
+                                   "after=%C2%B2", "limit=%C2%B9"])  # digits int() cannot read
 async def test_a_bad_position_is_refused(api: Api, query: str) -> None:
     path = "events" if query.startswith("after") else ""
     response = await api.client.get(f"/api/sessions/s1/{path}?{query}".replace("/?", "?"),
@@ -223,9 +224,10 @@ async def test_a_bad_position_is_refused(api: Api, query: str) -> None:
     assert response.status_code == 400 and "whole number" in response.json()["error"]
 
 
-async def test_a_bad_last_event_id_is_refused(api: Api) -> None:
+@pytest.mark.parametrize("last_id", [b"abc", b"-1", "\u00b2".encode("latin-1")])
+async def test_a_bad_last_event_id_is_refused(api: Api, last_id: bytes) -> None:
     response = await api.client.get("/api/sessions/s1/events",
-                                    headers={**AUTH, "Last-Event-ID": "abc"})
+                                    headers={**AUTH, "Last-Event-ID": last_id})
     assert response.status_code == 400 and "Last-Event-ID" in response.json()["error"]
 
 

@@ -195,9 +195,7 @@ def create_app(
         after = _int_param(request, "after", 0)
         last_id = request.headers.get("last-event-id")
         if last_id is not None:
-            if not last_id.isdigit() or len(last_id) > 18:
-                raise _Refused(400, f"Last-Event-ID must be an event seq, got {last_id[:40]!r}")
-            after = int(last_id)
+            after = _whole(last_id, "Last-Event-ID must be an event seq")
         return StreamingResponse(_sse(host, name, after, keepalive), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
@@ -235,10 +233,13 @@ def create_app(
 
 def _int_param(request: Request, name: str, default: int) -> int:
     raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit() or len(raw) > 18:
-        raise _Refused(400, f"{name} must be a whole number >= 0, got {raw[:40]!r}")
+    return default if raw is None else _whole(raw, f"{name} must be a whole number >= 0")
+
+
+def _whole(raw: str, must: str) -> int:
+    # ASCII digits only: ``str.isdigit`` also passes digits ``int`` cannot read, such as "²".
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+        raise _Refused(400, f"{must}, got {raw[:40]!r}")
     return int(raw)
 
 
