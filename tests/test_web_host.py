@@ -177,3 +177,23 @@ def test_a_bad_send_writes_nothing(tmp_path: Path) -> None:
 
         run(main)
         assert store.streams() == []
+
+
+def test_a_session_that_cannot_be_opened_does_not_keep_the_scan_from_the_others(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    def picky(session: str) -> Runner:
+        if session == "a-broken":
+            raise RuntimeError("no agent for this one")
+        return echo(session)
+
+    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+        for name in ("a-broken", "b-fine"):  # the scan meets the broken one first
+            steer_from_elsewhere(store, name, "go")
+
+        async def main() -> None:
+            async with SessionHost(store, picky, scan_interval=0.01) as host:
+                await until(lambda: answered(store, "b-fine"), "the fine session ran")
+                assert host.held == ["b-fine"]
+
+        run(main)
+    assert "'a-broken'" in caplog.text and "no agent for this one" in caplog.text

@@ -314,10 +314,13 @@ class SessionHost:
         for name in await self.call(self.store.streams):
             if name in self._owners or name in self._taking or self._retry_at.get(name, 0) > now:
                 continue
-            known = await self.call(_caught_up, self.store, name, self._known.get(name))
-            self._known[name] = known
-            if known.running or known.inbox.worth_waking():
-                await self.take(name)
+            try:
+                known = await self.call(_caught_up, self.store, name, self._known.get(name))
+                self._known[name] = known
+                if known.running or known.inbox.worth_waking():
+                    await self.take(name)
+            except Exception:  # one session's failure (its log, its agent) is not the others'
+                logger.exception("could not take session %r; trying again at the next scan", name)
 
 
 def _read(store: Store, session: str, after: int) -> list[Event]:
