@@ -251,17 +251,22 @@ def parse_sse(body: str) -> list[tuple[int, dict[str, Any]]]:
     return events
 
 
+def get_scope(url: str, headers: dict[str, str]) -> dict[str, Any]:
+    """The ASGI scope of a GET of ``url`` with ``headers``, as a server hands it to the app."""
+    path, _, query = url.partition("?")
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+            "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+            "query_string": query.encode(), "server": ("test", 80), "client": ("test", 1),
+            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+
+
 async def stream_until_stopped(api: Api, url: str, headers: dict[str, str],
                                until: Callable[[str], bool]) -> tuple[int, dict[str, str], str]:
     """Drive the app's event stream as a server would, and stop the host once ``until(body so
     far)`` holds: (status, headers, the whole body). (httpx's ASGI transport hands a body over
     only once it has ended, so the stream is read here at the ASGI level.)"""
     app = api.app
-    path, _, query = url.partition("?")
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
-             "query_string": query.encode(), "server": ("test", 80), "client": ("test", 1),
-             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+    scope = get_scope(url, headers)
     started: dict[str, Any] = {}
     body = bytearray()
     disconnect = asyncio.Event()
@@ -291,6 +296,43 @@ async def test_the_event_stream_is_the_log_from_a_position_and_ends_when_the_hos
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
     stored = list(api.store.read("s1", 1))
     assert parse_sse(body) == [(e.seq, json.loads(event_data(e))) for e in stored]
+
+
+def a_backlog(store: Store, session: str, count: int) -> None:
+    """``count`` injections in ``session``'s log: more than an event stream buffers."""
+    store.append(session, [MessageSent(target="next_step", wakeup=False,
+                                       message=Message.user(f"note {i}")) for i in range(count)])
+
+
+async def test_a_stream_ends_when_the_host_stops_even_with_a_backlog_still_to_send(api: Api) -> None:
+    a_backlog(api.store, "long", 300)
+    _, _, body = await stream_until_stopped(api, "/api/sessions/long/events", AUTH,
+                                            lambda body: "id: 1\n" in body)
+    assert [seq for seq, _ in parse_sse(body)] == [1]
+
+
+async def test_a_client_that_stops_reading_and_leaves_leaves_no_task_behind(api: Api) -> None:
+    a_backlog(api.store, "long", 300)
+    before = asyncio.all_tasks()
+    first_event, leave = asyncio.Event(), asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if b"id: 1\n" in message.get("body", b""):
+            first_event.set()
+            await asyncio.Event().wait()  # the client reads nothing more
+
+    served = asyncio.ensure_future(api.app(get_scope("/api/sessions/long/events", AUTH), receive, send))
+    await asyncio.wait_for(first_event.wait(), 20)
+    leave.set()
+    await asyncio.wait_for(served, 20)
+    deadline = asyncio.get_running_loop().time() + 20
+    while left := {t for t in asyncio.all_tasks() - before if t is not asyncio.current_task()}:
+        assert asyncio.get_running_loop().time() < deadline, f"still running: {left}"
+        await asyncio.sleep(0.01)
 
 
 async def test_an_idle_stream_sends_keep_alive_comments(api: Api) -> None:
