@@ -5,6 +5,7 @@ another owner holds to that owner."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -197,3 +198,60 @@ def test_a_session_that_cannot_be_opened_does_not_keep_the_scan_from_the_others(
 
         run(main)
     assert "'a-broken'" in caplog.text and "no agent for this one" in caplog.text
+
+
+class GatedOpen:
+    """A store whose owner lease is handed out only once ``go`` is set: an open held mid-way."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.asked = threading.Event()
+        self.go = threading.Event()
+
+    def own(self, stream: str) -> Any:
+        self.asked.set()
+        self.go.wait(WAIT)
+        return self._store.own(stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def test_an_owner_whose_open_ends_after_the_host_closed_gives_its_lease_back(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'log.sqlite'}"
+    with open_store(url) as store, open_store(url) as other:
+        gated = GatedOpen(store)
+
+        async def main() -> None:
+            host = SessionHost(gated, echo, scan_interval=None)  # type: ignore[arg-type]
+            # Opened by hand so that it is closed once, the way ``serve`` closes it.
+            await host.__aenter__()
+            sending = asyncio.ensure_future(host.send("s1", "inject", "hi"))
+            await until(gated.asked.is_set, "the send began opening the session")
+            closing = asyncio.ensure_future(host.aclose())
+            await until(host.stopping.is_set, "the host began closing")
+            gated.go.set()
+            await closing
+            await asyncio.gather(sending, return_exceptions=True)  # stored or refused: either
+            assert host.held == []
+            await until(lambda: lease_is_free(other, "s1"), "the late owner gave its lease back")
+
+        run(main)
+
+
+def test_a_send_that_gives_up_while_its_session_opens_leaves_the_open_to_the_next(
+        tmp_path: Path) -> None:
+    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+        gated = GatedOpen(store)
+
+        async def main() -> None:
+            async with SessionHost(gated, echo, scan_interval=None) as host:  # type: ignore[arg-type]
+                first = asyncio.ensure_future(host.send("s1", "inject", "one"))
+                await until(gated.asked.is_set, "the first send began opening the session")
+                second = asyncio.ensure_future(host.send("s1", "inject", "two"))
+                first.cancel()  # its client went away
+                gated.go.set()
+                sent = await second
+                assert sent.message.content == "two" and host.held == ["s1"]
+
+        run(main)

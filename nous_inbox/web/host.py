@@ -121,7 +121,7 @@ class SessionHost:
         self._poll_interval = float(poll_interval)
         self._owner_options = dict(owner_options or {})
         self._owners: dict[str, AsyncOwner] = {}
-        self._taking: dict[str, asyncio.Future[AsyncOwner | None]] = {}
+        self._taking: dict[str, asyncio.Task[AsyncOwner | None]] = {}  # opens under way
         self._seen: dict[str, tuple[int, float]] = {}  # held session -> (version, since when)
         self._known: dict[str, Session] = {}  # sessions not held here, folded as far as read
         self._retry_at: dict[str, float] = {}  # held elsewhere: when to try its lease again
@@ -147,6 +147,7 @@ class SessionHost:
         if self._scanner is not None:
             self._scanner.cancel()
             await asyncio.gather(self._scanner, return_exceptions=True)
+        await asyncio.gather(*self._taking.values(), return_exceptions=True)
         owners, self._owners = list(self._owners.values()), {}
         await asyncio.gather(*(owner.aclose() for owner in owners), return_exceptions=True)
         if self._io is not None:
@@ -248,23 +249,15 @@ class SessionHost:
         owner = self.hosted(session)
         if owner is not None:
             return owner
-        pending = self._taking.get(session)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        if self.stopping.is_set() or len(self.held) + len(self._taking) >= self.max_sessions:
-            return None
-        future: asyncio.Future[AsyncOwner | None] = asyncio.get_running_loop().create_future()
-        self._taking[session] = future
-        try:
-            owner = await self._open(session)
-            future.set_result(owner)
-            return owner
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: only the waiters (if any) need it
-            raise
-        finally:
-            del self._taking[session]
+        opening = self._taking.get(session)
+        if opening is None:
+            if self.stopping.is_set() or len(self.held) + len(self._taking) >= self.max_sessions:
+                return None
+            opening = asyncio.get_running_loop().create_task(self._open(session))
+            self._taking[session] = opening
+            opening.add_done_callback(lambda _: self._taking.pop(session, None))
+        # Shielded: a caller that stops waiting (a client gone) leaves the open to the others.
+        return await asyncio.shield(opening)
 
     async def _open(self, session: str) -> AsyncOwner | None:
         owner = AsyncOwner(self.store, session, self._agent(session), **self._owner_options)
@@ -273,6 +266,9 @@ class SessionHost:
         except StreamOwnedError:
             # Held elsewhere: ask again once its holder could have died and its lease lapsed.
             self._retry_at[session] = time.monotonic() + getattr(self.store, "lease", 0.5) / 2
+            return None
+        if self.stopping.is_set():  # the host closed while it opened: nobody would close it
+            await owner.aclose()
             return None
         self._owners[session] = owner
         self._known.pop(session, None)
