@@ -41,7 +41,7 @@ from typing import Any, Final, TypeVar
 from nous_inbox.async_owner import AsyncOwner, AsyncTurnRunner
 from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import Event, MessageSent
-from nous_inbox.inbox import Target
+from nous_inbox.inbox import Target, is_blank
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
 from nous_inbox.snapshot import load_session
@@ -79,9 +79,10 @@ def checked_text(text: object) -> Message:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
-    if not text.strip():
+    message = Message.user(text)  # refuses a text with no UTF-8 form
+    if is_blank([message]):  # the inbox's one blank test (ruling 4)
         raise ValueError("text is empty; an empty message is never worth a model round")
-    return Message.user(text)
+    return message
 
 
 class SessionHost:
