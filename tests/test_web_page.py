@@ -2,14 +2,16 @@
 ``nous-inbox serve``. A person opens a session's page, types a steer while the scripted agent
 works, and sees it land at the agent's next step. Its screenshot is the one the docs show.
 
-Without Chromium and its driver this test is skipped on a developer's machine and fails in CI
-(``CI=true``): a browser test that silently did not run must not pass there.
+Without Chromium, its driver or the web extra this test is skipped on a developer's machine and
+fails in CI (``CI=true``): a browser test that silently did not run must not pass there.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,10 +19,14 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("uvicorn")
-pytest.importorskip("httpx")
+if os.environ.get("CI") == "true":  # a missing web extra fails here, as a missing browser does
+    import httpx  # noqa: F401
+    import uvicorn  # noqa: F401
+else:
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("httpx")
 
-from tests.test_web_serve import WAIT, Served, start_serve
+from tests.test_web_serve import ROOT, WAIT, Served, start_serve
 
 #: Where the screenshot goes: the docs' picture is refreshed with
 #: ``NOUS_INBOX_SCREENSHOT=docs/img/web-session.png pytest tests/test_web_page.py``; otherwise a
@@ -161,3 +167,18 @@ def test_without_the_token_the_page_asks_for_it(browser: Any, served: Served) ->
     form.find_element(By.TAG_NAME, "button").click()
     until(lambda: browser.find_element(By.ID, "no-sessions").is_displayed(),
           "with the token the (empty) list shows")
+
+
+def test_in_ci_a_missing_web_extra_fails_this_module_rather_than_skipping_it() -> None:
+    script = (
+        "import sys\n"
+        "sys.modules['uvicorn'] = None  # as if the web extra were not installed\n"
+        "import pytest\n"
+        "sys.exit(pytest.main(['tests/test_web_page.py', '-q', '-p', 'no:cacheprovider',\n"
+        "                      '-k', 'not missing_web_extra']))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "CI": "true"},
+                            timeout=WAIT)
+    assert result.returncode not in (0, 5), result.stdout[-2000:]
+    assert "uvicorn" in result.stdout
