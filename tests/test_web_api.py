@@ -142,6 +142,21 @@ async def test_cancel_ends_a_run_held_here(tmp_path: Path) -> None:
             assert [e.reason for e in ends] == ["cancelled"]
 
 
+async def test_a_failure_of_the_server_is_a_500_not_a_refusal_of_the_request(tmp_path: Path) -> None:
+    def misconfigured(session: str) -> Runner:
+        raise ValueError("the agent has no model configured")
+
+    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+        async with SessionHost(store, misconfigured, scan_interval=None) as host:
+            app = create_app(host, token=TOKEN)
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app, raise_app_exceptions=False),
+                                         base_url="http://test") as client:
+                response = await client.post("/api/sessions/s1/messages", headers=AUTH,
+                                             json={"mode": "steer", "text": "go"})
+        assert response.status_code == 500 and "no model configured" not in response.text
+        assert store.streams() == []
+
+
 # -- refusals: a clear 4xx, and nothing written ---------------------------------------------------
 
 BAD_BODIES: list[tuple[str, dict[str, Any], int, str]] = [

@@ -59,7 +59,7 @@ from starlette.types import Receive, Scope, Send
 from nous_inbox.events import Event
 from nous_inbox.message import enc_hook, thaw_json
 from nous_inbox.store.base import check_stream
-from nous_inbox.web.host import MODES, SessionHost
+from nous_inbox.web.host import MODES, SessionHost, checked_text
 
 __all__ = ["MAX_BODY", "create_app", "event_data"]
 
@@ -183,9 +183,10 @@ def create_app(
         if mode not in MODES:
             raise _Refused(400, f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         try:
-            sent = await host.send(name, mode, body.get("text"))
-        except (TypeError, ValueError) as exc:  # refused before anything was written
+            checked_text(body.get("text"))  # checked here, so a failure past it is the server's
+        except (TypeError, ValueError) as exc:
             raise _Refused(400, str(exc)) from None
+        sent = await host.send(name, mode, body["text"])
         return JSONResponse({"seq": sent.seq, "mode": mode}, 202)
 
     async def cancel(request: Request, name: str) -> Response:
