@@ -201,6 +201,23 @@ async def test_a_body_that_streams_past_the_limit_is_refused(api: Api) -> None:
     assert response.status_code == 413 and api.written() == []
 
 
+async def test_a_content_length_that_is_not_a_number_is_refused(api: Api) -> None:
+    body = b'{"mode": "steer", "text": "x"}'
+    headers: dict[str, str | bytes] = {**AUTH, "Content-Type": "application/json",
+                                       "Content-Length": "\u00b2".encode("latin-1")}
+    answer: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        answer.append(message)
+
+    await api.app(get_scope("/api/sessions/s1/messages", headers, "POST"), receive, send)
+    assert answer[0]["status"] == 400 and b"Content-Length" in answer[1]["body"]
+    assert api.written() == []
+
+
 @pytest.mark.parametrize(("session", "says"), [
     ("a%01b", "control character"),
     ("a%0Ab", "control character"),
@@ -266,13 +283,15 @@ def parse_sse(body: str) -> list[tuple[int, dict[str, Any]]]:
     return events
 
 
-def get_scope(url: str, headers: dict[str, str]) -> dict[str, Any]:
-    """The ASGI scope of a GET of ``url`` with ``headers``, as a server hands it to the app."""
+def get_scope(url: str, headers: dict[str, str | bytes], method: str = "GET") -> dict[str, Any]:
+    """The ASGI scope of a request for ``url`` with ``headers``, as a server hands it to the app
+    (a header given as bytes goes as it is, however a server would have judged it)."""
     path, _, query = url.partition("?")
-    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
             "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
             "query_string": query.encode(), "server": ("test", 80), "client": ("test", 1),
-            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+            "headers": [(k.lower().encode(), v if isinstance(v, bytes) else v.encode())
+                        for k, v in headers.items()]}
 
 
 async def stream_until_stopped(api: Api, url: str, headers: dict[str, str],

@@ -247,8 +247,8 @@ def _whole(raw: str, must: str) -> int:
 async def _json_body(request: Request, limit: int, *, optional: bool = False) -> dict[str, Any]:
     """The request's JSON object, read no further than ``limit`` bytes."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    declared = request.headers.get("content-length")
+    if declared is not None and _whole(declared, "Content-Length must be a number of bytes") > limit:
         raise _Refused(413, f"the body is {declared} bytes; at most {limit} are read")
     body = bytearray()
     async for chunk in request.stream():
