@@ -15,7 +15,7 @@ import pytest
 
 from nous_inbox.async_owner import AsyncOwner
 from nous_inbox.errors import StreamOwnedError
-from nous_inbox.events import MessageSent, TurnEnded
+from nous_inbox.events import MessageSent, TurnEnded, TurnStarted
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.runner import Runner
@@ -253,5 +253,41 @@ def test_a_send_that_gives_up_while_its_session_opens_leaves_the_open_to_the_nex
                 gated.go.set()
                 sent = await second
                 assert sent.message.content == "two" and host.held == ["s1"]
+
+        run(main)
+
+
+def test_a_cancelled_session_is_not_woken_by_being_let_go_and_taken_back(tmp_path: Path) -> None:
+    """Ruling 9: a steer left queued by a cancelled run waits for the next real send; the host
+    letting the idle session go and its scan taking it back is not one."""
+    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+
+        async def main() -> None:
+            working, gate = asyncio.Event(), asyncio.Event()
+
+            def slow(session: str) -> Runner:
+                async def model(transcript: Any, tools: Any) -> str:
+                    working.set()
+                    await gate.wait()
+                    return f"answered {transcript[-1].content}"
+                return Runner(model)
+
+            async with SessionHost(store, slow, idle_timeout=1e-6, scan_interval=None) as host:
+                await host.send("s", "prompt", "work")
+                await asyncio.wait_for(working.wait(), WAIT)
+                assert host.cancel("s")
+                await host.send("s", "steer", "sent while it stops")
+                gate.set()
+                owner = host.hosted("s")
+                assert owner is not None and await owner.wait_idle(WAIT)
+                for _ in range(3):  # enough scans to let an idle session go and take it back
+                    await host.scan()
+                    if (taken := host.hosted("s")) is not None:
+                        assert await taken.wait_idle(WAIT)
+                assert [e.reason for e in store.read("s") if isinstance(e, TurnStarted)] == ["prompt"]
+                steer_from_elsewhere(store, "s", "a real send")
+                await host.scan()
+                await until(lambda: replay(store.read("s")).transcript[-1].content == "answered a real send",
+                            "the next real send woke it")
 
         run(main)

@@ -294,7 +294,8 @@ class SessionHost:
 
     async def scan(self) -> None:
         """One look through the store: take each session that is running (its owner died) or
-        wants a wake and is not held here; let go of held ones idle for ``idle_timeout``."""
+        wants a wake and is not held here; let go of held ones idle for ``idle_timeout`` with
+        nothing queued that asks for a wake."""
         now = time.monotonic()
         for name, owner in list(self._owners.items()):
             if owner.closed:  # its lease was taken over
@@ -304,7 +305,10 @@ class SessionHost:
             version, since = self._seen.get(name, (-1, now))
             if session.version != version:
                 self._seen[name] = (session.version, now)
-            elif not session.running and now - since >= self.idle_timeout:
+            elif (now - since >= self.idle_timeout and not session.running
+                  and not session.inbox.worth_waking()):
+                # A waking entry its owner leaves queued (a cancelled run's, ruling 9) keeps the
+                # session held: taken back, a fresh owner would wake for it with no new send.
                 self._drop(name, owner)
                 await owner.aclose()
                 self._known[name] = owner.session
