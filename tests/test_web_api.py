@@ -171,7 +171,7 @@ BAD_BODIES: list[tuple[str, dict[str, Any], int, str]] = [
     ("malformed JSON", {"content": b'{"mode": "steer", "text": ', "headers": {
         "Content-Type": "application/json"}}, 400, "not JSON"),
     ("a lone surrogate", {"content": b'{"mode": "steer", "text": "\\ud800"}', "headers": {
-        "Content-Type": "application/json"}}, 400, ""),
+        "Content-Type": "application/json"}}, 400, "not JSON"),
     ("a form", {"data": {"mode": "steer", "text": "x"}}, 415, "must be JSON"),
     ("a huge body", {"json": {"mode": "steer", "text": "x" * 5000}}, 413, "at most 1024"),
 ]
