@@ -142,6 +142,21 @@ async def test_cancel_ends_a_run_held_here(tmp_path: Path) -> None:
             assert [e.reason for e in ends] == ["cancelled"]
 
 
+async def test_a_failure_of_the_server_is_a_500_not_a_refusal_of_the_request(tmp_path: Path) -> None:
+    def misconfigured(session: str) -> Runner:
+        raise ValueError("the agent has no model configured")
+
+    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+        async with SessionHost(store, misconfigured, scan_interval=None) as host:
+            app = create_app(host, token=TOKEN)
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app, raise_app_exceptions=False),
+                                         base_url="http://test") as client:
+                response = await client.post("/api/sessions/s1/messages", headers=AUTH,
+                                             json={"mode": "steer", "text": "go"})
+        assert response.status_code == 500 and "no model configured" not in response.text
+        assert store.streams() == []
+
+
 # -- refusals: a clear 4xx, and nothing written ---------------------------------------------------
 
 BAD_BODIES: list[tuple[str, dict[str, Any], int, str]] = [
@@ -156,7 +171,7 @@ BAD_BODIES: list[tuple[str, dict[str, Any], int, str]] = [
     ("malformed JSON", {"content": b'{"mode": "steer", "text": ', "headers": {
         "Content-Type": "application/json"}}, 400, "not JSON"),
     ("a lone surrogate", {"content": b'{"mode": "steer", "text": "\\ud800"}', "headers": {
-        "Content-Type": "application/json"}}, 400, ""),
+        "Content-Type": "application/json"}}, 400, "not JSON"),
     ("a form", {"data": {"mode": "steer", "text": "x"}}, 415, "must be JSON"),
     ("a huge body", {"json": {"mode": "steer", "text": "x" * 5000}}, 413, "at most 1024"),
 ]
@@ -184,6 +199,23 @@ async def test_a_body_that_streams_past_the_limit_is_refused(api: Api) -> None:
     response = await api.client.post("/api/sessions/s1/messages", content=chunks(),
                                      headers={**AUTH, "Content-Type": "application/json"})
     assert response.status_code == 413 and api.written() == []
+
+
+async def test_a_content_length_that_is_not_a_number_is_refused(api: Api) -> None:
+    body = b'{"mode": "steer", "text": "x"}'
+    headers: dict[str, str | bytes] = {**AUTH, "Content-Type": "application/json",
+                                       "Content-Length": "\u00b2".encode("latin-1")}
+    answer: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        answer.append(message)
+
+    await api.app(get_scope("/api/sessions/s1/messages", headers, "POST"), receive, send)
+    assert answer[0]["status"] == 400 and b"Content-Length" in answer[1]["body"]
+    assert api.written() == []
 
 
 @pytest.mark.parametrize(("session", "says"), [
@@ -215,7 +247,8 @@ async def test_every_api_call_needs_the_token(api: Api, headers: dict[str, str])
     assert api.written() == [] and api.host.held == []
 
 
-@pytest.mark.parametrize("query", ["after=-1", "after=x", "after=1e3", "offset=-2"])
+@pytest.mark.parametrize("query", ["after=-1", "after=x", "after=1e3", "offset=-2",
+                                   "after=%C2%B2", "limit=%C2%B9"])  # digits int() cannot read
 async def test_a_bad_position_is_refused(api: Api, query: str) -> None:
     path = "events" if query.startswith("after") else ""
     response = await api.client.get(f"/api/sessions/s1/{path}?{query}".replace("/?", "?"),
@@ -223,9 +256,10 @@ async def test_a_bad_position_is_refused(api: Api, query: str) -> None:
     assert response.status_code == 400 and "whole number" in response.json()["error"]
 
 
-async def test_a_bad_last_event_id_is_refused(api: Api) -> None:
+@pytest.mark.parametrize("last_id", [b"abc", b"-1", "\u00b2".encode("latin-1")])
+async def test_a_bad_last_event_id_is_refused(api: Api, last_id: bytes) -> None:
     response = await api.client.get("/api/sessions/s1/events",
-                                    headers={**AUTH, "Last-Event-ID": "abc"})
+                                    headers={**AUTH, "Last-Event-ID": last_id})
     assert response.status_code == 400 and "Last-Event-ID" in response.json()["error"]
 
 
@@ -249,17 +283,24 @@ def parse_sse(body: str) -> list[tuple[int, dict[str, Any]]]:
     return events
 
 
+def get_scope(url: str, headers: dict[str, str | bytes], method: str = "GET") -> dict[str, Any]:
+    """The ASGI scope of a request for ``url`` with ``headers``, as a server hands it to the app
+    (a header given as bytes goes as it is, however a server would have judged it)."""
+    path, _, query = url.partition("?")
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+            "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+            "query_string": query.encode(), "server": ("test", 80), "client": ("test", 1),
+            "headers": [(k.lower().encode(), v if isinstance(v, bytes) else v.encode())
+                        for k, v in headers.items()]}
+
+
 async def stream_until_stopped(api: Api, url: str, headers: dict[str, str],
                                until: Callable[[str], bool]) -> tuple[int, dict[str, str], str]:
     """Drive the app's event stream as a server would, and stop the host once ``until(body so
     far)`` holds: (status, headers, the whole body). (httpx's ASGI transport hands a body over
     only once it has ended, so the stream is read here at the ASGI level.)"""
     app = api.app
-    path, _, query = url.partition("?")
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
-             "query_string": query.encode(), "server": ("test", 80), "client": ("test", 1),
-             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+    scope = get_scope(url, headers)
     started: dict[str, Any] = {}
     body = bytearray()
     disconnect = asyncio.Event()
@@ -289,6 +330,43 @@ async def test_the_event_stream_is_the_log_from_a_position_and_ends_when_the_hos
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
     stored = list(api.store.read("s1", 1))
     assert parse_sse(body) == [(e.seq, json.loads(event_data(e))) for e in stored]
+
+
+def a_backlog(store: Store, session: str, count: int) -> None:
+    """``count`` injections in ``session``'s log: more than an event stream buffers."""
+    store.append(session, [MessageSent(target="next_step", wakeup=False,
+                                       message=Message.user(f"note {i}")) for i in range(count)])
+
+
+async def test_a_stream_ends_when_the_host_stops_even_with_a_backlog_still_to_send(api: Api) -> None:
+    a_backlog(api.store, "long", 300)
+    _, _, body = await stream_until_stopped(api, "/api/sessions/long/events", AUTH,
+                                            lambda body: "id: 1\n" in body)
+    assert [seq for seq, _ in parse_sse(body)] == [1]
+
+
+async def test_a_client_that_stops_reading_and_leaves_leaves_no_task_behind(api: Api) -> None:
+    a_backlog(api.store, "long", 300)
+    before = asyncio.all_tasks()
+    first_event, leave = asyncio.Event(), asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if b"id: 1\n" in message.get("body", b""):
+            first_event.set()
+            await asyncio.Event().wait()  # the client reads nothing more
+
+    served = asyncio.ensure_future(api.app(get_scope("/api/sessions/long/events", AUTH), receive, send))
+    await asyncio.wait_for(first_event.wait(), 20)
+    leave.set()
+    await asyncio.wait_for(served, 20)
+    deadline = asyncio.get_running_loop().time() + 20
+    while left := {t for t in asyncio.all_tasks() - before if t is not asyncio.current_task()}:
+        assert asyncio.get_running_loop().time() < deadline, f"still running: {left}"
+        await asyncio.sleep(0.01)
 
 
 async def test_an_idle_stream_sends_keep_alive_comments(api: Api) -> None:

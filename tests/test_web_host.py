@@ -5,6 +5,7 @@ another owner holds to that owner."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from nous_inbox.async_owner import AsyncOwner
 from nous_inbox.errors import StreamOwnedError
-from nous_inbox.events import MessageSent, TurnEnded
+from nous_inbox.events import MessageSent, TurnEnded, TurnStarted
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.runner import Runner
@@ -177,3 +178,116 @@ def test_a_bad_send_writes_nothing(tmp_path: Path) -> None:
 
         run(main)
         assert store.streams() == []
+
+
+def test_a_session_that_cannot_be_opened_does_not_keep_the_scan_from_the_others(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    def picky(session: str) -> Runner:
+        if session == "a-broken":
+            raise RuntimeError("no agent for this one")
+        return echo(session)
+
+    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+        for name in ("a-broken", "b-fine"):  # the scan meets the broken one first
+            steer_from_elsewhere(store, name, "go")
+
+        async def main() -> None:
+            async with SessionHost(store, picky, scan_interval=0.01) as host:
+                await until(lambda: answered(store, "b-fine"), "the fine session ran")
+                assert host.held == ["b-fine"]
+
+        run(main)
+    assert "'a-broken'" in caplog.text and "no agent for this one" in caplog.text
+
+
+class GatedOpen:
+    """A store whose owner lease is handed out only once ``go`` is set: an open held mid-way."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.asked = threading.Event()
+        self.go = threading.Event()
+
+    def own(self, stream: str) -> Any:
+        self.asked.set()
+        self.go.wait(WAIT)
+        return self._store.own(stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def test_an_owner_whose_open_ends_after_the_host_closed_gives_its_lease_back(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'log.sqlite'}"
+    with open_store(url) as store, open_store(url) as other:
+        gated = GatedOpen(store)
+
+        async def main() -> None:
+            host = SessionHost(gated, echo, scan_interval=None)  # type: ignore[arg-type]
+            # Opened by hand so that it is closed once, the way ``serve`` closes it.
+            await host.__aenter__()
+            sending = asyncio.ensure_future(host.send("s1", "inject", "hi"))
+            await until(gated.asked.is_set, "the send began opening the session")
+            closing = asyncio.ensure_future(host.aclose())
+            await until(host.stopping.is_set, "the host began closing")
+            gated.go.set()
+            await closing
+            await asyncio.gather(sending, return_exceptions=True)  # stored or refused: either
+            assert host.held == []
+            await until(lambda: lease_is_free(other, "s1"), "the late owner gave its lease back")
+
+        run(main)
+
+
+def test_a_send_that_gives_up_while_its_session_opens_leaves_the_open_to_the_next(
+        tmp_path: Path) -> None:
+    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+        gated = GatedOpen(store)
+
+        async def main() -> None:
+            async with SessionHost(gated, echo, scan_interval=None) as host:  # type: ignore[arg-type]
+                first = asyncio.ensure_future(host.send("s1", "inject", "one"))
+                await until(gated.asked.is_set, "the first send began opening the session")
+                second = asyncio.ensure_future(host.send("s1", "inject", "two"))
+                first.cancel()  # its client went away
+                gated.go.set()
+                sent = await second
+                assert sent.message.content == "two" and host.held == ["s1"]
+
+        run(main)
+
+
+def test_a_cancelled_session_is_not_woken_by_being_let_go_and_taken_back(tmp_path: Path) -> None:
+    """Ruling 9: a steer left queued by a cancelled run waits for the next real send; the host
+    letting the idle session go and its scan taking it back is not one."""
+    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+
+        async def main() -> None:
+            working, gate = asyncio.Event(), asyncio.Event()
+
+            def slow(session: str) -> Runner:
+                async def model(transcript: Any, tools: Any) -> str:
+                    working.set()
+                    await gate.wait()
+                    return f"answered {transcript[-1].content}"
+                return Runner(model)
+
+            async with SessionHost(store, slow, idle_timeout=1e-6, scan_interval=None) as host:
+                await host.send("s", "prompt", "work")
+                await asyncio.wait_for(working.wait(), WAIT)
+                assert host.cancel("s")
+                await host.send("s", "steer", "sent while it stops")
+                gate.set()
+                owner = host.hosted("s")
+                assert owner is not None and await owner.wait_idle(WAIT)
+                for _ in range(3):  # enough scans to let an idle session go and take it back
+                    await host.scan()
+                    if (taken := host.hosted("s")) is not None:
+                        assert await taken.wait_idle(WAIT)
+                assert [e.reason for e in store.read("s") if isinstance(e, TurnStarted)] == ["prompt"]
+                steer_from_elsewhere(store, "s", "a real send")
+                await host.scan()
+                await until(lambda: replay(store.read("s")).transcript[-1].content == "answered a real send",
+                            "the next real send woke it")
+
+        run(main)

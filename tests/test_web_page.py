@@ -2,25 +2,30 @@
 ``nous-inbox serve``. A person opens a session's page, types a steer while the scripted agent
 works, and sees it land at the agent's next step. Its screenshot is the one the docs show.
 
-Without Chromium and its driver this test is skipped on a developer's machine and fails in CI
-(``CI=true``): a browser test that silently did not run must not pass there.
+Without Chromium, its driver or the web extra this test is skipped on a developer's machine and
+fails in CI (``CI=true``): a browser test that silently did not run must not pass there.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import time
-from collections.abc import Callable, Iterator
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-pytest.importorskip("uvicorn")
-pytest.importorskip("httpx")
+if os.environ.get("CI") == "true":  # a missing web extra fails here, as a missing browser does
+    import httpx  # noqa: F401
+    import uvicorn  # noqa: F401
+else:
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("httpx")
 
-from tests.test_web_serve import WAIT, Served, start_serve
+from tests.test_web_serve import ROOT, WAIT, Served, start_serve, wait_for
 
 #: Where the screenshot goes: the docs' picture is refreshed with
 #: ``NOUS_INBOX_SCREENSHOT=docs/img/web-session.png pytest tests/test_web_page.py``; otherwise a
@@ -74,15 +79,6 @@ def served(tmp_path: Path) -> Iterator[Served]:
         server.stop()
 
 
-def until(condition: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + WAIT
-    while not (found := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {WAIT} s: {what}")
-        time.sleep(0.05)
-    return found
-
-
 def lines(browser: Any) -> list[tuple[str, str]]:
     """(type, text) of each event line on the page."""
     from selenium.webdriver.common.by import By
@@ -101,14 +97,14 @@ def test_a_steer_typed_while_the_agent_works_lands_at_its_next_step(
     text = browser.find_element(By.ID, "text")
     text.send_keys("survey the logs from this morning's incident")
     browser.find_element(By.CSS_SELECTOR, "button[data-mode=prompt]").click()
-    until(lambda: any(kind == "tool_called" for kind, _ in lines(browser)), "the agent works")
+    wait_for(lambda: any(kind == "tool_called" for kind, _ in lines(browser)), "the agent works")
 
     steer = "the cdn.log matters most, read it next"
     text.send_keys(steer)
     browser.find_element(By.CSS_SELECTOR, "button[data-mode=steer]").click()
-    until(lambda: "steer stored as event #" in browser.find_element(By.ID, "sent").text,
+    wait_for(lambda: "steer stored as event #" in browser.find_element(By.ID, "sent").text,
           "the steer was acknowledged")
-    until(lambda: any(kind == "turn_ended" for kind, _ in lines(browser)), "the run ended")
+    wait_for(lambda: any(kind == "turn_ended" for kind, _ in lines(browser)), "the run ended")
 
     shown = lines(browser)
     sent_at = next(i for i, (kind, line) in enumerate(shown)
@@ -120,7 +116,7 @@ def test_a_steer_typed_while_the_agent_works_lands_at_its_next_step(
     replies = [line for kind, line in shown[claimed_at:] if kind == "model_replied"]
     assert f"Noted: '{steer}'" in replies[0]  # the agent's very next reply heard it
     assert 'read_log(name="cdn.log")' in replies[0]
-    until(lambda: "idle" in browser.find_element(By.ID, "status").text, "the status says idle")
+    wait_for(lambda: "idle" in browser.find_element(By.ID, "status").text, "the status says idle")
 
     screenshot = Path(os.environ.get(SCREENSHOT_VARIABLE) or tmp_path / "web-session.png")
     screenshot.parent.mkdir(parents=True, exist_ok=True)
@@ -132,7 +128,7 @@ def test_a_steer_typed_while_the_agent_works_lands_at_its_next_step(
     assert browser.save_screenshot(str(screenshot))
 
     browser.get(token + "/")
-    until(lambda: "incident-42" in browser.find_element(By.ID, "sessions").text,
+    wait_for(lambda: "incident-42" in browser.find_element(By.ID, "sessions").text,
           "the list shows the session")
 
 
@@ -144,7 +140,7 @@ def test_text_from_a_message_is_shown_as_text_never_as_markup(browser: Any, serv
         assert client.post("/api/sessions/x/messages",
                            json={"mode": "inject", "text": markup}).status_code == 202
     browser.get(f"{served.url.rstrip('/')}/sessions/x#token=serve-test-token")
-    line = until(lambda: [text for kind, text in lines(browser) if kind == "message_sent"],
+    line = wait_for(lambda: [text for kind, text in lines(browser) if kind == "message_sent"],
                  "the message is shown")
     assert markup in line[0]
     assert browser.find_elements(By.CSS_SELECTOR, "#events img, #events b") == []
@@ -155,9 +151,24 @@ def test_without_the_token_the_page_asks_for_it(browser: Any, served: Served) ->
     from selenium.webdriver.common.by import By
 
     browser.get(served.url)
-    form = until(lambda: (f := browser.find_element(By.ID, "token-form")).is_displayed() and f,
+    form = wait_for(lambda: (f := browser.find_element(By.ID, "token-form")).is_displayed() and f,
                  "the token form is shown")
     form.find_element(By.ID, "token-input").send_keys("serve-test-token")
     form.find_element(By.TAG_NAME, "button").click()
-    until(lambda: browser.find_element(By.ID, "no-sessions").is_displayed(),
+    wait_for(lambda: browser.find_element(By.ID, "no-sessions").is_displayed(),
           "with the token the (empty) list shows")
+
+
+def test_in_ci_a_missing_web_extra_fails_this_module_rather_than_skipping_it() -> None:
+    script = (
+        "import sys\n"
+        "sys.modules['uvicorn'] = None  # as if the web extra were not installed\n"
+        "import pytest\n"
+        "sys.exit(pytest.main(['tests/test_web_page.py', '-q', '-p', 'no:cacheprovider',\n"
+        "                      '-k', 'not missing_web_extra']))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "CI": "true"},
+                            timeout=WAIT)
+    assert result.returncode not in (0, 5), result.stdout[-2000:]
+    assert "uvicorn" in result.stdout

@@ -6,10 +6,8 @@ transcript."""
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -20,7 +18,7 @@ from nous_inbox.events import TurnEnded, TurnStarted
 from nous_inbox.session import replay
 from nous_inbox.store import open_store
 from tests import postgres_server
-from tests.test_web_serve import WAIT, Served, start_serve
+from tests.test_web_serve import WAIT, Served, start_serve, wait_for
 
 postgres_server.require_psycopg()
 
@@ -50,15 +48,6 @@ def holder(hosts: list[Served], session: str) -> Served | None:
             if shown.status_code == 200 and shown.json()["hosted"]:
                 return host
     return None
-
-
-def wait_for(condition: Any, what: str, within: float = WAIT) -> Any:
-    deadline = time.monotonic() + within
-    while not (found := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:g} s: {what}")
-        time.sleep(0.02)
-    return found
 
 
 def test_a_killed_host_is_taken_over_by_the_other_within_the_lease_and_loses_nothing(

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,17 @@ ROOT = Path(__file__).resolve().parent.parent
 WAIT = 30.0  # seconds: a bound for what should happen soon, never a sleep to synchronise
 TOKEN = "serve-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def wait_for(condition: Callable[[], Any], what: str, within: float = WAIT) -> Any:
+    """Poll ``condition`` until it gives something true, and return that; fail, naming ``what``,
+    once ``within`` seconds have passed."""
+    deadline = time.monotonic() + within
+    while not (found := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within:g} s: {what}")
+        time.sleep(0.02)
+    return found
 
 
 class Served:

@@ -43,7 +43,7 @@ import hmac
 import html
 import importlib.resources
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -54,11 +54,12 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from nous_inbox.events import Event
 from nous_inbox.message import enc_hook, thaw_json
 from nous_inbox.store.base import check_stream
-from nous_inbox.web.host import MODES, SessionHost
+from nous_inbox.web.host import MODES, SessionHost, checked_text
 
 __all__ = ["MAX_BODY", "create_app", "event_data"]
 
@@ -182,9 +183,10 @@ def create_app(
         if mode not in MODES:
             raise _Refused(400, f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         try:
-            sent = await host.send(name, mode, body.get("text"))
-        except (TypeError, ValueError) as exc:  # refused before anything was written
+            checked_text(body.get("text"))  # checked here, so a failure past it is the server's
+        except (TypeError, ValueError) as exc:
             raise _Refused(400, str(exc)) from None
+        sent = await host.send(name, mode, body["text"])
         return JSONResponse({"seq": sent.seq, "mode": mode}, 202)
 
     async def cancel(request: Request, name: str) -> Response:
@@ -195,11 +197,8 @@ def create_app(
         after = _int_param(request, "after", 0)
         last_id = request.headers.get("last-event-id")
         if last_id is not None:
-            if not last_id.isdigit() or len(last_id) > 18:
-                raise _Refused(400, f"Last-Event-ID must be an event seq, got {last_id[:40]!r}")
-            after = int(last_id)
-        return StreamingResponse(_sse(host, name, after, keepalive), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+            after = _whole(last_id, "Last-Event-ID must be an event seq")
+        return _EventStream(_sse(host, name, after, keepalive))
 
     async def page(request: Request) -> Response:
         # Where the app is mounted, so the page's links and calls go to it.
@@ -235,18 +234,21 @@ def create_app(
 
 def _int_param(request: Request, name: str, default: int) -> int:
     raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit() or len(raw) > 18:
-        raise _Refused(400, f"{name} must be a whole number >= 0, got {raw[:40]!r}")
+    return default if raw is None else _whole(raw, f"{name} must be a whole number >= 0")
+
+
+def _whole(raw: str, must: str) -> int:
+    # ASCII digits only: ``str.isdigit`` also passes digits ``int`` cannot read, such as "²".
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+        raise _Refused(400, f"{must}, got {raw[:40]!r}")
     return int(raw)
 
 
 async def _json_body(request: Request, limit: int, *, optional: bool = False) -> dict[str, Any]:
     """The request's JSON object, read no further than ``limit`` bytes."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    declared = request.headers.get("content-length")
+    if declared is not None and _whole(declared, "Content-Length must be a number of bytes") > limit:
         raise _Refused(413, f"the body is {declared} bytes; at most {limit} are read")
     body = bytearray()
     async for chunk in request.stream():
@@ -266,7 +268,23 @@ async def _json_body(request: Request, limit: int, *, optional: bool = False) ->
     return value
 
 
-async def _sse(host: SessionHost, name: str, after: int, keepalive: float) -> AsyncIterator[bytes]:
+class _EventStream(StreamingResponse):
+    """An event stream closed however its response ends: Starlette leaves an iterator it stopped
+    reading (a client gone mid-send) to the garbage collector, and with it the tasks feeding it."""
+
+    def __init__(self, events: AsyncGenerator[bytes, None]) -> None:
+        super().__init__(events, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        self._events = events
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._events.aclose()
+
+
+async def _sse(host: SessionHost, name: str, after: int, keepalive: float) -> AsyncGenerator[bytes, None]:
     """The event stream: each event as ``id: seq`` and ``data: json``; a comment after each
     ``keepalive`` idle seconds; ends when the host stops or the client leaves."""
     queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=256)
@@ -275,31 +293,29 @@ async def _sse(host: SessionHost, name: str, after: int, keepalive: float) -> As
         try:
             async for event in host.events(name, after):
                 await queue.put(event)
-        finally:
-            await queue.put(None)
+        except Exception:
+            logger.warning("the event stream of session %r failed", name, exc_info=True)
+        await queue.put(None)  # the end; not reached once cancelled, when nobody would read it
 
     loop = asyncio.get_running_loop()
     feeding = loop.create_task(pump())
     stopping = loop.create_task(host.stopping.wait())
+    getting: asyncio.Task[Event | None] | None = None
     try:
         yield b": events of this session follow\n\n"
-        while True:
-            getting = loop.create_task(queue.get())
+        while not host.stopping.is_set():  # checked after each event too: a backlog waits
+            getting = getting or loop.create_task(queue.get())
             done, _ = await asyncio.wait((getting, stopping), timeout=keepalive,
                                         return_when=asyncio.FIRST_COMPLETED)
-            if getting not in done:
-                getting.cancel()
-                if stopping in done:
+            if getting in done:
+                event, getting = getting.result(), None
+                if event is None:  # the host stopped, or reading the session failed
                     return
+                yield b"id: %d\ndata: %s\n\n" % (event.seq, event_data(event))
+            elif stopping not in done:
                 yield b": keep-alive\n\n"
-                continue
-            event = getting.result()
-            if event is None:  # the host stopped, or reading the session failed
-                return
-            yield b"id: %d\ndata: %s\n\n" % (event.seq, event_data(event))
     finally:
-        stopping.cancel()
-        feeding.cancel()
-        for outcome in await asyncio.gather(feeding, stopping, return_exceptions=True):
-            if isinstance(outcome, Exception):
-                logger.warning("the event stream of session %r failed", name, exc_info=outcome)
+        waiting = [task for task in (getting, stopping, feeding) if task is not None]
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)

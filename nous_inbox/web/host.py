@@ -41,7 +41,7 @@ from typing import Any, Final, TypeVar
 from nous_inbox.async_owner import AsyncOwner, AsyncTurnRunner
 from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import Event, MessageSent
-from nous_inbox.inbox import Target
+from nous_inbox.inbox import Target, is_blank
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
 from nous_inbox.snapshot import load_session
@@ -79,9 +79,10 @@ def checked_text(text: object) -> Message:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
-    if not text.strip():
+    message = Message.user(text)  # refuses a text with no UTF-8 form
+    if is_blank([message]):  # the inbox's one blank test (ruling 4)
         raise ValueError("text is empty; an empty message is never worth a model round")
-    return Message.user(text)
+    return message
 
 
 class SessionHost:
@@ -121,7 +122,7 @@ class SessionHost:
         self._poll_interval = float(poll_interval)
         self._owner_options = dict(owner_options or {})
         self._owners: dict[str, AsyncOwner] = {}
-        self._taking: dict[str, asyncio.Future[AsyncOwner | None]] = {}
+        self._taking: dict[str, asyncio.Task[AsyncOwner | None]] = {}  # opens under way
         self._seen: dict[str, tuple[int, float]] = {}  # held session -> (version, since when)
         self._known: dict[str, Session] = {}  # sessions not held here, folded as far as read
         self._retry_at: dict[str, float] = {}  # held elsewhere: when to try its lease again
@@ -147,6 +148,7 @@ class SessionHost:
         if self._scanner is not None:
             self._scanner.cancel()
             await asyncio.gather(self._scanner, return_exceptions=True)
+        await asyncio.gather(*self._taking.values(), return_exceptions=True)
         owners, self._owners = list(self._owners.values()), {}
         await asyncio.gather(*(owner.aclose() for owner in owners), return_exceptions=True)
         if self._io is not None:
@@ -248,23 +250,15 @@ class SessionHost:
         owner = self.hosted(session)
         if owner is not None:
             return owner
-        pending = self._taking.get(session)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        if self.stopping.is_set() or len(self.held) + len(self._taking) >= self.max_sessions:
-            return None
-        future: asyncio.Future[AsyncOwner | None] = asyncio.get_running_loop().create_future()
-        self._taking[session] = future
-        try:
-            owner = await self._open(session)
-            future.set_result(owner)
-            return owner
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: only the waiters (if any) need it
-            raise
-        finally:
-            del self._taking[session]
+        opening = self._taking.get(session)
+        if opening is None:
+            if self.stopping.is_set() or len(self.held) + len(self._taking) >= self.max_sessions:
+                return None
+            opening = asyncio.get_running_loop().create_task(self._open(session))
+            self._taking[session] = opening
+            opening.add_done_callback(lambda _: self._taking.pop(session, None))
+        # Shielded: a caller that stops waiting (a client gone) leaves the open to the others.
+        return await asyncio.shield(opening)
 
     async def _open(self, session: str) -> AsyncOwner | None:
         owner = AsyncOwner(self.store, session, self._agent(session), **self._owner_options)
@@ -273,6 +267,9 @@ class SessionHost:
         except StreamOwnedError:
             # Held elsewhere: ask again once its holder could have died and its lease lapsed.
             self._retry_at[session] = time.monotonic() + getattr(self.store, "lease", 0.5) / 2
+            return None
+        if self.stopping.is_set():  # the host closed while it opened: nobody would close it
+            await owner.aclose()
             return None
         self._owners[session] = owner
         self._known.pop(session, None)
@@ -297,7 +294,8 @@ class SessionHost:
 
     async def scan(self) -> None:
         """One look through the store: take each session that is running (its owner died) or
-        wants a wake and is not held here; let go of held ones idle for ``idle_timeout``."""
+        wants a wake and is not held here; let go of held ones idle for ``idle_timeout`` with
+        nothing queued that asks for a wake."""
         now = time.monotonic()
         for name, owner in list(self._owners.items()):
             if owner.closed:  # its lease was taken over
@@ -307,17 +305,23 @@ class SessionHost:
             version, since = self._seen.get(name, (-1, now))
             if session.version != version:
                 self._seen[name] = (session.version, now)
-            elif not session.running and now - since >= self.idle_timeout:
+            elif (now - since >= self.idle_timeout and not session.running
+                  and not session.inbox.worth_waking()):
+                # A waking entry its owner leaves queued (a cancelled run's, ruling 9) keeps the
+                # session held: taken back, a fresh owner would wake for it with no new send.
                 self._drop(name, owner)
                 await owner.aclose()
                 self._known[name] = owner.session
         for name in await self.call(self.store.streams):
             if name in self._owners or name in self._taking or self._retry_at.get(name, 0) > now:
                 continue
-            known = await self.call(_caught_up, self.store, name, self._known.get(name))
-            self._known[name] = known
-            if known.running or known.inbox.worth_waking():
-                await self.take(name)
+            try:
+                known = await self.call(_caught_up, self.store, name, self._known.get(name))
+                self._known[name] = known
+                if known.running or known.inbox.worth_waking():
+                    await self.take(name)
+            except Exception:  # one session's failure (its log, its agent) is not the others'
+                logger.exception("could not take session %r; trying again at the next scan", name)
 
 
 def _read(store: Store, session: str, after: int) -> list[Event]:
