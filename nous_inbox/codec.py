@@ -49,9 +49,8 @@ when a line fails is the buffer walked again in Python to name the line and byte
 helper, ``_decode_lines``, does this for the codec's readers and the ``file:`` store alike).
 Without positions, the events of each piece are a list walked by ``itertools.chain``, so no
 generator frame is resumed per event. A bulk decode or fold pauses the cyclic garbage collector
-(``nous_inbox._collector.collector_paused``): everything it builds is acyclic, and the collector's full passes over
-the millions of objects already built were most of a long replay's time, growing with the log;
-the caller's collector state (enabled or not) is restored on the way out, errors included. The
+(``nous_inbox._collector.collector_paused``): everything it builds is acyclic, and the
+collector's full passes over the objects already built would grow with the log; the caller's collector state (enabled or not) is restored on the way out, errors included. The
 MessagePack frame is ``length (4 bytes, big-endian) | crc32 (4 bytes) | payload``: MessagePack has
 little redundancy, so without the checksum a flipped byte inside a string would decode silently as
 other text.
