@@ -177,7 +177,7 @@ class _Claims:
         self.port = port
         self.failed = False
 
-    def take(self, command: Claim) -> tuple[list[Event], ClaimAnswered]:
+    def claim(self, command: Claim) -> tuple[list[Event], ClaimAnswered]:
         """Claim as the loop asks: the events to stream (a recorded warning, the port's claim)
         and what the loop is told."""
         if self.failed:
@@ -356,7 +356,7 @@ class Runner:
                 if cancel is not None and cancel.is_set():
                     happening = Cancelled()
                 elif kind is Claim:
-                    shown, happening = claims.take(command)  # type: ignore[arg-type]
+                    shown, happening = claims.claim(command)  # type: ignore[arg-type]
                     if shown:
                         yield shown
                 elif kind is CallModel:
