@@ -3,8 +3,11 @@ msgspec's own loop, and name the line (or record) and byte offset of the first b
 
 The formats in :mod:`nous_inbox.codec` read through these functions; the ``file:`` store reuses
 the line decoder. They take the format's ``check_header`` to read a log's first record, and a
-compiled msgspec decoder for the rest. Positions are worked out only to place an error, so a good
-log is decoded at msgspec's pace.
+compiled msgspec decoder for the rest. A buffer is split into lines and the lines decoded by
+``map`` over the compiled decoder; only when a line fails is the batch walked again in Python to
+name the line and byte offset (``_decode_lines``, the one home of that check). Without positions,
+the events of each piece are a list walked by ``itertools.chain``: no generator frame is resumed
+per event.
 
 >>> import msgspec
 >>> decoder = msgspec.json.Decoder(int)

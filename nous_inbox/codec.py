@@ -43,15 +43,11 @@ store holds the one it writes with, so nothing threads a format string through i
 >>> MSGPACK.decode(MSGPACK.encode(Warned(seq=1, text="hi")), Event)
 Warned(text='hi', seq=1)
 
-Design notes. Decoders are built once per type and reused. A buffer is split into lines and the
-lines decoded by ``map`` over the compiled decoder, so the per-line cost is msgspec's own; only
-when a line fails is the buffer walked again in Python to name the line and byte offset (one
-helper, ``_decode_lines`` in ``nous_inbox._log_reader``, does this for the codec's readers and
-the ``file:`` store alike).
-Without positions, the events of each piece are a list walked by ``itertools.chain``, so no
-generator frame is resumed per event. A bulk decode or fold pauses the cyclic garbage collector
-(``nous_inbox._collector.collector_paused``): everything it builds is acyclic, and the
-collector's full passes over the objects already built would grow with the log; the caller's collector state (enabled or not) is restored on the way out, errors included. The
+Design notes. Decoders are built once per type and reused; reading a log's bytes (lines, frames,
+the place of a bad record) is ``nous_inbox._log_reader``'s. A bulk decode or fold pauses the
+cyclic garbage collector (``nous_inbox._collector.collector_paused``): everything it builds is
+acyclic, and the collector's full passes over the objects already built would grow with the log;
+the caller's collector state (enabled or not) is restored on the way out, errors included. The
 MessagePack frame is ``length (4 bytes, big-endian) | crc32 (4 bytes) | payload``: MessagePack has
 little redundancy, so without the checksum a flipped byte inside a string would decode silently as
 other text.
