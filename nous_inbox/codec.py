@@ -43,14 +43,10 @@ store holds the one it writes with, so nothing threads a format string through i
 >>> MSGPACK.decode(MSGPACK.encode(Warned(seq=1, text="hi")), Event)
 Warned(text='hi', seq=1)
 
-Design notes. Decoders are built once per type and reused. A buffer is split into lines and the
-lines decoded by ``map`` over the compiled decoder, so the per-line cost is msgspec's own; only
-when a line fails is the buffer walked again in Python to name the line and byte offset (one
-helper, ``_decode_lines``, does this for the codec's readers and the ``file:`` store alike).
-Without positions, the events of each piece are a list walked by ``itertools.chain``, so no
-generator frame is resumed per event. A bulk decode or fold pauses the cyclic garbage collector
-(``nous_inbox._collector.collector_paused``): everything it builds is acyclic, and the collector's full passes over
-the millions of objects already built were most of a long replay's time, growing with the log;
+Design notes. Decoders are built once per type and reused; reading a log's bytes (lines, frames,
+the place of a bad record) is ``nous_inbox._log_reader``'s. A bulk decode or fold pauses the
+cyclic garbage collector (``nous_inbox._collector.collector_paused``): everything it builds is
+acyclic, and the collector's full passes over the objects already built would grow with the log;
 the caller's collector state (enabled or not) is restored on the way out, errors included. The
 MessagePack frame is ``length (4 bytes, big-endian) | crc32 (4 bytes) | payload``: MessagePack has
 little redundancy, so without the checksum a flipped byte inside a string would decode silently as
@@ -61,14 +57,24 @@ from __future__ import annotations
 
 import abc
 import os
-import struct
 import zlib
 from collections.abc import Iterable, Iterator
-from itertools import accumulate, chain, count, takewhile
-from typing import IO, Any, Final, Literal, NamedTuple
+from typing import IO, Any, Final, Literal
 
 import msgspec
 
+from nous_inbox._log_reader import _BAD as _BAD
+from nous_inbox._log_reader import (
+    _FRAME,
+    FRAME_HEADER_SIZE,
+    _iter_json,
+    _iter_msgpack,
+    _read_json_file,
+    _read_msgpack_file,
+)
+from nous_inbox._log_reader import _decode_lines as _decode_lines
+from nous_inbox._log_reader import _reason as _reason
+from nous_inbox._log_reader import _span as _span
 from nous_inbox.errors import DecodeError, RecordTooLargeError
 from nous_inbox.events import SCHEMA_VERSION, Event
 from nous_inbox.message import enc_hook
@@ -112,13 +118,6 @@ one, and a record's size is bounded with it."""
 Format = Literal["json", "msgpack"]
 """A format by name, as the functions below accept it (or pass a :class:`LogFormat`)."""
 
-FRAME_HEADER_SIZE: Final = 8
-_FRAME: Final = struct.Struct(">II")
-_CHUNK: Final = 4 * 1024 * 1024
-_PIECE: Final = 32 * 1024
-"""Bytes of JSON Lines decoded per batch. Small enough that a batch's lines and events (a few
-hundred of each) stay in a core's L2 cache until the reader has used them; larger batches
-spill it and make typed decoding slower."""
 
 
 class Header(msgspec.Struct, frozen=True, kw_only=True):
@@ -166,10 +165,6 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     more: int = 0
 
 
-# What a decoder may raise on bad bytes: msgspec's own error (ValidationError is a subclass) and,
-# for absurdly deep nesting, RecursionError; both become our DecodeError with a place. The one
-# definition: the stores import it from here.
-_BAD: Final = (msgspec.DecodeError, RecursionError)
 _HEADER: Final = Header(format=FORMAT_NAME, version=SCHEMA_VERSION)
 
 
@@ -279,29 +274,12 @@ class _JsonLines(LogFormat):
         self, data: object, kind: Any, *, name: str = "<bytes>", header: bool = True,
         max_size: int = MAX_RECORD_SIZE, start: int = 1, base: int = 0, positions: bool = True,
     ) -> Iterator[Any]:
-        return _iter_json(self, data, self._decoders[kind], name, header, max_size, start, base,
-                          positions)
+        return _iter_json(self.check_header, data, self._decoders[kind], name, header, max_size,
+                          start, base, positions)
 
     def read_file(self, file: IO[bytes], name: str, kind: Any, max_size: int) -> Iterator[Any]:
-        line, offset, header, pending = 1, 0, True, b""
-        while chunk := file.read(_CHUNK):
-            pending += chunk
-            cut = pending.rfind(b"\n") + 1
-            if not cut:
-                if len(pending) > max_size:
-                    raise RecordTooLargeError(
-                        f"{name} line {line} (byte {offset}): record of more than {max_size} "
-                        f"bytes is above the limit"
-                    )
-                continue
-            complete, pending = pending[:cut], pending[cut:]
-            yield from self.iter(complete, kind, name=name, header=header, max_size=max_size,
-                                 start=line, base=offset)
-            line += complete.count(b"\n")
-            offset += cut
-            header = False
-        if pending:
-            raise _truncated(name, "line", line, offset, len(pending))
+        return _read_json_file(self.check_header, file, name, self._decoders[kind],
+                               max_size)
 
 
 class _MsgpackFrames(LogFormat):
@@ -321,35 +299,13 @@ class _MsgpackFrames(LogFormat):
         self, data: object, kind: Any, *, name: str = "<bytes>", header: bool = True,
         max_size: int = MAX_RECORD_SIZE, start: int = 1, base: int = 0, positions: bool = True,
     ) -> Iterator[Any]:
-        items = _iter_msgpack(self, data, self._decoders[kind], name, header, max_size, start,
-                              base)
+        items = _iter_msgpack(self.check_header, data, self._decoders[kind], name, header,
+                              max_size, start, base)
         return items if positions else (item for _, _, item in items)
 
     def read_file(self, file: IO[bytes], name: str, kind: Any, max_size: int) -> Iterator[Any]:
-        number, offset, header, pending = 1, 0, True, b""
-        while chunk := file.read(_CHUNK):
-            pending += chunk
-            # Cut after the last whole frame so each piece decodes on its own.
-            pos = frames = 0
-            while len(pending) - pos >= FRAME_HEADER_SIZE:
-                size = _FRAME.unpack_from(pending, pos)[0]
-                if size > max_size:  # hand it over: iter refuses it, naming the place
-                    pos, frames = len(pending), frames + 1
-                    break
-                if pos + FRAME_HEADER_SIZE + size > len(pending):
-                    break
-                pos += FRAME_HEADER_SIZE + size
-                frames += 1
-            if not frames:
-                continue
-            complete, pending = pending[:pos], pending[pos:]
-            yield from self.iter(complete, kind, name=name, header=header, max_size=max_size,
-                                 start=number, base=offset)
-            number += frames
-            offset += pos
-            header = False
-        if pending:
-            raise _truncated(name, "record", number, offset, len(pending))
+        return _read_msgpack_file(self.check_header, file, name, self._decoders[kind],
+                                  max_size)
 
 
 JSON_LINES: Final[LogFormat] = _JsonLines()
@@ -541,177 +497,3 @@ def _read_file(
     name = os.fspath(path)
     with open(path, "rb") as file:
         yield from fmt.read_file(file, name, kind, max_size)
-
-
-def _reason(exc: BaseException, data: Any) -> str:
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"
-    if not data:
-        return "empty record"
-    return str(exc)
-
-
-class _BadLine(NamedTuple):
-    """Why a line of a batch was refused; ``error(place)`` builds the error naming its place."""
-
-    reason: str
-    too_large: bool
-
-    def error(self, place: str) -> DecodeError:
-        kind = RecordTooLargeError if self.too_large else DecodeError
-        return kind(f"{place}: {self.reason}")
-
-
-def _decode_lines(
-    decoder: Any, lines: list[bytes], max_size: int, span: int | None = None,
-) -> tuple[list[Any], _BadLine | None]:
-    """Decode a batch of lines in msgspec's own loop: ``(values, None)`` when all are good.
-
-    Otherwise the values of the lines before the first bad one (too large, or not decoding),
-    and why that one is bad: its index is ``len(values)``. Only then are the lines walked one
-    by one, so a caller works out where a line sits only when there is an error to place. The
-    one home of this check: the codec's readers and the ``file:`` store both use it.
-
-    ``span``, when the caller knows it, is how many bytes the lines came from: if that is
-    within ``max_size``, no line can be above it, and the lines are not measured one by one
-    (a piece whose bytes fit the limit cannot hold a line above it: replay's pieces of about
-    32 KiB, to the next newline, skip the walk under the default limit; it was a few percent
-    of decoding them).
-    """
-    if not lines:
-        return [], None
-    good = lines
-    too_large = (span is None or span > max_size) and max(map(len, lines)) > max_size
-    if too_large:
-        good = list(takewhile(lambda text: len(text) <= max_size, lines))
-    try:
-        values = list(map(decoder.decode, good))
-    except _BAD:
-        values = []
-        for text in good:
-            try:
-                values.append(decoder.decode(text))
-            except _BAD as exc:
-                return values, _BadLine(_reason(exc, text), False)
-        raise AssertionError("a line failed to decode once but not twice") from None  # pragma: no cover
-    if too_large:
-        size = len(lines[len(values)])
-        return values, _BadLine(f"record of {size} bytes is above the limit of {max_size} bytes",
-                                True)
-    return values, None
-
-
-def _span(lines: list[bytes], index: int) -> int:
-    """How many bytes the first ``index`` lines take, newlines included."""
-    return sum(map(len, lines[:index])) + index
-
-
-def _as_bytes(data: object) -> bytes:
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, (bytearray, memoryview)):
-        return bytes(data)
-    raise TypeError(f"expected bytes, got {type(data).__name__}")
-
-
-def _iter_json(
-    fmt: LogFormat, data: object, decoder: Any, name: str, header: bool, max_size: int,
-    line: int, base: int, positions: bool,
-) -> Iterator[Any]:
-    pieces = _json_pieces(fmt, data, decoder, name, header, max_size, line, base, positions)
-    # Without positions, the events of a piece are a list, walked by ``chain`` in C: no
-    # generator frame resumed per event.
-    return chain.from_iterable(pieces)
-
-
-def _json_pieces(
-    fmt: LogFormat, data: object, decoder: Any, name: str, header: bool, max_size: int,
-    line: int, base: int, positions: bool,
-) -> Iterator[Iterable[Any]]:
-    buf = _as_bytes(data)
-    if not buf:
-        return
-    end = buf.rfind(b"\n") + 1  # after it: b"" when the buffer ends with a newline, else a
-    offset = base                # record cut short
-    pos = 0
-    if header:
-        first = buf.find(b"\n")
-        if first < 0:
-            raise _truncated(name, "line", line, offset, len(buf))
-        fmt.check_header(buf[:first], f"{name} line {line} (byte {offset})")
-        offset += first + 1
-        line += 1
-        pos = first + 1
-    # A piece of about _PIECE bytes at a time, split into lines and decoded in msgspec's own
-    # loop: the lines of a piece are decoded while still in cache, the events handed on while
-    # theirs are, and a long log never has all its lines or events alive at once.
-    while pos < end:
-        cut = buf.find(b"\n", min(pos + _PIECE, end - 1)) + 1 if pos + _PIECE < end else end
-        part = buf[pos:cut].split(b"\n")
-        part.pop()
-        items, bad = _decode_lines(decoder, part, max_size, cut - pos)
-        if positions:
-            yield zip(count(line), accumulate(map((1).__add__, map(len, part)), initial=offset),
-                      items, strict=False)
-        else:
-            yield items
-        if bad is not None:  # the good lines before it were handed on; now name it
-            index = len(items)
-            place = f"{name} line {line + index} (byte {offset + _span(part, index)})"
-            raise bad.error(place)
-        line += len(part)
-        offset += cut - pos
-        pos = cut
-    if end < len(buf):
-        raise _truncated(name, "line", line, base + end, len(buf) - end)
-
-
-def _truncated(name: str, unit: str, number: int, offset: int, size: int) -> DecodeError:
-    ending = "no newline at its end" if unit == "line" else "shorter than its frame says"
-    return DecodeError(
-        f"{name} {unit} {number} (byte {offset}): truncated record ({size} bytes, {ending})"
-    )
-
-
-def _iter_msgpack(
-    fmt: LogFormat, data: object, decoder: Any, name: str, header: bool, max_size: int,
-    number: int, base: int,
-) -> Iterator[Any]:
-    buf = _as_bytes(data)
-    end = len(buf)
-    pos = 0
-    unpack = _FRAME.unpack_from
-    crc32 = zlib.crc32
-    decode = decoder.decode
-    while pos < end:
-        if end - pos < FRAME_HEADER_SIZE:
-            raise _truncated(name, "record", number, base + pos, end - pos)
-        size, checksum = unpack(buf, pos)
-        if size > max_size:
-            raise RecordTooLargeError(
-                f"{name} record {number} (byte {base + pos}): record of {size} bytes is above "
-                f"the limit of {max_size} bytes"
-            )
-        start = pos + FRAME_HEADER_SIZE
-        stop = start + size
-        if stop > end:
-            raise _truncated(name, "record", number, base + pos, end - pos)
-        payload = buf[start:stop]
-        if crc32(payload) != checksum:
-            raise DecodeError(
-                f"{name} record {number} (byte {base + pos}): checksum mismatch (the record is "
-                f"corrupt)"
-            )
-        if header:
-            fmt.check_header(payload, f"{name} record {number} (byte {base + pos})")
-            header = False
-        else:
-            try:
-                item = decode(payload)
-            except _BAD as exc:
-                raise DecodeError(
-                    f"{name} record {number} (byte {base + pos}): {_reason(exc, payload)}"
-                ) from None
-            yield number, base + pos, item
-        pos = stop
-        number += 1

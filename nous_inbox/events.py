@@ -104,9 +104,8 @@ class QueueClaimed(_Base, tag="queue_claimed", frozen=True):
     makes) means the claim took the whole queue. Replay checks ``count + rest`` against the
     queue, so a log that disagrees with itself is caught either way.
 
-    Of the claim names, this is the *event* recorded; ``nous_inbox.loop.Claim`` is the command
-    that asks for a claim, ``nous_inbox.loop.Drained`` the happening that answers it, and
-    ``nous_inbox.inbox.Claimed`` the view of the messages taken.
+    Claiming: ``loop.Claim`` asks, ``loop.ClaimAnswered`` answers, ``QueueClaimed`` is recorded,
+    ``inbox.Claimed`` is the view.
     """
 
     target: Target

@@ -39,7 +39,7 @@ from nous_inbox.events import Event
 
 __all__ = [
     "GATHER_MAX_SECONDS", "GATHER_SECONDS", "GroupCommit", "Outcome", "Ticket",
-    "commit_in_threads", "one_senders", "refused_unwritten", "settle",
+    "commit_in_threads", "copy_for_sender", "refused_unwritten", "settle",
 ]
 
 W = TypeVar("W")
@@ -74,7 +74,7 @@ class Ticket(Generic[W]):
     def result(self) -> Event:
         """The event as stored, or raise the error this sender is to hear (its own copy)."""
         if self.error is not None:
-            raise one_senders(self.error)
+            raise copy_for_sender(self.error)
         if self.stored is None:
             raise RuntimeError("this send has not been committed yet")
         return self.stored
@@ -221,7 +221,7 @@ def refused_unwritten(error: BaseException) -> bool:
     return isinstance(error, (*_REFUSED, LeaseLostError))
 
 
-def one_senders(error: BaseException) -> BaseException:
+def copy_for_sender(error: BaseException) -> BaseException:
     """A copy of a failed batch's ``error`` for one of its senders, caused by it: one instance
     raised in every sender would gather every sender's frames in its one traceback. An error
     that cannot be copied (its class needs arguments it does not keep) is raised as is."""

@@ -194,9 +194,8 @@ class Claimed(Sequence[Message]):
     one message or a hundred thousand were waiting. It compares equal to any sequence holding
     the same messages.
 
-    Of the claim names, this is the *view* of what a claim took; ``nous_inbox.loop.Claim`` is
-    the command that asks for a claim, ``nous_inbox.loop.Drained`` the happening that answers
-    it, and ``nous_inbox.events.QueueClaimed`` the event recorded.
+    Claiming: ``loop.Claim`` asks, ``loop.ClaimAnswered`` answers, ``events.QueueClaimed`` is
+    recorded, ``Claimed`` is the view.
 
     >>> claimed, _ = Inbox().steer("a").steer("b").claim("next_step")
     >>> len(claimed), claimed[0].content, claimed == [Message.user("a"), Message.user("b")]

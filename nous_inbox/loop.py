@@ -11,14 +11,15 @@ happened. Events leave here with ``seq`` 0; whoever records them numbers them.
 >>> state, command, events = advance(state, TurnOpened(turn=1, transcript=[Message.user("hi")]))
 >>> command, [type(e).__name__ for e in events]
 (Claim(target=<Target.NEXT_TURN: 'next_turn'>), ['TurnStarted'])
->>> state, command, events = advance(state, Drained(Target.NEXT_TURN))
->>> state, command, events = advance(state, Drained(Target.NEXT_STEP, [Message.user("be brief")]))
+>>> state, command, events = advance(state, ClaimAnswered(Target.NEXT_TURN))
+>>> brief = [Message.user("be brief")]
+>>> state, command, events = advance(state, ClaimAnswered(Target.NEXT_STEP, brief))
 >>> [m.content for m in command.transcript], [type(e).__name__ for e in events]
 (['hi', 'be brief'], ['StepStarted', 'ModelRequested'])
 >>> state, command, events = advance(state, ModelAnswered(Message.assistant("hello")))
 >>> command   # a would-be final answer: extend only if a waking message is pending
 Claim(target=<Target.NEXT_STEP: 'next_step'>, wake_only=True)
->>> state, command, events = advance(state, Drained(Target.NEXT_STEP))
+>>> state, command, events = advance(state, ClaimAnswered(Target.NEXT_STEP))
 >>> command, [type(e).__name__ for e in events]
 (EndTurn(reason='final'), ['TurnEnded'])
 
@@ -68,15 +69,15 @@ happening that does not fit the current phase raises ``UnexpectedHappeningError`
 transcript as a ``pvector``, so each step appends in O(1) and a ``CallModel`` hands the model the
 same persistent vector without copying.
 
-Names for the one verb, claiming: :class:`Claim` is the *command* (claim this queue),
-:class:`Drained` the *happening* that answers it (what the claim took), ``QueueClaimed`` (in
-``nous_inbox.events``) the *event* recorded for it, and ``nous_inbox.inbox.Claimed`` the read-only
-*view* of the messages one claim took.
+One verb, four names: ``Claim`` asks, ``ClaimAnswered`` answers, ``events.QueueClaimed`` is
+recorded, ``inbox.Claimed`` is the view of the messages taken. ``ClaimAnswered`` reads like the
+other answers (``CallModel`` -> ``ModelAnswered``, ``RunTools`` -> ``ToolsFinished``).
 """
 
 from __future__ import annotations
 
 import enum
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
@@ -109,7 +110,7 @@ __all__ = [
     "Cancelled",
     "Claim",
     "Command",
-    "Drained",
+    "ClaimAnswered",
     "EndTurn",
     "Failed",
     "Happening",
@@ -190,13 +191,13 @@ class Phase(enum.StrEnum):
 
 
 class Claim(msgspec.Struct, frozen=True, repr_omit_defaults=True):
-    """The command: claim ``target`` and report ``Drained``. With ``wake_only``, claim only if
-    an entry on it asked for a wake and is worth a model round (``Inbox.claim(target,
-    wake_only=True)`` decides); otherwise report ``Drained`` with no messages and leave the queue
-    alone.
+    """The command: claim ``target`` and report ``ClaimAnswered``. With ``wake_only``, claim
+    only if an entry on it asked for a wake and is worth a model round (``Inbox.claim(target,
+    wake_only=True)`` decides); otherwise report ``ClaimAnswered`` with no messages and leave
+    the queue alone.
 
-    Of the claim names, this is the command; ``Drained`` is the happening that answers it,
-    ``QueueClaimed`` the event a driver records, ``Claimed`` the view of what a claim took."""
+    Claiming: ``Claim`` asks, ``ClaimAnswered`` answers, ``QueueClaimed`` is recorded, ``Claimed``
+    is the view."""
 
     target: Target
     wake_only: bool = False
@@ -235,9 +236,12 @@ class TurnOpened(msgspec.Struct, frozen=True):
     transcript: Sequence[Message] = ()
 
 
-class Drained(msgspec.Struct, frozen=True):
+class ClaimAnswered(msgspec.Struct, frozen=True):
     """The happening that answers a ``Claim``: what the claim of ``target`` took (possibly
-    nothing). The driver records the same claim as a ``QueueClaimed`` event."""
+    nothing).
+
+    Claiming: ``Claim`` asks, ``ClaimAnswered`` answers, ``QueueClaimed`` is recorded, ``Claimed``
+    is the view."""
 
     target: Target
     messages: Sequence[Message] = ()
@@ -280,7 +284,8 @@ class Failed(msgspec.Struct, frozen=True):
     error: str
 
 
-Happening = TurnOpened | Drained | ModelAnswered | ToolsFinished | Retried | Cancelled | Failed
+Happening = (TurnOpened | ClaimAnswered | ModelAnswered | ToolsFinished | Retried | Cancelled
+             | Failed)
 
 
 class LoopState(msgspec.Struct, frozen=True):
@@ -446,17 +451,17 @@ def _open(state: LoopState, opened: TurnOpened) -> Advance:
     return Advance(_replace(state, phase=Phase.CLAIM_TURN), Claim(Target.NEXT_TURN), (started,))
 
 
-def _drained(state: LoopState, drained: Drained) -> Advance:
-    """Any claim phase + Drained: the claimed messages join the transcript; what comes next
+def _claim_answered(state: LoopState, answer: ClaimAnswered) -> Advance:
+    """Any claim phase + ClaimAnswered: the claimed messages join the transcript; what comes next
     depends on which boundary claimed (rulings 1 to 5)."""
     phase = state.phase
-    if drained.target != _CLAIM_TARGETS[phase]:
+    if answer.target != _CLAIM_TARGETS[phase]:
         raise UnexpectedHappeningError(
             f"loop in phase {phase.value!r} asked to claim {_CLAIM_TARGETS[phase].value}, "
-            f"got Drained({drained.target!s})",
-            phase=phase.value, happening=drained,
+            f"got ClaimAnswered({answer.target!s})",
+            phase=phase.value, happening=answer,
         )
-    messages = tuple(drained.messages)
+    messages = tuple(answer.messages)
     events: list[Event] = []
     if messages:
         state = _replace(state, transcript=state.transcript.extend(messages))
@@ -617,7 +622,7 @@ _OPEN_PHASES: Final = (*_CLAIM_PHASES, Phase.MODEL, Phase.TOOLS)
 
 _TRANSITIONS: Final[Mapping[tuple[Phase, type], _Handler]] = MappingProxyType({
     (Phase.NEW, TurnOpened): _open,
-    **{(phase, Drained): _drained for phase in _CLAIM_PHASES},
+    **{(phase, ClaimAnswered): _claim_answered for phase in _CLAIM_PHASES},
     (Phase.MODEL, ModelAnswered): _answered,
     (Phase.TOOLS, ToolsFinished): _tools_finished,
     **{(phase, Retried): _retried for phase in _CLAIM_PHASES if phase is not Phase.CLAIM_TURN},
@@ -629,3 +634,12 @@ _TRANSITIONS: Final[Mapping[tuple[Phase, type], _Handler]] = MappingProxyType({
 _ACCEPTS: Final[Mapping[Phase, tuple[type[Any], ...]]] = MappingProxyType({
     phase: tuple(kind for (at, kind) in _TRANSITIONS if at is phase) for phase in Phase
 })
+
+
+def __getattr__(name: str) -> Any:
+    """``Drained``, the old name of :class:`ClaimAnswered`, still imports, with a warning."""
+    if name == "Drained":
+        warnings.warn("nous_inbox.loop.Drained is deprecated: use ClaimAnswered",
+                      DeprecationWarning, stacklevel=2)
+        return ClaimAnswered
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

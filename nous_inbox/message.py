@@ -94,7 +94,7 @@ def freeze_json(value: Any, path: str) -> Any:
     if kind is dict or kind is list:
         try:
             return _quick(value, 0)  # the walk without a path kept; any doubt, the careful one
-        except _Slow:
+        except _NeedsCarefulWalk:
             pass
     return _freeze(value, path, ())
 
@@ -181,7 +181,7 @@ def thaw_json(value: Any) -> Any:
     return value
 
 
-class _Slow(Exception):
+class _NeedsCarefulWalk(Exception):
     """Raised by ``_quick`` at anything it does not settle itself: the careful walk takes over."""
 
 
@@ -189,9 +189,9 @@ def _quick(value: dict[Any, Any] | list[Any], depth: int) -> FrozenDict | Frozen
     """Freeze a tree of plain dicts, lists and scalars, the shape decoding and most callers give.
 
     The same checks as ``_freeze`` (64-bit ints, finite floats, UTF-8 text, str keys, depth), but
-    with no path kept: a trail tuple per value was most of the cost of replaying a tool call.
-    Anything unusual (another type, a value that fails a check) raises ``_Slow``, and the caller
-    reruns ``_freeze`` from the top, which builds the same value or the error naming the place.
+    with no path kept, so replaying a tool call builds no trail tuple per value. Anything unusual
+    (another type, a value that fails a check) raises ``_NeedsCarefulWalk``, and the caller reruns
+    ``_freeze`` from the top, which builds the same value or the error naming the place.
     """
     if type(value) is list or type(value) is FrozenList:
         return _quick_list(value, depth)
@@ -200,53 +200,52 @@ def _quick(value: dict[Any, Any] | list[Any], depth: int) -> FrozenDict | Frozen
 
 def _quick_dict(value: dict[Any, Any], depth: int) -> FrozenDict:
     # Copied whole in C first, then only the nested containers are swapped for frozen ones:
-    # no Python-level store per key. Replay runs this once per decoded tool call, and its Python
-    # steps per value were most of the cost of decoding one.
+    # no Python-level store per key. Replay runs this once per decoded tool call.
     if depth >= MAX_DEPTH:
-        raise _Slow
+        raise _NeedsCarefulWalk
     out = FrozenDict(value)
     for key, item in value.items():
         if type(key) is not str:
-            raise _Slow
+            raise _NeedsCarefulWalk
         if not key.isascii():
-            _utf8_or_slow(key)
+            _utf8_or_careful(key)
         kind = type(item)
         if kind is str:
             if not item.isascii():
-                _utf8_or_slow(item)
+                _utf8_or_careful(item)
         elif kind is int:
             if item < _COMPACT_MIN or item > _COMPACT:
-                _int64_or_slow(item)
+                _int64_or_careful(item)
         elif kind is list or kind is FrozenList:
             _dict_set(out, key, _quick_list(item, depth + 1))
         elif kind is dict or kind is FrozenDict:
             _dict_set(out, key, _quick_dict(item, depth + 1))
         elif kind is float:
             if not _isfinite(item):
-                raise _Slow
+                raise _NeedsCarefulWalk
         elif item is not None and kind is not bool:
-            raise _Slow
+            raise _NeedsCarefulWalk
     return out
 
 
 def _quick_list(value: list[Any], depth: int) -> FrozenList:
     if depth >= MAX_DEPTH:
-        raise _Slow
+        raise _NeedsCarefulWalk
     for item in value:  # a list of scalars (the common case) is checked, then copied in C
         kind = type(item)
         if kind is str:
             if not item.isascii():
-                _utf8_or_slow(item)
+                _utf8_or_careful(item)
         elif kind is int:
             if item < _COMPACT_MIN or item > _COMPACT:
-                _int64_or_slow(item)
+                _int64_or_careful(item)
         elif kind is dict or kind is list or kind is FrozenDict or kind is FrozenList:
             break
         elif kind is float:
             if not _isfinite(item):
-                raise _Slow
+                raise _NeedsCarefulWalk
         elif item is not None and kind is not bool:
-            raise _Slow
+            raise _NeedsCarefulWalk
     else:
         return FrozenList(value)
     # A container inside: built item by item, each container frozen in turn.
@@ -260,15 +259,15 @@ def _quick_list(value: list[Any], depth: int) -> FrozenList:
             item = _quick_list(item, depth + 1)
         elif kind is str:
             if not item.isascii():
-                _utf8_or_slow(item)
+                _utf8_or_careful(item)
         elif kind is int:
             if item < _COMPACT_MIN or item > _COMPACT:
-                _int64_or_slow(item)
+                _int64_or_careful(item)
         elif kind is float:
             if not _isfinite(item):
-                raise _Slow
+                raise _NeedsCarefulWalk
         elif item is not None and kind is not bool:
-            raise _Slow
+            raise _NeedsCarefulWalk
         append(item)
     return FrozenList(out)
 
@@ -283,16 +282,16 @@ _COMPACT: Final = 2**30 - 1
 specialised fast path; a hot check tests them first and the 64-bit bounds only beyond."""
 
 
-def _int64_or_slow(value: int) -> None:
+def _int64_or_careful(value: int) -> None:
     if not _INT_MIN <= value <= _INT_MAX:
-        raise _Slow
+        raise _NeedsCarefulWalk
 
 
-def _utf8_or_slow(text: str) -> None:
+def _utf8_or_careful(text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise _Slow from None
+        raise _NeedsCarefulWalk from None
 
 
 def _check_text(value: str, where: str) -> None:
@@ -335,7 +334,7 @@ def _freeze_mapping(value: object, where: str) -> FrozenDict:
     if type(value) is dict or type(value) is FrozenDict:
         try:
             return _quick(value, 0)  # type: ignore[return-value]
-        except _Slow:
+        except _NeedsCarefulWalk:
             pass
     frozen: FrozenDict = _freeze(value, where, ())
     return frozen

@@ -110,7 +110,7 @@ from nous_inbox.loop import (
     CallModel,
     Cancelled,
     Claim,
-    Drained,
+    ClaimAnswered,
     EndTurn,
     Failed,
     Happening,
@@ -177,11 +177,11 @@ class _Claims:
         self.port = port
         self.failed = False
 
-    def take(self, command: Claim) -> tuple[list[Event], Drained]:
+    def claim(self, command: Claim) -> tuple[list[Event], ClaimAnswered]:
         """Claim as the loop asks: the events to stream (a recorded warning, the port's claim)
         and what the loop is told."""
         if self.failed:
-            return [], Drained(command.target)
+            return [], ClaimAnswered(command.target)
         target, port = command.target, self.port
         try:
             # Whether a waking message extends the run is the core's decision, made inside the
@@ -194,15 +194,15 @@ class _Claims:
         if problem:
             return self._fail(command, f"claim({target}) {problem}")
         messages, claimed = result
-        return ([claimed] if claimed is not None else []), Drained(target, messages)
+        return ([claimed] if claimed is not None else []), ClaimAnswered(target, messages)
 
-    def _fail(self, command: Claim, problem: str) -> tuple[list[Event], Drained]:
+    def _fail(self, command: Claim, problem: str) -> tuple[list[Event], ClaimAnswered]:
         """Stop asking, and say so: a log line and a recorded ``Warned``."""
         self.failed = True
         text = (f"message source failed: {type(self.port).__name__}.{problem}; the run goes on "
                 "without it for this turn")
         logger.warning(text)
-        return [self.port.record(Warned(text=text))], Drained(command.target)
+        return [self.port.record(Warned(text=text))], ClaimAnswered(command.target)
 
 
 def _claim_shape_problem(result: object, target: Target) -> str | None:
@@ -356,7 +356,7 @@ class Runner:
                 if cancel is not None and cancel.is_set():
                     happening = Cancelled()
                 elif kind is Claim:
-                    shown, happening = claims.take(command)  # type: ignore[arg-type]
+                    shown, happening = claims.claim(command)  # type: ignore[arg-type]
                     if shown:
                         yield shown
                 elif kind is CallModel:

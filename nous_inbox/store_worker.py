@@ -36,7 +36,7 @@ from nous_inbox.group_commit import (
     GroupCommit,
     Outcome,
     Ticket,
-    one_senders,
+    copy_for_sender,
     refused_unwritten,
     settle,
 )
@@ -251,7 +251,7 @@ class StoreWorker:
             if ticket.waiter.done():  # the sender stopped waiting
                 continue
             if ticket.error is not None:
-                ticket.waiter.set_exception(one_senders(ticket.error))
+                ticket.waiter.set_exception(copy_for_sender(ticket.error))
             else:
                 ticket.waiter.set_result(ticket.stored)  # type: ignore[arg-type]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from nous_inbox import codec
+from nous_inbox import _log_reader, codec
 from nous_inbox.codec import (
     Header,
     Record,
@@ -115,7 +115,7 @@ def test_records_of_a_multi_stream_log_decode(fmt):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_files_are_read_in_chunks_with_the_same_result(fmt, tmp_path, monkeypatch):
-    monkeypatch.setattr(codec, "_CHUNK", 97)  # force records across chunk boundaries
+    monkeypatch.setattr(_log_reader, "_CHUNK", 97)  # private: a small chunk splits records
     events = every_kind() * 3
     data = json_lines(events) if fmt == "json" else msgpack_frames(events)
     path = tmp_path / f"log.{fmt}"
@@ -205,7 +205,7 @@ def test_the_default_size_limit_is_16_mib():
 
 
 def test_an_endless_line_in_a_file_is_refused_without_reading_it_all(tmp_path, monkeypatch):
-    monkeypatch.setattr(codec, "_CHUNK", 64)
+    monkeypatch.setattr(_log_reader, "_CHUNK", 64)  # private: a small chunk splits the line
     path = tmp_path / "log.jsonl"
     path.write_bytes(encode_header() + b"x" * 10_000)
     with pytest.raises(RecordTooLargeError, match="line 2"):

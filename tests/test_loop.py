@@ -22,8 +22,8 @@ from nous_inbox.loop import (
     CallModel,
     Cancelled,
     Claim,
+    ClaimAnswered,
     Command,
-    Drained,
     EndTurn,
     Failed,
     Happening,
@@ -66,8 +66,8 @@ def first_request(
     """Open turn 1 on [PROMPT] and answer both turn-open claims: the loop's first request."""
     state = state or new_state()
     state, command, _ = advance(state, TurnOpened(1, "prompt", [PROMPT]))
-    state, command, _ = advance(state, Drained(TURN, turn_msgs))
-    state, command, _ = advance(state, Drained(STEP, step_msgs))
+    state, command, _ = advance(state, ClaimAnswered(TURN, turn_msgs))
+    state, command, _ = advance(state, ClaimAnswered(STEP, step_msgs))
     return state, command
 
 
@@ -79,9 +79,9 @@ def test_a_turn_opens_by_claiming_next_turn_then_next_step_right_before_the_requ
     assert command == Claim(TURN)
     assert names(events) == ["TurnStarted"]
     assert (events[0].turn, events[0].reason) == (1, "prompt")  # type: ignore[union-attr]
-    state, command, events = advance(state, Drained(TURN, [Message.user("later")]))
+    state, command, events = advance(state, ClaimAnswered(TURN, [Message.user("later")]))
     assert command == Claim(STEP) and events == ()
-    state, command, events = advance(state, Drained(STEP, [STEER]))
+    state, command, events = advance(state, ClaimAnswered(STEP, [STEER]))
     assert isinstance(command, CallModel)
     assert list(command.transcript) == [PROMPT, Message.user("later"), STEER]
     assert names(events) == ["StepStarted", "ModelRequested"]
@@ -96,7 +96,7 @@ def test_later_steps_claim_only_next_step_and_a_mid_tool_message_lands_after_the
     state, command, events = advance(state, ToolsFinished([RESULT]))
     assert command == Claim(STEP)  # not next_turn: that waits for a new turn
     assert names(events) == ["ToolReturned", "StepEnded"]
-    state, command, events = advance(state, Drained(STEP, [STEER]))
+    state, command, events = advance(state, ClaimAnswered(STEP, [STEER]))
     assert isinstance(command, CallModel)
     assert list(command.transcript)[-3:] == [CALLING, RESULT, STEER]
     assert [(e.turn, e.step) for e in events] == [(1, 2), (1, 2)]  # type: ignore[union-attr]
@@ -122,12 +122,12 @@ def test_a_final_answer_asks_whether_a_waking_message_is_pending() -> None:
 def test_a_message_pending_at_the_final_answer_extends_the_run_by_one_step() -> None:
     state, _ = first_request()
     state, _, _ = advance(state, ModelAnswered(FINAL))
-    state, command, events = advance(state, Drained(STEP, [STEER]))
+    state, command, events = advance(state, ClaimAnswered(STEP, [STEER]))
     assert isinstance(command, CallModel)
     assert list(command.transcript)[-2:] == [FINAL, STEER]
     assert names(events) == ["StepStarted", "ModelRequested"]
     state, command, events = advance(state, ModelAnswered(Message.assistant("checked it")))
-    state, command, events = advance(state, Drained(STEP))
+    state, command, events = advance(state, ClaimAnswered(STEP))
     assert command == EndTurn("final")
     assert events[-1] == TurnEnded(turn=1, steps=2, reason="final")
 
@@ -135,7 +135,7 @@ def test_a_message_pending_at_the_final_answer_extends_the_run_by_one_step() -> 
 def test_with_nothing_pending_a_final_answer_ends_the_turn() -> None:
     state, _ = first_request()
     state, _, _ = advance(state, ModelAnswered(FINAL))
-    state, command, events = advance(state, Drained(STEP))
+    state, command, events = advance(state, ClaimAnswered(STEP))
     assert command == EndTurn("final")
     assert names(events) == ["TurnEnded"]
     assert state.phase is Phase.ENDED
@@ -148,7 +148,7 @@ def test_after_a_degenerate_reply_the_loop_nudges_with_its_own_tagged_message() 
     state, _ = first_request()
     state, command, events = advance(state, ModelAnswered(DEGENERATE))
     assert command == Claim(STEP)  # a plain claim: the run will make this request anyway
-    state, command, events = advance(state, Drained(STEP))
+    state, command, events = advance(state, ClaimAnswered(STEP))
     assert isinstance(command, CallModel)
     assert command.transcript[-1] == CONTINUATION
     assert CONTINUATION.metadata["provenance"] == "continuation"
@@ -160,7 +160,7 @@ def test_after_a_degenerate_reply_the_loop_nudges_with_its_own_tagged_message() 
 def test_a_pending_message_replaces_the_continuation_nudge(pending: list[Message]) -> None:
     state, _ = first_request()
     state, _, _ = advance(state, ModelAnswered(DEGENERATE))
-    state, command, events = advance(state, Drained(STEP, pending))
+    state, command, events = advance(state, ClaimAnswered(STEP, pending))
     assert isinstance(command, CallModel)
     assert list(command.transcript)[-len(pending):] == pending
     assert CONTINUATION not in command.transcript
@@ -189,7 +189,7 @@ def test_a_frameworks_own_retry_is_its_nudge_and_a_pending_message_joins_it() ->
     state, command, _ = advance(state, ModelAnswered(DEGENERATE))
     state, command, events = advance(state, Retried(retry))
     assert command == Claim(STEP) and events == (Nudged(turn=1, step=1, message=retry),)
-    _, command, events = advance(state, Drained(STEP, [INJECT]))
+    _, command, events = advance(state, ClaimAnswered(STEP, [INJECT]))
     assert isinstance(command, CallModel) and list(command.transcript)[-2:] == [retry, INJECT]
     assert CONTINUATION not in command.transcript and "Nudged" not in names(events)
 
@@ -209,7 +209,7 @@ def test_results_that_are_the_answer_make_a_final_answers_boundary() -> None:
     state, _, _ = advance(state, ModelAnswered(CALLING))
     state, command, _ = advance(state, ToolsFinished([RESULT], final=True))
     assert command == Claim(STEP, wake_only=True)
-    _, command, _ = advance(state, Drained(STEP))
+    _, command, _ = advance(state, ClaimAnswered(STEP))
     assert command == EndTurn("final")
 
 
@@ -219,7 +219,7 @@ def test_results_that_are_the_answer_make_a_final_answers_boundary() -> None:
 def test_whitespace_only_messages_are_claimed_but_never_extend_a_run() -> None:
     state, _ = first_request()
     state, _, _ = advance(state, ModelAnswered(FINAL))
-    state, command, _events = advance(state, Drained(STEP, [BLANK]))
+    state, command, _events = advance(state, ClaimAnswered(STEP, [BLANK]))
     assert command == EndTurn("final")
     assert state.transcript[-1] == BLANK  # claimed, so in the transcript (as the log says)
 
@@ -227,7 +227,7 @@ def test_whitespace_only_messages_are_claimed_but_never_extend_a_run() -> None:
 def test_whitespace_only_messages_do_not_replace_the_nudge() -> None:
     state, _ = first_request()
     state, _, _ = advance(state, ModelAnswered(DEGENERATE))
-    _, command, events = advance(state, Drained(STEP, [BLANK]))
+    _, command, events = advance(state, ClaimAnswered(STEP, [BLANK]))
     assert isinstance(command, CallModel)
     assert list(command.transcript)[-2:] == [BLANK, CONTINUATION]
     assert "Nudged" in names(events)
@@ -265,7 +265,7 @@ def autoplay(
         happening: Happening
         if isinstance(command, Claim):
             got = deliver(command, state.step) if state.step else []
-            happening = Drained(command.target, got)
+            happening = ClaimAnswered(command.target, got)
         elif isinstance(command, CallModel):
             happening = ModelAnswered(reply(state.step))
         else:
@@ -396,14 +396,20 @@ def test_a_happening_the_phase_does_not_expect_is_refused_and_state_is_unchanged
     with pytest.raises(ValueError, match="phase 'model' cannot take ToolsFinished"):
         advance(state, ToolsFinished([]))
     assert state == before
-    with pytest.raises(ValueError, match="cannot take Drained"):
-        advance(state, Drained(STEP))
+    with pytest.raises(ValueError, match="cannot take ClaimAnswered"):
+        advance(state, ClaimAnswered(STEP))
+
+
+def test_drained_is_the_old_name_of_claim_answered() -> None:
+    with pytest.warns(DeprecationWarning, match="use ClaimAnswered"):
+        from nous_inbox.loop import Drained
+    assert Drained is ClaimAnswered
 
 
 # The specification of the table: which happening each phase takes. Everything else is refused.
 HAPPENINGS: dict[type, Happening] = {
     TurnOpened: TurnOpened(1, "wake", [PROMPT]),
-    Drained: Drained(STEP),  # the target is fixed per phase in the tests below
+    ClaimAnswered: ClaimAnswered(STEP),  # the target is fixed per phase in the tests below
     ModelAnswered: ModelAnswered(FINAL),
     ToolsFinished: ToolsFinished([RESULT]),
     Retried: Retried(Message.user("Please answer.")),
@@ -415,8 +421,8 @@ CLAIM_PHASES = [Phase.CLAIM_TURN, Phase.CLAIM_STEP, Phase.CLAIM_NUDGE, Phase.CLA
 OPEN_PHASES = [*CLAIM_PHASES, Phase.MODEL, Phase.TOOLS]
 TAKES: dict[Phase, set[type]] = {
     Phase.NEW: {TurnOpened},
-    **{phase: {Drained, Cancelled, Failed} for phase in CLAIM_PHASES},
-    **{phase: {Drained, Retried, Cancelled, Failed}
+    **{phase: {ClaimAnswered, Cancelled, Failed} for phase in CLAIM_PHASES},
+    **{phase: {ClaimAnswered, Retried, Cancelled, Failed}
        for phase in (Phase.CLAIM_STEP, Phase.CLAIM_NUDGE, Phase.CLAIM_FINAL, Phase.CLAIM_BUDGET)},
     Phase.MODEL: {ModelAnswered, Cancelled, Failed},
     Phase.TOOLS: {ToolsFinished, Cancelled, Failed},
@@ -432,15 +438,15 @@ def in_phase(phase: Phase) -> LoopState:
     steps: dict[Phase, tuple[LoopState, list[Happening]]] = {
         Phase.NEW: (new_state(), []),
         Phase.CLAIM_TURN: (new_state(), [TurnOpened(1)]),
-        Phase.CLAIM_STEP: (new_state(), [TurnOpened(1), Drained(TURN)]),
-        Phase.MODEL: (new_state(), [TurnOpened(1), Drained(TURN), Drained(STEP)]),
-        Phase.TOOLS: (new_state(), [TurnOpened(1), Drained(TURN), Drained(STEP),
+        Phase.CLAIM_STEP: (new_state(), [TurnOpened(1), ClaimAnswered(TURN)]),
+        Phase.MODEL: (new_state(), [TurnOpened(1), ClaimAnswered(TURN), ClaimAnswered(STEP)]),
+        Phase.TOOLS: (new_state(), [TurnOpened(1), ClaimAnswered(TURN), ClaimAnswered(STEP),
                                     ModelAnswered(CALLING)]),
-        Phase.CLAIM_NUDGE: (new_state(), [TurnOpened(1), Drained(TURN), Drained(STEP),
+        Phase.CLAIM_NUDGE: (new_state(), [TurnOpened(1), ClaimAnswered(TURN), ClaimAnswered(STEP),
                                           ModelAnswered(DEGENERATE)]),
-        Phase.CLAIM_FINAL: (new_state(), [TurnOpened(1), Drained(TURN), Drained(STEP),
+        Phase.CLAIM_FINAL: (new_state(), [TurnOpened(1), ClaimAnswered(TURN), ClaimAnswered(STEP),
                                           ModelAnswered(FINAL)]),
-        Phase.CLAIM_BUDGET: (new_state(1), [TurnOpened(1), Drained(TURN), Drained(STEP),
+        Phase.CLAIM_BUDGET: (new_state(1), [TurnOpened(1), ClaimAnswered(TURN), ClaimAnswered(STEP),
                                             ModelAnswered(CALLING), ToolsFinished([RESULT])]),
         Phase.ENDED: (new_state(), [TurnOpened(1), Cancelled()]),
     }
@@ -452,8 +458,8 @@ def in_phase(phase: Phase) -> LoopState:
 
 
 def fitting(phase: Phase, kind: type) -> Happening:
-    if kind is Drained:
-        return Drained(TURN if phase is Phase.CLAIM_TURN else STEP)
+    if kind is ClaimAnswered:
+        return ClaimAnswered(TURN if phase is Phase.CLAIM_TURN else STEP)
     return HAPPENINGS[kind]
 
 
@@ -473,7 +479,7 @@ def test_the_table_lists_exactly_the_specified_transitions() -> None:
 def test_every_listed_transition_is_taken(phase: Phase, kind: type) -> None:
     result = advance(in_phase(phase), fitting(phase, kind))
     # it moved on (a claim may repeat; a framework's retry in a budget claim asks again)
-    assert result.state.phase is not phase or kind in (Drained, Retried)
+    assert result.state.phase is not phase or kind in (ClaimAnswered, Retried)
 
 
 @pytest.mark.parametrize(("phase", "kind"), REFUSED,
@@ -503,9 +509,9 @@ def test_a_refusal_says_what_the_phase_takes() -> None:
 @pytest.mark.parametrize("phase", CLAIM_PHASES, ids=lambda p: p.value)
 def test_a_claim_of_the_wrong_queue_is_refused(phase: Phase) -> None:
     state = in_phase(phase)
-    wrong = Drained(STEP if phase is Phase.CLAIM_TURN else TURN)
+    wrong = ClaimAnswered(STEP if phase is Phase.CLAIM_TURN else TURN)
     asked = "next_turn" if phase is Phase.CLAIM_TURN else "next_step"
-    with pytest.raises(UnexpectedHappeningError, match=f"asked to claim {asked}, got Drained"):
+    with pytest.raises(UnexpectedHappeningError, match=f"asked to claim {asked}, got ClaimAnswered"):
         advance(state, wrong)
 
 
@@ -563,7 +569,7 @@ def test_every_turn_ends_once_within_its_bound(
         if cancel_at is not None and moves == cancel_at:
             happening, cancelled = Cancelled(), True
         elif isinstance(command, Claim):
-            happening = Drained(command.target, claims.pop() if claims else [])
+            happening = ClaimAnswered(command.target, claims.pop() if claims else [])
         elif isinstance(command, CallModel):
             assert list(command.transcript) == list(state.transcript)
             happening = ModelAnswered(replies[moves % len(replies)])

@@ -55,7 +55,7 @@ from nous_inbox.loop import (
     CallModel,
     Cancelled,
     Claim,
-    Drained,
+    ClaimAnswered,
     EndTurn,
     Happening,
     ModelAnswered,
@@ -226,11 +226,11 @@ class _Live:
         for target, wakeup, text in sends:
             self.record(MessageSent(target=target, wakeup=wakeup, message=Message.user(text)))
 
-    def claim(self, command: Claim) -> Drained:
+    def claim(self, command: Claim) -> ClaimAnswered:
         taken, _ = self.session.inbox.claim(command.target, wake_only=command.wake_only)
         if taken or not command.wake_only:
             self.record(QueueClaimed(target=command.target, count=len(taken)))
-        return Drained(command.target, list(taken))
+        return ClaimAnswered(command.target, list(taken))
 
 
 def _reply(kind: str, step: int) -> Happening:

@@ -112,7 +112,7 @@ from nous_inbox.loop import (
     CallModel,
     Cancelled,
     Claim,
-    Drained,
+    ClaimAnswered,
     EndTurn,
     Failed,
     Happening,
@@ -281,7 +281,7 @@ def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequenc
             command = adv.command
             messages = claim(command)
             deliver.extend(messages)
-            adv = advance(adv.state, Drained(command.target, messages))
+            adv = advance(adv.state, ClaimAnswered(command.target, messages))
             for event in adv.events:
                 emit(event)
                 if type(event) is Nudged:  # the loop's own nudge: pydantic-ai has not shown it
