@@ -175,9 +175,13 @@ class Owner(OwnerBody[MessageSent]):
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
 
-        Returns whether a run was going. Queued messages stay queued.
+        Returns whether a run was going. Queued messages stay queued. Call it from any thread;
+        the request is recorded in the log when a turn is open (see
+        :func:`~nous_inbox.owner_body.request_cancel`, which reaches an owner in another process).
         """
         with self._lock:
+            if not self._closed.is_set():
+                self._record_cancel()
             if not self._core.cancel():
                 return False
             self._cancel_turn()
