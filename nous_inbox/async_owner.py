@@ -243,17 +243,11 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
             return False
         if io.on_loop():
             io.soon(self._record_cancel)  # (logs its own failure)
-            return self._cancel_here()
+            return self._cancel_now()
         self._record_cancel()
         with contextlib.suppress(RuntimeError):  # the loop is gone: so is the run
-            loop.call_soon_threadsafe(self._cancel_here)
+            loop.call_soon_threadsafe(self._cancel_now)
         return self._run is not None
-
-    def _cancel_here(self) -> bool:
-        if not self._core.cancel():
-            return False
-        self._cancel_turn()
-        return True
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until no run is going; ``False`` if ``timeout`` seconds passed first. Re-raises

@@ -389,6 +389,13 @@ class OwnerBody(Generic[R]):
         if self._core.arrived(events, session):
             self._start_run()
 
+    def _cancel_now(self) -> bool:
+        """Cancel the run in this process (under the lock, or on the loop): whether one was going."""
+        if not self._core.cancel():
+            return False
+        self._cancel_turn()
+        return True
+
     def _record_cancel(self) -> None:
         """Record a cancel of the open turn, if one is open and not asked yet (store I/O, under
         the lock). A store that fails is logged: the cancel still holds in this process."""
