@@ -31,6 +31,7 @@ from nous_inbox.errors import (
 )
 from nous_inbox.events import (
     SCHEMA_VERSION,
+    CancelRequested,
     Event,
     MailSent,
     MessageSent,
@@ -72,6 +73,7 @@ from nous_inbox.mailbox import (
 )
 from nous_inbox.message import Message, Role, ToolCall
 from nous_inbox.owner import Owner
+from nous_inbox.owner_body import request_cancel
 from nous_inbox.port import LocalSession, SessionPort
 from nous_inbox.runner import Runner, Tool, tool
 from nous_inbox.session import Session, replay
@@ -99,6 +101,7 @@ __all__ = [
     "AsyncOwner",
     "Boundary",
     "BoundaryKind",
+    "CancelRequested",
     "Claimed",
     "ConcurrencyError",
     "DecodeError",
@@ -156,6 +159,7 @@ __all__ = [
     "inject",
     "open_store",
     "replay",
+    "request_cancel",
     "send",
     "steer",
     "tool",

@@ -233,12 +233,21 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
         return awaited(io.send(event, self._core.unprompt if prompt else None))  # type: ignore[arg-type, union-attr]
 
     def cancel(self) -> bool:
-        """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
-        Returns whether a run was going; queued messages stay queued. Call it on the loop."""
-        if not self._core.cancel():
+        """End the current turn at its next boundary, as ``"cancelled"``, interrupting a model
+        request or tool in flight; wake nothing after it. Returns whether a run was going;
+        queued messages stay queued. Call it from any thread: the request is recorded in the
+        log when a turn is open (ahead of the run's own later records), and the run is
+        cancelled on the loop."""
+        io, loop = self._io, self._loop
+        if io is None or loop is None or self.closed:
             return False
-        self._cancel_turn()
-        return True
+        if io.on_loop():
+            io.soon(self._record_cancel)  # (logs its own failure)
+            return self._cancel_now()
+        self._record_cancel()
+        with contextlib.suppress(RuntimeError):  # the loop is gone: so is the run
+            loop.call_soon_threadsafe(self._cancel_now)
+        return self._run is not None
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until no run is going; ``False`` if ``timeout`` seconds passed first. Re-raises
@@ -289,8 +298,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
         io = self._io
         assert io is not None
         if not self._readers and not self._listeners and not io.relaying and io.on_loop():
-            if self._core.arrived(events, self.session):  # nobody to tell: the core decides
-                self._start_run()
+            self._answer(events, self.session)  # nobody to tell: the core decides
             return
         io.relay(events)
 

@@ -18,7 +18,8 @@ The rest are the runner's bookkeeping, in one vocabulary so a UI, the log and re
 opens (``TurnStarted``), each step asks the model (``StepStarted``, ``ModelRequested``,
 ``ModelReplied``), runs tools (``ToolCalled``, ``ToolReturned``) and ends (``StepEnded``); the loop
 may add its own nudge (``Nudged``), and the turn ends with its step count and reason
-(``TurnEnded``). ``Warned`` records a problem the run survived.
+(``TurnEnded``). ``Warned`` records a problem the run survived. ``CancelRequested`` is anyone's
+request, from any thread or process, that the open turn end at its next boundary.
 
 Schema evolution: ``SCHEMA_VERSION`` is written in every log header. A field added later always
 has a default, so records written by an older version still decode; a log from a *newer* version
@@ -43,6 +44,7 @@ __all__ = [
     "EVENT_TYPES",
     "MAIL_EVENT_TYPES",
     "SCHEMA_VERSION",
+    "CancelRequested",
     "Event",
     "MailAnswered",
     "MailDropped",
@@ -232,6 +234,17 @@ class TurnEnded(_Base, tag="turn_ended", frozen=True):
     error: str | None = None
 
 
+class CancelRequested(_Base, tag="cancel_requested", frozen=True):
+    """Someone (any thread, any process) asked that turn ``turn`` end as ``"cancelled"``.
+
+    Recorded only while that turn is open and not yet asked to end
+    (:meth:`Session.cancel <nous_inbox.session.Session.cancel>`), so it never reaches a later turn.
+    The session's owner ends the turn at its next boundary and wakes nothing after it (ruling 9).
+    """
+
+    turn: _Count
+
+
 class Warned(_Base, tag="warned", frozen=True):
     """Something went wrong that the run survived (a failing message source, a capped budget)."""
 
@@ -331,6 +344,7 @@ Event = (
     | Nudged
     | TurnEnded
     | Warned
+    | CancelRequested
     | MailEvent
 )
 """Any event of the vocabulary (a tagged union msgspec decodes by its ``type`` key)."""
@@ -348,5 +362,6 @@ EVENT_TYPES: Final[tuple[type[_Base], ...]] = (
     Nudged,
     TurnEnded,
     Warned,
+    CancelRequested,
     *MAIL_EVENT_TYPES,
 )

@@ -52,8 +52,10 @@ number so an idle owner wakes for such a send too (a store that offers
 polls only as a slow backstop). A running owner also checks the version at each claim, so a
 steer from another terminal reaches the run at its next step boundary.
 
-Cancelling (ruling 9): ``cancel()`` ends the current turn as ``"cancelled"`` at its next boundary
-and wakes nothing; queued messages wait for the next prompt or waking send.
+Cancelling (ruling 9): ``cancel()``, from any thread, ends the current turn as ``"cancelled"`` at
+its next boundary and wakes nothing; queued messages wait for the next prompt or waking send. The
+request is a ``CancelRequested`` in the log, so another process reaches the run the same way
+(``request_cancel(store, stream)``, the ``nous-inbox cancel`` command): the watcher folds it in.
 """
 
 from __future__ import annotations
@@ -175,13 +177,14 @@ class Owner(OwnerBody[MessageSent]):
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
 
-        Returns whether a run was going. Queued messages stay queued.
+        Returns whether a run was going. Queued messages stay queued. Call it from any thread;
+        the request is recorded in the log when a turn is open (see
+        :func:`~nous_inbox.owner_body.request_cancel`, which reaches an owner in another process).
         """
         with self._lock:
-            if not self._core.cancel():
-                return False
-            self._cancel_turn()
-            return True
+            if not self._closed.is_set():
+                self._record_cancel()
+            return self._cancel_now()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until no run is going; ``False`` if ``timeout`` seconds passed first.

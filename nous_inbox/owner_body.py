@@ -15,6 +15,14 @@ listener, a boundary subscriber) with :meth:`Journal.send <nous_inbox.journal.Jo
 or queues it for the next group commit (:mod:`nous_inbox.group_commit`), whose batch goes to
 the store in one :meth:`Journal.append <nous_inbox.journal.Journal.append>`. The parts of a send
 are checked once on either path, before anything is written.
+
+Cancel from anywhere: a cancel is a ``CancelRequested`` in the log, recorded only while a turn is
+open (:meth:`Session.cancel <nous_inbox.session.Session.cancel>` decides), by an owner's
+``cancel()`` from any thread or by :func:`request_cancel` from any process. The holder of the
+session folds it in as it folds another writer's steer (its watcher, or the catch-up of its next
+append) and the core (:meth:`OwnerCore.cancel_asked
+<nous_inbox.owner_core.OwnerCore.cancel_asked>`) ends the run at its turn's next boundary;
+nothing wakes for it (ruling 9).
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 
 from nous_inbox.boundary import Boundaries, Boundary
 from nous_inbox.errors import LeaseLostError
-from nous_inbox.events import Event, MessageSent, QueueClaimed
+from nous_inbox.events import CancelRequested, Event, MessageSent, QueueClaimed
 from nous_inbox.group_commit import refused_unwritten
 from nous_inbox.inbox import Inbox, Target
 from nous_inbox.journal import Journal
@@ -39,7 +47,7 @@ from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
 
-__all__ = ["AsyncTurnRunner", "Listener", "OwnerBody", "OwnerPort", "TurnRunner"]
+__all__ = ["AsyncTurnRunner", "Listener", "OwnerBody", "OwnerPort", "TurnRunner", "request_cancel"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
 
@@ -48,6 +56,35 @@ Listener = Callable[[Event], None]
 
 _STEP: Final = Target.NEXT_STEP
 _TURN: Final = Target.NEXT_TURN
+
+
+def request_cancel(store: Store, stream: str) -> CancelRequested | None:
+    """Ask ``stream``'s open turn to end as ``"cancelled"`` at its next boundary, wherever its
+    owner runs (this process or another): record a ``CancelRequested`` its owner folds in.
+
+    Returns the request as stored, or ``None`` when nothing was recorded: no turn is open (an
+    idle session, one between two turns, or one with no events), or its cancel was asked
+    already. A request never waits for a later turn, and wakes nothing (ruling 9).
+
+    >>> from nous_inbox.events import TurnStarted
+    >>> from nous_inbox.store import open_store
+    >>> store = open_store("memory:")
+    >>> print(request_cancel(store, "s"))             # nothing runs: nothing recorded
+    None
+    >>> _ = store.append("s", [TurnStarted(turn=1)])
+    >>> request_cancel(store, "s").turn, request_cancel(store, "s")   # a second adds nothing
+    (1, None)
+    """
+    check_stream(stream)
+    journal = Journal(store, stream, transcript=False, snapshot_every=0)
+    stored, _ = journal.commit(_cancelling)
+    return stored[0] if stored else None  # type: ignore[return-value]  # (only ever one)
+
+
+def _cancelling(session: Session) -> tuple[Sequence[Event], None]:
+    """The change that records a cancel of ``session``'s open turn, if it takes one."""
+    request = session.cancel()
+    return ((request,) if request is not None else ()), None
 
 
 class TurnRunner(Protocol):
@@ -341,9 +378,34 @@ class OwnerBody(Generic[R]):
                 except Exception:
                     logger.exception("a listener of session %r failed on event #%d",
                                      self._stream, event.seq)
-        # Ours or another process's: a send that asks to wake is answered (the core's rule).
-        if self._journal is not None and self._core.arrived(events, self._journal.session):
+        if self._journal is not None:
+            self._answer(events, self._journal.session)
+
+    def _answer(self, events: Sequence[Event], session: Session) -> None:
+        """Ours or another process's: a batch that asked the open turn to end cancels it, and a
+        send that asks to wake is answered (the core's rules)."""
+        if self._core.cancel_asked(session):
+            self._cancel_turn()
+        if self._core.arrived(events, session):
             self._start_run()
+
+    def _cancel_now(self) -> bool:
+        """Cancel the run in this process (under the lock, or on the loop): whether one was going."""
+        if not self._core.cancel():
+            return False
+        self._cancel_turn()
+        return True
+
+    def _record_cancel(self) -> None:
+        """Record a cancel of the open turn, if one is open and not asked yet (store I/O, under
+        the lock). A store that fails is logged: the cancel still holds in this process."""
+        try:
+            with self._lock:
+                self._opened().commit(_cancelling)
+        except LeaseLostError as exc:
+            self._lose(exc)
+        except Exception:
+            logger.exception("could not record the cancel of session %r", self._stream)
 
     def _start_run(self) -> None:
         raise NotImplementedError

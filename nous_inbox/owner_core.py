@@ -18,7 +18,9 @@ The rules:
   holding a send that asked to wake (another process's too); :meth:`OwnerCore.next_turn` opens
   another turn while a waking message worth a model round is queued. A blank one is not
   (ruling 4), nor is an injection alone, even after a cancel left a waking entry behind (ruling 9);
-* **cancel wakes nothing**: after :meth:`OwnerCore.cancel` the run stops at its turn's end;
+* **cancel wakes nothing**: after :meth:`OwnerCore.cancel` the run stops at its turn's end; so
+  it does after a batch that asked its open turn to end (:meth:`OwnerCore.cancel_asked`: a
+  ``CancelRequested`` from any thread or process, folded into ``Session.cancelling``);
 * **resume from the log**: :meth:`OwnerCore.resume` closes a turn the log shows as open (the
   process died mid-run) as ``"error"``, answering its open tool calls as interrupted;
 * **a lost lease ends the owner**: after :meth:`OwnerCore.lease_lost` (the store said another
@@ -148,6 +150,23 @@ class OwnerCore:
     def cancel(self) -> bool:
         """Cancel the current run; whether one was going (the driver then cancels its turn)."""
         if not self._running:
+            return False
+        self._cancelled = True
+        return True
+
+    def cancel_asked(self, session: Session) -> bool:
+        """A batch was folded in (``session`` includes it): whether it asked the run's open turn
+        to end. ``True`` once per run; the run then counts as cancelled (the driver cancels its
+        turn). Whether a request reaches the open turn is the fold's (``Session.cancelling``).
+
+        >>> from nous_inbox.events import TurnStarted
+        >>> from nous_inbox.inbox import Inbox
+        >>> core, turn = OwnerCore(), Session(inbox=Inbox().steer("go")).apply(TurnStarted(seq=1, turn=1))
+        >>> asked = turn.apply(turn.cancel())
+        >>> core.cancel_asked(asked), core.wake(turn), core.cancel_asked(asked), core.cancel_asked(asked)
+        (False, True, True, False)
+        """
+        if not session.cancelling or not self._running or self._cancelled:
             return False
         self._cancelled = True
         return True

@@ -40,6 +40,7 @@ from pyrsistent import PVector, pvector
 from nous_inbox._collector import collector_paused
 from nous_inbox.errors import ReplayError
 from nous_inbox.events import (
+    CancelRequested,
     Event,
     MessageSent,
     ModelReplied,
@@ -71,7 +72,8 @@ class Session(msgspec.Struct, frozen=True, gc=False):
 
     ``version`` is the ``seq`` of the last event folded in (0 for a new session). ``turn`` and
     ``step`` number the latest turn and its latest step; ``running`` is whether that turn is
-    still open (a log cut off mid-turn by a crash replays as running).
+    still open (a log cut off mid-turn by a crash replays as running); ``cancelling`` is whether
+    someone asked that open turn to end (a ``CancelRequested`` for it; see :meth:`cancel`).
     """
 
     inbox: Inbox = Inbox()
@@ -80,6 +82,7 @@ class Session(msgspec.Struct, frozen=True, gc=False):
     turn: int = 0
     step: int = 0
     running: bool = False
+    cancelling: bool = False
 
     def apply(self, event: Event, stream: str = "") -> Session:
         """Fold one event in and return the new session; ``ReplayError`` if it does not fit.
@@ -127,6 +130,23 @@ class Session(msgspec.Struct, frozen=True, gc=False):
         event = QueueClaimed(target=where, count=count, rest=rest, seq=seq, at=at)
         return claimed, event, _took(self, claimed, inbox, seq)
 
+    def cancel(self, *, at: float = 0.0) -> CancelRequested | None:
+        """The request that cancels the open turn (numbered next, timed ``at``), or ``None``:
+        no turn is open, or its cancel was asked already. The one place that decides whether a
+        cancel is recorded, so one never outlives its turn and a second adds nothing.
+
+        >>> from nous_inbox.events import TurnStarted
+        >>> running = Session().apply(TurnStarted(seq=1, turn=1))
+        >>> request = running.cancel()
+        >>> request.turn, running.apply(request).cancelling, running.apply(request).cancel()
+        (1, True, None)
+        >>> print(Session().cancel())            # nothing runs: nothing to record
+        None
+        """
+        if not self.running or self.cancelling:
+            return None
+        return CancelRequested(turn=self.turn, seq=self.version + 1, at=at)
+
 
 # -- the fold of one event, by type: Session.apply's table -------------------------------------
 
@@ -134,7 +154,7 @@ class Session(msgspec.Struct, frozen=True, gc=False):
 def _sent(session: Session, sent: MessageSent, seq: int, stream: str) -> Session:
     return Session(
         session.inbox.send(sent.message, sent.target, sent.wakeup),
-        session.transcript, seq, session.turn, session.step, session.running,
+        session.transcript, seq, session.turn, session.step, session.running, session.cancelling,
     )
 
 
@@ -146,7 +166,7 @@ def _claimed(session: Session, claim: QueueClaimed, seq: int, stream: str) -> Se
     claimed, inbox = session.inbox.claim(where, claim.count if claim.rest else None)
     if not claimed:  # a recorded claim that took nothing: only the version moves
         return Session(inbox, session.transcript, seq, session.turn, session.step,
-                       session.running)
+                       session.running, session.cancelling)
     return _took(session, claimed, inbox, seq)
 
 
@@ -154,7 +174,7 @@ def _took(session: Session, claimed: Claimed, inbox: Inbox, seq: int) -> Session
     # A claim's fold once a claim took something: the one copy for ``apply`` and
     # ``Session.claim``.
     return Session(inbox, session.transcript.extend(claimed), seq, session.turn, session.step,
-                   session.running)
+                   session.running, session.cancelling)
 
 
 def _joined(
@@ -162,14 +182,13 @@ def _joined(
 ) -> Session:
     return Session(
         session.inbox, session.transcript.append(event.message), seq, session.turn,
-        session.step, session.running,
+        session.step, session.running, session.cancelling,
     )
 
 
 def _step_started(session: Session, started: StepStarted, seq: int, stream: str) -> Session:
-    return Session(
-        session.inbox, session.transcript, seq, session.turn, started.step, session.running
-    )
+    return Session(session.inbox, session.transcript, seq, session.turn, started.step,
+                   session.running, session.cancelling)
 
 
 def _turn_started(session: Session, started: TurnStarted, seq: int, stream: str) -> Session:
@@ -180,10 +199,16 @@ def _turn_ended(session: Session, _: TurnEnded, seq: int, stream: str) -> Sessio
     return Session(session.inbox, session.transcript, seq, session.turn, session.step, False)
 
 
+def _cancel_requested(session: Session, asked: CancelRequested, seq: int, stream: str) -> Session:
+    # A request for a turn that is not the open one (never recorded so) changes nothing else.
+    cancelling = session.cancelling or (session.running and asked.turn == session.turn)
+    return Session(session.inbox, session.transcript, seq, session.turn, session.step,
+                   session.running, cancelling)
+
+
 def _count_only(session: Session, _: Event, seq: int, stream: str) -> Session:
-    return Session(
-        session.inbox, session.transcript, seq, session.turn, session.step, session.running
-    )
+    return Session(session.inbox, session.transcript, seq, session.turn, session.step,
+                   session.running, session.cancelling)
 
 
 _Fold = Callable[[Session, Any, int, str], Session]
@@ -196,6 +221,7 @@ _APPLY: Final[Mapping[type, _Fold]] = MappingProxyType({
     StepStarted: _step_started,
     TurnStarted: _turn_started,
     TurnEnded: _turn_ended,
+    CancelRequested: _cancel_requested,
     ModelRequested: _count_only,
     ToolCalled: _count_only,
     StepEnded: _count_only,
@@ -236,6 +262,7 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
     session = Session() if start is None else start
     inbox = session.inbox
     version, turn, step, running = session.version, session.turn, session.step, session.running
+    cancelling = session.cancelling
     # Messages sent during this replay and not yet claimed, with their wake flags, per queue;
     # the start inbox's own entries (older) are claimed from it first.
     step_messages: list[Any] = []
@@ -307,17 +334,19 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
                 del messages[:count]
                 del wakes[:count]
         elif kind is TurnStarted:
-            turn, step, running = event.turn, 0, True
+            turn, step, running, cancelling = event.turn, 0, True, False
         elif kind is TurnEnded:
-            running = False
+            running = cancelling = False
         elif kind is Nudged:
             join(event.message)
+        elif kind is CancelRequested:
+            cancelling = cancelling or (running and event.turn == turn)
     for message, wakeup in zip(turn_messages, turn_wakes, strict=True):
         inbox = inbox.send(message, _TURN, wakeup)
     for message, wakeup in zip(step_messages, step_wakes, strict=True):
         inbox = inbox.send(message, _STEP, wakeup)
     transcript = session.transcript.extend(added) if added else session.transcript
-    return Session(inbox, transcript, version, turn, step, running)
+    return Session(inbox, transcript, version, turn, step, running, cancelling)
 
 
 def _gap(stream: str, seq: int, version: int) -> ReplayError:

@@ -187,6 +187,7 @@ class _Body(msgspec.Struct, frozen=True, array_like=True):
     turn: int
     step: int
     running: bool
+    cancelling: bool = False  # later than the rest: an older snapshot decodes without it
 
 
 _encoder: Final = msgspec.msgpack.Encoder(enc_hook=enc_hook)
@@ -259,7 +260,7 @@ def encode_snapshot(stream: str, session: Session, tip: Event | Sequence[Event])
         )
     body = _encoder.encode(_Body(
         session.inbox.to_msgpack(), session.transcript,  # type: ignore[arg-type]
-        session.turn, session.step, session.running,
+        session.turn, session.step, session.running, session.cancelling,
     ))
     head = _encoder.encode(SnapshotFile(
         format=SNAPSHOT_FORMAT, version=SNAPSHOT_VERSION, stream=stream, seq=session.version,
@@ -332,7 +333,8 @@ def decode_snapshot(data: bytes, stream: str, tip: Event | Sequence[Event] | Non
         raise SnapshotError(f"its body does not decode ({exc})") from None
     if type(body.turn) is not int or type(body.step) is not int or body.turn < 0 or body.step < 0:
         raise SnapshotError(f"its turn/step ({body.turn}, {body.step}) are not counts")
-    return Session(inbox, pvector(body.transcript), snap.seq, body.turn, body.step, body.running)
+    return Session(inbox, pvector(body.transcript), snap.seq, body.turn, body.step, body.running,
+                   body.cancelling)
 
 
 @attrs.frozen

@@ -42,6 +42,7 @@ from nous_inbox import (
 )
 from nous_inbox.events import (
     EVENT_TYPES,
+    CancelRequested,
     Event,
     MailAnswered,
     MailDropped,
@@ -180,6 +181,7 @@ def test_every_event_type_of_the_vocabulary_folds_and_agrees_with_replay() -> No
         Nudged: Nudged(turn=1, step=1, message=Message.user("go on")),
         TurnEnded: TurnEnded(turn=1, steps=1, reason="final"),
         Warned: Warned(text="w"),
+        CancelRequested: CancelRequested(turn=1),
         # The mailbox's events live in a stream of their own; a session passes them by.
         MailSent: MailSent(id="m", sender="a", recipient="b", body="hi"),
         MailDropped: MailDropped(id="m", recipient="b"),

@@ -28,12 +28,13 @@ from nous_inbox.errors import StoreError, StreamOwnedError
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message, thaw_json
+from nous_inbox.owner_body import request_cancel
 from nous_inbox.session import Session
 from nous_inbox.snapshot import load_session, save_snapshot
 from nous_inbox.store import Store, default_store_url, open_store
 
 __all__ = [
-    "FOLLOW_POLL_SECONDS", "MAX_STEP_SECONDS", "demo", "log", "rm", "run", "send", "sessions",
+    "FOLLOW_POLL_SECONDS", "MAX_STEP_SECONDS", "cancel", "demo", "log", "rm", "run", "send", "sessions",
     "serve", "show", "snapshot", "tour",
 ]
 
@@ -247,6 +248,29 @@ def sessions(args: argparse.Namespace, out: IO[str]) -> int:
                 out.write(json_safe(line) + "\n")
             else:
                 out.write(f"{printable(name)}\t{store.version(name)} events\n")
+    return 0
+
+
+def cancel(args: argparse.Namespace, out: IO[str]) -> int:
+    """Record a cancel of a session's open turn; its owner, in whichever process, ends the turn
+    at its next boundary and wakes nothing after it (ruling 9).
+
+    Status 0 when the session exists, with a line saying whether a request was recorded: none
+    is when no turn is open (idle, or between two turns: ask again) or one was asked already.
+    A session with no events is refused (status 1), as for a send.
+    """
+    _check_exists(args)
+    with _open(args) as store:
+        request = request_cancel(store, args.session)
+        session = load_session(store, args.session).session if request is None else None
+    name = printable(args.session)
+    if session is not None:
+        why = (f"the cancel of turn {session.turn} was asked already" if session.cancelling
+               else "no turn is open")
+        out.write(f"nothing to cancel in {name!r}: {why}; nothing recorded\n")
+    elif request is not None:
+        out.write(f"cancel of turn {request.turn} of {name!r} recorded as event #{request.seq}; "
+                  f"its owner ends the turn at its next boundary\n")
     return 0
 
 

@@ -10,6 +10,7 @@ Commands (``nous-inbox COMMAND --help`` for each one's arguments)::
     nous-inbox log SESSION [--json] [--after SEQ] [--follow] [--limit N]
     nous-inbox sessions [--json]         the sessions in the store
     nous-inbox snapshot SESSION          save a snapshot, so opening SESSION replays less
+    nous-inbox cancel SESSION            end SESSION's open turn, wherever its owner runs
     nous-inbox rm SESSION [--yes]        delete a session no owner holds
     nous-inbox serve --agent MOD:FACTORY host the store's sessions on the web (the web extra)
 

@@ -142,6 +142,13 @@ def _snapshot(sub: _Sub) -> None:
     _session(snapshot)
 
 
+def _cancel(sub: _Sub) -> None:
+    cancel = _command(sub, "cancel", "end SESSION's open turn at its next boundary, wherever it "
+                      "runs; wakes nothing", "cancel")
+    _store(cancel)
+    _session(cancel, "the session whose turn to cancel")
+
+
 def _rm(sub: _Sub) -> None:
     rm = _command(sub, "rm", "delete SESSION and its log (refused while an owner holds it)", "rm")
     _store(rm)
@@ -158,7 +165,7 @@ def _serve(sub: _Sub) -> None:
 
 #: Every command, in the order ``--help`` lists them.
 COMMANDS: Final[tuple[Callable[[_Sub], None], ...]] = (
-    _demo, _tour, _run, _sends, _show, _log, _sessions, _snapshot, _rm, _serve,
+    _demo, _tour, _run, _sends, _show, _log, _sessions, _snapshot, _cancel, _rm, _serve,
 )
 
 

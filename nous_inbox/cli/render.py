@@ -21,6 +21,7 @@ import msgspec
 from nous_inbox.cli.style import Style
 from nous_inbox.cli.terminal import json_safe, printable
 from nous_inbox.events import (
+    CancelRequested,
     Event,
     MessageSent,
     ModelReplied,
@@ -126,6 +127,8 @@ def _body(event: Event, style: Style) -> str:
         )
     if isinstance(event, Warned):
         return style.paint(f"warning  {short(event.text, 200)}", "red")
+    if isinstance(event, CancelRequested):
+        return style.paint(f"cancel of turn {event.turn} asked", "bold", "yellow")
     return repr(event)  # an event type added later still prints
 
 

@@ -6,7 +6,8 @@ Endpoints (every ``/api`` call needs ``Authorization: Bearer TOKEN``)::
     GET  /api/sessions/{id}?offset=&limit=     counts, running, turn, step, a transcript page
     POST /api/sessions/{id}/messages           {"mode": "steer"|"inject"|"followup"|"prompt",
                                                "text": "..."} -> 202 {"seq", "mode"} once stored
-    POST /api/sessions/{id}/cancel             {"cancelled": bool} (a run held by this process)
+    POST /api/sessions/{id}/cancel             {"cancelled": bool}: a run was going here, or a
+                                               cancel was recorded for one held elsewhere
     GET  /api/sessions/{id}/events?after=N     Server-Sent Events: id = seq, data = the event as
                                                ``nous-inbox log --json`` prints it
     GET  /  and  /sessions/{id}                the list page and a session's page
@@ -191,7 +192,7 @@ def create_app(
 
     async def cancel(request: Request, name: str) -> Response:
         await _json_body(request, max_body, optional=True)
-        return JSONResponse({"cancelled": host.cancel(name)})
+        return JSONResponse({"cancelled": await host.cancel(name)})
 
     async def events(request: Request, name: str) -> Response:
         after = _int_param(request, "after", 0)

@@ -43,6 +43,7 @@ from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target, is_blank
 from nous_inbox.message import Message
+from nous_inbox.owner_body import request_cancel
 from nous_inbox.session import Session, replay
 from nous_inbox.snapshot import load_session
 from nous_inbox.store import Store
@@ -216,12 +217,16 @@ class SessionHost:
         assert isinstance(stored, MessageSent)
         return stored
 
-    def cancel(self, session: str) -> bool:
-        """Cancel ``session``'s run if this host holds it; whether a run was going here. A run
-        held by another process is not reached from here."""
+    async def cancel(self, session: str) -> bool:
+        """Cancel ``session``'s run wherever it is held: here, by the owner's ``cancel()``;
+        elsewhere, by a request in the log its holder folds in
+        (:func:`~nous_inbox.owner_body.request_cancel`). Whether a run was going here, or a
+        request was recorded for one held elsewhere."""
         check_stream(session)
         owner = self.hosted(session)
-        return owner is not None and owner.cancel()
+        if owner is not None and not owner.closed:
+            return owner.cancel()
+        return await self.call(request_cancel, self.store, session) is not None
 
     async def events(self, session: str, after: int = 0) -> AsyncIterator[Event]:
         """Every event of ``session`` with ``seq > after``, live, until the host stops: from the
