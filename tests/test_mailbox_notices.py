@@ -30,6 +30,10 @@ from nous_inbox.runner import Runner
 from nous_inbox.session import Session
 from nous_inbox.store import Store, open_store
 
+# These tests drive the mailbox's deprecated name-taking verbs, which share their bodies with
+# the handles' (tests/test_mailbox_handles.py drives the handles).
+pytestmark = pytest.mark.filterwarnings("ignore:Mailbox.*deprecated:DeprecationWarning")
+
 WAIT = 30  # seconds: a bound for a wait that should end at once, never a synchronisation sleep
 
 
@@ -100,29 +104,34 @@ def test_a_blocker_may_wake() -> None:
     assert woken is not None and woken.event.kind == "blocker"
 
 
-def test_the_first_work_wakes_and_its_sender_becomes_the_parent() -> None:
+def test_before_its_first_turn_any_action_is_first_work_after_it_only_the_parents() -> None:
     box = Mailbox()
-    box.send("dev", "build it", sender="lead")
-    box.send("dev", "also this", sender="stranger")
-    box.send("dev", "and this", sender="lead")
+    dev, lead, stranger = box.agent("dev", parent="lead"), box.agent("lead"), box.agent("x")
+    stranger.send("dev", "build it")
+    dev.receive()
+    stranger.send("dev", "also this")
+    lead.send("dev", "and this")
     waking = [m.event.body for m in box.state.fresh("dev") if m.wakes]
-    assert waking == ["build it", "and this"]
-    assert box.state.box("dev").parent == "lead"
+    assert waking == ["and this"]
+    assert box.state.box("dev").parent == "lead"  # declared, not who sent the first work
 
 
 def test_an_action_from_a_stranger_after_the_first_work_does_not_wake() -> None:
     box = Mailbox()
-    box.send("dev", "build it", sender="lead")
-    box.receive("dev")
-    box.send("dev", "do my thing", sender="stranger")
+    dev = box.agent("dev")
+    box.agent("lead").send("dev", "build it")
+    dev.receive()
+    box.agent("stranger").send("dev", "do my thing")
     assert box.state.oldest_fresh("dev", waking=True) is None
 
 
-def test_a_report_wakes_only_the_agent_that_gave_out_the_work() -> None:
+@pytest.mark.parametrize("kind", ["report", "result"])
+def test_a_report_or_result_wakes_only_the_agent_that_gave_out_the_work(kind: str) -> None:
     box = Mailbox()
-    box.send("worker", "index the logs", sender="lead")
-    box.send("lead", "indexed", sender="worker", kind="report")
-    box.send("lead", "unrelated report", sender="someone", kind="report")
+    lead, worker = box.agent("lead"), box.agent("worker")
+    lead.send("worker", "index the logs")
+    worker.send("lead", "indexed", kind=kind)
+    box.agent("someone").send("lead", f"unrelated {kind}", kind=kind)
     assert [m.event.body for m in box.state.fresh("lead") if m.wakes] == ["indexed"]
 
 

@@ -27,7 +27,8 @@ class Receipt(msgspec.Struct, frozen=True, gc=False):
 
 
 class Letter(msgspec.Struct, frozen=True):
-    """One message of a thread as ``read_thread`` shows it, with its ``state`` before the read."""
+    """One message as a thread's read or a look-up by id shows it, with its ``state`` then (a
+    read's, before the read), its ``recipient`` and the ``thread`` it is in there."""
 
     id: str
     sender: str
@@ -36,6 +37,8 @@ class Letter(msgspec.Struct, frozen=True):
     at: float
     state: str
     correlation_id: str | None = None
+    recipient: str = ""
+    thread: str = ""
 
 
 class ThreadSummary(msgspec.Struct, frozen=True):

@@ -1,23 +1,29 @@
 """Mailbox: addressed delivery between named agents, durable, with threads, notices and replies.
 
-Send a message to an agent by name; the recipient pulls it (``receive``), is called back
+An agent acts through its handle (``box.agent(name)``, :mod:`nous_inbox.mailbox.handle`) and
+sends to other agents by name; the recipient pulls it (``receive``), is called back
 (``subscribe``), or, when an owner runs it (``attach``), hears of it as one notice at the right
 moment. Every fact is an event in one stream of the store, so a restarted mailbox is exactly
 where the old one stopped.
 
 >>> box = Mailbox()
->>> box.send("writer", "draft ready", sender="researcher").state
+>>> researcher, writer = box.agent("researcher"), box.agent("writer")
+>>> researcher.send("writer", "draft ready").state
 'queued'
 >>> for agent in ("writer", "editor"):
-...     _ = box.send(agent, {"v": 2}, sender="researcher", correlation_id="q1")
+...     _ = researcher.send(agent, {"v": 2}, correlation_id="q1")
 >>> box.pending("writer"), box.pending("editor")
 (2, 1)
->>> [(m.sender, m.body) for m in box.receive("writer")]
+>>> [(m.sender, m.body) for m in writer.receive()]
 [('researcher', 'draft ready'), ('researcher', {'v': 2})]
->>> box.send("writer", object(), sender="researcher")
+>>> researcher.send("writer", object())
 Traceback (most recent call last):
 ...
 TypeError: send to 'writer': body: object is not JSON-able (allowed: None, bool, int, float, str, list, tuple, dict with str keys)
+>>> box.receive("writer")
+Traceback (most recent call last):
+...
+PermissionError: receive: 'writer' acts only through its handle (box.agent('writer') was given out)
 
 Rules (what classes and retention mean is :mod:`nous_inbox.mailbox.rules`'):
 
@@ -30,9 +36,12 @@ Rules (what classes and retention mean is :mod:`nous_inbox.mailbox.rules`'):
   the mailbox keeps the message, and for ``remember`` more messages sent after it let it go; a
   resend of an id forgotten since is a new message. ``remember`` and ``retain`` shape the fold:
   processes sharing a stream must use the same values.
-* ``read_thread`` reads a thread whole and marks it read (another agent's threads are refused);
-  ``reply`` answers into the original sender's inbox under the same thread, waking nobody;
+* ``read`` reads a thread whole and marks it read; ``reply`` answers into the original
+  sender's inbox under the same thread, waking nobody (unless its ``kind`` says so);
   ``withdraw`` unsends a message no notice has carried yet, and retracts one that was.
+* The mailbox's own ``send``, ``receive``, ``threads``, ``read_thread``, ``reply`` and
+  ``withdraw``, naming the agent they act as, are deprecated: they refuse to act as an agent
+  whose handle was given out.
 
 One lock guards the fold (:class:`~nous_inbox.mailbox.state.MailboxState`) and the append: an
 event is appended before it is folded, so the fold never holds what the store does not.
@@ -50,11 +59,13 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 from nous_inbox.events import (
     Event,
+    MailAgent,
     MailAnswered,
     MailDropped,
     MailRead,
@@ -64,6 +75,7 @@ from nous_inbox.events import (
 )
 from nous_inbox.journal import Journal
 from nous_inbox.mailbox.answers import Letter, MailboxFullError, Receipt, ThreadSummary
+from nous_inbox.mailbox.handle import AgentHandle
 from nous_inbox.mailbox.owner_link import NoticeDelivery
 from nous_inbox.mailbox.rules import (
     DEBOUNCE,
@@ -76,7 +88,7 @@ from nous_inbox.mailbox.rules import (
     kind_of,
     preview,
 )
-from nous_inbox.mailbox.state import MailboxState, Thread
+from nous_inbox.mailbox.state import Mail, MailboxState, Thread
 from nous_inbox.message import freeze_json
 from nous_inbox.store import Store, open_store
 
@@ -106,6 +118,12 @@ def _refuse_send(recipient: object, sender: object, thread: object, correlation:
     if thread is not None:
         _text(thread, "thread", where)
     raise TypeError(f"{where}: correlation_id must be a str or None, got {correlation!r}")
+
+
+def _letter(mail: Mail) -> Letter:
+    event = mail.event
+    return Letter(event.id, event.sender, event.body, event.kind, event.at, mail.state,
+                  event.correlation_id, event.recipient, mail.thread)
 
 
 def _body(body: Any, where: str) -> Any:
@@ -160,6 +178,8 @@ class Mailbox(NoticeDelivery):
         self._lock = threading.RLock()
         self._state = MailboxState(retain, remember)
         self._subscribers: dict[str, list[Subscriber]] = {}
+        self._handles: dict[str, AgentHandle] = {}  # the agents that act only through a handle
+        self._wakers: set[Callable[[], object]] = set()  # woken when a message is answered
         self._prefix = os.urandom(5).hex() + "-"
         self._counter = itertools.count(1)
         self._journal: Journal | None = None
@@ -173,9 +193,114 @@ class Mailbox(NoticeDelivery):
                 self._state.apply(event)
         NoticeDelivery.__init__(self, debounce=debounce, max_wait=max_wait, autotick=autotick)
 
+    # -- agents -----------------------------------------------------------------------------------
+
+    def agent(self, name: str, *, parent: str | None = None) -> AgentHandle:
+        """The handle agent ``name`` acts through: its verbs send, read and drain as ``name``,
+        and only ``name``'s own mail. Given out once per mailbox: from then on the mailbox's
+        name-taking verbs refuse to act as ``name``, so who holds the handle is who ``name`` is.
+
+        ``parent`` declares the agent that started ``name``: an action from it wakes ``name``,
+        and a result from ``name`` wakes it. Recorded in the stream, so a restart knows it.
+        """
+        _text(name, "name", "agent")
+        if parent is not None:
+            _text(parent, "parent", f"agent {name!r}")
+            if parent == name:
+                raise ValueError(f"agent {name!r}: an agent cannot be its own parent")
+        with self._lock:
+            if name in self._handles:
+                raise ValueError(f"agent {name!r}: its handle was already given out; "
+                                 "pass that handle to whoever acts as it")
+            if parent is not None:
+                self._commit(lambda state: ([] if state.box(name).parent == parent else [
+                    MailAgent(agent=name, parent=parent, at=self._clock())], None))
+            handle = self._handles[name] = AgentHandle(self, name)
+        return handle
+
+    def _named(self, name: object, verb: str) -> None:
+        """A name-taking verb acting as ``name``: deprecated, and refused for a handled agent."""
+        warnings.warn(f"Mailbox.{verb}(...) acting as a named agent is deprecated: act through "
+                      "box.agent(name)", DeprecationWarning, stacklevel=3)
+        if type(name) is str and name in self._handles:
+            raise PermissionError(f"{verb}: {name!r} acts only through its handle "
+                                  f"(box.agent({name!r}) was given out)")
+
+    def send(self, recipient: str, body: Any, *, sender: str, **options: Any) -> Receipt:
+        """Deprecated: ``box.agent(sender).send(recipient, body, ...)``."""
+        self._named(sender, "send")
+        return self._send(recipient, body, sender=sender, **options)
+
+    def reply(self, agent: str, thread: str, body: Any, **options: Any) -> Receipt:
+        """Deprecated: ``box.agent(agent).reply(thread, body, ...)``."""
+        self._named(agent, "reply")
+        return self._reply(agent, thread, body, **options)
+
+    def withdraw(self, id: str, *, sender: str) -> str:
+        """Deprecated: ``box.agent(sender).withdraw(id)``."""
+        self._named(sender, "withdraw")
+        return self._withdraw(id, sender=sender)
+
+    def receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
+        """Deprecated: ``box.agent(agent).receive(limit=...)``."""
+        self._named(agent, "receive")
+        return self._receive(agent, limit=limit)
+
+    def threads(self, agent: str) -> list[ThreadSummary]:
+        """Deprecated: ``box.agent(agent).threads()``."""
+        self._named(agent, "threads")
+        return self._threads(agent)
+
+    def read_thread(self, agent: str, thread: str, *, reader: str | None = None) -> list[Letter]:
+        """Deprecated: ``box.agent(agent).read(thread)`` (``reader`` other than ``agent`` is
+        refused with ``PermissionError``)."""
+        self._named(agent if reader is None else reader, "read_thread")
+        if reader is not None and reader != agent:
+            raise PermissionError(f"read of thread {thread!r} of {agent!r}: {reader!r} may not "
+                                  "read another agent's threads")
+        return self._read_thread(agent, thread)
+
+    def _message(self, viewer: str, id: str) -> Letter:
+        """Message ``id`` as ``viewer`` may see it: its sender, recipient or a writer in its
+        thread; ``PermissionError`` for anyone else, ``LookupError`` for one not kept."""
+        _text(id, "id", f"message of {viewer!r}")
+        with self._lock:
+            self._catch_up()
+            mail = self._state.mail(id)
+            if mail is None:
+                gone = self._state.outcome(id)
+                raise LookupError(f"message {id!r}: " + (
+                    "no such message" if gone is None else f"no longer kept ({gone[0]})"))
+            event = mail.event
+            if viewer not in (event.sender, event.recipient):
+                thread = self._state.thread(event.recipient, mail.thread)
+                if thread is None or viewer not in thread.senders:
+                    raise PermissionError(f"message {id!r}: {viewer!r} is neither its sender, "
+                                          "its recipient nor a writer in its thread")
+            return _letter(mail)
+
+    def _answer(self, asker: str, id: str) -> Letter | None:
+        """The reply that answered ``asker``'s message ``id`` (marked read), or None yet."""
+        with self._lock:
+            self._catch_up()
+            receipt = self._receipt(self._state, id)
+            if receipt is None:
+                raise LookupError(f"ask of {asker!r}: message {id!r} was forgotten unanswered")
+            if receipt.answer is None:
+                if receipt.state in ("withdrawn", "dropped", "received", "released"):
+                    raise LookupError(f"ask of {asker!r}: message {id!r} was {receipt.state} "
+                                      "unanswered")
+                return None
+            letter = self._message(asker, receipt.answer)
+            mail = self._state.mail(receipt.answer)
+            if mail is not None and not mail.read:
+                self._commit(lambda state: ([MailRead(recipient=asker, ids=(letter.id,),
+                                                      at=self._clock())], None))
+            return letter
+
     # -- sending ----------------------------------------------------------------------------------
 
-    def send(
+    def _send(
         self,
         recipient: str,
         body: Any,
@@ -241,7 +366,7 @@ class Mailbox(NoticeDelivery):
                     return event.id
             finally:
                 lock.release()
-        return self.send(recipient, body, sender=sender, correlation_id=correlation_id).id
+        return self._send(recipient, body, sender=sender, correlation_id=correlation_id).id
 
     def _sent(
         self, event: MailSent, given: bool, state: MailboxState
@@ -261,15 +386,20 @@ class Mailbox(NoticeDelivery):
                 return [], seen
         recipient = event.recipient
         box = state.boxes.get(recipient)
+        sent: list[Event] = [event]
+        link = self._attached.get(recipient)
+        if (link is not None and not state.box(recipient).started
+                and link.owner.session.turn > 0):  # it had a turn: no longer its first work
+            sent.insert(0, MailAgent(agent=recipient, worked=True, at=event.at))
         if box is None or box.queued < self._max_queue:
-            return [event], Receipt(event.id, "queued")
+            return sent, Receipt(event.id, "queued")
         if self._overflow == "refuse":
             raise MailboxFullError(
                 f"send to {recipient!r}: {self._max_queue} messages already queued "
                 "(max_queue); nothing was queued (receive some, or use overflow='drop_oldest')"
             )
         (oldest,) = state.oldest_queued(recipient, 1)
-        return ([MailDropped(id=oldest.id, recipient=recipient, at=event.at), event],
+        return ([MailDropped(id=oldest.id, recipient=recipient, at=event.at), *sent],
                 Receipt(event.id, "queued"))
 
     def _announce(self, stored: Sequence[Event]) -> None:
@@ -290,9 +420,10 @@ class Mailbox(NoticeDelivery):
         if self._attached and recipient in self._attached:
             self.tick((recipient,))
 
-    def reply(self, agent: str, thread: str, body: Any, *, to: str | None = None,
-              id: str | None = None) -> Receipt:
-        """``agent`` answers ``thread``: into the original sender's inbox, same thread, no wake.
+    def _reply(self, agent: str, thread: str, body: Any, *, to: str | None = None,
+               kind: str = "reply", id: str | None = None) -> Receipt:
+        """``agent`` answers ``thread``: into the original sender's inbox, same thread, waking
+        nobody unless ``kind`` says so (a counter-question as a ``"blocker"``).
 
         ``to`` is whom to answer (default: the newest other writer in the thread). The reply
         goes under the thread the answered message named, or none (then, in ``to``'s inbox, it
@@ -302,6 +433,7 @@ class Mailbox(NoticeDelivery):
         """
         where = f"reply of {agent!r} in thread {thread!r}"
         body = _body(body, where)
+        cls = kind_of(kind, where)
         given = id is not None
         if id is None:
             id = self._prefix + str(next(self._counter))
@@ -309,7 +441,7 @@ class Mailbox(NoticeDelivery):
             _text(id, "id", where)
         with self._lock:
             self._catch_up()
-            found = self._thread(agent, thread, agent, where)
+            found = self._thread(agent, thread, where)
             mails = found.mails
             if to is None:
                 others = [m for m in mails if m.event.sender != agent]
@@ -320,7 +452,7 @@ class Mailbox(NoticeDelivery):
             if not answered:
                 raise LookupError(f"{where}: {to!r} wrote nothing in this thread to answer")
             newest = next(m for m in reversed(mails) if m.event.sender == to)
-            event = MailSent(id=id, sender=agent, recipient=to, body=body, kind="reply",
+            event = MailSent(id=id, sender=agent, recipient=to, body=body, kind=cls,
                              thread=newest.event.thread and found.key,
                              correlation_id=newest.event.correlation_id, at=self._clock())
 
@@ -337,7 +469,7 @@ class Mailbox(NoticeDelivery):
         self._announce(stored)
         return receipt
 
-    def withdraw(self, id: str, *, sender: str) -> str:
+    def _withdraw(self, id: str, *, sender: str) -> str:
         """``sender`` takes back message ``id``: ``"withdrawn"`` if no notice carried it yet (it
         is unsent), ``"retracted"`` if one did or one on its way does (it stays in its thread,
         marked retracted). A message already gone answers what became of it."""
@@ -365,7 +497,7 @@ class Mailbox(NoticeDelivery):
 
     # -- receiving --------------------------------------------------------------------------------
 
-    def receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
+    def _receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
         """Take up to ``limit`` of ``agent``'s queued messages, oldest first; they leave the mailbox."""
         if type(agent) is not str or not agent:
             _text(agent, "agent", "receive")  # raises
@@ -417,7 +549,7 @@ class Mailbox(NoticeDelivery):
             receipt = self._receipt(self._state, id)
         return None if receipt is None else receipt.state
 
-    def threads(self, agent: str) -> list[ThreadSummary]:
+    def _threads(self, agent: str) -> list[ThreadSummary]:
         """``agent``'s threads, the most recent first."""
         with self._lock:
             self._catch_up()
@@ -429,16 +561,13 @@ class Mailbox(NoticeDelivery):
                                             preview(newest.body)))
             return result
 
-    def read_thread(self, agent: str, thread: str, *, reader: str | None = None) -> list[Letter]:
-        """Read ``agent``'s ``thread`` whole and mark it read; ``reader`` (default ``agent``)
-        reading another agent's thread is refused with ``PermissionError``."""
+    def _read_thread(self, agent: str, thread: str) -> list[Letter]:
+        """Read ``agent``'s ``thread`` whole and mark it read."""
         where = f"read of thread {thread!r} of {agent!r}"
         with self._lock:
             self._catch_up()
-            found = self._thread(agent, thread, agent if reader is None else reader, where)
-            mails = found.mails
-            letters = [Letter(m.id, m.event.sender, m.event.body, m.event.kind, m.event.at,
-                              m.state, m.event.correlation_id) for m in mails]
+            mails = self._thread(agent, thread, where).mails
+            letters = [_letter(m) for m in mails]
             unread = tuple(m.id for m in mails if not m.read)
             if unread:
                 self._commit(lambda state: (
@@ -477,9 +606,7 @@ class Mailbox(NoticeDelivery):
             return Receipt(id, gone[0], True, gone[1])
         return None
 
-    def _thread(self, agent: str, thread: str, reader: str, where: str) -> Thread:
-        if reader != agent:
-            raise PermissionError(f"{where}: {reader!r} may not read another agent's threads")
+    def _thread(self, agent: str, thread: str, where: str) -> Thread:
         found = self._state.thread(agent, thread)
         if found is None:
             raise LookupError(f"{where}: no such thread")
@@ -488,6 +615,9 @@ class Mailbox(NoticeDelivery):
     def _fold(self, events: Sequence[Event]) -> None:
         for event in events:
             self._state.apply(event)
+            if type(event) is MailAnswered and self._wakers:
+                for wake in list(self._wakers):
+                    wake()
 
     def _catch_up(self) -> bool:
         """Fold in what other writers appended to the stream; whether there was any."""
@@ -502,9 +632,7 @@ class Mailbox(NoticeDelivery):
         journal = self._journal
         if journal is None:
             events, result = change(*args, self._state)
-            apply = self._state.apply
-            for event in events:
-                apply(event)
+            self._fold(events)
             return events, result
         journal.catch_up()  # the change reads the state: let it see every writer's events
         return journal.commit(lambda _: change(*args, self._state))

@@ -318,7 +318,7 @@ class NoticeDelivery(abc.ABC):
                 return when
             # Still under the owner's lock: the owner commits it at once, and nothing it does
             # (a run ending, a prompt) comes between the look above and this send.
-            self._send(link, how, message)
+            self._hand_over(link, how, message)
             return None
         finally:
             lock.release()
@@ -347,7 +347,7 @@ class NoticeDelivery(abc.ABC):
                 link.in_flight = None
                 self._due.notify_all()
                 return when
-        self._send(link, again, message)
+        self._hand_over(link, again, message)
         return None
 
     def _compose(self, link: AttachedAgent) -> Message:
@@ -359,7 +359,7 @@ class NoticeDelivery(abc.ABC):
         link.in_flight = (notice_id, ids, tuple(message.metadata["orders"]))
         return message
 
-    def _send(self, link: AttachedAgent, how: str, message: Message) -> None:
+    def _hand_over(self, link: AttachedAgent, how: str, message: Message) -> None:
         """Hand the notice to the owner; one it refuses is not in flight any more."""
         try:
             if how == "steer":

@@ -5,10 +5,11 @@ Everything here is a decision made from plain values, with no storage and no I/O
 (:mod:`nous_inbox.mailbox.state`) and the mailbox (:mod:`nous_inbox.mailbox.mailbox`) only ask.
 
 Another agent's message is never a turn of its own (ruling 11): it waits in the recipient's
-mailbox and may wake an idle recipient only by its class: ``"action"`` (the default; alias
-``"result"``), ``"blocker"`` (aliases ``"question"``, ``"block"``), ``"report"``, ``"fyi"`` or
-``"reply"``. Its thread is the one its sender names, else the sender. Retention keeps ``retain``
-messages per recipient and lets go only of settled ones, in the order they became so.
+mailbox and may wake an idle recipient only by its class: ``"action"`` (the default),
+``"blocker"`` (aliases ``"question"``, ``"block"``), ``"result"`` (of work the recipient gave
+out), ``"report"``, ``"fyi"`` or ``"reply"``. Its thread is the one its sender names, else the
+sender. Retention keeps ``retain`` messages per recipient and lets go only of settled ones, in
+the order they became so.
 
 >>> wakes("fyi", "lead", parent=None, started=False, gave_work=())
 False
@@ -16,6 +17,8 @@ False
 True
 >>> wakes("action", "qa", parent="lead", started=True, gave_work=())    # not from its parent
 False
+>>> wakes("result", "dev", parent=None, started=True, gave_work={"dev"})  # work it gave out
+True
 >>> settled("fyi", read=True, retracted=False, answered=False)          # asks no answer
 True
 
@@ -77,16 +80,16 @@ __all__ = [
     "wakes",
 ]
 
-KINDS: Final = frozenset({"action", "blocker", "report", "fyi", "reply"})
+KINDS: Final = frozenset({"action", "blocker", "result", "report", "fyi", "reply"})
 """The classes of a message; they decide whether it may wake an idle recipient (see ``wakes``)."""
 
 KIND_ALIASES: Final = {
-    "action": "action", "result": "action", "blocker": "blocker", "question": "blocker",
+    "action": "action", "result": "result", "blocker": "blocker", "question": "blocker",
     "block": "blocker", "report": "report", "fyi": "fyi", "reply": "reply",
 }
 """Every accepted ``kind`` and the class it means."""
 
-NO_ANSWER: Final = frozenset({"fyi", "report", "reply"})
+NO_ANSWER: Final = frozenset({"fyi", "result", "report", "reply"})
 """The classes that ask for no answer: reading such a message settles it."""
 
 MAX_QUEUE: Final = 1000
@@ -143,8 +146,8 @@ def check_options(*, max_queue: int, overflow: str, retain: int, remember: int,
 def kind_of(kind: object, where: str) -> str:
     """The class ``kind`` names (an alias included), or a ``ValueError`` naming ``where``.
 
-    >>> kind_of("question", "send"), kind_of("result", "send")
-    ('blocker', 'action')
+    >>> kind_of("question", "send"), kind_of("block", "send")
+    ('blocker', 'blocker')
     """
     found = KIND_ALIASES.get(kind) if type(kind) is str else None
     if found is None:
@@ -155,17 +158,18 @@ def kind_of(kind: object, where: str) -> str:
 def wakes(kind: str, sender: str, parent: str | None, started: bool,
           gave_work: Collection[str]) -> bool:
     """Whether a message of class ``kind`` from ``sender`` may wake its idle recipient, whose
-    ``parent`` gave it its first work, which ``started`` once it took any message, and which
-    ``gave_work`` to those agents.
+    declared ``parent`` started it, which ``started`` once it had a turn or took any message,
+    and which ``gave_work`` to those agents.
 
-    A blocker always may; a report only of work the recipient gave ``sender``; an action when it
-    is the recipient's first work or comes from its parent. An FYI or a reply never wakes anyone.
+    A blocker always may; a result or report only of work the recipient gave ``sender``; an
+    action when it is the recipient's first work or comes from its parent. An FYI or a reply
+    never wakes anyone.
     """
     if kind == "action":
-        return sender == parent or (parent is None and not started)
+        return sender == parent or not started
     if kind == "blocker":
         return True
-    if kind == "report":
+    if kind == "result" or kind == "report":
         return sender in gave_work
     return False
 
