@@ -275,8 +275,9 @@ class Mailbox(NoticeDelivery):
             if viewer not in (event.sender, event.recipient):
                 thread = self._state.thread(event.recipient, mail.thread)
                 if thread is None or viewer not in thread.senders:
-                    raise PermissionError(f"message {id!r}: {viewer!r} is neither its sender, "
-                                          "its recipient nor a writer in its thread")
+                    raise PermissionError(
+                        f"message {id!r} from {event.sender!r} to {event.recipient!r}: "
+                        f"{viewer!r} is neither of them nor a writer in its thread")
             return _letter(mail)
 
     def _answer(self, asker: str, id: str) -> Letter | None:

@@ -387,6 +387,7 @@ class MailboxState:
                     if mail.read:  # read already: the retraction is news, unread and new
                         mail.read = mail.settled = False
                         mail.fresh = True
+                        box.fresh = deque(m for m in box.fresh if m is not mail)  # (rare)
                         box.fresh.append(mail)
                     else:
                         self._hold(box, mail)
