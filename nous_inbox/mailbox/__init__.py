@@ -30,6 +30,7 @@ from nous_inbox.mailbox.rules import (
     wakes,
 )
 from nous_inbox.mailbox.state import MailboxState
+from nous_inbox.mailbox.tools import mailbox_tools
 
 __all__ = [
     "DEBOUNCE",
@@ -51,6 +52,7 @@ __all__ = [
     "Recipient",
     "ThreadSummary",
     "compose",
+    "mailbox_tools",
     "plan",
     "preview",
     "wakes",
