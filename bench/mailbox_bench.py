@@ -173,7 +173,7 @@ def retained(quick: bool = False) -> list[tuple[str, int, int]]:
     sides: dict[str, Callable[[], Any]] = {
         "PraisonAI InProcessMailbox (baseline)": lambda: _praisonai()(),
         "drop-in InProcessMailbox, in memory": InProcessMailbox,
-        "Mailbox(remember=1_000), in memory": lambda: Mailbox(remember=1_000),
+        "Mailbox(remember=1_000), in memory": lambda: _AsAgents(Mailbox(remember=1_000)),
     }
     return [(side, n, _retained_bytes(make, n)) for side, make in sides.items() for n in sizes]
 
