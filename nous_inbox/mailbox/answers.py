@@ -5,11 +5,14 @@ changes under its reader as mail moves on.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-__all__ = ["Letter", "MailboxFullError", "Receipt", "ThreadSummary"]
+if TYPE_CHECKING:
+    from nous_inbox.mailbox.state import Mail
+
+__all__ = ["Letter", "MailboxFullError", "Receipt", "ThreadSummary", "letter"]
 
 
 class MailboxFullError(RuntimeError):
@@ -39,6 +42,13 @@ class Letter(msgspec.Struct, frozen=True):
     correlation_id: str | None = None
     recipient: str = ""
     thread: str = ""
+
+
+def letter(mail: Mail) -> Letter:
+    """The :class:`Letter` a kept message shows as now."""
+    event = mail.event
+    return Letter(event.id, event.sender, event.body, event.kind, event.at, mail.state,
+                  event.correlation_id, event.recipient, mail.thread)
 
 
 class ThreadSummary(msgspec.Struct, frozen=True):

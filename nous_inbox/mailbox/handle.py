@@ -34,8 +34,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
-from nous_inbox.events import MailSent
-from nous_inbox.mailbox.answers import Letter, Receipt, ThreadSummary
+from nous_inbox.events import MailRead, MailSent
+from nous_inbox.mailbox.answers import Letter, Receipt, ThreadSummary, letter
 
 if TYPE_CHECKING:
     from nous_inbox.mailbox.mailbox import Mailbox
@@ -97,7 +97,7 @@ class AgentHandle:
     def message(self, id: str) -> Letter:
         """Message ``id``, if this agent sent it, received it or wrote in its thread
         (``PermissionError`` otherwise)."""
-        return self.mailbox._message(self.name, id)
+        return _message(self.mailbox, self.name, id)
 
     def ask(self, to: str, body: Any, *, timeout: float | None = None, kind: str = "question",
             thread: str | None = None) -> Letter:
@@ -126,6 +126,48 @@ class AgentHandle:
         return letter
 
 
+def _message(box: Mailbox, viewer: str, id: str) -> Letter:
+    """Message ``id`` as ``viewer`` may see it: its sender, recipient or a writer in its
+    thread; ``PermissionError`` for anyone else, ``LookupError`` for one not kept."""
+    if type(id) is not str or not id:
+        raise TypeError(f"message of {viewer!r}: id must be a non-empty str, got {id!r}")
+    with box._lock:
+        box._catch_up()
+        mail = box._state.mail(id)
+        if mail is None:
+            gone = box._state.outcome(id)
+            raise LookupError(f"message {id!r}: " + (
+                "no such message" if gone is None else f"no longer kept ({gone[0]})"))
+        event = mail.event
+        if viewer not in (event.sender, event.recipient):
+            thread = box._state.thread(event.recipient, mail.thread)
+            if thread is None or viewer not in thread.senders:
+                raise PermissionError(
+                    f"message {id!r} from {event.sender!r} to {event.recipient!r}: "
+                    f"{viewer!r} is neither of them nor a writer in its thread")
+        return letter(mail)
+
+def _answer(box: Mailbox, asker: str, id: str) -> Letter | None:
+    """The reply that answered ``asker``'s message ``id`` (marked read), or None yet."""
+    with box._lock:
+        box._catch_up()
+        receipt = box._receipt(box._state, id)
+        if receipt is None:
+            raise LookupError(f"ask of {asker!r}: message {id!r} was forgotten unanswered")
+        if receipt.answer is None:
+            if receipt.state in ("withdrawn", "dropped", "received", "released"):
+                raise LookupError(f"ask of {asker!r}: message {id!r} was {receipt.state} "
+                                  "unanswered")
+            return None
+        letter = _message(box, asker, receipt.answer)
+        mail = box._state.mail(receipt.answer)
+        if mail is not None and not mail.read:
+            box._commit(lambda state: ([MailRead(recipient=asker, ids=(letter.id,),
+                                                  at=box._clock())], None))
+        return letter
+
+
+
 class _Asking:
     """One ask: the question sent, and the body both pumps wait on."""
 
@@ -150,7 +192,7 @@ class _Asking:
 
     def answer(self) -> Letter | None:
         """The reply, or None while there is time left (``TimeoutError`` once there is none)."""
-        letter = self.box._answer(self.asker, self.id)
+        letter = _answer(self.box, self.asker, self.id)
         if letter is None and self.deadline is not None and time.monotonic() >= self.deadline:
             raise TimeoutError(f"{self.where}: no answer within {self.timeout} seconds "
                                f"(message {self.id} waits on)")

@@ -20,10 +20,6 @@ where the old one stopped.
 Traceback (most recent call last):
 ...
 TypeError: send to 'writer': body: object is not JSON-able (allowed: None, bool, int, float, str, list, tuple, dict with str keys)
->>> box.receive("writer")
-Traceback (most recent call last):
-...
-PermissionError: receive: 'writer' acts only through its handle (box.agent('writer') was given out)
 
 Rules (what classes and retention mean is :mod:`nous_inbox.mailbox.rules`'):
 
@@ -59,7 +55,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal, TypeVar
 
@@ -74,7 +69,14 @@ from nous_inbox.events import (
     MailWithdrawn,
 )
 from nous_inbox.journal import Journal
-from nous_inbox.mailbox.answers import Letter, MailboxFullError, Receipt, ThreadSummary
+from nous_inbox.mailbox._named import NamedVerbs
+from nous_inbox.mailbox.answers import (
+    Letter,
+    MailboxFullError,
+    Receipt,
+    ThreadSummary,
+    letter,
+)
 from nous_inbox.mailbox.handle import AgentHandle
 from nous_inbox.mailbox.owner_link import NoticeDelivery
 from nous_inbox.mailbox.rules import (
@@ -88,7 +90,7 @@ from nous_inbox.mailbox.rules import (
     kind_of,
     preview,
 )
-from nous_inbox.mailbox.state import Mail, MailboxState, Thread
+from nous_inbox.mailbox.state import MailboxState, Thread
 from nous_inbox.message import freeze_json
 from nous_inbox.store import Store, open_store
 
@@ -120,12 +122,6 @@ def _refuse_send(recipient: object, sender: object, thread: object, correlation:
     raise TypeError(f"{where}: correlation_id must be a str or None, got {correlation!r}")
 
 
-def _letter(mail: Mail) -> Letter:
-    event = mail.event
-    return Letter(event.id, event.sender, event.body, event.kind, event.at, mail.state,
-                  event.correlation_id, event.recipient, mail.thread)
-
-
 def _body(body: Any, where: str) -> Any:
     """``body`` frozen and checked (plain ASCII text, the commonest body, needs neither)."""
     if type(body) is str and body.isascii():
@@ -133,7 +129,7 @@ def _body(body: Any, where: str) -> Any:
     return freeze_json(body, f"{where}: body")
 
 
-class Mailbox(NoticeDelivery):
+class Mailbox(NoticeDelivery, NamedVerbs):
     """Addressed delivery between named agents; ``store`` (a Store or a URL) makes it durable.
 
     ``retain`` bounds the settled messages kept per recipient, ``remember`` how many messages
@@ -147,20 +143,10 @@ class Mailbox(NoticeDelivery):
     call :meth:`tick`.
     """
 
-    def __init__(
-        self,
-        store: Store | str | None = None,
-        *,
-        stream: str = STREAM,
-        max_queue: int = MAX_QUEUE,
-        overflow: Overflow = "refuse",
-        retain: int = RETAIN,
-        remember: int = REMEMBER,
-        debounce: float = DEBOUNCE,
-        max_wait: float = MAX_WAIT,
-        clock: Callable[[], float] = time.time,
-        autotick: bool = False,
-    ) -> None:
+    def __init__(self, store: Store | str | None = None, *, stream: str = STREAM,
+                 max_queue: int = MAX_QUEUE, overflow: Overflow = "refuse", retain: int = RETAIN,
+                 remember: int = REMEMBER, debounce: float = DEBOUNCE, max_wait: float = MAX_WAIT,
+                 clock: Callable[[], float] = time.time, autotick: bool = False) -> None:
         check_options(max_queue=max_queue, overflow=overflow, retain=retain, remember=remember,
                       debounce=debounce, max_wait=max_wait)
         if not callable(clock):
@@ -218,100 +204,10 @@ class Mailbox(NoticeDelivery):
             handle = self._handles[name] = AgentHandle(self, name)
         return handle
 
-    def _named(self, name: object, verb: str) -> None:
-        """A name-taking verb acting as ``name``: deprecated, and refused for a handled agent."""
-        warnings.warn(f"Mailbox.{verb}(...) acting as a named agent is deprecated: act through "
-                      "box.agent(name)", DeprecationWarning, stacklevel=3)
-        if type(name) is str and name in self._handles:
-            raise PermissionError(f"{verb}: {name!r} acts only through its handle "
-                                  f"(box.agent({name!r}) was given out)")
-
-    def send(self, recipient: str, body: Any, *, sender: str, **options: Any) -> Receipt:
-        """Deprecated: ``box.agent(sender).send(recipient, body, ...)``."""
-        self._named(sender, "send")
-        return self._send(recipient, body, sender=sender, **options)
-
-    def reply(self, agent: str, thread: str, body: Any, **options: Any) -> Receipt:
-        """Deprecated: ``box.agent(agent).reply(thread, body, ...)``."""
-        self._named(agent, "reply")
-        return self._reply(agent, thread, body, **options)
-
-    def withdraw(self, id: str, *, sender: str) -> str:
-        """Deprecated: ``box.agent(sender).withdraw(id)``."""
-        self._named(sender, "withdraw")
-        return self._withdraw(id, sender=sender)
-
-    def receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
-        """Deprecated: ``box.agent(agent).receive(limit=...)``."""
-        self._named(agent, "receive")
-        return self._receive(agent, limit=limit)
-
-    def threads(self, agent: str) -> list[ThreadSummary]:
-        """Deprecated: ``box.agent(agent).threads()``."""
-        self._named(agent, "threads")
-        return self._threads(agent)
-
-    def read_thread(self, agent: str, thread: str, *, reader: str | None = None) -> list[Letter]:
-        """Deprecated: ``box.agent(agent).read(thread)`` (``reader`` other than ``agent`` is
-        refused with ``PermissionError``)."""
-        self._named(agent if reader is None else reader, "read_thread")
-        if reader is not None and reader != agent:
-            raise PermissionError(f"read of thread {thread!r} of {agent!r}: {reader!r} may not "
-                                  "read another agent's threads")
-        return self._read_thread(agent, thread)
-
-    def _message(self, viewer: str, id: str) -> Letter:
-        """Message ``id`` as ``viewer`` may see it: its sender, recipient or a writer in its
-        thread; ``PermissionError`` for anyone else, ``LookupError`` for one not kept."""
-        _text(id, "id", f"message of {viewer!r}")
-        with self._lock:
-            self._catch_up()
-            mail = self._state.mail(id)
-            if mail is None:
-                gone = self._state.outcome(id)
-                raise LookupError(f"message {id!r}: " + (
-                    "no such message" if gone is None else f"no longer kept ({gone[0]})"))
-            event = mail.event
-            if viewer not in (event.sender, event.recipient):
-                thread = self._state.thread(event.recipient, mail.thread)
-                if thread is None or viewer not in thread.senders:
-                    raise PermissionError(
-                        f"message {id!r} from {event.sender!r} to {event.recipient!r}: "
-                        f"{viewer!r} is neither of them nor a writer in its thread")
-            return _letter(mail)
-
-    def _answer(self, asker: str, id: str) -> Letter | None:
-        """The reply that answered ``asker``'s message ``id`` (marked read), or None yet."""
-        with self._lock:
-            self._catch_up()
-            receipt = self._receipt(self._state, id)
-            if receipt is None:
-                raise LookupError(f"ask of {asker!r}: message {id!r} was forgotten unanswered")
-            if receipt.answer is None:
-                if receipt.state in ("withdrawn", "dropped", "received", "released"):
-                    raise LookupError(f"ask of {asker!r}: message {id!r} was {receipt.state} "
-                                      "unanswered")
-                return None
-            letter = self._message(asker, receipt.answer)
-            mail = self._state.mail(receipt.answer)
-            if mail is not None and not mail.read:
-                self._commit(lambda state: ([MailRead(recipient=asker, ids=(letter.id,),
-                                                      at=self._clock())], None))
-            return letter
-
     # -- sending ----------------------------------------------------------------------------------
 
-    def _send(
-        self,
-        recipient: str,
-        body: Any,
-        *,
-        sender: str,
-        correlation_id: str | None = None,
-        thread: str | None = None,
-        kind: str = "action",
-        id: str | None = None,
-    ) -> Receipt:
+    def _send(self, recipient: str, body: Any, *, sender: str, correlation_id: str | None = None,
+              thread: str | None = None, kind: str = "action", id: str | None = None) -> Receipt:
         """Queue ``body`` for ``recipient`` from ``sender``; see the module's rules.
 
         Raises ``TypeError``/``ValueError`` for bad input and :class:`MailboxFullError` at the
@@ -568,7 +464,7 @@ class Mailbox(NoticeDelivery):
         with self._lock:
             self._catch_up()
             mails = self._thread(agent, thread, where).mails
-            letters = [_letter(m) for m in mails]
+            letters = [letter(m) for m in mails]
             unread = tuple(m.id for m in mails if not m.read)
             if unread:
                 self._commit(lambda state: (
