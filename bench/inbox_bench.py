@@ -23,7 +23,7 @@ What is measured:
   every claimed message: that part is linear for both, as it must be.
 
 Run it with ``python -m bench.inbox_bench`` (about half a minute), or ``--quick`` for a rough pass over
-tiny queues that only shows the code works. Target (issue 2): ``steer`` at most 1.3x the mutable
+tiny queues that only shows the code works. Target: ``steer`` at most 1.3x the mutable
 ``send``; ``claim``, ``wants_wake`` and ``count`` flat as the queue grows.
 """
 

@@ -18,7 +18,10 @@ Group commit (a second table): ``S`` threads send (``inject``) to one owner at o
 for its send to be acknowledged (durably committed) before the next, as a host's request handlers
 do. Concurrent sends share one store transaction, so on a durable store the throughput with 8
 and 32 senders is set against the throughput of 1 sender, on the same store kind, in the same
-run (target: at least 5x with 8 senders on ``sqlite:``). ``file:`` (fsynced JSON Lines) is shown too.
+run. ``file:`` (fsynced JSON Lines) is shown too. Beside it, the physical limit: one thread
+inserting 8 rows per transaction into SQLite on the same disk with the store's pragmas (WAL,
+``synchronous = FULL``), with the 8-sender group commit on ``sqlite:`` as a ratio of it (floor:
+0.5x).
 
 Sends use ``inject`` (no wake) so no run starts: the consumer plays the run's claims itself.
 Throughput is messages per second from first send to last claim, with the two threads contending.
@@ -31,6 +34,7 @@ times slower than the baseline. Run ``python -m bench.owner_bench`` (``--quick``
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import statistics
 import tempfile
 import threading
@@ -174,6 +178,38 @@ def _group(url: str, senders: int, per_sender: int) -> tuple[float, float]:
 #: The numbers of concurrent senders measured.
 SENDERS = (1, 8, 32)
 
+#: The rows per transaction of the raw limit: what 8 senders would share at best.
+RAW_ROWS = 8
+
+
+def _raw_limit(path: Path, total: int) -> float:
+    """Rows per second one thread inserts into SQLite, ``RAW_ROWS`` per transaction, with the
+    store's pragmas and an event-sized row: the limit a durable send cannot beat."""
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("CREATE TABLE events (stream TEXT NOT NULL, seq INTEGER NOT NULL, "
+                   "body BLOB NOT NULL, PRIMARY KEY (stream, seq))")
+        body = (b'{"type":"message_sent","seq":1,"at":1700000000.0,"target":"next_step",'
+                b'"wakeup":false,"message":{"role":"user","content":"s0m0"}}')
+        begin = time.perf_counter()
+        for first in range(0, total, RAW_ROWS):
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("INSERT INTO events (stream, seq, body) VALUES (?, ?, ?)",
+                           [("bench", seq, body) for seq in range(first, first + RAW_ROWS)])
+            db.execute("COMMIT")
+        return len(range(0, total, RAW_ROWS)) * RAW_ROWS / (time.perf_counter() - begin)
+    finally:
+        db.close()
+
+
+def measure_raw(quick: bool = False) -> float:
+    """The raw limit (best of the repeats), on the disk the group commit writes to."""
+    total = 80 if quick else 800
+    with tempfile.TemporaryDirectory() as tmp:
+        return max(_raw_limit(Path(tmp) / f"raw{r}.sqlite", total) for r in range(1 if quick else 3))
+
 
 def measure_group(quick: bool = False) -> list[GroupRow]:
     """1, 8 and 32 senders on each durable store kind, interleaved; the best repeat is kept, and
@@ -197,8 +233,9 @@ def measure_group(quick: bool = False) -> list[GroupRow]:
             for (kind, senders), (rate, per) in best.items()]
 
 
-def render_group(rows: list[GroupRow], quick: bool = False) -> str:
-    """A markdown table: each store kind's 8- and 32-sender throughput against its 1-sender one."""
+def render_group(rows: list[GroupRow], quick: bool = False, raw: float | None = None) -> str:
+    """A markdown table: each store kind's 8- and 32-sender throughput against its 1-sender one,
+    then (given ``raw``, the raw limit) the 8-sender ``sqlite:`` throughput as a ratio of it."""
     by = {(row.store, row.senders): row for row in rows}
     lines = [
         "| store (durable) | senders | acknowledged sends/s | against 1 sender | sends per transaction |",
@@ -209,6 +246,12 @@ def render_group(rows: list[GroupRow], quick: bool = False) -> str:
             row = by[kind, senders]
             lines.append(f"| {kind} | {senders} | {row.throughput:,.0f} | {row.speedup:.2f}x "
                          f"| {row.per_transaction:.1f} |")
+    if raw is not None:
+        eight = by["sqlite:", 8].throughput
+        lines.append("")
+        lines.append(f"Raw limit (one thread, {RAW_ROWS} rows per transaction, same disk and "
+                     f"pragmas): {raw:,.0f} rows/s; 8 senders on sqlite: reach "
+                     f"**{eight / raw:.2f}x** of it (floor: 0.5x)")
     if quick:
         lines.append("")
         lines.append("(quick run: small sizes, one repeat; shows the code works, not the figures)")
@@ -274,7 +317,7 @@ def run(quick: bool = False) -> str:
     return (
         render(measure(quick), quick)
         + "\n\nGroup commit: concurrent senders share one transaction\n\n"
-        + render_group(measure_group(quick), quick)
+        + render_group(measure_group(quick), quick, measure_raw(quick))
     )
 
 

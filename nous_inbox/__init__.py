@@ -17,6 +17,7 @@ import logging as _logging
 from importlib import metadata as _metadata
 
 from nous_inbox.async_owner import AsyncOwner
+from nous_inbox.boundary import Boundary, BoundaryKind
 from nous_inbox.errors import (
     ConcurrencyError,
     DecodeError,
@@ -98,6 +99,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "AgentHandle",
     "AsyncOwner",
+    "Boundary",
+    "BoundaryKind",
     "Claimed",
     "ConcurrencyError",
     "DecodeError",

@@ -28,10 +28,10 @@ The value is immutable and persistent: every operation returns a new inbox and l
 usable, and equal contents mean equal values and equal hashes.
 
 Design notes. Each queue is a ``pyrsistent.pvector`` of ``(message, wakeup)`` entries, and the
-inbox also keeps, per queue, how many entries asked for a wake and whether one of those holds
-something worth a model round (not whitespace only, ruling 4). That flag only ever turns on as
-entries arrive and is reset by the claim that empties the queue, so a send tests a message for
-blankness only while its queue holds no worthy wake yet. So ``count``, ``has_pending``,
+inbox also keeps, per queue, two flags: an entry asked for a wake, and one of those is worth a
+model round (not blank, ruling 4: the message decided that when it was built,
+:attr:`Message.blank <nous_inbox.message.Message.blank>`). The flags only ever turn on as
+entries arrive and are reset by the claim that empties the queue. So ``count``, ``has_pending``,
 ``wants_wake`` and ``worth_waking`` read a field or two, and ``claim`` hands back the drained
 vector itself behind a read-only view: none of them grows with the queue. The wake intent belongs
 to each entry, not to the inbox, because it must survive being queued: a steer that lands after a
@@ -108,9 +108,7 @@ def as_target(target: object) -> Target:
     ...
     ValueError: target must be 'next_turn' or 'next_step', got 'later'
     """
-    if target is _STEP or target is _TURN:
-        return target
-    if target == "next_step":
+    if target == "next_step":  # a Target is a str: both spellings match
         return _STEP
     if target == "next_turn":
         return _TURN
@@ -127,12 +125,10 @@ def as_message(message: object) -> Message:
     ...
     TypeError: message must be a Message or a str, got int
     """
-    if type(message) is Message:
+    if isinstance(message, Message):
         return message
     if isinstance(message, str):
         return Message.user(message)
-    if isinstance(message, Message):
-        return message
     raise TypeError(f"message must be a Message or a str, got {type(message).__name__}")
 
 
@@ -158,20 +154,30 @@ def as_wakeup(wakeup: object) -> bool:
 
 
 def is_blank(messages: Iterable[Message]) -> bool:
-    """Whether these messages hold nothing worth a model round: none has non-whitespace content
-    or a tool call (ruling 4). The one blank test: the inbox counts waking entries with it, and
-    the loop asks it of what a claim delivered.
+    """Whether these messages hold nothing worth a model round: each one is
+    :attr:`Message.blank <nous_inbox.message.Message.blank>` (ruling 4), as decided when it
+    was built. The loop asks it of what a claim delivered.
 
     >>> is_blank([Message.user("  \\n")]), is_blank([Message.user(" "), Message.user("go")])
     (True, False)
     """
-    return not any(map(_worth, messages))
+    return all(message.blank for message in messages)
 
 
-def _worth(message: Message) -> bool:
-    # ``isspace`` is what ``strip`` strips, without building a new string.
-    content = message.content
-    return bool((content and not content.isspace()) or message.tool_calls)
+_WAKE: Final = 1
+"""A queue's flag: an entry on it asked for a wake."""
+_WORTH: Final = 2
+"""A queue's flag: an entry on it asked for a wake and is worth a model round (not blank)."""
+_WAKE_WORTH: Final = _WAKE | _WORTH
+
+
+def _flags_of(entries: Iterable[Entry]) -> int:
+    """A queue's flags, worked out from its entries (a send keeps them up to date instead)."""
+    flags = 0
+    for message, wakeup in entries:
+        if wakeup:
+            flags |= _WAKE if message.blank else _WAKE_WORTH
+    return flags
 
 
 def _check_limit(limit: int) -> None:
@@ -267,10 +273,8 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
 
     _turn: PVector[Any] = _NO_ENTRIES
     _step: PVector[Any] = _NO_ENTRIES
-    _turn_wakes: int = 0
-    _step_wakes: int = 0
-    _turn_worth: bool = False
-    _step_worth: bool = False
+    _turn_flags: int = 0  # _WAKE | _WORTH, of the entries on next_turn
+    _step_flags: int = 0
 
     @classmethod
     def new(cls) -> Inbox:
@@ -293,39 +297,30 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
         ...
         TypeError: wakeup must be a bool, got int
         """
-        # The hot path, inlined: the checks are those of as_message and as_target, in the same
-        # order (message, target, wakeup), without two extra calls per send.
         if type(message) is not Message:
             message = as_message(message)
-        if target == "next_step":  # a Target is a str, so this matches both spellings
+        if target is _STEP or target == "next_step":  # a Target is a str: both spellings match
             step = True
-        elif target == "next_turn":
+        elif target is _TURN or target == "next_turn":
             step = False
         else:
-            step = as_target(target) is _STEP  # in practice: raises the ValueError naming choices
+            as_target(target)  # raises the ValueError naming the choices
         if type(wakeup) is not bool:
             as_wakeup(wakeup)  # raises
+        flags = (_WAKE if message.blank else _WAKE_WORTH) if wakeup else 0
         if step:
-            return Inbox(self._turn, self._step.append((message, wakeup)), self._turn_wakes,
-                         self._step_wakes + wakeup, self._turn_worth,
-                         self._step_worth or (wakeup and _worth(message)))
-        return Inbox(self._turn.append((message, wakeup)), self._step, self._turn_wakes + wakeup,
-                     self._step_wakes, self._turn_worth or (wakeup and _worth(message)),
-                     self._step_worth)
+            return Inbox(self._turn, self._step.append((message, wakeup)), self._turn_flags,
+                         self._step_flags | flags)
+        return Inbox(self._turn.append((message, wakeup)), self._step, self._turn_flags | flags,
+                     self._step_flags)
 
     def followup(self, message: Message | str) -> Inbox:
         """Queue for the next **turn**, waking an idle agent: "answer this after you finish"."""
-        if type(message) is not Message:
-            message = as_message(message)
-        return Inbox(self._turn.append((message, True)), self._step, self._turn_wakes + 1,
-                     self._step_wakes, self._turn_worth or _worth(message), self._step_worth)
+        return self.send(message, _TURN, True)
 
     def steer(self, message: Message | str) -> Inbox:
         """Queue for the next **step**, waking an idle agent: "read this before your next request"."""
-        if type(message) is not Message:
-            message = as_message(message)
-        return Inbox(self._turn, self._step.append((message, True)), self._turn_wakes,
-                     self._step_wakes + 1, self._turn_worth, self._step_worth or _worth(message))
+        return self.send(message, _STEP, True)
 
     def inject(self, message: Message | str) -> Inbox:
         """Queue for the next **step** without waking: context for a request the agent makes anyway.
@@ -333,10 +328,7 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
         >>> Inbox().inject("fyi").wants_wake()
         False
         """
-        if type(message) is not Message:
-            message = as_message(message)
-        return Inbox(self._turn, self._step.append((message, False)), self._turn_wakes,
-                     self._step_wakes, self._turn_worth, self._step_worth)
+        return self.send(message, _STEP, False)
 
     # -- claiming --------------------------------------------------------------------------------
 
@@ -376,7 +368,7 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
         if wake_only is not False:
             if wake_only is not True:
                 raise TypeError(f"wake_only must be a bool, got {type(wake_only).__name__}")
-            if not (self._step_worth if where is _STEP else self._turn_worth):
+            if not (self._step_flags if where is _STEP else self._turn_flags) & _WORTH:
                 if limit is not None:
                     _check_limit(limit)
                 return _NOTHING_CLAIMED, self
@@ -385,14 +377,10 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
         if where is _STEP:
             if not self._step:
                 return _NOTHING_CLAIMED, self
-            return Claimed(self._step), Inbox(
-                self._turn, _NO_ENTRIES, self._turn_wakes, 0, self._turn_worth, False
-            )
+            return Claimed(self._step), Inbox(self._turn, _NO_ENTRIES, self._turn_flags, 0)
         if not self._turn:
             return _NOTHING_CLAIMED, self
-        return Claimed(self._turn), Inbox(
-            _NO_ENTRIES, self._step, 0, self._step_wakes, False, self._step_worth
-        )
+        return Claimed(self._turn), Inbox(_NO_ENTRIES, self._step, 0, self._step_flags)
 
     def _claim_oldest(self, where: Target, limit: int) -> tuple[Claimed, Inbox]:
         _check_limit(limit)
@@ -402,15 +390,10 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
         if limit == 0:
             return _NOTHING_CLAIMED, self
         taken, kept = queue[:limit], queue[limit:]
-        kept_wakes = sum(wakeup for _, wakeup in kept)
-        kept_worth = any(wakeup and _worth(message) for message, wakeup in kept)
+        flags = _flags_of(kept)
         if where is _STEP:
-            return Claimed(taken), Inbox(
-                self._turn, kept, self._turn_wakes, kept_wakes, self._turn_worth, kept_worth
-            )
-        return Claimed(taken), Inbox(
-            kept, self._step, kept_wakes, self._step_wakes, kept_worth, self._step_worth
-        )
+            return Claimed(taken), Inbox(self._turn, kept, self._turn_flags, flags)
+        return Claimed(taken), Inbox(kept, self._step, flags, self._step_flags)
 
     # -- asking ----------------------------------------------------------------------------------
 
@@ -426,8 +409,8 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
         (True, True, False)
         """
         if target is None:
-            return self._turn_wakes > 0 or self._step_wakes > 0
-        return (self._step_wakes if as_target(target) is _STEP else self._turn_wakes) > 0
+            return bool((self._turn_flags | self._step_flags) & _WAKE)
+        return bool((self._step_flags if as_target(target) is _STEP else self._turn_flags) & _WAKE)
 
     def worth_waking(self, target: Target | str | None = None) -> bool:
         """Whether a queued entry asked for a wake **and** holds something worth a model round,
@@ -435,10 +418,11 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
 
         This is the decision to start a run (an owner asks it when a message arrives and when a
         run ends) and to extend one at a would-be final answer (``claim(..., wake_only=True)``).
-        A whitespace-only message never earns a round of its own (ruling 4): it stays queued
-        and rides along with the next request something else causes. A message with tool calls
-        counts as worth it. Like ``wants_wake``, it reads two counters kept as entries come and
-        go, so it costs the same however long the queues are.
+        A blank message (whitespace, or only invisible characters: ``Message.blank``) never
+        earns a round of its own (ruling 4): it stays queued and rides along with the next
+        request something else causes. A message with tool calls counts as worth it. Like
+        ``wants_wake``, it reads flags kept as entries come and go, so it costs the same however
+        long the queues are.
 
         >>> blank = Inbox().steer("  \\n")
         >>> blank.wants_wake(), blank.worth_waking()
@@ -447,8 +431,8 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
         (True, False)
         """
         if target is None:
-            return self._turn_worth or self._step_worth
-        return self._step_worth if as_target(target) is _STEP else self._turn_worth
+            return bool((self._turn_flags | self._step_flags) & _WORTH)
+        return bool((self._step_flags if as_target(target) is _STEP else self._turn_flags) & _WORTH)
 
     def has_pending(self, target: Target | str | None = None) -> bool:
         """Whether anything is queued on ``target``, or on either queue when ``target`` is None."""
@@ -527,11 +511,7 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
             raise DecodeError(f"invalid inbox {fmt}: {exc}") from None
         turn = pvector([(e.message, e.wakeup) for e in wire.next_turn])
         step = pvector([(e.message, e.wakeup) for e in wire.next_step])
-        return cls(
-            turn, step, sum(e.wakeup for e in wire.next_turn), sum(e.wakeup for e in wire.next_step),
-            any(e.wakeup and _worth(e.message) for e in wire.next_turn),
-            any(e.wakeup and _worth(e.message) for e in wire.next_step),
-        )
+        return cls(turn, step, _flags_of(turn), _flags_of(step))
 
 
 _EMPTY_INBOX: Final = Inbox()

@@ -22,7 +22,9 @@ Claim(target=<Target.NEXT_STEP: 'next_step'>, wake_only=True)
 >>> command, [type(e).__name__ for e in events]
 (EndTurn(reason='final'), ['TurnEnded'])
 
-The rulings it implements (DESIGN.md), each with a test in ``tests/test_loop.py``:
+The rulings it implements, each with a test in ``tests/test_loop.py`` (and, for every driver,
+in ``tests/test_rulings.py``): every driver (the runner, the pydantic-ai adapter) asks this table
+at each boundary and decides none of it itself.
 
 1. **Claim points.** A turn opens -> ``Claim(next_turn)``; every step boundary -> ``Claim(next_step)``
    right before the model request, so a message sent during a tool call lands after that tool's
@@ -30,7 +32,8 @@ The rulings it implements (DESIGN.md), each with a test in ``tests/test_loop.py`
 2. **The would-be final answer** (content, no tool calls) is a boundary too, but it asks for a
    ``wake_only`` claim: the driver claims ``next_step`` only if an entry there asked for a wake (a
    steer) and is worth a round (``Inbox.claim(..., wake_only=True)`` decides, in the core), and
-   then the run is extended by one step. A pending *injection* alone does not extend
+   then the run is extended by one step. Results that are the answer (``ToolsFinished(final=True)``,
+   a framework's output tool) make the same boundary. A pending *injection* alone does not extend
    the run: Nous defines inject as "have this to hand if you make another request", so it stays
    queued for the next request someone else causes. aimu's "any pending message extends the run"
    is thereby kept for messages that ask to be answered, and a steer that lands after this check is
@@ -39,8 +42,10 @@ The rulings it implements (DESIGN.md), each with a test in ``tests/test_loop.py`
    anyway, so it claims ``next_step`` plainly: anything delivered (steer *or* injection) replaces the
    continuation nudge; with nothing delivered the loop adds its own nudge, a user message whose
    ``metadata["provenance"]`` is ``"continuation"`` (event ``Nudged``). Delivered messages stay
-   plain user messages.
-4. **Whitespace-only content is never worth a round.** Blank messages are still claimed (so nothing
+   plain user messages. A framework that answers the reply itself (``Retried``: its own retry
+   prompt) has made the nudge: a delivery joins it.
+4. **Blank content is never worth a round** (whitespace, or only invisible characters:
+   ``Message.blank``, decided when the message is built). Blank messages are still claimed (so nothing
    is left behind and replay agrees with the log: a claim *is* the transcript entry, so they do
    enter the transcript and ride along with the next request the run makes anyway), but they never
    extend a run, replace a nudge or reset the budget. A blank model reply counts as degenerate.
@@ -111,6 +116,7 @@ __all__ = [
     "LoopState",
     "ModelAnswered",
     "Phase",
+    "Retried",
     "RunTools",
     "ToolSpec",
     "ToolsFinished",
@@ -244,9 +250,24 @@ class ModelAnswered(msgspec.Struct, frozen=True):
 
 
 class ToolsFinished(msgspec.Struct, frozen=True):
-    """The tool calls ran; one ``tool`` message per call, in call order."""
+    """The tool calls ran; one ``tool`` message per call, in call order.
+
+    ``final`` says the results are the answer (a framework's output tool, whose return ends its
+    run): the boundary after them is then a would-be final answer's (ruling 2), not a step's."""
 
     results: Sequence[Message]
+    final: bool = False
+
+
+class Retried(msgspec.Struct, frozen=True):
+    """The driver's framework answered the reply itself with ``message`` (a user message, its
+    own nudge: a retry after an empty reply or a refused answer) and will ask the model again.
+
+    The request is one the run makes anyway, so the claim before it is a plain one: a pending
+    message joins the framework's words (rulings 1 and 3); the budget still counts (ruling 5).
+    """
+
+    message: Message
 
 
 class Cancelled(msgspec.Struct, frozen=True):
@@ -259,7 +280,7 @@ class Failed(msgspec.Struct, frozen=True):
     error: str
 
 
-Happening = TurnOpened | Drained | ModelAnswered | ToolsFinished | Cancelled | Failed
+Happening = TurnOpened | Drained | ModelAnswered | ToolsFinished | Retried | Cancelled | Failed
 
 
 class LoopState(msgspec.Struct, frozen=True):
@@ -504,7 +525,7 @@ def _answered(state: LoopState, answered: ModelAnswered) -> Advance:
         return Advance(_replace(state, phase=Phase.TOOLS, calls=calls), RunTools(calls),
                        tuple(events))
     events.append(StepEnded(turn=turn, step=step))
-    if not is_blank((message,)):
+    if not message.blank:
         return _boundary(state, Phase.CLAIM_FINAL, events)
     return _boundary(state, Phase.CLAIM_NUDGE, events)
 
@@ -529,6 +550,17 @@ def _tools_finished(state: LoopState, finished: ToolsFinished) -> Advance:
     events: list[Event] = [ToolReturned(turn=turn, step=step, message=m) for m in results]
     events.append(StepEnded(turn=turn, step=step))
     state = _replace(state, transcript=state.transcript.extend(results), calls=())
+    return _boundary(state, Phase.CLAIM_FINAL if finished.final else Phase.CLAIM_STEP, events)
+
+
+def _retried(state: LoopState, retried: Retried) -> Advance:
+    """A claim phase after a step + Retried: the framework's nudge joins the transcript, and
+    the request it makes claims plainly, within the budget (rulings 3 and 5)."""
+    message = retried.message
+    if not isinstance(message, Message) or message.role != "user":
+        raise ValueError(f"Retried needs a user Message, got {message!r}")
+    state = _replace(state, transcript=state.transcript.append(message))
+    events: list[Event] = [Nudged(turn=state.turn, step=state.step, message=message)]
     return _boundary(state, Phase.CLAIM_STEP, events)
 
 
@@ -588,6 +620,7 @@ _TRANSITIONS: Final[Mapping[tuple[Phase, type], _Handler]] = MappingProxyType({
     **{(phase, Drained): _drained for phase in _CLAIM_PHASES},
     (Phase.MODEL, ModelAnswered): _answered,
     (Phase.TOOLS, ToolsFinished): _tools_finished,
+    **{(phase, Retried): _retried for phase in _CLAIM_PHASES if phase is not Phase.CLAIM_TURN},
     **{(phase, Cancelled): _cancelled for phase in _OPEN_PHASES},
     **{(phase, Failed): _failed for phase in _OPEN_PHASES},
 })

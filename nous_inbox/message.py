@@ -33,6 +33,7 @@ at most ``MAX_DEPTH`` (64) deep, well inside what every decoder here reads back.
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
@@ -42,7 +43,8 @@ from pyrsistent import PMap, PVector
 from nous_inbox.frozen import FrozenDict, FrozenList
 
 __all__ = [
-    "MAX_DEPTH", "ROLES", "Message", "Role", "ToolCall", "enc_hook", "freeze_json", "thaw_json",
+    "MAX_DEPTH", "ROLES", "Message", "Role", "ToolCall", "blank_text", "enc_hook", "freeze_json",
+    "thaw_json",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -306,6 +308,18 @@ def _check_text(value: str, where: str) -> None:
             ) from None
 
 
+def blank_text(text: str) -> bool:
+    """Whether ``text`` shows nothing: empty, whitespace, or invisible characters only (zero-width
+    and other format characters, Unicode category Cf, such as U+200B). The one blank rule
+    (ruling 4): a message decides it once, when it is built (:attr:`Message.blank`).
+
+    >>> blank_text(" \\n"), blank_text("\\u200b \\ufeff"), blank_text("\\u200bgo")
+    (True, True, False)
+    """
+    # Stops at the first visible character, so ordinary text costs a character or two.
+    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
+
+
 def _check_optional_str(value: object, where: str) -> None:
     if value is not None:
         if not isinstance(value, str):
@@ -410,6 +424,11 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     id: str | None = None
+    blank: bool = False
+    """Whether the message holds nothing worth a model round: no tool calls, and content that
+    :func:`blank_text` calls blank (ruling 4). Decided when the message is built, from its
+    content and tool calls (a value passed in is replaced); on the wire only when true, so a
+    log written before it existed reads back the same."""
 
     def __post_init__(self) -> None:
         # Replay runs this once per decoded message, so the common case (a known role, ASCII
@@ -450,6 +469,13 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_default
                         break
             elif calls != ():
                 _set(self, "tool_calls", _tool_calls(calls))
+        # Decided here, whatever was given: a log written before the field, or a copy made by
+        # ``msgspec.structs.replace`` with other content, carries a value that may not hold.
+        content = self.content  # blank_text, its common case first, without the call
+        blank = not self.tool_calls and (not content or content.isspace() or (
+            not content.isascii() and blank_text(content)))
+        if blank is not self.blank:
+            _set(self, "blank", blank)
 
     def _check_role_and_content(self) -> None:
         if not isinstance(self.role, str):

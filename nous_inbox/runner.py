@@ -206,14 +206,6 @@ class _Claims:
 
 
 def _claim_shape_problem(result: object, target: Target) -> str | None:
-    if type(result) is tuple and len(result) == 2 and type(result[0]) is tuple:
-        # The shape every well-behaved port answers in, checked without the ABC machinery.
-        messages, event = result
-        if event is None and not messages:
-            return None
-        if (type(event) is QueueClaimed and event.target is target
-                and event.count == len(messages) and all(type(m) is Message for m in messages)):
-            return None
     expected = "expected (messages, QueueClaimed | None)"
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         if isinstance(result, str):
@@ -596,11 +588,8 @@ def _as_reply(value: object) -> Message:
     return value
 
 
-_NOT_AWAITABLE: Final = frozenset({Message, str, int, float, bool, dict, list, tuple, type(None)})
-
-
 def _not_awaitable(value: object, what: str) -> None:
-    if type(value) not in _NOT_AWAITABLE and inspect.isawaitable(value):
+    if inspect.isawaitable(value):
         if inspect.iscoroutine(value):
             value.close()
         raise TypeError(f"{what} returned an awaitable; drive async callables with arun_turn")
@@ -670,7 +659,7 @@ def _record_size(message: Message) -> int:
 
 def _tool_message(call: ToolCall, value: object, limit: int) -> Message:
     """A tool's return value as its tool message, or an error message when the log cannot hold
-    it (issue 8): text with a lone surrogate, or a record above ``limit``, the size limit of the
+    it: text with a lone surrogate, or a record above ``limit``, the size limit of the
     store the port records into. The transcript stays well-formed either way: every call gets
     its answer (unless the call's own id and name are beyond the limit: then no answer fits)."""
     try:

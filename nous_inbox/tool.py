@@ -150,17 +150,9 @@ def _spec(self: Tool) -> ToolSpec:
     return ToolSpec(self.name, self.description, self.parameters)
 
 
-_PLAIN: Final = frozenset({str, int, float, bool})
-
-
-def _hints(self: Tool) -> tuple[tuple[str, Any, Any], ...]:
-    # (name, annotation, the type a value needs no conversion in): a JSON scalar that already
-    # has its annotated type is passed as is, the common case, at the cost of one type check.
-    return tuple(
-        (name, hint, hint if hint in _PLAIN else None)
-        for name, hint, _ in _signature(self.fn, f"tool {self.name!r}")
-        if hint is not _ANY
-    )
+def _hints(self: Tool) -> tuple[tuple[str, Any], ...]:
+    sig = _signature(self.fn, f"tool {self.name!r}")
+    return tuple((name, hint) for name, hint, _ in sig if hint is not _ANY)
 
 
 def _is_async(fn: object) -> bool:
@@ -207,7 +199,7 @@ class Tool:
     is_async: bool = attrs.field(
         init=False, repr=False, default=attrs.Factory(lambda self: _is_async(self.fn), takes_self=True)
     )
-    _hints: tuple[tuple[str, Any, Any], ...] = attrs.field(
+    _hints: tuple[tuple[str, Any], ...] = attrs.field(
         init=False, repr=False, default=attrs.Factory(_hints, takes_self=True)
     )
 
@@ -230,8 +222,8 @@ class Tool:
         TypeError: tool 'repeat', argument 'times': Expected `int`, got `str`
         """
         kwargs: dict[str, Any] = thaw_json(given)
-        for name, hint, plain in self._hints:
-            if name in kwargs and type(kwargs[name]) is not plain:
+        for name, hint in self._hints:
+            if name in kwargs:
                 try:
                     kwargs[name] = msgspec.convert(kwargs[name], hint)
                 except msgspec.ValidationError as exc:

@@ -19,8 +19,8 @@ from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
-from nous_inbox.port import sent_event
 from nous_inbox.store import Store
+from nous_inbox.store_worker import Stored
 
 __all__ = ["FACES", "AsyncOwnerFromThreads", "build"]
 
@@ -56,39 +56,31 @@ class AsyncOwnerFromThreads:
     def _do(self, work: Coroutine[Any, Any, _T]) -> _T:
         return asyncio.run_coroutine_threadsafe(work, self._loop).result()
 
-    def _send_on_loop(self, message: Message | str, target: Target | str,
-                      wakeup: bool) -> MessageSent:
-        # A listener runs on the loop, and a sync callback there cannot await: it sends
-        # through the owner's port, as a runner's tool would.
-        port = self._face._port
-        assert port is not None
-        return port.append(sent_event(message, target, wakeup))  # type: ignore[return-value]
+    def _verb(self, verb: str, *args: Any) -> MessageSent:
+        if not self._on_loop():
+            return self._do(getattr(self._face, verb)(*args))
+        # A listener runs on the loop, where a sync callback cannot await: it sends holding the
+        # owner's lock, as a boundary subscriber does, so the verb commits at once (private: the
+        # lock a run's claim holds, which a subscriber's send relies on).
+        with self._face._lock:
+            sent = getattr(self._face, verb)(*args)
+        assert isinstance(sent, Stored)  # done already: nothing to await
+        return sent.value
 
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
-        if self._on_loop():
-            return self._send_on_loop(message, target, wakeup)
-        return self._do(self._face.send(message, target, wakeup))
+        return self._verb("send", message, target, wakeup)
 
     def steer(self, message: Message | str) -> MessageSent:
-        if self._on_loop():  # a listener: a sync callback on the loop cannot await
-            return self._send_on_loop(message, Target.NEXT_STEP, True)
-        return self._do(self._face.steer(message))
+        return self._verb("steer", message)
 
     def inject(self, message: Message | str) -> MessageSent:
-        if self._on_loop():  # a listener: a sync callback on the loop cannot await
-            return self._send_on_loop(message, Target.NEXT_STEP, False)
-        return self._do(self._face.inject(message))
+        return self._verb("inject", message)
 
     def followup(self, message: Message | str) -> MessageSent:
-        if self._on_loop():  # a listener: a sync callback on the loop cannot await
-            return self._send_on_loop(message, Target.NEXT_TURN, True)
-        return self._do(self._face.followup(message))
+        return self._verb("followup", message)
 
     def prompt(self, message: Message | str) -> MessageSent:
-        if self._on_loop():  # a listener: a sync callback on the loop cannot await
-            self._face._core.prompt()
-            return self._send_on_loop(message, Target.NEXT_TURN, True)
-        return self._do(self._face.prompt(message))
+        return self._verb("prompt", message)
 
     def cancel(self) -> bool:
         async def cancel() -> bool:

@@ -32,12 +32,13 @@ async def echo(transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
 
 def test_a_steer_is_stored_then_answered_on_the_event_loop() -> None:
     async def main() -> None:
-        async with AsyncOwner(open_store("memory:"), "s", Runner(echo)) as owner:
+        store = open_store("memory:")
+        async with AsyncOwner(store, "s", Runner(echo)) as owner:
             sent = await owner.steer("hello")
             assert isinstance(sent, MessageSent) and sent.seq == 1
             assert await owner.wait_idle(WAIT)
             assert [m.content for m in owner.transcript] == ["hello", "heard: hello"]
-            assert owner.session == replay(list(owner._store.read(owner.stream)))
+            assert owner.session == replay(list(store.read(owner.stream)))
 
     asyncio.run(main())
 
@@ -546,7 +547,7 @@ class Counting:
 async def _held(owner: AsyncOwner) -> tuple[threading.Event, asyncio.Future[Any]]:
     """Keep the owner's worker busy until the returned gate is set: sends queue meanwhile."""
     gate = threading.Event()
-    busy = owner._call_io(gate.wait, WAIT)
+    busy = owner._io.call_io(gate.wait, WAIT)  # type: ignore[union-attr]  # private: the one way to hold the worker busy
     return gate, busy
 
 

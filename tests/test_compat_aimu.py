@@ -118,6 +118,16 @@ def test_a_drain_returns_a_list_of_str() -> None:
     assert type(result) is list and all(type(t) is str for t in result)
 
 
+@pytest.mark.parametrize("blank", ["   \n", "\u200b", " \ufeff\u2060 "])
+def test_a_blank_steer_or_followup_owes_no_run(blank: str) -> None:
+    box = AimuInbox()
+    box.steer(blank, agent="a")
+    box.followup(blank)  # shared: what agent "a" could receive too
+    assert box.pending("a") == 2 and not box.wants_wake("a")
+    box.steer("now look at the tests", agent="a")
+    assert box.wants_wake("a")
+
+
 def test_steer_and_followup_ask_for_a_run_inject_does_not() -> None:
     box = AimuInbox()
     box.inject("fyi", agent="a")

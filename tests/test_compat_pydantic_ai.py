@@ -489,8 +489,9 @@ def test_a_model_request_is_recorded_in_two_appends_the_boundary_and_the_reply()
             assert owner.session == replay(list(store.read("s")))
             return store.appends - before
 
-    # The opening (turn, claims, step), then per request its boundary and its reply, then the end.
-    assert asyncio.run(main()) == 1 + 2 * len(script.requests) + 1
+    # Per request its boundary (the first: the turn's opening) and its reply, then the boundary
+    # at the final answer, which ends the turn.
+    assert asyncio.run(main()) == 2 * len(script.requests) + 1
 
 
 def test_each_model_request_says_how_many_messages_it_showed() -> None:
@@ -722,3 +723,42 @@ def test_a_consumer_that_stops_reading_at_the_turns_first_event_still_ends_it() 
     ended = local.events[-1]
     assert isinstance(ended, TurnEnded) and ended.reason == "cancelled"
     assert not local.session.running and local.session == replay(local.events)
+
+
+# -- what pydantic-ai is given --------------------------------------------------------------------
+
+
+def test_the_agents_system_prompt_and_instructions_reach_the_model_on_every_turn() -> None:
+    seen: list[tuple[list[str], str | None]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(([p.part_kind for m in messages for p in m.parts], info.instructions))
+        return ModelResponse(parts=[TextPart("ok")])
+
+    agent = Agent(FunctionModel(model), system_prompt="Never delete anything.",
+                  instructions="Be brief.")
+    asyncio.run(agent.run("go"))
+    bare = seen.pop()
+    assert bare == (["system-prompt", "user-prompt"], "Be brief.")
+    local = LocalSession()
+
+    async def turn() -> None:
+        async for _ in AgentRunner(agent, offload=False).arun_turn(local):
+            pass
+
+    for prompt in ("first", "second"):
+        local.followup(prompt)
+        asyncio.run(turn())
+    assert seen == [bare, (["system-prompt", "user-prompt", "text", "user-prompt"], "Be brief.")]
+    # Configuration, not conversation: the log holds the conversation the model saw after it.
+    assert [m.content for m in local.session.transcript] == ["first", "ok", "second", "ok"]
+
+
+@pytest.mark.parametrize("role", ["tool", "assistant"])
+def test_a_message_pydantic_ai_cannot_be_given_as_sent_is_refused_naming_its_role(role: str) -> None:
+    runner = AgentRunner(Agent(FunctionModel(Script())))
+    message = Message.tool("42 lines", "c1") if role == "tool" else Message.assistant("done")
+    with pytest.raises(ValueError, match=f"cannot deliver a '{role}' message"):
+        runner.check_message(message)
+    runner.check_message(Message.user("go"))  # what it can deliver passes
+    runner.check_message(Message.system("be brief"))

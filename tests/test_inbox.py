@@ -287,7 +287,7 @@ def test_new_and_the_bare_constructor_give_equal_empty_inboxes() -> None:
     assert Inbox.new().count() == 0 and not Inbox.new().has_pending()
 
 
-@pytest.mark.parametrize("attribute", ["_turn", "_step", "_turn_wakes", "_step_wakes", "anything"])
+@pytest.mark.parametrize("attribute", ["_turn", "_step", "_turn_flags", "_step_flags", "anything"])
 def test_assigning_an_attribute_raises(attribute: str) -> None:
     inbox = Inbox().steer("x")
     with pytest.raises(AttributeError):
@@ -739,7 +739,10 @@ def test_a_waking_message_with_content_is_worth_waking_for() -> None:
     assert Inbox().send("x", TURN, True).worth_waking(TURN)
 
 
-@pytest.mark.parametrize("blank", ["", " ", "\n", " \t\r\n ", "\u3000"])
+@pytest.mark.parametrize(
+    "blank", ["", " ", "\n", " \t\r\n ", "\u3000", "\u200b", "\u200c\u200d", "\u2060", "\ufeff",
+              " \u200b\n\ufeff "],
+)
 def test_a_whitespace_only_waking_message_asks_for_a_wake_but_is_not_worth_one(blank: str) -> None:
     for inbox in (Inbox().steer(blank), Inbox().followup(blank)):
         assert inbox.wants_wake()

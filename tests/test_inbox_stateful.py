@@ -18,6 +18,7 @@ environment variable ``NOUS_INBOX_STRESS`` (default 1), e.g.
 from __future__ import annotations
 
 import os
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,10 @@ _sendable = st.one_of(
 _targets = st.sampled_from([TURN, STEP, Target.NEXT_TURN, Target.NEXT_STEP])
 
 
+def _visible(text: str) -> bool:
+    return any(not c.isspace() and unicodedata.category(c) != "Cf" for c in text)
+
+
 def _as_message(sendable: Message | str) -> Message:
     return Message.user(sendable) if isinstance(sendable, str) else sendable
 
@@ -106,10 +111,10 @@ class _Model:
         return taken, (_Model(self.turn, ()) if target == STEP else _Model((), self.step))
 
     def worth_waking(self, target: TargetName) -> bool:
-        """Ruling 4, spelled out: an entry that asked for a wake and says something (or calls
-        a tool)."""
+        """Ruling 4, spelled out: an entry that asked for a wake and says something visible
+        (not whitespace, not only zero-width or other format characters), or calls a tool."""
         return any(
-            wakeup and (m.content.strip() != "" or bool(m.tool_calls))
+            wakeup and (_visible(m.content) or bool(m.tool_calls))
             for m, wakeup in self.queue(target)
         )
 

@@ -30,6 +30,7 @@ from nous_inbox.loop import (
     LoopState,
     ModelAnswered,
     Phase,
+    Retried,
     RunTools,
     ToolsFinished,
     ToolSpec,
@@ -178,6 +179,38 @@ def test_endless_degenerate_replies_stop_at_the_budget() -> None:
     assert commands[-1] == EndTurn("budget")
     assert names(events).count("Nudged") == 2
     assert names(events).count("StepStarted") == 3
+
+
+def test_a_frameworks_own_retry_is_its_nudge_and_a_pending_message_joins_it() -> None:
+    # A framework that answers an empty reply itself (pydantic-ai's retry prompt): its words are
+    # recorded as the nudge, and the request it makes claims plainly.
+    retry = Message.user("Please return text or call a tool.")
+    state, _ = first_request()
+    state, command, _ = advance(state, ModelAnswered(DEGENERATE))
+    state, command, events = advance(state, Retried(retry))
+    assert command == Claim(STEP) and events == (Nudged(turn=1, step=1, message=retry),)
+    _, command, events = advance(state, Drained(STEP, [INJECT]))
+    assert isinstance(command, CallModel) and list(command.transcript)[-2:] == [retry, INJECT]
+    assert CONTINUATION not in command.transcript and "Nudged" not in names(events)
+
+
+def test_a_framework_retrying_a_refused_answer_goes_on_within_the_budget() -> None:
+    state, _ = first_request(new_state(1))
+    state, command, _ = advance(state, ModelAnswered(FINAL))
+    assert command == Claim(STEP, wake_only=True)
+    _, command, events = advance(state, Retried(Message.user("Validation failed; try again.")))
+    # The budget of one request is spent: only a waking message could refill it.
+    assert command == Claim(STEP, wake_only=True) and names(events) == ["Nudged"]
+
+
+def test_results_that_are_the_answer_make_a_final_answers_boundary() -> None:
+    # A framework's output tool: its return ends the run unless a waking message is pending.
+    state, _ = first_request()
+    state, _, _ = advance(state, ModelAnswered(CALLING))
+    state, command, _ = advance(state, ToolsFinished([RESULT], final=True))
+    assert command == Claim(STEP, wake_only=True)
+    _, command, _ = advance(state, Drained(STEP))
+    assert command == EndTurn("final")
 
 
 # -- ruling 4: whitespace -------------------------------------------------------------------------
@@ -373,6 +406,7 @@ HAPPENINGS: dict[type, Happening] = {
     Drained: Drained(STEP),  # the target is fixed per phase in the tests below
     ModelAnswered: ModelAnswered(FINAL),
     ToolsFinished: ToolsFinished([RESULT]),
+    Retried: Retried(Message.user("Please answer.")),
     Cancelled: Cancelled(),
     Failed: Failed("boom"),
 }
@@ -382,6 +416,8 @@ OPEN_PHASES = [*CLAIM_PHASES, Phase.MODEL, Phase.TOOLS]
 TAKES: dict[Phase, set[type]] = {
     Phase.NEW: {TurnOpened},
     **{phase: {Drained, Cancelled, Failed} for phase in CLAIM_PHASES},
+    **{phase: {Drained, Retried, Cancelled, Failed}
+       for phase in (Phase.CLAIM_STEP, Phase.CLAIM_NUDGE, Phase.CLAIM_FINAL, Phase.CLAIM_BUDGET)},
     Phase.MODEL: {ModelAnswered, Cancelled, Failed},
     Phase.TOOLS: {ToolsFinished, Cancelled, Failed},
     Phase.ENDED: set(),
@@ -436,7 +472,8 @@ def test_the_table_lists_exactly_the_specified_transitions() -> None:
                          ids=lambda v: getattr(v, "value", getattr(v, "__name__", "")))
 def test_every_listed_transition_is_taken(phase: Phase, kind: type) -> None:
     result = advance(in_phase(phase), fitting(phase, kind))
-    assert result.state.phase is not phase or kind is Drained  # it moved on (a claim may repeat)
+    # it moved on (a claim may repeat; a framework's retry in a budget claim asks again)
+    assert result.state.phase is not phase or kind in (Drained, Retried)
 
 
 @pytest.mark.parametrize(("phase", "kind"), REFUSED,

@@ -506,3 +506,57 @@ def test_metadata_nested_past_the_limit_is_refused_on_the_quick_walk_too() -> No
         deep = [deep]
     with pytest.raises(ValueError, match=r"^Message.metadata\['k'\]\[0\].*nested 65 containers"):
         Message.user("x", metadata={"k": deep})
+
+
+# -- blankness: decided once, when the message is built (ruling 4) --------------------------------
+
+INVISIBLE = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u180e"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["", " ", "\n\t ", "\u3000", *INVISIBLE, "\u200c\u200d", " \u200b\n\ufeff ", "\u2060\t\u200b"],
+)
+def test_a_message_of_whitespace_or_invisible_characters_only_is_blank(content: str) -> None:
+    assert Message.user(content).blank
+    assert Message.assistant(content).blank  # a reply that says nothing is degenerate
+
+
+@pytest.mark.parametrize("content", ["go", "\u200bgo", "stop\ufeff", " \u200b.", "\x00", "é"])
+def test_a_message_with_anything_visible_is_not_blank(content: str) -> None:
+    assert not Message.user(content).blank
+
+
+def test_a_message_with_tool_calls_is_never_blank() -> None:
+    assert not Message.assistant("\u200b", tool_calls=[ToolCall("c1", "ls")]).blank
+
+
+def test_blankness_is_kept_on_the_wire_only_when_true_and_an_old_log_reads_back_the_same() -> None:
+    assert b"blank" not in msgspec.json.encode(Message.user("go"))
+    assert msgspec.json.encode(Message.user("\u200b")).endswith(b',"blank":true}')
+    written_before = b'{"role":"user","content":"\\u200b "}'  # no blank field: decided again
+    assert msgspec.json.decode(written_before, type=Message) == Message.user("\u200b ")
+    assert msgspec.json.decode(written_before, type=Message).blank
+
+
+def test_blankness_follows_a_replaced_content() -> None:
+    assert not msgspec.structs.replace(Message.user(" "), content="go").blank
+    assert msgspec.structs.replace(Message.user("go"), content="\ufeff").blank
+
+
+def test_blankness_is_decided_not_given() -> None:
+    assert not Message.user("go", blank=True).blank
+    assert Message.user(" ", blank=False).blank  # what a log written before the field holds
+    assert Message.user("go", blank=True) == Message.user("go")
+
+
+@given(st.text())
+def test_blank_means_nothing_but_whitespace_and_format_characters(content: str) -> None:
+    import unicodedata
+
+    try:
+        message = Message.user(content)
+    except ValueError:  # a lone surrogate: refused before blankness matters
+        return
+    visible = [c for c in content if not c.isspace() and unicodedata.category(c) != "Cf"]
+    assert message.blank is (not visible)

@@ -24,7 +24,6 @@ from nous_inbox import (
     QueueClaimed,
     StepEnded,
     StepStarted,
-    StoreError,
     ToolCall,
     TurnEnded,
     TurnStarted,
@@ -625,7 +624,7 @@ def test_a_prompt_opens_a_turn_recorded_as_a_prompt() -> None:
 
 def test_a_prompt_the_store_refused_does_not_make_the_next_turn_a_prompt() -> None:
     with make_owner(ScriptedModel()) as owner:
-        limit = owner._store.max_record_size  # type: ignore[attr-defined]
+        limit = open_store("memory:").max_record_size  # type: ignore[attr-defined]
         with pytest.raises(ValueError, match="limit"):
             owner.prompt("x" * (limit + 1))
         with pytest.raises(TypeError):
@@ -728,69 +727,6 @@ def test_concurrent_senders_lose_nothing_double_nothing_and_none_returns_before_
         assert owner.session == replay(owner.events())
 
 
-def test_a_send_the_store_refuses_in_a_shared_batch_fails_only_its_own_sender() -> None:
-    from nous_inbox.port import _Pending  # the batch a leader commits, built by hand here
-
-    with Owner(open_store("memory:"), "s", Runner(ScriptedModel()), watch=False) as owner:
-        store_limit = owner._store.max_record_size  # type: ignore[attr-defined]
-        batch = [_Pending(MessageSent(target="next_step", wakeup=False, message=Message.user(text)))
-                 for text in ("a", "x" * (store_limit + 1), "c")]
-        with owner._lock:
-            owner._port._commit_batch(batch)
-        assert [p.done for p in batch] == [True, True, True]
-        assert batch[1].error is not None and "limit" in str(batch[1].error)
-        assert [p.stored.message.content for p in (batch[0], batch[2])] == ["a", "c"]  # type: ignore[union-attr]
-        assert [e.message.content for e in owner.events()] == ["a", "c"]  # type: ignore[attr-defined]
-
-
-def test_the_senders_of_a_batch_are_all_woken_even_when_one_of_them_left_while_it_committed(
-) -> None:
-    # A leader wakes the first of its batch's other senders, and each woken one the next (a
-    # chain). A sender interrupted while its batch committed is gone: the chain steps over it.
-    from nous_inbox.port import _Pending  # the batch a leader commits, built by hand here
-
-    with Owner(open_store("memory:"), "s", Runner(ScriptedModel()), watch=False) as owner:
-        port = owner._port
-        leader, first, left, last = (
-            _Pending(MessageSent(target="next_step", wakeup=False, message=Message.user(text)))
-            for text in ("leader", "first", "left", "last"))
-        left.gone = True  # as JournalPort._leave marks it: nobody waits on its lock any more
-        returned: list[object] = []
-        waiting = [threading.Thread(target=lambda p=p: returned.append(port._wait(p)), daemon=True)
-                   for p in (first, last)]
-        for thread in waiting:
-            thread.start()
-        port._lead([leader, first, left, last], leader)
-        for thread in waiting:
-            thread.join(WAIT)
-        assert not any(thread.is_alive() for thread in waiting)
-        assert returned == [None, None]  # woken as senders whose event is done, not to lead
-        assert [e.message.content for e in owner.events()] == ["leader", "first", "left", "last"]  # type: ignore[attr-defined]
-
-
-def test_a_leader_interrupted_before_its_commit_gives_its_batch_and_the_leadership_back() -> None:
-    # Interrupted (KeyboardInterrupt) after taking a batch, before committing it: its own send is
-    # unsent, the others go back to the head of the queue, and the first of them is to lead.
-    from nous_inbox.port import _Pending  # the queue, built by hand here
-
-    with Owner(open_store("memory:"), "s", Runner(ScriptedModel()), watch=False) as owner:
-        port = owner._port
-        mine, second, third = (
-            _Pending(MessageSent(target="next_step", wakeup=False, message=Message.user(text)))
-            for text in ("mine", "second", "third"))
-        with port._queue_lock:
-            port._pending = [mine, second, third]
-            port._committing, port._leader = True, mine
-            assert port._take(mine) == [mine, second, third]
-        port._leave(mine)
-        assert port._pending == [second, third] and port._leader is second and port._committing
-        assert not second.wake.locked()  # woken to lead
-        assert third.wake.locked()  # still waiting for its batch
-        assert port._wait(second) == [second, third]  # leads what is queued
-        port._lead([second, third], second)
-        assert [e.message.content for e in owner.events()] == ["second", "third"]  # type: ignore[attr-defined]
-
-
 def _finishes(work: Callable[[], object]) -> bool:
     """Run ``work`` on a daemon thread; whether it ended within WAIT (a hang fails, not hangs)."""
     thread = threading.Thread(target=work, daemon=True)
@@ -807,7 +743,7 @@ def test_a_listener_that_sends_from_inside_a_commit_does_not_deadlock_its_owner(
         if isinstance(event, MessageSent) and event.message.content == "ping":
             owner.inject("pong")
 
-    owner = build(owner_face, open_store("memory:"), "s", Runner(ScriptedModel()), watch=False,
+    owner = build(owner_face, _Blocking(), "s", Runner(ScriptedModel()), watch=False,
                   listen=answer)
     assert _finishes(lambda: owner.inject("ping"))  # (not closed if it hangs: close would too)
     with owner:
@@ -815,19 +751,29 @@ def test_a_listener_that_sends_from_inside_a_commit_does_not_deadlock_its_owner(
         assert owner.session == replay(owner.events())
 
 
-def test_a_send_from_a_thread_holding_the_owner_lock_does_not_wait_for_a_leader_blocked_on_it(
+class _Blocking:
+    """A ``memory:`` store that says its calls block, as a durable store does: the owner then
+    sends through its group commit rather than inline."""
+
+    blocking = True
+
+    def __init__(self) -> None:
+        self.inner = open_store("memory:")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_send_from_a_thread_holding_the_owner_lock_commits_at_once_beside_a_group_commit(
 ) -> None:
     # The run's worker holds the owner's lock inside ``record`` while its listeners run; a
     # listener's send must not queue behind a leader that is itself waiting for that lock.
-    owner = Owner(open_store("memory:"), "s", Runner(ScriptedModel()), watch=False)
+    owner = Owner(_Blocking(), "s", Runner(ScriptedModel()), watch=False)  # type: ignore[arg-type]
     leader = threading.Thread(target=lambda: owner.inject("from the leader"), daemon=True)
 
     def worker_listener_sends() -> None:
-        with owner._lock:  # as the worker inside record
+        with owner._lock:  # private: the position of a run's worker inside record (the mailbox takes it too)
             leader.start()
-            while not owner._port._committing:  # the other thread now leads, and waits
-                if not leader.is_alive():  # for the lock this thread holds
-                    break
             owner.inject("from a listener")
 
     assert _finishes(worker_listener_sends)  # (not closed if it hangs: close would too)
@@ -836,41 +782,6 @@ def test_a_send_from_a_thread_holding_the_owner_lock_does_not_wait_for_a_leader_
     with owner:
         logged = [e.message.content for e in owner.events()]  # type: ignore[attr-defined]
         assert logged == ["from a listener", "from the leader"]
-
-
-class _CommitsThenLosesTheAnswer:
-    """A memory: store whose first multi-event append commits, then raises ``StoreError``: what
-    PostgresStore raises when the answer to a COMMIT is lost and the server is back too late."""
-
-    def __init__(self) -> None:
-        self.inner = open_store("memory:")
-        self.fired = False
-
-    def append(self, stream: str, events: Sequence[Any], expected_version: int | None = None) -> Any:
-        stored = self.inner.append(stream, events, expected_version)
-        if len(events) > 1 and not self.fired:
-            self.fired = True
-            raise StoreError("lost the connection and could not get it back within 10s")
-        return stored
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-def test_a_batch_whose_outcome_is_unknown_is_not_written_again_and_every_sender_hears_why() -> None:
-    from nous_inbox.port import _Pending  # the batch a leader commits, built by hand here
-
-    store = _CommitsThenLosesTheAnswer()
-    with Owner(store, "s", Runner(ScriptedModel()), watch=False) as owner:
-        batch = [_Pending(MessageSent(target="next_step", wakeup=False, message=Message.user(text)))
-                 for text in "abc"]
-        with owner._lock:
-            owner._port._commit_batch(batch)
-        assert [p.done for p in batch] == [True, True, True]
-        assert [p.stored for p in batch] == [None, None, None]  # nothing acknowledged
-        assert all(isinstance(p.error, StoreError) for p in batch)
-        assert batch[0].error is batch[1].error is batch[2].error  # the error itself, unchanged
-        assert [e.message.content for e in store.inner.read("s")] == ["a", "b", "c"]  # once each
 
 
 # -- options: checked before anything happens -------------------------------------------------------
@@ -904,8 +815,9 @@ def test_a_bad_option_is_refused_before_the_stream_is_taken(
 def test_a_send_the_store_refuses_raises_for_its_sender_and_later_sends_go_on(
     owner_face: str,
 ) -> None:
-    with build(owner_face, open_store("memory:"), "s", Runner(ScriptedModel()), watch=False) as owner:
-        limit = owner._store.max_record_size  # type: ignore[attr-defined]
+    store = _Blocking()  # a durable store's path: the refusal comes out of the group commit
+    with build(owner_face, store, "s", Runner(ScriptedModel()), watch=False) as owner:
+        limit = store.inner.max_record_size  # type: ignore[attr-defined]
         with pytest.raises(ValueError, match="limit"):
             owner.inject("x" * (limit + 1))
         assert owner.inject("ok").seq == 1  # the refusal left the group commit ready for more

@@ -1,4 +1,4 @@
-"""The runner, driven by scripted models against an in-memory session: issue 4's semantics.
+"""The runner, driven by scripted models against an in-memory session.
 
 Every semantic test runs three ways: the sync driver (``run_turn``), the asyncio driver with sync
 callables run in worker threads (``arun_turn``, the default ``offload=True``), and the asyncio

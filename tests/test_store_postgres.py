@@ -863,9 +863,8 @@ def test_a_shared_batch_whose_connection_dropped_is_written_once_for_every_sende
             t.start()
         pause = threading.Event()  # never set: a bounded wait for the queue to fill
         for _ in range(WAIT * 100):
-            with owner._port._queue_lock:
-                if len(owner._port._pending) == 7:
-                    break
+            if owner._group.queued == 7:  # private, read-only: the sends in the group commit
+                break
             pause.wait(0.01)
         held.release.set()
         for t in [first, *threads]:
@@ -918,7 +917,7 @@ def test_an_event_too_large_in_a_shared_batch_fails_only_its_sender(postgres_url
         threads = [threading.Thread(target=send, args=(t,)) for t in texts]
         for t in threads:
             t.start()
-        assert until(lambda: len(owner._port._pending) == 4)
+        assert until(lambda: owner._group.queued == 4)  # private, read-only: as above
         held.release.set()
         for t in [first, *threads]:
             t.join(WAIT)

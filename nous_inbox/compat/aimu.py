@@ -283,7 +283,7 @@ class AimuInbox:
             for name in addresses(agent):
                 try:
                     if self._store is not None:
-                        self._catch_up(name)
+                        self._journal(name).catch_up()
                     claim = partial(claim_for_run, owed_turn=owed_turn.get(name))
                     turn, step = self._commit(name, claim)
                 except Exception as exc:
@@ -321,18 +321,26 @@ class AimuInbox:
             return own if name is None else own + self._box(None).count(target)
 
     def wants_wake(self, agent: str | None = None) -> bool:
-        """Whether a message ``agent`` could receive asked for a run (a steer or a followup).
+        """Whether ``agent`` is owed a run: a message it could receive asked for one (a steer or
+        a followup) and is worth a model round (:meth:`Inbox.worth_waking
+        <nous_inbox.inbox.Inbox.worth_waking>`).
 
         The question a host asks when a run ends: a steer that landed after the run's last
-        drain, or any followup, is owed a new run. An inject alone is not. It counts what other
-        processes sent and claimed through the store too.
+        drain, or any followup, is owed a new run. An inject alone is not, nor a blank message
+        (ruling 4). It counts what other processes sent and claimed through the store too.
+
+        >>> box = AimuInbox()
+        >>> box.steer("  \\u200b", agent="a"); box.wants_wake("a")
+        False
+        >>> box.steer("check the tests", agent="a"); box.wants_wake("a")
+        True
         """
         name = check_agent(agent, "AimuInbox.wants_wake")
         with self._lock:
             self._catch_up_all(addresses(name))
-            if self._box(name).wants_wake():
+            if self._box(name).worth_waking():
                 return True
-            return name is not None and self._box(None).wants_wake()
+            return name is not None and self._box(None).worth_waking()
 
     def inbox(self, agent: str | None = None) -> Inbox:
         """The ``Inbox`` value queued for exactly this address (``None``: the shared one).
@@ -392,16 +400,13 @@ class AimuInbox:
         _, result = self._journal(name).commit(events_of)
         return result
 
-    def _catch_up(self, name: str | None) -> bool:
-        """Fold in what was appended to ``name``'s stream since this process last saw it."""
-        return bool(self._journal(name).catch_up())
-
     def _saw(self, events: Sequence[Event]) -> None:
         # Every send position read here moves this process's clock past it.
         self._clock.saw(e.message for e in events if isinstance(e, MessageSent))
 
     def _catch_up_all(self, names: Iterable[str | None]) -> None:
-        """``_catch_up`` each address in ``names`` when there is a store; called with the lock."""
+        """Fold in what was appended to the streams of ``names`` since this process last saw
+        them, when there is a store; called with the lock."""
         if self._store is not None:
             for name in names:
-                self._catch_up(name)
+                self._journal(name).catch_up()

@@ -24,32 +24,43 @@ or :class:`~nous_inbox.async_owner.AsyncOwner`; each turn is one pydantic-ai run
 >>> [m.content for m in local.session.transcript]
 ['hello', 'heard 1 message(s)']
 
-Where the inbox joins a run (the rulings of ``DESIGN.md``, through pydantic-ai's own hooks):
+Where the inbox joins a run. The loop (:mod:`nous_inbox.loop`) decides every boundary, as it
+does for the built-in runner; the hooks tell it what pydantic-ai did and carry out what it says:
 
-- A turn opens: ``next_turn`` is claimed (followups, prompts), then ``next_step`` as the first
-  step boundary; together they are the run's opening request (pydantic-ai needs a request to
-  start from), after the earlier transcript as ``message_history``.
-- Every later step boundary, in ``before_model_request``: ``next_step`` is claimed and the claimed
-  messages join that very request as user parts (through ``RunContext.enqueue``), after the tool
-  results it carries, so a steer sent during a tool call lands after that tool's result.
-- A would-be final answer, in ``after_node_run`` when the result is ``End``: a pending *waking*
-  message (a steer, not whitespace) is claimed and extends the run by one request (ruling 2);
-  an injection alone does not, it waits for the next request something else causes.
+- A turn opens: the loop claims ``next_turn`` (followups, prompts), then ``next_step`` (ruling 1);
+  the run starts from the loop's first request, the earlier transcript as ``message_history``.
+- Every later step boundary, in ``before_model_request``: the tool results pydantic-ai shows are
+  the loop's ``ToolsFinished``, its own retry prompt a ``Retried``; what the loop then claims
+  joins that very request (through ``RunContext.enqueue``), after the tool results, so a steer
+  sent during a tool call lands after that tool's result. When the loop ends the turn there
+  instead (a spent budget, ruling 5: ``max_steps``, as for the runner), the run stops before
+  the request.
+- The run would end (``after_node_run`` with ``End``: a text answer, or an output tool's return,
+  ``ToolsFinished(final=True)``): the loop's wake-only claim extends the run by one request for a
+  pending steer (ruling 2), not for an injection alone; after a blank reply its plain claim
+  delivers a pending message, else its nudge (rulings 3 and 4).
 - Cancelling ends the run at its next node boundary, recorded as ``"cancelled"`` (ruling 9): the
   results of tools that ran before it are recorded, and calls it left unrun are answered as
   cancelled, as the built-in runner does, so no call is left for pydantic-ai to answer unlogged.
 
+Where pydantic-ai decides first: it answers an empty reply itself, with a retry prompt counted
+against its output retries, so a pending message joins that prompt rather than replacing it
+(ruling 3), and a run of empty replies ends as an error at its retry limit, before the step
+budget would.
+
 What is recorded: ``TurnStarted``; the claims (``QueueClaimed``: the claim *is* the transcript
 entry, ruling 6); per request ``StepStarted``, ``ModelRequested``, ``ModelReplied`` (the response as
 an assistant ``Message``) and a ``ToolCalled`` per tool call, all before the tools run; each tool
-result or retry prompt the model is then shown as ``ToolReturned`` (a retry prompt not tied to a
-tool, as ``Nudged``), an output tool's return included; ``StepEnded`` and ``TurnEnded``. A call an
+result or retry prompt the model is then shown as ``ToolReturned`` (pydantic-ai's own retry
+prompt, as ``Nudged``), an output tool's return included; ``StepEnded`` and ``TurnEnded``. A call an
 older log left open is answered as pydantic-ai answers it to the model ("interrupted") when the
 next turn opens, so the replayed transcript is the one the model saw. Design choice: tool results are recorded
 from the request that carries them, in pydantic-ai's own rendering, rather than from the tool's
 raw return value, because the promise is the transcript *the model saw*. Not recorded: the
-agent's instructions and system prompts (configuration, not conversation), and content a host
-adds through pydantic-ai's own ``enqueue`` (send it through the inbox to have it kept).
+agent's instructions and system prompts (configuration, not conversation: they reach the model
+at every turn, the system prompts at the start of the history, as a bare run shows them), and
+content a host adds through pydantic-ai's own ``enqueue`` (send it through the inbox to have it
+kept).
 
 Store I/O never runs on the event loop. Each hook makes all its port calls in one trip, and
 records what it records in one append (:meth:`JournalPort.commit
@@ -67,20 +78,20 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
 try:
     from pydantic_ai import Agent
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.exceptions import UsageLimitExceeded
     from pydantic_ai.messages import (
         INTERRUPTED_TOOL_RETURN_CONTENT,
         ModelMessage,
         ModelRequest,
         ModelRequestPart,
         ModelResponse,
+        RetryFeedbackPart,
         RetryPromptPart,
         SystemPromptPart,
         TextPart,
@@ -94,22 +105,28 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "nous_inbox.compat.pydantic_ai needs pydantic-ai: pip install 'nous-inbox[pydantic-ai]'"
     ) from exc
 
-from nous_inbox.events import (
-    Event,
-    ModelReplied,
-    ModelRequested,
-    Nudged,
-    StepEnded,
-    StepStarted,
-    ToolCalled,
-    ToolReturned,
-    TurnEnded,
-    TurnEndReason,
-    TurnStarted,
-)
-from nous_inbox.inbox import Target
+from nous_inbox.events import Event, Nudged, ToolReturned, Warned
 from nous_inbox.journal import claim_event
-from nous_inbox.loop import cancelled_result, open_calls
+from nous_inbox.loop import (
+    Advance,
+    CallModel,
+    Cancelled,
+    Claim,
+    Drained,
+    EndTurn,
+    Failed,
+    Happening,
+    LoopState,
+    ModelAnswered,
+    Phase,
+    Retried,
+    ToolsFinished,
+    TurnOpened,
+    advance,
+    cancelled_result,
+    new_state,
+    open_calls,
+)
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.port import JournalPort, SessionPort, check_port
 from nous_inbox.session import Session
@@ -120,8 +137,6 @@ logger: Final = logging.getLogger("nous_inbox.compat.pydantic_ai")
 
 _T = TypeVar("_T")
 _DONE: Final = object()
-#: The recorded events that add a message to the transcript a request shows.
-_JOINS_TRANSCRIPT: Final = frozenset({ModelReplied, ToolReturned, Nudged})
 _NO_CALL_IO: Final = object()
 
 
@@ -198,21 +213,6 @@ def from_model_response(response: ModelResponse) -> Message:
     return Message.assistant(text, calls)
 
 
-def _shown_part(part: ModelRequestPart, turn: int, step: int) -> Event | None:
-    """The event recording a part pydantic-ai put in a request itself (a tool result, a retry)."""
-    if isinstance(part, ToolReturnPart):
-        message = Message.tool(part.model_response_str(), part.tool_call_id, name=part.tool_name)
-        return ToolReturned(turn=turn, step=step, message=message)
-    if isinstance(part, RetryPromptPart):
-        text = part.model_response()
-        if part.tool_name is not None:
-            message = Message.tool(text, part.tool_call_id, name=part.tool_name,
-                                   metadata={"error": "retry"})
-            return ToolReturned(turn=turn, step=step, message=message)
-        return Nudged(turn=turn, step=step, message=Message.user(text))
-    return None
-
-
 def _parts(messages: Sequence[Message]) -> list[ModelRequestPart]:
     return [_as_request_part(m) for m in messages]
 
@@ -246,24 +246,50 @@ def _left_over(run: Any) -> list[ModelRequestPart]:
     return parts
 
 
-def _interrupted(call: ToolCall) -> Message:
-    """The answer to a call an earlier turn left open, as pydantic-ai words it to the model."""
-    return Message.tool(INTERRUPTED_TOOL_RETURN_CONTENT, call.id, name=call.name,
-                        metadata={"error": "interrupted"})
+class _TurnOver(Exception):
+    """Raised from a hook when the loop ends the turn where pydantic-ai would make a request
+    (a spent budget, ruling 5): the run stops there, the request unmade."""
 
 
-@dataclass(frozen=True)
-class _Answer:
-    """A boundary part: answer every call the transcript leaves open
-    (:func:`~nous_inbox.loop.open_calls`; pydantic-ai would answer them itself, unrecorded)
-    with ``make(call)``, recorded at ``step``."""
+_CLAIMS: Final = object()
+"""A boundary part: make the claims the loop asks for now, until it asks for something else."""
 
-    make: Callable[[ToolCall], Message]
-    step: int
+_Part = Event | Happening | object
+"""What a boundary records, in order: an event as given, a happening the loop advances by (its
+events recorded), or ``_CLAIMS``."""
 
 
-_WAKE: Final = object()
-"""A boundary part: claim ``next_step`` only if a waking message worth a round is queued."""
+def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequence[Message]],
+          emit: Callable[[Any], None]) -> tuple[Advance, list[Message]]:
+    """Advance the loop through ``parts``, emitting every event in order, and at ``_CLAIMS``
+    making each claim the loop asks for with ``claim``. What is claimed and how, and whether the
+    run goes on, is the loop's table; this only carries it out. Returns where the loop stands
+    and what the next request must carry that pydantic-ai does not put there itself (the
+    claimed messages and the loop's own nudge), in order."""
+    deliver: list[Message] = []
+    for part in parts:
+        if isinstance(part, _HAPPENINGS):
+            if adv.state.phase is not Phase.ENDED:
+                adv = advance(adv.state, part)
+                for event in adv.events:
+                    emit(event)
+            continue
+        if part is not _CLAIMS:
+            emit(part)
+            continue
+        while isinstance(adv.command, Claim):
+            command = adv.command
+            messages = claim(command)
+            deliver.extend(messages)
+            adv = advance(adv.state, Drained(command.target, messages))
+            for event in adv.events:
+                emit(event)
+                if type(event) is Nudged:  # the loop's own nudge: pydantic-ai has not shown it
+                    deliver.append(event.message)
+    return adv, deliver
+
+
+_HAPPENINGS: Final = (TurnOpened, ModelAnswered, ToolsFinished, Retried, Cancelled, Failed)
 
 
 # -- the hooks ------------------------------------------------------------------------------------
@@ -273,14 +299,16 @@ _WAKE: Final = object()
 class _InboxHooks(AbstractCapability[Any]):
     """One turn's bridge between a pydantic-ai run and a session port.
 
-    Built per turn by :class:`AgentRunner` (it holds the turn's counters). The port's methods do
-    store I/O, so each hook makes all its port calls in one trip through ``call``.
+    Built per turn by :class:`AgentRunner`. It keeps the loop's state (``nous_inbox.loop``) and
+    tells it what happened at each of pydantic-ai's boundaries; the loop says what to claim,
+    whether the run goes on, and what to record. The port's methods do store I/O, so each hook
+    makes all its port calls in one trip through ``call``.
     """
 
     port: SessionPort
     call: Callable[[Callable[[], Any]], Any]
-    turn: int = 0
-    step: int = 0
+    start: LoopState
+    adv: Advance = field(init=False)
     opening: bool = True
     recorded: list[Event] = field(default_factory=list)
     #: The request parts recorded already (or the transcript's own), by identity; kept alive so
@@ -291,152 +319,133 @@ class _InboxHooks(AbstractCapability[Any]):
     def get_serialization_name(cls) -> str | None:
         return None  # built in code, never from a spec
 
-    def _write(self, *parts: Event | Target | _Answer | object | None) -> list[Message]:
-        """Record a boundary: each event as given, each ``Target`` a claim of that queue,
-        ``_WAKE`` a wake-only claim of ``next_step``, an ``_Answer`` an answer to each call left
-        open, and ``None`` the ``ModelRequested`` of the request being made (what it shows is
-        counted then). One atomic append when the port can (:meth:`JournalPort.commit
-        <nous_inbox.port.JournalPort.commit>`), one port call each otherwise. Returns the claimed
-        messages, in order."""
+    def _write(self, *parts: _Part) -> list[Message]:
+        """Record a boundary (see :func:`_walk`): one atomic append when the port can
+        (:meth:`JournalPort.commit <nous_inbox.port.JournalPort.commit>`, worked out again from
+        the new session if another writer appended first), one port call each otherwise. Returns
+        what the next request must carry."""
+        before = len(self.recorded)
         if isinstance(self.port, JournalPort):
-            stored, claimed = self.port.commit(lambda session: self._boundary(session, parts))
+            def boundary(session: Session) -> tuple[list[Event], tuple[Advance, list[Message]]]:
+                events: list[Event] = []
+                inbox = session.inbox
+
+                def claim(command: Claim) -> Sequence[Message]:
+                    nonlocal inbox
+                    messages, event, inbox = claim_event(
+                        inbox, command.target, wake_only=command.wake_only)
+                    if event is not None:
+                        events.append(event)
+                    return messages
+
+                return events, _walk(self.adv, parts, claim, events.append)
+
+            stored, walked = self.port.commit(boundary)
             self.recorded.extend(stored)
-            return claimed
-        claimed = []
-        for part in parts:
-            if isinstance(part, Target) or part is _WAKE:
-                target = Target.NEXT_STEP if part is _WAKE else part
-                messages, event = self.port.claim(target, wake_only=part is _WAKE)  # type: ignore[arg-type]
+        else:
+            def claim(command: Claim) -> Sequence[Message]:
+                messages, event = self.port.claim(command.target, wake_only=command.wake_only)
                 if event is not None:
                     self.recorded.append(event)
-                    claimed.extend(messages)
-            elif isinstance(part, _Answer):
-                for call in open_calls(self.port.session.transcript):
-                    answer = ToolReturned(turn=self.turn, step=part.step, message=part.make(call))
-                    self.recorded.append(self.port.record(answer))
-            else:
-                if part is None:
-                    count = len(self.port.session.transcript)
-                    part = ModelRequested(turn=self.turn, step=self.step, count=count)
-                self.recorded.append(self.port.record(part))  # type: ignore[arg-type]
-        return claimed
+                return messages
 
-    def _boundary(
-        self, session: Session, parts: Sequence[Event | Target | _Answer | object | None]
-    ) -> tuple[list[Event], list[Message]]:
-        """The events of one boundary, computed from ``session`` (again, if another writer
-        appended first): the claims are the core's (:func:`~nous_inbox.journal.claim_event`)."""
-        events: list[Event] = []
-        claimed: list[Message] = []
-        inbox, shown = session.inbox, len(session.transcript)
-        for part in parts:
-            if isinstance(part, Target) or part is _WAKE:
-                messages, event, inbox = claim_event(
-                    inbox, Target.NEXT_STEP if part is _WAKE else part,  # type: ignore[arg-type]
-                    wake_only=part is _WAKE)
-                if event is not None:
-                    events.append(event)
-                    claimed.extend(messages)
-                    shown += len(messages)
-            elif isinstance(part, _Answer):
-                answered = [e.message.tool_call_id or "" for e in events
-                            if type(e) is ToolReturned]
-                for call in open_calls(session.transcript, answered):
-                    events.append(ToolReturned(turn=self.turn, step=part.step,
-                                               message=part.make(call)))
-                    shown += 1
-            elif part is None:
-                events.append(ModelRequested(turn=self.turn, step=self.step, count=shown))
-            else:
-                events.append(part)  # type: ignore[arg-type]
-                shown += type(part) in _JOINS_TRANSCRIPT
-        return events, claimed
+            walked = _walk(self.adv, parts, claim,
+                           lambda event: self.recorded.append(self.port.record(event)))
+        self.adv, deliver = walked
+        for event in self.recorded[before:]:
+            if isinstance(event, Warned):  # the loop's budget warning: a log line too
+                logger.warning(event.text)
+        return deliver
 
-    def _fresh(self, parts: Iterable[ModelRequestPart]) -> list[Event]:
-        """The events recording the parts of ``parts`` pydantic-ai added (tool results, retry
-        prompts) that are not recorded yet; claimed messages are recorded by their claim."""
-        events: list[Event] = []
-        for part in parts:
-            if id(part) in self.seen:
-                continue
-            event = _shown_part(part, self.turn, self.step)
-            if event is not None:
-                self.seen[id(part)] = part
-                events.append(event)
-        return events
+    def _deliver(self, ctx: Any, messages: Sequence[Message]) -> None:
+        if messages:
+            parts = _parts(messages)
+            for part in parts:
+                self.seen[id(part)] = part  # recorded by its claim (or as the loop's nudge)
+            ctx.enqueue(*parts)
 
-    # The turn's opening, before the run: TurnStarted, the answers to calls an earlier turn left
-    # open (pydantic-ai would answer them itself, unrecorded), next_turn, step 1, next_step.
     def open(self, reason: str) -> list[ModelMessage]:
-        self.turn = self.port.session.turn + 1
-        self.step = 1
-        self._write(TurnStarted(turn=self.turn, reason=reason), _Answer(_interrupted, 0),
-                    Target.NEXT_TURN, StepStarted(turn=self.turn, step=1), Target.NEXT_STEP)
-        history = to_model_messages(self.port.session.transcript)
+        """The turn's opening, before the run: ``TurnStarted``, the answers to calls an earlier
+        turn left open (pydantic-ai would answer them itself, unrecorded), then the loop's
+        claims. Returns the history the run starts from: what the loop's first request shows."""
+        session = self.port.session
+        answers = [  # as pydantic-ai words the answer to a call left open
+            Message.tool(INTERRUPTED_TOOL_RETURN_CONTENT, call.id, name=call.name,
+                         metadata={"error": "interrupted"})
+            for call in open_calls(session.transcript)]
+        turn = session.turn + 1
+        opened = advance(self.start, TurnOpened(turn, reason, [*session.transcript, *answers]))
+        self.adv = opened._replace(events=())
+        self._write(*opened.events, *(ToolReturned(turn=turn, step=0, message=m) for m in answers),
+                    _CLAIMS)
+        command = self.adv.command
+        history = to_model_messages(command.transcript) if type(command) is CallModel else []
         for message in history:
             for part in message.parts:
                 self.seen[id(part)] = part  # the transcript's own: recorded already
         return history
 
-    def _next_step(self, shown: Sequence[ModelRequestPart]) -> Sequence[Message]:
-        parts: list[Event | Target | None] = list(self._fresh(shown))
-        parts.append(StepEnded(turn=self.turn, step=self.step))
-        self.step += 1
-        parts += [StepStarted(turn=self.turn, step=self.step), Target.NEXT_STEP, None]
-        return self._write(*parts)
+    def _happenings(self, shown: Sequence[ModelRequestPart], final: bool = False) -> list[_Part]:
+        """What a request (or a run's end) shows that pydantic-ai put there itself and is not
+        recorded yet, as the loop's happenings: the results of the calls the loop waits for (a
+        retry prompt answering a call is its result), then pydantic-ai's own retry prompts."""
+        by_id: dict[str, Message] = {}
+        retries: list[_Part] = []
+        for part in shown:
+            if id(part) in self.seen:
+                continue
+            self.seen[id(part)] = part
+            if isinstance(part, ToolReturnPart):
+                by_id[part.tool_call_id] = Message.tool(
+                    part.model_response_str(), part.tool_call_id, name=part.tool_name)
+            elif isinstance(part, RetryPromptPart) and part.tool_name is not None:
+                by_id[part.tool_call_id] = Message.tool(
+                    part.model_response(), part.tool_call_id, name=part.tool_name,
+                    metadata={"error": "retry"})
+            elif isinstance(part, (RetryFeedbackPart, RetryPromptPart)):  # its own nudge
+                retries.append(Retried(Message.user(part.model_response())))
+        if self.adv.state.phase is not Phase.TOOLS:
+            return retries
+        calls = self.adv.state.calls
+        results = [by_id.get(call.id) or cancelled_result(call) for call in calls]
+        return [ToolsFinished(results, final=final), *retries]
 
     async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
-        """Step boundary: record what the request shows, claim ``next_step`` into it."""
+        """A step boundary: the results pydantic-ai shows, then the loop's claim into this very
+        request, after them (or the end of the turn, when the loop says so)."""
         if self.opening:
-            self.opening = False
-            await self.call(lambda: self._write(None))
+            self.opening = False  # the opening claimed already
             return request_context
-        shown = _trailing_parts(request_context.messages)
-        claimed = await self.call(lambda: self._next_step(shown))
-        if claimed:
-            ctx.enqueue(*_parts(claimed))
+        parts = self._happenings(_trailing_parts(request_context.messages))
+        deliver = await self.call(lambda: self._write(*parts, _CLAIMS))
+        if type(self.adv.command) is EndTurn:
+            raise _TurnOver
+        self._deliver(ctx, deliver)
         return request_context
-
-    def _replied(self, message: Message) -> None:
-        self._write(ModelReplied(turn=self.turn, step=self.step, message=message),
-                    *(ToolCalled(turn=self.turn, step=self.step, call=call)
-                      for call in message.tool_calls))
 
     async def after_model_request(self, ctx: Any, *, request_context: Any, response: Any) -> Any:
         """The reply, and every tool call it asks for, recorded before any tool runs."""
         message = from_model_response(response)
-        await self.call(lambda: self._replied(message))
+        await self.call(lambda: self._write(ModelAnswered(message)))
         return response
 
-    def _claim_if_waking(self, shown: Sequence[ModelRequestPart]) -> Sequence[Message]:
-        # What the answer's request holds (an output tool's return) first, then the claim: the
-        # order the model sees them in if the run goes on. The claim is the core's rule.
-        return self._write(*self._fresh(shown), _WAKE)
-
     async def after_node_run(self, ctx: Any, *, node: Any, result: Any) -> Any:
-        """A would-be final answer: a pending steer extends the run by one request (ruling 2)."""
+        """The run would end: the loop's claim decides whether it goes on, by a waking message
+        (ruling 2) or after a blank reply, which a pending message or the loop's nudge follows
+        (rulings 3 and 4)."""
         if isinstance(result, End):
-            shown = _trailing_parts(ctx.messages)
-            claimed = await self.call(lambda: self._claim_if_waking(shown))
-            if claimed:
-                ctx.enqueue(*_parts(claimed))  # pydantic-ai redirects End into one more request
+            parts = self._happenings(_trailing_parts(ctx.messages), final=True)
+            deliver = await self.call(lambda: self._write(*parts, _CLAIMS))
+            self._deliver(ctx, deliver)  # pydantic-ai redirects End into one more request
         return result
 
-    def close(
-        self, reason: TurnEndReason, error: str | None = None,
-        left_over: Sequence[ModelRequestPart] = (),
-    ) -> None:
-        """End the turn. What the run holds but never showed is recorded first (results of tools
-        that ran before a cancel, an output tool's return), then every call still open is
-        answered as cancelled (ruling 9, as the built-in runner does), so the transcript the
-        next run continues from is the one the log holds, with no call pydantic-ai would answer
-        on its own."""
-        ended = TurnEnded(turn=self.turn, steps=self.step, reason=reason, error=error)
-        parts: list[Event | _Answer] = [*self._fresh(left_over), _Answer(
-            lambda call: cancelled_result(call), self.step)]
-        if self.step:
-            parts.append(StepEnded(turn=self.turn, step=self.step))
-        self._write(*parts, ended)
+    def close(self, ending: Cancelled | Failed, left_over: Sequence[ModelRequestPart] = ()) -> None:
+        """End the turn, unless the loop ended it. What the run holds but never showed is
+        recorded first (results of tools that ran before a cancel), every call still open is
+        answered as cancelled (ruling 9, as the built-in runner does), and nothing is claimed."""
+        if self.adv.state.phase is Phase.ENDED:
+            return
+        self._write(*self._happenings(left_over), ending)
 
     def take(self) -> list[Event]:
         taken, self.recorded = self.recorded, []
@@ -447,26 +456,10 @@ class _InboxHooks(AbstractCapability[Any]):
 
 
 class _Flag(Protocol):
-    """A cancel flag: an ``asyncio.Event``, a ``threading.Event``, or :class:`_Either`."""
+    """A cancel flag: an ``asyncio.Event`` or a ``threading.Event``."""
 
     def is_set(self) -> bool:
         """Whether the turn should end at its next node."""
-
-
-class _Either:
-    """A cancel flag that is set when the host's is, or when :meth:`set` was called."""
-
-    __slots__ = ("_host", "_mine")
-
-    def __init__(self, host: threading.Event | None) -> None:
-        self._host = host
-        self._mine = threading.Event()
-
-    def set(self) -> None:
-        self._mine.set()
-
-    def is_set(self) -> bool:
-        return self._mine.is_set() or (self._host is not None and self._host.is_set())
 
 
 async def _offloaded(fn: Callable[[], _T]) -> _T:
@@ -477,35 +470,37 @@ def _caller(port: SessionPort, offload: bool) -> Callable[[Callable[[], Any]], A
     """How this turn calls ``port``: through the port's own ``call_io`` when it has one (an
     ``AsyncOwner``'s: its store worker, in order with the owner's other store calls; ``None``
     when its store does not block: inline), else in a thread when ``offload``, else inline."""
-    found: Any = getattr(port, "call_io", _NO_CALL_IO)
-    if found is _NO_CALL_IO:
+    call_io: Any = getattr(port, "call_io", _NO_CALL_IO)
+    if call_io is _NO_CALL_IO:
         return _offloaded if offload else _inline
-    if found is None:
-        return _inline
-    call_io: Callable[..., Awaitable[Any]] = found
-
-    async def through(fn: Callable[[], _T]) -> _T:
-        result: _T = await call_io(fn)
-        return result
-
-    return through
+    return _inline if call_io is None else call_io
 
 
 async def _inline(fn: Callable[[], _T]) -> _T:
     return fn()
 
 
+_UNDELIVERABLE: Final = {
+    "tool": "it takes a tool result only as the answer to a call of its own run",
+    "assistant": "it takes the model's words only from the model",
+}
+
+
 class AgentRunner:
     """Runs turns of a pydantic-ai ``agent`` over a session port: one pydantic-ai run per turn.
 
     Give it to an owner (``AsyncOwner(store, stream, AgentRunner(agent))``, or the threaded
-    ``Owner``); ``run_kwargs`` pass through to ``agent.iter`` (``deps``, ``usage_limits``,
+    ``Owner``); ``max_steps`` bounds the model requests since the last delivered message, as
+    :class:`~nous_inbox.runner.Runner`'s does (ruling 5); ``run_kwargs`` pass through to ``agent.iter`` (``deps``, ``usage_limits``,
     ``model_settings``, ...). A port that says where its calls belong (``call_io``, as an
     ``AsyncOwner``'s does) is called there; any other is called in a thread (``asyncio.to_thread``),
     or inline with ``offload=False`` (an in-memory port, where the hop costs more than the call).
     """
 
-    def __init__(self, agent: Agent[Any, Any], *, offload: bool = True, **run_kwargs: Any) -> None:
+    def __init__(
+        self, agent: Agent[Any, Any], *, max_steps: int = 10, offload: bool = True,
+        **run_kwargs: Any,
+    ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"AgentRunner needs a pydantic_ai.Agent, got {type(agent).__name__}")
         for name in ("user_prompt", "message_history", "capabilities"):
@@ -514,6 +509,7 @@ class AgentRunner:
                     f"AgentRunner sets {name} itself (from the inbox and the transcript); "
                     f"do not pass it"
                 )
+        self._start = new_state(max_steps)
         self.agent = agent
         self.offload = bool(offload)
         self.run_kwargs = run_kwargs
@@ -534,8 +530,8 @@ class AgentRunner:
         check_port(port)
         return self._arun(port, reason, cancel)
 
-    async def _arun(self, port: SessionPort, reason: str, cancel: _Flag | None) -> AsyncIterator[Event]:
-        hooks = _InboxHooks(port, _caller(port, self.offload))
+    async def _arun(self, port: SessionPort, reason: str, *cancels: _Flag | None) -> AsyncIterator[Event]:
+        hooks = _InboxHooks(port, _caller(port, self.offload), self._start)
         opening = asyncio.ensure_future(hooks.call(lambda: hooks.open(reason)))
         try:
             history = await asyncio.shield(opening)
@@ -546,12 +542,11 @@ class AgentRunner:
                     await asyncio.wait((opening,))
             if not opening.cancelled() and opening.exception() is None:
                 try:
-                    await asyncio.shield(hooks.call(lambda: hooks.close("cancelled")))
+                    await asyncio.shield(hooks.call(lambda: hooks.close(Cancelled())))
                 except BaseException:
                     logger.exception("could not record the end of a cancelled turn")
             raise
-        ending: TurnEndReason = "cancelled"  # unless the run says otherwise below
-        error: str | None = None
+        ending: Cancelled | Failed | None = Cancelled()  # unless the run says otherwise below
         run: Any = None
         try:
             # Inside the try: a consumer that stops reading at the opening's events (aclose,
@@ -559,41 +554,75 @@ class AgentRunner:
             for event in hooks.take():
                 yield event
             if history and isinstance(history[-1], ModelRequest):
+                await self._with_system_prompts(history)
                 async with self.agent.iter(
                     None, message_history=history, capabilities=[hooks], **self.run_kwargs
                 ) as run:
                     async for _node in run:
                         for event in hooks.take():
                             yield event
-                        if cancel is not None and cancel.is_set():
+                        if any(flag is not None and flag.is_set() for flag in cancels):
                             break
                     else:
-                        ending = "final"
+                        ending = None  # the loop ended the turn at the run's end
             else:
-                ending = "final"  # nothing to answer: the turn claimed nothing new
-        except UsageLimitExceeded as exc:
-            ending, error = "budget", str(exc)
+                ending = Failed("nothing to answer: the turn claimed nothing and the transcript "
+                                "ends with the model's reply")
+        except _TurnOver:
+            ending = None  # the loop ended the turn (a spent budget) before a request
         except Exception as exc:
-            ending, error = "error", f"{type(exc).__name__}: {exc}"
+            failed = Failed(f"{type(exc).__name__}: {exc}")
             left = _left_over(run)
-            await hooks.call(lambda: hooks.close("error", error, left))
+            await hooks.call(lambda: hooks.close(failed, left))
             for event in hooks.take():
                 yield event
             raise
         finally:
-            if ending == "cancelled":
+            if type(ending) is Cancelled:
                 # Cancelled, or the consumer stopped reading (aclose, its task cancelled): the
                 # end is still recorded where the port's calls belong.
                 try:
                     left = _left_over(run)
-                    await hooks.call(lambda: hooks.close("cancelled", left_over=left))
+                    await hooks.call(lambda: hooks.close(Cancelled(), left))
                 except BaseException:
                     logger.exception("could not record the end of a cancelled turn")
-        if ending != "cancelled":
+        if type(ending) is not Cancelled:
             left = _left_over(run)
-            await hooks.call(lambda: hooks.close(ending, error, left))
+            await hooks.call(lambda: hooks.close(ending or Cancelled(), left))
         for event in hooks.take():
             yield event
+
+    def check_message(self, message: Message) -> None:
+        """Refuse a message this runner cannot deliver to the model as it is: a ``ValueError``
+        naming the role. pydantic-ai takes a user or system message in a request; a tool result
+        only as the answer to a call of its own run, and an assistant message only from the
+        model. A host (or an owner) asks this before it sends, so the log never holds a message
+        the model would not see as sent.
+
+        >>> from pydantic_ai.models.test import TestModel
+        >>> AgentRunner(Agent(TestModel())).check_message(Message.tool("42", "c1"))
+        Traceback (most recent call last):
+        ...
+        ValueError: AgentRunner cannot deliver a 'tool' message to a pydantic-ai run (it takes a tool result only as the answer to a call of its own run); send it as a 'user' or 'system' message
+        """
+        why = _UNDELIVERABLE.get(message.role)
+        if why is not None:
+            raise ValueError(
+                f"AgentRunner cannot deliver a {message.role!r} message to a pydantic-ai run "
+                f"({why}); send it as a 'user' or 'system' message"
+            )
+
+    async def _with_system_prompts(self, history: list[ModelMessage]) -> None:
+        """Put the agent's system prompts at the start of ``history``, as a bare run of the agent
+        shows them: pydantic-ai adds them only to a run with no history, and every turn here
+        continues one. They are the agent's configuration, not the conversation: not recorded."""
+        prompts = await self.agent.system_prompt_parts(
+            message_history=history, deps=self.run_kwargs.get("deps"),
+            model=self.run_kwargs.get("model"))
+        if prompts:
+            first = history[0]
+            parts = first.parts if isinstance(first, ModelRequest) else []
+            history[: 1 if parts else 0] = [ModelRequest(parts=[*prompts, *parts])]
 
     def run_turn(
         self, port: SessionPort, *, reason: str = "wake", cancel: threading.Event | None = None
@@ -612,14 +641,14 @@ class AgentRunner:
         # of its own and hands each event over as it is recorded.
         handed: queue.SimpleQueue[object] = queue.SimpleQueue()
         failure: list[BaseException] = []
-        stop = _Either(cancel)  # set too when the consumer stops reading
+        stop = threading.Event()  # set when the consumer stops reading
         running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
 
         async def pump() -> None:
             task = asyncio.current_task()
             assert task is not None
             running.append((asyncio.get_running_loop(), task))
-            async for event in self._arun(port, reason, stop):
+            async for event in self._arun(port, reason, cancel, stop):
                 handed.put(event)
 
         def drive() -> None:

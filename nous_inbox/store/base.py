@@ -718,6 +718,7 @@ def _reads_back(event: Event) -> bool:
             type(role) is str and role in ROLES and type(content) is str and content.isascii()
             and message.name is None and message.tool_call_id is None and message.id is None
             and message.metadata is _NO_METADATA and type(calls) is tuple and not calls
+            and message.blank is False
         )
     if kind is QueueClaimed:
         count = judged.count
@@ -737,7 +738,7 @@ _PROVEN_FIELDS: Final[dict[type[msgspec.Struct], frozenset[str]]] = {
     MessageSent: frozenset({"seq", "at", "target", "wakeup", "message"}),
     QueueClaimed: frozenset({"seq", "at", "target", "count", "rest"}),
     Message: frozenset({"role", "content", "name", "tool_call_id", "id", "metadata",
-                        "tool_calls"}),
+                        "tool_calls", "blank"}),
 }
 
 

@@ -1,0 +1,381 @@
+"""The body both owners share: what an owner is, with neither its threads nor its event loop.
+
+An owner holds one session and decides when to run. Its decisions are
+:class:`~nous_inbox.owner_core.OwnerCore`'s; around them, everything that is the same whether the
+turns run on a worker thread (:class:`~nous_inbox.owner.Owner`) or as an asyncio task
+(:class:`~nous_inbox.async_owner.AsyncOwner`) lives here once: the options and their checks,
+the read-only views, opening the session (lease, journal, resume), the send verbs over one send
+path, the listener fan-out, the boundary hook (:mod:`nous_inbox.boundary`), the refused-prompt
+undo, a lost lease, and what the watcher does on each look at the store. Each owner adds only
+its pump: how a run is started and waited for, and how a send waits for its commit.
+
+One send path: a verb is one line over ``_send(message, target, wakeup)``, which commits the
+send at once (a store that does not block, or a thread that already holds the owner's lock: a
+listener, a boundary subscriber) with :meth:`Journal.send <nous_inbox.journal.Journal.send>`,
+or queues it for the next group commit (:mod:`nous_inbox.group_commit`), whose batch goes to
+the store in one :meth:`Journal.append <nous_inbox.journal.Journal.append>`. The parts of a send
+are checked once on either path, before anything is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
+
+from nous_inbox.boundary import Boundaries, Boundary
+from nous_inbox.errors import LeaseLostError
+from nous_inbox.events import Event, MessageSent, QueueClaimed
+from nous_inbox.group_commit import refused_unwritten
+from nous_inbox.inbox import Inbox, Target
+from nous_inbox.journal import Journal
+from nous_inbox.message import Message
+from nous_inbox.owner_core import OwnerCore
+from nous_inbox.port import JournalPort
+from nous_inbox.session import Session
+from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
+from nous_inbox.store import Store
+from nous_inbox.store.base import check_stream
+
+__all__ = ["AsyncTurnRunner", "Listener", "OwnerBody", "OwnerPort", "TurnRunner"]
+
+logger: Final = logging.getLogger("nous_inbox.owner")
+
+R = TypeVar("R")
+Listener = Callable[[Event], None]
+
+_STEP: Final = Target.NEXT_STEP
+_TURN: Final = Target.NEXT_TURN
+
+
+class TurnRunner(Protocol):
+    """What an owner needs from a runner: run one turn on a port, yielding its events."""
+
+    def run_turn(
+        self, port: Any, *, reason: str = ..., cancel: threading.Event | None = ...
+    ) -> Iterator[Event]:
+        """Run one turn; see ``nous_inbox.runner.Runner.run_turn``."""
+
+
+class AsyncTurnRunner(Protocol):
+    """What an ``AsyncOwner`` needs from a runner: one turn on a port, as an async stream."""
+
+    def arun_turn(
+        self, port: Any, *, reason: str = ..., cancel: asyncio.Event | None = ...
+    ) -> AsyncIterator[Event]:
+        """Run one turn; see ``nous_inbox.runner.Runner.arun_turn``."""
+
+
+class OwnerPort(JournalPort):
+    """The port an owner's runs use: the journal under the owner's lock; before each claim it
+    tells the boundary subscribers, under that lock, so what they send joins the claim.
+    ``call_io``: how a runner reaches an ``AsyncOwner``'s store worker (``None``: call inline)."""
+
+    __slots__ = ("_boundaries", "call_io")
+
+    def __init__(self, journal: Journal, lock: threading.RLock, boundaries: Boundaries,
+                 call_io: Callable[..., Any] | None = None) -> None:
+        super().__init__(journal, lock)
+        self._boundaries = boundaries
+        self.call_io = call_io
+
+    def claim(
+        self, target: Target | str, *, wake_only: bool = False
+    ) -> tuple[Sequence[Message], QueueClaimed | None]:
+        with self._lock:
+            if self._boundaries:
+                turn = self._journal.session.turn
+                self._boundaries.tell("turn_opening" if target == _TURN else "step", turn)
+            messages, event = self._journal.claim(target, wake_only=wake_only)
+            return (tuple(messages), event) if event is not None else ((), None)
+
+
+class OwnerBody(Generic[R]):
+    """What both owners are, less their pumps (see the module notes). ``R`` is what a send verb
+    returns: the stored ``MessageSent``, or an awaitable of it."""
+
+    _who: ClassVar[str]
+    _run_method: ClassVar[str]
+
+    def __init__(
+        self, store: Store, stream: str, runner: Any, *, watch: bool = True,
+        poll_interval: float = 0.05, start: bool = True, snapshot_every: int = SNAPSHOT_EVERY,
+        freeze_gc: bool = False,
+    ) -> None:
+        who = self._who
+        if not callable(getattr(runner, self._run_method, None)):
+            raise TypeError(f"{who}: runner must have {self._run_method}(port, *, reason, cancel) "
+                            f"(a nous_inbox.Runner), got {type(runner).__name__}")
+        if not isinstance(stream, str):
+            raise TypeError(f"{who}: stream must be a str, got {type(stream).__name__}")
+        check_stream(stream)
+        for name, value in (("watch", watch), ("start", start), ("freeze_gc", freeze_gc)):
+            if type(value) is not bool:
+                raise TypeError(f"{who}: {name} must be a bool, got {type(value).__name__}")
+        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)):
+            raise TypeError(f"{who}: poll_interval must be a number of seconds, "
+                            f"got {type(poll_interval).__name__}")
+        if not 0 < poll_interval < float("inf"):
+            raise ValueError(f"{who}: poll_interval must be a positive number of seconds, "
+                             f"got {float(poll_interval)!r}")
+        check_snapshot_every(snapshot_every, who)
+        self._store, self._stream, self._runner = store, stream, runner
+        self._watch_others, self._poll_interval, self._start = watch, float(poll_interval), start
+        self._snapshot_every, self._freeze_gc = snapshot_every, freeze_gc
+        self._lock = threading.RLock()  # guards the journal, wherever it is called from
+        self._core = OwnerCore()  # every decision
+        self._listeners: list[Listener] = []
+        self._boundaries = Boundaries(stream)
+        self._journal: Journal | None = None
+        self._port: OwnerPort | None = None
+        self._failure: BaseException | None = None
+
+    # -- what a host reads ------------------------------------------------------------------------
+
+    @property
+    def stream(self) -> str:
+        """The session's stream name in the store."""
+        return self._stream
+
+    @property
+    def session(self) -> Session:
+        """The session value as folded so far: equal to ``replay`` of the stored events."""
+        return self._opened().session
+
+    @property
+    def inbox(self) -> Inbox:
+        """The inbox value now."""
+        return self.session.inbox
+
+    @property
+    def transcript(self) -> list[Message]:
+        """The transcript now, as a list."""
+        return list(self.session.transcript)
+
+    @property
+    def lost(self) -> LeaseLostError | None:
+        """The ``LeaseLostError`` that stopped this owner for good (another owner took the
+        stream over), or ``None``; from then on its sends and waits raise it."""
+        return self._core.lost
+
+    @property
+    def closed(self) -> bool:
+        """Whether the owner was closed (or lost its lease): it refuses sends."""
+        raise NotImplementedError
+
+    def listen(self, callback: Listener) -> None:
+        """Call ``callback(event)`` for every event recorded from now on, in order (the owner's
+        own and those another process appended). Keep it quick; one that raises is logged and
+        stops neither the others nor the run. A callback may send with the owner's verbs: the
+        send commits at once."""
+        if not callable(callback):
+            raise TypeError(f"listen needs a callable, got {type(callback).__name__}")
+        with self._lock:
+            self._listeners.append(callback)
+
+    def on_boundary(self, callback: Callable[[Boundary], object]) -> Callable[[], None]:
+        """Tell ``callback`` each time a run reaches a boundary, before the claim there; returns
+        the call that unsubscribes it. See :mod:`nous_inbox.boundary`.
+
+        >>> from nous_inbox.runner import Runner
+        >>> from nous_inbox.owner import Owner
+        >>> from nous_inbox.store import open_store
+        >>> owner = Owner(open_store("memory:"), "demo", Runner(lambda transcript, tools: "ok"))
+        >>> def at(boundary):
+        ...     print(boundary.kind, boundary.turn)
+        ...     if boundary.kind == "turn_opening":
+        ...         _ = owner.inject("read this first")   # lands in the claim that follows
+        >>> unsubscribe = owner.on_boundary(at)
+        >>> _ = owner.steer("go")
+        >>> owner.wait_idle(timeout=5)   # the second step: where the run would stop (ruling 2)
+        turn_opening 1
+        step 1
+        step 1
+        turn_ended 1
+        True
+        >>> [m.content for m in owner.transcript]
+        ['go', 'read this first', 'ok']
+        >>> owner.close()
+        """
+        with self._lock:
+            return self._boundaries.subscribe(callback)
+
+    def __repr__(self) -> str:
+        state = ("not open" if self._journal is None else "closed" if self.closed
+                 else f"version {self.session.version}")
+        return f"{self._who}({self._stream!r}, {state})"
+
+    # -- what a host says -------------------------------------------------------------------------
+
+    def send(self, message: Message | str, target: Target | str, wakeup: bool) -> R:
+        """Queue ``message`` on ``target`` durably, then wake if it asks to and nothing runs.
+
+        Bad input raises before anything is written. Returns the event as stored, once it is.
+        """
+        return self._send(message, target, wakeup)
+
+    def steer(self, message: Message | str) -> R:
+        """Next step, wakes: "read this before your next model request"."""
+        return self._send(message, _STEP, True)
+
+    def inject(self, message: Message | str) -> R:
+        """Next step, no wake: "have this to hand if you make another request"."""
+        return self._send(message, _STEP, False)
+
+    def followup(self, message: Message | str) -> R:
+        """Next turn, wakes: "answer this after you finish what you are doing"."""
+        return self._send(message, _TURN, True)
+
+    def prompt(self, text: Message | str) -> R:
+        """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any turn in
+        progress. It waits in ``next_turn`` with a wake, like a followup."""
+        return self._send(text, _TURN, True, prompt=True)
+
+    def _send(self, message: Message | str, target: Target | str, wakeup: bool,
+              prompt: bool = False) -> R:
+        raise NotImplementedError
+
+    # -- the body's rules -------------------------------------------------------------------------
+
+    def _opened(self) -> Journal:
+        if self._journal is None:
+            raise RuntimeError(f"{self._who} of session {self._stream!r} is not open: "
+                               f"use `async with {self._who}(...)`")
+        return self._journal
+
+    def _check_open(self, closed: bool) -> Journal:
+        """The journal, if the owner takes sends; else the error saying why not."""
+        journal = self._opened()
+        self._raise_if_lost()
+        if closed:
+            raise RuntimeError(f"{self._who} of session {self._stream!r} is closed")
+        return journal
+
+    def _raise_if_lost(self) -> None:
+        lost = self._core.lost
+        if lost is not None:  # a new error each time, so no traceback grows on the stored one
+            raise LeaseLostError(str(lost), stream=lost.stream, epoch=lost.epoch) from lost
+
+    def _waited(self, idle: bool) -> bool:
+        """A wait for the run ended (``idle``: not timed out): raise ``lost``, or (once) what
+        ended the last run; a lost lease wins, as the owner is over either way."""
+        with self._lock:
+            failure, self._failure = self._failure, None
+        self._raise_if_lost()
+        if failure is not None:
+            raise failure
+        return idle
+
+    def _open_session(self, call_io: Callable[..., Any] | None = None) -> Any:
+        """Take the stream's lease, fold the session, close a turn the log shows open; returns
+        the lease (store I/O: an ``AsyncOwner`` calls it on its worker).
+
+        One owner per stream, across processes: without the lease, a second owner would end the
+        first one's open turn as "interrupted" and run beside it."""
+        lease = self._store.own(self._stream)
+        try:
+            with self._lock:
+                journal = Journal(self._store, self._stream, on_events=self._folded,
+                                  snapshot_every=self._snapshot_every, freeze_gc=self._freeze_gc)
+                self._journal = journal
+                self._port = OwnerPort(journal, self._lock, self._boundaries, call_io)
+                resumed = OwnerCore.resume(journal.session)
+                if resumed:
+                    journal.append(resumed)
+        except BaseException:
+            lease.release()
+            raise
+        return lease
+
+    def _now(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
+        """Commit one send at once (the journal checks its parts before anything is written)."""
+        with self._lock:
+            return self._opened().send(message, target, wakeup)
+
+    def _commit(self, events: Sequence[Event]) -> Sequence[Event]:
+        """Append ``events`` in one transaction (a group commit's batch, a run's last record)."""
+        with self._lock:
+            return self._opened().append(events)
+
+    def _holds_lock(self) -> bool:
+        """Whether this thread holds the owner's lock (a listener, a boundary subscriber, a run
+        inside a claim): a send from it commits at once, as queueing would wait for itself."""
+        return bool(self._lock._is_owned())  # type: ignore[attr-defined]
+
+    def _prompting(self, prompt: bool) -> None:
+        if prompt:
+            with self._lock:
+                self._core.prompt()
+
+    def _sent_failed(self, error: BaseException, prompt: bool) -> None:
+        """A send raised ``error``: a lost lease ends the owner; a prompt that cannot be in the
+        log opens no turn as a prompt (one whose commit may have landed still does)."""
+        if isinstance(error, LeaseLostError):
+            self._lose(error)
+        if prompt and refused_unwritten(error):
+            with self._lock:
+                self._core.unprompt()
+
+    def _folded(self, events: Sequence[Event]) -> None:
+        """The journal folded ``events`` in (under the lock, on the thread that appended or
+        caught up): hand them on, then tell the boundary subscribers of a turn that ended.
+        Never raises: the events are stored, and the group commit counts on that."""
+        try:
+            self._deliver(events)
+        except Exception:
+            logger.exception("handing on the events of session %r failed", self._stream)
+        self._boundaries.ended(events)
+
+    def _deliver(self, events: Sequence[Event]) -> None:
+        self._tell(events)
+
+    def _tell(self, events: Sequence[Event]) -> None:
+        """Tell the listeners of each event, in order, then ask the core whether to wake."""
+        listeners = tuple(self._listeners)
+        for event in events if listeners else ():
+            for listener in listeners:
+                try:
+                    listener(event)
+                except Exception:
+                    logger.exception("a listener of session %r failed on event #%d",
+                                     self._stream, event.seq)
+        # Ours or another process's: a send that asks to wake is answered (the core's rule).
+        if self._journal is not None and self._core.arrived(events, self._journal.session):
+            self._start_run()
+
+    def _start_run(self) -> None:
+        raise NotImplementedError
+
+    def _lose(self, error: LeaseLostError) -> None:
+        """The store says another owner took the stream over: stop for good."""
+        with self._lock:
+            if self._core.lost is None:
+                logger.error("the owner of session %r lost its lease and stops: %s",
+                             self._stream, error)
+            if self._core.lease_lost(error):
+                self._cancel_turn()
+        self._halted()
+
+    def _cancel_turn(self) -> None:
+        raise NotImplementedError
+
+    def _halted(self) -> None:
+        """The owner is over (a lost lease): wake its waiters, stop its watcher."""
+
+    def _taken_over(self, lease: object) -> LeaseLostError | None:
+        """The watcher's look at the lease: the error to stop with when a renewal found it
+        taken over by another owner, else ``None``."""
+        if getattr(lease, "lost", False) is not True:
+            return None
+        return LeaseLostError(f"stream {self._stream!r}: this owner's lease was taken over by "
+                              f"another owner", stream=self._stream,
+                              epoch=getattr(lease, "epoch", 0))
+
+    def _catch_up(self) -> None:
+        """The watcher's look at the store: fold in what another process appended."""
+        journal = self._opened()
+        if self._store.version(self._stream) != journal.session.version:
+            with self._lock:
+                journal.catch_up()

@@ -1,0 +1,285 @@
+"""Where an asyncio owner's store calls run: inline on the loop, or on one worker thread.
+
+A store says whether its calls block (``store.blocking``: a disk, a lock, a network; only
+``memory:`` says no). An event loop must never wait on one, so an
+:class:`~nous_inbox.async_owner.AsyncOwner` over a blocking store sends every store call (its
+sends, its run's claims and records, its readers' reads, its watcher's looks) to one worker
+thread of its own, in order; over a store that does not block it calls inline. Sends that
+arrive while the worker is busy share one append: this is the group commit's asyncio pump
+(:mod:`nous_inbox.group_commit`: one job per batch, each sender's future settled on the loop).
+
+>>> import asyncio
+>>> from nous_inbox.events import Warned
+>>> async def main():
+...     worker = StoreWorker(asyncio.get_running_loop(), True, "demo", commit=list)
+...     sent = [worker.send(Warned(text=text)) for text in "abc"]
+...     stored = [await future for future in sent]
+...     worker.shutdown()
+...     return [event.text for event in stored]
+>>> asyncio.run(main())
+['a', 'b', 'c']
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Coroutine, Generator, Sequence
+from typing import Any, Generic, TypeVar
+
+from nous_inbox.events import Event
+from nous_inbox.group_commit import (
+    GroupCommit,
+    Outcome,
+    Ticket,
+    one_senders,
+    refused_unwritten,
+    settle,
+)
+
+__all__ = ["SendTicket", "Stored", "StoreWorker", "awaited"]
+
+_T = TypeVar("_T")
+SendTicket = Ticket["asyncio.Future[Event]"]
+"""A send queued on the worker, its waiter the future its sender awaits."""
+
+
+class StoreWorker:
+    """``loop``'s store calls: on one worker thread (named for ``name``) when ``blocking``, else
+    inline. ``commit`` appends a batch of sends in one transaction (on the worker); ``settled``,
+    when given, hears each batch on the loop before its senders do."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, blocking: bool, name: str,
+        commit: Callable[[Sequence[Event]], Sequence[Event]],
+        settled: Callable[[Sequence[SendTicket]], None] | None = None,
+        tell: Callable[[Sequence[Event]], None] | None = None,
+    ) -> None:
+        self._loop = loop
+        self._loop_thread = threading.get_ident()  # (made on the loop)
+        self._tell = tell
+        # Folded batches on their way to the loop, in log order (see relay).
+        self._batches: collections.deque[Sequence[Event]] = collections.deque()
+        self._batches_lock = threading.Lock()
+        self._scheduled = self.telling = False
+        self._io = (concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"nous-inbox io {name}") if blocking else None)
+        self._commit = commit
+        self._settled = settled
+        self._group: GroupCommit[asyncio.Future[Event]] = GroupCommit()
+        self._queue_lock = threading.Lock()
+        self.lease: Any = None  # the stream's lease, taken by :meth:`hold`
+        self._unsubscribe: Callable[[], object] | None = None
+
+    async def hold(self, take: Callable[[], Any]) -> None:
+        """Take the stream's lease with ``take()`` where store calls run; the job keeps it itself,
+        so a :meth:`give_back` queued after an open its caller gave up on still finds it."""
+        def job() -> None:
+            self.lease = take()
+        await self.call(job)
+
+    async def subscribe(self, subscribe: Callable[..., Callable[[], object]], *args: Any) -> None:
+        """``subscribe(*args)`` where store calls run; the job keeps the unsubscribe itself, so
+        a :meth:`give_back` or :meth:`drop_subscription` queued after it finds it."""
+        def job() -> None:
+            self._unsubscribe = subscribe(*args)
+        await self.call(job)
+
+    @property
+    def subscribed(self) -> bool:
+        """Whether a store subscription is held (else the watcher polls)."""
+        return self._unsubscribe is not None
+
+    def drop_subscription(self) -> None:
+        """Drop the store subscription, if one is held (a job for the worker)."""
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
+
+    def give_back(self) -> None:
+        """Drop the subscription and give the lease back (a job for the worker, after every job
+        queued before it: a subscribe or an open a cancel left running ends first)."""
+        lease, self.lease = self.lease, None
+        try:
+            self.drop_subscription()
+        finally:
+            if lease is not None:
+                lease.release()
+
+    def give_back_last(self, on_error: Callable[[BaseException], object]) -> None:
+        """:meth:`give_back` as the worker's last job, then stop it; ``on_error`` hears a
+        failure (for a run a teardown could not wait for: its lease goes back once it ends)."""
+        if self._io is None:
+            try:
+                self.give_back()
+            except Exception as exc:
+                on_error(exc)
+            return
+        done = self._io.submit(self.give_back)
+        self._io.shutdown(wait=False)
+        done.add_done_callback(lambda done: (exc := done.exception()) is None or on_error(exc))
+
+    def on_loop(self) -> bool:
+        """Whether the calling thread is the loop's."""
+        return threading.get_ident() == self._loop_thread
+
+    def relay(self, events: Sequence[Event]) -> None:
+        """Hand ``events``, folded on any thread under the journal lock, to ``tell`` on the
+        loop, in log order: at once when folded on the loop, else as soon as the loop runs."""
+        here = self.on_loop()
+        with self._batches_lock:
+            self._batches.append(events)
+            schedule = not here and not self._scheduled
+            self._scheduled = self._scheduled or schedule
+        if here:
+            self.drain()
+        elif schedule:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+                self._loop.call_soon_threadsafe(self.drain)
+
+    @property
+    def relaying(self) -> bool:
+        """Whether batches wait to be told, or one is being told (a caller on the loop that
+        would tell one itself must queue it behind them)."""
+        return self.telling or bool(self._batches)
+
+    def drain(self) -> None:
+        """On the loop: tell each batch relayed so far, in order (one relayed while a batch is
+        told, by a listener's own send, is told after it)."""
+        if self.telling or self._tell is None:
+            return
+        self.telling = True
+        try:
+            while True:
+                with self._batches_lock:
+                    if not self._batches:
+                        self._scheduled = False
+                        return
+                    events = self._batches.popleft()
+                self._tell(events)
+        finally:
+            self.telling = False
+
+    @property
+    def inline(self) -> bool:
+        """Whether store calls run inline on the loop (the store does not block)."""
+        return self._io is None
+
+    async def call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` where store calls belong: inline, or on the worker."""
+        return fn(*args) if self._io is None else await self.call_io(fn, *args)
+
+    def call_io(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+        """``fn(*args)`` on the worker, as a future (the port's ``call_io`` for a runner)."""
+        assert self._io is not None
+        return self._loop.run_in_executor(self._io, fn, *args)
+
+    def soon(self, fn: Callable[[], _T]) -> asyncio.Future[_T]:
+        """``fn()`` where store calls belong, queued now (ahead of whatever is queued later),
+        as a future: done already when inline."""
+        if self._io is not None:
+            return self.call_io(fn)
+        done: asyncio.Future[_T] = self._loop.create_future()
+        try:
+            done.set_result(fn())
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
+
+    def submit(self, fn: Callable[[], _T]) -> concurrent.futures.Future[_T] | None:
+        """``fn()`` on the worker after everything queued, even once :meth:`shutdown` was
+        called for (a lease to give back); ``None`` when inline (the caller calls it)."""
+        return None if self._io is None else self._io.submit(fn)
+
+    def shutdown(self) -> None:
+        """Stop the worker once what is queued has run (without waiting for it)."""
+        if self._io is not None:
+            self._io.shutdown(wait=False)
+
+    def send(self, event: Event, unwritten: Callable[[], object] | None = None,
+             ) -> asyncio.Future[Event]:
+        """Queue ``event`` for the next group commit (the worker's only); a future of it as
+        stored. Cancelling the future takes the send back, if no batch took it yet.
+        ``unwritten`` is called (on the loop) when the send surely wrote nothing: taken back,
+        or refused before anything was written."""
+        assert self._io is not None, "an inline store commits a send at once"
+        ticket: SendTicket = Ticket(event, self._loop.create_future())
+        with self._queue_lock:
+            lead = self._group.queue(ticket)
+        if lead:
+            self._io.submit(self._flush)
+
+        def done(future: asyncio.Future[Event]) -> None:
+            if future.cancelled():
+                with self._queue_lock:
+                    taken_back, _ = self._group.withdraw(ticket)
+                if taken_back and unwritten is not None:
+                    unwritten()
+            elif unwritten is not None and refused_unwritten(future.exception() or Exception()):
+                unwritten()
+
+        ticket.waiter.add_done_callback(done)
+        return ticket.waiter
+
+    def _flush(self) -> None:
+        """On the worker: commit one batch, settle its senders on the loop, and queue the next
+        batch if more came."""
+        with self._queue_lock:
+            batch = self._group.take()
+        begin, outcomes = time.monotonic(), list[Outcome]()
+        try:
+            outcomes = settle(self._commit, [ticket.event for ticket in batch])
+        except BaseException as exc:  # not a store's failure: its senders hear it too
+            outcomes = [(None, exc)] * len(batch)
+            raise
+        finally:
+            with self._queue_lock:
+                more = self._group.finish(batch, outcomes, time.monotonic() - begin)
+            with contextlib.suppress(RuntimeError):  # the loop or the worker is gone
+                self._loop.call_soon_threadsafe(self._settle, batch)
+                if more is not None:
+                    self._io.submit(self._flush)  # type: ignore[union-attr]
+
+    def _settle(self, batch: Sequence[SendTicket]) -> None:
+        if self._settled is not None:
+            self._settled(batch)
+        for ticket in batch:
+            if ticket.waiter.done():  # the sender stopped waiting
+                continue
+            if ticket.error is not None:
+                ticket.waiter.set_exception(one_senders(ticket.error))
+            else:
+                ticket.waiter.set_result(ticket.stored)  # type: ignore[arg-type]
+
+
+class Stored(Coroutine[Any, Any, _T], Generic[_T]):
+    """A coroutine of a result already there (a send stored inline): awaiting it, or a task
+    running it, returns ``value`` at once, and one never awaited is no error (the send a sync
+    callback makes)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: _T) -> None:
+        self.value = value
+
+    def send(self, _: Any) -> Any:
+        raise StopIteration(self.value)
+
+    def throw(self, *error: Any) -> Any:
+        raise error[1] if len(error) > 1 and error[1] is not None else error[0]
+
+    def close(self) -> None:
+        pass
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        return self.value
+        yield  # a generator: awaiting it returns at once
+
+
+async def awaited(future: asyncio.Future[_T]) -> _T:
+    """``future``'s result, as a coroutine (what ``asyncio.run`` and ``create_task`` take)."""
+    return await future

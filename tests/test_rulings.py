@@ -1,0 +1,336 @@
+"""The loop's rulings, run by every driver: the built-in ``Runner`` and the pydantic-ai adapter.
+
+Each test is one ruling as a scripted turn over a ``LocalSession``: the model's replies are
+scripted, a message is sent while the model thinks or a tool runs (a person typing while the
+agent works, no sleeps), and the test reads what each request showed the model and how the turn
+ended. Both drivers ask the loop (``nous_inbox.loop``) at every boundary, so both must pass the
+same test. Where pydantic-ai's own loop makes a ruling impossible, a test at the end says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from nous_inbox import Message, Runner, ToolCall, TurnEnded, replay
+from nous_inbox.compat.pydantic_ai import AgentRunner
+from nous_inbox.events import Event
+from nous_inbox.loop import CONTINUATION, ToolSpec
+from nous_inbox.port import LocalSession
+
+DRIVERS = ["runner", "pydantic-ai"]
+Seen = list[tuple[str, str]]
+Action = Callable[[LocalSession], object]
+
+
+def pairs_of_messages(transcript: Sequence[Message]) -> Seen:
+    out: Seen = []
+    for m in transcript:
+        if m.role == "assistant":
+            if m.content:
+                out.append(("text", m.content))
+            out.extend(("call", c.name) for c in m.tool_calls)
+        else:
+            out.append((m.role, m.content))
+    return out
+
+
+def pairs_of_requests(messages: list[ModelMessage]) -> Seen:
+    out: Seen = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, UserPromptPart):
+                out.append(("user", str(part.content)))
+            elif isinstance(part, SystemPromptPart):
+                out.append(("system", part.content))
+            elif isinstance(part, ToolReturnPart):
+                out.append(("tool", part.model_response_str()))
+            elif isinstance(part, RetryPromptPart):
+                out.append(("retry", part.model_response()))
+            elif isinstance(part, TextPart):
+                out.append(("text", part.content))
+            elif isinstance(part, ToolCallPart):
+                out.append(("call", part.tool_name))
+    return out
+
+
+class Turn:
+    """One scripted turn: ``"tool"`` asks for the tool ``work``, any other string is the reply's
+    text. ``thinking[i]`` runs while request ``i`` is made, ``working[i]`` while tool call ``i``
+    runs; each is handed the session to send to."""
+
+    def __init__(self, *replies: str, thinking: dict[int, Action] | None = None,
+                 working: dict[int, Action] | None = None) -> None:
+        self.replies = list(replies)
+        self.thinking = thinking or {}
+        self.working = working or {}
+        self.requests: list[Seen] = []
+        self.local = LocalSession()
+        self.cancel = asyncio.Event()
+
+    def _next(self, seen: Seen) -> str:
+        index = len(self.requests)
+        self.requests.append(seen)
+        if index in self.thinking:
+            self.thinking[index](self.local)
+        return self.replies[index] if index < len(self.replies) else "done"
+
+    async def work(self, n: int) -> str:
+        """Do a piece of work."""
+        if n in self.working:
+            self.working[n](self.local)
+        return f"result {n}"
+
+    def run(self, driver: str, max_steps: int = 10) -> list[Event]:
+        async def runner_model(transcript: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
+            reply = self._next(pairs_of_messages(transcript))
+            n = len(self.requests) - 1
+            if reply == "tool":
+                return Message.assistant(tool_calls=[ToolCall(f"c{n}", "work", {"n": n})])
+            return Message.assistant(reply)
+
+        async def pydantic_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            reply = self._next(pairs_of_requests(messages))
+            n = len(self.requests) - 1
+            if reply == "tool":
+                return ModelResponse(parts=[ToolCallPart("work", {"n": n}, f"c{n}")])
+            return ModelResponse(parts=[TextPart(reply)])
+
+        async def go() -> list[Event]:
+            driven: Any
+            if driver == "runner":
+                driven = Runner(runner_model, [self.work], max_steps=max_steps, offload=False)
+            else:
+                agent: Agent[None, str] = Agent(FunctionModel(pydantic_model))
+                agent.tool_plain(self.work)
+                driven = AgentRunner(agent, max_steps=max_steps, offload=False)
+            return [e async for e in driven.arun_turn(self.local, cancel=self.cancel)]
+
+        events = asyncio.run(go())
+        assert self.local.session == replay(self.local.events)  # the log is the session
+        return events
+
+
+def ended(events: Sequence[Event]) -> str:
+    last = events[-1]
+    assert isinstance(last, TurnEnded)
+    return last.reason
+
+
+def kinds(events: list[Event]) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+def queued(turn: Turn) -> list[str]:
+    return [m.content for m, _ in turn.local.session.inbox.entries("next_step")]
+
+
+def steer(text: str) -> Action:
+    return lambda local: local.steer(text)
+
+
+def inject(text: str) -> Action:
+    return lambda local: local.inject(text)
+
+
+# -- ruling 1: claim points -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_turn_opens_with_next_turn_then_next_step_in_one_request(driver: str) -> None:
+    turn = Turn("done")
+    turn.local.inject("fyi: the deploy is frozen")
+    turn.local.followup("tidy the logs")
+    events = turn.run(driver)
+    assert turn.requests == [[("user", "tidy the logs"), ("user", "fyi: the deploy is frozen")]]
+    assert kinds(events)[:5] == ["TurnStarted", "QueueClaimed", "QueueClaimed", "StepStarted",
+                                 "ModelRequested"]
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_steer_sent_during_a_tool_call_lands_after_that_tools_result(driver: str) -> None:
+    turn = Turn("tool", "done", working={0: steer("check b.py too")})
+    turn.local.followup("fix a.py")
+    turn.run(driver)
+    assert ("user", "check b.py too") not in turn.requests[0]
+    assert turn.requests[1][-2:] == [("tool", "result 0"), ("user", "check b.py too")]
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_followup_sent_mid_run_waits_for_the_next_turn(driver: str) -> None:
+    turn = Turn("tool", "done", working={0: lambda local: local.followup("then deploy")})
+    turn.local.followup("build")
+    assert ended(turn.run(driver)) == "final"
+    assert all(("user", "then deploy") not in seen for seen in turn.requests)
+    assert turn.local.session.inbox.count("next_turn") == 1
+
+
+# -- ruling 2: the would-be final answer ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_steer_pending_at_a_final_answer_extends_the_run_by_one_request(driver: str) -> None:
+    turn = Turn("answer", "summary", thinking={0: steer("stop and summarize")})
+    turn.local.followup("go")
+    assert ended(turn.run(driver)) == "final"
+    assert len(turn.requests) == 2
+    assert turn.requests[1][-2:] == [("text", "answer"), ("user", "stop and summarize")]
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_an_injection_alone_at_a_final_answer_waits_for_the_next_request(driver: str) -> None:
+    turn = Turn("answer", thinking={0: inject("fyi: tests are slow")})
+    turn.local.followup("go")
+    assert ended(turn.run(driver)) == "final"
+    assert len(turn.requests) == 1 and queued(turn) == ["fyi: tests are slow"]
+
+
+# -- ruling 3: a degenerate reply -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_after_a_blank_reply_the_loop_nudges_with_its_own_tagged_words(driver: str) -> None:
+    turn = Turn(" ", "back on track")
+    turn.local.followup("go")
+    events = turn.run(driver)
+    assert turn.requests[1][-1] == ("user", CONTINUATION.content)
+    assert "Nudged" in kinds(events) and ended(events) == "final"
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("send", [steer, inject])
+def test_a_pending_message_replaces_the_nudge_after_a_blank_reply(
+    driver: str, send: Callable[[str], Action],
+) -> None:
+    turn = Turn(" ", "found it", thinking={0: send("try the staging log")})
+    turn.local.followup("find it")
+    events = turn.run(driver)
+    assert turn.requests[1][-1] == ("user", "try the staging log")
+    assert ("user", CONTINUATION.content) not in turn.requests[1]
+    assert "Nudged" not in kinds(events)
+
+
+# -- ruling 4: blank and invisible-only messages --------------------------------------------------
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("blank", ["  \n", "\u200b", " \ufeff\u2060 "])
+def test_a_blank_steer_never_extends_a_run(driver: str, blank: str) -> None:
+    turn = Turn("answer", thinking={0: steer(blank)})
+    turn.local.followup("go")
+    assert ended(turn.run(driver)) == "final"
+    assert len(turn.requests) == 1
+    assert not turn.local.session.inbox.worth_waking()  # nor wakes a turn of its own
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_blank_steer_does_not_replace_the_nudge(driver: str) -> None:
+    turn = Turn(" ", "back on track", thinking={0: steer("\u200b")})
+    turn.local.followup("go")
+    turn.run(driver)
+    assert turn.requests[1][-2:] == [("user", "\u200b"), ("user", CONTINUATION.content)]
+
+
+# -- ruling 5: the step budget --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_run_never_messaged_ends_after_max_steps_requests(driver: str) -> None:
+    turn = Turn(*["tool"] * 10)
+    turn.local.followup("go")
+    events = turn.run(driver, max_steps=2)
+    assert ended(events) == "budget" and len(turn.requests) == 2
+    assert "Warned" not in kinds(events)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_the_budget_counts_from_the_last_delivered_message(driver: str) -> None:
+    turn = Turn(*["tool"] * 10, working={1: steer("one more file")})
+    turn.local.followup("go")
+    assert ended(turn.run(driver, max_steps=3)) == "budget"
+    assert len(turn.requests) == 5  # steps 3, 4 and 5 are the steer's own three
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_refills_are_capped_with_one_warning(driver: str) -> None:
+    # A source that delivers at every boundary: every tool call sends a steer.
+    turn = Turn(*["tool"] * 20, working={n: steer(f"more {n}") for n in range(20)})
+    turn.local.followup("go")
+    events = turn.run(driver, max_steps=2)
+    assert ended(events) == "budget" and len(turn.requests) == 4
+    assert kinds(events).count("Warned") == 1
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_both_drivers_record_the_same_boundaries(driver: str) -> None:
+    def record(name: str) -> list[str]:
+        turn = Turn("tool", " ", "answer", "summary", working={0: inject("fyi")},
+                    thinking={2: steer("summarize")})
+        turn.local.followup("go")
+        return kinds(turn.run(name))
+
+    assert record(driver) == record("runner")
+
+
+# -- ruling 9: cancelling -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_cancel_ends_the_turn_and_wakes_nothing(driver: str) -> None:
+    turn = Turn("tool", "tool", "done")
+
+    def cancel_while_working(local: LocalSession) -> None:
+        local.steer("queued while cancelling")
+        turn.cancel.set()
+
+    turn.working[0] = cancel_while_working
+    turn.local.followup("go")
+    events = turn.run(driver)
+    assert ended(events) == "cancelled" and len(turn.requests) == 1
+    assert queued(turn) == ["queued while cancelling"]  # waits for the next real wake
+    assert turn.local.session.transcript[-1].content == "result 0"  # the tool that ran is kept
+
+
+# -- where pydantic-ai's own loop decides ---------------------------------------------------------
+
+
+def test_pydantic_ai_answers_an_empty_reply_itself_and_a_pending_message_joins_its_retry() -> None:
+    # An empty reply (no parts, or empty text) is pydantic-ai's to answer: it asks again with its
+    # own retry prompt, counted against its output retries, before any hook can replace it. So
+    # ruling 3 holds as "a pending message joins the retry prompt", and the loop records that
+    # prompt as the nudge (the model saw it; replay must too).
+    turn = Turn("", "found it", thinking={0: steer("try the staging log")})
+    turn.local.followup("find it")
+    events = turn.run("pydantic-ai")
+    assert "Please return text or call a tool" in turn.requests[1][-2][1]
+    assert turn.requests[1][-1] == ("user", "try the staging log")
+    assert ("user", CONTINUATION.content) not in turn.requests[1]
+    assert kinds(events).count("Nudged") == 1 and ended(events) == "final"
+
+
+def test_pydantic_ai_ends_a_run_of_empty_replies_at_its_own_retry_limit() -> None:
+    # The built-in runner nudges an empty reply until the step budget ends the turn; pydantic-ai
+    # raises once its output retries are spent, so the turn ends as an error first.
+    turn = Turn("", "", "", "")
+    turn.local.followup("go")
+    with pytest.raises(Exception, match="retries"):
+        turn.run("pydantic-ai")
+    assert ended(turn.local.events) == "error"
