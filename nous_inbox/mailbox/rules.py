@@ -41,11 +41,12 @@ blockers first, then the most recent threads.
 >>> ids
 ('1', '2')
 
-When a notice goes (:func:`plan`): in a running turn at once, as a steer read at the next step;
-if a person's prompt is waiting, as a followup, so it joins that prompt's turn and never goes
-ahead of it; in an idle agent, ``debounce`` seconds after the first message that may wake it (a
-burst is one wake), or ``max_wait`` after the oldest new message when none may wake it. Only one
-notice is in flight per agent; the caller checks that before asking.
+When a notice goes (:func:`plan`): in a running agent, at its next boundary, everything that
+came since the last one as one notice (a turn that opens, a person's prompt included, takes it
+along); never ahead of a waiting prompt; in an idle agent, ``debounce`` seconds after the first
+message that may wake it (a burst is one wake), or ``max_wait`` after the oldest new message
+when none may wake it. Only one notice is in flight per agent; the caller checks that before
+asking.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ __all__ = [
     "PREVIEW",
     "REMEMBER",
     "RETAIN",
+    "Boundary",
     "Plan",
     "compose",
     "check_options",
@@ -115,8 +117,11 @@ NOTICE: Final = "mailbox_notice"
 PREVIEW: Final = 120
 """Characters of the newest message's first line shown in a notice line."""
 
-Plan = tuple[Literal["steer", "followup"] | None, float | None]
+Plan = tuple[Literal["steer", "inject", "join", "followup"] | None, float | None]
 """How to deliver a notice now (``None``: not now) and, if not now, when to look again."""
+
+Boundary = Literal["turn_opening", "step"]
+"""The boundaries of a run at which a notice goes in (the owner tells them, before its claim)."""
 
 
 def check_options(*, max_queue: int, overflow: str, retain: int, remember: int,
@@ -226,10 +231,19 @@ def compose(state: MailboxState, agent: str, notice_id: str) -> tuple[Message, t
 
 
 def plan(
-    state: MailboxState, agent: str, now: float, *, running: bool, prompt_waiting: bool,
-    debounce: float = DEBOUNCE, max_wait: float = MAX_WAIT,
+    state: MailboxState, agent: str, now: float, *, boundary: Boundary | None = None,
+    running: bool, prompt_waiting: bool, debounce: float = DEBOUNCE, max_wait: float = MAX_WAIT,
 ) -> Plan:
     """Whether to deliver a notice to ``agent`` now, and how; else when to look again.
+
+    At a ``boundary`` of its run, everything new is one notice: joining the turn that opens
+    (``"join"``: next turn, no wake, claimed right after), or at a step boundary a ``"steer"``
+    when any of it may wake the agent, else an ``"inject"`` (an FYI alone never extends a run
+    that would stop, ruling 2); none at a step while a person's prompt waits: it joins that
+    prompt's turn. Between boundaries a running agent hears nothing: its next boundary brings
+    everything at once. An idle agent gets a ``"followup"`` (a turn) ``debounce`` seconds after
+    the first message that may wake it, ``max_wait`` after the oldest when none may, or at once
+    when a prompt waits (it joins that prompt's turn).
 
     >>> from nous_inbox.events import MailSent
     >>> from nous_inbox.mailbox.state import MailboxState
@@ -238,18 +252,26 @@ def plan(
     >>> plan(state, "dev", 11.0, running=False, prompt_waiting=False)
     (None, 610.0)
     >>> plan(state, "dev", 11.0, running=True, prompt_waiting=False)
-    ('steer', None)
-    >>> plan(state, "dev", 11.0, running=True, prompt_waiting=True)
-    ('followup', None)
+    (None, None)
+    >>> plan(state, "dev", 11.0, boundary="step", running=True, prompt_waiting=False)
+    ('inject', None)
+    >>> plan(state, "dev", 11.0, boundary="turn_opening", running=True, prompt_waiting=False)
+    ('join', None)
     """
     oldest = state.oldest_fresh(agent)
     if oldest is None:
         return None, None
+    waking = state.oldest_fresh(agent, waking=True)
+    if boundary == "turn_opening":
+        return "join", None
+    if boundary == "step":
+        if prompt_waiting:
+            return None, None
+        return ("steer" if waking is not None else "inject"), None
+    if running:
+        return None, None
     if prompt_waiting:
         return "followup", None
-    if running:
-        return "steer", None
-    waking = state.oldest_fresh(agent, waking=True)
     due = oldest.event.at + max_wait
     if waking is not None:
         due = min(due, waking.event.at + debounce)
