@@ -117,7 +117,9 @@ def test_300_messages_during_a_tool_call_are_one_notice_at_the_next_step(
         world_of: Callable[..., World]) -> None:
     sent: list[str] = []
     model = Scripted(tool_steps=1)
-    world = world_of(model, lambda: sent.extend(send_burst(world.qa, 300)) if not sent else None)
+    qa: list[AgentHandle] = []
+    world = world_of(model, lambda: sent.extend(send_burst(qa[0], 300)) if not sent else None)
+    qa.append(world.qa)
     world.owner.prompt("index the repository")
     assert world.owner.wait_idle(WAIT)
     assert world.owner.session.turn == 1 and len(model.requests) == 2  # no extra turn or request
@@ -160,7 +162,7 @@ def test_an_fyi_rides_in_the_next_turn_a_person_opens(world_of: Callable[..., Wo
     world.owner.prompt("what is new?")
     assert world.owner.wait_idle(WAIT) and world.owner.session.turn == 1
     assert world.box.status(fyi) == "noticed"
-    assert [m.content for m in model.requests[0]][0] == "what is new?"  # the prompt first
+    assert model.requests[0][0].content == "what is new?"  # the prompt first
     world.later(600)  # the bounded wait passes: nothing left to bring
     assert world.owner.session.turn == 1
 

@@ -175,10 +175,13 @@ def test_in_a_running_turn_a_notice_waits_for_the_next_boundary() -> None:
 def test_at_a_step_boundary_a_notice_steers_only_when_something_in_it_may_wake() -> None:
     box = Mailbox(clock=Clock())
     box.send("dev", "fyi", sender="qa", kind="fyi")
-    at_step = {"boundary": "step", "running": True, "prompt_waiting": False}
-    assert plan(box.state, "dev", 1000.0, **at_step)[0] == "inject"  # never extends a run
+    def at_step() -> str | None:
+        return plan(box.state, "dev", 1000.0, boundary="step", running=True,
+                    prompt_waiting=False)[0]
+
+    assert at_step() == "inject"  # an FYI alone never extends a run
     box.send("dev", "which branch?", sender="qa", kind="blocker")
-    assert plan(box.state, "dev", 1000.0, **at_step)[0] == "steer"
+    assert at_step() == "steer"
 
 
 def test_with_a_prompt_waiting_a_notice_joins_that_prompts_turn() -> None:
