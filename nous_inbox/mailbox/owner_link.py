@@ -1,44 +1,39 @@
 """The mailbox's link to the owners of its agents' sessions: what it needs of an owner, its note
 of each attached agent, and the notices it delivers through them.
 
-The mailbox delivers notices through the owner's own verbs: a ``steer`` for a running turn, a
-``followup`` to join a waiting prompt's turn or to wake an idle agent. It reads the ``session``
-(is a run going? is a prompt waiting?) and ``listen``s for claims, since a notice counts as heard
-only once a run claimed it. :class:`nous_inbox.owner.Owner` is such a recipient; so is anything
-with these members.
+The mailbox hears of a running agent's boundaries through the owner's ``on_boundary`` hook, on the
+run's own thread, before the claim there: everything that came since the last boundary goes in
+right then as ONE notice (``send`` on the queue the claim takes), so a burst during a tool call
+is one notice at the next step, and a turn that opens (a person's prompt, a followup) takes
+whatever waits along. An idle agent gets a notice as a followup (a turn of its own) when the
+rules say it is due. The mailbox reads the ``session`` (is a run going? is a prompt waiting? has
+it had a turn?) and ``listen``s for claims, since a notice counts as heard only once a run
+claimed it. :class:`nous_inbox.owner.Owner` is such a recipient; so is anything with these
+members.
 
 :class:`NoticeDelivery` is the mailbox's side of it (``attach``, ``detach``, ``tick``); what a
 notice says and when it is due are :mod:`nous_inbox.mailbox.rules`'.
 
-Locks. The owner calls the mailbox back (a claim) while holding its own lock, so the order is
-always the owner's lock, then the mailbox's: the mailbox never waits for an owner's lock while it
-holds its own. For an :class:`~nous_inbox.owner.Owner`, whether a notice is due and its sending
-are one step: the mailbox takes the owner's lock (under which the owner records every event and
-starts and ends its runs), looks (is a run going? a prompt waiting?) and sends, before it lets go;
-the owner commits a send from the thread holding its lock at once (``JournalPort.append``). So no
-run ends, and no prompt arrives, between the look and the send. A thread that already holds
-another attached owner's lock (a listener that sends mail) only tries the lock, so two owners'
-threads never wait for each other; if it is busy, the agent is handed to the delivery thread.
-Any other recipient is looked at twice, once to decide and once right before the send (it has
-no lock to offer), and the gap between that look and the send remains.
+Locks. The owner tells its boundaries and reports a claim while holding its own lock, so the
+order is always the owner's lock, then the mailbox's: the mailbox never waits for an owner's lock
+while it holds its own. For an :class:`~nous_inbox.owner.Owner`, whether a notice is due and its
+sending are one step: the mailbox takes the owner's lock (under which the owner records every
+event and starts and ends its runs), looks and sends, before it lets go; the owner commits a send
+from the thread holding its lock at once. So no run starts or ends, and no prompt arrives,
+between the look and the send. A thread that already holds another attached owner's lock (a
+listener that sends mail) only tries the lock, so two owners' threads never wait for each other;
+if it is busy, the agent is handed to the delivery thread (started when first needed; with
+``autotick``, the notice timer). Any other recipient is looked at twice, once to decide and once
+right before the send (it has no lock to offer), and the gap between that look and the send
+remains.
 
 Two limits remain, known. The look reads the owner's folded session, which another process's
 appends reach only once the owner folds them: a prompt appended from another terminal and not
-folded yet is not seen, so the notice may go as a steer ahead of it (the look and the send are
-one step against this process only). And the guard above knows only the owners attached to this
-mailbox: a thread holding the lock of an owner that is not (a coordinator's listener relaying
-mail, an owner attached to a second mailbox) blocks on the target's lock, and if the target's
-thread, in a listener, steers that first owner, the two wait for each other. Knowing it would
-take a process-wide record of which thread holds which owner's lock: keep such relays one
-way.
-
-When the notice in flight is claimed, messages that came while it was on its way are due at
-once (in a running turn, as the steer read at the next step). An ``Owner`` reports the claim
-inside its lock, on the thread that claimed, and the next notice is sent right there, so a run
-reads it at its next step, or at its last claim before it stops: even a run with an instant
-model cannot end before it lands. Another recipient's agent is handed to the delivery thread
-(started when first needed), which checks it again once the claim's locks are released: with
-``autotick`` that is the notice timer, else a thread that only does this.
+folded yet is not seen. And the guard above knows only the owners attached to this mailbox: a
+thread holding the lock of an owner that is not (a coordinator's listener relaying mail, an
+owner attached to a second mailbox) blocks on the target's lock, and if the target's thread, in
+a listener, sends to that first owner, the two wait for each other. Knowing it would take a
+process-wide record of which thread holds which owner's lock: keep such relays one way.
 """
 
 from __future__ import annotations
@@ -447,8 +442,7 @@ class NoticeDelivery(abc.ABC):
         # for its debounce or the bounded wait (the turn that claimed it ends at a boundary).
 
     def _deliver_forever(self) -> None:
-        # Without autotick: check again each agent whose notice was claimed, once the claim's
-        # locks are released (the owner's, by waiting for ours: it is taken after theirs).
+        # Without autotick: check again each agent whose owner's lock was busy, once it is free.
         while not self._closed.is_set():
             with self._lock:
                 self._due.wait_for(lambda: self._recheck or self._closed.is_set())
