@@ -56,7 +56,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar, cast
 
 from nous_inbox.events import (
     Event,
@@ -68,6 +68,7 @@ from nous_inbox.events import (
     MailSent,
     MailWithdrawn,
 )
+from nous_inbox.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.journal import Journal
 from nous_inbox.mailbox._named import NamedVerbs
 from nous_inbox.mailbox.answers import (
@@ -78,7 +79,7 @@ from nous_inbox.mailbox.answers import (
     letter,
 )
 from nous_inbox.mailbox.handle import AgentHandle
-from nous_inbox.mailbox.owner_link import NoticeDelivery
+from nous_inbox.mailbox.owner_link import NoticeDelivery, _is_owned
 from nous_inbox.mailbox.rules import (
     DEBOUNCE,
     KIND_ALIASES,
@@ -169,7 +170,11 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         self._prefix = os.urandom(5).hex() + "-"
         self._counter = itertools.count(1)
         self._journal: Journal | None = None
+        self._group: GroupCommit[threading.Lock] | None = None  # a durable store's sends
+        self._queue_lock = threading.Lock()  # the group commit's; never held across I/O
         if self._store is not None:
+            if getattr(self._store, "blocking", True):
+                self._group = GroupCommit()
             self._journal = Journal(self._store, stream, on_events=self._fold,
                                     transcript=False, clock=clock, snapshot_every=0,
                                     freeze_gc=False)
@@ -228,15 +233,38 @@ class Mailbox(NoticeDelivery, NamedVerbs):
             _text(id, "id", f"send to {recipient!r}")
         event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
                          thread=thread or "", correlation_id=correlation_id, at=self._clock())
-        lock = self._lock
-        lock.acquire()
-        try:
-            stored, receipt = self._commit(self._sent, event, given)
-        finally:
-            lock.release()
+        if self._group is not None and not given and not _is_owned(self._lock):
+            # Durable, and nothing to look up by id: share a transaction with concurrent sends.
+            stored: Sequence[Event] = [commit_in_threads(self._group, self._queue_lock, event,
+                                                         self._commit_sends)]
+            receipt = Receipt(id, "queued")
+        else:
+            with self._lock:
+                stored, receipt = self._commit(self._sent, event, given)
         if self._subscribers or self._attached:
             self._announce(stored)
         return receipt
+
+    def _commit_sends(self, events: Sequence[Event]) -> Sequence[Event]:
+        """A group commit's batch of sends (ids of their own, none sent before): one append when
+        none of them needs more than its ``MailSent`` (no bound reached, no first turn to mark);
+        else refused before anything is written, so each is sent on its own (``settle``)."""
+        with self._lock:
+            if len(events) == 1:
+                stored, _ = self._commit(self._sent, events[0], False)
+                return [stored[-1]]  # its MailSent comes last
+
+            def change(state: MailboxState) -> tuple[Sequence[Event], None]:
+                counts: dict[str, int] = {}
+                for event in cast("Sequence[MailSent]", events):
+                    recipient = event.recipient
+                    n = counts[recipient] = counts.get(recipient, 0) + 1
+                    if state.box(recipient).queued + n > self._max_queue or self._worked(
+                            state, recipient):
+                        raise ValueError("a send of this batch needs more than its message")
+                return events, None
+
+            return self._commit(change)[0]
 
     def _post(self, recipient: str, body: Any, *, sender: str,
               correlation_id: str | None = None) -> str:
@@ -284,9 +312,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         recipient = event.recipient
         box = state.boxes.get(recipient)
         sent: list[Event] = [event]
-        link = self._attached.get(recipient)
-        if (link is not None and not state.box(recipient).started
-                and link.owner.session.turn > 0):  # it had a turn: no longer its first work
+        if self._worked(state, recipient):  # it had a turn: no longer its first work
             sent.insert(0, MailAgent(agent=recipient, worked=True, at=event.at))
         if box is None or box.queued < self._max_queue:
             return sent, Receipt(event.id, "queued")
@@ -298,6 +324,12 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         (oldest,) = state.oldest_queued(recipient, 1)
         return ([MailDropped(id=oldest.id, recipient=recipient, at=event.at), *sent],
                 Receipt(event.id, "queued"))
+
+    def _worked(self, state: MailboxState, agent: str) -> bool:
+        """Whether attached ``agent`` had a turn its mailbox has not recorded yet."""
+        link = self._attached.get(agent)
+        return (link is not None and not state.box(agent).started
+                and link.owner.session.turn > 0)
 
     def _announce(self, stored: Sequence[Event]) -> None:
         """Tell a sent message's subscribers, and its attached recipient (who hears of it at
