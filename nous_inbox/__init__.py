@@ -65,11 +65,13 @@ from nous_inbox.inbox import (
 from nous_inbox.loop import ToolSpec
 from nous_inbox.mailbox import (
     KIND_ALIASES,
+    AgentHandle,
     Letter,
     Mailbox,
     MailboxFullError,
     Receipt,
     ThreadSummary,
+    mailbox_tools,
 )
 from nous_inbox.message import Message, Role, ToolCall
 from nous_inbox.owner import Owner
@@ -98,6 +100,7 @@ _logging.getLogger("nous_inbox").addHandler(_logging.NullHandler())
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AgentHandle",
     "AsyncOwner",
     "Boundary",
     "BoundaryKind",
@@ -157,6 +160,7 @@ __all__ = [
     "followup",
     "has_pending",
     "inject",
+    "mailbox_tools",
     "open_store",
     "replay",
     "request_cancel",

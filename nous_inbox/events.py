@@ -46,6 +46,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "CancelRequested",
     "Event",
+    "MailAgent",
     "MailAnswered",
     "MailDropped",
     "MailEvent",
@@ -255,7 +256,7 @@ class Warned(_Base, tag="warned", frozen=True):
 # Addressed delivery between named agents lives in a stream of its own (never a session's), folded
 # by nous_inbox.mailbox.state, not by Session.apply (which passes them by, as it does any event it
 # has no use for). One fact each: sent, dropped at the bound, received, noticed, read, answered,
-# withdrawn. They are not tracked by the cyclic garbage collector (gc=False: a JSON body cannot
+# withdrawn, an agent's parent and first turn. They are not tracked by the cyclic garbage collector (gc=False: a JSON body cannot
 # refer back to its event), so a mailbox holding many queued messages does not make every
 # collection walk them all.
 
@@ -320,13 +321,24 @@ class MailWithdrawn(_Base, tag="mail_withdrawn", frozen=True, gc=False):
     retracted: bool = False
 
 
+class MailAgent(_Base, tag="mail_agent", frozen=True, gc=False):
+    """What the mailbox knows of ``agent`` beyond its mail: the ``parent`` declared for it (None:
+    none declared by this record) and whether it has ``worked`` (had a turn of its own)."""
+
+    agent: str
+    parent: str | None = None
+    worked: bool = False
+
+
 MailEvent = (
     MailSent | MailDropped | MailReceived | MailNoticed | MailRead | MailAnswered | MailWithdrawn
+    | MailAgent
 )
 """Any of the mailbox's events."""
 
 MAIL_EVENT_TYPES: Final[tuple[type[_Base], ...]] = (
     MailSent, MailDropped, MailReceived, MailNoticed, MailRead, MailAnswered, MailWithdrawn,
+    MailAgent,
 )
 # -- end of the mailbox's events ----------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from nous_inbox.compat.praisonai import AgentMessage, InProcessMailbox
 from nous_inbox.events import MailDropped
-from nous_inbox.mailbox import Mailbox
+from nous_inbox.mailbox import AgentHandle, Mailbox
 from nous_inbox.store import open_store
 
 messaging = pytest.importorskip("praisonaiagents.messaging")
@@ -179,8 +179,11 @@ def test_with_a_store_the_queues_survive_a_restart(tmp_path: Any) -> None:
 def test_the_library_mailbox_underneath_has_threads_and_replies() -> None:
     box = InProcessMailbox()
     box.send("writer", "need a title", sender="researcher")
-    (thread,) = box.mailbox.threads("writer")
+    writer = box.mailbox.agent("writer")
+    (thread,) = writer.threads()
     assert thread.thread == "researcher"
+    writer.reply("researcher", "RAG in Practice")
+    assert [m.body for m in box.receive("researcher")] == ["RAG in Practice"]
 
 
 @pytest.mark.parametrize("bound", [True, 1.5, "10"])
@@ -234,13 +237,18 @@ def test_the_drop_ins_send_folds_exactly_what_the_mailboxs_send_folds(
     whole = Mailbox(max_queue=3, overflow="drop_oldest", clock=lambda: 5.0)
     drop_in.mailbox._clock = whole._clock  # (private: the same clock and generated ids on
     drop_in.mailbox._prefix = whole._prefix  # both sides; both are the mailbox's own)
+    handles: dict[str, AgentHandle] = {}
+
+    def handle(name: str) -> AgentHandle:
+        return handles[name] if name in handles else handles.setdefault(name, whole.agent(name))
+
     for op, agent, body in ops:
         if op == "send":
             sent = drop_in.send(agent, body, sender="r")
-            assert whole.send(agent, body, sender="r").id == sent
+            assert handle("r").send(agent, body).id == sent
         elif op == "receive":
             got = drop_in.receive(agent, limit=2)
-            assert [m.body for m in got] == [e.body for e in whole.receive(agent, limit=2)]
+            assert [m.body for m in got] == [e.body for e in handle(agent).receive(limit=2)]
         else:
             drop_in.subscribe(agent, lambda message: None)
             whole.subscribe(agent, lambda message: None)

@@ -16,3 +16,4 @@ def test_mailbox_bench_quick_renders_every_table() -> None:
     assert "bytes per queued message" in table
     assert table.count("| Mailbox(remember=1_000), in memory |") == 2  # retained after drain
     assert table.count("| send + notice |") == 3
+    assert "| Mailbox, 8 senders |" in table and "(the limit) |" in table  # durable sends

@@ -30,6 +30,10 @@ from nous_inbox.runner import Runner
 from nous_inbox.session import Session
 from nous_inbox.store import Store, open_store
 
+# These tests drive the mailbox's deprecated name-taking verbs, which share their bodies with
+# the handles' (tests/test_mailbox_handles.py drives the handles).
+pytestmark = pytest.mark.filterwarnings("ignore:Mailbox.*deprecated:DeprecationWarning")
+
 WAIT = 30  # seconds: a bound for a wait that should end at once, never a synchronisation sleep
 
 
@@ -100,29 +104,34 @@ def test_a_blocker_may_wake() -> None:
     assert woken is not None and woken.event.kind == "blocker"
 
 
-def test_the_first_work_wakes_and_its_sender_becomes_the_parent() -> None:
+def test_before_its_first_turn_any_action_is_first_work_after_it_only_the_parents() -> None:
     box = Mailbox()
-    box.send("dev", "build it", sender="lead")
-    box.send("dev", "also this", sender="stranger")
-    box.send("dev", "and this", sender="lead")
+    dev, lead, stranger = box.agent("dev", parent="lead"), box.agent("lead"), box.agent("x")
+    stranger.send("dev", "build it")
+    dev.receive()
+    stranger.send("dev", "also this")
+    lead.send("dev", "and this")
     waking = [m.event.body for m in box.state.fresh("dev") if m.wakes]
-    assert waking == ["build it", "and this"]
-    assert box.state.box("dev").parent == "lead"
+    assert waking == ["and this"]
+    assert box.state.box("dev").parent == "lead"  # declared, not who sent the first work
 
 
 def test_an_action_from_a_stranger_after_the_first_work_does_not_wake() -> None:
     box = Mailbox()
-    box.send("dev", "build it", sender="lead")
-    box.receive("dev")
-    box.send("dev", "do my thing", sender="stranger")
+    dev = box.agent("dev")
+    box.agent("lead").send("dev", "build it")
+    dev.receive()
+    box.agent("stranger").send("dev", "do my thing")
     assert box.state.oldest_fresh("dev", waking=True) is None
 
 
-def test_a_report_wakes_only_the_agent_that_gave_out_the_work() -> None:
+@pytest.mark.parametrize("kind", ["report", "result"])
+def test_a_report_or_result_wakes_only_the_agent_that_gave_out_the_work(kind: str) -> None:
     box = Mailbox()
-    box.send("worker", "index the logs", sender="lead")
-    box.send("lead", "indexed", sender="worker", kind="report")
-    box.send("lead", "unrelated report", sender="someone", kind="report")
+    lead, worker = box.agent("lead"), box.agent("worker")
+    lead.send("worker", "index the logs")
+    worker.send("lead", "indexed", kind=kind)
+    box.agent("someone").send("lead", f"unrelated {kind}", kind=kind)
     assert [m.event.body for m in box.state.fresh("lead") if m.wakes] == ["indexed"]
 
 
@@ -155,16 +164,31 @@ def test_messages_that_cannot_wake_wait_at_most_the_bounded_time() -> None:
     assert plan(box.state, "dev", 1600.0, running=False, prompt_waiting=False)[0] == "followup"
 
 
-def test_in_a_running_turn_a_notice_is_a_steer_at_once() -> None:
+def test_in_a_running_turn_a_notice_waits_for_the_next_boundary() -> None:
     box = Mailbox(clock=Clock())
     box.send("dev", "fyi", sender="qa", kind="fyi")
-    assert plan(box.state, "dev", 1000.0, running=True, prompt_waiting=False)[0] == "steer"
+    assert plan(box.state, "dev", 1000.0, running=True, prompt_waiting=False) == (None, None)
+    assert plan(box.state, "dev", 1000.0, boundary="turn_opening", running=True,
+                prompt_waiting=False)[0] == "join"
+
+
+def test_at_a_step_boundary_a_notice_steers_only_when_something_in_it_may_wake() -> None:
+    box = Mailbox(clock=Clock())
+    box.send("dev", "fyi", sender="qa", kind="fyi")
+    def at_step() -> str | None:
+        return plan(box.state, "dev", 1000.0, boundary="step", running=True,
+                    prompt_waiting=False)[0]
+
+    assert at_step() == "inject"  # an FYI alone never extends a run
+    box.send("dev", "which branch?", sender="qa", kind="blocker")
+    assert at_step() == "steer"
 
 
 def test_with_a_prompt_waiting_a_notice_joins_that_prompts_turn() -> None:
     box = Mailbox(clock=Clock())
     box.send("dev", "fyi", sender="qa", kind="fyi")
-    assert plan(box.state, "dev", 1000.0, running=True, prompt_waiting=True)[0] == "followup"
+    assert plan(box.state, "dev", 1000.0, boundary="step", running=True,
+                prompt_waiting=True) == (None, None)
     assert plan(box.state, "dev", 1000.0, running=False, prompt_waiting=True)[0] == "followup"
 
 
@@ -291,17 +315,18 @@ def test_a_recipient_failing_for_another_reason_stays_attached_and_is_tried_agai
     class Refusing:
         session = Owner(open_store("memory:"), "dev", Runner(Model()), watch=False,
                         start=False).session
-        running = True
+        running = False
 
-        def steer(self, message: Message) -> None:
+        def send(self, message: Message, target: Target, wakeup: bool) -> None:
             raise OSError("disk full")
-
-        followup = steer
 
         def listen(self, callback: Callable[[Any], None]) -> None:
             pass
 
-    box = Mailbox(clock=Clock())
+        def on_boundary(self, callback: Callable[[Any], object]) -> Callable[[], None]:
+            return lambda: None
+
+    box = Mailbox(clock=Clock(), debounce=0.0)
     box.attach("dev", Refusing())
     sent = box.send("dev", "q", sender="lead", kind="blocker")
     assert box.status(sent.id) == "queued"
@@ -337,16 +362,18 @@ def test_attach_listens_before_it_reads_the_session() -> None:
             calls.append("session")
             return real.session
 
-        def steer(self, message: Message) -> None:
-            calls.append("steer")
-
-        followup = steer
+        def send(self, message: Message, target: Target, wakeup: bool) -> None:
+            calls.append("send")
 
         def listen(self, callback: Callable[[Any], None]) -> None:
             calls.append("listen")
 
+        def on_boundary(self, callback: Callable[[Any], object]) -> Callable[[], None]:
+            calls.append("on_boundary")
+            return lambda: None
+
     Mailbox(clock=Clock()).attach("dev", Watched())
-    assert calls[0] == "listen"
+    assert calls[:2] == ["listen", "on_boundary"]
     real.close()
 
 
@@ -372,81 +399,48 @@ def test_in_a_running_turn_the_notice_is_a_steer_read_at_the_next_step() -> None
     owner.close()
 
 
-def test_only_one_notice_is_in_flight_at_a_time() -> None:
+def test_a_burst_during_a_tool_call_is_one_notice_at_the_next_step() -> None:
     model = Model(tool_steps=1)
-    holder: dict[str, Mailbox] = {}
-    counts: list[int] = []
-
-    def during_tool() -> None:
-        if counts:
-            return
-        box = holder["box"]
-        box.send("dev", "a", sender="qa", kind="fyi")
-        box.tick()
-        box.send("dev", "b", sender="qa", kind="fyi")
-        box.tick()  # the first notice is not claimed yet: nothing more goes
-        counts.append(len(notices([m for m, _ in owner.inbox.entries("next_step")])))
-
-    box, owner, _ = make(model, during_tool)
-    holder["box"] = box
-    owner.prompt("go")
-    assert owner.wait_idle(WAIT)
-    assert counts == [1]
-    owner.close()
-
-
-def test_a_message_sent_while_a_notice_is_in_flight_is_a_steer_once_it_is_claimed() -> None:
-    model = Model(tool_steps=2)
     holder: dict[str, Any] = {}
-    second_notice = threading.Event()
 
     def during_tool() -> None:
-        box = holder["box"]
-        if "b" not in holder:
-            box.send("dev", "a", sender="qa", kind="fyi")
-            holder["b"] = box.send("dev", "which branch?", sender="lead", kind="blocker").id
-        else:  # the first notice was claimed; nobody ticks, yet the blocker is on its way
-            assert second_notice.wait(WAIT)
-
-    def on_event(event: Any) -> None:
-        if isinstance(event, MessageSent) and event.message.metadata.get(
-                "provenance") == NOTICE and "which branch?" in event.message.content:
-            second_notice.set()
+        if "ids" not in holder:
+            box = holder["box"]
+            holder["ids"] = [box.send("dev", text, sender=who, kind=kind).id for text, who, kind
+                             in [("a", "qa", "fyi"), ("b", "lead", "blocker"), ("c", "qa", "fyi")]]
+            box.tick()  # a tick between boundaries changes nothing
 
     box, owner, _ = make(model, during_tool)
     holder["box"] = box
-    owner.listen(on_event)
     owner.prompt("go")
     assert owner.wait_idle(WAIT)
-    assert owner.session.turn == 1  # it rode in the same turn, at its next step
-    third = model.requests[2]
-    assert third[-1].metadata.get("provenance") == NOTICE and "which branch?" in third[-1].content
-    assert box.status(holder["b"]) == "noticed"
+    assert owner.session.turn == 1 and len(model.requests) == 2  # no request for nothing
+    (notice,) = notices(owner.transcript)
+    assert notice in model.requests[1] and sorted(notice.metadata["ids"]) == sorted(holder["ids"])
+    assert [box.status(i) for i in holder["ids"]] == ["noticed"] * 3
     owner.close()
     box.close()
 
 
-def test_the_next_notice_lands_in_the_run_that_claimed_the_one_before_it() -> None:
-    # An instant model and nobody waiting for anything: the claim of the first notice sends the
-    # second on the claiming thread, so the run reads it before it stops, never after.
-    model = Model(tool_steps=1)
+def test_each_step_hears_what_came_during_the_tool_before_it() -> None:
+    model = Model(tool_steps=2)
     holder: dict[str, Any] = {}
 
     def during_tool() -> None:
-        if "b" not in holder:
-            box = holder["box"]
-            holder["a"] = box.send("dev", "a", sender="qa", kind="fyi").id  # its notice goes
-            holder["b"] = box.send("dev", "b", sender="qa", kind="fyi").id  # while it is on its way
+        box = holder["box"]
+        if "a" not in holder:
+            holder["a"] = box.send("dev", "a", sender="qa", kind="fyi").id
+        else:
+            holder["b"] = box.send("dev", "which branch?", sender="lead", kind="blocker").id
 
     box, owner, _ = make(model, during_tool)
     holder["box"] = box
     owner.prompt("go")
     assert owner.wait_idle(WAIT)
-    assert owner.session.turn == 1
+    assert owner.session.turn == 1 and len(model.requests) == 3
     first, second = notices(owner.transcript)
-    assert first.metadata["ids"] == [holder["a"]] and second.metadata["ids"] == [holder["b"]]
-    assert second in model.requests[-1]  # the run read it
-    assert box.status(holder["a"]) == box.status(holder["b"]) == "noticed"
+    assert first.metadata["ids"] == [holder["a"]] and first in model.requests[1]
+    assert second.metadata["ids"] == [holder["b"]] and second in model.requests[2]
     owner.close()
     box.close()
 
@@ -478,13 +472,9 @@ class _Probed(Owner):
             self._probe("look")
         return super().running
 
-    def steer(self, message: Any) -> Any:
-        self._probe("steer")
-        return super().steer(message)
-
-    def followup(self, message: Any) -> Any:
-        self._probe("followup")
-        return super().followup(message)
+    def send(self, message: Any, target: Any, wakeup: bool) -> Any:
+        self._probe("send")
+        return super().send(message, target, wakeup)
 
 
 def test_for_an_owner_the_look_and_the_send_are_one_step() -> None:
@@ -497,7 +487,7 @@ def test_for_an_owner_the_look_and_the_send_are_one_step() -> None:
     box.send("dev", "which branch?", sender="lead", kind="blocker")
     assert owner.wait_idle(WAIT)
     probes, owner.probes = owner.probes, None  # type: ignore[assignment]
-    assert [what for what, _ in probes] == ["look", "followup"]
+    assert [what for what, _ in probes][:2] == ["look", "send"]  # (then its run's boundaries)
     assert not any(could for _, could in probes)
     assert notices(owner.transcript)
     owner.close()
@@ -570,25 +560,34 @@ def test_a_withdraw_after_the_notice_retracts() -> None:
     owner.close()
 
 
-def test_a_withdraw_while_its_notice_is_on_its_way_retracts() -> None:
+def test_a_withdraw_before_the_next_boundary_unsends() -> None:
     model = Model(tool_steps=1)
     holder: dict[str, Any] = {}
 
     def during_tool() -> None:
         if "answer" not in holder:
             box = holder["box"]
-            box.send("dev", "wrong key, ignore", sender="qa", id="m1")  # its notice is queued
+            box.send("dev", "wrong key, ignore", sender="qa", id="m1")
             holder["answer"] = box.withdraw("m1", sender="qa")
 
     box, owner, _ = make(model, during_tool)
     holder["box"] = box
     owner.prompt("go")
     assert owner.wait_idle(WAIT)
-    assert holder["answer"] == "retracted"
-    assert "wrong key" in notices(owner.transcript)[0].content  # what the agent saw
-    assert [m.state for m in box.read_thread("dev", "qa")] == ["retracted"]
-    assert box.send("dev", "wrong key, ignore", sender="qa", id="m1").state == "retracted"
+    assert holder["answer"] == "withdrawn" and notices(owner.transcript) == []
+    assert box.send("dev", "wrong key, ignore", sender="qa", id="m1").state == "withdrawn"
     owner.close()
+
+
+def test_a_withdraw_while_its_notice_is_on_its_way_retracts() -> None:
+    box = Mailbox(clock=Clock(), debounce=0.0)
+    recipient = _Ending(running=[False])
+    box.attach("dev", recipient)
+    box.send("dev", "wrong key, ignore", sender="qa", id="m1", kind="blocker")
+    assert recipient.sent == ["followup"]  # on its way: not claimed yet
+    assert box.withdraw("m1", sender="qa") == "retracted"
+    assert [m.state for m in box.read_thread("dev", "qa")] == ["retracted"]
+    recipient.owner.close()
 
 
 def test_a_restarted_mailbox_knows_which_notices_went_in(tmp_path: Any) -> None:
@@ -668,12 +667,13 @@ def test_a_send_to_a_running_agent_is_noticed_at_its_next_step_without_a_tick() 
 
 
 class _Ending:
-    """A recipient whose run ends between the mailbox's plan and its send."""
+    """A recipient that records the notices sent to it, and whose run is going or not at each
+    look as ``running`` says (the last answer repeats)."""
 
-    def __init__(self) -> None:
+    def __init__(self, running: list[bool]) -> None:
         self.owner = Owner(open_store("memory:"), "dev", Runner(Model()), watch=False,
                            start=False)
-        self.looks = 0
+        self.answers = running
         self.sent: list[str] = []
 
     @property
@@ -682,26 +682,25 @@ class _Ending:
 
     @property
     def running(self) -> bool:
-        self.looks += 1
-        return self.looks == 1  # running when the mailbox plans; ended when it looks again
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
-    def steer(self, message: Message) -> None:
-        self.sent.append("steer")
-
-    def followup(self, message: Message) -> None:
-        self.sent.append("followup")
+    def send(self, message: Message, target: Target, wakeup: bool) -> None:
+        self.sent.append({(Target.NEXT_STEP, True): "steer", (Target.NEXT_TURN, True): "followup"
+                          }.get((Target(target), wakeup), "inject"))
 
     def listen(self, callback: Callable[[Any], None]) -> None:
         pass
 
+    def on_boundary(self, callback: Callable[[Any], object]) -> Callable[[], None]:
+        return lambda: None
 
-def test_a_run_that_ends_before_the_send_gets_no_steer_that_would_start_a_turn() -> None:
-    box = Mailbox(clock=Clock())
-    recipient = _Ending()
-    box.send("dev", "fyi", sender="qa", kind="fyi")
+
+def test_a_run_that_starts_between_the_plan_and_the_send_gets_no_second_turn() -> None:
+    box = Mailbox(clock=Clock(), debounce=0.0)
+    recipient = _Ending(running=[False, True])  # idle when planned; running when looked again
+    box.send("dev", "which branch?", sender="qa", kind="blocker")
     box.attach("dev", recipient)
-    assert recipient.sent == []
-    assert box.tick() == 1600.0  # it waits the bounded time, as in any idle agent
+    assert recipient.sent == []  # its next boundary brings it
     recipient.owner.close()
 
 
@@ -710,18 +709,17 @@ class _Prompted(_Ending):
 
     @property
     def running(self) -> bool:
-        self.looks += 1
-        if self.looks == 1:  # the plan read the session already: it saw no prompt waiting
+        if not self.owner.session.inbox.has_pending("next_turn"):
             self.owner.send("the person's question", "next_turn", False)
-        return True
+        return False
 
 
 def test_a_prompt_that_came_before_the_send_gets_the_notice_behind_it() -> None:
-    box = Mailbox(clock=Clock())
-    recipient = _Prompted()
-    box.send("dev", "fyi", sender="qa", kind="fyi")
+    box = Mailbox(clock=Clock(), debounce=0.0)
+    recipient = _Prompted(running=[False])
+    box.send("dev", "which branch?", sender="qa", kind="blocker")
     box.attach("dev", recipient)
-    assert recipient.sent == ["followup"]
+    assert recipient.sent == ["followup"]  # next turn: behind the prompt, in its turn
     recipient.owner.close()
 
 

@@ -44,6 +44,7 @@ from nous_inbox.events import (
     EVENT_TYPES,
     CancelRequested,
     Event,
+    MailAgent,
     MailAnswered,
     MailDropped,
     MailNoticed,
@@ -190,6 +191,7 @@ def test_every_event_type_of_the_vocabulary_folds_and_agrees_with_replay() -> No
         MailRead: MailRead(recipient="b", ids=("m",)),
         MailAnswered: MailAnswered(recipient="b", ids=("m",), by="r"),
         MailWithdrawn: MailWithdrawn(id="m", recipient="b"),
+        MailAgent: MailAgent(agent="b", parent="a"),
     }
     assert set(samples) == set(EVENT_TYPES)
     events = numbered(*samples.values())

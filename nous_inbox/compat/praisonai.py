@@ -123,7 +123,7 @@ class InProcessMailbox:
         return [AgentMessage(e.sender, e.recipient,
                              e.body if type(e.body) is str else thaw_json(e.body), e.id, e.at,
                              e.correlation_id)
-                for e in self._mailbox.receive(agent_id, limit=limit)]
+                for e in self._mailbox._receive(agent_id, limit=limit)]
 
     def subscribe(self, agent_id: str, callback: Callable[[AgentMessage], None]) -> None:
         """Call ``callback(message)`` for each message delivered to ``agent_id`` from now on."""

@@ -1,8 +1,9 @@
 """The mailbox layer: addressed delivery between named agents (threads, wake classes, notices,
 withdraw, replies), durable in the store's one event vocabulary.
 
-:mod:`nous_inbox.mailbox.mailbox` is the mailbox and its verbs (its answers are
-:mod:`nous_inbox.mailbox.answers`); :mod:`nous_inbox.mailbox.rules`
+:mod:`nous_inbox.mailbox.mailbox` is the mailbox, :mod:`nous_inbox.mailbox.handle` the
+handle an agent acts through (its answers are :mod:`nous_inbox.mailbox.answers`);
+:mod:`nous_inbox.mailbox.tools` the tools a model reads and answers its mail with; :mod:`nous_inbox.mailbox.rules`
 its rules (message classes, who may wake whom, settling, bounds, what a notice says and when it
 is due); :mod:`nous_inbox.mailbox.state` the fold its events make; and
 :mod:`nous_inbox.mailbox.owner_link` the link to the owners that run its agents, through which
@@ -10,6 +11,7 @@ notices are delivered.
 """
 
 from nous_inbox.mailbox.answers import Letter, MailboxFullError, Receipt, ThreadSummary
+from nous_inbox.mailbox.handle import AgentHandle
 from nous_inbox.mailbox.mailbox import STREAM, Mailbox
 from nous_inbox.mailbox.owner_link import Recipient
 from nous_inbox.mailbox.rules import (
@@ -28,6 +30,7 @@ from nous_inbox.mailbox.rules import (
     wakes,
 )
 from nous_inbox.mailbox.state import MailboxState
+from nous_inbox.mailbox.tools import mailbox_tools
 
 __all__ = [
     "DEBOUNCE",
@@ -40,6 +43,7 @@ __all__ = [
     "REMEMBER",
     "RETAIN",
     "STREAM",
+    "AgentHandle",
     "Letter",
     "Mailbox",
     "MailboxFullError",
@@ -48,6 +52,7 @@ __all__ = [
     "Recipient",
     "ThreadSummary",
     "compose",
+    "mailbox_tools",
     "plan",
     "preview",
     "wakes",

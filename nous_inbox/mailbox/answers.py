@@ -5,11 +5,14 @@ changes under its reader as mail moves on.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-__all__ = ["Letter", "MailboxFullError", "Receipt", "ThreadSummary"]
+if TYPE_CHECKING:
+    from nous_inbox.mailbox.state import Mail
+
+__all__ = ["Letter", "MailboxFullError", "Receipt", "ThreadSummary", "letter"]
 
 
 class MailboxFullError(RuntimeError):
@@ -27,7 +30,8 @@ class Receipt(msgspec.Struct, frozen=True, gc=False):
 
 
 class Letter(msgspec.Struct, frozen=True):
-    """One message of a thread as ``read_thread`` shows it, with its ``state`` before the read."""
+    """One message as a thread's read or a look-up by id shows it, with its ``state`` then (a
+    read's, before the read), its ``recipient`` and the ``thread`` it is in there."""
 
     id: str
     sender: str
@@ -36,6 +40,15 @@ class Letter(msgspec.Struct, frozen=True):
     at: float
     state: str
     correlation_id: str | None = None
+    recipient: str = ""
+    thread: str = ""
+
+
+def letter(mail: Mail) -> Letter:
+    """The :class:`Letter` a kept message shows as now."""
+    event = mail.event
+    return Letter(event.id, event.sender, event.body, event.kind, event.at, mail.state,
+                  event.correlation_id, event.recipient, mail.thread)
 
 
 class ThreadSummary(msgspec.Struct, frozen=True):

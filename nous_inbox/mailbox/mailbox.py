@@ -1,20 +1,22 @@
 """Mailbox: addressed delivery between named agents, durable, with threads, notices and replies.
 
-Send a message to an agent by name; the recipient pulls it (``receive``), is called back
+An agent acts through its handle (``box.agent(name)``, :mod:`nous_inbox.mailbox.handle`) and
+sends to other agents by name; the recipient pulls it (``receive``), is called back
 (``subscribe``), or, when an owner runs it (``attach``), hears of it as one notice at the right
 moment. Every fact is an event in one stream of the store, so a restarted mailbox is exactly
 where the old one stopped.
 
 >>> box = Mailbox()
->>> box.send("writer", "draft ready", sender="researcher").state
+>>> researcher, writer = box.agent("researcher"), box.agent("writer")
+>>> researcher.send("writer", "draft ready").state
 'queued'
 >>> for agent in ("writer", "editor"):
-...     _ = box.send(agent, {"v": 2}, sender="researcher", correlation_id="q1")
+...     _ = researcher.send(agent, {"v": 2}, correlation_id="q1")
 >>> box.pending("writer"), box.pending("editor")
 (2, 1)
->>> [(m.sender, m.body) for m in box.receive("writer")]
+>>> [(m.sender, m.body) for m in writer.receive()]
 [('researcher', 'draft ready'), ('researcher', {'v': 2})]
->>> box.send("writer", object(), sender="researcher")
+>>> researcher.send("writer", object())
 Traceback (most recent call last):
 ...
 TypeError: send to 'writer': body: object is not JSON-able (allowed: None, bool, int, float, str, list, tuple, dict with str keys)
@@ -30,9 +32,12 @@ Rules (what classes and retention mean is :mod:`nous_inbox.mailbox.rules`'):
   the mailbox keeps the message, and for ``remember`` more messages sent after it let it go; a
   resend of an id forgotten since is a new message. ``remember`` and ``retain`` shape the fold:
   processes sharing a stream must use the same values.
-* ``read_thread`` reads a thread whole and marks it read (another agent's threads are refused);
-  ``reply`` answers into the original sender's inbox under the same thread, waking nobody;
+* ``read`` reads a thread whole and marks it read; ``reply`` answers into the original
+  sender's inbox under the same thread, waking nobody (unless its ``kind`` says so);
   ``withdraw`` unsends a message no notice has carried yet, and retracts one that was.
+* The mailbox's own ``send``, ``receive``, ``threads``, ``read_thread``, ``reply`` and
+  ``withdraw``, naming the agent they act as, are deprecated: they refuse to act as an agent
+  whose handle was given out.
 
 One lock guards the fold (:class:`~nous_inbox.mailbox.state.MailboxState`) and the append: an
 event is appended before it is folded, so the fold never holds what the store does not.
@@ -51,10 +56,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar, cast
 
 from nous_inbox.events import (
     Event,
+    MailAgent,
     MailAnswered,
     MailDropped,
     MailRead,
@@ -62,9 +68,18 @@ from nous_inbox.events import (
     MailSent,
     MailWithdrawn,
 )
+from nous_inbox.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.journal import Journal
-from nous_inbox.mailbox.answers import Letter, MailboxFullError, Receipt, ThreadSummary
-from nous_inbox.mailbox.owner_link import NoticeDelivery
+from nous_inbox.mailbox._named import NamedVerbs
+from nous_inbox.mailbox.answers import (
+    Letter,
+    MailboxFullError,
+    Receipt,
+    ThreadSummary,
+    letter,
+)
+from nous_inbox.mailbox.handle import AgentHandle
+from nous_inbox.mailbox.owner_link import NoticeDelivery, _is_owned
 from nous_inbox.mailbox.rules import (
     DEBOUNCE,
     KIND_ALIASES,
@@ -115,7 +130,7 @@ def _body(body: Any, where: str) -> Any:
     return freeze_json(body, f"{where}: body")
 
 
-class Mailbox(NoticeDelivery):
+class Mailbox(NoticeDelivery, NamedVerbs):
     """Addressed delivery between named agents; ``store`` (a Store or a URL) makes it durable.
 
     ``retain`` bounds the settled messages kept per recipient, ``remember`` how many messages
@@ -129,20 +144,10 @@ class Mailbox(NoticeDelivery):
     call :meth:`tick`.
     """
 
-    def __init__(
-        self,
-        store: Store | str | None = None,
-        *,
-        stream: str = STREAM,
-        max_queue: int = MAX_QUEUE,
-        overflow: Overflow = "refuse",
-        retain: int = RETAIN,
-        remember: int = REMEMBER,
-        debounce: float = DEBOUNCE,
-        max_wait: float = MAX_WAIT,
-        clock: Callable[[], float] = time.time,
-        autotick: bool = False,
-    ) -> None:
+    def __init__(self, store: Store | str | None = None, *, stream: str = STREAM,
+                 max_queue: int = MAX_QUEUE, overflow: Overflow = "refuse", retain: int = RETAIN,
+                 remember: int = REMEMBER, debounce: float = DEBOUNCE, max_wait: float = MAX_WAIT,
+                 clock: Callable[[], float] = time.time, autotick: bool = False) -> None:
         check_options(max_queue=max_queue, overflow=overflow, retain=retain, remember=remember,
                       debounce=debounce, max_wait=max_wait)
         if not callable(clock):
@@ -160,10 +165,16 @@ class Mailbox(NoticeDelivery):
         self._lock = threading.RLock()
         self._state = MailboxState(retain, remember)
         self._subscribers: dict[str, list[Subscriber]] = {}
+        self._handles: dict[str, AgentHandle] = {}  # the agents that act only through a handle
+        self._wakers: set[Callable[[], object]] = set()  # woken when a message is answered
         self._prefix = os.urandom(5).hex() + "-"
         self._counter = itertools.count(1)
         self._journal: Journal | None = None
+        self._group: GroupCommit[threading.Lock] | None = None  # a durable store's sends
+        self._queue_lock = threading.Lock()  # the group commit's; never held across I/O
         if self._store is not None:
+            if getattr(self._store, "blocking", True):
+                self._group = GroupCommit()
             self._journal = Journal(self._store, stream, on_events=self._fold,
                                     transcript=False, clock=clock, snapshot_every=0,
                                     freeze_gc=False)
@@ -173,19 +184,35 @@ class Mailbox(NoticeDelivery):
                 self._state.apply(event)
         NoticeDelivery.__init__(self, debounce=debounce, max_wait=max_wait, autotick=autotick)
 
+    # -- agents -----------------------------------------------------------------------------------
+
+    def agent(self, name: str, *, parent: str | None = None) -> AgentHandle:
+        """The handle agent ``name`` acts through: its verbs send, read and drain as ``name``,
+        and only ``name``'s own mail. Given out once per mailbox: from then on the mailbox's
+        name-taking verbs refuse to act as ``name``, so who holds the handle is who ``name`` is.
+
+        ``parent`` declares the agent that started ``name``: an action from it wakes ``name``,
+        and a result from ``name`` wakes it. Recorded in the stream, so a restart knows it.
+        """
+        _text(name, "name", "agent")
+        if parent is not None:
+            _text(parent, "parent", f"agent {name!r}")
+            if parent == name:
+                raise ValueError(f"agent {name!r}: an agent cannot be its own parent")
+        with self._lock:
+            if name in self._handles:
+                raise ValueError(f"agent {name!r}: its handle was already given out; "
+                                 "pass that handle to whoever acts as it")
+            if parent is not None:
+                self._commit(lambda state: ([] if state.box(name).parent == parent else [
+                    MailAgent(agent=name, parent=parent, at=self._clock())], None))
+            handle = self._handles[name] = AgentHandle(self, name)
+        return handle
+
     # -- sending ----------------------------------------------------------------------------------
 
-    def send(
-        self,
-        recipient: str,
-        body: Any,
-        *,
-        sender: str,
-        correlation_id: str | None = None,
-        thread: str | None = None,
-        kind: str = "action",
-        id: str | None = None,
-    ) -> Receipt:
+    def _send(self, recipient: str, body: Any, *, sender: str, correlation_id: str | None = None,
+              thread: str | None = None, kind: str = "action", id: str | None = None) -> Receipt:
         """Queue ``body`` for ``recipient`` from ``sender``; see the module's rules.
 
         Raises ``TypeError``/``ValueError`` for bad input and :class:`MailboxFullError` at the
@@ -206,15 +233,38 @@ class Mailbox(NoticeDelivery):
             _text(id, "id", f"send to {recipient!r}")
         event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
                          thread=thread or "", correlation_id=correlation_id, at=self._clock())
-        lock = self._lock
-        lock.acquire()
-        try:
-            stored, receipt = self._commit(self._sent, event, given)
-        finally:
-            lock.release()
+        if self._group is not None and not given and not _is_owned(self._lock):
+            # Durable, and nothing to look up by id: share a transaction with concurrent sends.
+            stored: Sequence[Event] = [commit_in_threads(self._group, self._queue_lock, event,
+                                                         self._commit_sends)]
+            receipt = Receipt(id, "queued")
+        else:
+            with self._lock:
+                stored, receipt = self._commit(self._sent, event, given)
         if self._subscribers or self._attached:
             self._announce(stored)
         return receipt
+
+    def _commit_sends(self, events: Sequence[Event]) -> Sequence[Event]:
+        """A group commit's batch of sends (ids of their own, none sent before): one append when
+        none of them needs more than its ``MailSent`` (no bound reached, no first turn to mark);
+        else refused before anything is written, so each is sent on its own (``settle``)."""
+        with self._lock:
+            if len(events) == 1:
+                stored, _ = self._commit(self._sent, events[0], False)
+                return [stored[-1]]  # its MailSent comes last
+
+            def change(state: MailboxState) -> tuple[Sequence[Event], None]:
+                counts: dict[str, int] = {}
+                for event in cast("Sequence[MailSent]", events):
+                    recipient = event.recipient
+                    n = counts[recipient] = counts.get(recipient, 0) + 1
+                    if state.box(recipient).queued + n > self._max_queue or self._worked(
+                            state, recipient):
+                        raise ValueError("a send of this batch needs more than its message")
+                return events, None
+
+            return self._commit(change)[0]
 
     def _post(self, recipient: str, body: Any, *, sender: str,
               correlation_id: str | None = None) -> str:
@@ -241,7 +291,7 @@ class Mailbox(NoticeDelivery):
                     return event.id
             finally:
                 lock.release()
-        return self.send(recipient, body, sender=sender, correlation_id=correlation_id).id
+        return self._send(recipient, body, sender=sender, correlation_id=correlation_id).id
 
     def _sent(
         self, event: MailSent, given: bool, state: MailboxState
@@ -261,16 +311,25 @@ class Mailbox(NoticeDelivery):
                 return [], seen
         recipient = event.recipient
         box = state.boxes.get(recipient)
+        sent: list[Event] = [event]
+        if self._worked(state, recipient):  # it had a turn: no longer its first work
+            sent.insert(0, MailAgent(agent=recipient, worked=True, at=event.at))
         if box is None or box.queued < self._max_queue:
-            return [event], Receipt(event.id, "queued")
+            return sent, Receipt(event.id, "queued")
         if self._overflow == "refuse":
             raise MailboxFullError(
                 f"send to {recipient!r}: {self._max_queue} messages already queued "
                 "(max_queue); nothing was queued (receive some, or use overflow='drop_oldest')"
             )
         (oldest,) = state.oldest_queued(recipient, 1)
-        return ([MailDropped(id=oldest.id, recipient=recipient, at=event.at), event],
+        return ([MailDropped(id=oldest.id, recipient=recipient, at=event.at), *sent],
                 Receipt(event.id, "queued"))
+
+    def _worked(self, state: MailboxState, agent: str) -> bool:
+        """Whether attached ``agent`` had a turn its mailbox has not recorded yet."""
+        link = self._attached.get(agent)
+        return (link is not None and not state.box(agent).started
+                and link.owner.session.turn > 0)
 
     def _announce(self, stored: Sequence[Event]) -> None:
         """Tell a sent message's subscribers, and its attached recipient (who hears of it at
@@ -290,9 +349,10 @@ class Mailbox(NoticeDelivery):
         if self._attached and recipient in self._attached:
             self.tick((recipient,))
 
-    def reply(self, agent: str, thread: str, body: Any, *, to: str | None = None,
-              id: str | None = None) -> Receipt:
-        """``agent`` answers ``thread``: into the original sender's inbox, same thread, no wake.
+    def _reply(self, agent: str, thread: str, body: Any, *, to: str | None = None,
+               kind: str = "reply", id: str | None = None) -> Receipt:
+        """``agent`` answers ``thread``: into the original sender's inbox, same thread, waking
+        nobody unless ``kind`` says so (a counter-question as a ``"blocker"``).
 
         ``to`` is whom to answer (default: the newest other writer in the thread). The reply
         goes under the thread the answered message named, or none (then, in ``to``'s inbox, it
@@ -302,6 +362,7 @@ class Mailbox(NoticeDelivery):
         """
         where = f"reply of {agent!r} in thread {thread!r}"
         body = _body(body, where)
+        cls = kind_of(kind, where)
         given = id is not None
         if id is None:
             id = self._prefix + str(next(self._counter))
@@ -309,7 +370,7 @@ class Mailbox(NoticeDelivery):
             _text(id, "id", where)
         with self._lock:
             self._catch_up()
-            found = self._thread(agent, thread, agent, where)
+            found = self._thread(agent, thread, where)
             mails = found.mails
             if to is None:
                 others = [m for m in mails if m.event.sender != agent]
@@ -320,7 +381,7 @@ class Mailbox(NoticeDelivery):
             if not answered:
                 raise LookupError(f"{where}: {to!r} wrote nothing in this thread to answer")
             newest = next(m for m in reversed(mails) if m.event.sender == to)
-            event = MailSent(id=id, sender=agent, recipient=to, body=body, kind="reply",
+            event = MailSent(id=id, sender=agent, recipient=to, body=body, kind=cls,
                              thread=newest.event.thread and found.key,
                              correlation_id=newest.event.correlation_id, at=self._clock())
 
@@ -337,7 +398,7 @@ class Mailbox(NoticeDelivery):
         self._announce(stored)
         return receipt
 
-    def withdraw(self, id: str, *, sender: str) -> str:
+    def _withdraw(self, id: str, *, sender: str) -> str:
         """``sender`` takes back message ``id``: ``"withdrawn"`` if no notice carried it yet (it
         is unsent), ``"retracted"`` if one did or one on its way does (it stays in its thread,
         marked retracted). A message already gone answers what became of it."""
@@ -365,7 +426,7 @@ class Mailbox(NoticeDelivery):
 
     # -- receiving --------------------------------------------------------------------------------
 
-    def receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
+    def _receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
         """Take up to ``limit`` of ``agent``'s queued messages, oldest first; they leave the mailbox."""
         if type(agent) is not str or not agent:
             _text(agent, "agent", "receive")  # raises
@@ -417,7 +478,7 @@ class Mailbox(NoticeDelivery):
             receipt = self._receipt(self._state, id)
         return None if receipt is None else receipt.state
 
-    def threads(self, agent: str) -> list[ThreadSummary]:
+    def _threads(self, agent: str) -> list[ThreadSummary]:
         """``agent``'s threads, the most recent first."""
         with self._lock:
             self._catch_up()
@@ -429,16 +490,13 @@ class Mailbox(NoticeDelivery):
                                             preview(newest.body)))
             return result
 
-    def read_thread(self, agent: str, thread: str, *, reader: str | None = None) -> list[Letter]:
-        """Read ``agent``'s ``thread`` whole and mark it read; ``reader`` (default ``agent``)
-        reading another agent's thread is refused with ``PermissionError``."""
+    def _read_thread(self, agent: str, thread: str) -> list[Letter]:
+        """Read ``agent``'s ``thread`` whole and mark it read."""
         where = f"read of thread {thread!r} of {agent!r}"
         with self._lock:
             self._catch_up()
-            found = self._thread(agent, thread, agent if reader is None else reader, where)
-            mails = found.mails
-            letters = [Letter(m.id, m.event.sender, m.event.body, m.event.kind, m.event.at,
-                              m.state, m.event.correlation_id) for m in mails]
+            mails = self._thread(agent, thread, where).mails
+            letters = [letter(m) for m in mails]
             unread = tuple(m.id for m in mails if not m.read)
             if unread:
                 self._commit(lambda state: (
@@ -477,9 +535,7 @@ class Mailbox(NoticeDelivery):
             return Receipt(id, gone[0], True, gone[1])
         return None
 
-    def _thread(self, agent: str, thread: str, reader: str, where: str) -> Thread:
-        if reader != agent:
-            raise PermissionError(f"{where}: {reader!r} may not read another agent's threads")
+    def _thread(self, agent: str, thread: str, where: str) -> Thread:
         found = self._state.thread(agent, thread)
         if found is None:
             raise LookupError(f"{where}: no such thread")
@@ -488,6 +544,9 @@ class Mailbox(NoticeDelivery):
     def _fold(self, events: Sequence[Event]) -> None:
         for event in events:
             self._state.apply(event)
+            if type(event) is MailAnswered and self._wakers:
+                for wake in list(self._wakers):
+                    wake()
 
     def _catch_up(self) -> bool:
         """Fold in what other writers appended to the stream; whether there was any."""
@@ -502,9 +561,7 @@ class Mailbox(NoticeDelivery):
         journal = self._journal
         if journal is None:
             events, result = change(*args, self._state)
-            apply = self._state.apply
-            for event in events:
-                apply(event)
+            self._fold(events)
             return events, result
         journal.catch_up()  # the change reads the state: let it see every writer's events
         return journal.commit(lambda _: change(*args, self._state))

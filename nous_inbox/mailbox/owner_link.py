@@ -1,44 +1,39 @@
 """The mailbox's link to the owners of its agents' sessions: what it needs of an owner, its note
 of each attached agent, and the notices it delivers through them.
 
-The mailbox delivers notices through the owner's own verbs: a ``steer`` for a running turn, a
-``followup`` to join a waiting prompt's turn or to wake an idle agent. It reads the ``session``
-(is a run going? is a prompt waiting?) and ``listen``s for claims, since a notice counts as heard
-only once a run claimed it. :class:`nous_inbox.owner.Owner` is such a recipient; so is anything
-with these members.
+The mailbox hears of a running agent's boundaries through the owner's ``on_boundary`` hook, on the
+run's own thread, before the claim there: everything that came since the last boundary goes in
+right then as ONE notice (``send`` on the queue the claim takes), so a burst during a tool call
+is one notice at the next step, and a turn that opens (a person's prompt, a followup) takes
+whatever waits along. An idle agent gets a notice as a followup (a turn of its own) when the
+rules say it is due. The mailbox reads the ``session`` (is a run going? is a prompt waiting? has
+it had a turn?) and ``listen``s for claims, since a notice counts as heard only once a run
+claimed it. :class:`nous_inbox.owner.Owner` is such a recipient; so is anything with these
+members.
 
 :class:`NoticeDelivery` is the mailbox's side of it (``attach``, ``detach``, ``tick``); what a
 notice says and when it is due are :mod:`nous_inbox.mailbox.rules`'.
 
-Locks. The owner calls the mailbox back (a claim) while holding its own lock, so the order is
-always the owner's lock, then the mailbox's: the mailbox never waits for an owner's lock while it
-holds its own. For an :class:`~nous_inbox.owner.Owner`, whether a notice is due and its sending
-are one step: the mailbox takes the owner's lock (under which the owner records every event and
-starts and ends its runs), looks (is a run going? a prompt waiting?) and sends, before it lets go;
-the owner commits a send from the thread holding its lock at once (``JournalPort.append``). So no
-run ends, and no prompt arrives, between the look and the send. A thread that already holds
-another attached owner's lock (a listener that sends mail) only tries the lock, so two owners'
-threads never wait for each other; if it is busy, the agent is handed to the delivery thread.
-Any other recipient is looked at twice, once to decide and once right before the send (it has
-no lock to offer), and the gap between that look and the send remains.
+Locks. The owner tells its boundaries and reports a claim while holding its own lock, so the
+order is always the owner's lock, then the mailbox's: the mailbox never waits for an owner's lock
+while it holds its own. For an :class:`~nous_inbox.owner.Owner`, whether a notice is due and its
+sending are one step: the mailbox takes the owner's lock (under which the owner records every
+event and starts and ends its runs), looks and sends, before it lets go; the owner commits a send
+from the thread holding its lock at once. So no run starts or ends, and no prompt arrives,
+between the look and the send. A thread that already holds another attached owner's lock (a
+listener that sends mail) only tries the lock, so two owners' threads never wait for each other;
+if it is busy, the agent is handed to the delivery thread (started when first needed; with
+``autotick``, the notice timer). Any other recipient is looked at twice, once to decide and once
+right before the send (it has no lock to offer), and the gap between that look and the send
+remains.
 
 Two limits remain, known. The look reads the owner's folded session, which another process's
 appends reach only once the owner folds them: a prompt appended from another terminal and not
-folded yet is not seen, so the notice may go as a steer ahead of it (the look and the send are
-one step against this process only). And the guard above knows only the owners attached to this
-mailbox: a thread holding the lock of an owner that is not (a coordinator's listener relaying
-mail, an owner attached to a second mailbox) blocks on the target's lock, and if the target's
-thread, in a listener, steers that first owner, the two wait for each other. Knowing it would
-take a process-wide record of which thread holds which owner's lock: keep such relays one
-way.
-
-When the notice in flight is claimed, messages that came while it was on its way are due at
-once (in a running turn, as the steer read at the next step). An ``Owner`` reports the claim
-inside its lock, on the thread that claimed, and the next notice is sent right there, so a run
-reads it at its next step, or at its last claim before it stops: even a run with an instant
-model cannot end before it lands. Another recipient's agent is handed to the delivery thread
-(started when first needed), which checks it again once the claim's locks are released: with
-``autotick`` that is the notice timer, else a thread that only does this.
+folded yet is not seen. And the guard above knows only the owners attached to this mailbox: a
+thread holding the lock of an owner that is not (a coordinator's listener relaying mail, an
+owner attached to a second mailbox) blocks on the target's lock, and if the target's thread, in
+a listener, sends to that first owner, the two wait for each other. Knowing it would take a
+process-wide record of which thread holds which owner's lock: keep such relays one way.
 """
 
 from __future__ import annotations
@@ -50,6 +45,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
+from nous_inbox.boundary import Boundary
 from nous_inbox.events import Event, MailNoticed, QueueClaimed
 from nous_inbox.inbox import Target
 from nous_inbox.mailbox.rules import DEBOUNCE, MAX_WAIT, NOTICE, compose, plan
@@ -62,6 +58,9 @@ __all__ = ["AttachedAgent", "InFlight", "NoticeDelivery", "Recipient"]
 
 logger: Final = logging.getLogger("nous_inbox.mailbox")
 _TURN: Final = Target.NEXT_TURN
+_HOW: Final = {"steer": (Target.NEXT_STEP, True), "inject": (Target.NEXT_STEP, False),
+               "join": (_TURN, False), "followup": (_TURN, True)}
+"""Each way a notice goes, as the queue it joins and whether it wakes."""
 _T = TypeVar("_T")
 
 
@@ -77,14 +76,14 @@ class Recipient(Protocol):
     def running(self) -> bool:
         """Whether a run is going."""
 
-    def steer(self, message: Message) -> Any:
-        """Queue ``message`` for the next step, waking."""
-
-    def followup(self, message: Message) -> Any:
-        """Queue ``message`` for the next turn, waking."""
+    def send(self, message: Message, target: Target, wakeup: bool) -> Any:
+        """Queue ``message`` on ``target``, waking if ``wakeup``."""
 
     def listen(self, callback: Callable[[Event], None]) -> None:
         """Call ``callback`` with every event the session records from now on."""
+
+    def on_boundary(self, callback: Callable[[Boundary], object]) -> Callable[[], None]:
+        """Call ``callback`` at each boundary of a run, before its claim; returns the undo."""
 
 
 def _is_owned(lock: threading.RLock) -> bool:
@@ -111,7 +110,7 @@ class AttachedAgent:
     version sent, which named no orders), with how much of the transcript is known not to hold
     it (``seen``: a run claims it into the transcript after that)."""
 
-    __slots__ = ("agent", "in_flight", "lock", "owner", "seen")
+    __slots__ = ("agent", "in_flight", "lock", "owner", "seen", "unsubscribe")
 
     def __init__(self, agent: str, owner: Recipient) -> None:
         self.agent = agent
@@ -119,6 +118,7 @@ class AttachedAgent:
         self.lock = _lock_of(owner)
         self.in_flight: InFlight | None = None
         self.seen = 0
+        self.unsubscribe: Callable[[], None] | None = None  # from the owner's boundaries
 
     def carries(self, mail: Mail) -> bool:
         """Whether the notice in flight carries ``mail`` (that very message, not an earlier one
@@ -209,6 +209,7 @@ class NoticeDelivery(abc.ABC):
             if agent in self._attached:
                 raise ValueError(f"attach: agent {agent!r} is already attached")
         owner.listen(lambda event: self._on_session_event(link, event))
+        link.unsubscribe = owner.on_boundary(lambda boundary: self._at_boundary(link, boundary))
         with self._lock:
             if agent in self._attached:
                 raise ValueError(f"attach: agent {agent!r} is already attached")
@@ -251,7 +252,10 @@ class NoticeDelivery(abc.ABC):
         its own once its owner refuses a notice because it is closed.
         """
         with self._lock:
-            return self._attached.pop(agent, None) is not None
+            link = self._attached.pop(agent, None)
+        if link is not None and link.unsubscribe is not None:
+            link.unsubscribe()
+        return link is not None
 
     def _carried(self, mail: Mail) -> bool:
         """Whether the notice on its way to ``mail``'s recipient carries it (with the lock)."""
@@ -292,14 +296,21 @@ class NoticeDelivery(abc.ABC):
                 self._due.notify_all()  # the timer thread may need to wake sooner
         return due
 
-    def _deliver(self, link: AttachedAgent, now: float) -> float | None:
+    def _at_boundary(self, link: AttachedAgent, boundary: Boundary) -> None:
+        """The owner's run reached ``boundary`` (on its thread, holding its lock): what came since
+        the last one goes in now, as one notice; after a turn, an idle agent's rules apply."""
+        if self._attached.get(link.agent) is link:
+            self._deliver(link, self._clock(), boundary.kind)
+
+    def _deliver(self, link: AttachedAgent, now: float, boundary: str | None = None,
+                 ) -> float | None:
         """Send ``link``'s notice if one is due; else return when to look again (or None).
 
         Never called with the mailbox's lock held (the owner's comes first, see the module).
         """
         lock = link.lock
         if lock is None:
-            return self._deliver_unlocked(link, now)
+            return self._deliver_unlocked(link, now, boundary)
         # Free, or ours already (a claim's listener: only counted again): no need to look at
         # the other owners, so a send costs the same however many agents are attached.
         if not lock.acquire(False):
@@ -313,41 +324,43 @@ class NoticeDelivery(abc.ABC):
                 return None
             lock.acquire()
         try:
-            how, when, message = self._decide(link, now)
+            how, when, message = self._decide(link, now, boundary)
             if how is None or message is None:
                 return when
             # Still under the owner's lock: the owner commits it at once, and nothing it does
             # (a run ending, a prompt) comes between the look above and this send.
-            self._send(link, how, message)
+            self._hand_over(link, how, message)
             return None
         finally:
             lock.release()
 
-    def _decide(self, link: AttachedAgent, now: float) -> tuple[str | None, float | None, Message | None]:
+    def _decide(self, link: AttachedAgent, now: float, boundary: str | None,
+                ) -> tuple[str | None, float | None, Message | None]:
         """Under the mailbox's lock: how to send ``link``'s notice and the notice, now in flight;
         or no way, with when to look again (None: not at all, one is in flight or the agent left)."""
         with self._lock:
             if link.in_flight is not None or self._attached.get(link.agent) is not link:
                 return None, None, None
-            how, when = self._plan(link, now)
+            how, when = self._plan(link, now, boundary)
             if how is None:
                 return None, when, None
             return how, when, self._compose(link)
 
-    def _deliver_unlocked(self, link: AttachedAgent, now: float) -> float | None:
+    def _deliver_unlocked(self, link: AttachedAgent, now: float, boundary: str | None,
+                          ) -> float | None:
         """:meth:`_deliver` for a recipient with no lock to offer: decide, then look again
         right before sending, so an FYI's steer never starts a turn and no notice goes ahead of
         a prompt that came meanwhile (a gap between that look and the send remains)."""
-        how, when, message = self._decide(link, now)
+        how, when, message = self._decide(link, now, boundary)
         if how is None or message is None:
             return when
         with self._lock:
-            again, when = self._plan(link, now)
+            again, when = self._plan(link, now, boundary)
             if again is None:
                 link.in_flight = None
                 self._due.notify_all()
                 return when
-        self._send(link, again, message)
+        self._hand_over(link, again, message)
         return None
 
     def _compose(self, link: AttachedAgent) -> Message:
@@ -359,13 +372,10 @@ class NoticeDelivery(abc.ABC):
         link.in_flight = (notice_id, ids, tuple(message.metadata["orders"]))
         return message
 
-    def _send(self, link: AttachedAgent, how: str, message: Message) -> None:
+    def _hand_over(self, link: AttachedAgent, how: str, message: Message) -> None:
         """Hand the notice to the owner; one it refuses is not in flight any more."""
         try:
-            if how == "steer":
-                link.owner.steer(message)
-            else:
-                link.owner.followup(message)
+            link.owner.send(message, *_HOW[how])
         except Exception:
             with self._lock:
                 link.in_flight = None
@@ -389,10 +399,15 @@ class NoticeDelivery(abc.ABC):
                 self._deliverer.start()
             self._due.notify_all()
 
-    def _plan(self, link: AttachedAgent, now: float) -> tuple[str | None, float | None]:
+    def _plan(self, link: AttachedAgent, now: float, boundary: str | None,
+              ) -> tuple[str | None, float | None]:
         owner = link.owner
         session = owner.session
-        return plan(self._state, link.agent, now, running=owner.running or session.running,
+        ended = boundary == "turn_ended"  # the run is over: an idle agent's rules
+        return plan(self._state, link.agent, now,
+                    boundary="step" if boundary == "step" else
+                    "turn_opening" if boundary == "turn_opening" else None,
+                    running=not ended and (owner.running or session.running),
                     prompt_waiting=session.inbox.has_pending(_TURN),
                     debounce=self._debounce, max_wait=self._max_wait)
 
@@ -423,24 +438,11 @@ class NoticeDelivery(abc.ABC):
                                      at=self._clock())] if live else []), None
 
             self._commit(noticed)
-            more = self._state.oldest_fresh(link.agent) is not None
-        if not more:
-            return
-        # What came while it was on its way is due now. On the claiming thread, inside the
-        # owner's lock, when it is an Owner's: the run reads it at its next step, or its last.
-        if link.lock is not None and _is_owned(link.lock):
-            try:
-                self._deliver(link, self._clock())
-            except Exception:
-                logger.exception("delivering a notice to %r failed; it will be tried again",
-                                 link.agent)
-                self._defer(link.agent)
-        else:
-            self._defer(link.agent)
+        # What came while it was on its way waits for the run's next boundary; an idle agent's
+        # for its debounce or the bounded wait (the turn that claimed it ends at a boundary).
 
     def _deliver_forever(self) -> None:
-        # Without autotick: check again each agent whose notice was claimed, once the claim's
-        # locks are released (the owner's, by waiting for ours: it is taken after theirs).
+        # Without autotick: check again each agent whose owner's lock was busy, once it is free.
         while not self._closed.is_set():
             with self._lock:
                 self._due.wait_for(lambda: self._recheck or self._closed.is_set())

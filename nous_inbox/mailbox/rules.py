@@ -5,10 +5,11 @@ Everything here is a decision made from plain values, with no storage and no I/O
 (:mod:`nous_inbox.mailbox.state`) and the mailbox (:mod:`nous_inbox.mailbox.mailbox`) only ask.
 
 Another agent's message is never a turn of its own (ruling 11): it waits in the recipient's
-mailbox and may wake an idle recipient only by its class: ``"action"`` (the default; alias
-``"result"``), ``"blocker"`` (aliases ``"question"``, ``"block"``), ``"report"``, ``"fyi"`` or
-``"reply"``. Its thread is the one its sender names, else the sender. Retention keeps ``retain``
-messages per recipient and lets go only of settled ones, in the order they became so.
+mailbox and may wake an idle recipient only by its class: ``"action"`` (the default),
+``"blocker"`` (aliases ``"question"``, ``"block"``), ``"result"`` (of work the recipient gave
+out), ``"report"``, ``"fyi"`` or ``"reply"``. Its thread is the one its sender names, else the
+sender. Retention keeps ``retain`` messages per recipient and lets go only of settled ones, in
+the order they became so.
 
 >>> wakes("fyi", "lead", parent=None, started=False, gave_work=())
 False
@@ -16,6 +17,8 @@ False
 True
 >>> wakes("action", "qa", parent="lead", started=True, gave_work=())    # not from its parent
 False
+>>> wakes("result", "dev", parent=None, started=True, gave_work={"dev"})  # work it gave out
+True
 >>> settled("fyi", read=True, retracted=False, answered=False)          # asks no answer
 True
 
@@ -38,11 +41,12 @@ blockers first, then the most recent threads.
 >>> ids
 ('1', '2')
 
-When a notice goes (:func:`plan`): in a running turn at once, as a steer read at the next step;
-if a person's prompt is waiting, as a followup, so it joins that prompt's turn and never goes
-ahead of it; in an idle agent, ``debounce`` seconds after the first message that may wake it (a
-burst is one wake), or ``max_wait`` after the oldest new message when none may wake it. Only one
-notice is in flight per agent; the caller checks that before asking.
+When a notice goes (:func:`plan`): in a running agent, at its next boundary, everything that
+came since the last one as one notice (a turn that opens, a person's prompt included, takes it
+along); never ahead of a waiting prompt; in an idle agent, ``debounce`` seconds after the first
+message that may wake it (a burst is one wake), or ``max_wait`` after the oldest new message
+when none may wake it. Only one notice is in flight per agent; the caller checks that before
+asking.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ __all__ = [
     "PREVIEW",
     "REMEMBER",
     "RETAIN",
+    "Boundary",
     "Plan",
     "compose",
     "check_options",
@@ -77,16 +82,16 @@ __all__ = [
     "wakes",
 ]
 
-KINDS: Final = frozenset({"action", "blocker", "report", "fyi", "reply"})
+KINDS: Final = frozenset({"action", "blocker", "result", "report", "fyi", "reply"})
 """The classes of a message; they decide whether it may wake an idle recipient (see ``wakes``)."""
 
 KIND_ALIASES: Final = {
-    "action": "action", "result": "action", "blocker": "blocker", "question": "blocker",
+    "action": "action", "result": "result", "blocker": "blocker", "question": "blocker",
     "block": "blocker", "report": "report", "fyi": "fyi", "reply": "reply",
 }
 """Every accepted ``kind`` and the class it means."""
 
-NO_ANSWER: Final = frozenset({"fyi", "report", "reply"})
+NO_ANSWER: Final = frozenset({"fyi", "result", "report", "reply"})
 """The classes that ask for no answer: reading such a message settles it."""
 
 MAX_QUEUE: Final = 1000
@@ -112,8 +117,11 @@ NOTICE: Final = "mailbox_notice"
 PREVIEW: Final = 120
 """Characters of the newest message's first line shown in a notice line."""
 
-Plan = tuple[Literal["steer", "followup"] | None, float | None]
+Plan = tuple[Literal["steer", "inject", "join", "followup"] | None, float | None]
 """How to deliver a notice now (``None``: not now) and, if not now, when to look again."""
+
+Boundary = Literal["turn_opening", "step"]
+"""The boundaries of a run at which a notice goes in (the owner tells them, before its claim)."""
 
 
 def check_options(*, max_queue: int, overflow: str, retain: int, remember: int,
@@ -143,8 +151,8 @@ def check_options(*, max_queue: int, overflow: str, retain: int, remember: int,
 def kind_of(kind: object, where: str) -> str:
     """The class ``kind`` names (an alias included), or a ``ValueError`` naming ``where``.
 
-    >>> kind_of("question", "send"), kind_of("result", "send")
-    ('blocker', 'action')
+    >>> kind_of("question", "send"), kind_of("block", "send")
+    ('blocker', 'blocker')
     """
     found = KIND_ALIASES.get(kind) if type(kind) is str else None
     if found is None:
@@ -155,17 +163,18 @@ def kind_of(kind: object, where: str) -> str:
 def wakes(kind: str, sender: str, parent: str | None, started: bool,
           gave_work: Collection[str]) -> bool:
     """Whether a message of class ``kind`` from ``sender`` may wake its idle recipient, whose
-    ``parent`` gave it its first work, which ``started`` once it took any message, and which
-    ``gave_work`` to those agents.
+    declared ``parent`` started it, which ``started`` once it had a turn or took any message,
+    and which ``gave_work`` to those agents.
 
-    A blocker always may; a report only of work the recipient gave ``sender``; an action when it
-    is the recipient's first work or comes from its parent. An FYI or a reply never wakes anyone.
+    A blocker always may; a result or report only of work the recipient gave ``sender``; an
+    action when it is the recipient's first work or comes from its parent. An FYI or a reply
+    never wakes anyone.
     """
     if kind == "action":
-        return sender == parent or (parent is None and not started)
+        return sender == parent or not started
     if kind == "blocker":
         return True
-    if kind == "report":
+    if kind == "result" or kind == "report":
         return sender in gave_work
     return False
 
@@ -222,10 +231,19 @@ def compose(state: MailboxState, agent: str, notice_id: str) -> tuple[Message, t
 
 
 def plan(
-    state: MailboxState, agent: str, now: float, *, running: bool, prompt_waiting: bool,
-    debounce: float = DEBOUNCE, max_wait: float = MAX_WAIT,
+    state: MailboxState, agent: str, now: float, *, boundary: Boundary | None = None,
+    running: bool, prompt_waiting: bool, debounce: float = DEBOUNCE, max_wait: float = MAX_WAIT,
 ) -> Plan:
     """Whether to deliver a notice to ``agent`` now, and how; else when to look again.
+
+    At a ``boundary`` of its run, everything new is one notice: joining the turn that opens
+    (``"join"``: next turn, no wake, claimed right after), or at a step boundary a ``"steer"``
+    when any of it may wake the agent, else an ``"inject"`` (an FYI alone never extends a run
+    that would stop, ruling 2); none at a step while a person's prompt waits: it joins that
+    prompt's turn. Between boundaries a running agent hears nothing: its next boundary brings
+    everything at once. An idle agent gets a ``"followup"`` (a turn) ``debounce`` seconds after
+    the first message that may wake it, ``max_wait`` after the oldest when none may, or at once
+    when a prompt waits (it joins that prompt's turn).
 
     >>> from nous_inbox.events import MailSent
     >>> from nous_inbox.mailbox.state import MailboxState
@@ -234,18 +252,26 @@ def plan(
     >>> plan(state, "dev", 11.0, running=False, prompt_waiting=False)
     (None, 610.0)
     >>> plan(state, "dev", 11.0, running=True, prompt_waiting=False)
-    ('steer', None)
-    >>> plan(state, "dev", 11.0, running=True, prompt_waiting=True)
-    ('followup', None)
+    (None, None)
+    >>> plan(state, "dev", 11.0, boundary="step", running=True, prompt_waiting=False)
+    ('inject', None)
+    >>> plan(state, "dev", 11.0, boundary="turn_opening", running=True, prompt_waiting=False)
+    ('join', None)
     """
     oldest = state.oldest_fresh(agent)
     if oldest is None:
         return None, None
+    waking = state.oldest_fresh(agent, waking=True)
+    if boundary == "turn_opening":
+        return "join", None
+    if boundary == "step":
+        if prompt_waiting:
+            return None, None
+        return ("steer" if waking is not None else "inject"), None
+    if running:
+        return None, None
     if prompt_waiting:
         return "followup", None
-    if running:
-        return "steer", None
-    waking = state.oldest_fresh(agent, waking=True)
     due = oldest.event.at + max_wait
     if waking is not None:
         due = min(due, waking.event.at + debounce)

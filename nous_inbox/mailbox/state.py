@@ -52,6 +52,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from nous_inbox.events import (
+    MailAgent,
     MailAnswered,
     MailDropped,
     MailNoticed,
@@ -168,8 +169,8 @@ class AgentMail:
         self.held: dict[str, Mail] = {}  # kept but no longer queued (read, retracted)
         self.settled: deque[Mail] = deque()  # settled ones, in the order they became so
         self.dropped = 0
-        self.parent: str | None = None  # who gave it its first work
-        self.started = False  # whether it has taken any message yet
+        self.parent: str | None = None  # the agent declared to have started it
+        self.started = False  # whether it has had a turn or taken any message yet
         self.gave_work: set[str] = set()  # the agents it gave work to
 
     @property
@@ -315,7 +316,7 @@ class MailboxState:
         if type(event) is not MailSent:
             self._changed(event)
             self.version = event.seq or self.version + 1
-            box = self.boxes.get(event.recipient)
+            box = self.boxes.get(event.agent if type(event) is MailAgent else event.recipient)
             if box is not None and len(box.queue) + len(box.fresh) > 4 * box.queued + _TIDY:
                 self._tidy(box)  # messages left the queues: drop them once they are many
             if len(self._unindexed) > 2 * self._kept_count + _TIDY:
@@ -329,9 +330,7 @@ class MailboxState:
         if box is None:
             box = self.boxes[recipient] = AgentMail()
         waking = wakes(cls, sender, box.parent, box.started, box.gave_work)
-        if cls == "action" and sender != box.parent:  # (the parent was told when it became so)
-            if box.parent is None:
-                box.parent = sender  # the first work's sender is its parent
+        if cls == "action" and sender != box.parent:  # (the parent was told when declared)
             giver = self.boxes.get(sender)
             if giver is None:
                 giver = self.boxes[sender] = AgentMail()
@@ -364,8 +363,9 @@ class MailboxState:
         elif kind is MailNoticed:
             self._box(event.recipient).started = True
             for mail in self._kept(event.ids):
+                mail.fresh = False
                 if not mail.retracted:
-                    mail.noticed, mail.fresh = True, False
+                    mail.noticed = True
         elif kind is MailRead:
             box = self._box(event.recipient)
             box.started = True
@@ -384,7 +384,13 @@ class MailboxState:
             for mail in self._kept((event.id,)):
                 if event.retracted:
                     box = self._box(event.recipient)
-                    self._hold(box, mail)
+                    if mail.read:  # read already: the retraction is news, unread and new
+                        mail.read = mail.settled = False
+                        mail.fresh = True
+                        box.fresh = deque(m for m in box.fresh if m is not mail)  # (rare)
+                        box.fresh.append(mail)
+                    else:
+                        self._hold(box, mail)
                     mail.retracted = True
                     self._settle_if_due(box, mail)
                 else:
@@ -393,6 +399,12 @@ class MailboxState:
             for mail in self._kept((event.id,)):
                 self._let_go((mail,), "dropped", self._box(event.recipient))
             self._box(event.recipient).dropped += 1
+        elif kind is MailAgent:
+            box = self._box(event.agent)
+            if event.parent is not None:
+                box.parent = event.parent
+                self._box(event.parent).gave_work.add(event.agent)
+            box.started = box.started or event.worked
 
     def _forget_old(self) -> None:
         """Forget the outcomes of messages let go ``remember`` sends ago or more."""
@@ -438,7 +450,7 @@ class MailboxState:
         settled_mail = box.settled
         while box.kept > self.retain and settled_mail:
             mail = settled_mail.popleft()
-            if mail.kept:
+            if mail.kept and mail.settled:
                 self._let_go((mail,), "released", box)
 
     def _let_go(self, mails: Iterable[Mail], outcome: Outcome, box: AgentMail) -> None:
@@ -459,10 +471,8 @@ class MailboxState:
         box.queued -= queued
         self._gone_unindexed += count
         self._kept_count -= count
-        if not box.queued:  # nothing queued: nothing new either
-            box.queue.clear()
-            box.fresh.clear()
-            box.waking.clear()
+        if not box.queued:  # nothing queued: only a retraction of a read message may be new
+            self._tidy(box)
 
     def _tidy(self, box: AgentMail) -> None:
         box.queue = deque(mail for mail in box.queue if mail.queued)
@@ -481,7 +491,7 @@ class MailboxState:
                 "waking": [m.id for m in list(box.waking) if m.fresh],
                 "threads": [(t.key, [m.id for m in t.mails], t.senders, t.unread, t.new)
                             for t in self.threads(agent)],
-                "settled": [m.id for m in box.settled if m.kept],
+                "settled": [m.id for m in box.settled if m.kept and m.settled],
                 "counts": (box.queued, box.kept, box.dropped),
                 "family": (box.parent, box.started, sorted(box.gave_work)),
             }

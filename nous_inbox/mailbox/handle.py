@@ -1,0 +1,207 @@
+"""An agent's handle on the mailbox: the verbs an agent acts through, as itself and on its own
+mail only.
+
+:meth:`Mailbox.agent <nous_inbox.mailbox.mailbox.Mailbox.agent>` gives out each agent's handle
+once, so identity is held, not declared: whoever holds ``dev``'s handle sends as ``dev`` and reads
+``dev``'s mail, and nobody else can list, read or drain it.
+
+>>> from nous_inbox.mailbox import Mailbox
+>>> box = Mailbox()
+>>> lead, dev = box.agent("lead"), box.agent("dev", parent="lead")
+>>> receipt = lead.send("dev", "which branch?", kind="question")
+>>> [t.thread for t in dev.threads()]
+['lead']
+>>> _ = dev.reply("lead", "main")
+>>> lead.ask("dev", "and the tag?", timeout=0)
+Traceback (most recent call last):
+...
+TimeoutError: ask of 'lead' to 'dev': no answer within 0 seconds (message ...-3 waits on)
+>>> lead.message(receipt.id).state, lead.message(lead.send("dev", "x").id).recipient
+('answered', 'dev')
+
+A waited answer: :meth:`AgentHandle.ask` sends (a question, by default: it wakes the recipient)
+and returns the reply once the recipient answers it; :meth:`AgentHandle.ask_async` is the same
+for an asyncio host. Both wait on one body (:meth:`_Asking.answer`), woken when a reply lands
+and, with a store another process may write to, looking again every ``poll`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+from nous_inbox.events import MailRead, MailSent
+from nous_inbox.mailbox.answers import Letter, Receipt, ThreadSummary, letter
+
+if TYPE_CHECKING:
+    from nous_inbox.mailbox.mailbox import Mailbox
+
+__all__ = ["AgentHandle"]
+
+POLL: Final = 0.05
+"""Seconds between looks at the store for a reply another process wrote."""
+
+
+class AgentHandle:
+    """Agent ``name``'s verbs on ``mailbox``; see the module. Get one from ``box.agent(name)``."""
+
+    __slots__ = ("mailbox", "name")
+
+    def __init__(self, mailbox: Mailbox, name: str) -> None:
+        self.mailbox = mailbox
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<AgentHandle {self.name!r}>"
+
+    def send(self, to: str, body: Any, *, kind: str = "action", thread: str | None = None,
+             correlation_id: str | None = None, id: str | None = None) -> Receipt:
+        """Send ``body`` to agent ``to``, of class ``kind``, in ``thread`` (default: this agent's
+        name); ``id`` makes the send idempotent."""
+        return self.mailbox._send(to, body, sender=self.name, kind=kind, thread=thread,
+                                  correlation_id=correlation_id, id=id)
+
+    def reply(self, thread: str, body: Any, *, to: str | None = None, kind: str = "reply",
+              id: str | None = None) -> Receipt:
+        """Answer ``thread`` of this agent's mail, into the asker's inbox under the same thread:
+        it marks what ``to`` (default: the newest other writer) wrote there answered. ``kind``
+        other than ``"reply"`` makes it that class too: a counter-question as a ``"blocker"``
+        wakes the asker, and still answers it."""
+        return self.mailbox._reply(self.name, thread, body, to=to, kind=kind, id=id)
+
+    def withdraw(self, id: str) -> str:
+        """Take back message ``id`` this agent sent: ``"withdrawn"`` if no notice carried it yet,
+        else ``"retracted"`` (it stays in its thread, marked so, and shows there as new)."""
+        return self.mailbox._withdraw(id, sender=self.name)
+
+    def receive(self, *, limit: int = 50) -> list[MailSent]:
+        """Take up to ``limit`` of this agent's queued messages, oldest first."""
+        return self.mailbox._receive(self.name, limit=limit)
+
+    def threads(self) -> list[ThreadSummary]:
+        """This agent's threads, the most recent first."""
+        return self.mailbox._threads(self.name)
+
+    def read(self, thread: str) -> list[Letter]:
+        """Read this agent's ``thread`` whole and mark it read."""
+        return self.mailbox._read_thread(self.name, thread)
+
+    def pending(self) -> int:
+        """How many messages wait for this agent."""
+        return self.mailbox.pending(self.name)
+
+    def message(self, id: str) -> Letter:
+        """Message ``id``, if this agent sent it, received it or wrote in its thread
+        (``PermissionError`` otherwise)."""
+        return _message(self.mailbox, self.name, id)
+
+    def ask(self, to: str, body: Any, *, timeout: float | None = None, kind: str = "question",
+            thread: str | None = None) -> Letter:
+        """Send ``body`` to ``to`` and wait up to ``timeout`` seconds (None: for ever) for the
+        reply, which it returns (marked read). ``TimeoutError`` names the message, still sent,
+        whose answer :meth:`message` finds later."""
+        asking = _Asking(self, to, body, timeout, kind, thread)
+        event = threading.Event()
+        with asking.waiting(event.set):
+            while (letter := asking.answer()) is None:
+                event.wait(asking.wait())
+                event.clear()
+        return letter
+
+    async def ask_async(self, to: str, body: Any, *, timeout: float | None = None,
+                        kind: str = "question", thread: str | None = None) -> Letter:
+        """:meth:`ask` for an asyncio host: the loop runs on while the answer is awaited."""
+        asking = _Asking(self, to, body, timeout, kind, thread)
+        loop = asyncio.get_running_loop()
+        event = asyncio.Event()
+        with asking.waiting(lambda: loop.call_soon_threadsafe(event.set)):
+            while (letter := asking.answer()) is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), asking.wait())
+                event.clear()
+        return letter
+
+
+def _message(box: Mailbox, viewer: str, id: str) -> Letter:
+    """Message ``id`` as ``viewer`` may see it: its sender, recipient or a writer in its
+    thread; ``PermissionError`` for anyone else, ``LookupError`` for one not kept."""
+    if type(id) is not str or not id:
+        raise TypeError(f"message of {viewer!r}: id must be a non-empty str, got {id!r}")
+    with box._lock:
+        box._catch_up()
+        mail = box._state.mail(id)
+        if mail is None:
+            gone = box._state.outcome(id)
+            raise LookupError(f"message {id!r}: " + (
+                "no such message" if gone is None else f"no longer kept ({gone[0]})"))
+        event = mail.event
+        if viewer not in (event.sender, event.recipient):
+            thread = box._state.thread(event.recipient, mail.thread)
+            if thread is None or viewer not in thread.senders:
+                raise PermissionError(
+                    f"message {id!r} from {event.sender!r} to {event.recipient!r}: "
+                    f"{viewer!r} is neither of them nor a writer in its thread")
+        return letter(mail)
+
+def _answer(box: Mailbox, asker: str, id: str) -> Letter | None:
+    """The reply that answered ``asker``'s message ``id`` (marked read), or None yet."""
+    with box._lock:
+        box._catch_up()
+        receipt = box._receipt(box._state, id)
+        if receipt is None:
+            raise LookupError(f"ask of {asker!r}: message {id!r} was forgotten unanswered")
+        if receipt.answer is None:
+            if receipt.state in ("withdrawn", "dropped", "received", "released"):
+                raise LookupError(f"ask of {asker!r}: message {id!r} was {receipt.state} "
+                                  "unanswered")
+            return None
+        letter = _message(box, asker, receipt.answer)
+        mail = box._state.mail(receipt.answer)
+        if mail is not None and not mail.read:
+            box._commit(lambda state: ([MailRead(recipient=asker, ids=(letter.id,),
+                                                  at=box._clock())], None))
+        return letter
+
+
+
+class _Asking:
+    """One ask: the question sent, and the body both pumps wait on."""
+
+    def __init__(self, handle: AgentHandle, to: str, body: Any, timeout: float | None,
+                 kind: str, thread: str | None) -> None:
+        where = f"ask of {handle.name!r} to {to!r}"
+        if timeout is not None and (type(timeout) not in (int, float) or not timeout >= 0):
+            raise ValueError(f"{where}: timeout must be a number of seconds >= 0 or None, "
+                             f"got {timeout!r}")
+        self.where, self.box, self.asker, self.timeout = where, handle.mailbox, handle.name, timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.id = handle.send(to, body, kind=kind, thread=thread).id
+
+    @contextlib.contextmanager
+    def waiting(self, wake: Callable[[], object]) -> Iterator[None]:
+        """``wake`` is called whenever a message is answered, while the ``with`` lasts."""
+        self.box._wakers.add(wake)
+        try:
+            yield
+        finally:
+            self.box._wakers.discard(wake)
+
+    def answer(self) -> Letter | None:
+        """The reply, or None while there is time left (``TimeoutError`` once there is none)."""
+        letter = _answer(self.box, self.asker, self.id)
+        if letter is None and self.deadline is not None and time.monotonic() >= self.deadline:
+            raise TimeoutError(f"{self.where}: no answer within {self.timeout} seconds "
+                               f"(message {self.id} waits on)")
+        return letter
+
+    def wait(self) -> float | None:
+        """How long to wait before looking again: until the deadline, and no longer than
+        ``POLL`` when another process may write the reply."""
+        left = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+        if self.box._journal is None:
+            return left
+        return POLL if left is None else min(left, POLL)
