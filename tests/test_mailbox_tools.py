@@ -53,8 +53,10 @@ def test_a_model_reads_a_thread_and_replies_inside_a_run_while_the_sender_waits(
     box.attach("dev", owner)
     reply = lead.ask("dev", "which branch?", timeout=WAIT)
     assert (reply.sender, reply.body) == ("dev", "main")
-    assert model.results == ["[blocker] lead: which branch?", "replied to lead"]
+    # ask() returns once the reply is stored, inside the tool call; the model sees the tool's
+    # result on its next request, so the run is waited for before what the model saw is checked.
     assert owner.wait_idle(WAIT)
+    assert model.results == ["[blocker] lead: which branch?", "replied to lead"]
     assert [(t.thread, t.unread) for t in dev.threads()] == [("lead", 0)]
     owner.close()
     box.close()
