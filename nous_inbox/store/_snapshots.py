@@ -108,6 +108,27 @@ class SnapshotFiles:
         finally:
             os.close(directory_fd)  # releases the flock
 
+    def remove(self, stream: str) -> None:
+        """Remove ``stream``'s snapshot, if there is one (the name itself: a link is never
+        followed)."""
+        try:
+            directory_fd = open_private_directory(self.url, self.directory, _WHAT, create=False)
+        except FileNotFoundError:
+            return
+        except StoreError:
+            raise
+        except OSError as exc:
+            raise StoreError(f"{self.url}: the {_WHAT} cannot be read: {exc}") from exc
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(_name(stream), dir_fd=directory_fd)
+                os.fsync(directory_fd)
+        except OSError as exc:
+            raise StoreError(f"{self.url}: removing the snapshot of {stream!r} failed: {exc}"
+                             ) from exc
+        finally:
+            os.close(directory_fd)
+
     def seq(self, stream: str) -> int | None:
         """The seq of ``stream``'s snapshot, reading only its first bytes; ``None`` when there
         is none; ``StoreError`` for one that cannot be trusted."""

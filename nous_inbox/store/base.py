@@ -150,6 +150,15 @@ class Store(Protocol):
     def streams(self) -> list[str]:
         """The names of the streams that have events, sorted."""
 
+    def delete(self, stream: str) -> None:
+        """Remove ``stream``'s events and snapshot, all at once; nothing for an unknown stream.
+
+        Afterwards the stream has version 0, reads nothing, is not in :meth:`streams`, and its
+        next append is numbered 1. Made under the stream's owner lease: the caller's, when it
+        holds it through this store, else taken for the delete; ``StreamOwnedError`` when
+        another owner holds it. A store opened read-only refuses with ``ValueError``.
+        """
+
     def own(self, stream: str) -> OwnerLease:
         """Take ``stream``'s owner lease, or raise ``StreamOwnedError`` if another owner holds it.
 
@@ -234,9 +243,16 @@ def append_identity(identity: object) -> uuid.UUID:
                     f"got {identity!r}")
 
 
+class _Appends(Protocol):
+    """Anything that appends as a store does (a journal's log may be a host's own)."""
+
+    def append(self, stream: str, events: Sequence[Event],
+               expected_version: int | None = None) -> Sequence[Event]: ...
+
+
 def append_once(
-    store: Store, stream: str, events: Sequence[Event], expected_version: int | None = None,
-    *, tries: int = 3,
+    store: Store | _Appends, stream: str, events: Sequence[Event],
+    expected_version: int | None = None, *, tries: int = 3,
 ) -> list[Event]:
     """``store.append``, written once whatever its outcome: an append whose outcome the store
     could not learn (:class:`~nous_inbox.errors.OutcomeUnknownError`) is made again with the
@@ -249,12 +265,13 @@ def append_once(
     >>> [e.seq for e in append_once(open_store("memory:"), "s", [Warned(text="a")])]
     [1]
     """
+    append: Any = store.append  # (only a store that raised OutcomeUnknownError takes identity)
     try:
-        return store.append(stream, events, expected_version)
+        return list(append(stream, events, expected_version))
     except OutcomeUnknownError as unknown:
         for left in range(tries - 1, 0, -1):
             try:
-                return store.append(stream, events, expected_version, identity=unknown.identity)
+                return list(append(stream, events, expected_version, identity=unknown.identity))
             except OutcomeUnknownError as again:
                 if left == 1:
                     raise again from unknown
@@ -493,6 +510,16 @@ class StoreBase(abc.ABC):
         """Take ``stream``'s lease (the name and the store checked): by default from ``_leases``."""
         return self._leases.own(stream)
 
+    def _holds(self, stream: str) -> bool:
+        """Whether this store holds ``stream``'s lease: by default asked of ``_leases``."""
+        return self._leases.holds(stream)
+
+    def _delete(self, stream: str) -> None:
+        """Remove ``stream``'s events and snapshot in one step (with the lock, the store
+        writable, the stream's lease held by this store); nothing for an unknown stream. A store
+        that cannot refuses with ``io.UnsupportedOperation`` (a ``ValueError``), the default."""
+        raise io.UnsupportedOperation(f"{self.url} cannot delete a stream")
+
     def _release_all(self) -> None:
         """Give up every lease still held, first thing in ``close`` (called without the lock,
         since a lease's release may need it): by default ``_leases.close()``."""
@@ -708,6 +735,23 @@ class StoreBase(abc.ABC):
         with self._lock:
             self._check_open()
             return self._load_snapshot(stream)
+
+    def delete(self, stream: str) -> None:
+        """Remove ``stream``'s events and snapshot atomically, under its lease; see :class:`Store`."""
+        check_stream(stream)
+        with self._lock:
+            self._check_writable()
+        lease = None if self._holds(stream) else self._own(stream)
+        try:
+            with self._lock:
+                self._check_writable()
+                self._delete(stream)
+                batches = self.__dict__.get("_batches", {})
+                for key in [key for key in batches if key[0] == stream]:
+                    del batches[key]  # their seqs will be numbered again
+        finally:
+            if lease is not None:
+                lease.release()
 
     def own(self, stream: str) -> OwnerLease:
         """Take ``stream``'s owner lease; see :class:`Store`."""

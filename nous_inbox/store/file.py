@@ -155,6 +155,23 @@ class FileStore(StoreBase):
         self.max_record_size = self._max = check_max_record_size(self.url, max_record_size)
         self._format = JSON_LINES
         self._lock = threading.RLock()
+        self._fd = self._open()
+        self._reset()
+        self._leases = Leases(self.url, os.path.realpath(self.path) + ".owners")
+        self._snapshots = SnapshotFiles(self.url, os.path.realpath(self.path) + ".snapshots")
+        try:
+            if read_only:
+                self._catch_up()
+            else:
+                with self._file_lock():
+                    self._catch_up()
+                    self._repair()
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def _reset(self) -> None:
+        """Know nothing of the file yet: what a store just opened knows."""
         self._streams: dict[str, list[Event]] = {}  # the streams touched so far, decoded
         # The version of each stream let go of from the cache: an append needs only that, so
         # one to a stream out of the cache appends without decoding it again.
@@ -168,20 +185,7 @@ class FileStore(StoreBase):
         self._stray: dict[str, int] = {}  # stream -> a line of it without the usual envelope
         self._stray_bad: tuple[int, str] | None = None  # a line without envelope, undecodable
         self._holes: set[int] = set()  # lines of NULs a torn append left, already reported
-        self._seen: tuple[int, int] = (-1, -1)
-        self._fd = self._open()
-        self._leases = Leases(self.url, os.path.realpath(self.path) + ".owners")
-        self._snapshots = SnapshotFiles(self.url, os.path.realpath(self.path) + ".snapshots")
-        try:
-            if read_only:
-                self._catch_up()
-            else:
-                with self._file_lock():
-                    self._catch_up()
-                    self._repair()
-        except BaseException:
-            os.close(self._fd)
-            raise
+        self._seen: tuple[int, int, int] = (-1, -1, -1)
 
     def __repr__(self) -> str:
         mode = ", read_only=True" if self.read_only else ""
@@ -269,6 +273,13 @@ class FileStore(StoreBase):
     def _snapshot_seq(self, stream: str) -> int | None:
         return self._snapshots.seq(stream)  # its first 8 bytes, not the whole snapshot
 
+    def _delete(self, stream: str) -> None:
+        self._snapshots.remove(stream)  # first: a snapshot without its log would be a stale cache
+        with self._file_lock():
+            self._catch_up()
+            self._repair()
+            self._rewrite_without(stream)
+
     def _close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
@@ -335,7 +346,12 @@ class FileStore(StoreBase):
         while True:
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                if os.fstat(self._fd).st_nlink:
+                    break
+                # A delete replaced the file while we waited: its lock guards nothing now.
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                self._reopen()
+                continue
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     raise StoreLockedError(
@@ -370,6 +386,62 @@ class FileStore(StoreBase):
                 raise self._write_failed("writing the header", exc) from exc
             self._header = self._end = len(_HEADER)
         self._seen = self._stat()
+
+    def _reopen(self) -> None:
+        """Open the file now at the path in place of ours (a delete renamed a new one over it)."""
+        old, self._fd = self._fd, self._open()
+        os.close(old)
+        self._reset()
+
+    def _rewrite_without(self, stream: str) -> None:
+        """Replace the file (under its lock, repaired) by a copy without ``stream``'s records:
+        written beside it (mode 0600, a new name, never through a link), synced and renamed over
+        it, so a crash leaves the old file or the new one. A store that has the old one open
+        notices its name is gone and opens the new one."""
+        key = b'{"stream":' + _encode_name(stream) + b',"event":'
+        real = os.path.realpath(self.path)
+        temp = f"{real}.deleting-{os.urandom(6).hex()}"
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temp, flags, 0o600)
+        dropped = 0
+        try:
+            os.fchmod(fd, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # new: nobody else has it
+            out = [self._pread(0, self._header)]
+            for _, data, cut in self._chunks(self._header):
+                for line in data[1:cut].split(b"\n"):
+                    if line.startswith(key) or (
+                        not line.startswith(b'{"stream":"') and _stray_of(line) == stream
+                    ):
+                        dropped += 1
+                    else:
+                        out.append(line + b"\n")
+                _write_all(fd, b"".join(out))
+                out = []
+            if out:
+                _write_all(fd, b"".join(out))
+            if dropped:
+                os.fsync(fd)
+                os.rename(temp, real)
+                _sync_directory(real)
+        except OSError as exc:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise self._write_failed(f"delete of stream {stream!r}", exc) from exc
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        if not dropped:
+            os.close(fd)
+            os.unlink(temp)
+            return
+        old, self._fd = self._fd, fd
+        os.close(old)
+        self._reset()
+        self._catch_up()
 
     def _set_aside(self, start: int, size: int) -> None:
         data = os.pread(self._fd, size - start, start)
@@ -421,9 +493,9 @@ class FileStore(StoreBase):
         error.errno = exc.errno
         return error
 
-    def _stat(self) -> tuple[int, int]:
+    def _stat(self) -> tuple[int, int, int]:
         st = os.fstat(self._fd)
-        return st.st_size, st.st_mtime_ns
+        return st.st_size, st.st_mtime_ns, st.st_nlink
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -432,6 +504,9 @@ class FileStore(StoreBase):
         seen = self._stat()
         if seen == self._seen:
             return
+        if not seen[2]:  # replaced by a delete (or removed): read the file now at the path
+            self._reopen()
+            seen = self._stat()
         size = seen[0]
         if size < self._end:
             raise DecodeError(
@@ -885,6 +960,21 @@ class _Lines:
     def began(batch: tuple[_Lines, int] | None) -> tuple[int]:
         """Where the append ``batch`` (its lines and index) began, for an error message."""
         return (batch[0].start(batch[1]),) if batch is not None else (0,)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view, written = memoryview(data), 0
+    while written < len(data):
+        written += os.write(fd, view[written:])
+
+
+def _stray_of(line: bytes) -> str | None:
+    """The stream of a record line without the usual envelope (``None``: not a record)."""
+    try:
+        record: Record = _record.decode(line)
+    except _BAD:
+        return None
+    return record.stream
 
 
 def _sync_directory(path: str) -> None:

@@ -378,6 +378,16 @@ class SqliteStore(StoreBase):
             ).fetchone()
         return None if row is None else (row[0], row[1])
 
+    def _delete(self, stream: str) -> None:
+        with self._failing(f"delete of stream {stream!r}"):
+            db = self._connection()
+            with self._transaction(db):
+                db.execute("DELETE FROM events WHERE stream = ?", (stream,))
+                if db.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'"
+                ).fetchone() is not None:
+                    db.execute("DELETE FROM snapshots WHERE stream = ?", (stream,))
+
     def _close(self) -> None:
         db, self._db = self._db, None
         if db is not None:
