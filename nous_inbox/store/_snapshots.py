@@ -15,8 +15,9 @@ under the store's lock on the send path, and a process stopped while holding the
 (``SIGSTOP``, a debugger, a hung ``fsync``) must not stop every other one's sends. A save that
 finds it taken writes nothing and answers ``False``; the cache loses only this one refresh.
 
-The directory belongs with the log: it holds a copy of each session's content. Deleting the
-log? Delete ``PATH.snapshots/`` too. One left behind is harmless to the new log (its snapshots
+The directory belongs with the log: it holds a copy of each session's content. Deleting a
+stream (``store.delete``) removes its snapshot first; deleting the whole log? Delete
+``PATH.snapshots/`` too. One left behind is harmless to the new log (its snapshots
 are of another log: ignored, and replaced by the next save) but keeps the old transcript on
 disk.
 

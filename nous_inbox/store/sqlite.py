@@ -22,7 +22,8 @@ nous_inbox.errors.ConcurrencyError: stream 's1': expected version 0 but it is at
 An append is one ``BEGIN IMMEDIATE`` transaction: it reads the stream's version, checks the
 expected one and inserts, so the check and the write cannot be split by another writer; the
 primary key ``(stream, seq)`` guards the same thing a second time. ``synchronous=FULL``: an
-append that returned survives a crash of the process and of the machine.
+append that returned survives a crash of the process and of the machine. A delete is one such
+transaction too: the stream's rows and its snapshot go together.
 
 Design notes. One connection per store, shared by its threads behind a lock (the owner appends
 from worker threads); ``read`` fetches a page of rows at a time, so no lock or cursor stays open

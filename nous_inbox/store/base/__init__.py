@@ -16,7 +16,9 @@ An append is all or nothing, and may say which version it expects the stream to 
 One process runs a session (its owner); ``own(stream)`` takes the stream's
 :class:`~nous_inbox.store.lease.OwnerLease`, so a second owner, in this process or another, is
 refused with :class:`~nous_inbox.errors.StreamOwnedError` instead of running the session twice.
-Appending needs no lease: anyone may send a message to a session someone else owns.
+Appending needs no lease: anyone may send a message to a session someone else owns. Deleting
+does: ``delete(stream)`` removes a stream's events and snapshot at once, made by the owner
+through its own store or under a lease taken for it, and refused while another owner holds one.
 
 ``version`` is meant to be polled: it is how an owner in one process notices what another process
 appended, so every store answers it cheaply (a dict lookup, a ``stat``, an index seek).
@@ -37,10 +39,14 @@ proves each record decodes. A store implements only a few hooks: ``_appending`` 
 writers and say the stream's version), ``_write`` (keep the encoded batch), ``_read``,
 ``_version``, ``_stream_names``, ``_check_open`` and ``_close``; see their docstrings. Two more
 are optional, ``_save_snapshot`` and ``_load_snapshot``: where a store keeps its snapshots
-(:mod:`nous_inbox.snapshot`); without them it keeps none, and every session replays in full. A
-store whose leases or appends are not the local kind overrides ``_own`` and ``_release_all``
+(:mod:`nous_inbox.snapshot`); without them it keeps none, and every session replays in full.
+``_delete`` removes a stream; without it ``delete`` is refused. A store whose leases or appends are not the local kind overrides ``_own`` and ``_release_all``
 (leases held elsewhere) or ``_append_retrying`` (an append retried after a lost connection, its
 batch identified so a retry never writes it twice).
+
+Its parts: :mod:`~nous_inbox.store.base.protocol` (the protocol and the helpers every store
+shares), :mod:`~nous_inbox.store.base.template` (:class:`StoreBase`) and
+:mod:`~nous_inbox.store.base.proof` (the read-back proof).
 
 Stream names are non-empty strings of at most 256 characters without control characters;
 anything else is a ``ValueError`` naming it.
