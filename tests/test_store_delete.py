@@ -8,9 +8,12 @@ stream is never deleted, and a read-only store deletes nothing.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import Warned
@@ -147,3 +150,24 @@ def test_a_file_delete_through_a_link_of_ours_keeps_the_link(tmp_path: Path):
     assert link.is_symlink() and os.readlink(link) == str(real)
     with FileStore(real, read_only=True) as store:
         assert store.streams() == ["t"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    appends=st.lists(st.tuples(st.sampled_from(["a", "b", "c ✓"]), st.integers(1, 3)),
+                     min_size=1, max_size=12),
+    gone=st.sampled_from(["a", "b", "c ✓"]),
+)
+def test_a_file_delete_keeps_every_other_stream_as_it_was(appends, gone):
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "log.jsonl")
+        with FileStore(path) as store:
+            for stream, count in appends:
+                store.append(stream, [Warned(text=f"{stream}{i}") for i in range(count)])
+            before = {name: list(store.read(name)) for name in store.streams()}
+            store.delete(gone)
+            after = {name: list(store.read(name)) for name in store.streams()}
+        before.pop(gone, None)
+        assert after == before
+        with FileStore(path, read_only=True) as reopened:
+            assert {name: list(reopened.read(name)) for name in reopened.streams()} == before
