@@ -76,6 +76,15 @@ def test_without_yes_rm_refuses_a_stdin_that_is_not_a_terminal(
     assert sessions(url) == {"keep": 1, "s": 1}
 
 
+def test_without_any_stdin_rm_asks_for_yes(
+    url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(sys, "stdin", None)  # started with its stdin closed
+    assert cli("rm", "--store", url, "s")[0] == 2
+    assert "stdin is not a terminal: add --yes" in capsys.readouterr().err
+    assert sessions(url) == {"keep": 1, "s": 1}
+
+
 def test_rm_refuses_a_session_an_owner_holds(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     with open_store(url) as store, store.own("s"):
         assert cli("rm", "--store", url, "s", "--yes")[0] == 1

@@ -257,7 +257,7 @@ def rm(args: argparse.Namespace, out: IO[str]) -> int:
     Without ``--yes`` a stdin that is not a terminal is refused rather than read as an answer:
     a script must say it means it.
     """
-    if not args.yes and not sys.stdin.isatty():
+    if not args.yes and (sys.stdin is None or not sys.stdin.isatty()):
         raise UsageError(
             f"rm asks before deleting {args.session!r}, but stdin is not a terminal: add --yes to "
             f"delete without asking"
