@@ -75,6 +75,7 @@ from nous_inbox.snapshot import (
     load_session,
     save_snapshot,
 )
+from nous_inbox.store.base import append_once
 
 __all__ = ["ATTEMPTS", "Change", "Journal", "Log", "claim_event", "sent_event"]
 
@@ -410,8 +411,8 @@ class Journal:
         if not self._keep_transcript:
             folded = _without_transcript(folded)
         store = self._store
-        stored = stamped if store is None else list(
-            store.append(self._stream, stamped, self._session.version)
+        stored = stamped if store is None else append_once(
+            store, self._stream, stamped, self._session.version
         )
         self._writes += 1
         self._session = folded

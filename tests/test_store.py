@@ -702,3 +702,27 @@ def test_append_once_retries_an_unknown_outcome_with_its_identity(store, monkeyp
     stored = append_once(store, "s", [Warned(text="a")], 0)
     assert calls == [None, "lost-1"] and [e.seq for e in stored] == [1]
     assert [e.text for e in store.read("s")] == ["a"]
+
+
+def test_a_journal_send_whose_outcome_is_unknown_is_stored_once(store, monkeypatch):
+    # Every owner, the mailbox and the CLI steer write through a journal or append_once: an
+    # append written whose answer was lost is retried with its identity, never doubled.
+    from nous_inbox.errors import OutcomeUnknownError
+    from nous_inbox.journal import Journal
+
+    real = store.append
+    lost: list[str] = []
+
+    def written_then_lost(stream, events, expected_version=None, *, identity=None):
+        stored = real(stream, events, expected_version, identity=identity or "send-1")
+        if not lost:
+            lost.append(stream)
+            raise OutcomeUnknownError("the answer was lost", stream=stream, identity="send-1")
+        return stored
+
+    journal = Journal(store, "s")
+    monkeypatch.setattr(store, "append", written_then_lost)
+    sent = journal.send("go", "next_step", True)
+    assert lost == ["s"] and sent.seq == 1
+    assert [e.message.content for e in store.read("s")] == ["go"]
+    assert journal.session.version == 1 and journal.writes == 1

@@ -23,7 +23,7 @@ from nous_inbox.codec import Record, json_lines
 from nous_inbox.errors import DecodeError, StoreError
 from nous_inbox.events import Warned
 from nous_inbox.store import FileStore, StoreLockedError, open_store
-from nous_inbox.store import file as file_module
+from nous_inbox.store.file import index as file_module  # its tunables and decoder
 
 
 def two_sessions(path: Path, n: int = 50) -> None:
@@ -423,7 +423,7 @@ def test_a_full_disk_is_a_store_error_naming_the_store_and_stream(tmp_path, monk
         def full(fd: int, data: object) -> int:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(file_module.os, "write", full)
+        monkeypatch.setattr(os, "write", full)
         with pytest.raises(StoreError, match=r"file:.*log\.jsonl: append to stream 's' failed: "
                                              r"no space left on the device") as info:
             store.append("s", [Warned(text="lost?")])

@@ -31,7 +31,7 @@ from nous_inbox.message import Message, thaw_json
 from nous_inbox.owner_body import request_cancel
 from nous_inbox.session import Session
 from nous_inbox.snapshot import load_session, save_snapshot
-from nous_inbox.store import Store, default_store_url, open_store
+from nous_inbox.store import Store, append_once, default_store_url, open_store
 
 __all__ = [
     "FOLLOW_POLL_SECONDS", "MAX_STEP_SECONDS", "cancel", "demo", "log", "rm", "run", "send", "sessions",
@@ -147,7 +147,7 @@ def send(args: argparse.Namespace, out: IO[str]) -> int:
             raise StoreError(f"{exc}; nothing was sent (--create starts the store)") from None
     event = MessageSent(target=target, wakeup=wakeup, message=Message.user(text))
     with _open(args) as store:
-        (stored,) = store.append(args.session, [event])
+        (stored,) = append_once(store, args.session, [event])
     out.write(f"{args.command} queued for {args.session!r} as event #{stored.seq}\n")
     return 0
 
@@ -304,16 +304,13 @@ def rm(args: argparse.Namespace, out: IO[str]) -> int:
                 f"deleted"
             ) from None
         with lease:
-            delete = getattr(store, "delete", None)
-            if not callable(delete):
-                raise ValueError(f"{store!r} cannot delete a session; nothing was deleted")
             events = store.version(args.session)
             if not args.yes and not _confirmed(
                 f"delete session {printable(args.session)!r} ({events} events) from {store!r}?"
             ):
                 sys.stderr.write(f"nous-inbox rm: {printable(args.session)!r} kept\n")
                 return 1
-            delete(args.session)
+            store.delete(args.session)
     out.write(f"deleted session {printable(args.session)!r} ({events} events)\n")
     return 0
 

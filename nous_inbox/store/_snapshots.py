@@ -15,8 +15,9 @@ under the store's lock on the send path, and a process stopped while holding the
 (``SIGSTOP``, a debugger, a hung ``fsync``) must not stop every other one's sends. A save that
 finds it taken writes nothing and answers ``False``; the cache loses only this one refresh.
 
-The directory belongs with the log: it holds a copy of each session's content. Deleting the
-log? Delete ``PATH.snapshots/`` too. One left behind is harmless to the new log (its snapshots
+The directory belongs with the log: it holds a copy of each session's content. Deleting a
+stream (``store.delete``) removes its snapshot first; deleting the whole log? Delete
+``PATH.snapshots/`` too. One left behind is harmless to the new log (its snapshots
 are of another log: ignored, and replaced by the next save) but keeps the old transcript on
 disk.
 
@@ -107,6 +108,27 @@ class SnapshotFiles:
             raise StoreError(f"{self.url}: saving the snapshot of {stream!r} failed: {exc}") from exc
         finally:
             os.close(directory_fd)  # releases the flock
+
+    def remove(self, stream: str) -> None:
+        """Remove ``stream``'s snapshot, if there is one (the name itself: a link is never
+        followed)."""
+        try:
+            directory_fd = open_private_directory(self.url, self.directory, _WHAT, create=False)
+        except FileNotFoundError:
+            return
+        except StoreError:
+            raise
+        except OSError as exc:
+            raise StoreError(f"{self.url}: the {_WHAT} cannot be read: {exc}") from exc
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(_name(stream), dir_fd=directory_fd)
+                os.fsync(directory_fd)
+        except OSError as exc:
+            raise StoreError(f"{self.url}: removing the snapshot of {stream!r} failed: {exc}"
+                             ) from exc
+        finally:
+            os.close(directory_fd)
 
     def seq(self, stream: str) -> int | None:
         """The seq of ``stream``'s snapshot, reading only its first bytes; ``None`` when there

@@ -129,6 +129,11 @@ class Leases:
             self._held[stream] = lease
             return lease
 
+    def holds(self, stream: str) -> bool:
+        """Whether ``stream``'s lease is held through these leases."""
+        with self._lock:
+            return stream in self._held
+
     def close(self) -> None:
         """Release every lease still held; later ``own`` calls raise ``ValueError``."""
         with self._lock:

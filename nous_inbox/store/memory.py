@@ -80,6 +80,10 @@ class MemoryStore(StoreBase):
     def _load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
         return self._snapshots.get(stream)
 
+    def _delete(self, stream: str) -> None:
+        self._streams.pop(stream, None)
+        self._snapshots.pop(stream, None)
+
     def _close(self) -> None:
         self._closed = True
         self._streams = {}

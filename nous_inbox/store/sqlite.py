@@ -22,7 +22,8 @@ nous_inbox.errors.ConcurrencyError: stream 's1': expected version 0 but it is at
 An append is one ``BEGIN IMMEDIATE`` transaction: it reads the stream's version, checks the
 expected one and inserts, so the check and the write cannot be split by another writer; the
 primary key ``(stream, seq)`` guards the same thing a second time. ``synchronous=FULL``: an
-append that returned survives a crash of the process and of the machine.
+append that returned survives a crash of the process and of the machine. A delete is one such
+transaction too: the stream's rows and its snapshot go together.
 
 Design notes. One connection per store, shared by its threads behind a lock (the owner appends
 from worker threads); ``read`` fetches a page of rows at a time, so no lock or cursor stays open
@@ -377,6 +378,16 @@ class SqliteStore(StoreBase):
                 "SELECT seq, body FROM snapshots WHERE stream = ?", (stream,)
             ).fetchone()
         return None if row is None else (row[0], row[1])
+
+    def _delete(self, stream: str) -> None:
+        with self._failing(f"delete of stream {stream!r}"):
+            db = self._connection()
+            with self._transaction(db):
+                db.execute("DELETE FROM events WHERE stream = ?", (stream,))
+                if db.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'"
+                ).fetchone() is not None:
+                    db.execute("DELETE FROM snapshots WHERE stream = ?", (stream,))
 
     def _close(self) -> None:
         db, self._db = self._db, None

@@ -14,7 +14,8 @@ the events (MessagePack bodies, as in the SQLite store) and notifies, all commit
 row lock serialises writers of one stream; writers of different streams never wait for each
 other. Every append this store makes to a stream it owns is fenced by its lease's epoch: an
 owner whose lease expired and was taken over is refused with
-:class:`~nous_inbox.errors.LeaseLostError` and writes nothing.
+:class:`~nous_inbox.errors.LeaseLostError` and writes nothing. A delete is one transaction fenced
+the same way: the stream's events and snapshot go, its row stays at version 0 with its lease.
 
 Unlike the local stores, where a lease dies with its process at once, a crashed or paused
 host's sessions are taken over once its lease has expired, ``lease`` seconds after its last

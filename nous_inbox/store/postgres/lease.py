@@ -148,6 +148,11 @@ class Leasing:
             raise ValueError(f"{self.url} store is closed")
         return lease
 
+    def _holds(self, stream: str) -> bool:
+        """The template's hook: whether this store holds ``stream``'s lease row."""
+        with self._state:
+            return stream in self._held
+
     def _release(self, stream: str, token: str) -> None:
         """Give the lease row back: one try; if the server cannot be reached the lease expires."""
         with self._state:

@@ -381,6 +381,30 @@ class PostgresStore(Leasing, StoreBase):
              self.channel, stream),
         )
 
+    def _delete(self, stream: str) -> None:
+        """One transaction, fenced by the lease this store holds: the events and the snapshot
+        go, the stream row stays at version 0 (it holds the lease)."""
+        with self._state:
+            held = self._held.get(stream)
+        tables = self.tables
+
+        def work(db: psycopg.Connection[Any]) -> None:
+            with db.transaction():
+                row = db.execute(f"SELECT holder, epoch FROM {tables.streams} WHERE stream = %s "
+                                 f"FOR UPDATE", (stream,)).fetchone()
+                if row is None:
+                    return
+                if held is not None and (row[0], row[1]) != (held.token, held.epoch):
+                    held.lost = True
+                    raise self._lost(stream, held)
+                db.execute(f"DELETE FROM {tables.events} WHERE stream = %s", (stream,))
+                with contextlib.suppress(psycopg.errors.UndefinedTable), db.transaction():
+                    db.execute(f"DELETE FROM {tables.snapshots} WHERE stream = %s", (stream,))
+                db.execute(f"UPDATE {tables.streams} SET version = 0 WHERE stream = %s", (stream,))
+                db.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
+
+        self._retrying(f"delete of stream {stream!r}", work)
+
     def _lost(self, stream: str, held: PostgresLease) -> LeaseLostError:
         return LeaseLostError(
             f"stream {stream!r} of {self.url}: this owner's lease (epoch {held.epoch}) expired "
