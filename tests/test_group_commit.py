@@ -8,6 +8,7 @@ known. Timing is measured in ``bench/``, never here.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,6 +23,7 @@ from nous_inbox.owner import Owner
 from nous_inbox.port import sent_event
 from nous_inbox.runner import Runner
 from nous_inbox.store import Store, open_store
+from nous_inbox.store_worker import StoreWorker
 
 WAIT = 30.0  # seconds: a bound for a wait that should end at once, never a sync sleep
 
@@ -327,6 +329,45 @@ def test_a_batch_whose_outcome_is_unknown_is_not_written_again_and_every_sender_
     errors = [error for _, error in outcomes]
     assert isinstance(errors[0], StoreError) and errors[0] is errors[1] is errors[2]
     assert [e.message.content for e in store.read("s")] == ["a", "b", "c"]  # once each
+
+
+# -- the asyncio pump ---------------------------------------------------------------------------------
+
+
+def test_the_sends_queued_when_an_owner_gives_its_lease_back_are_stored_while_it_holds_it(
+) -> None:
+    # A batch commits while another send queues and the owner closes: the lease goes back
+    # only once every send queued before the close is stored (else the last batch would be
+    # written by an owner that no longer holds the stream).
+    order: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def commit(events: Sequence[Any]) -> Sequence[Any]:
+        order.extend(event.text for event in events)
+        if len(order) == 1:  # the first batch: held until the close is queued behind it
+            entered.set()
+            assert release.wait(WAIT)
+        return list(events)
+
+    class Lease:
+        def release(self) -> None:
+            order.append("lease given back")
+
+    async def main() -> list[str]:
+        worker = StoreWorker(asyncio.get_running_loop(), True, "s", commit=commit)
+        await worker.hold(Lease)
+        first = worker.send(Warned(text="a"))
+        assert await asyncio.to_thread(entered.wait, WAIT)
+        second = worker.send(Warned(text="b"))  # queued behind the batch under way
+        closed = worker.soon(worker.give_back)  # the close, queued on the worker after it
+        release.set()
+        await closed
+        stored = [(await first).text, (await second).text]
+        worker.shutdown()
+        return stored
+
+    assert asyncio.run(main()) == ["a", "b"]
+    assert order == ["a", "b", "lease given back"]
 
 
 # -- the batcher, sans I/O -------------------------------------------------------------------------
