@@ -110,6 +110,11 @@ class GroupCommit(Generic[W]):
         return len(self._pending)
 
     @property
+    def committing(self) -> bool:
+        """Whether a leader is gathering or committing: a send queued now waits for it."""
+        return self._committing
+
+    @property
     def senders(self) -> int:
         """How many senders the next leader waits for (those of the last round)."""
         return self._senders

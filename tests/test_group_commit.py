@@ -395,7 +395,9 @@ def test_a_finished_batch_hands_the_lead_to_the_first_sender_queued_meanwhile() 
     assert a.done and a.result() is a.event
     assert batcher.senders == 3  # its round: the one committed and the two queued meanwhile
     assert batcher.take() == [b, c]
+    assert batcher.committing  # b leads until its batch is finished
     assert batcher.finish([b, c], [(b.event, None), (c.event, None)], seconds=0.01) is None
+    assert not batcher.committing
     assert batcher.queue(Ticket(Warned(text="d")))  # idle again: the next sender leads
 
 
