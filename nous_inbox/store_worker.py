@@ -37,6 +37,7 @@ from nous_inbox.group_commit import (
     Outcome,
     Ticket,
     copy_for_sender,
+    interrupted,
     refused_unwritten,
     settle,
 )
@@ -247,8 +248,8 @@ class StoreWorker:
         begin, outcomes = time.monotonic(), list[Outcome]()
         try:
             outcomes = settle(self._commit, [ticket.event for ticket in batch])
-        except BaseException as exc:  # not a store's failure: its senders hear it too
-            outcomes = [(None, exc)] * len(batch)
+        except BaseException as exc:  # not a store's failure: the worker's own
+            outcomes = interrupted(exc, len(batch))
             raise
         finally:
             with self._queue_lock:

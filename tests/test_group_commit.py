@@ -43,7 +43,7 @@ class _HeldStore:
 
     blocking = True
 
-    def __init__(self, inner: Store, fail: Callable[[], Exception] | None = None,
+    def __init__(self, inner: Store, fail: Callable[[], BaseException] | None = None,
                  refuse: frozenset[str] = frozenset()) -> None:
         self.inner = inner
         self.sizes: list[int] = []
@@ -115,7 +115,7 @@ class _Senders:
             assert not thread.is_alive()
 
 
-def _held(fail: Callable[[], Exception] | None = None, refuse: frozenset[str] = frozenset(),
+def _held(fail: Callable[[], BaseException] | None = None, refuse: frozenset[str] = frozenset(),
           ) -> tuple[_HeldStore, Owner]:
     store = _HeldStore(open_store("memory:"), fail, refuse)
     owner = Owner(store, "s", Runner(_model), watch=False)
@@ -228,6 +228,25 @@ def test_each_sender_of_a_failed_batch_gets_an_error_of_its_own_caused_by_the_sh
         assert len({id(e) for e in errors}) == 3
         causes = {id(e.__cause__) for e in errors}
         assert len(causes) == 1 and isinstance(errors[0].__cause__, StoreError)
+
+
+def test_a_leader_interrupted_mid_commit_tells_its_senders_their_outcome_is_unknown() -> None:
+    # An interrupt (Ctrl-C in the thread leading) is that thread's own: the senders of its
+    # batch hear that their sends may or may not be stored, not the interrupt itself.
+    from nous_inbox.errors import OutcomeUnknownError
+
+    store, owner = _held(fail=KeyboardInterrupt)
+    with owner:
+        senders = _hold_then_queue(store, owner, ["a", "b", "c"])
+        store.release.set()
+        senders.join()
+        outcomes = [senders.results[t] for t in "abc"]
+        interrupted = [o for o in outcomes if isinstance(o, KeyboardInterrupt)]
+        unknown = [o for o in outcomes if isinstance(o, OutcomeUnknownError)]
+        assert len(interrupted) == 1 and len(unknown) == 2  # the leader, and its two senders
+        # Each its own copy of the batch's one error, which the interrupt caused.
+        assert all(o.__cause__.__cause__ is interrupted[0] for o in unknown)
+        assert owner.inject("after").seq == 2  # the group commit goes on
 
 
 def test_the_last_sender_a_gathering_leader_waits_for_takes_the_batch_over(
