@@ -52,7 +52,8 @@ SendTicket = Ticket["asyncio.Future[Event]"]
 class StoreWorker:
     """``loop``'s store calls: on one worker thread (named for ``name``) when ``blocking``, else
     inline. ``commit`` appends a batch of sends in one transaction (on the worker); ``settled``,
-    when given, hears each batch on the loop before its senders do."""
+    when given, hears each batch on the loop before its senders do; ``tell`` hears on the loop,
+    in log order, each batch of events :meth:`relay` is handed on any thread."""
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, blocking: bool, name: str,
