@@ -10,12 +10,15 @@ order, each time its run reaches a boundary, *before* the claim the boundary mak
 * ``"turn_ended"``: the turn's closing event is stored (the owner asks next whether to open
   another turn).
 
-A subscriber may send from inside its callback with the owner's own verbs (``steer``, ``inject``,
-``followup``): the send commits at once, on the thread that holds the owner's lock, so it is in
-the claim that follows (a followup sent at ``"turn_ended"`` opens the next turn). An
-``AsyncOwner``'s verb called there has done its work when it returns: the awaitable it returns
-need not be awaited. A subscriber that raises is logged (the ``nous_inbox`` logger) and the run
-goes on. A run that makes no boundary (a single-shot run, ruling 8) tells nothing.
+A subscriber is told on the thread that makes the claim, holding the owner's lock: an
+``Owner``'s run thread; an ``AsyncOwner``'s event loop, or its store worker thread when the
+store blocks (so a subscriber never awaits, nor touches the loop's objects directly). It may send
+from inside its callback with the owner's own verbs (``steer``, ``inject``, ``followup``): the
+send commits at once, on that thread, so it is in the claim that follows (a followup sent at
+``"turn_ended"`` opens the next turn). An ``AsyncOwner``'s verb called there has done its work
+when it returns: the awaitable it returns need not be awaited. A subscriber that raises is
+logged (the ``nous_inbox`` logger) and the run goes on. A run that makes no boundary (a
+single-shot run, ruling 8) tells nothing.
 
 >>> seen = []
 >>> boundaries = Boundaries("s")

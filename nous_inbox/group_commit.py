@@ -34,12 +34,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final, Generic, TypeVar
 
-from nous_inbox.errors import LeaseLostError
+from nous_inbox.errors import LeaseLostError, OutcomeUnknownError
 from nous_inbox.events import Event
 
 __all__ = [
     "GATHER_MAX_SECONDS", "GATHER_SECONDS", "GroupCommit", "Outcome", "Ticket",
-    "commit_in_threads", "copy_for_sender", "refused_unwritten", "settle",
+    "commit_in_threads", "copy_for_sender", "interrupted", "refused_unwritten", "settle",
 ]
 
 W = TypeVar("W")
@@ -108,6 +108,11 @@ class GroupCommit(Generic[W]):
     def queued(self) -> int:
         """How many sends wait for a batch to take them."""
         return len(self._pending)
+
+    @property
+    def committing(self) -> bool:
+        """Whether a leader is gathering or committing: a send queued now waits for it."""
+        return self._committing
 
     @property
     def senders(self) -> int:
@@ -210,6 +215,20 @@ def settle(commit: Callable[[Sequence[Event]], Sequence[Event]],
     return [(event, None) for event in stored]
 
 
+def interrupted(error: BaseException, count: int) -> list[Outcome]:
+    """How a batch of ``count`` sends ends when ``error`` (an interrupt, not a store's failure)
+    stopped its commit: each sender hears that its send may or may not be stored
+    (``OutcomeUnknownError``, caused by ``error``); the interrupt stays the leading thread's.
+
+    >>> [type(error).__name__ for _, error in interrupted(KeyboardInterrupt(), 2)]
+    ['OutcomeUnknownError', 'OutcomeUnknownError']
+    """
+    unknown = OutcomeUnknownError("the commit of this send's batch was interrupted: "
+                                  "it may or may not be stored")
+    unknown.__cause__ = error
+    return [(None, unknown)] * count
+
+
 def refused_unwritten(error: BaseException) -> bool:
     """Whether a failed send's ``error`` proves nothing was stored: a refusal raised before any
     I/O (``TypeError``, ``ValueError``) or an append fenced off (``LeaseLostError``). Any other
@@ -288,7 +307,7 @@ def _lead(batcher: GroupCommit[threading.Lock], queue_lock: threading.Lock,
     try:
         outcomes = settle(commit, [t.event for t in batch])
     except BaseException as exc:  # an interrupt in the leader: no sender waits forever
-        outcomes = [(None, exc)] * len(batch)
+        outcomes = interrupted(exc, len(batch))
         raise
     finally:
         with queue_lock:

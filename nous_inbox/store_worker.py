@@ -37,6 +37,7 @@ from nous_inbox.group_commit import (
     Outcome,
     Ticket,
     copy_for_sender,
+    interrupted,
     refused_unwritten,
     settle,
 )
@@ -51,7 +52,8 @@ SendTicket = Ticket["asyncio.Future[Event]"]
 class StoreWorker:
     """``loop``'s store calls: on one worker thread (named for ``name``) when ``blocking``, else
     inline. ``commit`` appends a batch of sends in one transaction (on the worker); ``settled``,
-    when given, hears each batch on the loop before its senders do."""
+    when given, hears each batch on the loop before its senders do; ``tell`` hears on the loop,
+    in log order, each batch of events :meth:`relay` is handed on any thread."""
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, blocking: bool, name: str,
@@ -101,10 +103,13 @@ class StoreWorker:
             unsubscribe()
 
     def give_back(self) -> None:
-        """Drop the subscription and give the lease back (a job for the worker, after every job
-        queued before it: a subscribe or an open a cancel left running ends first)."""
+        """Store the sends still queued, drop the subscription and give the lease back (a job
+        for the worker, after every job queued before it: a subscribe or an open a cancel left
+        running ends first, and no batch is written once the stream is given up)."""
         lease, self.lease = self.lease, None
         try:
+            while self._commit_batch():
+                pass
             self.drop_subscription()
         finally:
             if lease is not None:
@@ -226,23 +231,33 @@ class StoreWorker:
         return ticket.waiter
 
     def _flush(self) -> None:
-        """On the worker: commit one batch, settle its senders on the loop, and queue the next
-        batch if more came."""
+        """On the worker: commit one batch, and queue the next job if more came meanwhile
+        (behind the jobs queued since, so a run's claims are not kept waiting by a stream
+        of sends)."""
+        if self._commit_batch():
+            with contextlib.suppress(RuntimeError):  # the worker is gone: give_back took them
+                self._io.submit(self._flush)  # type: ignore[union-attr]
+
+    def _commit_batch(self) -> bool:
+        """On the worker: commit the sends queued as one batch and settle their senders on the
+        loop; whether more queued meanwhile. Nothing queued (an earlier job took them, or
+        their only sender took its send back) writes nothing."""
         with self._queue_lock:
             batch = self._group.take()
+        if not batch:
+            return False
         begin, outcomes = time.monotonic(), list[Outcome]()
         try:
             outcomes = settle(self._commit, [ticket.event for ticket in batch])
-        except BaseException as exc:  # not a store's failure: its senders hear it too
-            outcomes = [(None, exc)] * len(batch)
+        except BaseException as exc:  # not a store's failure: the worker's own
+            outcomes = interrupted(exc, len(batch))
             raise
         finally:
             with self._queue_lock:
                 more = self._group.finish(batch, outcomes, time.monotonic() - begin)
-            with contextlib.suppress(RuntimeError):  # the loop or the worker is gone
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody awaits them
                 self._loop.call_soon_threadsafe(self._settle, batch)
-                if more is not None:
-                    self._io.submit(self._flush)  # type: ignore[union-attr]
+        return more is not None
 
     def _settle(self, batch: Sequence[SendTicket]) -> None:
         if self._settled is not None:

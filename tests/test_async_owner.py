@@ -737,7 +737,7 @@ def test_a_cancelled_close_still_gives_the_stream_up_once_the_run_ends(tmp_path:
         await owner.steer("go")
         await asyncio.wait_for(asked.wait(), WAIT)
         closing = asyncio.ensure_future(owner.aclose(timeout=WAIT))
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0)  # the close is under way (its teardown is a task of its own)
         closing.cancel()  # the host gives up waiting, e.g. a second Ctrl-C
         with pytest.raises(asyncio.CancelledError):
             await closing
@@ -774,13 +774,20 @@ def test_a_prompt_cancelled_after_the_worker_took_it_still_opens_its_turn_as_a_p
     async def main() -> None:
         store = TakenThenHeld(asyncio.get_running_loop())
         async with AsyncOwner(store, "s", Runner(echo), watch=False) as owner:  # type: ignore[arg-type]
+            reader = owner.events()  # the run the prompt wakes is seen through the log
             task = asyncio.ensure_future(owner.prompt("hello"))
             await asyncio.wait_for(store.taken.wait(), WAIT)
             task.cancel()  # too late to take back: the prompt is being stored
             with pytest.raises(asyncio.CancelledError):
                 await task
             store.gate.set()
-            await asyncio.sleep(0.05)  # let the worker store it and the run start
+
+            async def turn_ends() -> None:
+                async for event in reader:
+                    if isinstance(event, TurnEnded):
+                        return
+
+            await asyncio.wait_for(turn_ends(), WAIT)
             await asyncio.wait_for(owner.wait_idle(), WAIT)
             assert sent_texts(store) == ["hello"]
             assert turn_reasons(store) == ["prompt"]

@@ -189,3 +189,34 @@ def test_a_followup_sent_as_a_turn_ends_opens_the_next_turn(face: str) -> None:
     assert session.turn == 2
     assert ("next_turn", ["and then this"]) in _claims(events)
     assert session == replay(events)
+
+
+@pytest.mark.xfail(strict=True, reason="the pydantic-ai adapter records its claims with "
+                   "port.commit, which goes around the owner port's boundary hook")
+@pytest.mark.parametrize("face", ["Owner", "AsyncOwner"])
+def test_an_agent_run_by_pydantic_ai_tells_its_boundaries_too(face: str) -> None:
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from nous_inbox.compat.pydantic_ai import AgentRunner
+
+    agent = Agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("ok")])))
+    heard: list[tuple[str, int]] = []
+    store = open_store("memory:")
+    if face == "Owner":
+        with Owner(store, "s", AgentRunner(agent), watch=False) as owner:
+            owner.on_boundary(lambda b: heard.append((b.kind, b.turn)))
+            owner.steer("go")
+            assert owner.wait_idle(WAIT)
+    else:
+        async def main() -> None:
+            async with AsyncOwner(store, "s", AgentRunner(agent), watch=False) as owner:
+                owner.on_boundary(lambda b: heard.append((b.kind, b.turn)))
+                await owner.steer("go")
+                assert await owner.wait_idle(WAIT)
+
+        asyncio.run(main())
+    assert heard[0] == ("turn_opening", 1) and ("step", 1) in heard
+    assert heard[-1] == ("turn_ended", 1)

@@ -8,6 +8,7 @@ known. Timing is measured in ``bench/``, never here.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,6 +23,7 @@ from nous_inbox.owner import Owner
 from nous_inbox.port import sent_event
 from nous_inbox.runner import Runner
 from nous_inbox.store import Store, open_store
+from nous_inbox.store_worker import StoreWorker
 
 WAIT = 30.0  # seconds: a bound for a wait that should end at once, never a sync sleep
 
@@ -41,7 +43,7 @@ class _HeldStore:
 
     blocking = True
 
-    def __init__(self, inner: Store, fail: Callable[[], Exception] | None = None,
+    def __init__(self, inner: Store, fail: Callable[[], BaseException] | None = None,
                  refuse: frozenset[str] = frozenset()) -> None:
         self.inner = inner
         self.sizes: list[int] = []
@@ -113,7 +115,7 @@ class _Senders:
             assert not thread.is_alive()
 
 
-def _held(fail: Callable[[], Exception] | None = None, refuse: frozenset[str] = frozenset(),
+def _held(fail: Callable[[], BaseException] | None = None, refuse: frozenset[str] = frozenset(),
           ) -> tuple[_HeldStore, Owner]:
     store = _HeldStore(open_store("memory:"), fail, refuse)
     owner = Owner(store, "s", Runner(_model), watch=False)
@@ -228,6 +230,25 @@ def test_each_sender_of_a_failed_batch_gets_an_error_of_its_own_caused_by_the_sh
         assert len(causes) == 1 and isinstance(errors[0].__cause__, StoreError)
 
 
+def test_a_leader_interrupted_mid_commit_tells_its_senders_their_outcome_is_unknown() -> None:
+    # An interrupt (Ctrl-C in the thread leading) is that thread's own: the senders of its
+    # batch hear that their sends may or may not be stored, not the interrupt itself.
+    from nous_inbox.errors import OutcomeUnknownError
+
+    store, owner = _held(fail=KeyboardInterrupt)
+    with owner:
+        senders = _hold_then_queue(store, owner, ["a", "b", "c"])
+        store.release.set()
+        senders.join()
+        outcomes = [senders.results[t] for t in "abc"]
+        interrupted = [o for o in outcomes if isinstance(o, KeyboardInterrupt)]
+        unknown = [o for o in outcomes if isinstance(o, OutcomeUnknownError)]
+        assert len(interrupted) == 1 and len(unknown) == 2  # the leader, and its two senders
+        # Each its own copy of the batch's one error, which the interrupt caused.
+        assert all(o.__cause__.__cause__ is interrupted[0] for o in unknown)
+        assert owner.inject("after").seq == 2  # the group commit goes on
+
+
 def test_the_last_sender_a_gathering_leader_waits_for_takes_the_batch_over(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -329,6 +350,45 @@ def test_a_batch_whose_outcome_is_unknown_is_not_written_again_and_every_sender_
     assert [e.message.content for e in store.read("s")] == ["a", "b", "c"]  # once each
 
 
+# -- the asyncio pump ---------------------------------------------------------------------------------
+
+
+def test_the_sends_queued_when_an_owner_gives_its_lease_back_are_stored_while_it_holds_it(
+) -> None:
+    # A batch commits while another send queues and the owner closes: the lease goes back
+    # only once every send queued before the close is stored (else the last batch would be
+    # written by an owner that no longer holds the stream).
+    order: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def commit(events: Sequence[Any]) -> Sequence[Any]:
+        order.extend(event.text for event in events)
+        if len(order) == 1:  # the first batch: held until the close is queued behind it
+            entered.set()
+            assert release.wait(WAIT)
+        return list(events)
+
+    class Lease:
+        def release(self) -> None:
+            order.append("lease given back")
+
+    async def main() -> list[str]:
+        worker = StoreWorker(asyncio.get_running_loop(), True, "s", commit=commit)
+        await worker.hold(Lease)
+        first = worker.send(Warned(text="a"))
+        assert await asyncio.to_thread(entered.wait, WAIT)
+        second = worker.send(Warned(text="b"))  # queued behind the batch under way
+        closed = worker.soon(worker.give_back)  # the close, queued on the worker after it
+        release.set()
+        await closed
+        stored = [(await first).text, (await second).text]
+        worker.shutdown()
+        return stored
+
+    assert asyncio.run(main()) == ["a", "b"]
+    assert order == ["a", "b", "lease given back"]
+
+
 # -- the batcher, sans I/O -------------------------------------------------------------------------
 
 
@@ -354,7 +414,9 @@ def test_a_finished_batch_hands_the_lead_to_the_first_sender_queued_meanwhile() 
     assert a.done and a.result() is a.event
     assert batcher.senders == 3  # its round: the one committed and the two queued meanwhile
     assert batcher.take() == [b, c]
+    assert batcher.committing  # b leads until its batch is finished
     assert batcher.finish([b, c], [(b.event, None), (c.event, None)], seconds=0.01) is None
+    assert not batcher.committing
     assert batcher.queue(Ticket(Warned(text="d")))  # idle again: the next sender leads
 
 

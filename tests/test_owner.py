@@ -774,6 +774,10 @@ def test_a_send_from_a_thread_holding_the_owner_lock_commits_at_once_beside_a_gr
     def worker_listener_sends() -> None:
         with owner._lock:  # private: the position of a run's worker inside record (the mailbox takes it too)
             leader.start()
+            # Private, read-only: the other thread now leads, and waits for the lock this one
+            # holds (the one way to know it without a sleep).
+            while not owner._group.committing:  # type: ignore[union-attr]
+                assert leader.is_alive()
             owner.inject("from a listener")
 
     assert _finishes(worker_listener_sends)  # (not closed if it hangs: close would too)
