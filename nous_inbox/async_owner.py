@@ -244,10 +244,13 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
         if io.on_loop():
             io.soon(self._record_cancel)  # (logs its own failure)
             return self._cancel_now()
+        run = self._run  # the run this call cancels: never one a later send starts
         self._record_cancel()
+        if run is None:
+            return False
         with contextlib.suppress(RuntimeError):  # the loop is gone: so is the run
-            loop.call_soon_threadsafe(self._cancel_now)
-        return self._run is not None
+            loop.call_soon_threadsafe(lambda: self._run is run and self._cancel_now())
+        return True
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until no run is going; ``False`` if ``timeout`` seconds passed first. Re-raises

@@ -215,8 +215,6 @@ def test_an_async_owner_cancelled_on_its_loop_records_the_request_first() -> Non
     asyncio.run(main())
 
 
-@pytest.mark.xfail(strict=True, reason="AsyncOwner.cancel off the loop cancels whatever run is "
-                   "going when its callback reaches the loop, not the run it was called on")
 def test_an_async_owner_cancelled_from_another_thread_while_idle_spares_the_next_run() -> None:
     store = open_store("memory:")
 
