@@ -95,8 +95,7 @@ class AgentHandle:
         return self.mailbox.pending(self.name)
 
     def message(self, id: str) -> Letter:
-        """Message ``id``, if this agent sent it, received it or wrote in its thread
-        (``PermissionError`` otherwise)."""
+        """Message ``id``, if this agent sent or received it (``PermissionError`` otherwise)."""
         return _message(self.mailbox, self.name, id)
 
     def ask(self, to: str, body: Any, *, timeout: float | None = None, kind: str = "question",
@@ -127,8 +126,8 @@ class AgentHandle:
 
 
 def _message(box: Mailbox, viewer: str, id: str) -> Letter:
-    """Message ``id`` as ``viewer`` may see it: its sender, recipient or a writer in its
-    thread; ``PermissionError`` for anyone else, ``LookupError`` for one not kept."""
+    """Message ``id`` as ``viewer`` may see it: its sender or recipient; ``PermissionError``
+    for anyone else, ``LookupError`` for one not kept."""
     if type(id) is not str or not id:
         raise TypeError(f"message of {viewer!r}: id must be a non-empty str, got {id!r}")
     with box._lock:
@@ -139,12 +138,11 @@ def _message(box: Mailbox, viewer: str, id: str) -> Letter:
             raise LookupError(f"message {id!r}: " + (
                 "no such message" if gone is None else f"no longer kept ({gone[0]})"))
         event = mail.event
+        # Not a writer in its thread: a thread's key is whatever a sender names, so anyone
+        # could write under it.
         if viewer not in (event.sender, event.recipient):
-            thread = box._state.thread(event.recipient, mail.thread)
-            if thread is None or viewer not in thread.senders:
-                raise PermissionError(
-                    f"message {id!r} from {event.sender!r} to {event.recipient!r}: "
-                    f"{viewer!r} is neither of them nor a writer in its thread")
+            raise PermissionError(f"message {id!r} from {event.sender!r} to "
+                                  f"{event.recipient!r}: {viewer!r} is neither of them")
         return letter(mail)
 
 def _answer(box: Mailbox, asker: str, id: str) -> Letter | None:
