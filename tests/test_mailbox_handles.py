@@ -122,6 +122,18 @@ def test_a_message_is_fetched_by_id_by_its_sender_and_recipient_only(box: Mailbo
         lead.message("nope")
 
 
+def test_a_handle_cannot_be_made_renamed_or_see_past_itself(box: Mailbox) -> None:
+    lead, dev = box.agent("lead"), box.agent("dev")
+    lead.send("dev", "the key is 42")
+    with pytest.raises(TypeError, match=r"box.agent\('dev'\)"):
+        AgentHandle(box, "dev")  # only the mailbox gives out a handle, once
+    with pytest.raises(AttributeError):
+        lead.name = "dev"  # type: ignore[misc]
+    assert not [name for name in dir(lead)
+                if not name.startswith("_") and isinstance(getattr(lead, name), Mailbox)]
+    assert lead.threads() == [] and dev.pending() == 1
+
+
 # -- waited answers ---------------------------------------------------------------------------------
 
 

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentHandle"]
 
+_GIVEN: Final = object()
+"""What only :meth:`Mailbox.agent` passes to make a handle."""
+
 POLL: Final = 0.05
 """Seconds between looks at the store for a reply another process wrote."""
 
@@ -49,20 +52,28 @@ POLL: Final = 0.05
 class AgentHandle:
     """Agent ``name``'s verbs on ``mailbox``; see the module. Get one from ``box.agent(name)``."""
 
-    __slots__ = ("mailbox", "name")
+    __slots__ = ("_mailbox", "_name")
 
-    def __init__(self, mailbox: Mailbox, name: str) -> None:
-        self.mailbox = mailbox
-        self.name = name
+    def __init__(self, mailbox: Mailbox, name: str, given: object = None) -> None:
+        if given is not _GIVEN:
+            raise TypeError(f"AgentHandle: get a handle from the mailbox, box.agent({name!r}), "
+                            "which gives out each agent's once")
+        self._mailbox = mailbox  # (private: holding a handle gives no way to other agents)
+        self._name = name
 
     def __repr__(self) -> str:
-        return f"<AgentHandle {self.name!r}>"
+        return f"<AgentHandle {self._name!r}>"
+
+    @property
+    def name(self) -> str:
+        """The agent this handle acts as (fixed: a handle is one agent's for good)."""
+        return self._name
 
     def send(self, to: str, body: Any, *, kind: str = "action", thread: str | None = None,
              correlation_id: str | None = None, id: str | None = None) -> Receipt:
         """Send ``body`` to agent ``to``, of class ``kind``, in ``thread`` (default: this agent's
         name); ``id`` makes the send idempotent."""
-        return self.mailbox._send(to, body, sender=self.name, kind=kind, thread=thread,
+        return self._mailbox._send(to, body, sender=self.name, kind=kind, thread=thread,
                                   correlation_id=correlation_id, id=id)
 
     def reply(self, thread: str, body: Any, *, to: str | None = None, kind: str = "reply",
@@ -71,32 +82,32 @@ class AgentHandle:
         it marks what ``to`` (default: the newest other writer) wrote there answered. ``kind``
         other than ``"reply"`` makes it that class too: a counter-question as a ``"blocker"``
         wakes the asker, and still answers it."""
-        return self.mailbox._reply(self.name, thread, body, to=to, kind=kind, id=id)
+        return self._mailbox._reply(self.name, thread, body, to=to, kind=kind, id=id)
 
     def withdraw(self, id: str) -> str:
         """Take back message ``id`` this agent sent: ``"withdrawn"`` if no notice carried it yet,
         else ``"retracted"`` (it stays in its thread, marked so, and shows there as new)."""
-        return self.mailbox._withdraw(id, sender=self.name)
+        return self._mailbox._withdraw(id, sender=self.name)
 
     def receive(self, *, limit: int = 50) -> list[MailSent]:
         """Take up to ``limit`` of this agent's queued messages, oldest first."""
-        return self.mailbox._receive(self.name, limit=limit)
+        return self._mailbox._receive(self.name, limit=limit)
 
     def threads(self) -> list[ThreadSummary]:
         """This agent's threads, the most recent first."""
-        return self.mailbox._threads(self.name)
+        return self._mailbox._threads(self.name)
 
     def read(self, thread: str) -> list[Letter]:
         """Read this agent's ``thread`` whole and mark it read."""
-        return self.mailbox._read_thread(self.name, thread)
+        return self._mailbox._read_thread(self.name, thread)
 
     def pending(self) -> int:
         """How many messages wait for this agent."""
-        return self.mailbox.pending(self.name)
+        return self._mailbox.pending(self.name)
 
     def message(self, id: str) -> Letter:
         """Message ``id``, if this agent sent or received it (``PermissionError`` otherwise)."""
-        return _message(self.mailbox, self.name, id)
+        return _message(self._mailbox, self.name, id)
 
     def ask(self, to: str, body: Any, *, timeout: float | None = None, kind: str = "question",
             thread: str | None = None) -> Letter:
@@ -175,7 +186,7 @@ class _Asking:
         if timeout is not None and (type(timeout) not in (int, float) or not timeout >= 0):
             raise ValueError(f"{where}: timeout must be a number of seconds >= 0 or None, "
                              f"got {timeout!r}")
-        self.where, self.box, self.asker, self.timeout = where, handle.mailbox, handle.name, timeout
+        self.where, self.box, self.asker, self.timeout = where, handle._mailbox, handle.name, timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.id = handle.send(to, body, kind=kind, thread=thread).id
 

@@ -78,7 +78,7 @@ from nous_inbox.mailbox.answers import (
     ThreadSummary,
     letter,
 )
-from nous_inbox.mailbox.handle import AgentHandle
+from nous_inbox.mailbox.handle import _GIVEN, AgentHandle
 from nous_inbox.mailbox.owner_link import NoticeDelivery, _is_owned
 from nous_inbox.mailbox.rules import (
     DEBOUNCE,
@@ -206,7 +206,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
             if parent is not None:
                 self._commit(lambda state: ([] if state.box(name).parent == parent else [
                     MailAgent(agent=name, parent=parent, at=self._clock())], None))
-            handle = self._handles[name] = AgentHandle(self, name)
+            handle = self._handles[name] = AgentHandle(self, name, _GIVEN)
         return handle
 
     # -- sending ----------------------------------------------------------------------------------
