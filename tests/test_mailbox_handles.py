@@ -142,8 +142,8 @@ def test_ask_returns_the_reply_once_the_recipient_answers(box: Mailbox) -> None:
     answer_in_a_thread(box, dev, "main")
     reply = lead.ask("dev", "which branch?", timeout=WAIT)
     assert (reply.sender, reply.body, reply.kind) == ("dev", "main", "reply")
-    (question,) = dev.read("lead")
-    assert question.state == "answered"
+    (question,) = dev.read(reply.thread)  # a thread of its own, named by the question's id
+    assert (question.id, question.state) == (reply.thread, "answered")
     assert [t.unread for t in lead.threads()] == [0]  # the asker has read its answer
 
 
@@ -169,10 +169,29 @@ def test_an_ask_that_times_out_leaves_its_question_to_be_answered_later(box: Mai
     lead, dev = box.agent("lead"), box.agent("dev")
     with pytest.raises(TimeoutError, match=r"no answer within 0 seconds \(message (\S+) waits"):
         lead.ask("dev", "which branch?", timeout=0)
-    (question,) = dev.read("lead")
-    reply = dev.reply("lead", "main")
+    (thread,) = dev.threads()
+    (question,) = dev.read(thread.thread)
+    reply = dev.reply(thread.thread, "main")
     assert lead.message(question.id).state == "answered"
     assert lead.message(reply.id).body == "main"
+
+
+def test_an_ask_gets_its_own_reply_not_a_late_one_to_an_earlier_question(box: Mailbox) -> None:
+    lead, dev = box.agent("lead"), box.agent("dev")
+    with pytest.raises(TimeoutError):
+        lead.ask("dev", "which branch?", timeout=0)
+    (first,) = [t.thread for t in dev.threads()]
+
+    def answer(message: MailSent) -> None:  # the late answer to the first question, then its own
+        def both() -> None:
+            dev.reply(first, "main")
+            dev.reply(message.thread or message.sender, "v2")
+
+        threading.Thread(target=both, daemon=True).start()
+
+    box.subscribe("dev", answer)
+    assert lead.ask("dev", "and the tag?", timeout=WAIT).body == "v2"
+    assert [t.unread for t in dev.threads()] == [1, 1]  # two questions, two threads
 
 
 def test_an_ask_of_a_question_withdrawn_meanwhile_ends_with_a_lookup_error(box: Mailbox) -> None:
@@ -198,11 +217,12 @@ def test_an_answer_written_by_another_process_reaches_the_asker(tmp_path: Any) -
     with Mailbox(url) as here, Mailbox(url) as there:
         lead, dev = here.agent("lead"), there.agent("dev")
         arrived = threading.Event()
-        here.subscribe("dev", lambda message: arrived.set())
+        asked: list[str] = []
+        here.subscribe("dev", lambda message: (asked.append(message.thread), arrived.set()))
 
         def answer() -> None:
             assert arrived.wait(WAIT)
-            dev.reply("lead", "main")
+            dev.reply(asked[0], "main")
 
         threading.Thread(target=answer, daemon=True).start()
         assert lead.ask("dev", "which branch?", timeout=WAIT).body == "main"

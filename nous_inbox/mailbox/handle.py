@@ -113,7 +113,10 @@ class AgentHandle:
             thread: str | None = None) -> Letter:
         """Send ``body`` to ``to`` and wait up to ``timeout`` seconds (None: for ever) for the
         reply, which it returns (marked read). ``TimeoutError`` names the message, still sent,
-        whose answer :meth:`message` finds later."""
+        whose answer :meth:`message` finds later.
+
+        The question goes in ``thread``, by default a thread of its own named by its id: a reply
+        answers every message of the asker's in its thread, so asks sharing one get one reply."""
         asking = _Asking(self, to, body, timeout, kind, thread)
         event = threading.Event()
         with asking.waiting(event.set):
@@ -188,7 +191,12 @@ class _Asking:
                              f"got {timeout!r}")
         self.where, self.box, self.asker, self.timeout = where, handle._mailbox, handle.name, timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
-        self.id = handle.send(to, body, kind=kind, thread=thread).id
+        # A reply answers every message of the asker's in its thread, so a question asked in a
+        # thread of its own (named by its id) is answered by its own reply only, never by a late
+        # one to an earlier question.
+        box = self.box
+        id = None if thread is not None else box._prefix + str(next(box._counter))
+        self.id = handle.send(to, body, kind=kind, thread=thread or id, id=id).id
 
     @contextlib.contextmanager
     def waiting(self, wake: Callable[[], object]) -> Iterator[None]:
