@@ -205,6 +205,34 @@ def test_an_ask_of_a_question_withdrawn_meanwhile_ends_with_a_lookup_error(box: 
         lead.ask("dev", "which?", timeout=WAIT)
 
 
+@pytest.mark.parametrize(("let_go", "outcome"), [("receive", "received"),
+                                                 ("withdraw", "withdrawn")])
+def test_an_ask_waiting_hears_at_once_that_its_question_was_let_go(let_go: str,
+                                                                   outcome: str) -> None:
+    box = Mailbox()  # no store: nothing to poll, only what the mailbox folds can wake the asker
+    lead, dev = box.agent("lead"), box.agent("dev")
+
+    async def host() -> str:
+        ask = asyncio.ensure_future(lead.ask_async("dev", "which?", timeout=WAIT))
+        await asyncio.sleep(0)  # (a turn of the loop, not a wait: the ask sends, then waits)
+        if let_go == "receive":
+            dev.receive()
+        else:
+            lead.withdraw(dev.threads()[0].thread)  # (named by the question's id)
+        for _ in range(100):  # turns of the loop, enough for a wake to arrive; no clock involved
+            if ask.done():
+                break
+            await asyncio.sleep(0)
+        if not ask.done():
+            ask.cancel()  # it did not hear: do not wait out its timeout
+            return "still waiting"
+        with pytest.raises(LookupError, match=f"was {outcome} unanswered"):
+            await ask
+        return "heard"
+
+    assert asyncio.run(host()) == "heard"
+
+
 @pytest.mark.parametrize("timeout", [-1, "1", float("nan")])
 def test_a_bad_timeout_is_refused_before_anything_is_sent(box: Mailbox, timeout: Any) -> None:
     with pytest.raises(ValueError, match="timeout must be a number of seconds"):

@@ -21,8 +21,9 @@ TimeoutError: ask of 'lead' to 'dev': no answer within 0 seconds (message ...-3 
 
 A waited answer: :meth:`AgentHandle.ask` sends (a question, by default: it wakes the recipient)
 and returns the reply once the recipient answers it; :meth:`AgentHandle.ask_async` is the same
-for an asyncio host. Both wait on one body (:meth:`_Asking.answer`), woken when a reply lands
-and, with a store another process may write to, looking again every ``poll`` seconds.
+for an asyncio host. Both wait on one body (:meth:`_Asking.answer`), woken when a reply lands or
+the question is let go and, with a store another process may write to, looking again every
+``POLL`` seconds.
 """
 
 from __future__ import annotations
@@ -200,7 +201,8 @@ class _Asking:
 
     @contextlib.contextmanager
     def waiting(self, wake: Callable[[], object]) -> Iterator[None]:
-        """``wake`` is called whenever a message is answered, while the ``with`` lasts."""
+        """``wake`` is called whenever a message is answered or let go, while the ``with``
+        lasts."""
         self.box._wakers.add(wake)
         try:
             yield

@@ -166,7 +166,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         self._state = MailboxState(retain, remember)
         self._subscribers: dict[str, list[Subscriber]] = {}
         self._handles: dict[str, AgentHandle] = {}  # the agents that act only through a handle
-        self._wakers: set[Callable[[], object]] = set()  # woken when a message is answered
+        self._wakers: set[Callable[[], object]] = set()  # askers, woken as their mail moves
         self._prefix = os.urandom(5).hex() + "-"
         self._counter = itertools.count(1)
         self._journal: Journal | None = None
@@ -544,7 +544,9 @@ class Mailbox(NoticeDelivery, NamedVerbs):
     def _fold(self, events: Sequence[Event]) -> None:
         for event in events:
             self._state.apply(event)
-            if type(event) is MailAnswered and self._wakers:
+            # An ask ends when its question is answered or let go unanswered: wake the askers
+            # on any event but a send, so none waits on for a question that is gone.
+            if self._wakers and type(event) is not MailSent:
                 for wake in list(self._wakers):
                     wake()
 
