@@ -203,3 +203,15 @@ def test_an_fyi_that_comes_while_the_model_answers_waits_for_the_next_turn(
     world.owner.prompt("and now?")
     assert world.owner.wait_idle(WAIT)
     assert world.box.status(sent[0]) == "noticed" and len(model.requests) == 2
+
+
+def test_an_fyi_that_comes_while_the_model_answers_is_brought_by_the_bounded_wait(
+        world_of: Callable[..., World]) -> None:
+    sent: list[str] = []
+    model = Scripted(while_answering=lambda: sent.extend(send_burst(world.qa, 1)))
+    world = world_of(model)
+    world.owner.prompt("go")
+    assert world.owner.wait_idle(WAIT) and world.owner.session.turn == 1
+    world.later(600)  # nobody prompts: the bounded wait brings it, as a turn of its own
+    assert world.owner.wait_idle(WAIT) and world.owner.session.turn == 2
+    assert world.box.status(sent[0]) == "noticed" and len(world.notices()) == 1
