@@ -271,7 +271,10 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         """``send(...).id``, the PraisonAI drop-in's ``send``. The one shortcut of a send, kept
         for the drop-in's speed floor: with no store, subscriber or attached agent and room in
         the queue there is nothing to commit, answer or tell, so the ``MailSent`` is checked,
-        frozen and folded as :meth:`send` would; anything else goes through :meth:`send`."""
+        frozen and folded as :meth:`send` would; anything else goes through :meth:`send`.
+        A name verb: it refuses to act as an agent whose handle was given out."""
+        if self._handles:
+            self._unhandled(sender, "send")
         lock = self._lock
         if (self._journal is None and type(recipient) is str and recipient
                 and type(sender) is str and sender
