@@ -215,3 +215,16 @@ def test_an_fyi_that_comes_while_the_model_answers_is_brought_by_the_bounded_wai
     world.later(600)  # nobody prompts: the bounded wait brings it, as a turn of its own
     assert world.owner.wait_idle(WAIT) and world.owner.session.turn == 2
     assert world.box.status(sent[0]) == "noticed" and len(world.notices()) == 1
+
+
+def test_a_blank_followup_waiting_is_no_prompt_for_an_fyi_to_join(
+        world_of: Callable[..., World]) -> None:
+    world = world_of(Scripted())
+    world.owner.followup(" \u200b")  # queued, never worth a turn of its own (ruling 4)
+    (fyi,) = send_burst(world.qa, 1)
+    world.later(1)
+    assert world.owner.wait_idle(WAIT) and world.owner.session.turn == 0  # no turn for an FYI
+    assert world.box.status(fyi) == "queued"
+    world.later(600)  # the bounded wait brings it, and the blank followup rides along
+    assert world.owner.wait_idle(WAIT) and world.owner.session.turn == 1
+    assert world.box.status(fyi) == "noticed"

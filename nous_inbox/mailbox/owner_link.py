@@ -410,7 +410,8 @@ class NoticeDelivery(abc.ABC):
         return plan(self._state, link.agent, now,
                     boundary=None if boundary is None else _AT.get(boundary),
                     running=not ended and (owner.running or session.running),
-                    prompt_waiting=session.inbox.has_pending(_TURN),
+                    # A turn will open for what waits only if the core finds it worth a round.
+                    prompt_waiting=session.inbox.worth_waking(_TURN),
                     debounce=self._debounce, max_wait=self._max_wait)
 
     def _on_session_event(self, link: AttachedAgent, event: Event) -> None:
