@@ -240,6 +240,12 @@ def test_a_bad_timeout_is_refused_before_anything_is_sent(box: Mailbox, timeout:
     assert box.pending("dev") == 0
 
 
+def test_an_ask_in_an_empty_thread_name_is_refused_before_anything_is_sent(box: Mailbox) -> None:
+    with pytest.raises(TypeError, match="thread must be a non-empty str"):
+        box.agent("lead").ask("dev", "which?", thread="", timeout=0)
+    assert box.pending("dev") == 0
+
+
 def test_an_answer_written_by_another_process_reaches_the_asker(tmp_path: Any) -> None:
     url = f"sqlite:{tmp_path / 'mail.sqlite'}"
     with Mailbox(url) as here, Mailbox(url) as there:

@@ -197,7 +197,8 @@ class _Asking:
         # one to an earlier question.
         box = self.box
         id = None if thread is not None else box._prefix + str(next(box._counter))
-        self.id = handle.send(to, body, kind=kind, thread=thread or id, id=id).id
+        self.id = handle.send(to, body, kind=kind, thread=id if thread is None else thread,
+                              id=id).id
 
     @contextlib.contextmanager
     def waiting(self, wake: Callable[[], object]) -> Iterator[None]:
