@@ -6,7 +6,8 @@ order, each time its run reaches a boundary, *before* the claim the boundary mak
 
 * ``"turn_opening"``: a turn opened and is about to claim ``next_turn`` (ruling 1);
 * ``"step"``: a step boundary, about to claim ``next_step`` (right before a model request, or
-  where the run would otherwise stop, ruling 2);
+  where the run would otherwise stop, ruling 2: then ``wake_only``, and only a waking message
+  is claimed);
 * ``"turn_ended"``: the turn's closing event is stored (the owner asks next whether to open
   another turn).
 
@@ -25,7 +26,7 @@ single-shot run, ruling 8) tells nothing.
 >>> unsubscribe = boundaries.subscribe(seen.append)
 >>> boundaries.tell("step", 3)
 >>> seen
-[Boundary(kind='step', stream='s', turn=3)]
+[Boundary(kind='step', stream='s', turn=3, wake_only=False)]
 >>> unsubscribe()
 >>> boundaries.tell("turn_ended", 3)
 >>> len(seen)
@@ -54,11 +55,14 @@ _KINDS: Final = frozenset({"turn_opening", "step", "turn_ended"})
 
 @attrs.frozen
 class Boundary:
-    """A boundary a run reached: its ``kind``, the session's ``stream`` and the ``turn`` number."""
+    """A boundary a run reached: its ``kind``, the session's ``stream`` and the ``turn`` number;
+    ``wake_only`` when the claim it comes before takes only a waking message worth a round (the
+    run would stop there, ruling 2), so what goes in without a wake waits for a later claim."""
 
     kind: BoundaryKind
     stream: str
     turn: int
+    wake_only: bool = False
 
 
 class Boundaries:
@@ -99,13 +103,13 @@ class Boundaries:
                 if type(event) is TurnEnded:
                     self.tell("turn_ended", event.turn)
 
-    def tell(self, kind: BoundaryKind, turn: int) -> None:
+    def tell(self, kind: BoundaryKind, turn: int, wake_only: bool = False) -> None:
         """Tell every subscriber that the run reached ``kind`` in ``turn``; log one that raises."""
         if not self._callbacks:
             return
         if kind not in _KINDS:
             raise ValueError(f"no boundary {kind!r}; the kinds are {', '.join(sorted(_KINDS))}")
-        boundary = Boundary(kind, self._stream, turn)
+        boundary = Boundary(kind, self._stream, turn, wake_only)
         for callback in self._callbacks:
             try:
                 callback(boundary)

@@ -124,7 +124,8 @@ class OwnerPort(JournalPort):
         with self._lock:
             if self._boundaries:
                 turn = self._journal.session.turn
-                self._boundaries.tell("turn_opening" if target == _TURN else "step", turn)
+                self._boundaries.tell("turn_opening" if target == _TURN else "step", turn,
+                                      wake_only)
             messages, event = self._journal.claim(target, wake_only=wake_only)
             return (tuple(messages), event) if event is not None else ((), None)
 

@@ -186,6 +186,19 @@ def test_the_library_mailbox_underneath_has_threads_and_replies() -> None:
     assert [m.body for m in box.receive("researcher")] == ["RAG in Practice"]
 
 
+def test_once_an_agent_has_a_handle_the_drop_in_cannot_act_as_it() -> None:
+    box = InProcessMailbox()
+    box.send("writer", "need a title", sender="researcher")
+    writer = box.mailbox.agent("writer")
+    with pytest.raises(PermissionError, match="'writer' acts only through its handle"):
+        box.receive("writer")
+    with pytest.raises(PermissionError, match="'writer' acts only through its handle"):
+        box.send("researcher", "forged", sender="writer")
+    assert writer.pending() == 1 and box.pending("researcher") == 0
+    box.send("editor", "still a name verb for the others", sender="researcher")
+    assert [m.body for m in box.receive("editor")] == ["still a name verb for the others"]
+
+
 @pytest.mark.parametrize("bound", [True, 1.5, "10"])
 def test_a_max_inbox_that_is_not_an_int_is_refused_by_name(bound: Any) -> None:
     with pytest.raises(TypeError, match="max_inbox must be an int"):

@@ -655,12 +655,12 @@ def _exercise(box: Mailbox) -> None:
 
 
 def _notice(box: Mailbox, agent: str) -> None:
-    """Deliver ``agent``'s new mail as a notice a run claims (it joins a waiting prompt's turn)."""
+    """Deliver ``agent``'s new mail as a notice a run claims (it joins a person's turn)."""
     box.send(agent, "heads up", sender="ops", kind="fyi", id=f"n-{agent}")
     owner = Owner(open_store("memory:"), agent, Runner(lambda transcript, tools: "ok"),
-                  watch=False, start=False)
-    owner.send("a person's prompt", "next_turn", False)  # waiting: the notice goes behind it
+                  watch=False)
     box.attach(agent, owner)
+    owner.followup("a person's prompt")  # the turn it opens takes the notice along
     assert owner.wait_idle(30)
     box.detach(agent)
     owner.close()

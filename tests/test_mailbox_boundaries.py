@@ -203,3 +203,28 @@ def test_an_fyi_that_comes_while_the_model_answers_waits_for_the_next_turn(
     world.owner.prompt("and now?")
     assert world.owner.wait_idle(WAIT)
     assert world.box.status(sent[0]) == "noticed" and len(model.requests) == 2
+
+
+def test_an_fyi_that_comes_while_the_model_answers_is_brought_by_the_bounded_wait(
+        world_of: Callable[..., World]) -> None:
+    sent: list[str] = []
+    model = Scripted(while_answering=lambda: sent.extend(send_burst(world.qa, 1)))
+    world = world_of(model)
+    world.owner.prompt("go")
+    assert world.owner.wait_idle(WAIT) and world.owner.session.turn == 1
+    world.later(600)  # nobody prompts: the bounded wait brings it, as a turn of its own
+    assert world.owner.wait_idle(WAIT) and world.owner.session.turn == 2
+    assert world.box.status(sent[0]) == "noticed" and len(world.notices()) == 1
+
+
+def test_a_blank_followup_waiting_is_no_prompt_for_an_fyi_to_join(
+        world_of: Callable[..., World]) -> None:
+    world = world_of(Scripted())
+    world.owner.followup(" \u200b")  # queued, never worth a turn of its own (ruling 4)
+    (fyi,) = send_burst(world.qa, 1)
+    world.later(1)
+    assert world.owner.wait_idle(WAIT) and world.owner.session.turn == 0  # no turn for an FYI
+    assert world.box.status(fyi) == "queued"
+    world.later(600)  # the bounded wait brings it, and the blank followup rides along
+    assert world.owner.wait_idle(WAIT) and world.owner.session.turn == 1
+    assert world.box.status(fyi) == "noticed"

@@ -109,17 +109,29 @@ def test_bad_agent_names_and_parents_are_refused(name: str, parent: Any,
 # -- a message by id, to those allowed to see it ----------------------------------------------------
 
 
-def test_a_message_is_fetched_by_id_by_its_sender_recipient_and_thread_writers(
-        box: Mailbox) -> None:
-    lead, dev, qa, stranger = (box.agent(n) for n in ("lead", "dev", "qa", "stranger"))
+def test_a_message_is_fetched_by_id_by_its_sender_and_recipient_only(box: Mailbox) -> None:
+    lead, dev, qa = (box.agent(n) for n in ("lead", "dev", "qa"))
     asked = lead.send("dev", "which branch?", thread="t1", kind="question")
-    qa.send("dev", "main, I think", thread="t1")
-    assert {h.message(asked.id).body for h in (lead, dev, qa)} == {"which branch?"}
+    assert {h.message(asked.id).body for h in (lead, dev)} == {"which branch?"}
     assert dev.message(asked.id).thread == "t1" and dev.message(asked.id).recipient == "dev"
-    with pytest.raises(PermissionError, match="from 'lead' to 'dev': 'stranger' is neither"):
-        stranger.message(asked.id)
+    # A thread's key is the sender's word: writing under it gives no right to what others wrote.
+    qa.send("dev", "main, I think", thread="t1")
+    with pytest.raises(PermissionError, match="from 'lead' to 'dev': 'qa' is neither"):
+        qa.message(asked.id)
     with pytest.raises(LookupError, match="no such message"):
         lead.message("nope")
+
+
+def test_a_handle_cannot_be_made_renamed_or_see_past_itself(box: Mailbox) -> None:
+    lead, dev = box.agent("lead"), box.agent("dev")
+    lead.send("dev", "the key is 42")
+    with pytest.raises(TypeError, match=r"box.agent\('dev'\)"):
+        AgentHandle(box, "dev")  # only the mailbox gives out a handle, once
+    with pytest.raises(AttributeError):
+        lead.name = "dev"  # type: ignore[misc]
+    assert not [name for name in dir(lead)
+                if not name.startswith("_") and isinstance(getattr(lead, name), Mailbox)]
+    assert lead.threads() == [] and dev.pending() == 1
 
 
 # -- waited answers ---------------------------------------------------------------------------------
@@ -130,8 +142,8 @@ def test_ask_returns_the_reply_once_the_recipient_answers(box: Mailbox) -> None:
     answer_in_a_thread(box, dev, "main")
     reply = lead.ask("dev", "which branch?", timeout=WAIT)
     assert (reply.sender, reply.body, reply.kind) == ("dev", "main", "reply")
-    (question,) = dev.read("lead")
-    assert question.state == "answered"
+    (question,) = dev.read(reply.thread)  # a thread of its own, named by the question's id
+    assert (question.id, question.state) == (reply.thread, "answered")
     assert [t.unread for t in lead.threads()] == [0]  # the asker has read its answer
 
 
@@ -157,10 +169,29 @@ def test_an_ask_that_times_out_leaves_its_question_to_be_answered_later(box: Mai
     lead, dev = box.agent("lead"), box.agent("dev")
     with pytest.raises(TimeoutError, match=r"no answer within 0 seconds \(message (\S+) waits"):
         lead.ask("dev", "which branch?", timeout=0)
-    (question,) = dev.read("lead")
-    reply = dev.reply("lead", "main")
+    (thread,) = dev.threads()
+    (question,) = dev.read(thread.thread)
+    reply = dev.reply(thread.thread, "main")
     assert lead.message(question.id).state == "answered"
     assert lead.message(reply.id).body == "main"
+
+
+def test_an_ask_gets_its_own_reply_not_a_late_one_to_an_earlier_question(box: Mailbox) -> None:
+    lead, dev = box.agent("lead"), box.agent("dev")
+    with pytest.raises(TimeoutError):
+        lead.ask("dev", "which branch?", timeout=0)
+    (first,) = [t.thread for t in dev.threads()]
+
+    def answer(message: MailSent) -> None:  # the late answer to the first question, then its own
+        def both() -> None:
+            dev.reply(first, "main")
+            dev.reply(message.thread or message.sender, "v2")
+
+        threading.Thread(target=both, daemon=True).start()
+
+    box.subscribe("dev", answer)
+    assert lead.ask("dev", "and the tag?", timeout=WAIT).body == "v2"
+    assert [t.unread for t in dev.threads()] == [1, 1]  # two questions, two threads
 
 
 def test_an_ask_of_a_question_withdrawn_meanwhile_ends_with_a_lookup_error(box: Mailbox) -> None:
@@ -174,10 +205,44 @@ def test_an_ask_of_a_question_withdrawn_meanwhile_ends_with_a_lookup_error(box: 
         lead.ask("dev", "which?", timeout=WAIT)
 
 
+@pytest.mark.parametrize(("let_go", "outcome"), [("receive", "received"),
+                                                 ("withdraw", "withdrawn")])
+def test_an_ask_waiting_hears_at_once_that_its_question_was_let_go(let_go: str,
+                                                                   outcome: str) -> None:
+    box = Mailbox()  # no store: nothing to poll, only what the mailbox folds can wake the asker
+    lead, dev = box.agent("lead"), box.agent("dev")
+
+    async def host() -> str:
+        ask = asyncio.ensure_future(lead.ask_async("dev", "which?", timeout=WAIT))
+        await asyncio.sleep(0)  # (a turn of the loop, not a wait: the ask sends, then waits)
+        if let_go == "receive":
+            dev.receive()
+        else:
+            lead.withdraw(dev.threads()[0].thread)  # (named by the question's id)
+        for _ in range(100):  # turns of the loop, enough for a wake to arrive; no clock involved
+            if ask.done():
+                break
+            await asyncio.sleep(0)
+        if not ask.done():
+            ask.cancel()  # it did not hear: do not wait out its timeout
+            return "still waiting"
+        with pytest.raises(LookupError, match=f"was {outcome} unanswered"):
+            await ask
+        return "heard"
+
+    assert asyncio.run(host()) == "heard"
+
+
 @pytest.mark.parametrize("timeout", [-1, "1", float("nan")])
 def test_a_bad_timeout_is_refused_before_anything_is_sent(box: Mailbox, timeout: Any) -> None:
     with pytest.raises(ValueError, match="timeout must be a number of seconds"):
         box.agent("lead").ask("dev", "which?", timeout=timeout)
+    assert box.pending("dev") == 0
+
+
+def test_an_ask_in_an_empty_thread_name_is_refused_before_anything_is_sent(box: Mailbox) -> None:
+    with pytest.raises(TypeError, match="thread must be a non-empty str"):
+        box.agent("lead").ask("dev", "which?", thread="", timeout=0)
     assert box.pending("dev") == 0
 
 
@@ -186,11 +251,12 @@ def test_an_answer_written_by_another_process_reaches_the_asker(tmp_path: Any) -
     with Mailbox(url) as here, Mailbox(url) as there:
         lead, dev = here.agent("lead"), there.agent("dev")
         arrived = threading.Event()
-        here.subscribe("dev", lambda message: arrived.set())
+        asked: list[str] = []
+        here.subscribe("dev", lambda message: (asked.append(message.thread), arrived.set()))
 
         def answer() -> None:
             assert arrived.wait(WAIT)
-            dev.reply("lead", "main")
+            dev.reply(asked[0], "main")
 
         threading.Thread(target=answer, daemon=True).start()
         assert lead.ask("dev", "which branch?", timeout=WAIT).body == "main"

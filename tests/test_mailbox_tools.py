@@ -29,6 +29,7 @@ class ReadThenReply:
 
     def __init__(self) -> None:
         self.results: list[str] = []
+        self.thread = ""
 
     def __call__(self, transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
         last = transcript[-1]
@@ -36,11 +37,12 @@ class ReadThenReply:
             self.results.append(str(last.content))
         calls = sum(1 for m in transcript if m.role == "tool")
         if calls == 0:
-            thread = last.metadata["threads"][0]
-            return Message.assistant(tool_calls=[ToolCall("c1", "inbox_read", {"thread": thread})])
+            self.thread = last.metadata["threads"][0]
+            return Message.assistant(tool_calls=[ToolCall("c1", "inbox_read",
+                                                          {"thread": self.thread})])
         if calls == 1:
             return Message.assistant(tool_calls=[ToolCall(
-                "c2", "inbox_reply", {"thread": "lead", "text": "main"})])
+                "c2", "inbox_reply", {"thread": self.thread, "text": "main"})])
         return Message.assistant("answered")
 
 
@@ -57,7 +59,7 @@ def test_a_model_reads_a_thread_and_replies_inside_a_run_while_the_sender_waits(
     # result on its next request, so the run is waited for before what the model saw is checked.
     assert owner.wait_idle(WAIT)
     assert model.results == ["[blocker] lead: which branch?", "replied to lead"]
-    assert [(t.thread, t.unread) for t in dev.threads()] == [("lead", 0)]
+    assert [(t.thread, t.unread) for t in dev.threads()] == [(model.thread, 0)]
     owner.close()
     box.close()
 
@@ -98,11 +100,12 @@ def test_a_pydantic_ai_agent_reads_and_replies_through_the_same_tools() -> None:
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         returned = [p for m in messages for p in m.parts if p.part_kind == "tool-return"]
-        if not returned:
-            return ModelResponse(parts=[ToolCallPart("inbox_read", {"thread": "lead"})])
+        if not returned:  # list the threads; the first line names the question's
+            return ModelResponse(parts=[ToolCallPart("inbox_read", {})])
         if len(returned) == 1:
+            thread = str(returned[0].content).split(":", 1)[0]
             return ModelResponse(parts=[ToolCallPart("inbox_reply",
-                                                     {"thread": "lead", "text": "main"})])
+                                                     {"thread": thread, "text": "main"})])
         return ModelResponse(parts=[TextPart("answered")])
 
     box = Mailbox(debounce=0.0)

@@ -28,7 +28,9 @@ restart: a new ``InProcessMailbox`` on the same store has the same queues.
 
 What differs, on purpose: a ``body`` must be JSON-able (the library never queues what it could
 not write down), so a send of anything else is a ``TypeError`` naming it, and nothing is queued;
-and a received ``body`` is an equal copy of what was sent, not the same object.
+and a received ``body`` is an equal copy of what was sent, not the same object. Once an agent's
+handle was given out (``mailbox.agent(name)`` underneath), ``send`` as it and ``receive`` for it
+are refused with ``PermissionError``: it acts only through its handle.
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ class InProcessMailbox:
 
     def receive(self, agent_id: str, *, limit: int = 50) -> list[AgentMessage]:
         """Take up to ``limit`` pending messages for ``agent_id``, oldest first."""
+        self._mailbox._unhandled(agent_id, "receive")
         if limit <= 0:
             return []
         return [AgentMessage(e.sender, e.recipient,

@@ -33,6 +33,11 @@ class NamedVerbs:
         """A name-taking verb acting as ``name``: deprecated, and refused for a handled agent."""
         warnings.warn(f"Mailbox.{verb}(...) acting as a named agent is deprecated: act through "
                       "box.agent(name)", DeprecationWarning, stacklevel=3)
+        self._unhandled(name, verb)
+
+    def _unhandled(self, name: object, verb: str) -> None:
+        """Refuse a verb acting as ``name`` by name once ``name``'s handle was given out (the
+        PraisonAI drop-in's verbs ask this too)."""
         if type(name) is str and name in self._handles:
             raise PermissionError(f"{verb}: {name!r} acts only through its handle "
                                   f"(box.agent({name!r}) was given out)")

@@ -21,8 +21,9 @@ TimeoutError: ask of 'lead' to 'dev': no answer within 0 seconds (message ...-3 
 
 A waited answer: :meth:`AgentHandle.ask` sends (a question, by default: it wakes the recipient)
 and returns the reply once the recipient answers it; :meth:`AgentHandle.ask_async` is the same
-for an asyncio host. Both wait on one body (:meth:`_Asking.answer`), woken when a reply lands
-and, with a store another process may write to, looking again every ``poll`` seconds.
+for an asyncio host. Both wait on one body (:meth:`_Asking.answer`), woken when a reply lands or
+the question is let go and, with a store another process may write to, looking again every
+``POLL`` seconds.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentHandle"]
 
+_GIVEN: Final = object()
+"""What only :meth:`Mailbox.agent` passes to make a handle."""
+
 POLL: Final = 0.05
 """Seconds between looks at the store for a reply another process wrote."""
 
@@ -49,20 +53,28 @@ POLL: Final = 0.05
 class AgentHandle:
     """Agent ``name``'s verbs on ``mailbox``; see the module. Get one from ``box.agent(name)``."""
 
-    __slots__ = ("mailbox", "name")
+    __slots__ = ("_mailbox", "_name")
 
-    def __init__(self, mailbox: Mailbox, name: str) -> None:
-        self.mailbox = mailbox
-        self.name = name
+    def __init__(self, mailbox: Mailbox, name: str, given: object = None) -> None:
+        if given is not _GIVEN:
+            raise TypeError(f"AgentHandle: get a handle from the mailbox, box.agent({name!r}), "
+                            "which gives out each agent's once")
+        self._mailbox = mailbox  # (private: holding a handle gives no way to other agents)
+        self._name = name
 
     def __repr__(self) -> str:
-        return f"<AgentHandle {self.name!r}>"
+        return f"<AgentHandle {self._name!r}>"
+
+    @property
+    def name(self) -> str:
+        """The agent this handle acts as (fixed: a handle is one agent's for good)."""
+        return self._name
 
     def send(self, to: str, body: Any, *, kind: str = "action", thread: str | None = None,
              correlation_id: str | None = None, id: str | None = None) -> Receipt:
         """Send ``body`` to agent ``to``, of class ``kind``, in ``thread`` (default: this agent's
         name); ``id`` makes the send idempotent."""
-        return self.mailbox._send(to, body, sender=self.name, kind=kind, thread=thread,
+        return self._mailbox._send(to, body, sender=self.name, kind=kind, thread=thread,
                                   correlation_id=correlation_id, id=id)
 
     def reply(self, thread: str, body: Any, *, to: str | None = None, kind: str = "reply",
@@ -71,39 +83,41 @@ class AgentHandle:
         it marks what ``to`` (default: the newest other writer) wrote there answered. ``kind``
         other than ``"reply"`` makes it that class too: a counter-question as a ``"blocker"``
         wakes the asker, and still answers it."""
-        return self.mailbox._reply(self.name, thread, body, to=to, kind=kind, id=id)
+        return self._mailbox._reply(self.name, thread, body, to=to, kind=kind, id=id)
 
     def withdraw(self, id: str) -> str:
         """Take back message ``id`` this agent sent: ``"withdrawn"`` if no notice carried it yet,
         else ``"retracted"`` (it stays in its thread, marked so, and shows there as new)."""
-        return self.mailbox._withdraw(id, sender=self.name)
+        return self._mailbox._withdraw(id, sender=self.name)
 
     def receive(self, *, limit: int = 50) -> list[MailSent]:
         """Take up to ``limit`` of this agent's queued messages, oldest first."""
-        return self.mailbox._receive(self.name, limit=limit)
+        return self._mailbox._receive(self.name, limit=limit)
 
     def threads(self) -> list[ThreadSummary]:
         """This agent's threads, the most recent first."""
-        return self.mailbox._threads(self.name)
+        return self._mailbox._threads(self.name)
 
     def read(self, thread: str) -> list[Letter]:
         """Read this agent's ``thread`` whole and mark it read."""
-        return self.mailbox._read_thread(self.name, thread)
+        return self._mailbox._read_thread(self.name, thread)
 
     def pending(self) -> int:
         """How many messages wait for this agent."""
-        return self.mailbox.pending(self.name)
+        return self._mailbox.pending(self.name)
 
     def message(self, id: str) -> Letter:
-        """Message ``id``, if this agent sent it, received it or wrote in its thread
-        (``PermissionError`` otherwise)."""
-        return _message(self.mailbox, self.name, id)
+        """Message ``id``, if this agent sent or received it (``PermissionError`` otherwise)."""
+        return _message(self._mailbox, self.name, id)
 
     def ask(self, to: str, body: Any, *, timeout: float | None = None, kind: str = "question",
             thread: str | None = None) -> Letter:
         """Send ``body`` to ``to`` and wait up to ``timeout`` seconds (None: for ever) for the
         reply, which it returns (marked read). ``TimeoutError`` names the message, still sent,
-        whose answer :meth:`message` finds later."""
+        whose answer :meth:`message` finds later.
+
+        The question goes in ``thread``, by default a thread of its own named by its id: a reply
+        answers every message of the asker's in its thread, so asks sharing one get one reply."""
         asking = _Asking(self, to, body, timeout, kind, thread)
         event = threading.Event()
         with asking.waiting(event.set):
@@ -127,8 +141,8 @@ class AgentHandle:
 
 
 def _message(box: Mailbox, viewer: str, id: str) -> Letter:
-    """Message ``id`` as ``viewer`` may see it: its sender, recipient or a writer in its
-    thread; ``PermissionError`` for anyone else, ``LookupError`` for one not kept."""
+    """Message ``id`` as ``viewer`` may see it: its sender or recipient; ``PermissionError``
+    for anyone else, ``LookupError`` for one not kept."""
     if type(id) is not str or not id:
         raise TypeError(f"message of {viewer!r}: id must be a non-empty str, got {id!r}")
     with box._lock:
@@ -139,12 +153,11 @@ def _message(box: Mailbox, viewer: str, id: str) -> Letter:
             raise LookupError(f"message {id!r}: " + (
                 "no such message" if gone is None else f"no longer kept ({gone[0]})"))
         event = mail.event
+        # Not a writer in its thread: a thread's key is whatever a sender names, so anyone
+        # could write under it.
         if viewer not in (event.sender, event.recipient):
-            thread = box._state.thread(event.recipient, mail.thread)
-            if thread is None or viewer not in thread.senders:
-                raise PermissionError(
-                    f"message {id!r} from {event.sender!r} to {event.recipient!r}: "
-                    f"{viewer!r} is neither of them nor a writer in its thread")
+            raise PermissionError(f"message {id!r} from {event.sender!r} to "
+                                  f"{event.recipient!r}: {viewer!r} is neither of them")
         return letter(mail)
 
 def _answer(box: Mailbox, asker: str, id: str) -> Letter | None:
@@ -177,13 +190,20 @@ class _Asking:
         if timeout is not None and (type(timeout) not in (int, float) or not timeout >= 0):
             raise ValueError(f"{where}: timeout must be a number of seconds >= 0 or None, "
                              f"got {timeout!r}")
-        self.where, self.box, self.asker, self.timeout = where, handle.mailbox, handle.name, timeout
+        self.where, self.box, self.asker, self.timeout = where, handle._mailbox, handle.name, timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
-        self.id = handle.send(to, body, kind=kind, thread=thread).id
+        # A reply answers every message of the asker's in its thread, so a question asked in a
+        # thread of its own (named by its id) is answered by its own reply only, never by a late
+        # one to an earlier question.
+        box = self.box
+        id = None if thread is not None else box._prefix + str(next(box._counter))
+        self.id = handle.send(to, body, kind=kind, thread=id if thread is None else thread,
+                              id=id).id
 
     @contextlib.contextmanager
     def waiting(self, wake: Callable[[], object]) -> Iterator[None]:
-        """``wake`` is called whenever a message is answered, while the ``with`` lasts."""
+        """``wake`` is called whenever a message is answered or let go, while the ``with``
+        lasts."""
         self.box._wakers.add(wake)
         try:
             yield

@@ -78,7 +78,7 @@ from nous_inbox.mailbox.answers import (
     ThreadSummary,
     letter,
 )
-from nous_inbox.mailbox.handle import AgentHandle
+from nous_inbox.mailbox.handle import _GIVEN, AgentHandle
 from nous_inbox.mailbox.owner_link import NoticeDelivery, _is_owned
 from nous_inbox.mailbox.rules import (
     DEBOUNCE,
@@ -166,7 +166,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         self._state = MailboxState(retain, remember)
         self._subscribers: dict[str, list[Subscriber]] = {}
         self._handles: dict[str, AgentHandle] = {}  # the agents that act only through a handle
-        self._wakers: set[Callable[[], object]] = set()  # woken when a message is answered
+        self._wakers: set[Callable[[], object]] = set()  # askers, woken as their mail moves
         self._prefix = os.urandom(5).hex() + "-"
         self._counter = itertools.count(1)
         self._journal: Journal | None = None
@@ -206,7 +206,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
             if parent is not None:
                 self._commit(lambda state: ([] if state.box(name).parent == parent else [
                     MailAgent(agent=name, parent=parent, at=self._clock())], None))
-            handle = self._handles[name] = AgentHandle(self, name)
+            handle = self._handles[name] = AgentHandle(self, name, _GIVEN)
         return handle
 
     # -- sending ----------------------------------------------------------------------------------
@@ -271,7 +271,10 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         """``send(...).id``, the PraisonAI drop-in's ``send``. The one shortcut of a send, kept
         for the drop-in's speed floor: with no store, subscriber or attached agent and room in
         the queue there is nothing to commit, answer or tell, so the ``MailSent`` is checked,
-        frozen and folded as :meth:`send` would; anything else goes through :meth:`send`."""
+        frozen and folded as :meth:`send` would; anything else goes through :meth:`send`.
+        A name verb: it refuses to act as an agent whose handle was given out."""
+        if self._handles:
+            self._unhandled(sender, "send")
         lock = self._lock
         if (self._journal is None and type(recipient) is str and recipient
                 and type(sender) is str and sender
@@ -544,7 +547,9 @@ class Mailbox(NoticeDelivery, NamedVerbs):
     def _fold(self, events: Sequence[Event]) -> None:
         for event in events:
             self._state.apply(event)
-            if type(event) is MailAnswered and self._wakers:
+            # An ask ends when its question is answered or let go unanswered: wake the askers
+            # on any event but a send, so none waits on for a question that is gone.
+            if self._wakers and type(event) is not MailSent:
                 for wake in list(self._wakers):
                     wake()
 

@@ -45,10 +45,10 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
-from nous_inbox.boundary import Boundary
+from nous_inbox.boundary import Boundary as RunBoundary
 from nous_inbox.events import Event, MailNoticed, QueueClaimed
 from nous_inbox.inbox import Target
-from nous_inbox.mailbox.rules import DEBOUNCE, MAX_WAIT, NOTICE, compose, plan
+from nous_inbox.mailbox.rules import DEBOUNCE, MAX_WAIT, NOTICE, Boundary, compose, plan
 from nous_inbox.mailbox.state import Mail, MailboxState
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
@@ -61,6 +61,8 @@ _TURN: Final = Target.NEXT_TURN
 _HOW: Final = {"steer": (Target.NEXT_STEP, True), "inject": (Target.NEXT_STEP, False),
                "join": (_TURN, False), "followup": (_TURN, True)}
 """Each way a notice goes, as the queue it joins and whether it wakes."""
+_AT: Final[dict[str, Boundary]] = {"turn_opening": "turn_opening", "step": "step", "stop": "stop"}
+"""The boundaries the rules plan for (at ``"turn_ended"`` an idle agent's rules apply)."""
 _T = TypeVar("_T")
 
 
@@ -82,7 +84,7 @@ class Recipient(Protocol):
     def listen(self, callback: Callable[[Event], None]) -> None:
         """Call ``callback`` with every event the session records from now on."""
 
-    def on_boundary(self, callback: Callable[[Boundary], object]) -> Callable[[], None]:
+    def on_boundary(self, callback: Callable[[RunBoundary], object]) -> Callable[[], None]:
         """Call ``callback`` at each boundary of a run, before its claim; returns the undo."""
 
 
@@ -296,11 +298,12 @@ class NoticeDelivery(abc.ABC):
                 self._due.notify_all()  # the timer thread may need to wake sooner
         return due
 
-    def _at_boundary(self, link: AttachedAgent, boundary: Boundary) -> None:
+    def _at_boundary(self, link: AttachedAgent, boundary: RunBoundary) -> None:
         """The owner's run reached ``boundary`` (on its thread, holding its lock): what came since
         the last one goes in now, as one notice; after a turn, an idle agent's rules apply."""
         if self._attached.get(link.agent) is link:
-            self._deliver(link, self._clock(), boundary.kind)
+            kind = "stop" if boundary.kind == "step" and boundary.wake_only else boundary.kind
+            self._deliver(link, self._clock(), kind)
 
     def _deliver(self, link: AttachedAgent, now: float, boundary: str | None = None,
                  ) -> float | None:
@@ -405,10 +408,10 @@ class NoticeDelivery(abc.ABC):
         session = owner.session
         ended = boundary == "turn_ended"  # the run is over: an idle agent's rules
         return plan(self._state, link.agent, now,
-                    boundary="step" if boundary == "step" else
-                    "turn_opening" if boundary == "turn_opening" else None,
+                    boundary=None if boundary is None else _AT.get(boundary),
                     running=not ended and (owner.running or session.running),
-                    prompt_waiting=session.inbox.has_pending(_TURN),
+                    # A turn will open for what waits only if the core finds it worth a round.
+                    prompt_waiting=session.inbox.worth_waking(_TURN),
                     debounce=self._debounce, max_wait=self._max_wait)
 
     def _on_session_event(self, link: AttachedAgent, event: Event) -> None:

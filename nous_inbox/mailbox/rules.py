@@ -120,8 +120,9 @@ PREVIEW: Final = 120
 Plan = tuple[Literal["steer", "inject", "join", "followup"] | None, float | None]
 """How to deliver a notice now (``None``: not now) and, if not now, when to look again."""
 
-Boundary = Literal["turn_opening", "step"]
-"""The boundaries of a run at which a notice goes in (the owner tells them, before its claim)."""
+Boundary = Literal["turn_opening", "step", "stop"]
+"""The boundaries of a run at which a notice goes in (the owner tells them, before its claim);
+``"stop"`` is a step boundary where the run stops unless a waking message comes."""
 
 
 def check_options(*, max_queue: int, overflow: str, retain: int, remember: int,
@@ -238,9 +239,10 @@ def plan(
 
     At a ``boundary`` of its run, everything new is one notice: joining the turn that opens
     (``"join"``: next turn, no wake, claimed right after), or at a step boundary a ``"steer"``
-    when any of it may wake the agent, else an ``"inject"`` (an FYI alone never extends a run
-    that would stop, ruling 2); none at a step while a person's prompt waits: it joins that
-    prompt's turn. Between boundaries a running agent hears nothing: its next boundary brings
+    when any of it may wake the agent, else an ``"inject"``; at a ``"stop"`` (the run stops
+    unless a waking message comes) a ``"steer"`` or nothing: an FYI alone never extends a run,
+    ruling 2, and waits as an idle agent's would. None at a step while a person's prompt waits:
+    it joins that prompt's turn. Between boundaries a running agent hears nothing: its next boundary brings
     everything at once. An idle agent gets a ``"followup"`` (a turn) ``debounce`` seconds after
     the first message that may wake it, ``max_wait`` after the oldest when none may, or at once
     when a prompt waits (it joins that prompt's turn).
@@ -255,6 +257,8 @@ def plan(
     (None, None)
     >>> plan(state, "dev", 11.0, boundary="step", running=True, prompt_waiting=False)
     ('inject', None)
+    >>> plan(state, "dev", 11.0, boundary="stop", running=True, prompt_waiting=False)
+    (None, None)
     >>> plan(state, "dev", 11.0, boundary="turn_opening", running=True, prompt_waiting=False)
     ('join', None)
     """
@@ -264,8 +268,8 @@ def plan(
     waking = state.oldest_fresh(agent, waking=True)
     if boundary == "turn_opening":
         return "join", None
-    if boundary == "step":
-        if prompt_waiting:
+    if boundary == "step" or boundary == "stop":
+        if prompt_waiting or (boundary == "stop" and waking is None):
             return None, None
         return ("steer" if waking is not None else "inject"), None
     if running:

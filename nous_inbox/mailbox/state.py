@@ -1,7 +1,8 @@
 """The mailbox's state: what its stream of events folds into, one event at a time.
 
 Every fact of the mailbox is an event (``nous_inbox.events``: ``MailSent``, ``MailDropped``,
-``MailReceived``, ``MailNoticed``, ``MailRead``, ``MailAnswered``, ``MailWithdrawn``), and this
+``MailReceived``, ``MailNoticed``, ``MailRead``, ``MailAnswered``, ``MailWithdrawn``, and
+``MailAgent`` for a declared parent or a first turn), and this
 fold is the only place they change anything. A live mailbox folds each event it appends; a
 restarted one folds the stored stream from the start and holds an equal state: the same queues,
 threads, unread and noticed marks, counts and outcomes. What an event means (who may wake whom,
