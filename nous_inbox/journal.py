@@ -4,8 +4,8 @@ Whoever keeps a session value beside a shared log does the same three things: fo
 the value once, append each change with the version the value was computed from (so a change
 computed from stale state is refused rather than written), and, when another writer got there
 first, read what it wrote and compute the change again. The owner does this for a whole session,
-the aimu adapter for each agent's queues; both do it here, and every write a journal makes
-(:meth:`~Journal.commit`, :meth:`~Journal.append`, :meth:`~Journal.send`,
+the mailbox for its threads, the aimu adapter for each agent's queues; all do it here, and every
+write a journal makes (:meth:`~Journal.commit`, :meth:`~Journal.append`, :meth:`~Journal.send`,
 :meth:`~Journal.claim`) goes through one retry loop.
 
 >>> from nous_inbox.events import MessageSent

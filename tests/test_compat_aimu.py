@@ -937,16 +937,42 @@ def test_an_inject_also_extends_the_run_since_aimu_cannot_tell_the_boundary(kit:
     assert kit.Agent(client, name="worker", inbox=host).run("decide") == "hold the deploy"
 
 
-def test_whitespace_only_content_is_not_worth_a_round(kit: SimpleNamespace) -> None:
+@pytest.mark.parametrize("blank", ["   \n", "\u200b", " \ufeff\u2060 "])
+def test_blank_content_is_not_worth_a_round(kit: SimpleNamespace, blank: str) -> None:
+    # aimu strips whitespace itself, but not invisible characters: the drain must not hand it a
+    # message that is blank by the library's one rule (ruling 4), or aimu extends the run for it.
     host = AimuInbox()
 
     def composing() -> str:
-        host.steer("   \n", agent="worker")
+        host.steer(blank, agent="worker")
         return "done"
 
     client = kit.Client([composing, "never asked"])
     assert kit.Agent(client, name="worker", inbox=host).run("task") == "done"
     assert len(client.requests) == 1
+
+
+@pytest.mark.parametrize("blank", ["   \n", "\u200b"])
+def test_blank_content_does_not_replace_the_nudge(kit: SimpleNamespace, blank: str) -> None:
+    host = AimuInbox()
+
+    def empty_reply() -> str:
+        host.steer(blank, agent="worker")
+        return ""
+
+    client = kit.Client([empty_reply, "resumed"])
+    kit.Agent(client, name="worker", inbox=host).run("find it")
+    assert [m.get("provenance") for m in client.messages if m["role"] == "user"] == [
+        None, "continuation"]
+
+
+def test_a_blank_message_rides_along_with_the_next_message_worth_a_round() -> None:
+    box = AimuInbox()
+    drain = box.reader("a")
+    box.steer("\u200b", agent="a")
+    assert drain() == [] and box.pending("a") == 1  # kept: nothing is lost
+    box.steer("now look at the tests")
+    assert drain() == ["\u200b", "now look at the tests"] and box.pending("a") == 0
 
 
 def test_a_pending_message_replaces_the_continuation_nudge(kit: SimpleNamespace) -> None:

@@ -743,7 +743,7 @@ def test_a_waking_message_with_content_is_worth_waking_for() -> None:
     "blank", ["", " ", "\n", " \t\r\n ", "\u3000", "\u200b", "\u200c\u200d", "\u2060", "\ufeff",
               " \u200b\n\ufeff "],
 )
-def test_a_whitespace_only_waking_message_asks_for_a_wake_but_is_not_worth_one(blank: str) -> None:
+def test_a_blank_waking_message_asks_for_a_wake_but_is_not_worth_one(blank: str) -> None:
     for inbox in (Inbox().steer(blank), Inbox().followup(blank)):
         assert inbox.wants_wake()
         assert not inbox.worth_waking()

@@ -75,7 +75,7 @@ _POOL = [
 ]
 _sendable = st.one_of(
     st.sampled_from(["a", "b", "stop", "é ✓"]),
-    st.sampled_from(["", " ", "\n\t", Message.assistant(" ")]),  # blank: never worth a round
+    st.sampled_from(["", " ", "\n\t", "\u200b", " \ufeff\u2060", Message.assistant(" ")]),  # blank
     st.sampled_from(_POOL),
     st.text(max_size=4),
     _messages,

@@ -194,7 +194,7 @@ def test_a_frameworks_own_retry_is_its_nudge_and_a_pending_message_joins_it() ->
     assert CONTINUATION not in command.transcript and "Nudged" not in names(events)
 
 
-def test_a_framework_retrying_a_refused_answer_goes_on_within_the_budget() -> None:
+def test_a_frameworks_retry_of_a_refused_answer_still_counts_against_the_budget() -> None:
     state, _ = first_request(new_state(1))
     state, command, _ = advance(state, ModelAnswered(FINAL))
     assert command == Claim(STEP, wake_only=True)

@@ -560,3 +560,24 @@ def test_blank_means_nothing_but_whitespace_and_format_characters(content: str) 
         return
     visible = [c for c in content if not c.isspace() and unicodedata.category(c) != "Cf"]
     assert message.blank is (not visible)
+
+
+@pytest.mark.parametrize("fmt", ["json", "msgpack"])
+def test_a_forged_blank_field_in_a_log_changes_nothing(fmt: str) -> None:
+    # A log is data from elsewhere: its "blank" field is read and then decided again, so a
+    # record claiming a blank steer has words (or the reverse) cannot wake, extend or stay put.
+    from nous_inbox import replay
+    from nous_inbox.codec import decode_event
+    from nous_inbox.events import MessageSent
+
+    def sent(seq: int, content: str, blank: bool) -> bytes:
+        body = {"type": "message_sent", "target": "next_step", "wakeup": True, "seq": seq,
+                "message": {"role": "user", "content": content, "blank": blank}}
+        return msgspec.json.encode(body) if fmt == "json" else msgspec.msgpack.encode(body)
+
+    events = [decode_event(sent(1, "\u200b ", False), fmt), decode_event(sent(2, "go", True), fmt)]
+    assert [e.message.blank for e in events if isinstance(e, MessageSent)] == [True, False]
+    inbox = replay(events).inbox
+    assert inbox.worth_waking() and not replay(events[:1]).inbox.worth_waking()
+    assert events[0] == MessageSent(seq=1, target="next_step", wakeup=True,
+                                    message=Message.user("\u200b "))

@@ -232,3 +232,16 @@ def test_a_memory_store_subclass_that_holds_streams_through_appending_sees_every
     for event in (sent, sent, claim):
         store.append("s", [event])
     assert store.held == 3 and store.version("s") == 3
+
+
+def test_a_message_whose_blankness_no_longer_matches_its_text_is_decoded_not_judged():
+    # Blankness is decided when a message is built, and decided again when it is decoded: a
+    # message altered past its checks keeps a stale answer, which its record would not read
+    # back with. A blank message built the proper way reads back as it is.
+    stale = Message.user("a")
+    msgspec.structs.force_setattr(stale, "content", "")
+    for message, judged in ((stale, False), (Message.user(" \n"), True), (Message.user(""), True)):
+        event = MessageSent(target=Target.NEXT_STEP, wakeup=True, message=message, seq=1, at=1.0)
+        assert _reads_back(event) is judged
+        for fmt in (MSGPACK, JSON_LINES):
+            assert (fmt.decoder(Event).decode(fmt.encode(event)) == event) is judged

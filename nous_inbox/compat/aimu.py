@@ -69,8 +69,11 @@ over them and over a journal per address.
   that lost a race with another writer catches up and is worked out again on the new value.
 * aimu does not say at which boundary it drains, so an ``inject`` pending at what would be the
   final answer extends the run like a ``steer``; the wake flag matters to a host deciding whether
-  to start a run (``wants_wake``). And aimu drains first *after* the run's first reply, so a
-  followup reaches the next run at its first round boundary, not in its first request.
+  to start a run (``wants_wake``). A blank message (whitespace, or invisible characters only)
+  is never handed to aimu on its own, where it would make a round (ruling 4): it stays queued
+  until a drain has something worth a round to deliver with it. And aimu drains first *after*
+  the run's first reply, so a followup reaches the next run at its first round boundary, not in
+  its first request.
 * A message that lands after a run's last drain (or in a run that ends on its round budget,
   where aimu does not drain) stays queued, never dropped: a host asks ``wants_wake(agent)`` when
   a run ends to learn that another run is owed.
@@ -98,7 +101,7 @@ from nous_inbox.compat.aimu_routing import (
     order_of,
 )
 from nous_inbox.events import Event, MessageSent
-from nous_inbox.inbox import Entry, Inbox, Target
+from nous_inbox.inbox import Entry, Inbox, Target, is_blank
 from nous_inbox.journal import Journal, Log
 from nous_inbox.message import Message
 from nous_inbox.session import Session
@@ -279,8 +282,11 @@ class AimuInbox:
         turns: list[list[Message]] = []
         steps: list[list[Message]] = []
         failure: Exception | None = None
+        names = addresses(agent)
         with self._lock:
-            for name in addresses(agent):
+            if not self._worth_a_round(names, owed_turn):
+                return []
+            for name in names:
                 try:
                     if self._store is not None:
                         self._journal(name).catch_up()
@@ -299,6 +305,29 @@ class AimuInbox:
             logger.warning("AimuInbox: part of a drain failed; delivering the rest", exc_info=failure)
         merged = [*heapq.merge(*turns, key=order_of), *heapq.merge(*steps, key=order_of)]
         return [message.content for message in merged]
+
+    def _worth_a_round(
+        self, names: Iterable[str | None], owed_turn: dict[str | None, Sequence[Entry]]
+    ) -> bool:
+        """Whether a drain now would hand the run a message worth a model round (ruling 4).
+
+        aimu makes a round of any text a drain returns (one more request at what would be its
+        final answer, or in place of its nudge, with its budget refilled), and strips only
+        whitespace itself. So a drain that would return only blank messages (whitespace, or
+        invisible characters only) claims nothing: they stay queued, owe no run
+        (:meth:`wants_wake`), and ride along with the next drain that delivers something.
+        Called with the lock held.
+        """
+        for name in names:
+            if self._store is not None:
+                try:
+                    self._journal(name).catch_up()
+                except Exception:
+                    return True  # the drain reads again and says what failed
+            _, _, (turn, step) = claim_for_run(self._box(name), owed_turn.get(name))
+            if not (is_blank(turn) and is_blank(step)):
+                return True
+        return False
 
     # -- asking --------------------------------------------------------------------------------
 
