@@ -29,7 +29,7 @@ from nous_inbox.boundary import Boundaries, Boundary
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.group_commit import refused_unwritten
-from nous_inbox.inbox import Inbox, Target
+from nous_inbox.inbox import Inbox, Target, as_message
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore
@@ -131,6 +131,9 @@ class OwnerBody(Generic[R]):
         self._journal: Journal | None = None
         self._port: OwnerPort | None = None
         self._failure: BaseException | None = None
+        check = getattr(runner, "check_message", None)
+        self._check_message: Callable[[Message], object] | None = (
+            check if callable(check) else None)
 
     # -- what a host reads ------------------------------------------------------------------------
 
@@ -212,30 +215,42 @@ class OwnerBody(Generic[R]):
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> R:
         """Queue ``message`` on ``target`` durably, then wake if it asks to and nothing runs.
 
-        Bad input raises before anything is written. Returns the event as stored, once it is.
+        Bad input raises before anything is written, and so does a message the runner says it
+        cannot deliver (its ``check_message``). Returns the event as stored, once it is.
         """
-        return self._send(message, target, wakeup)
+        return self._send(self._deliverable(message), target, wakeup)
 
     def steer(self, message: Message | str) -> R:
         """Next step, wakes: "read this before your next model request"."""
-        return self._send(message, _STEP, True)
+        return self._send(self._deliverable(message), _STEP, True)
 
     def inject(self, message: Message | str) -> R:
         """Next step, no wake: "have this to hand if you make another request"."""
-        return self._send(message, _STEP, False)
+        return self._send(self._deliverable(message), _STEP, False)
 
     def followup(self, message: Message | str) -> R:
         """Next turn, wakes: "answer this after you finish what you are doing"."""
-        return self._send(message, _TURN, True)
+        return self._send(self._deliverable(message), _TURN, True)
 
     def prompt(self, text: Message | str) -> R:
         """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any turn in
         progress. It waits in ``next_turn`` with a wake, like a followup."""
-        return self._send(text, _TURN, True, prompt=True)
+        return self._send(self._deliverable(text), _TURN, True, prompt=True)
 
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> R:
         raise NotImplementedError
+
+    def _deliverable(self, message: Message | str) -> Message | str:
+        """``message``, once the runner's ``check_message`` (when it has one) let it through: a
+        message the runner could not deliver to its model as sent is refused here, before
+        anything is written, so the log never holds what the model was never shown."""
+        check = self._check_message
+        if check is None:
+            return message
+        checked = as_message(message)
+        check(checked)
+        return checked
 
     # -- the body's rules -------------------------------------------------------------------------
 

@@ -762,3 +762,21 @@ def test_a_message_pydantic_ai_cannot_be_given_as_sent_is_refused_naming_its_rol
         runner.check_message(message)
     runner.check_message(Message.user("go"))  # what it can deliver passes
     runner.check_message(Message.system("be brief"))
+
+
+@pytest.mark.parametrize("role", ["tool", "assistant"])
+def test_an_owner_refuses_at_send_what_its_agent_runner_cannot_deliver(role: str) -> None:
+    message = Message.tool("42 lines", "c1") if role == "tool" else Message.assistant("done")
+    store = open_store("memory:")
+    with Owner(store, "s", AgentRunner(Agent(FunctionModel(Script())))) as owner:
+        with pytest.raises(ValueError, match=f"cannot deliver a '{role}' message"):
+            owner.steer(message)
+    assert list(store.read("s")) == []  # nothing recorded
+
+    async def main() -> None:
+        async with AsyncOwner(store, "a", AgentRunner(Agent(FunctionModel(Script())))) as owner:
+            with pytest.raises(ValueError, match=f"cannot deliver a '{role}' message"):
+                owner.inject(message)
+            assert owner.session.version == 0
+
+    asyncio.run(main())
