@@ -85,11 +85,22 @@ class OwnerPort(JournalPort):
         self, target: Target | str, *, wake_only: bool = False
     ) -> tuple[Sequence[Message], QueueClaimed | None]:
         with self._lock:
-            if self._boundaries:
-                turn = self._journal.session.turn
-                self._boundaries.tell("turn_opening" if target == _TURN else "step", turn)
+            self.reaching(target, self._journal.session.turn)
             messages, event = self._journal.claim(target, wake_only=wake_only)
             return (tuple(messages), event) if event is not None else ((), None)
+
+    @property
+    def heard(self) -> bool:
+        """Whether anyone listens to the boundaries (a runner that claims inside a commit of its
+        own asks, and calls :meth:`reaching` before that commit only then)."""
+        return bool(self._boundaries)
+
+    def reaching(self, target: Target | str, turn: int) -> None:
+        """The run of ``turn`` is about to claim ``target``: tell the boundary subscribers, under
+        the owner's lock, so what they send commits at once and joins that claim."""
+        if self._boundaries:
+            with self._lock:
+                self._boundaries.tell("turn_opening" if target == _TURN else "step", turn)
 
 
 class OwnerBody(Generic[R]):

@@ -768,9 +768,9 @@ def test_a_message_pydantic_ai_cannot_be_given_as_sent_is_refused_naming_its_rol
 def test_an_owner_refuses_at_send_what_its_agent_runner_cannot_deliver(role: str) -> None:
     message = Message.tool("42 lines", "c1") if role == "tool" else Message.assistant("done")
     store = open_store("memory:")
-    with Owner(store, "s", AgentRunner(Agent(FunctionModel(Script())))) as owner:
-        with pytest.raises(ValueError, match=f"cannot deliver a '{role}' message"):
-            owner.steer(message)
+    with (Owner(store, "s", AgentRunner(Agent(FunctionModel(Script())))) as owner,
+          pytest.raises(ValueError, match=f"cannot deliver a '{role}' message")):
+        owner.steer(message)
     assert list(store.read("s")) == []  # nothing recorded
 
     async def main() -> None:
@@ -780,3 +780,37 @@ def test_an_owner_refuses_at_send_what_its_agent_runner_cannot_deliver(role: str
             assert owner.session.version == 0
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", ["Owner", "AsyncOwner"])
+def test_boundary_subscribers_hear_an_agent_runners_boundaries_and_a_steer_joins_that_claim(
+        face: str) -> None:
+    script = Script("tool", "done")
+    heard: list[tuple[str, int]] = []
+    holder: dict[str, Any] = {}
+
+    def at(boundary: Any) -> None:
+        heard.append((boundary.kind, boundary.turn))
+        if len(heard) == 2:  # the opening's step claim: a steer sent here is in it
+            holder["owner"].steer("heads up")
+
+    store = open_store("memory:")
+    if face == "Owner":
+        with Owner(store, "s", AgentRunner(make_agent(script))) as owner:
+            holder["owner"] = owner
+            owner.on_boundary(at)
+            owner.prompt("go")
+            assert owner.wait_idle(WAIT)
+    else:
+        async def main() -> None:
+            async with AsyncOwner(store, "s", AgentRunner(make_agent(script))) as owner:
+                holder["owner"] = owner
+                owner.on_boundary(at)
+                await owner.prompt("go")
+                assert await owner.wait_idle(WAIT)
+
+        asyncio.run(main())
+    assert heard == [("turn_opening", 1), ("step", 1), ("step", 1), ("step", 1),
+                     ("turn_ended", 1)]
+    assert script.requests[0] == [("user", "go"), ("user", "heads up")]
+    assert turns(list(store.read("s"))) == 1

@@ -326,6 +326,8 @@ class _InboxHooks(AbstractCapability[Any]):
         what the next request must carry."""
         before = len(self.recorded)
         if isinstance(self.port, JournalPort):
+            if getattr(self.port, "heard", False) and any(p is _CLAIMS for p in parts):
+                self._reaching(parts)
             def boundary(session: Session) -> tuple[list[Event], tuple[Advance, list[Message]]]:
                 events: list[Event] = []
                 inbox = session.inbox
@@ -356,6 +358,21 @@ class _InboxHooks(AbstractCapability[Any]):
             if isinstance(event, Warned):  # the loop's budget warning: a log line too
                 logger.warning(event.text)
         return deliver
+
+    def _reaching(self, parts: Sequence[_Part]) -> None:
+        """Tell the owner's boundary subscribers of each claim this boundary will make, before
+        the one commit that makes them (a send of theirs must not land inside that commit):
+        the claims are the loop's, worked out on a dry walk that claims nothing."""
+        reaching = self.port.reaching  # type: ignore[attr-defined]
+        targets: list[Any] = []
+
+        def claim(command: Claim) -> Sequence[Message]:
+            targets.append(command.target)
+            return ()
+
+        _walk(self.adv, parts, claim, lambda event: None)
+        for target in targets:
+            reaching(target, self.adv.state.turn)
 
     def _deliver(self, ctx: Any, messages: Sequence[Message]) -> None:
         if messages:
