@@ -38,12 +38,14 @@ from nous_inbox.session import Session
 from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
+from nous_inbox.turn_result import TurnLedger, TurnResult
 
 __all__ = ["AsyncTurnRunner", "Listener", "OwnerBody", "OwnerPort", "TurnRunner"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
 
 R = TypeVar("R")
+H = TypeVar("H")
 Listener = Callable[[Event], None]
 
 _STEP: Final = Target.NEXT_STEP
@@ -73,13 +75,21 @@ class OwnerPort(JournalPort):
     tells the boundary subscribers, under that lock, so what they send joins the claim.
     ``call_io``: how a runner reaches an ``AsyncOwner``'s store worker (``None``: call inline)."""
 
-    __slots__ = ("_boundaries", "call_io")
+    __slots__ = ("_boundaries", "_options", "call_io")
 
     def __init__(self, journal: Journal, lock: threading.RLock, boundaries: Boundaries,
                  call_io: Callable[..., Any] | None = None) -> None:
         super().__init__(journal, lock)
         self._boundaries = boundaries
         self.call_io = call_io
+        self._options: Callable[[], dict[str, Any]] = dict
+
+    @property
+    def turn_options(self) -> dict[str, Any]:
+        """The run options (``deps``, ``model_settings``, ...) given with the prompts and
+        followups the open turn claimed, merged in send order; read once, as the turn opens."""
+        with self._lock:
+            return self._options()
 
     def claim(
         self, target: Target | str, *, wake_only: bool = False
@@ -103,9 +113,10 @@ class OwnerPort(JournalPort):
                 self._boundaries.tell("turn_opening" if target == _TURN else "step", turn)
 
 
-class OwnerBody(Generic[R]):
+class OwnerBody(Generic[R, H]):
     """What both owners are, less their pumps (see the module notes). ``R`` is what a send verb
-    returns: the stored ``MessageSent``, or an awaitable of it."""
+    returns: the stored ``MessageSent``, or an awaitable of it; ``H`` what ``prompt`` and
+    ``followup`` return: a handle on the turn they start or join (:mod:`nous_inbox.turn_result`)."""
 
     _who: ClassVar[str]
     _run_method: ClassVar[str]
@@ -142,6 +153,11 @@ class OwnerBody(Generic[R]):
         self._journal: Journal | None = None
         self._port: OwnerPort | None = None
         self._failure: BaseException | None = None
+        self._ledger = TurnLedger()  # which turn took each prompt, and how each turn ended
+        self._ended_turns = 0  # turns the ledger saw end: a waiter looks again when it moves
+        self._run_options: dict[int, dict[str, Any]] = {}  # by the seq of the send they came with
+        load = getattr(runner, "load_output", None)
+        self._load_output: Callable[[Any], Any] | None = load if callable(load) else None
         check = getattr(runner, "check_message", None)
         self._check_message: Callable[[Message], object] | None = (
             check if callable(check) else None)
@@ -239,14 +255,82 @@ class OwnerBody(Generic[R]):
         """Next step, no wake: "have this to hand if you make another request"."""
         return self._send(self._deliverable(message), _STEP, False)
 
-    def followup(self, message: Message | str) -> R:
-        """Next turn, wakes: "answer this after you finish what you are doing"."""
-        return self._send(self._deliverable(message), _TURN, True)
+    def followup(self, message: Message | str, **run_options: Any) -> H:
+        """Next turn, wakes: "answer this after you finish what you are doing". Returns a handle
+        on the turn that will answer it (see :meth:`prompt`)."""
+        return self._turn_send(self._deliverable(message), False, self._checked_options(run_options))
 
-    def prompt(self, text: Message | str) -> R:
+    def prompt(self, text: Message | str, **run_options: Any) -> H:
         """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any turn in
-        progress. It waits in ``next_turn`` with a wake, like a followup."""
-        return self._send(self._deliverable(text), _TURN, True, prompt=True)
+        progress. It waits in ``next_turn`` with a wake, like a followup.
+
+        Returns a handle on the turn it starts (or joins, with what was queued beside it):
+        ``sent`` is the stored send, and the handle's result is the turn's
+        :class:`~nous_inbox.turn_result.TurnResult`. ``run_options`` reach the runner for that
+        turn (a pydantic-ai ``AgentRunner``: ``deps``, ``model_settings``, ...); a runner that
+        takes none refuses them here, before anything is written. They are not logged (a
+        ``deps`` is rarely JSON): a turn opened by a new owner after a restart runs without them.
+        """
+        return self._turn_send(self._deliverable(text), True, self._checked_options(run_options))
+
+    def _turn_send(self, message: Message | str, prompt: bool,
+                   options: dict[str, Any] | None) -> H:
+        raise NotImplementedError
+
+    def _checked_options(self, options: dict[str, Any]) -> dict[str, Any] | None:
+        if not options:
+            return None
+        check = getattr(self._runner, "check_run_options", None)
+        if not callable(check):
+            raise TypeError(f"{type(self._runner).__name__} takes no run options per prompt, "
+                            f"got {', '.join(sorted(options))}")
+        check(options)
+        return options
+
+    def _kept_options(self, sent: MessageSent, options: dict[str, Any]) -> MessageSent:
+        """Keep a send's run options for the turn that claims it (called with the lock held
+        since before the send was committed, so no claim can come first)."""
+        self._run_options[sent.seq] = options
+        return sent
+
+    def _turn_options(self) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for seq in self._ledger.claimed_now:
+            merged.update(self._run_options.pop(seq, ()))
+        return merged
+
+    # -- turn results -----------------------------------------------------------------------------
+
+    def _known_result(self, seq: int) -> TurnResult | None:
+        """The result of the send at ``seq`` if this owner's ledger has it (no I/O). A send made
+        before this owner opened is not in it: :meth:`_logged_result` reads the log."""
+        return self._ledger.result_of(seq, self._load_output)
+
+    def _logged_result(self, seq: int | None = None, turn: int | None = None) -> TurnResult | None:
+        """The result of the send at ``seq`` (or of ``turn``), read from the whole log (I/O)."""
+        ledger = TurnLedger.from_log(self._store.read(self._stream))
+        return (ledger.result_of(seq, self._load_output) if seq is not None
+                else ledger.result(turn or 0, self._load_output))
+
+    def _unanswered(self, seq: int, closed: bool) -> None:
+        """The send at ``seq`` has no result yet: raise if none will come from this owner."""
+        self._raise_if_lost()
+        if closed:
+            raise RuntimeError(f"{self._who} of session {self._stream!r} closed before the turn "
+                               f"of the send at seq {seq} ended (a new owner answers for it: "
+                               f"turn_handle({seq}))")
+
+    def _turn_sent(self, events: Sequence[Event], seq: int) -> MessageSent:
+        """The ``next_turn`` send at ``seq`` among ``events`` (read from the log), or the error
+        saying why there is no turn to wait for."""
+        for event in events:
+            if event.seq == seq:
+                if type(event) is MessageSent and event.target == _TURN:
+                    return event
+                raise ValueError(f"session {self._stream!r}: seq {seq} is a "
+                                 f"{type(event).__name__}, not a send to next_turn (a prompt "
+                                 f"or followup), so no turn answers it")
+        raise ValueError(f"session {self._stream!r} has no event at seq {seq}")
 
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> R:
@@ -307,6 +391,8 @@ class OwnerBody(Generic[R]):
                                   snapshot_every=self._snapshot_every, freeze_gc=self._freeze_gc)
                 self._journal = journal
                 self._port = OwnerPort(journal, self._lock, self._boundaries, call_io)
+                self._port._options = self._turn_options
+                self._ledger = TurnLedger(journal.session)
                 resumed = OwnerCore.resume(journal.session)
                 if resumed:
                     journal.append(resumed)
@@ -349,10 +435,16 @@ class OwnerBody(Generic[R]):
         caught up): hand them on, then tell the boundary subscribers of a turn that ended.
         Never raises: the events are stored, and the group commit counts on that."""
         try:
+            if self._ledger.fold(events):
+                self._ended_turns += 1
+                self._turn_ended()
             self._deliver(events)
         except Exception:
             logger.exception("handing on the events of session %r failed", self._stream)
         self._boundaries.ended(events)
+
+    def _turn_ended(self) -> None:
+        """A turn ended (the ledger has its result): wake whoever waits for one."""
 
     def _deliver(self, events: Sequence[Event]) -> None:
         self._tell(events)

@@ -154,7 +154,7 @@ def test_a_steer_sent_during_a_tool_call_is_absent_from_that_request_and_joins_t
         await owner.steer("also check b.py")
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("fix a.py")
+        await owner.prompt("fix a.py").stored()
 
     asyncio.run(run_owner(script, body, during))
     assert ("user", "also check b.py") not in script.requests[0]
@@ -171,7 +171,7 @@ def test_an_injection_alone_at_a_final_answer_does_not_extend_the_run() -> None:
 
     async def body(owner: AsyncOwner) -> None:
         holder["owner"] = owner
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
         assert [m.content for m, _ in owner.inbox.entries("next_step")] == ["fyi: tests are slow"]
 
@@ -190,7 +190,7 @@ def test_a_steer_at_a_final_answer_extends_the_run_by_one_request() -> None:
 
     async def body(owner: AsyncOwner) -> None:
         holder["owner"] = owner
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
         events.extend(list(owner._store.read(owner.stream)))
 
@@ -205,10 +205,10 @@ def test_a_followup_sent_mid_run_waits_for_the_next_run() -> None:
     events: list[Any] = []
 
     async def during(owner: AsyncOwner, n: int) -> None:
-        await owner.followup("and then deploy")
+        await owner.followup("and then deploy").stored()
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("build")
+        await owner.prompt("build").stored()
         assert await owner.wait_idle(WAIT)
         events.extend(list(owner._store.read(owner.stream)))
 
@@ -228,7 +228,7 @@ def test_cancel_ends_the_run_at_its_next_boundary_and_wakes_nothing() -> None:
     events: list[Any] = []
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
         events.extend(list(owner._store.read(owner.stream)))
         assert owner.inbox.wants_wake()  # the steer waits for the next real wake
@@ -251,7 +251,7 @@ def test_the_replayed_transcript_is_what_the_model_was_shown() -> None:
     session: dict[str, Any] = {}
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
         session["transcript"] = list(replay(list(owner._store.read(owner.stream))).transcript)
 
@@ -265,9 +265,9 @@ def test_a_new_turn_continues_from_the_recorded_transcript() -> None:
     script = Script("one", "two")
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("first")
+        await owner.prompt("first").stored()
         assert await owner.wait_idle(WAIT)
-        await owner.prompt("second")
+        await owner.prompt("second").stored()
 
     asyncio.run(run_owner(script, body))
     assert script.requests[1] == [("user", "first"), ("text", "one"), ("user", "second")]
@@ -341,7 +341,7 @@ def test_a_steer_from_another_terminal_reaches_a_running_agent(tmp_path: Path) -
         )
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
 
     asyncio.run(run_owner(script, body, during, url=url))
     assert script.requests[1][-2:] == [("tool", "result 0"), ("user", "from the CLI")]
@@ -383,7 +383,7 @@ async def work(n: int) -> str:
 async def main():
     async with AsyncOwner(open_store(sys.argv[1]), "s", AgentRunner(agent)) as owner:
         holder["owner"] = owner
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         await asyncio.Event().wait()
 
 asyncio.run(main())
@@ -483,7 +483,7 @@ def test_a_model_request_is_recorded_in_two_appends_the_boundary_and_the_reply()
 
     async def main() -> int:
         async with AsyncOwner(store, "s", AgentRunner(make_agent(script))) as owner:  # type: ignore[arg-type]
-            await owner.prompt("go")
+            await owner.prompt("go").stored()
             before = store.appends  # the prompt's own
             assert await owner.wait_idle(WAIT)
             assert owner.session == replay(list(store.read("s")))
@@ -526,11 +526,11 @@ def test_a_tool_that_finished_before_a_cancel_keeps_its_result_and_the_next_turn
         assert owner.cancel()  # while the tool runs: it finishes, the run ends at the next node
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
         assert transcript_shown(list(owner.transcript)) == [
             ("user", "go"), ("call", "work"), ("tool", "result 0")]
-        await owner.prompt("next")
+        await owner.prompt("next").stored()
         assert await owner.wait_idle(WAIT)
         log.extend(owner._store.read(owner.stream))
 
@@ -551,9 +551,9 @@ def test_calls_a_cancel_leaves_unrun_are_answered_as_cancelled_as_the_built_in_r
 
     async def body(owner: AsyncOwner) -> None:
         holder["owner"] = owner
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
-        await owner.prompt("next")
+        await owner.prompt("next").stored()
         assert await owner.wait_idle(WAIT)
         log.extend(owner._store.read(owner.stream))
 
@@ -590,9 +590,9 @@ def test_a_structured_answer_over_two_turns_is_replayed_as_the_model_saw_it() ->
     async def main() -> None:
         agent = Agent(FunctionModel(structured(requests)), output_type=Answer)
         async with AsyncOwner(open_store("memory:"), "s", AgentRunner(agent)) as owner:
-            await owner.prompt("first")
+            await owner.prompt("first").stored()
             assert await owner.wait_idle(WAIT)
-            await owner.prompt("second")
+            await owner.prompt("second").stored()
             assert await owner.wait_idle(WAIT)
             log.extend(owner._store.read(owner.stream))
 
@@ -614,7 +614,7 @@ def test_a_steer_at_a_structured_answer_follows_the_output_tools_return() -> Non
         agent = Agent(FunctionModel(structured(requests, during={0: steer})), output_type=Answer)
         async with AsyncOwner(open_store("memory:"), "s", AgentRunner(agent)) as owner:
             holder["owner"] = owner
-            await owner.prompt("first")
+            await owner.prompt("first").stored()
             assert await owner.wait_idle(WAIT)
             log.extend(owner._store.read(owner.stream))
 
@@ -806,7 +806,7 @@ def test_boundary_subscribers_hear_an_agent_runners_boundaries_and_a_steer_joins
             async with AsyncOwner(store, "s", AgentRunner(make_agent(script))) as owner:
                 holder["owner"] = owner
                 owner.on_boundary(at)
-                await owner.prompt("go")
+                await owner.prompt("go").stored()
                 assert await owner.wait_idle(WAIT)
 
         asyncio.run(main())
