@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("pydantic_ai")
 
 from pydantic import BaseModel
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import (
     INTERRUPTED_TOOL_RETURN_CONTENT,
     ModelMessage,
@@ -349,7 +349,7 @@ def test_a_steer_from_another_terminal_reaches_a_running_agent(tmp_path: Path) -
 
 CHILD = r"""
 import asyncio, json, sys
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 from nous_inbox.async_owner import AsyncOwner
@@ -814,3 +814,70 @@ def test_boundary_subscribers_hear_an_agent_runners_boundaries_and_a_steer_joins
                      ("turn_ended", 1)]
     assert script.requests[0] == [("user", "go"), ("user", "heads up")]
     assert turns(list(store.read("s"))) == 1
+
+
+# -- results and per-prompt options ----------------------------------------------------------------
+
+
+def test_a_prompts_result_holds_the_typed_output_and_usage_also_after_a_restart() -> None:
+    requests: list[Seen] = []
+    store = open_store("memory:")
+
+    def runner() -> AgentRunner:
+        return AgentRunner(Agent(FunctionModel(structured(requests)), output_type=Answer))
+
+    async def main() -> Any:
+        async with AsyncOwner(store, "s", runner()) as owner:
+            return await owner.prompt("how many?")
+
+    result = asyncio.run(main())
+    assert result.output == Answer(value=0)  # typed, not the output tool's arguments
+    assert result.usage is not None and result.usage["requests"] == 1
+    assert result.usage["input_tokens"] > 0  # FunctionModel estimates its tokens
+    (ended,) = [e for e in store.read("s") if isinstance(e, TurnEnded)]
+    assert ended.output == {"value": 0} and ended.usage == result.usage  # in the log
+
+    with Owner(store, "s", runner()) as again:  # a new owner reads it back, typed again
+        assert again.turn_result(1) == result
+
+
+def test_a_text_answers_output_is_its_text_and_not_recorded_twice() -> None:
+    store = open_store("memory:")
+    with Owner(store, "s", AgentRunner(make_agent(Script("hello there")))) as owner:
+        result = owner.prompt("hi").result(timeout=WAIT)
+    assert result.output == result.text == "hello there"
+    (ended,) = [e for e in store.read("s") if isinstance(e, TurnEnded)]
+    assert ended.output is None
+
+
+def test_deps_and_model_settings_given_with_a_prompt_reach_that_turns_run() -> None:
+    seen: list[tuple[str | None, Any]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append((info.instructions, (info.model_settings or {}).get("temperature")))
+        return ModelResponse(parts=[TextPart("ok")])
+
+    agent: Agent[str, str] = Agent(FunctionModel(model), deps_type=str)
+
+    @agent.instructions
+    def who(ctx: RunContext[str]) -> str:
+        return f"The user is {ctx.deps}."
+
+    async def main() -> None:
+        async with AsyncOwner(open_store("memory:"), "s",
+                              AgentRunner(agent, deps="nobody")) as owner:
+            await owner.prompt("hi", deps="ada", model_settings={"temperature": 0.25})
+            await owner.prompt("again", deps="grace")
+            await owner.prompt("and?")  # the runner's own deps again
+
+    asyncio.run(main())
+    assert seen == [("The user is ada.", 0.25), ("The user is grace.", None),
+                    ("The user is nobody.", None)]
+
+
+def test_an_option_agent_runner_sets_itself_is_refused_at_send() -> None:
+    store = open_store("memory:")
+    with (Owner(store, "s", AgentRunner(make_agent(Script()))) as owner,
+          pytest.raises(TypeError, match="sets message_history itself")):
+        owner.prompt("hi", message_history=[])
+    assert list(store.read("s")) == []
