@@ -85,6 +85,14 @@ from nous_inbox.store import (
     default_store_url,
     open_store,
 )
+from nous_inbox.turn_result import (
+    AsyncTurnHandle,
+    TurnCancelled,
+    TurnError,
+    TurnFailed,
+    TurnHandle,
+    TurnResult,
+)
 
 try:  # one source of truth for the version: the installed distribution's metadata
     __version__ = _metadata.version("nous-inbox")
@@ -97,6 +105,7 @@ _logging.getLogger("nous_inbox").addHandler(_logging.NullHandler())
 __all__ = [
     "SCHEMA_VERSION",
     "AsyncOwner",
+    "AsyncTurnHandle",
     "Boundary",
     "BoundaryKind",
     "Claimed",
@@ -144,7 +153,12 @@ __all__ = [
     "ToolCalled",
     "ToolReturned",
     "ToolSpec",
+    "TurnCancelled",
     "TurnEnded",
+    "TurnError",
+    "TurnFailed",
+    "TurnHandle",
+    "TurnResult",
     "TurnStarted",
     "UnexpectedHappeningError",
     "Warned",

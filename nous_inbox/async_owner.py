@@ -24,7 +24,11 @@ they were built for), and calls its store where :mod:`nous_inbox.store_worker` s
 
 A send verb checks its input (and an inline send stores) when called, and returns a coroutine of
 the stored event; under the owner's lock (a boundary subscriber) it commits at once, so a sync
-callback may send without awaiting. Every folded batch is told on the loop, in log order.
+callback may send without awaiting. ``prompt`` and ``followup`` return an
+:class:`~nous_inbox.turn_result.AsyncTurnHandle` instead: ``await owner.prompt(text)`` is the
+:class:`~nous_inbox.turn_result.TurnResult` of the turn that answers it, and
+``await handle.stored()`` the stored send alone. Every folded batch is told on the loop, in log
+order.
 """
 
 from __future__ import annotations

@@ -52,6 +52,12 @@ number so an idle owner wakes for such a send too (a store that offers
 polls only as a slow backstop). A running owner also checks the version at each claim, so a
 steer from another terminal reaches the run at its next step boundary.
 
+Results. ``prompt()`` and ``followup()`` return a :class:`~nous_inbox.turn_result.TurnHandle`
+on the turn that answers them: ``handle.sent`` is the stored send, ``handle.result(timeout=)``
+the turn's :class:`~nous_inbox.turn_result.TurnResult` (its last reply, typed output, usage,
+seqs and end reason; a failed or cancelled turn raises). The answer is read from the log, so
+``turn_handle(seq)`` and ``turn_result(turn)`` on a new owner give it after a restart.
+
 Cancelling (ruling 9): ``cancel()`` ends the current turn as ``"cancelled"`` at its next boundary
 and wakes nothing; queued messages wait for the next prompt or waking send.
 """

@@ -310,6 +310,7 @@ class AsyncTurnHandle:
         return self.result().__await__()
 
     def __repr__(self) -> str:
-        stored = self._stored
-        done = isinstance(stored, MessageSent) or stored.done()
-        return f"AsyncTurnHandle({'seq=' + str(self.seq) if done else 'storing'})"
+        try:
+            return f"AsyncTurnHandle(seq={self.seq})"
+        except RuntimeError:
+            return "AsyncTurnHandle(not stored)"

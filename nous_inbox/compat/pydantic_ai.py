@@ -52,7 +52,10 @@ What is recorded: ``TurnStarted``; the claims (``QueueClaimed``: the claim *is* 
 entry, ruling 6); per request ``StepStarted``, ``ModelRequested``, ``ModelReplied`` (the response as
 an assistant ``Message``) and a ``ToolCalled`` per tool call, all before the tools run; each tool
 result or retry prompt the model is then shown as ``ToolReturned`` (pydantic-ai's own retry
-prompt, as ``Nudged``), an output tool's return included; ``StepEnded`` and ``TurnEnded``. A call an
+prompt, as ``Nudged``), an output tool's return included; ``StepEnded`` and ``TurnEnded``, which
+carries the run's usage and its output as JSON (unless the output is the final reply's text), so
+a prompt's result (:mod:`nous_inbox.turn_result`) gives ``output`` typed again
+(:meth:`AgentRunner.load_output`), live or after a restart. A call an
 older log left open is answered as pydantic-ai answers it to the model ("interrupted") when the
 next turn opens, so the replayed transcript is the one the model saw. Design choice: tool results are recorded
 from the request that carries them, in pydantic-ai's own rendering, rather than from the tool's
@@ -592,7 +595,9 @@ class AgentRunner:
     Give it to an owner (``AsyncOwner(store, stream, AgentRunner(agent))``, or the threaded
     ``Owner``); ``max_steps`` bounds the model requests since the last delivered message, as
     :class:`~nous_inbox.runner.Runner`'s does (ruling 5); ``run_kwargs`` pass through to ``agent.iter`` (``deps``, ``usage_limits``,
-    ``model_settings``, ...). A port that says where its calls belong (``call_io``, as an
+    ``model_settings``, ...), and so do the options given with a prompt, for its turn
+    (``owner.prompt(text, deps=..., model_settings=...)``, read from the owner's port as
+    ``turn_options``: they win over these). A port that says where its calls belong (``call_io``, as an
     ``AsyncOwner``'s does) is called there; any other is called in a thread (``asyncio.to_thread``),
     or inline with ``offload=False`` (an in-memory port, where the hop costs more than the call).
     """
