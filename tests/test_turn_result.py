@@ -24,7 +24,7 @@ from nous_inbox.events import (
     TurnStarted,
 )
 from nous_inbox.inbox import Target
-from nous_inbox.message import Message
+from nous_inbox.message import Message, ToolCall
 from nous_inbox.owner import Owner
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
@@ -208,3 +208,22 @@ def test_the_ledger_finds_each_send_in_the_turn_whose_claim_took_it(plan: list[A
         found = ledger.result_of(seq)
         assert (None if found is None else found.turn) == want
         assert found is None or found.text == f"t{want}"
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_usage_a_model_reports_on_its_replies_is_summed_over_the_turn(face: str) -> None:
+    def model(transcript: Sequence[Message], tools: Any) -> Message:
+        usage = {"input_tokens": len(transcript) * 10, "output_tokens": 3, "note": "x"}
+        if transcript[-1].role == "user":
+            return Message.assistant(tool_calls=[ToolCall("c1", "add", {"a": 1, "b": 2})],
+                                     metadata={"usage": usage})
+        return Message.assistant("3", metadata={"usage": usage})
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    store = open_store("memory:")
+    with build(face, store, "s", Runner(model, [add])) as owner:
+        result = owner.prompt("1 + 2?").result(timeout=WAIT)
+    assert result.usage == {"input_tokens": 10 + 30, "output_tokens": 6}
+    assert of_type(store, TurnEnded)[0].usage == result.usage  # in the log
