@@ -548,7 +548,8 @@ def _options(port: SessionPort) -> dict[str, Any]:
 def _run_usage(run: Any, usage: Any) -> Any:
     try:
         found = usage if run is None else run.usage
-        return found() if callable(found) else found  # a method in older pydantic-ai
+        # A method in older pydantic-ai; the property's value is callable too, deprecated.
+        return found if hasattr(found, "input_tokens") else found()
     except Exception:  # a run that failed before it had a state
         return usage
 
