@@ -288,9 +288,9 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         """Wait for the turn of the send at ``seq`` (a handle's result). The ledger is read
         without the lock, which store I/O holds: a look that misses a fold just made is made
         again when the wake that fold sends arrives."""
-        return await asyncio.wait_for(self._answer(seq), timeout)
+        return await asyncio.wait_for(self._awaited_result(seq), timeout)
 
-    async def _answer(self, seq: int) -> TurnResult:
+    async def _awaited_result(self, seq: int) -> TurnResult:
         loop, io = asyncio.get_running_loop(), self._io
         assert io is not None
         looked = -1
