@@ -95,7 +95,7 @@ class OwnerPort(JournalPort):
         self, target: Target | str, *, wake_only: bool = False
     ) -> tuple[Sequence[Message], QueueClaimed | None]:
         with self._lock:
-            self.reaching(target, self._journal.session.turn)
+            self.reaching(target, self._journal.session.turn, wake_only=wake_only)
             messages, event = self._journal.claim(target, wake_only=wake_only)
             return (tuple(messages), event) if event is not None else ((), None)
 
@@ -105,9 +105,10 @@ class OwnerPort(JournalPort):
         own asks, and calls :meth:`reaching` before that commit only then)."""
         return bool(self._boundaries)
 
-    def reaching(self, target: Target | str, turn: int) -> None:
-        """The run of ``turn`` is about to claim ``target``: tell the boundary subscribers, under
-        the owner's lock, so what they send commits at once and joins that claim."""
+    def reaching(self, target: Target | str, turn: int, *, wake_only: bool = False) -> None:
+        """The run of ``turn`` is about to claim ``target`` (``wake_only``: where it would stop):
+        tell the boundary subscribers, under the owner's lock, so what they send commits at
+        once and joins that claim."""
         if self._boundaries:
             with self._lock:
                 self._boundaries.tell("turn_opening" if target == _TURN else "step", turn)

@@ -393,15 +393,15 @@ class _InboxHooks(AbstractCapability[Any]):
         the one commit that makes them (a send of theirs must not land inside that commit):
         the claims are the loop's, worked out on a dry walk that claims nothing."""
         reaching = self.port.reaching  # type: ignore[attr-defined]
-        targets: list[Any] = []
+        claims: list[Claim] = []
 
         def claim(command: Claim) -> Sequence[Message]:
-            targets.append(command.target)
+            claims.append(command)
             return ()
 
         _walk(self.adv, parts, claim, lambda event: None)
-        for target in targets:
-            reaching(target, self.adv.state.turn)
+        for command in claims:
+            reaching(command.target, self.adv.state.turn, wake_only=command.wake_only)
 
     def _deliver(self, ctx: Any, messages: Sequence[Message]) -> None:
         if messages:
