@@ -89,6 +89,14 @@ from nous_inbox.store import (
     default_store_url,
     open_store,
 )
+from nous_inbox.turn_result import (
+    AsyncTurnHandle,
+    TurnCancelled,
+    TurnError,
+    TurnFailed,
+    TurnHandle,
+    TurnResult,
+)
 
 try:  # one source of truth for the version: the installed distribution's metadata
     __version__ = _metadata.version("nous-inbox")
@@ -102,6 +110,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AgentHandle",
     "AsyncOwner",
+    "AsyncTurnHandle",
     "Boundary",
     "BoundaryKind",
     "CancelRequested",
@@ -150,7 +159,12 @@ __all__ = [
     "ToolCalled",
     "ToolReturned",
     "ToolSpec",
+    "TurnCancelled",
     "TurnEnded",
+    "TurnError",
+    "TurnFailed",
+    "TurnHandle",
+    "TurnResult",
     "TurnStarted",
     "UnexpectedHappeningError",
     "Warned",

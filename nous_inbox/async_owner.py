@@ -24,7 +24,11 @@ they were built for), and calls its store where :mod:`nous_inbox.store_worker` s
 
 A send verb checks its input (and an inline send stores) when called, and returns a coroutine of
 the stored event; under the owner's lock (a boundary subscriber) it commits at once, so a sync
-callback may send without awaiting. Every folded batch is told on the loop, in log order.
+callback may send without awaiting. ``prompt`` and ``followup`` return an
+:class:`~nous_inbox.turn_result.AsyncTurnHandle` instead: ``await owner.prompt(text)`` is the
+:class:`~nous_inbox.turn_result.TurnResult` of the turn that answers it, and
+``await handle.stored()`` the stored send alone. Every folded batch is told on the loop, in log
+order.
 """
 
 from __future__ import annotations
@@ -44,11 +48,12 @@ from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
 from nous_inbox.store_worker import SendTicket, Stored, StoreWorker, awaited
+from nous_inbox.turn_result import AsyncTurnHandle, TurnResult, settled
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
 
 
-class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
+class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     """Holds one session (``stream`` in ``store``) and runs ``runner`` on the event loop whenever
     it should wake; use it as ``async with AsyncOwner(store, stream, runner) as owner``.
 
@@ -89,6 +94,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
         self._readers: set[asyncio.Queue[Event | None]] = set()
         self._watcher: asyncio.Task[None] | None = None
         self._closing: asyncio.Task[None] | None = None  # one teardown for every aclose
+        self._result_waiters: set[asyncio.Future[None]] = set()  # handles waiting for a turn
 
     # -- opening and closing ----------------------------------------------------------------------
 
@@ -217,20 +223,104 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
 
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> Coroutine[Any, Any, MessageSent]:
+        stored = self._store_send(message, target, wakeup, prompt)
+        return Stored(stored) if type(stored) is MessageSent else awaited(stored)  # type: ignore[arg-type]
+
+    def _store_send(self, message: Message | str, target: Target | str, wakeup: bool, prompt: bool,
+               options: dict[str, Any] | None = None) -> MessageSent | asyncio.Future[MessageSent]:
+        """A send, stored at once (an inline store, a subscriber under the lock) or queued on
+        the worker: the stored event, or a future of it. With run ``options``, it commits on
+        its own, holding the lock until they are kept, so no claim can take it first."""
         journal, io = self._journal, self._io
         if journal is None or io is None or self._closed or self._core.lost is not None:
             self._check_open(self._closed)  # raises, saying why
         if prompt:
             self._core.prompt()  # before the send: the run it wakes starts before it returns
+
+        def now() -> MessageSent:
+            with self._lock:
+                sent = journal.send(message, target, wakeup)  # type: ignore[union-attr]
+                return sent if options is None else self._kept_options(sent, options)
+
         try:
             if io.inline or self._holds_lock():  # type: ignore[union-attr]
-                with self._lock:
-                    return Stored(journal.send(message, target, wakeup))  # type: ignore[union-attr]
+                return now()
+            if options is not None:
+                future: asyncio.Future[MessageSent] = io.soon(now)  # type: ignore[union-attr]
+                future.add_done_callback(lambda done: self._options_sent(done, prompt))
+                return future
             event = sent_event(message, target, wakeup)
         except BaseException as exc:
             self._sent_failed(exc, prompt)
             raise
-        return awaited(io.send(event, self._core.unprompt if prompt else None))  # type: ignore[arg-type, union-attr]
+        return io.send(event, self._core.unprompt if prompt else None)  # type: ignore[union-attr, return-value]
+
+    def _options_sent(self, done: asyncio.Future[MessageSent], prompt: bool) -> None:
+        error = None if done.cancelled() else done.exception()
+        if error is not None:
+            self._sent_failed(error, prompt)
+
+    def _turn_send(self, message: Message | str, prompt: bool,
+                   options: dict[str, Any] | None) -> AsyncTurnHandle:
+        return AsyncTurnHandle(self._store_send(message, Target.NEXT_TURN, True, prompt, options),
+                               self._result)
+
+    async def turn_result(self, turn: int) -> TurnResult:
+        """How ``turn`` ended (see :meth:`Owner.turn_result <nous_inbox.owner.Owner.turn_result>`),
+        read from the log on the store worker when this owner's ledger does not have it."""
+        assert self._io is not None
+        result = self._ledger.result(turn, self._load_output)
+        if result is None:
+            result = await self._io.call(lambda: self._logged_result(turn=turn))
+        if result is None:
+            raise LookupError(f"turn {turn} of session {self._stream!r} has not ended")
+        return settled(result)
+
+    async def turn_handle(self, seq: int) -> AsyncTurnHandle:
+        """A handle on the turn of the prompt or followup stored at ``seq`` (see
+        :meth:`Owner.turn_handle <nous_inbox.owner.Owner.turn_handle>`)."""
+        self._check_open(self._closed)
+        assert self._io is not None
+        events = await self._io.call(self._read, seq - 1)
+        return AsyncTurnHandle(self._turn_sent(events, seq), self._result)
+
+    async def _result(self, seq: int, timeout: float | None) -> TurnResult:
+        """Wait for the turn of the send at ``seq`` (a handle's result). The ledger is read
+        without the lock, which store I/O holds: a look that misses a fold just made is made
+        again when the wake that fold sends arrives."""
+        return await asyncio.wait_for(self._awaited_result(seq), timeout)
+
+    async def _awaited_result(self, seq: int) -> TurnResult:
+        loop, io = asyncio.get_running_loop(), self._io
+        assert io is not None
+        looked = -1
+        while True:
+            if looked != self._ended_turns:
+                looked = self._ended_turns
+                result = (self._known_result(seq) if self._ledger.knows(seq)
+                          else await io.call(self._logged_result, seq))
+                if result is not None:
+                    return settled(result)
+            self._unanswered(seq, self._closed and self._run is None)
+            waiter = loop.create_future()
+            self._result_waiters.add(waiter)
+            try:
+                await waiter
+            finally:
+                self._result_waiters.discard(waiter)
+
+    def _turn_ended(self) -> None:
+        if self._result_waiters and self._loop is not None:
+            if self._io is not None and self._io.on_loop():
+                self._wake_results()
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop is gone
+                    self._loop.call_soon_threadsafe(self._wake_results)
+
+    def _wake_results(self) -> None:
+        for waiter in tuple(self._result_waiters):
+            if not waiter.done():
+                waiter.set_result(None)
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``, interrupting a model
@@ -324,6 +414,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
 
     def _halted(self) -> None:
         self._settled.set()
+        self._wake_results()
         for reader in self._readers:  # the owner is over: so is every events() reader
             reader.put_nowait(None)
         if self._watcher is not None and self._watcher is not asyncio.current_task():
@@ -374,3 +465,4 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent]]):
             if self._run is me:
                 self._run, self._cancel = None, None
                 self._settled.set()
+                self._wake_results()  # closed meanwhile: a handle still waiting hears it

@@ -227,12 +227,20 @@ TurnEndReason = Literal["final", "budget", "cancelled", "error"]
 
 
 class TurnEnded(_Base, tag="turn_ended", frozen=True):
-    """Turn ``turn`` ended after ``steps`` steps, for ``reason``."""
+    """Turn ``turn`` ended after ``steps`` steps, for ``reason``.
+
+    ``output`` is the turn's typed output as JSON, where the runner has one (a pydantic-ai
+    ``output_type``); ``usage`` the counts the model reported over the turn (tokens,
+    requests), where it reports them. Both are read back by
+    :class:`~nous_inbox.turn_result.TurnResult`.
+    """
 
     turn: _Count
     steps: _Count
     reason: TurnEndReason
     error: str | None = None
+    output: Any = None
+    usage: dict[str, int | float] | None = None
 
 
 class CancelRequested(_Base, tag="cancel_requested", frozen=True):

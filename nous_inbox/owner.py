@@ -52,6 +52,12 @@ number so an idle owner wakes for such a send too (a store that offers
 polls only as a slow backstop). A running owner also checks the version at each claim, so a
 steer from another terminal reaches the run at its next step boundary.
 
+Results. ``prompt()`` and ``followup()`` return a :class:`~nous_inbox.turn_result.TurnHandle`
+on the turn that answers them: ``handle.sent`` is the stored send, ``handle.result(timeout=)``
+the turn's :class:`~nous_inbox.turn_result.TurnResult` (its last reply, typed output, usage,
+seqs and end reason; a failed or cancelled turn raises). The answer is read from the log, so
+``turn_handle(seq)`` and ``turn_result(turn)`` on a new owner give it after a restart.
+
 Cancelling (ruling 9): ``cancel()``, from any thread, ends the current turn as ``"cancelled"`` at
 its next boundary and wakes nothing; queued messages wait for the next prompt or waking send. The
 request is a ``CancelRequested`` in the log, so another process reaches the run the same way
@@ -62,6 +68,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Final
 
 from nous_inbox.errors import LeaseLostError
@@ -74,13 +81,14 @@ from nous_inbox.owner_core import Stop
 from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
+from nous_inbox.turn_result import TurnHandle, TurnResult, settled
 
 __all__ = ["Owner", "TurnRunner"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
 
 
-class Owner(OwnerBody[MessageSent]):
+class Owner(OwnerBody[MessageSent, TurnHandle]):
     """Holds one session (``stream`` in ``store``) and runs ``runner`` whenever it should wake.
 
     ``listen`` is a first listener (see :meth:`listen`), told of the resume too; ``watch`` starts
@@ -174,6 +182,50 @@ class Owner(OwnerBody[MessageSent]):
             self._sent_failed(exc, prompt)
             raise
 
+    def _turn_send(self, message: Message | str, prompt: bool,
+                   options: dict[str, Any] | None) -> TurnHandle:
+        if options is None:
+            return TurnHandle(self._send(message, Target.NEXT_TURN, True, prompt), self._result)
+        with self._lock:  # committed at once, its options kept before any claim can take it
+            sent = self._kept_options(self._send(message, Target.NEXT_TURN, True, prompt), options)
+        return TurnHandle(sent, self._result)
+
+    def turn_result(self, turn: int) -> TurnResult:
+        """How ``turn`` ended, from this owner's ledger or else the log (a turn an earlier owner
+        ran): a :class:`~nous_inbox.turn_result.TurnResult`, or ``TurnFailed`` /
+        ``TurnCancelled``; ``LookupError`` for a turn that has not ended."""
+        with self._lock:
+            result = self._ledger.result(turn, self._load_output) or self._logged_result(turn=turn)
+        if result is None:
+            raise LookupError(f"turn {turn} of session {self._stream!r} has not ended")
+        return settled(result)
+
+    def turn_handle(self, seq: int) -> TurnHandle:
+        """A handle on the turn of the prompt or followup stored at ``seq`` (one this owner or
+        an earlier one took: the log says which turn answered it); ``ValueError`` if ``seq``
+        is not such a send."""
+        sent = self._turn_sent(list(self._store.read(self._stream, seq - 1)), seq)
+        return TurnHandle(sent, self._result)
+
+    def _result(self, seq: int, timeout: float | None) -> TurnResult:
+        """Wait for the turn of the send at ``seq`` (a handle's ``result``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        looked = -1
+        with self._changed:
+            while True:
+                if looked != self._ended_turns:  # look again only once a turn has ended
+                    looked = self._ended_turns
+                    result = (self._known_result(seq) if self._ledger.knows(seq)
+                              else self._logged_result(seq))
+                    if result is not None:
+                        return settled(result)
+                self._unanswered(seq, self._closed.is_set() and self._worker is None)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"the turn of the send at seq {seq} of session "
+                                       f"{self._stream!r} did not end within {timeout} s")
+                self._changed.wait(left)
+
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
 
@@ -211,6 +263,7 @@ class Owner(OwnerBody[MessageSent]):
             if self._core.close():
                 self._cancel_turn()
             worker = self._worker
+            self._changed.notify_all()  # a handle waiting for a turn that will not come
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout)
         if self._watcher is not None and self._watcher is not threading.current_thread():

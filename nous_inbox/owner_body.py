@@ -37,7 +37,7 @@ from nous_inbox.boundary import Boundaries, Boundary
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import CancelRequested, Event, MessageSent, QueueClaimed
 from nous_inbox.group_commit import refused_unwritten
-from nous_inbox.inbox import Inbox, Target
+from nous_inbox.inbox import Inbox, Target, as_message
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore
@@ -46,12 +46,14 @@ from nous_inbox.session import Session
 from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
+from nous_inbox.turn_result import TurnLedger, TurnResult
 
 __all__ = ["AsyncTurnRunner", "Listener", "OwnerBody", "OwnerPort", "TurnRunner", "request_cancel"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
 
 R = TypeVar("R")
+H = TypeVar("H")
 Listener = Callable[[Event], None]
 
 _STEP: Final = Target.NEXT_STEP
@@ -110,29 +112,50 @@ class OwnerPort(JournalPort):
     tells the boundary subscribers, under that lock, so what they send joins the claim.
     ``call_io``: how a runner reaches an ``AsyncOwner``'s store worker (``None``: call inline)."""
 
-    __slots__ = ("_boundaries", "call_io")
+    __slots__ = ("_boundaries", "_options", "call_io")
 
     def __init__(self, journal: Journal, lock: threading.RLock, boundaries: Boundaries,
                  call_io: Callable[..., Any] | None = None) -> None:
         super().__init__(journal, lock)
         self._boundaries = boundaries
         self.call_io = call_io
+        self._options: Callable[[], dict[str, Any]] = dict
+
+    @property
+    def turn_options(self) -> dict[str, Any]:
+        """The run options (``deps``, ``model_settings``, ...) given with the prompts and
+        followups the open turn claimed, merged in send order; read once, as the turn opens."""
+        with self._lock:
+            return self._options()
 
     def claim(
         self, target: Target | str, *, wake_only: bool = False
     ) -> tuple[Sequence[Message], QueueClaimed | None]:
         with self._lock:
-            if self._boundaries:
-                turn = self._journal.session.turn
-                self._boundaries.tell("turn_opening" if target == _TURN else "step", turn,
-                                      wake_only)
+            self.reaching(target, self._journal.session.turn, wake_only=wake_only)
             messages, event = self._journal.claim(target, wake_only=wake_only)
             return (tuple(messages), event) if event is not None else ((), None)
 
+    @property
+    def heard(self) -> bool:
+        """Whether anyone listens to the boundaries (a runner that claims inside a commit of its
+        own asks, and calls :meth:`reaching` before that commit only then)."""
+        return bool(self._boundaries)
 
-class OwnerBody(Generic[R]):
+    def reaching(self, target: Target | str, turn: int, *, wake_only: bool = False) -> None:
+        """The run of ``turn`` is about to claim ``target`` (``wake_only``: where it would stop):
+        tell the boundary subscribers, under the owner's lock, so what they send commits at
+        once and joins that claim."""
+        if self._boundaries:
+            with self._lock:
+                self._boundaries.tell("turn_opening" if target == _TURN else "step", turn,
+                                      wake_only)
+
+
+class OwnerBody(Generic[R, H]):
     """What both owners are, less their pumps (see the module notes). ``R`` is what a send verb
-    returns: the stored ``MessageSent``, or an awaitable of it."""
+    returns: the stored ``MessageSent``, or an awaitable of it; ``H`` what ``prompt`` and
+    ``followup`` return: a handle on the turn they start or join (:mod:`nous_inbox.turn_result`)."""
 
     _who: ClassVar[str]
     _run_method: ClassVar[str]
@@ -169,6 +192,14 @@ class OwnerBody(Generic[R]):
         self._journal: Journal | None = None
         self._port: OwnerPort | None = None
         self._failure: BaseException | None = None
+        self._ledger = TurnLedger()  # which turn took each prompt, and how each turn ended
+        self._ended_turns = 0  # turns the ledger saw end: a waiter looks again when it moves
+        self._run_options: dict[int, dict[str, Any]] = {}  # by the seq of the send they came with
+        load = getattr(runner, "load_output", None)
+        self._load_output: Callable[[Any], Any] | None = load if callable(load) else None
+        check = getattr(runner, "check_message", None)
+        self._check_message: Callable[[Message], object] | None = (
+            check if callable(check) else None)
 
     # -- what a host reads ------------------------------------------------------------------------
 
@@ -250,30 +281,110 @@ class OwnerBody(Generic[R]):
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> R:
         """Queue ``message`` on ``target`` durably, then wake if it asks to and nothing runs.
 
-        Bad input raises before anything is written. Returns the event as stored, once it is.
+        Bad input raises before anything is written, and so does a message the runner says it
+        cannot deliver (its ``check_message``). Returns the event as stored, once it is.
         """
-        return self._send(message, target, wakeup)
+        return self._send(self._deliverable(message), target, wakeup)
 
     def steer(self, message: Message | str) -> R:
         """Next step, wakes: "read this before your next model request"."""
-        return self._send(message, _STEP, True)
+        return self._send(self._deliverable(message), _STEP, True)
 
     def inject(self, message: Message | str) -> R:
         """Next step, no wake: "have this to hand if you make another request"."""
-        return self._send(message, _STEP, False)
+        return self._send(self._deliverable(message), _STEP, False)
 
-    def followup(self, message: Message | str) -> R:
-        """Next turn, wakes: "answer this after you finish what you are doing"."""
-        return self._send(message, _TURN, True)
+    def followup(self, message: Message | str, **run_options: Any) -> H:
+        """Next turn, wakes: "answer this after you finish what you are doing". Returns a handle
+        on the turn that will answer it (see :meth:`prompt`)."""
+        return self._turn_send(self._deliverable(message), False, self._checked_options(run_options))
 
-    def prompt(self, text: Message | str) -> R:
+    def prompt(self, text: Message | str, **run_options: Any) -> H:
         """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any turn in
-        progress. It waits in ``next_turn`` with a wake, like a followup."""
-        return self._send(text, _TURN, True, prompt=True)
+        progress. It waits in ``next_turn`` with a wake, like a followup.
+
+        Returns a handle on the turn it starts (or joins, with what was queued beside it):
+        ``sent`` is the stored send, and the handle's result is the turn's
+        :class:`~nous_inbox.turn_result.TurnResult`. ``run_options`` reach the runner for that
+        turn (a pydantic-ai ``AgentRunner``: ``deps``, ``model_settings``, ...); a runner that
+        takes none refuses them here, before anything is written. They are not logged (a
+        ``deps`` is rarely JSON): a turn opened by a new owner after a restart runs without them.
+        """
+        return self._turn_send(self._deliverable(text), True, self._checked_options(run_options))
+
+    def _turn_send(self, message: Message | str, prompt: bool,
+                   options: dict[str, Any] | None) -> H:
+        raise NotImplementedError
+
+    def _checked_options(self, options: dict[str, Any]) -> dict[str, Any] | None:
+        if not options:
+            return None
+        check = getattr(self._runner, "check_run_options", None)
+        if not callable(check):
+            raise TypeError(f"{type(self._runner).__name__} takes no run options per prompt, "
+                            f"got {', '.join(sorted(options))}")
+        check(options)
+        return options
+
+    def _kept_options(self, sent: MessageSent, options: dict[str, Any]) -> MessageSent:
+        """Keep a send's run options for the turn that claims it (called with the lock held
+        since before the send was committed, so no claim can come first)."""
+        self._run_options[sent.seq] = options
+        return sent
+
+    def _turn_options(self) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for seq in self._ledger.claimed_now:
+            merged.update(self._run_options.pop(seq, ()))
+        return merged
+
+    # -- turn results -----------------------------------------------------------------------------
+
+    def _known_result(self, seq: int) -> TurnResult | None:
+        """The result of the send at ``seq`` if this owner's ledger has it (no I/O). A send made
+        before this owner opened is not in it: :meth:`_logged_result` reads the log."""
+        return self._ledger.result_of(seq, self._load_output)
+
+    def _logged_result(self, seq: int | None = None, turn: int | None = None) -> TurnResult | None:
+        """The result of the send at ``seq`` (or of ``turn``), read from the whole log (I/O)."""
+        ledger = TurnLedger.from_log(self._store.read(self._stream))
+        return (ledger.result_of(seq, self._load_output) if seq is not None
+                else ledger.result(turn or 0, self._load_output))
+
+    def _unanswered(self, seq: int, closed: bool) -> None:
+        """The send at ``seq`` has no result yet: raise if none will come from this owner."""
+        self._raise_if_lost()
+        if closed:
+            raise RuntimeError(f"{self._who} of session {self._stream!r} closed before the turn "
+                               f"of the send at seq {seq} ended (a new owner answers for it: "
+                               f"turn_handle({seq}))")
+
+    def _turn_sent(self, events: Sequence[Event], seq: int) -> MessageSent:
+        """The ``next_turn`` send at ``seq`` among ``events`` (read from the log), or the error
+        saying why there is no turn to wait for."""
+        for event in events:
+            if event.seq == seq:
+                if type(event) is MessageSent and event.target == _TURN:
+                    return event
+                raise ValueError(f"session {self._stream!r}: seq {seq} is a "
+                                 f"{type(event).__name__}, not a send to next_turn (a prompt "
+                                 f"or followup), so no turn answers it")
+        raise ValueError(f"session {self._stream!r} has no event at seq {seq}")
 
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> R:
         raise NotImplementedError
+
+    def _deliverable(self, message: Message | str) -> Message | str:
+        """``message``, once the runner's ``check_message`` (when it has one) let it through: a
+        message the runner could not deliver to its model as sent is refused here, before
+        anything is written, so the log never holds what the model was never shown."""
+        check = self._check_message
+        if check is None:
+            return message
+        checked = as_message(message)
+        check(checked)
+        return checked
 
     # -- the body's rules -------------------------------------------------------------------------
 
@@ -319,6 +430,8 @@ class OwnerBody(Generic[R]):
                                   snapshot_every=self._snapshot_every, freeze_gc=self._freeze_gc)
                 self._journal = journal
                 self._port = OwnerPort(journal, self._lock, self._boundaries, call_io)
+                self._port._options = self._turn_options
+                self._ledger = TurnLedger(journal.session)
                 resumed = OwnerCore.resume(journal.session)
                 if resumed:
                     journal.append(resumed)
@@ -361,10 +474,16 @@ class OwnerBody(Generic[R]):
         caught up): hand them on, then tell the boundary subscribers of a turn that ended.
         Never raises: the events are stored, and the group commit counts on that."""
         try:
+            if self._ledger.fold(events):
+                self._ended_turns += 1
+                self._turn_ended()
             self._deliver(events)
         except Exception:
             logger.exception("handing on the events of session %r failed", self._stream)
         self._boundaries.ended(events)
+
+    def _turn_ended(self) -> None:
+        """A turn ended (the ledger has its result): wake whoever waits for one."""
 
     def _deliver(self, events: Sequence[Event]) -> None:
         self._tell(events)

@@ -101,9 +101,10 @@ from collections.abc import (
 from typing import Any, Final, NamedTuple, Protocol
 
 import attrs
+from msgspec.structs import replace
 
 from nous_inbox.codec import MAX_RECORD_SIZE, MAX_STREAM_NAME, Record, encode_record
-from nous_inbox.events import Event, QueueClaimed, ToolReturned, Warned
+from nous_inbox.events import Event, QueueClaimed, ToolReturned, TurnEnded, Warned
 from nous_inbox.inbox import Target
 from nous_inbox.loop import (
     Advance,
@@ -342,12 +343,13 @@ class Runner:
         adv = advance(self._start, TurnOpened(session.turn + 1, reason, session.transcript))
         claims = _Claims(port)
         error: Exception | None = None
+        usage: dict[str, int | float] = {}  # what the model's replies reported, summed
         try:
             while True:
                 # Record all of a step's events before streaming any, so a consumer that stops
                 # reading never leaves half of them unrecorded.
                 if adv.events:
-                    yield _record_all(port, adv.events)
+                    yield _record_all(port, _with_usage(adv.events, usage) if usage else adv.events)
                 command = adv.command
                 kind = type(command)
                 happening: Happening
@@ -376,6 +378,7 @@ class Runner:
                             happening = Cancelled()
                         else:
                             happening = ModelAnswered(reply)
+                            _add_usage(usage, reply)
                 else:
                     results = []
                     for call in command.calls:  # type: ignore[union-attr]
@@ -565,6 +568,20 @@ def _record_all(port: SessionPort, events: Sequence[Event]) -> list[Event]:
         if type(event) is Warned:  # the loop's budget warning: a log line as well as an event
             logger.warning(event.text)
     return recorded
+
+
+def _add_usage(usage: dict[str, int | float], reply: Message) -> None:
+    """Add what a reply reports in ``metadata["usage"]`` (counts by name: tokens, requests)
+    to the turn's ``usage``; its end records the sum. Anything else there is not a count."""
+    reported = reply.metadata.get("usage")
+    if isinstance(reported, Mapping):
+        for name, value in reported.items():
+            if type(value) in (int, float):
+                usage[name] = usage.get(name, 0) + value
+
+
+def _with_usage(events: Sequence[Event], usage: dict[str, int | float]) -> list[Event]:
+    return [replace(e, usage=dict(usage)) if type(e) is TurnEnded else e for e in events]
 
 
 def _end_abandoned(port: SessionPort, adv: Advance) -> None:

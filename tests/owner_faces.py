@@ -21,6 +21,7 @@ from nous_inbox.message import Message
 from nous_inbox.owner import Owner
 from nous_inbox.store import Store
 from nous_inbox.store_worker import Stored
+from nous_inbox.turn_result import AsyncTurnHandle, TurnHandle
 
 __all__ = ["FACES", "AsyncOwnerFromThreads", "build"]
 
@@ -76,11 +77,41 @@ class AsyncOwnerFromThreads:
     def inject(self, message: Message | str) -> MessageSent:
         return self._verb("inject", message)
 
-    def followup(self, message: Message | str) -> MessageSent:
-        return self._verb("followup", message)
+    def _turn_verb(self, verb: str, *args: Any, **options: Any) -> TurnHandle:
+        """A prompt or followup: the threaded owner's handle, over the AsyncOwner's."""
+        if self._on_loop():
+            with self._face._lock:  # commits at once, as _verb's (see there)
+                handle: AsyncTurnHandle = getattr(self._face, verb)(*args, **options)
+        else:
+            async def stored() -> AsyncTurnHandle:
+                handle = getattr(self._face, verb)(*args, **options)
+                await handle.stored()
+                return handle
+            handle = self._do(stored())
 
-    def prompt(self, message: Message | str) -> MessageSent:
-        return self._verb("prompt", message)
+        def result(seq: int, timeout: float | None) -> Any:
+            return self._do(handle.result(timeout))
+
+        return TurnHandle(handle.sent, result)
+
+    def followup(self, message: Message | str, **options: Any) -> TurnHandle:
+        return self._turn_verb("followup", message, **options)
+
+    def prompt(self, message: Message | str, **options: Any) -> TurnHandle:
+        return self._turn_verb("prompt", message, **options)
+
+    def turn_result(self, turn: int) -> Any:
+        return self._do(self._face.turn_result(turn))
+
+    def turn_handle(self, seq: int) -> TurnHandle:
+        async def rebuilt() -> AsyncTurnHandle:
+            return await self._face.turn_handle(seq)
+        handle = self._do(rebuilt())
+
+        def result(seq: int, timeout: float | None) -> Any:
+            return self._do(handle.result(timeout))
+
+        return TurnHandle(handle.sent, result)
 
     def cancel(self) -> bool:
         async def cancel() -> bool:

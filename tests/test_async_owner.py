@@ -49,7 +49,7 @@ def test_an_injection_wakes_nothing_and_a_followup_opens_a_turn() -> None:
             await owner.inject("fyi")
             assert await owner.wait_idle(WAIT)
             assert owner.session.turn == 0
-            await owner.followup("go")
+            await owner.followup("go").stored()
             assert await owner.wait_idle(WAIT)
             assert [m.content for m in owner.transcript] == ["go", "fyi", "heard: fyi"]
 
@@ -163,7 +163,7 @@ def test_store_io_never_runs_on_the_event_loop() -> None:
 
     async def main() -> int:
         async with AsyncOwner(store, "s", AgentRunner(agent)) as owner:  # type: ignore[arg-type]
-            await owner.prompt("go")
+            await owner.prompt("go").stored()
             assert await owner.wait_idle(WAIT)
             [e async for e in _until(owner.events(), owner.session.version)]
             assert owner.transcript[-1].content == "done"
@@ -230,7 +230,7 @@ def test_a_slow_tool_leaves_the_loop_free_for_sends() -> None:
     async def main() -> list[str]:
         async with AsyncOwner(open_store("memory:"), "s", Runner(model, [wait])) as owner:
             started = owner.events()
-            await owner.prompt("go")
+            await owner.prompt("go").stored()
             async for event in started:
                 if isinstance(event, TurnStarted):
                     break
@@ -802,9 +802,9 @@ def test_a_prompt_the_store_refused_leaves_the_next_turn_a_wake() -> None:
         async with AsyncOwner(store, "s", Runner(echo), watch=False) as owner:  # type: ignore[arg-type]
             store.refuse = ValueError("refused: the record is too large")
             with pytest.raises(ValueError, match="refused"):
-                await owner.prompt("hello")
+                await owner.prompt("hello").stored()
             store.refuse = None
-            await owner.followup("later")
+            await owner.followup("later").stored()
             await asyncio.wait_for(owner.wait_idle(), WAIT)
             assert turn_reasons(store) == ["wake"]
 

@@ -191,8 +191,6 @@ def test_a_followup_sent_as_a_turn_ends_opens_the_next_turn(face: str) -> None:
     assert session == replay(events)
 
 
-@pytest.mark.xfail(strict=True, reason="the pydantic-ai adapter records its claims with "
-                   "port.commit, which goes around the owner port's boundary hook")
 @pytest.mark.parametrize("face", ["Owner", "AsyncOwner"])
 def test_an_agent_run_by_pydantic_ai_tells_its_boundaries_too(face: str) -> None:
     pytest.importorskip("pydantic_ai")

@@ -188,7 +188,7 @@ def test_an_async_owner_cancelled_from_another_thread_interrupts_its_model(offlo
         async with AsyncOwner(store, "s", Runner(model), offload=offload) as owner:
             await owner.steer("work")
             await asyncio.to_thread(model.asked.wait, WAIT)
-            await owner.followup("later")
+            await owner.followup("later").stored()
             assert await asyncio.to_thread(owner.cancel) is True
             assert await owner.wait_idle(WAIT)
             assert model.interrupted.is_set()

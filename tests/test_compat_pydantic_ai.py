@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("pydantic_ai")
 
 from pydantic import BaseModel
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import (
     INTERRUPTED_TOOL_RETURN_CONTENT,
     ModelMessage,
@@ -154,7 +154,7 @@ def test_a_steer_sent_during_a_tool_call_is_absent_from_that_request_and_joins_t
         await owner.steer("also check b.py")
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("fix a.py")
+        await owner.prompt("fix a.py").stored()
 
     asyncio.run(run_owner(script, body, during))
     assert ("user", "also check b.py") not in script.requests[0]
@@ -171,7 +171,7 @@ def test_an_injection_alone_at_a_final_answer_does_not_extend_the_run() -> None:
 
     async def body(owner: AsyncOwner) -> None:
         holder["owner"] = owner
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
         assert [m.content for m, _ in owner.inbox.entries("next_step")] == ["fyi: tests are slow"]
 
@@ -190,7 +190,7 @@ def test_a_steer_at_a_final_answer_extends_the_run_by_one_request() -> None:
 
     async def body(owner: AsyncOwner) -> None:
         holder["owner"] = owner
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
         events.extend(list(owner._store.read(owner.stream)))
 
@@ -205,10 +205,10 @@ def test_a_followup_sent_mid_run_waits_for_the_next_run() -> None:
     events: list[Any] = []
 
     async def during(owner: AsyncOwner, n: int) -> None:
-        await owner.followup("and then deploy")
+        await owner.followup("and then deploy").stored()
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("build")
+        await owner.prompt("build").stored()
         assert await owner.wait_idle(WAIT)
         events.extend(list(owner._store.read(owner.stream)))
 
@@ -228,7 +228,7 @@ def test_cancel_ends_the_run_at_its_next_boundary_and_wakes_nothing() -> None:
     events: list[Any] = []
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
         events.extend(list(owner._store.read(owner.stream)))
         assert owner.inbox.wants_wake()  # the steer waits for the next real wake
@@ -251,7 +251,7 @@ def test_the_replayed_transcript_is_what_the_model_was_shown() -> None:
     session: dict[str, Any] = {}
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
         session["transcript"] = list(replay(list(owner._store.read(owner.stream))).transcript)
 
@@ -265,9 +265,9 @@ def test_a_new_turn_continues_from_the_recorded_transcript() -> None:
     script = Script("one", "two")
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("first")
+        await owner.prompt("first").stored()
         assert await owner.wait_idle(WAIT)
-        await owner.prompt("second")
+        await owner.prompt("second").stored()
 
     asyncio.run(run_owner(script, body))
     assert script.requests[1] == [("user", "first"), ("text", "one"), ("user", "second")]
@@ -341,7 +341,7 @@ def test_a_steer_from_another_terminal_reaches_a_running_agent(tmp_path: Path) -
         )
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
 
     asyncio.run(run_owner(script, body, during, url=url))
     assert script.requests[1][-2:] == [("tool", "result 0"), ("user", "from the CLI")]
@@ -349,7 +349,7 @@ def test_a_steer_from_another_terminal_reaches_a_running_agent(tmp_path: Path) -
 
 CHILD = r"""
 import asyncio, json, sys
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 from nous_inbox.async_owner import AsyncOwner
@@ -383,7 +383,7 @@ async def work(n: int) -> str:
 async def main():
     async with AsyncOwner(open_store(sys.argv[1]), "s", AgentRunner(agent)) as owner:
         holder["owner"] = owner
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         await asyncio.Event().wait()
 
 asyncio.run(main())
@@ -483,7 +483,7 @@ def test_a_model_request_is_recorded_in_two_appends_the_boundary_and_the_reply()
 
     async def main() -> int:
         async with AsyncOwner(store, "s", AgentRunner(make_agent(script))) as owner:  # type: ignore[arg-type]
-            await owner.prompt("go")
+            await owner.prompt("go").stored()
             before = store.appends  # the prompt's own
             assert await owner.wait_idle(WAIT)
             assert owner.session == replay(list(store.read("s")))
@@ -526,11 +526,11 @@ def test_a_tool_that_finished_before_a_cancel_keeps_its_result_and_the_next_turn
         assert owner.cancel()  # while the tool runs: it finishes, the run ends at the next node
 
     async def body(owner: AsyncOwner) -> None:
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
         assert transcript_shown(list(owner.transcript)) == [
             ("user", "go"), ("call", "work"), ("tool", "result 0")]
-        await owner.prompt("next")
+        await owner.prompt("next").stored()
         assert await owner.wait_idle(WAIT)
         log.extend(owner._store.read(owner.stream))
 
@@ -551,9 +551,9 @@ def test_calls_a_cancel_leaves_unrun_are_answered_as_cancelled_as_the_built_in_r
 
     async def body(owner: AsyncOwner) -> None:
         holder["owner"] = owner
-        await owner.prompt("go")
+        await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
-        await owner.prompt("next")
+        await owner.prompt("next").stored()
         assert await owner.wait_idle(WAIT)
         log.extend(owner._store.read(owner.stream))
 
@@ -590,9 +590,9 @@ def test_a_structured_answer_over_two_turns_is_replayed_as_the_model_saw_it() ->
     async def main() -> None:
         agent = Agent(FunctionModel(structured(requests)), output_type=Answer)
         async with AsyncOwner(open_store("memory:"), "s", AgentRunner(agent)) as owner:
-            await owner.prompt("first")
+            await owner.prompt("first").stored()
             assert await owner.wait_idle(WAIT)
-            await owner.prompt("second")
+            await owner.prompt("second").stored()
             assert await owner.wait_idle(WAIT)
             log.extend(owner._store.read(owner.stream))
 
@@ -614,7 +614,7 @@ def test_a_steer_at_a_structured_answer_follows_the_output_tools_return() -> Non
         agent = Agent(FunctionModel(structured(requests, during={0: steer})), output_type=Answer)
         async with AsyncOwner(open_store("memory:"), "s", AgentRunner(agent)) as owner:
             holder["owner"] = owner
-            await owner.prompt("first")
+            await owner.prompt("first").stored()
             assert await owner.wait_idle(WAIT)
             log.extend(owner._store.read(owner.stream))
 
@@ -762,3 +762,122 @@ def test_a_message_pydantic_ai_cannot_be_given_as_sent_is_refused_naming_its_rol
         runner.check_message(message)
     runner.check_message(Message.user("go"))  # what it can deliver passes
     runner.check_message(Message.system("be brief"))
+
+
+@pytest.mark.parametrize("role", ["tool", "assistant"])
+def test_an_owner_refuses_at_send_what_its_agent_runner_cannot_deliver(role: str) -> None:
+    message = Message.tool("42 lines", "c1") if role == "tool" else Message.assistant("done")
+    store = open_store("memory:")
+    with (Owner(store, "s", AgentRunner(Agent(FunctionModel(Script())))) as owner,
+          pytest.raises(ValueError, match=f"cannot deliver a '{role}' message")):
+        owner.steer(message)
+    assert list(store.read("s")) == []  # nothing recorded
+
+    async def main() -> None:
+        async with AsyncOwner(store, "a", AgentRunner(Agent(FunctionModel(Script())))) as owner:
+            with pytest.raises(ValueError, match=f"cannot deliver a '{role}' message"):
+                owner.inject(message)
+            assert owner.session.version == 0
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", ["Owner", "AsyncOwner"])
+def test_boundary_subscribers_hear_an_agent_runners_boundaries_and_a_steer_joins_that_claim(
+        face: str) -> None:
+    script = Script("tool", "done")
+    heard: list[tuple[str, int]] = []
+    holder: dict[str, Any] = {}
+
+    def at(boundary: Any) -> None:
+        heard.append((boundary.kind, boundary.turn))
+        if len(heard) == 2:  # the opening's step claim: a steer sent here is in it
+            holder["owner"].steer("heads up")
+
+    store = open_store("memory:")
+    if face == "Owner":
+        with Owner(store, "s", AgentRunner(make_agent(script))) as owner:
+            holder["owner"] = owner
+            owner.on_boundary(at)
+            owner.prompt("go")
+            assert owner.wait_idle(WAIT)
+    else:
+        async def main() -> None:
+            async with AsyncOwner(store, "s", AgentRunner(make_agent(script))) as owner:
+                holder["owner"] = owner
+                owner.on_boundary(at)
+                await owner.prompt("go").stored()
+                assert await owner.wait_idle(WAIT)
+
+        asyncio.run(main())
+    assert heard == [("turn_opening", 1), ("step", 1), ("step", 1), ("step", 1),
+                     ("turn_ended", 1)]
+    assert script.requests[0] == [("user", "go"), ("user", "heads up")]
+    assert turns(list(store.read("s"))) == 1
+
+
+# -- results and per-prompt options ----------------------------------------------------------------
+
+
+def test_a_prompts_result_holds_the_typed_output_and_usage_also_after_a_restart() -> None:
+    requests: list[Seen] = []
+    store = open_store("memory:")
+
+    def runner() -> AgentRunner:
+        return AgentRunner(Agent(FunctionModel(structured(requests)), output_type=Answer))
+
+    async def main() -> Any:
+        async with AsyncOwner(store, "s", runner()) as owner:
+            return await owner.prompt("how many?")
+
+    result = asyncio.run(main())
+    assert result.output == Answer(value=0)  # typed, not the output tool's arguments
+    assert result.usage is not None and result.usage["requests"] == 1
+    assert result.usage["input_tokens"] > 0  # FunctionModel estimates its tokens
+    (ended,) = [e for e in store.read("s") if isinstance(e, TurnEnded)]
+    assert ended.output == {"value": 0} and ended.usage == result.usage  # in the log
+
+    with Owner(store, "s", runner()) as again:  # a new owner reads it back, typed again
+        assert again.turn_result(1) == result
+
+
+def test_a_text_answers_output_is_its_text_and_not_recorded_twice() -> None:
+    store = open_store("memory:")
+    with Owner(store, "s", AgentRunner(make_agent(Script("hello there")))) as owner:
+        result = owner.prompt("hi").result(timeout=WAIT)
+    assert result.output == result.text == "hello there"
+    (ended,) = [e for e in store.read("s") if isinstance(e, TurnEnded)]
+    assert ended.output is None
+
+
+def test_deps_and_model_settings_given_with_a_prompt_reach_that_turns_run() -> None:
+    seen: list[tuple[str | None, Any]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append((info.instructions, (info.model_settings or {}).get("temperature")))
+        return ModelResponse(parts=[TextPart("ok")])
+
+    agent: Agent[str, str] = Agent(FunctionModel(model), deps_type=str)
+
+    @agent.instructions
+    def who(ctx: RunContext[str]) -> str:
+        return f"The user is {ctx.deps}."
+
+    async def main() -> None:
+        async with AsyncOwner(open_store("memory:"), "s",
+                              AgentRunner(agent, deps="nobody")) as owner:
+            await owner.prompt("hi", deps="ada", model_settings={"temperature": 0.25})
+            await owner.prompt("again", deps="grace")
+            await owner.prompt("and?")  # the runner's own deps again
+
+    asyncio.run(main())
+    assert seen == [("The user is ada.", 0.25), ("The user is grace.", None),
+                    ("The user is nobody.", None)]
+
+
+def test_an_option_agent_runner_sets_itself_is_refused_at_send() -> None:
+    store = open_store("memory:")
+    with (Owner(store, "s", AgentRunner(make_agent(Script()))) as owner,
+          pytest.raises(TypeError, match="sets message_history itself")):
+        owner.prompt("hi", message_history=[])
+    assert list(store.read("s")) == []

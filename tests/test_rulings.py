@@ -357,13 +357,7 @@ def test_a_source_that_misbehaves_is_logged_and_the_run_goes_on_without_it(
 # -- under an owner: the boundary hook ------------------------------------------------------------
 
 
-_ADAPTER_CLAIMS_PAST_THE_OWNER = pytest.mark.xfail(
-    strict=True, reason="the pydantic-ai adapter claims inside JournalPort.commit, past "
-    "OwnerPort.claim, so an owner's boundary subscribers hear only the turn's end")
-
-
-@pytest.mark.parametrize(
-    "driver", ["runner", pytest.param("pydantic-ai", marks=_ADAPTER_CLAIMS_PAST_THE_OWNER)])
+@pytest.mark.parametrize("driver", ["runner", "pydantic-ai"])
 def test_an_owners_subscribers_hear_every_boundary_before_its_claim(driver: str) -> None:
     turn = Turn("tool", "done")
 

@@ -52,7 +52,10 @@ What is recorded: ``TurnStarted``; the claims (``QueueClaimed``: the claim *is* 
 entry, ruling 6); per request ``StepStarted``, ``ModelRequested``, ``ModelReplied`` (the response as
 an assistant ``Message``) and a ``ToolCalled`` per tool call, all before the tools run; each tool
 result or retry prompt the model is then shown as ``ToolReturned`` (pydantic-ai's own retry
-prompt, as ``Nudged``), an output tool's return included; ``StepEnded`` and ``TurnEnded``. A call an
+prompt, as ``Nudged``), an output tool's return included; ``StepEnded`` and ``TurnEnded``, which
+carries the run's usage and its output as JSON (unless the output is the final reply's text), so
+a prompt's result (:mod:`nous_inbox.turn_result`) gives ``output`` typed again
+(:meth:`AgentRunner.load_output`), live or after a restart. A call an
 older log left open is answered as pydantic-ai answers it to the model ("interrupted") when the
 next turn opens, so the replayed transcript is the one the model saw. Design choice: tool results are recorded
 from the request that carries them, in pydantic-ai's own rendering, rather than from the tool's
@@ -76,13 +79,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar, Union
+
+import msgspec
 
 try:
+    from pydantic import TypeAdapter
     from pydantic_ai import Agent
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.messages import (
@@ -99,13 +106,14 @@ try:
         ToolReturnPart,
         UserPromptPart,
     )
+    from pydantic_core import to_jsonable_python
     from pydantic_graph import End
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "nous_inbox.compat.pydantic_ai needs pydantic-ai: pip install 'nous-inbox[pydantic-ai]'"
     ) from exc
 
-from nous_inbox.events import Event, Nudged, ToolReturned, Warned
+from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
 from nous_inbox.journal import claim_event
 from nous_inbox.loop import (
     Advance,
@@ -127,7 +135,7 @@ from nous_inbox.loop import (
     new_state,
     open_calls,
 )
-from nous_inbox.message import Message, ToolCall
+from nous_inbox.message import Message, ToolCall, freeze_json
 from nous_inbox.port import JournalPort, SessionPort, check_port
 from nous_inbox.session import Session
 
@@ -311,6 +319,10 @@ class _InboxHooks(AbstractCapability[Any]):
     adv: Advance = field(init=False)
     opening: bool = True
     recorded: list[Event] = field(default_factory=list)
+    #: The run's usage (pydantic-ai's, updated in place) and its output once it has one: what
+    #: the turn's end records.
+    usage: Any = None
+    output: Any = None
     #: The request parts recorded already (or the transcript's own), by identity; kept alive so
     #: an id is never reused while it is here.
     seen: dict[int, object] = field(default_factory=dict)
@@ -326,6 +338,8 @@ class _InboxHooks(AbstractCapability[Any]):
         what the next request must carry."""
         before = len(self.recorded)
         if isinstance(self.port, JournalPort):
+            if getattr(self.port, "heard", False) and any(p is _CLAIMS for p in parts):
+                self._reaching(parts)
             def boundary(session: Session) -> tuple[list[Event], tuple[Advance, list[Message]]]:
                 events: list[Event] = []
                 inbox = session.inbox
@@ -338,7 +352,8 @@ class _InboxHooks(AbstractCapability[Any]):
                         events.append(event)
                     return messages
 
-                return events, _walk(self.adv, parts, claim, events.append)
+                return events, _walk(self.adv, parts, claim,
+                                     lambda event: events.append(self._finished(event)))
 
             stored, walked = self.port.commit(boundary)
             self.recorded.extend(stored)
@@ -350,12 +365,43 @@ class _InboxHooks(AbstractCapability[Any]):
                 return messages
 
             walked = _walk(self.adv, parts, claim,
-                           lambda event: self.recorded.append(self.port.record(event)))
+                           lambda event: self.recorded.append(self.port.record(self._finished(event))))
         self.adv, deliver = walked
         for event in self.recorded[before:]:
             if isinstance(event, Warned):  # the loop's budget warning: a log line too
                 logger.warning(event.text)
         return deliver
+
+    def _finished(self, event: Any) -> Any:
+        """A turn's end with what the run reported: its output (as JSON; only when it is more
+        than the final reply's text) and its usage (the counts the model reported)."""
+        if type(event) is not TurnEnded:
+            return event
+        usage = _usage_counts(self.usage)
+        output = self.output
+        reply = self.adv.state.transcript[-1] if self.adv.state.transcript else None
+        if isinstance(output, str) and reply is not None and reply.content == output:
+            output = None  # the final reply says it already
+        if output is None and usage is None:
+            return event
+        if output is not None:
+            output = freeze_json(to_jsonable_python(output), "the run's output")
+        return msgspec.structs.replace(event, output=output, usage=usage)
+
+    def _reaching(self, parts: Sequence[_Part]) -> None:
+        """Tell the owner's boundary subscribers of each claim this boundary will make, before
+        the one commit that makes them (a send of theirs must not land inside that commit):
+        the claims are the loop's, worked out on a dry walk that claims nothing."""
+        reaching = self.port.reaching  # type: ignore[attr-defined]
+        claims: list[Claim] = []
+
+        def claim(command: Claim) -> Sequence[Message]:
+            claims.append(command)
+            return ()
+
+        _walk(self.adv, parts, claim, lambda event: None)
+        for command in claims:
+            reaching(command.target, self.adv.state.turn, wake_only=command.wake_only)
 
     def _deliver(self, ctx: Any, messages: Sequence[Message]) -> None:
         if messages:
@@ -413,6 +459,7 @@ class _InboxHooks(AbstractCapability[Any]):
     async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
         """A step boundary: the results pydantic-ai shows, then the loop's claim into this very
         request, after them (or the end of the turn, when the loop says so)."""
+        self.usage = ctx.usage
         if self.opening:
             self.opening = False  # the opening claimed already
             return request_context
@@ -434,6 +481,7 @@ class _InboxHooks(AbstractCapability[Any]):
         (ruling 2) or after a blank reply, which a pending message or the loop's nudge follows
         (rulings 3 and 4)."""
         if isinstance(result, End):
+            self.usage, self.output = ctx.usage, getattr(result.data, "output", None)
             parts = self._happenings(_trailing_parts(ctx.messages), final=True)
             deliver = await self.call(lambda: self._write(*parts, _CLAIMS))
             self._deliver(ctx, deliver)  # pydantic-ai redirects End into one more request
@@ -462,6 +510,18 @@ class _Flag(Protocol):
         """Whether the turn should end at its next node."""
 
 
+def _usage_counts(usage: Any) -> dict[str, int | float] | None:
+    """A pydantic-ai usage as the counts a turn's end records: its non-zero numbers (tokens,
+    requests, tool calls, cost) and details; ``None`` when the model reported nothing."""
+    if usage is None:
+        return None
+    counts: dict[str, int | float] = {}
+    for name, value in [*vars(usage).items(), *getattr(usage, "details", {}).items()]:
+        if type(value) in (int, float) and value and math.isfinite(value):
+            counts.setdefault(name, value)
+    return counts or None
+
+
 async def _offloaded(fn: Callable[[], _T]) -> _T:
     return await asyncio.to_thread(fn)
 
@@ -480,6 +540,50 @@ async def _inline(fn: Callable[[], _T]) -> _T:
     return fn()
 
 
+def _options(port: SessionPort) -> dict[str, Any]:
+    """The run options the prompts this turn claimed came with (an owner's port keeps them)."""
+    return dict(getattr(port, "turn_options", None) or {})
+
+
+def _run_usage(run: Any, usage: Any) -> Any:
+    try:
+        found = usage if run is None else run.usage
+        # A method in older pydantic-ai; the property's value is callable too, deprecated.
+        return found if hasattr(found, "input_tokens") else found()
+    except Exception:  # a run that failed before it had a state
+        return usage
+
+
+_NO_ADAPTER: Final = object()
+
+
+def _adapter(output_type: Any) -> TypeAdapter[Any] | None:
+    """The pydantic adapter that rebuilds a recorded output of ``output_type``: the type itself,
+    the types a marker (``ToolOutput``, ``NativeOutput``, ...) wraps, a list of types as their
+    union; ``None`` for text and what is not a type (an output function)."""
+    if isinstance(output_type, (list, tuple)):
+        types = [t for item in output_type for t in _wrapped(item)]
+    else:
+        types = _wrapped(output_type)
+    types = [t for t in types if t is not str]
+    if not types or any(callable(t) and not isinstance(t, type) and not hasattr(t, "__origin__")
+                        for t in types):
+        return None
+    try:
+        return TypeAdapter(types[0] if len(types) == 1 else Union[tuple(types)])  # type: ignore[arg-type]  # noqa: UP007
+    except Exception:
+        return None
+
+
+def _wrapped(spec: Any) -> list[Any]:
+    if isinstance(spec, type) or hasattr(spec, "__origin__"):
+        return [spec]
+    inner = getattr(spec, "outputs", None) or getattr(spec, "output", None)
+    if inner is None:
+        return [spec]
+    return list(inner) if isinstance(inner, (list, tuple)) else [inner]
+
+
 _UNDELIVERABLE: Final = {
     "tool": "it takes a tool result only as the answer to a call of its own run",
     "assistant": "it takes the model's words only from the model",
@@ -492,7 +596,9 @@ class AgentRunner:
     Give it to an owner (``AsyncOwner(store, stream, AgentRunner(agent))``, or the threaded
     ``Owner``); ``max_steps`` bounds the model requests since the last delivered message, as
     :class:`~nous_inbox.runner.Runner`'s does (ruling 5); ``run_kwargs`` pass through to ``agent.iter`` (``deps``, ``usage_limits``,
-    ``model_settings``, ...). A port that says where its calls belong (``call_io``, as an
+    ``model_settings``, ...), and so do the options given with a prompt, for its turn
+    (``owner.prompt(text, deps=..., model_settings=...)``, read from the owner's port as
+    ``turn_options``: they win over these). A port that says where its calls belong (``call_io``, as an
     ``AsyncOwner``'s does) is called there; any other is called in a thread (``asyncio.to_thread``),
     or inline with ``offload=False`` (an in-memory port, where the hop costs more than the call).
     """
@@ -503,16 +609,48 @@ class AgentRunner:
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"AgentRunner needs a pydantic_ai.Agent, got {type(agent).__name__}")
-        for name in ("user_prompt", "message_history", "capabilities"):
-            if name in run_kwargs:
-                raise TypeError(
-                    f"AgentRunner sets {name} itself (from the inbox and the transcript); "
-                    f"do not pass it"
-                )
+        self.check_run_options(run_kwargs)
         self._start = new_state(max_steps)
         self.agent = agent
         self.offload = bool(offload)
         self.run_kwargs = run_kwargs
+        self._output_adapter: Any = _NO_ADAPTER
+
+    @staticmethod
+    def check_run_options(options: dict[str, Any]) -> None:
+        """Refuse run options this runner sets itself: a ``TypeError`` naming the option. An
+        owner asks this of the options given with a prompt (``owner.prompt(text, deps=...)``),
+        before anything is written; the rest pass through to ``agent.iter`` for that turn."""
+        for name in ("user_prompt", "message_history", "capabilities"):
+            if name in options:
+                raise TypeError(
+                    f"AgentRunner sets {name} itself (from the inbox and the transcript); "
+                    f"do not pass it"
+                )
+
+    def load_output(self, data: Any) -> Any:
+        """A turn's output, recorded as JSON, rebuilt as the agent's ``output_type`` (with
+        pydantic): what a turn's result gives, live or read back from the log after a restart.
+        An output type pydantic cannot rebuild from JSON alone (an output function) gives the
+        JSON as recorded.
+
+        >>> from pydantic import BaseModel
+        >>> from pydantic_ai.models.test import TestModel
+        >>> class Answer(BaseModel):
+        ...     value: int
+        >>> AgentRunner(Agent(TestModel(), output_type=Answer)).load_output({"value": 4})
+        Answer(value=4)
+        """
+        if self._output_adapter is _NO_ADAPTER:
+            self._output_adapter = _adapter(self.agent.output_type)
+        if self._output_adapter is None:
+            return data
+        try:
+            return self._output_adapter.validate_python(data)
+        except Exception:
+            logger.warning("the recorded output does not fit the agent's output type; "
+                           "giving it as recorded", exc_info=True)
+            return data
 
     def arun_turn(
         self,
@@ -532,9 +670,9 @@ class AgentRunner:
 
     async def _arun(self, port: SessionPort, reason: str, *cancels: _Flag | None) -> AsyncIterator[Event]:
         hooks = _InboxHooks(port, _caller(port, self.offload), self._start)
-        opening = asyncio.ensure_future(hooks.call(lambda: hooks.open(reason)))
+        opening = asyncio.ensure_future(hooks.call(lambda: (hooks.open(reason), _options(port))))
         try:
-            history = await asyncio.shield(opening)
+            history, options = await asyncio.shield(opening)
         except asyncio.CancelledError:
             # The opening goes on where the port's calls run; a turn it opens is ended here.
             while not opening.done():
@@ -554,9 +692,10 @@ class AgentRunner:
             for event in hooks.take():
                 yield event
             if history and isinstance(history[-1], ModelRequest):
-                await self._with_system_prompts(history)
+                run_kwargs = {**self.run_kwargs, **options}  # this turn's prompts' options win
+                await self._with_system_prompts(history, run_kwargs)
                 async with self.agent.iter(
-                    None, message_history=history, capabilities=[hooks], **self.run_kwargs
+                    None, message_history=history, capabilities=[hooks], **run_kwargs
                 ) as run:
                     async for _node in run:
                         for event in hooks.take():
@@ -572,6 +711,7 @@ class AgentRunner:
             ending = None  # the loop ended the turn (a spent budget) before a request
         except Exception as exc:
             failed = Failed(f"{type(exc).__name__}: {exc}")
+            hooks.usage = _run_usage(run, hooks.usage)
             left = _left_over(run)
             await hooks.call(lambda: hooks.close(failed, left))
             for event in hooks.take():
@@ -582,6 +722,7 @@ class AgentRunner:
                 # Cancelled, or the consumer stopped reading (aclose, its task cancelled): the
                 # end is still recorded where the port's calls belong.
                 try:
+                    hooks.usage = _run_usage(run, hooks.usage)
                     left = _left_over(run)
                     await hooks.call(lambda: hooks.close(Cancelled(), left))
                 except BaseException:
@@ -612,13 +753,13 @@ class AgentRunner:
                 f"({why}); send it as a 'user' or 'system' message"
             )
 
-    async def _with_system_prompts(self, history: list[ModelMessage]) -> None:
+    async def _with_system_prompts(self, history: list[ModelMessage],
+                                   run_kwargs: dict[str, Any]) -> None:
         """Put the agent's system prompts at the start of ``history``, as a bare run of the agent
         shows them: pydantic-ai adds them only to a run with no history, and every turn here
         continues one. They are the agent's configuration, not the conversation: not recorded."""
         prompts = await self.agent.system_prompt_parts(
-            message_history=history, deps=self.run_kwargs.get("deps"),
-            model=self.run_kwargs.get("model"))
+            message_history=history, deps=run_kwargs.get("deps"), model=run_kwargs.get("model"))
         if prompts:
             first = history[0]
             parts = first.parts if isinstance(first, ModelRequest) else []

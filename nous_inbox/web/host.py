@@ -48,6 +48,7 @@ from nous_inbox.session import Session, replay
 from nous_inbox.snapshot import load_session
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
+from nous_inbox.turn_result import AsyncTurnHandle
 
 __all__ = ["MODES", "AgentFactory", "SessionHost", "checked_text"]
 
@@ -203,7 +204,9 @@ class SessionHost:
         owner = await self.take(session)
         if owner is not None:
             try:
-                sent: MessageSent = await getattr(owner, mode)(message)
+                verb = getattr(owner, mode)(message)  # prompt, followup: a turn's handle
+                sent: MessageSent = await (verb.stored() if isinstance(verb, AsyncTurnHandle)
+                                           else verb)
                 return sent
             except RuntimeError:
                 # Closed meanwhile (let go as idle, or its lease taken over): refused before
