@@ -27,6 +27,7 @@ nothing wakes for it (ruling 9).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import threading
@@ -152,7 +153,7 @@ class OwnerPort(JournalPort):
                                       wake_only)
 
 
-class OwnerBody(Generic[R, H]):
+class OwnerBody(Generic[R, H], abc.ABC):
     """What both owners are, less their pumps (see the module notes). ``R`` is what a send verb
     returns: the stored ``MessageSent``, or an awaitable of it; ``H`` what ``prompt`` and
     ``followup`` return: a handle on the turn they start or join (:mod:`nous_inbox.turn_result`)."""
@@ -230,9 +231,9 @@ class OwnerBody(Generic[R, H]):
         return self._core.lost
 
     @property
+    @abc.abstractmethod
     def closed(self) -> bool:
         """Whether the owner was closed (or lost its lease): it refuses sends."""
-        raise NotImplementedError
 
     def listen(self, callback: Listener) -> None:
         """Call ``callback(event)`` for every event recorded from now on, in order (the owner's
@@ -312,9 +313,10 @@ class OwnerBody(Generic[R, H]):
         """
         return self._turn_send(self._deliverable(text), True, self._checked_options(run_options))
 
+    @abc.abstractmethod
     def _turn_send(self, message: Message | str, prompt: bool,
                    options: dict[str, Any] | None) -> H:
-        raise NotImplementedError
+        """The pump's send of a prompt or followup, answered by a handle on its turn."""
 
     def _checked_options(self, options: dict[str, Any]) -> dict[str, Any] | None:
         if not options:
@@ -371,9 +373,10 @@ class OwnerBody(Generic[R, H]):
                                  f"or followup), so no turn answers it")
         raise ValueError(f"session {self._stream!r} has no event at seq {seq}")
 
+    @abc.abstractmethod
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> R:
-        raise NotImplementedError
+        """The pump's one send path: store the send (inline or batched) and answer it."""
 
     def _deliverable(self, message: Message | str) -> Message | str:
         """``message``, once the runner's ``check_message`` (when it has one) let it through: a
@@ -527,8 +530,9 @@ class OwnerBody(Generic[R, H]):
         except Exception:
             logger.exception("could not record the cancel of session %r", self._stream)
 
+    @abc.abstractmethod
     def _start_run(self) -> None:
-        raise NotImplementedError
+        """Start a run on the pump's worker thread or as its task."""
 
     def _lose(self, error: LeaseLostError) -> None:
         """The store says another owner took the stream over: stop for good."""
@@ -540,8 +544,9 @@ class OwnerBody(Generic[R, H]):
                 self._cancel_turn()
         self._halted()
 
+    @abc.abstractmethod
     def _cancel_turn(self) -> None:
-        raise NotImplementedError
+        """Cancel the turn in flight the pump's way (an event for a thread, a task cancel)."""
 
     def _halted(self) -> None:
         """The owner is over (a lost lease): wake its waiters, stop its watcher."""
