@@ -288,7 +288,8 @@ class Stored(Coroutine[Any, Any, _T], Generic[_T]):
         raise error[1] if len(error) > 1 and error[1] is not None else error[0]
 
     def close(self) -> None:
-        pass
+        """A finished coroutine has nothing to release when closed."""
+        return
 
     def __await__(self) -> Generator[Any, None, _T]:
         return self.value
