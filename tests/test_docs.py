@@ -72,3 +72,17 @@ def test_every_public_module_has_a_reference_page() -> None:
         documented.update(re.findall(r"^::: ([\w.]+)", page.read_text(), re.M))
     missing = public_modules() - documented
     assert not missing, f"add these to a page under docs/reference/: {sorted(missing)}"
+
+
+def test_every_changelog_entry_is_a_line_of_its_own() -> None:
+    entries = [line for line in (ROOT / "CHANGELOG.md").read_text().splitlines()
+               if line.startswith("- ")]
+    glued = [line for line in entries if re.search(r"[.)]\s*- [A-Z`]", line)]
+    unfinished = [line for line in entries if not line.endswith(".")]
+    assert entries and not glued and not unfinished, glued + unfinished
+
+
+def test_no_page_keeps_a_fold_in_marker() -> None:
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").rglob("*.md")]
+    left = [page.name for page in pages if "<!-- fold-in" in page.read_text()]
+    assert not left, f"fold these notes into the page's text: {left}"
