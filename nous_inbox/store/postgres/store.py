@@ -364,7 +364,8 @@ class PostgresStore(Leasing, StoreBase):
         """The append made with ``identity``, as ``_appending`` found it in the stream."""
         return getattr(self._local, "found", None)
 
-    def _remember_batch(self, stream: str, identity: uuid.UUID, stored: list[Event]) -> None:
+    def _remember_batch(self, stream: str, identity: uuid.UUID, stored: list[Event],
+                        records: list[bytes]) -> None:
         """Nothing to do: the identity is stored with the events (``_write``)."""
 
     def _write(self, stream: str, events: list[Event], records: list[bytes], *,
