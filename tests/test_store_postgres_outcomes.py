@@ -25,8 +25,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from nous_inbox import OutcomeUnknownError, StoreError, StreamOwnedError
 from nous_inbox.events import Warned
 from tests import postgres_server
@@ -199,13 +197,13 @@ def _holding_the_row(db: psycopg.Connection[Any], schema: str) -> bool:
                                 or (row[0] == "active" and row[1] == "ClientRead"))
 
 
-def _until(condition: Callable[[], bool], seconds: float) -> bool:
+def _until(condition: Callable[[], bool], seconds: float, pace: float = 0.02) -> bool:
     deadline = time.monotonic() + seconds
-    pace = threading.Event()  # never set: the pace of a bounded poll
+    ticks = threading.Event()  # never set: the pace of a bounded poll
     while not condition():
         if time.monotonic() > deadline:
             return False
-        pace.wait(0.02)
+        ticks.wait(pace)
     return True
 
 
@@ -235,16 +233,20 @@ def test_a_host_paused_holding_its_streams_row_is_taken_over_and_resumed_writes_
         with PostgresStore(url) as winner, winner.connect() as db:
             # Hunt for the moment the writer holds the row between its round trips: stop it,
             # and keep it stopped only if its backend still holds the row, waiting for it.
-            for _ in range(500):
+            stopped: list[float] = []
+
+            def caught() -> bool:
                 if not _holding_the_row(db, winner.schema):
-                    continue
+                    return False
                 os.kill(writer.pid, signal.SIGSTOP)
-                paused = time.monotonic()
+                stopped[:] = [time.monotonic()]
                 if _holding_the_row(db, winner.schema):
-                    break
+                    return True
                 os.kill(writer.pid, signal.SIGCONT)
-            else:
-                pytest.fail("never caught the writer holding its stream's row")
+                return False
+
+            assert _until(caught, WAIT, pace=0), "never caught the writer holding its stream's row"
+            paused = stopped[0]
             taken: list[Any] = []
 
             def take() -> bool:
