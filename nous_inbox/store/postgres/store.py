@@ -388,6 +388,7 @@ class PostgresStore(Leasing, StoreBase):
         with self._state:
             held = self._held.get(stream)
         tables = self.tables
+        committed: list[bool] = []  # a COMMIT sent, by any attempt: then it may have been done
 
         def work(db: psycopg.Connection[Any]) -> None:
             with db.transaction():
@@ -403,8 +404,15 @@ class PostgresStore(Leasing, StoreBase):
                     db.execute(f"DELETE FROM {tables.snapshots} WHERE stream = %s", (stream,))
                 db.execute(f"UPDATE {tables.streams} SET version = 0 WHERE stream = %s", (stream,))
                 db.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
+                committed.append(True)  # leaving the block sends the COMMIT
 
-        self._retrying(f"delete of stream {stream!r}", work)
+        def unknown(reason: str) -> StoreError | None:
+            if not committed:
+                return None
+            return StoreError(f"{self.url}: delete of stream {stream!r}: {reason}, so whether "
+                              f"it was done is not known; delete it again to be sure")
+
+        self._retrying(f"delete of stream {stream!r}", work, unknown=unknown)
 
     def _lost(self, stream: str, held: PostgresLease) -> LeaseLostError:
         return LeaseLostError(
