@@ -32,7 +32,7 @@ import psycopg
 
 from nous_inbox.store.base import check_stream
 from nous_inbox.store.lease import OwnerLease, owned_error
-from nous_inbox.store.postgres.connection import Connecting
+from nous_inbox.store.postgres._connection import Connecting
 from nous_inbox.store.postgres.schema import Tables
 from nous_inbox.store.postgres.url import first_line
 
