@@ -35,8 +35,8 @@ def _reads_back(event: Event) -> bool:
     The proof an append needs, made without decoding, for the two events every message makes
     (its send and its claim) when they hold only what a decoder gives back as it was given: a
     ``Target`` member, a ``bool``, an ``int`` count in range, an ``int`` seq, a finite ``float``
-    time, and a message whose role is one of the four, whose content is ASCII text and which
-    has no other field. These are the checks msgspec's decoder would make, made on the value;
+    time, and a message whose role is one of the four, whose content is ASCII text, not blank,
+    and which has no other field. These are the checks msgspec's decoder would make, made on the value;
     anything else (non-ASCII text, metadata, a value of a wrong type however it got there, a
     message altered past its own checks) is decoded and compared as before.
     """
@@ -63,8 +63,8 @@ def _reads_back(event: Event) -> bool:
             type(role) is str and role in ROLES and type(content) is str and content.isascii()
             and message.name is None and message.tool_call_id is None and message.id is None
             and message.metadata is _NO_METADATA and type(calls) is tuple and not calls
-            and message.blank is False
-        )
+            and message.blank is False and bool(content) and not content.isspace()
+        )  # (a blank one decodes as blank, whatever its ``blank`` says: it is decoded)
     if kind is QueueClaimed:
         count = judged.count
         rest = judged.rest
