@@ -704,6 +704,30 @@ def test_append_once_retries_an_unknown_outcome_with_its_identity(store, monkeyp
     assert [e.text for e in store.read("s")] == ["a"]
 
 
+def test_append_once_never_reports_nothing_written_when_a_retry_fails(store, monkeypatch):
+    # The first attempt was written, its answer lost; the retry is refused (a server error, say)
+    # before it could look. "Nothing was written" would be the retry's truth, not the append's.
+    from nous_inbox.errors import OutcomeUnknownError, StoreError
+    from nous_inbox.store import append_once
+
+    real = store.append
+    calls: list[object] = []
+
+    def written_then_refused(stream, events, expected_version=None, *, identity=None):
+        calls.append(identity)
+        if len(calls) == 1:
+            real(stream, events, expected_version, identity="lost-1")
+            raise OutcomeUnknownError("the answer was lost", stream=stream, identity="lost-1")
+        raise StoreError("the server refused the statement; nothing was written")
+
+    monkeypatch.setattr(store, "append", written_then_refused)
+    with pytest.raises(OutcomeUnknownError) as caught:
+        append_once(store, "s", [Warned(text="a")])
+    assert calls == [None, "lost-1"] and caught.value.identity == "lost-1"
+    assert "nothing was written" not in str(caught.value)
+    assert real.__self__.version("s") == 1  # as it was: the first attempt was written
+
+
 def test_a_journal_send_whose_outcome_is_unknown_is_stored_once(store, monkeypatch):
     # Every owner, the mailbox and the CLI steer write through a journal or append_once: an
     # append written whose answer was lost is retried with its identity, never doubled.

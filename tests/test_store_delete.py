@@ -121,6 +121,20 @@ def test_an_identity_from_before_a_delete_does_not_answer_for_the_new_log(store)
     assert [e.seq for e in again] == [2] and texts(store, "s") == ["new", "old"]
 
 
+def test_an_identity_remembered_before_another_stores_delete_answers_for_nothing_new(kind, url):
+    # The store that remembers the identity never saw the delete: the events now at the seqs it
+    # remembers are another writer's, and the retry must write its own, not take theirs.
+    if kind == "memory":
+        pytest.skip("no other store deletes a memory: store's streams")
+    with open_store(url) as early, open_store(url) as deleter:
+        early.append("s", [Warned(text="old")], identity="send-1")
+        deleter.delete("s")
+        deleter.append("s", [Warned(text="theirs")])
+        again = early.append("s", [Warned(text="old")], identity="send-1")
+        assert [(e.seq, e.text) for e in again] == [(2, "old")]
+        assert texts(early, "s") == ["theirs", "old"]
+
+
 # -- the file: store rewrites its one file -------------------------------------------------------
 
 

@@ -6,7 +6,8 @@ longer than their ``reconnect``: every error an append raises is either a defini
 writer retries with the identity the error gives). Afterwards every acknowledged batch is there
 once and whole, and none is there twice: a "failed" append that had been written would show as
 a doubled batch. A host paused (SIGSTOP) while its append holds the stream's row is cut off by
-the server, taken over within its lease and 2 s, and, resumed, writes nothing.
+the server, taken over within its lease and 2 s, and, resumed, writes nothing. A delete whose
+``COMMIT`` reached the server but whose answer was lost never says nothing was done.
 
 Waits are bounded polls of the server or events between threads, never sleeps as
 synchronisation.
@@ -14,8 +15,10 @@ synchronisation.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +39,7 @@ postgres_server.require_psycopg()  # skipped without psycopg, failed in CI; then
 import psycopg  # noqa: E402
 
 from nous_inbox.store.postgres import PostgresStore  # noqa: E402
+from nous_inbox.store.postgres.url import split_url  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 60.0  # seconds; a bound for what should happen soon, never a sync sleep
@@ -199,13 +203,13 @@ def _holding_the_row(db: psycopg.Connection[Any], schema: str) -> bool:
                                 or (row[0] == "active" and row[1] == "ClientRead"))
 
 
-def _until(condition: Callable[[], bool], seconds: float) -> bool:
+def _until(condition: Callable[[], bool], seconds: float, pace: float = 0.02) -> bool:
     deadline = time.monotonic() + seconds
-    pace = threading.Event()  # never set: the pace of a bounded poll
+    ticks = threading.Event()  # never set: the pace of a bounded poll
     while not condition():
         if time.monotonic() > deadline:
             return False
-        pace.wait(0.02)
+        ticks.wait(pace)
     return True
 
 
@@ -235,16 +239,20 @@ def test_a_host_paused_holding_its_streams_row_is_taken_over_and_resumed_writes_
         with PostgresStore(url) as winner, winner.connect() as db:
             # Hunt for the moment the writer holds the row between its round trips: stop it,
             # and keep it stopped only if its backend still holds the row, waiting for it.
-            for _ in range(500):
+            stopped: list[float] = []
+
+            def caught() -> bool:
                 if not _holding_the_row(db, winner.schema):
-                    continue
+                    return False
                 os.kill(writer.pid, signal.SIGSTOP)
-                paused = time.monotonic()
+                stopped[:] = [time.monotonic()]
                 if _holding_the_row(db, winner.schema):
-                    break
+                    return True
                 os.kill(writer.pid, signal.SIGCONT)
-            else:
-                pytest.fail("never caught the writer holding its stream's row")
+                return False
+
+            assert _until(caught, WAIT, pace=0), "never caught the writer holding its stream's row"
+            paused = stopped[0]
             taken: list[Any] = []
 
             def take() -> bool:
@@ -270,3 +278,60 @@ def test_a_host_paused_holding_its_streams_row_is_taken_over_and_resumed_writes_
     assert texts[-1] == "from the new owner"  # the resumed host wrote nothing after it
     batches = Counter(text.split("-", 1)[0] for text in texts[:-1])
     assert set(batches) == acked and all(n == 50 for n in batches.values())
+
+
+class AnswerLost:
+    """A TCP relay to the server that, once ``armed``, passes a client's ``COMMIT`` on and cuts
+    that client off before the answer: the server commits, the client learns nothing."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.armed = threading.Event()
+        self.cut = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.listener.accept()
+                server = socket.create_connection(self.upstream)
+                threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+                threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, to_server: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if to_server and b"COMMIT" in data and self.armed.is_set() and not self.cut.is_set():
+                    self.cut.set()
+                    source.shutdown(socket.SHUT_RDWR)  # first: no answer can reach the client
+                    sink.sendall(data)  # and the server, still connected, commits
+                    return
+                sink.sendall(data)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_delete_whose_commit_answer_was_lost_never_says_nothing_was_done(
+    postgres_url: str,
+) -> None:
+    params = split_url(postgres_url).params
+    if not params.get("host", "").startswith("127.") or "port" not in params:
+        pytest.skip("the relay needs the server on a loopback port")
+    relay = AnswerLost(params["host"], int(params["port"]))
+    url = postgres_url.replace(f"{params['host']}:{params['port']}", f"127.0.0.1:{relay.port}")
+    try:
+        with PostgresStore(url, reconnect=0) as store, PostgresStore(postgres_url) as other:
+            store.append("s", [Warned(text="a")])
+            with store.own("s"):
+                relay.armed.set()
+                with pytest.raises(StoreError) as caught:
+                    store.delete("s")
+                assert relay.cut.is_set()
+                assert "nothing was done" not in str(caught.value), caught.value
+                assert "not known" in str(caught.value), caught.value
+                assert _until(lambda: other.version("s") == 0, WAIT)  # it was done
+    finally:
+        relay.close()

@@ -60,6 +60,9 @@ def test_the_stores_own_parameters_are_cut_out_wherever_they_stand(url):
     ("postgresql:///agents?password=s3cret&user=me", "postgresql:///agents?password=***&user=me"),
     ("postgresql://db/agents?sslpassword=s3cret", "postgresql://db/agents?sslpassword=***"),
     ("postgresql://me@db/agents?lease=2", "postgresql://me@db/agents?lease=2"),
+    # libpq ends the user part at the first "@" before any "/": "?", "#" and "&" are the password's.
+    ("postgresql://me:s3?cret@db/agents", "postgresql://me:***@db/agents"),
+    ("postgresql://me:s3&c=r#t@db/agents?lease=2", "postgresql://me:***@db/agents?lease=2"),
 ])
 def test_a_password_is_never_shown(url, shown):
     assert split_url(url).shown == shown
@@ -70,6 +73,16 @@ def test_a_url_libpq_refuses_is_an_error_naming_it_without_its_password():
                                          r"libpq takes") as caught:
         split_url("postgresql://me:s3cret@db/x?nonsense=1")
     assert "s3cret" not in str(caught.value)
+
+
+@pytest.mark.parametrize("url", ["postgresql://me:s3%zzcret@db/x",
+                                 "postgresql://me@db/x?password=s3%zzcret",
+                                 "postgresql://me:s3?%zzcret@db/x"])
+def test_libpqs_own_refusal_never_echoes_the_password(url):
+    # libpq names the token it could not decode: here, the password itself.
+    with pytest.raises(ValueError, match="not a URL libpq takes") as caught:
+        split_url(url)
+    assert "s3" not in str(caught.value) and "cret" not in str(caught.value)
 
 
 def test_the_users_connect_timeout_is_libpqs_to_read(monkeypatch):

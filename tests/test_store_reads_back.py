@@ -15,7 +15,7 @@ import math
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nous_inbox.codec import JSON_LINES, MSGPACK
@@ -68,8 +68,16 @@ def events(draw: st.DrawFn) -> Event:
                         seq=seq, at=at)  # type: ignore[arg-type]
 
 
+def _blank_called_not_blank(content: str) -> MessageSent:
+    message = Message("user", content)
+    msgspec.structs.force_setattr(message, "blank", False)  # what no constructor lets through
+    return MessageSent(target=Target.NEXT_TURN, wakeup=False, message=message, at=0.0)
+
+
 @settings(max_examples=1500, deadline=None)
 @given(event=events())
+@example(event=_blank_called_not_blank(""))
+@example(event=_blank_called_not_blank(" \n"))
 def test_an_event_judged_by_its_fields_decodes_back_equal_in_both_formats(event):
     if not _reads_back(event):
         return

@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol, cast, runtime_checkable
 import msgspec
 
 from nous_inbox.codec import MAX_STREAM_NAME
-from nous_inbox.errors import ConcurrencyError, OutcomeUnknownError
+from nous_inbox.errors import ConcurrencyError, OutcomeUnknownError, StoreError
 from nous_inbox.events import EVENT_TYPES, Event, MailSent
 from nous_inbox.message import freeze_json
 from nous_inbox.store.lease import OwnerLease
@@ -197,8 +197,9 @@ def append_once(
     """``store.append``, written once whatever its outcome: an append whose outcome the store
     could not learn (:class:`~nous_inbox.errors.OutcomeUnknownError`) is made again with the
     identity the error gives, up to ``tries`` attempts in all, then that error is raised. Every
-    other error means nothing was written, and is raised at once. (The first attempt names no
-    identity, so it costs what any append costs.)
+    other error of the first attempt means nothing was written, and is raised at once; a retry's
+    ``StoreError`` leaves the first attempt's outcome unknown, so it is raised as one. (The
+    first attempt names no identity, so it costs what any append costs.)
 
     >>> from nous_inbox.store import open_store
     >>> from nous_inbox.events import Warned
@@ -215,6 +216,11 @@ def append_once(
             except OutcomeUnknownError as again:
                 if left == 1:
                     raise again from unknown
+            except StoreError as refused:  # this try wrote nothing; the first one may have
+                raise OutcomeUnknownError(
+                    f"{unknown}; retried with its identity, then: {refused}".replace(
+                        "; nothing was written", ""),
+                    stream=unknown.stream, identity=unknown.identity) from refused
         raise
 
 

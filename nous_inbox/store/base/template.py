@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import hashlib
 import io
 import itertools
 import threading
@@ -155,22 +156,27 @@ class StoreBase(abc.ABC):
 
     def _find_batch(self, stream: str, identity: uuid.UUID) -> list[Event] | None:
         """The events of the append made to ``stream`` with ``identity``, or ``None``: by
-        default from the identities this store remembers (with the lock, the stream held)."""
+        default from the identities this store remembers (with the lock, the stream held).
+        The events must still be the ones written then: another store may have deleted the
+        stream since, and another writer filled the same seqs."""
         span = self.__dict__.get("_batches", {}).get((stream, identity))
         if span is None:
             return None
-        first, count = span
+        first, count, digest = span
         found = list(itertools.islice(self._read(stream, first - 1), count))
-        return found if len(found) == count and found[0].seq == first else None
+        if len(found) != count or found[0].seq != first:
+            return None
+        return found if _digest(self._encode(stream, found)) == digest else None
 
-    def _remember_batch(self, stream: str, identity: uuid.UUID, stored: list[Event]) -> None:
-        """Note the append just written with ``identity``; by default in this store's memory,
-        the oldest forgotten past ``_BATCHES_KEPT``."""
-        kept: dict[tuple[str, uuid.UUID], tuple[int, int]] = self.__dict__.setdefault(
+    def _remember_batch(self, stream: str, identity: uuid.UUID, stored: list[Event],
+                        records: list[bytes]) -> None:
+        """Note the append just written with ``identity`` (its events and their ``records``);
+        by default in this store's memory, the oldest forgotten past ``_BATCHES_KEPT``."""
+        kept: dict[tuple[str, uuid.UUID], tuple[int, int, bytes]] = self.__dict__.setdefault(
             "_batches", {})
         if len(kept) >= _BATCHES_KEPT:
             del kept[next(iter(kept))]
-        kept[(stream, identity)] = (stored[0].seq, len(stored))
+        kept[(stream, identity)] = (stored[0].seq, len(stored), _digest(records))
 
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
         """Keep ``data`` as ``stream``'s snapshot at ``seq`` in place of whatever is kept;
@@ -293,7 +299,7 @@ class StoreBase(abc.ABC):
         else:
             self._write(stream, stored, records, batch=batch)
             if known:
-                self._remember_batch(stream, batch, stored)
+                self._remember_batch(stream, batch, stored, records)
         return stored
 
     def read(self, stream: str, after: int = 0) -> Iterator[Event]:
@@ -440,3 +446,12 @@ class StoreBase(abc.ABC):
                     f"back equal (stored as {back!r}); nothing was written"
                 )
         return records
+
+
+def _digest(records: list[bytes]) -> bytes:
+    """What tells a batch of records from any other: their lengths and bytes, hashed."""
+    digest = hashlib.blake2b(digest_size=16)
+    for record in records:
+        digest.update(len(record).to_bytes(8, "big"))
+        digest.update(record)
+    return digest.digest()

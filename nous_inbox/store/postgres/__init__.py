@@ -5,6 +5,7 @@ request, and any host may die mid-run, the log must live in a server they all re
 keeps it in PostgreSQL through psycopg 3 (``pip install nous-inbox[postgres]``); nothing else in
 the library imports psycopg. Its parts: :mod:`~nous_inbox.store.postgres.url` (which URLs it
 takes), :mod:`~nous_inbox.store.postgres.schema` (its tables),
+:mod:`~nous_inbox.store.postgres._connection` (connecting, and retrying a lost call),
 :mod:`~nous_inbox.store.postgres.lease` (leases and wake-ups) and
 :mod:`~nous_inbox.store.postgres.store` (the store and its appends).
 

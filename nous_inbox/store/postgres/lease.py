@@ -32,6 +32,7 @@ import psycopg
 
 from nous_inbox.store.base import check_stream
 from nous_inbox.store.lease import OwnerLease, owned_error
+from nous_inbox.store.postgres._connection import Connecting
 from nous_inbox.store.postgres.schema import Tables
 from nous_inbox.store.postgres.url import first_line
 
@@ -98,33 +99,21 @@ def _release_row(store: Leasing, db: psycopg.Connection[Any], stream: str,
                f"expires = NULL WHERE stream = %s AND holder = %s", (stream, token))
 
 
-class Leasing:
+class Leasing(Connecting):
     """The store's leases and subscriptions: what :class:`~nous_inbox.store.postgres.PostgresStore`
     does beside its log (a mixin of it; the names below are the store's)."""
 
-    url: str
-    lease: float
     poll: float
-    pooler: str | None
     channel: str
     tables: Tables
     _host: str
-    _lock: threading.Lock | threading.RLock
     _state: threading.Lock
-    _closed: bool
     _held: dict[str, PostgresLease]
     _subscribers: dict[str, list[Callable[[], None]]]
     _background: Background | None
-    _db: psycopg.Connection[Any] | None
 
     if TYPE_CHECKING:
-        def connect(self) -> psycopg.Connection[Any]: ...
-        def _connection(self) -> psycopg.Connection[Any]: ...
         def _check_open(self) -> None: ...
-        @property
-        def _lock_wait_ms(self) -> int: ...
-        def _retrying(self, what: str, work: Callable[[psycopg.Connection[Any]], Any],
-                      recover: Callable[[psycopg.Connection[Any]], Any] | None = None) -> Any: ...
 
     def _own(self, stream: str) -> PostgresLease:
         """The template's hook: take the lease row."""

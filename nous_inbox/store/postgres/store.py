@@ -54,9 +54,6 @@ DEFAULT_POLL: Final = 2.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 _PAGE: Final = 512
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-#: Server errors that mean the session is gone (class 08: connection exceptions; the backend
-#: terminated, the server shutting down or crashed, our idle transaction ended by its timer).
-_GONE: Final = frozenset({"57P01", "57P02", "57P03", "25P03"})
 
 
 class PostgresStore(Leasing, StoreBase):
@@ -134,126 +131,6 @@ class PostgresStore(Leasing, StoreBase):
             except BaseException:
                 self._db.close()
                 raise
-
-    # -- connecting ------------------------------------------------------------------------------
-
-    def connect(self) -> psycopg.Connection[Any]:
-        """A new autocommit connection to the store's database, with its waits bounded.
-
-        A host cut off mid-transaction leaves its server process holding the stream row's lock
-        until the server notices, hours with the defaults. So the connection ends a transaction
-        left idle for ``max(1, lease/2)`` s (``idle_in_transaction_session_timeout``), and TCP
-        keepalives on both ends (libpq's ``keepalives*``, unless the URL sets them, and the
-        server's ``tcp_keepalives_*``) notice a dead peer within about ``lease`` + 3 s. Behind a
-        transaction pooler no session setting is made (it would stay on the pooled server
-        connection, for other clients) and no statement is prepared: set the pooler's or the
-        role's own (``ALTER ROLE ... SET idle_in_transaction_session_timeout``).
-        """
-        prepare = None if self.pooler == "transaction" else 5
-        extra: dict[str, Any] = {}
-        if self._connect_timeout is not None:  # else the user's own applies
-            extra["connect_timeout"] = max(1, round(self._connect_timeout))
-        if not any(key.startswith("keepalives") for key in self._libpq_keys):
-            extra.update(keepalives=1, keepalives_idle=self._keepalive_idle,
-                         keepalives_interval=1, keepalives_count=3)
-        db = psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=prepare, **extra)
-        if self.pooler != "transaction":
-            try:
-                db.execute(
-                    "SELECT set_config('idle_in_transaction_session_timeout', %s, false), "
-                    "set_config('tcp_keepalives_idle', %s, false), "
-                    "set_config('tcp_keepalives_interval', '1', false), "
-                    "set_config('tcp_keepalives_count', '3', false)",
-                    (str(self._idle_limit_ms), str(self._keepalive_idle)),
-                )
-            except BaseException:
-                db.close()
-                raise
-        return db
-
-    @property
-    def _idle_limit_ms(self) -> int:
-        """How long the server lets one of our transactions sit idle (see :meth:`connect`)."""
-        return round(max(1.0, self.lease / 2) * 1000)
-
-    @property
-    def _keepalive_idle(self) -> int:
-        return max(1, round(self.lease))
-
-    @property
-    def _lock_wait_ms(self) -> int:
-        """How long taking or renewing a lease waits for the stream row's lock: normally an
-        append in flight (milliseconds); longer means a writer that is stuck or gone."""
-        return max(10, round(self.lease / 4 * 1000))
-
-    def _connection(self) -> psycopg.Connection[Any]:
-        """The live connection, made again if the last one broke (call with the lock)."""
-        if self._closed:
-            raise ValueError(f"{self.url} store is closed")
-        db = self._db
-        if db is None or db.closed or db.broken:
-            self._drop(db)
-            db = self._db = self.connect()
-        return db
-
-    def _drop(self, db: psycopg.Connection[Any] | None) -> None:
-        """Let go of a connection whose session is gone or in an unknown state."""
-        if db is self._db:
-            self._db = None
-        if db is not None:
-            with contextlib.suppress(Exception):
-                db.close()
-
-    def _retrying(self, what: str, work: Callable[[psycopg.Connection[Any]], Any],
-                  recover: Callable[[psycopg.Connection[Any]], Any] | None = None,
-                  unknown: Callable[[str], Exception | None] | None = None) -> Any:
-        """Run ``work(connection)`` under the lock, reconnecting after a lost connection.
-
-        After a loss, ``recover(connection)`` (when given) runs first on the new connection; a
-        result other than ``None`` is returned instead of running ``work`` again. The attempts
-        stop ``reconnect`` seconds after the first loss (``_local.deadline``; a host paused in
-        the call has lost nothing of its budget), the pauses between them made without the
-        lock. Giving up, the error is ``unknown(reason)`` when that is not ``None`` (the last
-        attempt may have written), else ``StoreError`` saying nothing was done.
-        """
-        pause = 0.02
-        lost = False
-        deadline = 0.0
-        with self._lock:
-            while True:
-                db: psycopg.Connection[Any] | None = None
-                recovering = False
-                try:
-                    db = self._connection()
-                    if lost and recover is not None:
-                        recovering = True
-                        found = recover(db)
-                        if found is not None:
-                            return found
-                        recovering = False
-                    return work(db)
-                except psycopg.Error as exc:
-                    if not _session_lost(exc, db):  # refused by the server: nothing was done
-                        error = unknown(first_line(exc)) if recovering and unknown else None
-                        if error is not None:  # ... by this attempt; the lost one may have
-                            raise error from exc
-                        done = "; nothing was written" if unknown is not None else ""
-                        raise StoreError(f"{self.url}: {what} failed: {first_line(exc)}{done}"
-                                         ) from exc
-                    self._drop(db)
-                    if not lost:
-                        deadline = self._local.deadline = time.monotonic() + self._reconnect
-                    if time.monotonic() + pause > deadline:
-                        reason = (f"lost the connection and could not get it back within "
-                                  f"{self._reconnect:g}s: {first_line(exc)}")
-                        error = unknown(reason) if unknown is not None else None
-                        if error is not None:
-                            raise error from exc
-                        raise StoreError(f"{self.url}: {what} failed: {reason}; nothing was "
-                                         f"done") from exc
-                    lost = True
-                    self._pause.wait(pause)  # the lock is free meanwhile
-                    pause = min(pause * 2, 0.5)
 
     # -- the append ------------------------------------------------------------------------------
 
@@ -364,7 +241,8 @@ class PostgresStore(Leasing, StoreBase):
         """The append made with ``identity``, as ``_appending`` found it in the stream."""
         return getattr(self._local, "found", None)
 
-    def _remember_batch(self, stream: str, identity: uuid.UUID, stored: list[Event]) -> None:
+    def _remember_batch(self, stream: str, identity: uuid.UUID, stored: list[Event],
+                        records: list[bytes]) -> None:
         """Nothing to do: the identity is stored with the events (``_write``)."""
 
     def _write(self, stream: str, events: list[Event], records: list[bytes], *,
@@ -387,6 +265,7 @@ class PostgresStore(Leasing, StoreBase):
         with self._state:
             held = self._held.get(stream)
         tables = self.tables
+        committed: list[bool] = []  # a COMMIT sent, by any attempt: then it may have been done
 
         def work(db: psycopg.Connection[Any]) -> None:
             with db.transaction():
@@ -402,8 +281,15 @@ class PostgresStore(Leasing, StoreBase):
                     db.execute(f"DELETE FROM {tables.snapshots} WHERE stream = %s", (stream,))
                 db.execute(f"UPDATE {tables.streams} SET version = 0 WHERE stream = %s", (stream,))
                 db.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
+                committed.append(True)  # leaving the block sends the COMMIT
 
-        self._retrying(f"delete of stream {stream!r}", work)
+        def unknown(reason: str) -> StoreError | None:
+            if not committed:
+                return None
+            return StoreError(f"{self.url}: delete of stream {stream!r}: {reason}, so whether "
+                              f"it was done is not known; delete it again to be sure")
+
+        self._retrying(f"delete of stream {stream!r}", work, unknown=unknown)
 
     def _lost(self, stream: str, held: PostgresLease) -> LeaseLostError:
         return LeaseLostError(
@@ -510,15 +396,3 @@ class PostgresStore(Leasing, StoreBase):
     def _close(self) -> None:
         """The template's hook, after ``_release_all``: close the connection."""
         self._drop(self._db)
-
-
-
-def _session_lost(exc: psycopg.Error, db: psycopg.Connection[Any] | None) -> bool:
-    """Whether ``exc`` left the session gone or in an unknown state (try again on a new one),
-    rather than being the server's definite refusal of a statement (nothing was done)."""
-    if db is None or db.closed or db.broken:
-        return True
-    state = exc.sqlstate
-    if state is None:  # raised by the client: a broken protocol state, a lost socket
-        return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
-    return state.startswith("08") or state in _GONE

@@ -18,6 +18,7 @@ takes is lost on the way.
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 from typing import Final, NamedTuple
 
@@ -33,6 +34,7 @@ OURS: Final = ("schema", "lease", "poll", "pooler", "reconnect")
 SECRETS: Final = frozenset({"password", "sslpassword"})
 #: The longest default ``reconnect`` (see :func:`default_reconnect`).
 DEFAULT_RECONNECT: Final = 10.0
+_USER: Final = re.compile(r"[^@/]*@")
 
 
 class Target(NamedTuple):
@@ -45,7 +47,16 @@ class Target(NamedTuple):
 
 def split_url(url: str) -> Target:
     """Take ``url`` apart; a URL libpq would refuse is a ``ValueError`` naming it (masked)."""
-    base, mark, query = url.partition("?")
+    scheme, sep, after = url.partition("://")
+    if not sep:
+        scheme, after = "", url
+    # As libpq reads it: the user part ends at the first "@" before any "/", so a "?", "#" or
+    # "&" before that "@" belongs to the password, not to the query.
+    user = _USER.match(after) if sep else None
+    userinfo = user.group() if user else ""
+    name, colon, password = userinfo[:-1].partition(":")
+    secrets = [password] if colon else []
+    base, mark, query = after[len(userinfo):].partition("?")
     ours: dict[str, str] = {}
     kept: list[str] = []
     shown_query: list[str] = []
@@ -56,27 +67,21 @@ def split_url(url: str) -> Target:
             ours[key] = urllib.parse.unquote(raw_value)
         else:
             kept.append(piece)
+        if key in SECRETS:
+            secrets.append(raw_value)
         shown_query.append(f"{raw_key}=***" if key in SECRETS else piece)
-    shown = _mask_userinfo(base) + (mark + "&".join(shown_query) if mark else "")
-    libpq_url = base + ("?" + "&".join(kept) if kept else "")
+    head = scheme + sep + (f"{name}:***@" if colon else userinfo) + base
+    shown = head + (mark + "&".join(shown_query) if mark else "")
+    libpq_url = scheme + sep + userinfo + base + ("?" + "&".join(kept) if kept else "")
     try:
         params = conninfo_to_dict(libpq_url)
     except psycopg.Error as exc:
-        raise ValueError(f"{shown}: not a URL libpq takes: {first_line(exc)}") from None
+        said = first_line(exc)  # libpq may quote the token it could not read: a password, say
+        for secret in secrets:
+            for form in {secret, urllib.parse.unquote(secret)} - {""}:
+                said = said.replace(form, "***")
+        raise ValueError(f"{shown}: not a URL libpq takes: {said}") from None
     return Target({k: str(v) for k, v in params.items() if v is not None}, ours, shown)
-
-
-def _mask_userinfo(base: str) -> str:
-    """``base`` (a URL without its query) with the password of its user part as ``***``."""
-    scheme, sep, after = base.partition("://")
-    if not sep:
-        return base
-    authority, slash, path = after.partition("/")
-    userinfo, at, hosts = authority.rpartition("@")
-    user, colon, _ = userinfo.partition(":")
-    if not at or not colon:
-        return base
-    return f"{scheme}://{user}:***@{hosts}{slash}{path}"
 
 
 def gives_connect_timeout(params: dict[str, str]) -> bool:
