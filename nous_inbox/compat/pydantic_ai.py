@@ -136,7 +136,7 @@ from nous_inbox.loop import (
     open_calls,
 )
 from nous_inbox.message import Message, ToolCall, freeze_json
-from nous_inbox.port import JournalPort, SessionPort, check_port
+from nous_inbox.port import ClaimGuard, JournalPort, SessionPort, check_port
 from nous_inbox.session import Session
 
 __all__ = ["AgentRunner", "from_model_response", "to_model_messages"]
@@ -317,6 +317,8 @@ class _InboxHooks(AbstractCapability[Any]):
     call: Callable[[Callable[[], Any]], Any]
     start: LoopState
     adv: Advance = field(init=False)
+    #: How a port that is not a journal is claimed from: guarded (ruling 7).
+    claims: ClaimGuard = field(init=False)
     opening: bool = True
     recorded: list[Event] = field(default_factory=list)
     #: The run's usage (pydantic-ai's, updated in place) and its output once it has one: what
@@ -359,17 +361,16 @@ class _InboxHooks(AbstractCapability[Any]):
             self.recorded.extend(stored)
         else:
             def claim(command: Claim) -> Sequence[Message]:
-                messages, event = self.port.claim(command.target, wake_only=command.wake_only)
-                if event is not None:
-                    self.recorded.append(event)
+                messages, events = self.claims.claim(command.target, wake_only=command.wake_only)
+                self.recorded.extend(events)
                 return messages
 
             walked = _walk(self.adv, parts, claim,
                            lambda event: self.recorded.append(self.port.record(self._finished(event))))
         self.adv, deliver = walked
         for event in self.recorded[before:]:
-            if isinstance(event, Warned):  # the loop's budget warning: a log line too
-                logger.warning(event.text)
+            if isinstance(event, Warned) and event is not self.claims.warning:
+                logger.warning(event.text)  # the loop's budget warning: a log line too
         return deliver
 
     def _finished(self, event: Any) -> Any:
@@ -414,6 +415,7 @@ class _InboxHooks(AbstractCapability[Any]):
         """The turn's opening, before the run: ``TurnStarted``, the answers to calls an earlier
         turn left open (pydantic-ai would answer them itself, unrecorded), then the loop's
         claims. Returns the history the run starts from: what the loop's first request shows."""
+        self.claims = ClaimGuard(self.port)
         session = self.port.session
         answers = [  # as pydantic-ai words the answer to a call left open
             Message.tool(INTERRUPTED_TOOL_RETURN_CONTENT, call.id, name=call.name,
