@@ -47,7 +47,8 @@ recorded or claimed, in order; messages others send meanwhile are in the log but
 
 Failures. A port the runner cannot call is refused with ``TypeError`` when ``run_turn`` is
 called, before anything is recorded. A claim that raises or answers in the wrong shape is logged,
-recorded as ``Warned``, and the run goes on without the inbox for the rest of the turn (ruling 7).
+recorded as ``Warned``, and the run goes on without the inbox for the rest of the turn (ruling 7:
+the port's :class:`~nous_inbox.port.ClaimGuard`, which the adapters claim through too).
 A tool that raises, a call to a tool nobody has, arguments that do not fit the tool's annotations,
 and a result the log cannot hold (text with a lone surrogate, as ``os.listdir`` returns for a
 name that is not UTF-8; a record above the size limit of the store the port records into, its
@@ -104,8 +105,7 @@ import attrs
 from msgspec.structs import replace
 
 from nous_inbox.codec import MAX_RECORD_SIZE, MAX_STREAM_NAME, Record, encode_record
-from nous_inbox.events import Event, QueueClaimed, ToolReturned, TurnEnded, Warned
-from nous_inbox.inbox import Target
+from nous_inbox.events import Event, ToolReturned, TurnEnded, Warned
 from nous_inbox.loop import (
     Advance,
     CallModel,
@@ -126,7 +126,7 @@ from nous_inbox.loop import (
     new_state,
 )
 from nous_inbox.message import Message, ToolCall
-from nous_inbox.port import LocalSession, SessionPort, check_port
+from nous_inbox.port import ClaimGuard, LocalSession, SessionPort, check_port, describe_error
 from nous_inbox.session import Session
 from nous_inbox.tool import Tool, tool
 
@@ -163,68 +163,6 @@ _Request = list[Event] | _Call
 
 _ABANDONED: Final = object()
 """What an asyncio pump sends back for a call the cancel event won the race against."""
-
-
-# -- the port's claim side, guarded (ruling 7) ----------------------------------------------------
-
-
-class _Claims:
-    """The port's claim, guarded: a claim that raises or answers in the wrong shape is logged,
-    recorded as ``Warned``, and not asked again for the rest of the turn."""
-
-    __slots__ = ("failed", "port")
-
-    def __init__(self, port: SessionPort) -> None:
-        self.port = port
-        self.failed = False
-
-    def claim(self, command: Claim) -> tuple[list[Event], ClaimAnswered]:
-        """Claim as the loop asks: the events to stream (a recorded warning, the port's claim)
-        and what the loop is told."""
-        if self.failed:
-            return [], ClaimAnswered(command.target)
-        target, port = command.target, self.port
-        try:
-            # Whether a waking message extends the run is the core's decision, made inside the
-            # port's atomic claim: the runner only says which claim the loop asked for.
-            result = port.claim(target, wake_only=True) if command.wake_only else port.claim(target)
-        except Exception as exc:
-            logger.warning("message source %s failed", type(port).__name__, exc_info=True)
-            return self._fail(command, f"claim({target}) raised {_describe(exc)}")
-        problem = _claim_shape_problem(result, target)
-        if problem:
-            return self._fail(command, f"claim({target}) {problem}")
-        messages, claimed = result
-        return ([claimed] if claimed is not None else []), ClaimAnswered(target, messages)
-
-    def _fail(self, command: Claim, problem: str) -> tuple[list[Event], ClaimAnswered]:
-        """Stop asking, and say so: a log line and a recorded ``Warned``."""
-        self.failed = True
-        text = (f"message source failed: {type(self.port).__name__}.{problem}; the run goes on "
-                "without it for this turn")
-        logger.warning(text)
-        return [self.port.record(Warned(text=text))], ClaimAnswered(command.target)
-
-
-def _claim_shape_problem(result: object, target: Target) -> str | None:
-    expected = "expected (messages, QueueClaimed | None)"
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        if isinstance(result, str):
-            return f"returned the str {result[:40]!r}, {expected} (a str is not iterated)"
-        return f"returned {type(result).__name__}, {expected}"
-    messages, event = result
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-        return f"returned messages of type {type(messages).__name__}, {expected}"
-    for i, message in enumerate(messages):
-        if not isinstance(message, Message):
-            return f"returned messages[{i}] of type {type(message).__name__}, not a Message"
-    if event is None:
-        if messages:
-            return f"returned {len(messages)} message(s) but no QueueClaimed: the claim was not recorded"
-        return None
-    if not isinstance(event, QueueClaimed) or event.target != target or event.count != len(messages):
-        return f"returned {event!r} for {len(messages)} message(s) claimed from {target}"
-    return None
 
 
 # -- the runner -----------------------------------------------------------------------------------
@@ -341,7 +279,7 @@ class Runner:
                 f"{type(port).__name__}.session is a {type(session).__name__}, not a Session"
             )
         adv = advance(self._start, TurnOpened(session.turn + 1, reason, session.transcript))
-        claims = _Claims(port)
+        claims = ClaimGuard(port)
         error: Exception | None = None
         usage: dict[str, int | float] = {}  # what the model's replies reported, summed
         try:
@@ -358,7 +296,9 @@ class Runner:
                 if cancel is not None and cancel.is_set():
                     happening = Cancelled()
                 elif kind is Claim:
-                    shown, happening = claims.claim(command)  # type: ignore[arg-type]
+                    asked: Claim = command  # type: ignore[assignment]
+                    messages, shown = claims.claim(asked.target, wake_only=asked.wake_only)
+                    happening = ClaimAnswered(asked.target, messages)
                     if shown:
                         yield shown
                 elif kind is CallModel:
@@ -372,7 +312,7 @@ class Runner:
                         if cancel is not None and cancel.is_set():
                             happening = Cancelled()
                         else:
-                            error, happening = exc, Failed(_describe(exc))
+                            error, happening = exc, Failed(describe_error(exc))
                     else:
                         if reply is None or (cancel is not None and cancel.is_set()):
                             happening = Cancelled()
@@ -415,7 +355,7 @@ class Runner:
         except Exception as exc:
             logger.warning("tool %r raised; the model gets an error result", call.name,
                            exc_info=True)
-            return _fitting_error(call, type(exc).__name__, _describe(exc), limit)
+            return _fitting_error(call, type(exc).__name__, describe_error(exc), limit)
         if value is _ABANDONED:
             return cancelled_result(call)
         return _tool_message(call, value, limit)
@@ -610,28 +550,6 @@ def _not_awaitable(value: object, what: str) -> None:
         if inspect.iscoroutine(value):
             value.close()
         raise TypeError(f"{what} returned an awaitable; drive async callables with arun_turn")
-
-
-_MAX_DESCRIBED: Final = 4000
-"""The most characters of an exception's message the log keeps (the exception itself, raised to
-the consumer, keeps it all)."""
-
-
-def _describe(exc: BaseException) -> str:
-    """An exception as one line of text the log can hold, whatever its message: a message with
-    a lone surrogate (a name ``os.listdir`` returned) is escaped, a long one (a whole payload
-    in a ``ValueError``) is cut short, and one whose ``__str__`` raises is said to be so. Else
-    the event recording the failure would itself fail, and a turn end go unrecorded."""
-    try:
-        message = str(exc)
-    except Exception:
-        message = "(its message cannot be printed)"
-    text = f"{type(exc).__name__}: {message}"
-    if len(text) > _MAX_DESCRIBED:
-        text = f"{text[:_MAX_DESCRIBED]}... ({len(text) - _MAX_DESCRIBED} more characters)"
-    if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
 
 
 def _error_result(call: ToolCall, kind: str, text: str) -> Message:

@@ -291,6 +291,49 @@ def test_a_failing_model_ends_the_turn_as_an_error_recorded_and_re_raises() -> N
     assert local.session == replay(local.events)
 
 
+class FailsOnce:
+    """A host's own port (not a journal) over ``local`` whose store refuses one write: the
+    turn's first ``StepStarted``, recorded as the turn opens, after its start and its claim."""
+
+    def __init__(self, local: LocalSession) -> None:
+        self.local, self.failed = local, False
+
+    @property
+    def session(self) -> Any:
+        return self.local.session
+
+    def claim(self, target: str, *, wake_only: bool = False) -> Any:
+        return self.local.claim(target, wake_only=wake_only)
+
+    def record(self, event: Any) -> Any:
+        if isinstance(event, StepStarted) and not self.failed:
+            self.failed = True
+            raise OSError("disk full")
+        return self.local.record(event)
+
+
+@pytest.mark.parametrize("driven", ["async", "thread"])
+def test_a_turn_whose_opening_fails_is_ended_as_an_error_recorded_and_re_raises(
+    driven: str,
+) -> None:
+    local = LocalSession()
+    local.followup("go")
+    runner = AgentRunner(make_agent(Script("ok")), offload=False)
+
+    async def turn() -> list[Any]:
+        return [e async for e in runner.arun_turn(FailsOnce(local))]
+
+    with pytest.raises(OSError, match="disk full"):
+        if driven == "async":
+            asyncio.run(turn())
+        else:
+            list(runner.run_turn(FailsOnce(local)))
+    ended = local.events[-1]
+    assert isinstance(ended, TurnEnded)
+    assert (ended.reason, ended.error) == ("error", "OSError: disk full")
+    assert not local.session.running and local.session == replay(local.events)
+
+
 def test_the_threaded_owner_drives_a_pydantic_ai_agent_too() -> None:
     script = Script("tool", "done")
 

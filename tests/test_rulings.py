@@ -11,6 +11,7 @@ Under an owner, both must let its boundary subscribers speak before each claim.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -332,23 +333,20 @@ class Misbehaving:
         return self.local.record(event)
 
 
-_ADAPTER_LETS_A_SOURCE_FAIL_THE_RUN = pytest.mark.xfail(
-    strict=True, reason="the pydantic-ai adapter calls a port's claim unguarded: what it raises "
-    "(or its wrong shape) fails the turn instead of being logged (ruling 7)")
-
-
-@pytest.mark.parametrize(
-    "driver", ["runner", pytest.param("pydantic-ai", marks=_ADAPTER_LETS_A_SOURCE_FAIL_THE_RUN)])
+@pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("answer", [OSError("disk on fire"), "stop"])
 def test_a_source_that_misbehaves_is_logged_and_the_run_goes_on_without_it(
-    driver: str, answer: object,
+    driver: str, answer: object, caplog: pytest.LogCaptureFixture,
 ) -> None:
     turn = Turn("tool", "done")
     turn.local.followup("go")
     turn.local.claim("next_turn")  # in the transcript: the turn has something to answer
     turn.local.steer("waits for a source that answers")
     source = Misbehaving(turn.local, answer)
-    events = turn.run(driver, port=source)
+    with caplog.at_level(logging.WARNING, logger="nous_inbox"):
+        events = turn.run(driver, port=source)
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("nous_inbox")]
+    assert sum(line.startswith("message source failed: Misbehaving.claim") for line in said) == 1
     assert ended(events) == "final" and len(turn.requests) == 2
     assert kinds(events).count("Warned") == 1 and source.asked == 1  # not asked again
     assert queued(turn) == ["waits for a source that answers"]  # nothing lost

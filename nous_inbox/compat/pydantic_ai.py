@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import queue
@@ -136,7 +137,7 @@ from nous_inbox.loop import (
     open_calls,
 )
 from nous_inbox.message import Message, ToolCall, freeze_json
-from nous_inbox.port import JournalPort, SessionPort, check_port
+from nous_inbox.port import ClaimGuard, JournalPort, SessionPort, check_port, describe_error
 from nous_inbox.session import Session
 
 __all__ = ["AgentRunner", "from_model_response", "to_model_messages"]
@@ -317,6 +318,8 @@ class _InboxHooks(AbstractCapability[Any]):
     call: Callable[[Callable[[], Any]], Any]
     start: LoopState
     adv: Advance = field(init=False)
+    #: How a port that is not a journal is claimed from: guarded (ruling 7).
+    claims: ClaimGuard = field(init=False)
     opening: bool = True
     recorded: list[Event] = field(default_factory=list)
     #: The run's usage (pydantic-ai's, updated in place) and its output once it has one: what
@@ -359,17 +362,16 @@ class _InboxHooks(AbstractCapability[Any]):
             self.recorded.extend(stored)
         else:
             def claim(command: Claim) -> Sequence[Message]:
-                messages, event = self.port.claim(command.target, wake_only=command.wake_only)
-                if event is not None:
-                    self.recorded.append(event)
+                messages, events = self.claims.claim(command.target, wake_only=command.wake_only)
+                self.recorded.extend(events)
                 return messages
 
             walked = _walk(self.adv, parts, claim,
                            lambda event: self.recorded.append(self.port.record(self._finished(event))))
         self.adv, deliver = walked
         for event in self.recorded[before:]:
-            if isinstance(event, Warned):  # the loop's budget warning: a log line too
-                logger.warning(event.text)
+            if isinstance(event, Warned) and event is not self.claims.warning:
+                logger.warning(event.text)  # the loop's budget warning: a log line too
         return deliver
 
     def _finished(self, event: Any) -> Any:
@@ -414,6 +416,7 @@ class _InboxHooks(AbstractCapability[Any]):
         """The turn's opening, before the run: ``TurnStarted``, the answers to calls an earlier
         turn left open (pydantic-ai would answer them itself, unrecorded), then the loop's
         claims. Returns the history the run starts from: what the loop's first request shows."""
+        self.claims = ClaimGuard(self.port)
         session = self.port.session
         answers = [  # as pydantic-ai words the answer to a call left open
             Message.tool(INTERRUPTED_TOOL_RETURN_CONTENT, call.id, name=call.name,
@@ -494,6 +497,14 @@ class _InboxHooks(AbstractCapability[Any]):
         if self.adv.state.phase is Phase.ENDED:
             return
         self._write(*self._happenings(left_over), ending)
+
+    def end_opening(self, failure: BaseException | None) -> None:
+        """End a turn whose opening was cut short (by ``failure``, or a cancel when ``None``),
+        if it got as far as recording the turn's start: a turn the log shows open would keep
+        the session running. The opening records that start first (or, in one append, with
+        all the rest), so anything recorded means the turn started."""
+        if self.recorded:
+            self.close(Cancelled() if failure is None else Failed(describe_error(failure)))
 
     def take(self) -> list[Event]:
         taken, self.recorded = self.recorded, []
@@ -662,8 +673,9 @@ class AgentRunner:
         """Run one turn on ``port`` under asyncio, yielding each event as it is recorded.
 
         Setting ``cancel`` ends the run at its next node boundary as ``"cancelled"``; so does
-        closing the iterator early or cancelling its task. A failing model ends the turn as
-        ``"error"``, recorded, and the exception is re-raised.
+        closing the iterator early or cancelling its task. A failing model, or a port that fails
+        once the turn has started, ends the turn as ``"error"``, recorded, and the exception is
+        re-raised.
         """
         check_port(port)
         return self._arun(port, reason, cancel)
@@ -678,11 +690,16 @@ class AgentRunner:
             while not opening.done():
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.wait((opening,))
-            if not opening.cancelled() and opening.exception() is None:
-                try:
-                    await asyncio.shield(hooks.call(lambda: hooks.close(Cancelled())))
-                except BaseException:
-                    logger.exception("could not record the end of a cancelled turn")
+            failure = None if opening.cancelled() else opening.exception()
+            try:
+                await asyncio.shield(hooks.call(lambda: hooks.end_opening(failure)))
+            except BaseException:
+                logger.exception("could not record the end of a cancelled turn")
+            raise
+        except Exception as exc:  # as a failing run: the turn ends as an error, recorded
+            await hooks.call(functools.partial(hooks.end_opening, exc))
+            for event in hooks.take():
+                yield event
             raise
         ending: Cancelled | Failed | None = Cancelled()  # unless the run says otherwise below
         run: Any = None
@@ -710,7 +727,7 @@ class AgentRunner:
         except _TurnOver:
             ending = None  # the loop ended the turn (a spent budget) before a request
         except Exception as exc:
-            failed = Failed(f"{type(exc).__name__}: {exc}")
+            failed = Failed(describe_error(exc))
             hooks.usage = _run_usage(run, hooks.usage)
             left = _left_over(run)
             await hooks.call(lambda: hooks.close(failed, left))
