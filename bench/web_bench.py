@@ -99,7 +99,7 @@ class _Server:
     def call(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
         """Run ``coroutine`` on the server's loop and wait for it."""
         assert self.loop is not None
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(60)
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(600)  # 1,000 takes at full size
 
     async def _main(self) -> None:
         import uvicorn
