@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import psycopg
 
@@ -111,9 +111,7 @@ class Leasing(Connecting):
     _held: dict[str, PostgresLease]
     _subscribers: dict[str, list[Callable[[], None]]]
     _background: Background | None
-
-    if TYPE_CHECKING:
-        def _check_open(self) -> None: ...
+    _check_open: Callable[[], None]  # the store's: raise if it was closed
 
     def _own(self, stream: str) -> PostgresLease:
         """The template's hook: take the lease row."""
