@@ -42,8 +42,9 @@ from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
-from nous_inbox.owner_body import AsyncTurnRunner, OwnerBody, logger
+from nous_inbox.owner_body import OwnerBody, logger
 from nous_inbox.owner_core import Stop
+from nous_inbox.owner_port import AsyncTurnRunner
 from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store

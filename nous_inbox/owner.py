@@ -76,8 +76,9 @@ from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
-from nous_inbox.owner_body import Listener, OwnerBody, TurnRunner
+from nous_inbox.owner_body import Listener, OwnerBody
 from nous_inbox.owner_core import Stop
+from nous_inbox.owner_port import TurnRunner
 from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
@@ -231,7 +232,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
 
         Returns whether a run was going. Queued messages stay queued. Call it from any thread;
         the request is recorded in the log when a turn is open (see
-        :func:`~nous_inbox.owner_body.request_cancel`, which reaches an owner in another process).
+        :func:`~nous_inbox.owner_port.request_cancel`, which reaches an owner in another process).
         """
         with self._lock:
             if not self._closed.is_set():
