@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Coroutine, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
@@ -49,9 +49,11 @@ from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
 from nous_inbox.store_worker import SendTicket, Stored, StoreWorker, awaited
-from nous_inbox.turn_result import AsyncTurnHandle, TurnResult, settled
+from nous_inbox.turn_result import AsyncTurnHandle, Steps, TurnResult, apump
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
+
+_T = TypeVar("_T")
 
 
 class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
@@ -179,11 +181,6 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     # -- what a host reads and says ---------------------------------------------------------------
 
     @property
-    def running(self) -> bool:
-        """Whether a run is going (from the send that woke it until its end is recorded)."""
-        return self._run is not None
-
-    @property
     def closed(self) -> bool:
         """Whether the owner was closed (``aclose``, or a lost lease): it refuses sends."""
         return self._closed or self._core.lost is not None
@@ -219,42 +216,34 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         finally:
             self._readers.discard(live)
 
-    def _read(self, after: int) -> list[Event]:
-        return list(self._store.read(self._stream, after))
-
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> Coroutine[Any, Any, MessageSent]:
         stored = self._store_send(message, target, wakeup, prompt)
         return Stored(stored) if type(stored) is MessageSent else awaited(stored)  # type: ignore[arg-type]
 
     def _store_send(self, message: Message | str, target: Target | str, wakeup: bool, prompt: bool,
-               options: dict[str, Any] | None = None) -> MessageSent | asyncio.Future[MessageSent]:
+                    options: dict[str, Any] | None = None) -> MessageSent | asyncio.Future[MessageSent]:
         """A send, stored at once (an inline store, a subscriber under the lock) or queued on
-        the worker: the stored event, or a future of it. With run ``options``, it commits on
-        its own, holding the lock until they are kept, so no claim can take it first."""
-        journal, io = self._journal, self._io
-        if journal is None or io is None or self._closed or self._core.lost is not None:
+        the worker: the stored event, or a future of it. With run ``options``, it commits on its
+        own, so they are kept before any claim can take it."""
+        io = self._io
+        if io is None or self._journal is None or self.closed:
             self._check_open(self._closed)  # raises, saying why
+        assert io is not None
         if prompt:
             self._core.prompt()  # before the send: the run it wakes starts before it returns
-
-        def now() -> MessageSent:
-            with self._lock:
-                sent = journal.send(message, target, wakeup)  # type: ignore[union-attr]
-                return sent if options is None else self._kept_options(sent, options)
-
         try:
-            if io.inline or self._holds_lock():  # type: ignore[union-attr]
-                return now()
+            if io.inline or self._holds_lock():
+                return self._sent_now(message, target, wakeup, options)
             if options is not None:
-                future: asyncio.Future[MessageSent] = io.soon(now)  # type: ignore[union-attr]
+                future = io.soon(lambda: self._sent_now(message, target, wakeup, options))
                 future.add_done_callback(lambda done: self._options_sent(done, prompt))
                 return future
             event = sent_event(message, target, wakeup)
         except BaseException as exc:
             self._sent_failed(exc, prompt)
             raise
-        return io.send(event, self._core.unprompt if prompt else None)  # type: ignore[union-attr, return-value]
+        return io.send(event, self._core.unprompt if prompt else None)  # type: ignore[return-value]
 
     def _options_sent(self, done: asyncio.Future[MessageSent], prompt: bool) -> None:
         error = None if done.cancelled() else done.exception()
@@ -269,46 +258,33 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     async def turn_result(self, turn: int) -> TurnResult:
         """How ``turn`` ended (see :meth:`Owner.turn_result <nous_inbox.owner.Owner.turn_result>`),
         read from the log on the store worker when this owner's ledger does not have it."""
-        assert self._io is not None
-        result = self._ledger.result(turn, self._load_output)
-        if result is None:
-            result = await self._io.call(lambda: self._logged_result(turn=turn))
-        if result is None:
-            raise LookupError(f"turn {turn} of session {self._stream!r} has not ended")
-        return settled(result)
+        return await self._pumped(self._answers.of_turn(turn))
 
     async def turn_handle(self, seq: int) -> AsyncTurnHandle:
         """A handle on the turn of the prompt or followup stored at ``seq`` (see
         :meth:`Owner.turn_handle <nous_inbox.owner.Owner.turn_handle>`)."""
         self._check_open(self._closed)
-        assert self._io is not None
-        events = await self._io.call(self._read, seq - 1)
-        return AsyncTurnHandle(self._turn_sent(events, seq), self._result)
+        return AsyncTurnHandle(await self._pumped(self._answers.sent(seq)), self._result)
 
     async def _result(self, seq: int, timeout: float | None) -> TurnResult:
         """Wait for the turn of the send at ``seq`` (a handle's result). The ledger is read
         without the lock, which store I/O holds: a look that misses a fold just made is made
         again when the wake that fold sends arrives."""
-        return await asyncio.wait_for(self._awaited_result(seq), timeout)
+        return await asyncio.wait_for(self._pumped(self._answers.of_send(seq, self._unanswered)),
+                                      timeout)
 
-    async def _awaited_result(self, seq: int) -> TurnResult:
-        loop, io = asyncio.get_running_loop(), self._io
-        assert io is not None
-        looked = -1
-        while True:
-            if looked != self._ended_turns:
-                looked = self._ended_turns
-                result = (self._known_result(seq) if self._ledger.knows(seq)
-                          else await io.call(self._logged_result, seq))
-                if result is not None:
-                    return settled(result)
-            self._unanswered(seq, self._closed and self._run is None)
-            waiter = loop.create_future()
-            self._result_waiters.add(waiter)
-            try:
-                await waiter
-            finally:
-                self._result_waiters.discard(waiter)
+    async def _pumped(self, steps: Steps[_T]) -> _T:
+        """The body's ``steps``, each log read on the store worker, each wait for a turn's end."""
+        assert self._io is not None
+        return await apump(steps, self._io.call, self._turn_end)
+
+    async def _turn_end(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._result_waiters.add(waiter)
+        try:
+            await waiter
+        finally:
+            self._result_waiters.discard(waiter)
 
     def _turn_ended(self) -> None:
         if self._result_waiters and self._loop is not None:
@@ -402,10 +378,6 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 reader.put_nowait(event)
         super()._tell(events)
 
-    def _cancel_turn(self) -> None:
-        if self._cancel is not None:
-            self._cancel.set()
-
     def _lose(self, error: LeaseLostError) -> None:
         if self._io is not None and not self._io.on_loop():  # a subscriber's send, off the loop
             with contextlib.suppress(RuntimeError):
@@ -446,24 +418,14 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 self._core.failed(self.session, asyncio.CancelledError())  # the runner recorded it
                 raise
             except Exception as exc:
-                logger.exception("the run of session %r failed", self._stream)
-                if isinstance(exc, LeaseLostError):
-                    self._lose(exc)
-                self._failure = exc
-                stop = self._core.failed(self.session, exc)
+                stop = self._run_failed(exc)
             # The core has stopped this run (a send may start the next one from here on), so
             # nothing below may touch it. The record is queued before any later run's events.
             if stop.record:
-                try:
-                    await io.soon(lambda: self._commit(stop.record))
-                except Exception as exc:
-                    logger.exception("could not record the end of session %r's run", self._stream)
-                    if isinstance(exc, LeaseLostError):
-                        self._lose(exc)
-                    elif self._failure is None:
-                        self._failure = exc
+                await io.soon(lambda: self._record_stop(stop))
         finally:
             if self._run is me:
                 self._run, self._cancel = None, None
                 self._settled.set()
                 self._wake_results()  # closed meanwhile: a handle still waiting hears it
+

@@ -28,6 +28,7 @@ nothing wakes for it (ruling 9).
 from __future__ import annotations
 
 import abc
+import asyncio
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -40,7 +41,7 @@ from nous_inbox.group_commit import refused_unwritten
 from nous_inbox.inbox import Inbox, Target, as_message
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
-from nous_inbox.owner_core import OwnerCore
+from nous_inbox.owner_core import OwnerCore, Stop
 from nous_inbox.owner_port import AsyncTurnRunner as AsyncTurnRunner
 from nous_inbox.owner_port import OwnerPort as OwnerPort
 from nous_inbox.owner_port import TurnRunner as TurnRunner
@@ -50,7 +51,7 @@ from nous_inbox.session import Session
 from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
-from nous_inbox.turn_result import TurnLedger, TurnResult
+from nous_inbox.turn_result import TurnAnswers
 
 __all__ = ["Listener", "OwnerBody"]
 
@@ -104,11 +105,11 @@ class OwnerBody(Generic[R, H], abc.ABC):
         self._journal: Journal | None = None
         self._port: OwnerPort | None = None
         self._failure: BaseException | None = None
-        self._ledger = TurnLedger()  # which turn took each prompt, and how each turn ended
-        self._ended_turns = 0  # turns the ledger saw end: a waiter looks again when it moves
+        self._run: object | None = None  # the run going: the pump's thread or task
+        self._cancel: threading.Event | asyncio.Event | None = None  # the open turn's cancel
         self._run_options: dict[int, dict[str, Any]] = {}  # by the seq of the send they came with
         load = getattr(runner, "load_output", None)
-        self._load_output: Callable[[Any], Any] | None = load if callable(load) else None
+        self._answers = TurnAnswers(stream, self._read, load if callable(load) else None)
         check = getattr(runner, "check_message", None)
         self._check_message: Callable[[Message], object] | None = (
             check if callable(check) else None)
@@ -145,6 +146,11 @@ class OwnerBody(Generic[R, H], abc.ABC):
     @abc.abstractmethod
     def closed(self) -> bool:
         """Whether the owner was closed (or lost its lease): it refuses sends."""
+
+    @property
+    def running(self) -> bool:
+        """Whether a run is going (from the send that woke it until its end is recorded)."""
+        return self._run is not None
 
     def listen(self, callback: Listener) -> None:
         """Call ``callback(event)`` for every event recorded from now on, in order (the owner's
@@ -239,50 +245,21 @@ class OwnerBody(Generic[R, H], abc.ABC):
         check(options)
         return options
 
-    def _kept_options(self, sent: MessageSent, options: dict[str, Any]) -> MessageSent:
-        """Keep a send's run options for the turn that claims it (called with the lock held
-        since before the send was committed, so no claim can come first)."""
-        self._run_options[sent.seq] = options
-        return sent
-
     def _turn_options(self) -> dict[str, Any]:
         merged: dict[str, Any] = {}
-        for seq in self._ledger.claimed_now:
+        for seq in self._answers.ledger.claimed_now:
             merged.update(self._run_options.pop(seq, ()))
         return merged
 
     # -- turn results -----------------------------------------------------------------------------
 
-    def _known_result(self, seq: int) -> TurnResult | None:
-        """The result of the send at ``seq`` if this owner's ledger has it (no I/O). A send made
-        before this owner opened is not in it: :meth:`_logged_result` reads the log."""
-        return self._ledger.result_of(seq, self._load_output)
-
-    def _logged_result(self, seq: int | None = None, turn: int | None = None) -> TurnResult | None:
-        """The result of the send at ``seq`` (or of ``turn``), read from the whole log (I/O)."""
-        ledger = TurnLedger.from_log(self._store.read(self._stream))
-        return (ledger.result_of(seq, self._load_output) if seq is not None
-                else ledger.result(turn or 0, self._load_output))
-
-    def _unanswered(self, seq: int, closed: bool) -> None:
+    def _unanswered(self, seq: int) -> None:
         """The send at ``seq`` has no result yet: raise if none will come from this owner."""
         self._raise_if_lost()
-        if closed:
+        if self.closed and not self.running:
             raise RuntimeError(f"{self._who} of session {self._stream!r} closed before the turn "
                                f"of the send at seq {seq} ended (a new owner answers for it: "
                                f"turn_handle({seq}))")
-
-    def _turn_sent(self, events: Sequence[Event], seq: int) -> MessageSent:
-        """The ``next_turn`` send at ``seq`` among ``events`` (read from the log), or the error
-        saying why there is no turn to wait for."""
-        for event in events:
-            if event.seq == seq:
-                if type(event) is MessageSent and event.target == _TURN:
-                    return event
-                raise ValueError(f"session {self._stream!r}: seq {seq} is a "
-                                 f"{type(event).__name__}, not a send to next_turn (a prompt "
-                                 f"or followup), so no turn answers it")
-        raise ValueError(f"session {self._stream!r} has no event at seq {seq}")
 
     @abc.abstractmethod
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
@@ -345,7 +322,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
                 self._journal = journal
                 self._port = OwnerPort(journal, self._lock, self._boundaries, call_io)
                 self._port._options = self._turn_options
-                self._ledger = TurnLedger(journal.session)
+                self._answers.start(journal.session)
                 resumed = OwnerCore.resume(journal.session)
                 if resumed:
                     journal.append(resumed)
@@ -354,10 +331,20 @@ class OwnerBody(Generic[R, H], abc.ABC):
             raise
         return lease
 
-    def _now(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
-        """Commit one send at once (the journal checks its parts before anything is written)."""
+    def _sent_now(self, message: Message | str, target: Target | str, wakeup: bool,
+                  options: dict[str, Any] | None = None) -> MessageSent:
+        """Commit one send at once (the journal checks its parts before anything is written),
+        keeping its run ``options`` for the turn that claims it in the same lock hold, so no
+        claim can come first."""
         with self._lock:
-            return self._opened().send(message, target, wakeup)
+            sent = self._opened().send(message, target, wakeup)
+            if options is not None:
+                self._run_options[sent.seq] = options
+            return sent
+
+    def _read(self, after: int) -> list[Event]:
+        """The stored events with ``seq > after``, read from the store (I/O)."""
+        return list(self._store.read(self._stream, after))
 
     def _commit(self, events: Sequence[Event]) -> Sequence[Event]:
         """Append ``events`` in one transaction (a group commit's batch, a run's last record)."""
@@ -388,8 +375,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         caught up): hand them on, then tell the boundary subscribers of a turn that ended.
         Never raises: the events are stored, and the group commit counts on that."""
         try:
-            if self._ledger.fold(events):
-                self._ended_turns += 1
+            if self._answers.fold(events):
                 self._turn_ended()
             self._deliver(events)
         except Exception:
@@ -445,6 +431,32 @@ class OwnerBody(Generic[R, H], abc.ABC):
     def _start_run(self) -> None:
         """Start a run on the pump's worker thread or as its task."""
 
+    def _run_failed(self, error: BaseException) -> Stop:
+        """The run died with ``error``: the core's ``Stop``. A lost lease ends the owner; any
+        other failure is logged and kept for the next wait to raise."""
+        if isinstance(error, LeaseLostError):
+            self._lose(error)
+        else:
+            logger.error("the run of session %r failed", self._stream, exc_info=error)
+            with self._lock:
+                self._failure = error
+        return self._core.failed(self.session, error)
+
+    def _record_stop(self, stop: Stop) -> None:
+        """Append what the core's ``Stop`` records (store I/O). The run is over either way: a
+        lost lease ends the owner, and any other failure is logged and kept for the next wait."""
+        if not stop.record:
+            return
+        try:
+            self._commit(stop.record)
+        except Exception as exc:
+            logger.exception("could not record the end of session %r's run", self._stream)
+            if isinstance(exc, LeaseLostError):
+                self._lose(exc)
+            else:
+                with self._lock:
+                    self._failure = self._failure or exc
+
     def _lose(self, error: LeaseLostError) -> None:
         """The store says another owner took the stream over: stop for good."""
         with self._lock:
@@ -455,9 +467,10 @@ class OwnerBody(Generic[R, H], abc.ABC):
                 self._cancel_turn()
         self._halted()
 
-    @abc.abstractmethod
     def _cancel_turn(self) -> None:
-        """Cancel the turn in flight the pump's way (an event for a thread, a task cancel)."""
+        """Cancel the turn in flight: set its cancel (a thread's event, or the loop's)."""
+        if self._cancel is not None:
+            self._cancel.set()
 
     def _halted(self) -> None:
         """The owner is over (a lost lease): wake its waiters, stop its watcher."""
