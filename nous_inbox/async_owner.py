@@ -23,19 +23,20 @@ they were built for), and calls its store where :mod:`nous_inbox.store_worker` s
 (1, ['summarize', 'heard: summarize'])
 
 A send verb checks its input (and an inline send stores) when called, and returns a coroutine of
-the stored event; under the owner's lock (a boundary subscriber) it commits at once, so a sync
-callback may send without awaiting. ``prompt`` and ``followup`` return an
-:class:`~nous_inbox.turn_result.AsyncTurnHandle` instead: ``await owner.prompt(text)`` is the
-:class:`~nous_inbox.turn_result.TurnResult` of the turn that answers it, and
-``await handle.stored()`` the stored send alone. Every folded batch is told on the loop, in log
-order.
+the stored event. Under the owner's lock (a boundary subscriber) or off the loop (another thread)
+it commits at once; on the loop it is queued for the store worker, and a sync callback there (a
+listener) may drop the coroutine unawaited: the send is stored all the same. ``prompt`` and
+``followup`` return an :class:`~nous_inbox.turn_result.AsyncTurnHandle` instead:
+``await owner.prompt(text)`` is the :class:`~nous_inbox.turn_result.TurnResult` of the turn that
+answers it, and ``await handle.stored()`` the stored send alone. Every folded batch is told on
+the loop, in log order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Generator, Sequence
 from typing import Any, TypeVar
 
 from nous_inbox.errors import LeaseLostError
@@ -48,7 +49,7 @@ from nous_inbox.owner_port import AsyncTurnRunner
 from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
-from nous_inbox.store_worker import SendTicket, Stored, StoreWorker, awaited
+from nous_inbox.store_worker import SendTicket, Stored, StoreWorker
 from nous_inbox.turn_result import AsyncTurnHandle, Steps, TurnResult, apump
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
@@ -219,13 +220,13 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> Coroutine[Any, Any, MessageSent]:
         stored = self._store_send(message, target, wakeup, prompt)
-        return Stored(stored) if type(stored) is MessageSent else awaited(stored)  # type: ignore[arg-type]
+        return Stored(stored) if type(stored) is MessageSent else _Queued(stored)  # type: ignore[arg-type]
 
     def _store_send(self, message: Message | str, target: Target | str, wakeup: bool, prompt: bool,
                     options: dict[str, Any] | None = None) -> MessageSent | asyncio.Future[MessageSent]:
-        """A send, stored at once (an inline store, a subscriber under the lock) or queued on
-        the worker: the stored event, or a future of it. With run ``options``, it commits on its
-        own, so they are kept before any claim can take it."""
+        """A send, stored at once (an inline store; a caller under the lock, or off the loop,
+        whose thread may wait for it) or queued on the worker: the stored event, or a future of
+        it. With run ``options``, it commits on its own, so they are kept before any claim."""
         io = self._io
         if io is None or self._journal is None or self.closed:
             self._check_open(self._closed)  # raises, saying why
@@ -233,7 +234,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         if prompt:
             self._core.prompt()  # before the send: the run it wakes starts before it returns
         try:
-            if io.inline or self._holds_lock():
+            if io.inline or self._holds_lock() or not io.on_loop():
                 return self._sent_now(message, target, wakeup, options)
             if options is not None:
                 future = io.soon(lambda: self._sent_now(message, target, wakeup, options))
@@ -429,3 +430,27 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 self._settled.set()
                 self._wake_results()  # closed meanwhile: a handle still waiting hears it
 
+
+class _Queued(Coroutine[Any, Any, MessageSent]):
+    """A coroutine of a send queued on the store worker: awaiting it (or a task running it)
+    waits for its commit, and cancelling that wait takes the send back if no commit took it
+    yet. One never awaited is no error (``Stored``'s rule): a sync callback on the loop (a
+    listener, a mailbox's notice) may send without awaiting, and the send is stored the same."""
+
+    __slots__ = ("_future", "_steps")
+
+    def __init__(self, future: asyncio.Future[MessageSent]) -> None:
+        self._future, self._steps = future, future.__await__()
+
+    def __await__(self) -> Generator[Any, None, MessageSent]:
+        return self._future.__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._steps.send(value)
+
+    def throw(self, *error: Any) -> Any:
+        return self._steps.throw(*error)
+
+    def close(self) -> None:
+        """Stop waiting (the send stays queued unless the future is cancelled)."""
+        self._steps.close()
