@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
 from typing import Any, TypeVar
 
 from nous_inbox.errors import LeaseLostError
@@ -98,7 +98,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._readers: set[asyncio.Queue[Event | None]] = set()
         self._watcher: asyncio.Task[None] | None = None
         self._closing: asyncio.Task[None] | None = None  # one teardown for every aclose
-        self._result_waiters: set[asyncio.Future[None]] = set()  # handles waiting for a turn
+        self._turn_over = asyncio.Event()  # set, then replaced, as a turn ends or the owner does
 
     # -- opening and closing ----------------------------------------------------------------------
 
@@ -277,28 +277,24 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     async def _pumped(self, steps: Steps[_T]) -> _T:
         """The body's ``steps``, each log read on the store worker, each wait for a turn's end."""
         assert self._io is not None
-        return await apump(steps, self._io.call, self._turn_end)
-
-    async def _turn_end(self) -> None:
-        waiter = asyncio.get_running_loop().create_future()
-        self._result_waiters.add(waiter)
-        try:
-            await waiter
-        finally:
-            self._result_waiters.discard(waiter)
+        return await apump(steps, self._io.call, lambda: self._turn_over.wait())
 
     def _turn_ended(self) -> None:
-        if self._result_waiters and self._loop is not None:
-            if self._io is not None and self._io.on_loop():
-                self._wake_results()
-            else:
-                with contextlib.suppress(RuntimeError):  # the loop is gone
-                    self._loop.call_soon_threadsafe(self._wake_results)
+        self._on_loop(self._wake_results)
 
     def _wake_results(self) -> None:
-        for waiter in tuple(self._result_waiters):
-            if not waiter.done():
-                waiter.set_result(None)
+        """On the loop: every handle waiting for its turn looks again."""
+        self._turn_over.set()
+        self._turn_over = asyncio.Event()
+
+    def _on_loop(self, call: Callable[..., object], *args: Any) -> None:
+        """``call(*args)`` on the loop: now when called there, else as soon as the loop runs it
+        (never, once the loop is gone: nothing waits there any more)."""
+        if self._io is None or self._loop is None or self._io.on_loop():
+            call(*args)
+        else:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(call, *args)
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``, interrupting a model
@@ -306,8 +302,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         queued messages stay queued. Call it from any thread: the request is recorded in the
         log when a turn is open (ahead of the run's own later records), and the run is
         cancelled on the loop."""
-        io, loop = self._io, self._loop
-        if io is None or loop is None or self.closed:
+        io = self._io
+        if io is None or self.closed:
             return False
         if io.on_loop():
             io.soon(self._record_cancel)  # (logs its own failure)
@@ -316,8 +312,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._record_cancel()
         if run is None:
             return False
-        with contextlib.suppress(RuntimeError):  # the loop is gone: so is the run
-            loop.call_soon_threadsafe(lambda: self._run is run and self._cancel_now())
+        self._on_loop(lambda: self._run is run and self._cancel_now())
         return True
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
@@ -380,11 +375,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         super()._tell(events)
 
     def _lose(self, error: LeaseLostError) -> None:
-        if self._io is not None and not self._io.on_loop():  # a subscriber's send, off the loop
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(super()._lose, error)  # type: ignore[union-attr]
-            return
-        super()._lose(error)
+        self._on_loop(super()._lose, error)  # (off the loop: a subscriber's send, a stop record)
 
     def _halted(self) -> None:
         self._settled.set()
