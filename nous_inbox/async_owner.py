@@ -90,7 +90,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._blocking = bool(getattr(store, "blocking", True)) if offload is None else offload
         self._loop: asyncio.AbstractEventLoop | None = None
         self._io: StoreWorker | None = None
-        self._entered = self._closed = False
+        self._entered = False
         self._run: asyncio.Task[None] | None = None
         self._cancel: asyncio.Event | None = None
         self._settled = asyncio.Event()  # no run going, or the lease was lost: wait_idle returns
@@ -181,11 +181,6 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
 
     # -- what a host reads and says ---------------------------------------------------------------
 
-    @property
-    def closed(self) -> bool:
-        """Whether the owner was closed (``aclose``, or a lost lease): it refuses sends."""
-        return self._closed or self._core.lost is not None
-
     async def events(self, after: int = 0) -> AsyncIterator[Event]:
         """Every event with ``seq > after``: the stored ones, then each as it is recorded, until
         the owner closes. Resume a stream by passing the last ``seq`` you saw.
@@ -196,7 +191,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         """
         if type(after) is not int:
             raise TypeError(f"events: after must be an int seq, got {type(after).__name__}")
-        self._check_open(self._closed)
+        self._check_open()
         assert self._io is not None
         live: asyncio.Queue[Event | None] = asyncio.Queue()
         self._readers.add(live)
@@ -229,7 +224,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         it. With run ``options``, it commits on its own, so they are kept before any claim."""
         io = self._io
         if io is None or self._journal is None or self.closed:
-            self._check_open(self._closed)  # raises, saying why
+            self._check_open()  # raises, saying why
         assert io is not None
         if prompt:
             self._core.prompt()  # before the send: the run it wakes starts before it returns
@@ -264,7 +259,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     async def turn_handle(self, seq: int) -> AsyncTurnHandle:
         """A handle on the turn of the prompt or followup stored at ``seq`` (see
         :meth:`Owner.turn_handle <nous_inbox.owner.Owner.turn_handle>`)."""
-        self._check_open(self._closed)
+        self._check_open()
         return AsyncTurnHandle(await self._pumped(self._answers.sent(seq)), self._result)
 
     async def _result(self, seq: int, timeout: float | None) -> TurnResult:

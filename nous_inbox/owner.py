@@ -133,7 +133,6 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         self._changed = threading.Condition(self._lock)
         self._run: threading.Thread | None = None
         self._cancel: threading.Event | None = None
-        self._closed = threading.Event()
         self._halt = threading.Event()  # closed or lost: the watcher stops
         self._nudge = threading.Event()  # the store says the stream may have changed (or close)
         self._group: GroupCommit[threading.Lock] | None = (
@@ -152,11 +151,6 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
 
     # -- what a host reads ----------------------------------------------------------------------
 
-    @property
-    def closed(self) -> bool:
-        """Whether ``close`` was called: from then on the owner refuses sends."""
-        return self._closed.is_set()
-
     def events(self, after: int = 0) -> list[Event]:
         """The session's stored events with ``seq > after``, read back from the store."""
         return self._read(after)
@@ -165,7 +159,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
 
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False, options: dict[str, Any] | None = None) -> MessageSent:
-        self._check_open(self._closed.is_set())
+        self._check_open()
         self._prompting(prompt)
         try:
             if options is not None or self._group is None or self._holds_lock():
@@ -217,7 +211,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         :func:`~nous_inbox.owner_port.request_cancel`, which reaches an owner in another process).
         """
         with self._lock:
-            if not self._closed.is_set():
+            if not self._closed:
                 self._record_cancel()
             return self._cancel_now()
 
@@ -239,7 +233,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         The store stays open (it is yours). If the run does not stop within ``timeout``
         seconds the lease is kept, so no other owner can start a run beside it.
         """
-        self._closed.set()
+        self._closed = True
         self._halt.set()
         self._nudge.set()
         with self._lock:

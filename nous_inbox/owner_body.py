@@ -105,6 +105,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         self._journal: Journal | None = None
         self._port: OwnerPort | None = None
         self._failure: BaseException | None = None
+        self._closed = False  # close() (aclose()) was called: the owner refuses sends
         self._run: object | None = None  # the run going: the pump's thread or task
         self._cancel: threading.Event | asyncio.Event | None = None  # the open turn's cancel
         self._run_options: dict[int, dict[str, Any]] = {}  # by the seq of the send they came with
@@ -143,9 +144,10 @@ class OwnerBody(Generic[R, H], abc.ABC):
         return self._core.lost
 
     @property
-    @abc.abstractmethod
     def closed(self) -> bool:
-        """Whether the owner was closed (or lost its lease): it refuses sends."""
+        """Whether the owner was closed (``close``, ``aclose``) or lost its lease: from then on
+        it refuses sends."""
+        return self._closed or self._core.lost is not None
 
     @property
     def running(self) -> bool:
@@ -285,11 +287,11 @@ class OwnerBody(Generic[R, H], abc.ABC):
                                f"use `async with {self._who}(...)`")
         return self._journal
 
-    def _check_open(self, closed: bool) -> Journal:
+    def _check_open(self) -> Journal:
         """The journal, if the owner takes sends; else the error saying why not."""
         journal = self._opened()
         self._raise_if_lost()
-        if closed:
+        if self._closed:
             raise RuntimeError(f"{self._who} of session {self._stream!r} is closed")
         return journal
 
