@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from nous_inbox.errors import LeaseLostError
@@ -50,7 +50,7 @@ from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
 from nous_inbox.store_worker import SendTicket, Stored, StoreWorker
-from nous_inbox.turn_result import AsyncTurnHandle, Steps, TurnResult, apump
+from nous_inbox.turn_result import AsyncTurnHandle, QueuedSend, Steps, TurnResult, apump
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
 
@@ -215,7 +215,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> Coroutine[Any, Any, MessageSent]:
         stored = self._store_send(message, target, wakeup, prompt)
-        return Stored(stored) if type(stored) is MessageSent else _Queued(stored)  # type: ignore[arg-type]
+        return Stored(stored) if type(stored) is MessageSent else QueuedSend(stored)  # type: ignore[arg-type]
 
     def _store_send(self, message: Message | str, target: Target | str, wakeup: bool, prompt: bool,
                     options: dict[str, Any] | None = None) -> MessageSent | asyncio.Future[MessageSent]:
@@ -416,27 +416,3 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 self._settled.set()
                 self._wake_results()  # closed meanwhile: a handle still waiting hears it
 
-
-class _Queued(Coroutine[Any, Any, MessageSent]):
-    """A coroutine of a send queued on the store worker: awaiting it (or a task running it)
-    waits for its commit, and cancelling that wait takes the send back if no commit took it
-    yet. One never awaited is no error (``Stored``'s rule): a sync callback on the loop (a
-    listener, a mailbox's notice) may send without awaiting, and the send is stored the same."""
-
-    __slots__ = ("_future", "_steps")
-
-    def __init__(self, future: asyncio.Future[MessageSent]) -> None:
-        self._future, self._steps = future, future.__await__()
-
-    def __await__(self) -> Generator[Any, None, MessageSent]:
-        return self._future.__await__()
-
-    def send(self, value: Any) -> Any:
-        return self._steps.send(value)
-
-    def throw(self, *error: Any) -> Any:
-        return self._steps.throw(*error)
-
-    def close(self) -> None:
-        """Stop waiting (the send stays queued unless the future is cancelled)."""
-        self._steps.close()
