@@ -6,8 +6,12 @@ turns run on a worker thread (:class:`~nous_inbox.owner.Owner`) or as an asyncio
 (:class:`~nous_inbox.async_owner.AsyncOwner`) lives here once: the options and their checks,
 the read-only views, opening the session (lease, journal, resume), the send verbs over one send
 path, the listener fan-out, the boundary hook (:mod:`nous_inbox.boundary`), the refused-prompt
-undo, a lost lease, and what the watcher does on each look at the store. Each owner adds only
-its pump: how a run is started and waited for, and how a send waits for its commit.
+undo, a run's failure and its last record, a lost lease, closing, and what the watcher does on
+each look at the store. What an owner answers about its turns is
+:class:`~nous_inbox.turn_result.TurnAnswers`', written as steps each pump runs its way. Each
+owner adds only its pump: how a run is started and waited for, how a send waits for its commit,
+and how a wait for a turn's end waits. What crosses the owner's edge (the port its runs use,
+the runner protocols, a cancel from another process) is :mod:`nous_inbox.owner_port`'s.
 
 One send path: a verb is one line over ``_send(message, target, wakeup)``, which commits the
 send at once (a store that does not block, or a thread that already holds the owner's lock: a
@@ -434,14 +438,14 @@ class OwnerBody(Generic[R, H], abc.ABC):
         """Start a run on the pump's worker thread or as its task."""
 
     def _run_failed(self, error: BaseException) -> Stop:
-        """The run died with ``error``: the core's ``Stop``. A lost lease ends the owner; any
-        other failure is logged and kept for the next wait to raise."""
+        """The run died with ``error`` (called under the lock, or on the loop): the core's
+        ``Stop``. A lost lease ends the owner; any other failure is logged and kept for the next
+        wait to raise."""
         if isinstance(error, LeaseLostError):
             self._lose(error)
         else:
             logger.error("the run of session %r failed", self._stream, exc_info=error)
-            with self._lock:
-                self._failure = error
+            self._failure = error
         return self._core.failed(self.session, error)
 
     def _record_stop(self, stop: Stop) -> None:
