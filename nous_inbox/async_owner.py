@@ -415,4 +415,3 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 self._run, self._cancel = None, None
                 self._settled.set()
                 self._wake_results()  # closed meanwhile: a handle still waiting hears it
-

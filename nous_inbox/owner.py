@@ -286,7 +286,8 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
                     # so a send that lands meanwhile either is seen here or starts a new run.
                     answer = self._core.next_turn(self.session, took)
                     if isinstance(answer, Stop):
-                        return self._stop_working(answer)
+                        self._stop_working(answer)
+                        return
                     if took is not None:
                         self._cancel = threading.Event()
                     cancel = self._cancel
