@@ -235,7 +235,7 @@ class TurnLedger:
 
 # -- the answers, as steps for either pump ------------------------------------------------------
 
-Steps = Generator["Callable[[], Any] | None", Any, _T]
+Steps = Generator[Callable[[], Any] | None, Any, _T]
 """An answer as the steps a pump takes (one body, two pumps, as the runner's turn): each step is
 a log read, a callable the pump calls where its store calls run and whose result it sends back,
 or ``None``: wait until a turn ends or the owner closes, then go on. It returns the answer."""
