@@ -46,8 +46,10 @@ from nous_inbox.inbox import Inbox, Target, as_message
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore, Stop
+from nous_inbox.owner_port import AsyncTurnRunner as AsyncTurnRunner  # (their home before)
 from nous_inbox.owner_port import OwnerPort, _cancelling
-from nous_inbox.owner_port import request_cancel as request_cancel  # (its home before)
+from nous_inbox.owner_port import TurnRunner as TurnRunner
+from nous_inbox.owner_port import request_cancel as request_cancel
 from nous_inbox.session import Session
 from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
