@@ -21,6 +21,7 @@ from nous_inbox import Message, MessageSent, ToolCall, TurnEnded, TurnStarted, r
 from nous_inbox.async_owner import AsyncOwner
 from nous_inbox.errors import LeaseLostError, StoreError
 from nous_inbox.events import Event
+from nous_inbox.mailbox import Mailbox
 from nous_inbox.runner import Runner
 from nous_inbox.store import Store, open_store
 
@@ -930,24 +931,22 @@ def test_an_idle_agents_mailbox_notice_reaches_its_async_owner_without_a_warning
 ) -> None:
     # The mailbox hands an idle agent its notice with a plain send it does not await, from
     # whatever thread sent the mail: on the loop it is queued, off it stored right then.
-    from nous_inbox.mailbox import Mailbox
-
     async def main() -> list[str]:
-        box = Mailbox(debounce=0)
-        async with AsyncOwner(open_store("memory:"), "s", Runner(echo), offload=True) as owner:
-            box.attach("writer", owner)
-            lead = box.agent("lead")
-            reader = owner.events()
-            if sender == "loop":
-                lead.send("writer", "draft ready")
-            else:
-                await asyncio.to_thread(lead.send, "writer", "draft ready")
-            async for event in reader:
-                if isinstance(event, TurnEnded):
-                    break
-            await reader.aclose()
-            gc.collect()
-            return [m.content.splitlines()[0] for m in owner.transcript]
+        with Mailbox(debounce=0) as box:
+            async with AsyncOwner(open_store("memory:"), "s", Runner(echo), offload=True) as owner:
+                box.attach("writer", owner)
+                lead = box.agent("lead")
+                reader = owner.events()
+                if sender == "loop":
+                    lead.send("writer", "draft ready")
+                else:
+                    await asyncio.to_thread(lead.send, "writer", "draft ready")
+                async for event in reader:
+                    if isinstance(event, TurnEnded):
+                        break
+                await reader.aclose()
+                gc.collect()
+                return [m.content.splitlines()[0] for m in owner.transcript]
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
