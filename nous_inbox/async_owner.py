@@ -23,34 +23,38 @@ they were built for), and calls its store where :mod:`nous_inbox.store_worker` s
 (1, ['summarize', 'heard: summarize'])
 
 A send verb checks its input (and an inline send stores) when called, and returns a coroutine of
-the stored event; under the owner's lock (a boundary subscriber) it commits at once, so a sync
-callback may send without awaiting. ``prompt`` and ``followup`` return an
-:class:`~nous_inbox.turn_result.AsyncTurnHandle` instead: ``await owner.prompt(text)`` is the
-:class:`~nous_inbox.turn_result.TurnResult` of the turn that answers it, and
-``await handle.stored()`` the stored send alone. Every folded batch is told on the loop, in log
-order.
+the stored event. Under the owner's lock (a boundary subscriber) or off the loop (another thread)
+it commits at once; on the loop it is queued for the store worker, and a sync callback there (a
+listener) may drop the coroutine unawaited: the send is stored all the same. ``prompt`` and
+``followup`` return an :class:`~nous_inbox.turn_result.AsyncTurnHandle` instead:
+``await owner.prompt(text)`` is the :class:`~nous_inbox.turn_result.TurnResult` of the turn that
+answers it, and ``await handle.stored()`` the stored send alone. Every folded batch is told on
+the loop, in log order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
-from nous_inbox.owner_body import AsyncTurnRunner, OwnerBody, logger
+from nous_inbox.owner_body import OwnerBody, logger
 from nous_inbox.owner_core import Stop
+from nous_inbox.owner_port import AsyncTurnRunner
 from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
-from nous_inbox.store_worker import SendTicket, Stored, StoreWorker, awaited
-from nous_inbox.turn_result import AsyncTurnHandle, TurnResult, settled
+from nous_inbox.store_worker import SendTicket, Stored, StoreWorker
+from nous_inbox.turn_result import AsyncTurnHandle, QueuedSend, Steps, TurnResult, apump
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
+
+_T = TypeVar("_T")
 
 
 class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
@@ -86,7 +90,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._blocking = bool(getattr(store, "blocking", True)) if offload is None else offload
         self._loop: asyncio.AbstractEventLoop | None = None
         self._io: StoreWorker | None = None
-        self._entered = self._closed = False
+        self._entered = False
         self._run: asyncio.Task[None] | None = None
         self._cancel: asyncio.Event | None = None
         self._settled = asyncio.Event()  # no run going, or the lease was lost: wait_idle returns
@@ -94,7 +98,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._readers: set[asyncio.Queue[Event | None]] = set()
         self._watcher: asyncio.Task[None] | None = None
         self._closing: asyncio.Task[None] | None = None  # one teardown for every aclose
-        self._result_waiters: set[asyncio.Future[None]] = set()  # handles waiting for a turn
+        self._turn_over = asyncio.Event()  # set, then replaced, as a turn ends or the owner does
 
     # -- opening and closing ----------------------------------------------------------------------
 
@@ -177,16 +181,6 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
 
     # -- what a host reads and says ---------------------------------------------------------------
 
-    @property
-    def running(self) -> bool:
-        """Whether a run is going (from the send that woke it until its end is recorded)."""
-        return self._run is not None
-
-    @property
-    def closed(self) -> bool:
-        """Whether the owner was closed (``aclose``, or a lost lease): it refuses sends."""
-        return self._closed or self._core.lost is not None
-
     async def events(self, after: int = 0) -> AsyncIterator[Event]:
         """Every event with ``seq > after``: the stored ones, then each as it is recorded, until
         the owner closes. Resume a stream by passing the last ``seq`` you saw.
@@ -197,7 +191,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         """
         if type(after) is not int:
             raise TypeError(f"events: after must be an int seq, got {type(after).__name__}")
-        self._check_open(self._closed)
+        self._check_open()
         assert self._io is not None
         live: asyncio.Queue[Event | None] = asyncio.Queue()
         self._readers.add(live)
@@ -218,42 +212,34 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         finally:
             self._readers.discard(live)
 
-    def _read(self, after: int) -> list[Event]:
-        return list(self._store.read(self._stream, after))
-
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> Coroutine[Any, Any, MessageSent]:
         stored = self._store_send(message, target, wakeup, prompt)
-        return Stored(stored) if type(stored) is MessageSent else awaited(stored)  # type: ignore[arg-type]
+        return Stored(stored) if type(stored) is MessageSent else QueuedSend(stored)  # type: ignore[arg-type]
 
     def _store_send(self, message: Message | str, target: Target | str, wakeup: bool, prompt: bool,
-               options: dict[str, Any] | None = None) -> MessageSent | asyncio.Future[MessageSent]:
-        """A send, stored at once (an inline store, a subscriber under the lock) or queued on
-        the worker: the stored event, or a future of it. With run ``options``, it commits on
-        its own, holding the lock until they are kept, so no claim can take it first."""
-        journal, io = self._journal, self._io
-        if journal is None or io is None or self._closed or self._core.lost is not None:
-            self._check_open(self._closed)  # raises, saying why
+                    options: dict[str, Any] | None = None) -> MessageSent | asyncio.Future[MessageSent]:
+        """A send, stored at once (an inline store; a caller under the lock, or off the loop,
+        whose thread may wait for it) or queued on the worker: the stored event, or a future of
+        it. With run ``options``, it commits on its own, so they are kept before any claim."""
+        io = self._io
+        if io is None or self._journal is None or self.closed:
+            self._check_open()  # raises, saying why
+        assert io is not None
         if prompt:
             self._core.prompt()  # before the send: the run it wakes starts before it returns
-
-        def now() -> MessageSent:
-            with self._lock:
-                sent = journal.send(message, target, wakeup)  # type: ignore[union-attr]
-                return sent if options is None else self._kept_options(sent, options)
-
         try:
-            if io.inline or self._holds_lock():  # type: ignore[union-attr]
-                return now()
+            if io.inline or self._holds_lock() or not io.on_loop():
+                return self._sent_now(message, target, wakeup, options)
             if options is not None:
-                future: asyncio.Future[MessageSent] = io.soon(now)  # type: ignore[union-attr]
+                future = io.soon(lambda: self._sent_now(message, target, wakeup, options))
                 future.add_done_callback(lambda done: self._options_sent(done, prompt))
                 return future
             event = sent_event(message, target, wakeup)
         except BaseException as exc:
             self._sent_failed(exc, prompt)
             raise
-        return io.send(event, self._core.unprompt if prompt else None)  # type: ignore[union-attr, return-value]
+        return io.send(event, self._core.unprompt if prompt else None)  # type: ignore[return-value]
 
     def _options_sent(self, done: asyncio.Future[MessageSent], prompt: bool) -> None:
         error = None if done.cancelled() else done.exception()
@@ -268,59 +254,42 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     async def turn_result(self, turn: int) -> TurnResult:
         """How ``turn`` ended (see :meth:`Owner.turn_result <nous_inbox.owner.Owner.turn_result>`),
         read from the log on the store worker when this owner's ledger does not have it."""
-        assert self._io is not None
-        result = self._ledger.result(turn, self._load_output)
-        if result is None:
-            result = await self._io.call(lambda: self._logged_result(turn=turn))
-        if result is None:
-            raise LookupError(f"turn {turn} of session {self._stream!r} has not ended")
-        return settled(result)
+        return await self._pumped(self._answers.of_turn(turn))
 
     async def turn_handle(self, seq: int) -> AsyncTurnHandle:
         """A handle on the turn of the prompt or followup stored at ``seq`` (see
         :meth:`Owner.turn_handle <nous_inbox.owner.Owner.turn_handle>`)."""
-        self._check_open(self._closed)
-        assert self._io is not None
-        events = await self._io.call(self._read, seq - 1)
-        return AsyncTurnHandle(self._turn_sent(events, seq), self._result)
+        self._check_open()
+        return AsyncTurnHandle(await self._pumped(self._answers.sent(seq)), self._result)
 
     async def _result(self, seq: int, timeout: float | None) -> TurnResult:
         """Wait for the turn of the send at ``seq`` (a handle's result). The ledger is read
         without the lock, which store I/O holds: a look that misses a fold just made is made
         again when the wake that fold sends arrives."""
-        return await asyncio.wait_for(self._awaited_result(seq), timeout)
+        return await asyncio.wait_for(self._pumped(self._answers.of_send(seq, self._unanswered)),
+                                      timeout)
 
-    async def _awaited_result(self, seq: int) -> TurnResult:
-        loop, io = asyncio.get_running_loop(), self._io
-        assert io is not None
-        looked = -1
-        while True:
-            if looked != self._ended_turns:
-                looked = self._ended_turns
-                result = (self._known_result(seq) if self._ledger.knows(seq)
-                          else await io.call(self._logged_result, seq))
-                if result is not None:
-                    return settled(result)
-            self._unanswered(seq, self._closed and self._run is None)
-            waiter = loop.create_future()
-            self._result_waiters.add(waiter)
-            try:
-                await waiter
-            finally:
-                self._result_waiters.discard(waiter)
+    async def _pumped(self, steps: Steps[_T]) -> _T:
+        """The body's ``steps``, each log read on the store worker, each wait for a turn's end."""
+        assert self._io is not None
+        return await apump(steps, self._io.call, lambda: self._turn_over.wait())
 
     def _turn_ended(self) -> None:
-        if self._result_waiters and self._loop is not None:
-            if self._io is not None and self._io.on_loop():
-                self._wake_results()
-            else:
-                with contextlib.suppress(RuntimeError):  # the loop is gone
-                    self._loop.call_soon_threadsafe(self._wake_results)
+        self._on_loop(self._wake_results)
 
     def _wake_results(self) -> None:
-        for waiter in tuple(self._result_waiters):
-            if not waiter.done():
-                waiter.set_result(None)
+        """On the loop: every handle waiting for its turn looks again."""
+        self._turn_over.set()
+        self._turn_over = asyncio.Event()
+
+    def _on_loop(self, call: Callable[..., object], *args: Any) -> None:
+        """``call(*args)`` on the loop: now when called there, else as soon as the loop runs it
+        (never, once the loop is gone: nothing waits there any more)."""
+        if self._io is None or self._loop is None or self._io.on_loop():
+            call(*args)
+        else:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(call, *args)
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``, interrupting a model
@@ -328,8 +297,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         queued messages stay queued. Call it from any thread: the request is recorded in the
         log when a turn is open (ahead of the run's own later records), and the run is
         cancelled on the loop."""
-        io, loop = self._io, self._loop
-        if io is None or loop is None or self.closed:
+        io = self._io
+        if io is None or self.closed:
             return False
         if io.on_loop():
             io.soon(self._record_cancel)  # (logs its own failure)
@@ -338,8 +307,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._record_cancel()
         if run is None:
             return False
-        with contextlib.suppress(RuntimeError):  # the loop is gone: so is the run
-            loop.call_soon_threadsafe(lambda: self._run is run and self._cancel_now())
+        self._on_loop(lambda: self._run is run and self._cancel_now())
         return True
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
@@ -401,16 +369,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 reader.put_nowait(event)
         super()._tell(events)
 
-    def _cancel_turn(self) -> None:
-        if self._cancel is not None:
-            self._cancel.set()
-
     def _lose(self, error: LeaseLostError) -> None:
-        if self._io is not None and not self._io.on_loop():  # a subscriber's send, off the loop
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(super()._lose, error)  # type: ignore[union-attr]
-            return
-        super()._lose(error)
+        self._on_loop(super()._lose, error)  # (off the loop: a subscriber's send, a stop record)
 
     def _halted(self) -> None:
         self._settled.set()
@@ -445,22 +405,11 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 self._core.failed(self.session, asyncio.CancelledError())  # the runner recorded it
                 raise
             except Exception as exc:
-                logger.exception("the run of session %r failed", self._stream)
-                if isinstance(exc, LeaseLostError):
-                    self._lose(exc)
-                self._failure = exc
-                stop = self._core.failed(self.session, exc)
+                stop = self._run_failed(exc)
             # The core has stopped this run (a send may start the next one from here on), so
             # nothing below may touch it. The record is queued before any later run's events.
             if stop.record:
-                try:
-                    await io.soon(lambda: self._commit(stop.record))
-                except Exception as exc:
-                    logger.exception("could not record the end of session %r's run", self._stream)
-                    if isinstance(exc, LeaseLostError):
-                        self._lose(exc)
-                    elif self._failure is None:
-                        self._failure = exc
+                await io.soon(lambda: self._record_stop(stop))
         finally:
             if self._run is me:
                 self._run, self._cancel = None, None

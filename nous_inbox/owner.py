@@ -71,17 +71,17 @@ import threading
 import time
 from typing import Any, Final
 
-from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
-from nous_inbox.owner_body import Listener, OwnerBody, TurnRunner
+from nous_inbox.owner_body import Listener, OwnerBody
 from nous_inbox.owner_core import Stop
+from nous_inbox.owner_port import TurnRunner
 from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
-from nous_inbox.turn_result import TurnHandle, TurnResult, settled
+from nous_inbox.turn_result import TurnHandle, TurnResult, pump
 
 __all__ = ["Owner", "TurnRunner"]
 
@@ -131,9 +131,8 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         if listen is not None:
             self._listeners.append(listen)
         self._changed = threading.Condition(self._lock)
-        self._worker: threading.Thread | None = None
+        self._run: threading.Thread | None = None
         self._cancel: threading.Event | None = None
-        self._closed = threading.Event()
         self._halt = threading.Event()  # closed or lost: the watcher stops
         self._nudge = threading.Event()  # the store says the stream may have changed (or close)
         self._group: GroupCommit[threading.Lock] | None = (
@@ -152,29 +151,19 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
 
     # -- what a host reads ----------------------------------------------------------------------
 
-    @property
-    def closed(self) -> bool:
-        """Whether ``close`` was called: from then on the owner refuses sends."""
-        return self._closed.is_set()
-
-    @property
-    def running(self) -> bool:
-        """Whether a run is going (or about to start)."""
-        return self._worker is not None
-
     def events(self, after: int = 0) -> list[Event]:
         """The session's stored events with ``seq > after``, read back from the store."""
-        return list(self._store.read(self._stream, after))
+        return self._read(after)
 
     # -- what a host says -----------------------------------------------------------------------
 
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
-              prompt: bool = False) -> MessageSent:
-        self._check_open(self._closed.is_set())
+              prompt: bool = False, options: dict[str, Any] | None = None) -> MessageSent:
+        self._check_open()
         self._prompting(prompt)
         try:
-            if self._group is None or self._holds_lock():
-                return self._now(message, target, wakeup)
+            if options is not None or self._group is None or self._holds_lock():
+                return self._sent_now(message, target, wakeup, options)
             event = sent_event(message, target, wakeup)
             return commit_in_threads(self._group, self._queue_lock, event,  # type: ignore[return-value]
                                      self._commit)
@@ -184,57 +173,45 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
 
     def _turn_send(self, message: Message | str, prompt: bool,
                    options: dict[str, Any] | None) -> TurnHandle:
-        if options is None:
-            return TurnHandle(self._send(message, Target.NEXT_TURN, True, prompt), self._result)
-        with self._lock:  # committed at once, its options kept before any claim can take it
-            sent = self._kept_options(self._send(message, Target.NEXT_TURN, True, prompt), options)
-        return TurnHandle(sent, self._result)
+        return TurnHandle(self._send(message, Target.NEXT_TURN, True, prompt, options), self._result)
 
     def turn_result(self, turn: int) -> TurnResult:
         """How ``turn`` ended, from this owner's ledger or else the log (a turn an earlier owner
         ran): a :class:`~nous_inbox.turn_result.TurnResult`, or ``TurnFailed`` /
         ``TurnCancelled``; ``LookupError`` for a turn that has not ended."""
         with self._lock:
-            result = self._ledger.result(turn, self._load_output) or self._logged_result(turn=turn)
-        if result is None:
-            raise LookupError(f"turn {turn} of session {self._stream!r} has not ended")
-        return settled(result)
+            return pump(self._answers.of_turn(turn))
 
     def turn_handle(self, seq: int) -> TurnHandle:
         """A handle on the turn of the prompt or followup stored at ``seq`` (one this owner or
         an earlier one took: the log says which turn answered it); ``ValueError`` if ``seq``
         is not such a send."""
-        sent = self._turn_sent(list(self._store.read(self._stream, seq - 1)), seq)
-        return TurnHandle(sent, self._result)
+        return TurnHandle(pump(self._answers.sent(seq)), self._result)
 
     def _result(self, seq: int, timeout: float | None) -> TurnResult:
-        """Wait for the turn of the send at ``seq`` (a handle's ``result``)."""
+        """Wait for the turn of the send at ``seq`` (a handle's ``result``): the body's steps,
+        waiting on the owner's condition between two looks."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        looked = -1
+
+        def wait() -> None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"the turn of the send at seq {seq} of session "
+                                   f"{self._stream!r} did not end within {timeout} s")
+            self._changed.wait(left)
+
         with self._changed:
-            while True:
-                if looked != self._ended_turns:  # look again only once a turn has ended
-                    looked = self._ended_turns
-                    result = (self._known_result(seq) if self._ledger.knows(seq)
-                              else self._logged_result(seq))
-                    if result is not None:
-                        return settled(result)
-                self._unanswered(seq, self._closed.is_set() and self._worker is None)
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"the turn of the send at seq {seq} of session "
-                                       f"{self._stream!r} did not end within {timeout} s")
-                self._changed.wait(left)
+            return pump(self._answers.of_send(seq, self._unanswered), wait)
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
 
         Returns whether a run was going. Queued messages stay queued. Call it from any thread;
         the request is recorded in the log when a turn is open (see
-        :func:`~nous_inbox.owner_body.request_cancel`, which reaches an owner in another process).
+        :func:`~nous_inbox.owner_port.request_cancel`, which reaches an owner in another process).
         """
         with self._lock:
-            if not self._closed.is_set():
+            if not self._closed:
                 self._record_cancel()
             return self._cancel_now()
 
@@ -247,7 +224,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         """
         with self._changed:
             idle = self._changed.wait_for(
-                lambda: self._worker is None or self._core.lost is not None, timeout)
+                lambda: self._run is None or self._core.lost is not None, timeout)
         return self._waited(idle)
 
     def close(self, timeout: float | None = 10.0) -> None:
@@ -256,13 +233,13 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         The store stays open (it is yours). If the run does not stop within ``timeout``
         seconds the lease is kept, so no other owner can start a run beside it.
         """
-        self._closed.set()
+        self._closed = True
         self._halt.set()
         self._nudge.set()
         with self._lock:
             if self._core.close():
                 self._cancel_turn()
-            worker = self._worker
+            worker = self._run
             self._changed.notify_all()  # a handle waiting for a turn that will not come
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout)
@@ -286,10 +263,6 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         self._tell(events)
         self._changed.notify_all()
 
-    def _cancel_turn(self) -> None:
-        if self._cancel is not None:
-            self._cancel.set()
-
     def _halted(self) -> None:
         with self._lock:
             self._changed.notify_all()
@@ -300,17 +273,17 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         """The core said start (called with the lock held). The first turn's cancel exists as
         soon as the run does, so a cancel() right after the waking send is honoured."""
         self._cancel = threading.Event()
-        self._worker = threading.Thread(target=self._work, name=f"nous-inbox run {self._stream}",
-                                        daemon=True)
-        self._worker.start()
+        self._run = threading.Thread(target=self._work, name=f"nous-inbox run {self._stream}",
+                                     daemon=True)
+        self._run.start()
 
     def _work(self) -> None:
         took: bool | None = None  # whether the last turn claimed anything; None before the first
         try:
             while True:
                 with self._lock:
-                    # Deciding to stop and saying so (worker = None) happen under one lock hold,
-                    # so a send that lands meanwhile either is seen here or starts a new worker.
+                    # Deciding to stop and saying so (run = None) happen under one lock hold,
+                    # so a send that lands meanwhile either is seen here or starts a new run.
                     answer = self._core.next_turn(self.session, took)
                     if isinstance(answer, Stop):
                         self._stop_working(answer)
@@ -318,35 +291,19 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
                     if took is not None:
                         self._cancel = threading.Event()
                     cancel = self._cancel
-                    assert cancel is not None
                 took = False
                 for event in self._runner.run_turn(self._port, reason=answer.reason, cancel=cancel):
                     took = took or type(event) is QueueClaimed
-        except LeaseLostError as exc:
-            self._lose(exc)
-            with self._lock:  # records nothing: the session is another owner's now
-                self._stop_working(self._core.failed(self.session, exc))
         except BaseException as exc:
-            logger.exception("the run of session %r failed", self._stream)
             with self._lock:
-                self._failure = exc
-                self._stop_working(self._core.failed(self.session, exc), failing=True)
+                self._stop_working(self._run_failed(exc))
 
-    def _stop_working(self, stop: Stop, failing: bool = False) -> None:
+    def _stop_working(self, stop: Stop) -> None:
         """Append what the core's ``Stop`` records, then go idle (called with the lock held)."""
         try:
-            if stop.record:
-                self._commit(stop.record)
-        except Exception as exc:
-            if not failing:
-                raise
-            if isinstance(exc, LeaseLostError):
-                self._lose(exc)
-            else:
-                logger.exception("could not record the end of session %r's failed turn",
-                                 self._stream)
+            self._record_stop(stop)
         finally:
-            self._worker = None
+            self._run = None
             self._cancel = None
             self._changed.notify_all()
 

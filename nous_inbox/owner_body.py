@@ -6,8 +6,12 @@ turns run on a worker thread (:class:`~nous_inbox.owner.Owner`) or as an asyncio
 (:class:`~nous_inbox.async_owner.AsyncOwner`) lives here once: the options and their checks,
 the read-only views, opening the session (lease, journal, resume), the send verbs over one send
 path, the listener fan-out, the boundary hook (:mod:`nous_inbox.boundary`), the refused-prompt
-undo, a lost lease, and what the watcher does on each look at the store. Each owner adds only
-its pump: how a run is started and waited for, and how a send waits for its commit.
+undo, a run's failure and its last record, a lost lease, closing, and what the watcher does on
+each look at the store. What an owner answers about its turns is
+:class:`~nous_inbox.turn_result.TurnAnswers`', written as steps each pump runs its way. Each
+owner adds only its pump: how a run is started and waited for, how a send waits for its commit,
+and how a wait for a turn's end waits. What crosses the owner's edge (the port its runs use,
+the runner protocols, a cancel from another process) is :mod:`nous_inbox.owner_port`'s.
 
 One send path: a verb is one line over ``_send(message, target, wakeup)``, which commits the
 send at once (a store that does not block, or a thread that already holds the owner's lock: a
@@ -18,9 +22,9 @@ are checked once on either path, before anything is written.
 
 Cancel from anywhere: a cancel is a ``CancelRequested`` in the log, recorded only while a turn is
 open (:meth:`Session.cancel <nous_inbox.session.Session.cancel>` decides), by an owner's
-``cancel()`` from any thread or by :func:`request_cancel` from any process. The holder of the
-session folds it in as it folds another writer's steer (its watcher, or the catch-up of its next
-append) and the core (:meth:`OwnerCore.cancel_asked
+``cancel()`` from any thread or by :func:`~nous_inbox.owner_port.request_cancel` from any
+process. The holder of the session folds it in as it folds another writer's steer (its watcher,
+or the catch-up of its next append) and the core (:meth:`OwnerCore.cancel_asked
 <nous_inbox.owner_core.OwnerCore.cancel_asked>`) ends the run at its turn's next boundary;
 nothing wakes for it (ruling 9).
 """
@@ -31,25 +35,28 @@ import abc
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Final, Generic, TypeVar
 
 from nous_inbox.boundary import Boundaries, Boundary
 from nous_inbox.errors import LeaseLostError
-from nous_inbox.events import CancelRequested, Event, MessageSent, QueueClaimed
+from nous_inbox.events import Event, MessageSent
 from nous_inbox.group_commit import refused_unwritten
 from nous_inbox.inbox import Inbox, Target, as_message
 from nous_inbox.journal import Journal
 from nous_inbox.message import Message
-from nous_inbox.owner_core import OwnerCore
-from nous_inbox.port import JournalPort
+from nous_inbox.owner_core import OwnerCore, Stop
+from nous_inbox.owner_port import AsyncTurnRunner as AsyncTurnRunner  # (their home before)
+from nous_inbox.owner_port import OwnerPort, _cancelling
+from nous_inbox.owner_port import TurnRunner as TurnRunner
+from nous_inbox.owner_port import request_cancel as request_cancel
 from nous_inbox.session import Session
 from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
-from nous_inbox.turn_result import TurnLedger, TurnResult
+from nous_inbox.turn_result import TurnAnswers
 
-__all__ = ["AsyncTurnRunner", "Listener", "OwnerBody", "OwnerPort", "TurnRunner", "request_cancel"]
+__all__ = ["Listener", "OwnerBody"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
 
@@ -59,98 +66,6 @@ Listener = Callable[[Event], None]
 
 _STEP: Final = Target.NEXT_STEP
 _TURN: Final = Target.NEXT_TURN
-
-
-def request_cancel(store: Store, stream: str) -> CancelRequested | None:
-    """Ask ``stream``'s open turn to end as ``"cancelled"`` at its next boundary, wherever its
-    owner runs (this process or another): record a ``CancelRequested`` its owner folds in.
-
-    Returns the request as stored, or ``None`` when nothing was recorded: no turn is open (an
-    idle session, one between two turns, or one with no events), or its cancel was asked
-    already. A request never waits for a later turn, and wakes nothing (ruling 9).
-
-    >>> from nous_inbox.events import TurnStarted
-    >>> from nous_inbox.store import open_store
-    >>> store = open_store("memory:")
-    >>> print(request_cancel(store, "s"))             # nothing runs: nothing recorded
-    None
-    >>> _ = store.append("s", [TurnStarted(turn=1)])
-    >>> request_cancel(store, "s").turn, request_cancel(store, "s")   # a second adds nothing
-    (1, None)
-    """
-    check_stream(stream)
-    journal = Journal(store, stream, transcript=False, snapshot_every=0)
-    stored, _ = journal.commit(_cancelling)
-    return stored[0] if stored else None  # type: ignore[return-value]  # (only ever one)
-
-
-def _cancelling(session: Session) -> tuple[Sequence[Event], None]:
-    """The change that records a cancel of ``session``'s open turn, if it takes one."""
-    request = session.cancel()
-    return ((request,) if request is not None else ()), None
-
-
-class TurnRunner(Protocol):
-    """What an owner needs from a runner: run one turn on a port, yielding its events."""
-
-    def run_turn(
-        self, port: Any, *, reason: str = ..., cancel: threading.Event | None = ...
-    ) -> Iterator[Event]:
-        """Run one turn; see ``nous_inbox.runner.Runner.run_turn``."""
-
-
-class AsyncTurnRunner(Protocol):
-    """What an ``AsyncOwner`` needs from a runner: one turn on a port, as an async stream."""
-
-    def arun_turn(
-        self, port: Any, *, reason: str = ..., cancel: asyncio.Event | None = ...
-    ) -> AsyncIterator[Event]:
-        """Run one turn; see ``nous_inbox.runner.Runner.arun_turn``."""
-
-
-class OwnerPort(JournalPort):
-    """The port an owner's runs use: the journal under the owner's lock; before each claim it
-    tells the boundary subscribers, under that lock, so what they send joins the claim.
-    ``call_io``: how a runner reaches an ``AsyncOwner``'s store worker (``None``: call inline)."""
-
-    __slots__ = ("_boundaries", "_options", "call_io")
-
-    def __init__(self, journal: Journal, lock: threading.RLock, boundaries: Boundaries,
-                 call_io: Callable[..., Any] | None = None) -> None:
-        super().__init__(journal, lock)
-        self._boundaries = boundaries
-        self.call_io = call_io
-        self._options: Callable[[], dict[str, Any]] = dict
-
-    @property
-    def turn_options(self) -> dict[str, Any]:
-        """The run options (``deps``, ``model_settings``, ...) given with the prompts and
-        followups the open turn claimed, merged in send order; read once, as the turn opens."""
-        with self._lock:
-            return self._options()
-
-    def claim(
-        self, target: Target | str, *, wake_only: bool = False
-    ) -> tuple[Sequence[Message], QueueClaimed | None]:
-        with self._lock:
-            self.reaching(target, self._journal.session.turn, wake_only=wake_only)
-            messages, event = self._journal.claim(target, wake_only=wake_only)
-            return (tuple(messages), event) if event is not None else ((), None)
-
-    @property
-    def heard(self) -> bool:
-        """Whether anyone listens to the boundaries (a runner that claims inside a commit of its
-        own asks, and calls :meth:`reaching` before that commit only then)."""
-        return bool(self._boundaries)
-
-    def reaching(self, target: Target | str, turn: int, *, wake_only: bool = False) -> None:
-        """The run of ``turn`` is about to claim ``target`` (``wake_only``: where it would stop):
-        tell the boundary subscribers, under the owner's lock, so what they send commits at
-        once and joins that claim."""
-        if self._boundaries:
-            with self._lock:
-                self._boundaries.tell("turn_opening" if target == _TURN else "step", turn,
-                                      wake_only)
 
 
 class OwnerBody(Generic[R, H], abc.ABC):
@@ -193,11 +108,12 @@ class OwnerBody(Generic[R, H], abc.ABC):
         self._journal: Journal | None = None
         self._port: OwnerPort | None = None
         self._failure: BaseException | None = None
-        self._ledger = TurnLedger()  # which turn took each prompt, and how each turn ended
-        self._ended_turns = 0  # turns the ledger saw end: a waiter looks again when it moves
+        self._closed = False  # close() (aclose()) was called: the owner refuses sends
+        self._run: object | None = None  # the run going: the pump's thread or task
+        self._cancel: threading.Event | asyncio.Event | None = None  # the open turn's cancel
         self._run_options: dict[int, dict[str, Any]] = {}  # by the seq of the send they came with
         load = getattr(runner, "load_output", None)
-        self._load_output: Callable[[Any], Any] | None = load if callable(load) else None
+        self._answers = TurnAnswers(stream, self._read, load if callable(load) else None)
         check = getattr(runner, "check_message", None)
         self._check_message: Callable[[Message], object] | None = (
             check if callable(check) else None)
@@ -231,9 +147,15 @@ class OwnerBody(Generic[R, H], abc.ABC):
         return self._core.lost
 
     @property
-    @abc.abstractmethod
     def closed(self) -> bool:
-        """Whether the owner was closed (or lost its lease): it refuses sends."""
+        """Whether the owner was closed (``close``, ``aclose``) or lost its lease: from then on
+        it refuses sends."""
+        return self._closed or self._core.lost is not None
+
+    @property
+    def running(self) -> bool:
+        """Whether a run is going (from the send that woke it until its end is recorded)."""
+        return self._run is not None
 
     def listen(self, callback: Listener) -> None:
         """Call ``callback(event)`` for every event recorded from now on, in order (the owner's
@@ -328,50 +250,21 @@ class OwnerBody(Generic[R, H], abc.ABC):
         check(options)
         return options
 
-    def _kept_options(self, sent: MessageSent, options: dict[str, Any]) -> MessageSent:
-        """Keep a send's run options for the turn that claims it (called with the lock held
-        since before the send was committed, so no claim can come first)."""
-        self._run_options[sent.seq] = options
-        return sent
-
     def _turn_options(self) -> dict[str, Any]:
         merged: dict[str, Any] = {}
-        for seq in self._ledger.claimed_now:
+        for seq in self._answers.ledger.claimed_now:
             merged.update(self._run_options.pop(seq, ()))
         return merged
 
     # -- turn results -----------------------------------------------------------------------------
 
-    def _known_result(self, seq: int) -> TurnResult | None:
-        """The result of the send at ``seq`` if this owner's ledger has it (no I/O). A send made
-        before this owner opened is not in it: :meth:`_logged_result` reads the log."""
-        return self._ledger.result_of(seq, self._load_output)
-
-    def _logged_result(self, seq: int | None = None, turn: int | None = None) -> TurnResult | None:
-        """The result of the send at ``seq`` (or of ``turn``), read from the whole log (I/O)."""
-        ledger = TurnLedger.from_log(self._store.read(self._stream))
-        return (ledger.result_of(seq, self._load_output) if seq is not None
-                else ledger.result(turn or 0, self._load_output))
-
-    def _unanswered(self, seq: int, closed: bool) -> None:
+    def _unanswered(self, seq: int) -> None:
         """The send at ``seq`` has no result yet: raise if none will come from this owner."""
         self._raise_if_lost()
-        if closed:
+        if self.closed and not self.running:
             raise RuntimeError(f"{self._who} of session {self._stream!r} closed before the turn "
                                f"of the send at seq {seq} ended (a new owner answers for it: "
                                f"turn_handle({seq}))")
-
-    def _turn_sent(self, events: Sequence[Event], seq: int) -> MessageSent:
-        """The ``next_turn`` send at ``seq`` among ``events`` (read from the log), or the error
-        saying why there is no turn to wait for."""
-        for event in events:
-            if event.seq == seq:
-                if type(event) is MessageSent and event.target == _TURN:
-                    return event
-                raise ValueError(f"session {self._stream!r}: seq {seq} is a "
-                                 f"{type(event).__name__}, not a send to next_turn (a prompt "
-                                 f"or followup), so no turn answers it")
-        raise ValueError(f"session {self._stream!r} has no event at seq {seq}")
 
     @abc.abstractmethod
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
@@ -397,11 +290,11 @@ class OwnerBody(Generic[R, H], abc.ABC):
                                f"use `async with {self._who}(...)`")
         return self._journal
 
-    def _check_open(self, closed: bool) -> Journal:
+    def _check_open(self) -> Journal:
         """The journal, if the owner takes sends; else the error saying why not."""
         journal = self._opened()
         self._raise_if_lost()
-        if closed:
+        if self._closed:
             raise RuntimeError(f"{self._who} of session {self._stream!r} is closed")
         return journal
 
@@ -434,7 +327,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
                 self._journal = journal
                 self._port = OwnerPort(journal, self._lock, self._boundaries, call_io)
                 self._port._options = self._turn_options
-                self._ledger = TurnLedger(journal.session)
+                self._answers.start(journal.session)
                 resumed = OwnerCore.resume(journal.session)
                 if resumed:
                     journal.append(resumed)
@@ -443,10 +336,20 @@ class OwnerBody(Generic[R, H], abc.ABC):
             raise
         return lease
 
-    def _now(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
-        """Commit one send at once (the journal checks its parts before anything is written)."""
+    def _sent_now(self, message: Message | str, target: Target | str, wakeup: bool,
+                  options: dict[str, Any] | None = None) -> MessageSent:
+        """Commit one send at once (the journal checks its parts before anything is written),
+        keeping its run ``options`` for the turn that claims it in the same lock hold, so no
+        claim can come first."""
         with self._lock:
-            return self._opened().send(message, target, wakeup)
+            sent = self._opened().send(message, target, wakeup)
+            if options is not None:
+                self._run_options[sent.seq] = options
+            return sent
+
+    def _read(self, after: int) -> list[Event]:
+        """The stored events with ``seq > after``, read from the store (I/O)."""
+        return list(self._store.read(self._stream, after))
 
     def _commit(self, events: Sequence[Event]) -> Sequence[Event]:
         """Append ``events`` in one transaction (a group commit's batch, a run's last record)."""
@@ -477,8 +380,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         caught up): hand them on, then tell the boundary subscribers of a turn that ended.
         Never raises: the events are stored, and the group commit counts on that."""
         try:
-            if self._ledger.fold(events):
-                self._ended_turns += 1
+            if self._answers.fold(events):
                 self._turn_ended()
             self._deliver(events)
         except Exception:
@@ -534,6 +436,32 @@ class OwnerBody(Generic[R, H], abc.ABC):
     def _start_run(self) -> None:
         """Start a run on the pump's worker thread or as its task."""
 
+    def _run_failed(self, error: BaseException) -> Stop:
+        """The run died with ``error`` (called under the lock, or on the loop): the core's
+        ``Stop``. A lost lease ends the owner; any other failure is logged and kept for the next
+        wait to raise."""
+        if isinstance(error, LeaseLostError):
+            self._lose(error)
+        else:
+            logger.error("the run of session %r failed", self._stream, exc_info=error)
+            self._failure = error
+        return self._core.failed(self.session, error)
+
+    def _record_stop(self, stop: Stop) -> None:
+        """Append what the core's ``Stop`` records (store I/O). The run is over either way: a
+        lost lease ends the owner, and any other failure is logged and kept for the next wait."""
+        if not stop.record:
+            return
+        try:
+            self._commit(stop.record)
+        except Exception as exc:
+            logger.exception("could not record the end of session %r's run", self._stream)
+            if isinstance(exc, LeaseLostError):
+                self._lose(exc)
+            else:
+                with self._lock:
+                    self._failure = self._failure or exc
+
     def _lose(self, error: LeaseLostError) -> None:
         """The store says another owner took the stream over: stop for good."""
         with self._lock:
@@ -544,9 +472,10 @@ class OwnerBody(Generic[R, H], abc.ABC):
                 self._cancel_turn()
         self._halted()
 
-    @abc.abstractmethod
     def _cancel_turn(self) -> None:
-        """Cancel the turn in flight the pump's way (an event for a thread, a task cancel)."""
+        """Cancel the turn in flight: set its cancel (a thread's event, or the loop's)."""
+        if self._cancel is not None:
+            self._cancel.set()
 
     def _halted(self) -> None:
         """The owner is over (a lost lease): wake its waiters, stop its watcher."""

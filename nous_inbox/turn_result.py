@@ -29,6 +29,10 @@ True
 
 A turn that failed or was cancelled raises from :func:`settled` (and so from every handle), as
 :class:`TurnFailed` or :class:`TurnCancelled`, each carrying the :class:`TurnResult`.
+
+:class:`TurnAnswers` is what an owner answers from that ledger and the log behind it, written
+once for both owners as :data:`Steps`: the threaded owner runs them with :func:`pump`, the
+asyncio one with :func:`apump`; each pump brings only its way of reading the log and of waiting.
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
-from typing import Any, Final
+import functools
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping
+from typing import Any, Final, TypeVar
 
 import attrs
 
@@ -55,11 +60,12 @@ from nous_inbox.message import Message, thaw_json
 from nous_inbox.session import Session
 
 __all__ = [
-    "AsyncTurnHandle", "TurnCancelled", "TurnError", "TurnFailed", "TurnHandle", "TurnLedger",
-    "TurnResult", "settled",
+    "AsyncTurnHandle", "QueuedSend", "Steps", "TurnAnswers", "TurnCancelled", "TurnError",
+    "TurnFailed", "TurnHandle", "TurnLedger", "TurnResult", "apump", "pump", "settled",
 ]
 
 _TURN: Final = Target.NEXT_TURN
+_T = TypeVar("_T")
 
 
 @attrs.frozen
@@ -227,6 +233,121 @@ class TurnLedger:
         return self.result(turn, load_output)
 
 
+# -- the answers, as steps for either pump ------------------------------------------------------
+
+Steps = Generator[Callable[[], Any] | None, Any, _T]
+"""An answer as the steps a pump takes (one body, two pumps, as the runner's turn): each step is
+a log read, a callable the pump calls where its store calls run and whose result it sends back,
+or ``None``: wait until a turn ends or the owner closes, then go on. It returns the answer."""
+
+
+def pump(steps: Steps[_T], wait: Callable[[], object] = lambda: None) -> _T:
+    """Run ``steps`` on this thread: each read at once, each wait with ``wait()`` (the threaded
+    owner's pump; its ``wait`` raises ``TimeoutError`` once the caller's time is up).
+
+    >>> def steps():
+    ...     read = yield (lambda: 41)
+    ...     return read + 1
+    >>> pump(steps())
+    42
+    """
+    answer: Any = None
+    while True:
+        try:
+            step = steps.send(answer)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]  # (the generator's return value)
+        answer = wait() if step is None else step()
+
+
+async def apump(steps: Steps[_T], call: Callable[[Callable[[], Any]], Awaitable[Any]],
+                wait: Callable[[], Awaitable[object]]) -> _T:
+    """Run ``steps`` on the event loop: each read through ``call`` (where store calls run), each
+    wait with ``await wait()`` (the asyncio owner's pump)."""
+    answer: Any = None
+    while True:
+        try:
+            step = steps.send(answer)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]  # (the generator's return value)
+        answer = await (wait() if step is None else call(step))
+
+
+class TurnAnswers:
+    """What an owner answers about its session's turns, whichever pump waits: from the ledger of
+    the turns it folded, else from the log behind it (``read(after)``: the stored events with
+    ``seq > after``; a turn an earlier owner ran). ``load_output`` is the runner's.
+
+    >>> log = [MessageSent(seq=1, target="next_turn", wakeup=True, message=Message.user("hi")),
+    ...        TurnStarted(seq=2, turn=1), QueueClaimed(seq=3, target="next_turn", count=1),
+    ...        TurnEnded(seq=4, turn=1, steps=0, reason="final")]
+    >>> answers = TurnAnswers("demo", lambda after: log[after:])
+    >>> pump(answers.of_turn(1)).last_seq, pump(answers.sent(1)).seq   # read from the log
+    (4, 1)
+    """
+
+    __slots__ = ("_load_output", "_read", "_stream", "ended", "ledger")
+
+    def __init__(self, stream: str, read: Callable[[int], Iterable[Event]],
+                 load_output: OutputLoader | None = None) -> None:
+        self._stream, self._read, self._load_output = stream, read, load_output
+        self.ledger = TurnLedger()  # which turn took each prompt, and how each turn ended
+        self.ended = 0  # turns the ledger saw end: a waiter looks again when it moves
+
+    def start(self, session: Session) -> None:
+        """The owner opened on ``session``: its ledger answers for what is folded from now on."""
+        self.ledger = TurnLedger(session)
+
+    def fold(self, events: Iterable[Event]) -> bool:
+        """Fold ``events`` into the ledger; whether a turn ended among them."""
+        if not self.ledger.fold(events):
+            return False
+        self.ended += 1
+        return True
+
+    def of_turn(self, turn: int) -> Steps[TurnResult]:
+        """How ``turn`` ended (settled); ``LookupError`` for a turn that has not ended."""
+        result = self.ledger.result(turn, self._load_output)
+        if result is None:
+            result = yield functools.partial(self._logged, None, turn)
+        if result is None:
+            raise LookupError(f"turn {turn} of session {self._stream!r} has not ended")
+        return settled(result)
+
+    def sent(self, seq: int) -> Steps[MessageSent]:
+        """The ``next_turn`` send stored at ``seq``, or the error saying why no turn answers it."""
+        events = yield functools.partial(self._read, seq - 1)
+        for event in events:
+            if event.seq == seq:
+                if type(event) is MessageSent and event.target == _TURN:
+                    return event
+                raise ValueError(f"session {self._stream!r}: seq {seq} is a "
+                                 f"{type(event).__name__}, not a send to next_turn (a prompt "
+                                 f"or followup), so no turn answers it")
+        raise ValueError(f"session {self._stream!r} has no event at seq {seq}")
+
+    def of_send(self, seq: int, unanswered: Callable[[int], object]) -> Steps[TurnResult]:
+        """The settled result of the turn of the send at ``seq``, once it ended. Between two
+        looks it waits for a turn to end; ``unanswered(seq)`` raises when none will answer it.
+        A send this owner folded is in its ledger; an older one is looked for in the log."""
+        looked = -1
+        while True:
+            if looked != self.ended:  # look again only once a turn has ended
+                looked = self.ended
+                result = (self.ledger.result_of(seq, self._load_output) if self.ledger.knows(seq)
+                          else (yield functools.partial(self._logged, seq, None)))
+                if result is not None:
+                    return settled(result)
+            unanswered(seq)
+            yield None
+
+    def _logged(self, seq: int | None, turn: int | None) -> TurnResult | None:
+        """The result of the send at ``seq`` (or of ``turn``), read from the whole log (I/O)."""
+        ledger = TurnLedger.from_log(self._read(0))
+        return (ledger.result_of(seq, self._load_output) if seq is not None
+                else ledger.result(turn or 0, self._load_output))
+
+
 # -- the handles --------------------------------------------------------------------------------
 
 
@@ -314,3 +435,31 @@ class AsyncTurnHandle:
             return f"AsyncTurnHandle(seq={self.seq})"
         except RuntimeError:
             return "AsyncTurnHandle(not stored)"
+
+
+class QueuedSend(Coroutine[Any, Any, MessageSent]):
+    """What an :class:`~nous_inbox.async_owner.AsyncOwner`'s send verb returns for a send queued
+    on its store worker: a coroutine of the stored event. Awaiting it (or a task running it)
+    waits for the commit, and cancelling that wait takes the send back if no commit took it
+    yet. One never awaited is no error: a sync callback on the loop (a listener, a mailbox's
+    notice) may send without awaiting, and the send is stored all the same."""
+
+    __slots__ = ("_future", "_steps")
+
+    def __init__(self, future: asyncio.Future[MessageSent]) -> None:
+        self._future, self._steps = future, future.__await__()
+
+    def __await__(self) -> Generator[Any, None, MessageSent]:
+        return self._future.__await__()
+
+    def send(self, value: Any) -> Any:
+        """Go on waiting (a task running it)."""
+        return self._steps.send(value)
+
+    def throw(self, *error: Any) -> Any:
+        """Stop waiting with ``error`` (a task cancelled while running it)."""
+        return self._steps.throw(*error)
+
+    def close(self) -> None:
+        """Stop waiting; the send stays queued unless its wait was cancelled."""
+        self._steps.close()

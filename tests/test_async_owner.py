@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from nous_inbox import Message, MessageSent, ToolCall, TurnEnded, TurnStarted, r
 from nous_inbox.async_owner import AsyncOwner
 from nous_inbox.errors import LeaseLostError, StoreError
 from nous_inbox.events import Event
+from nous_inbox.mailbox import Mailbox
 from nous_inbox.runner import Runner
 from nous_inbox.store import Store, open_store
 
@@ -893,3 +896,61 @@ def test_a_run_closing_its_owner_while_the_host_closes_it_returns_at_once(tmp_pa
             assert not again.session.running  # the lease was given back
 
     asyncio.run(main())
+
+
+def _never_awaited(caught: Sequence[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "never awaited" in str(w.message)]
+
+
+def test_a_listeners_send_on_an_idle_owner_need_not_be_awaited() -> None:
+    # A listener is told on the loop and cannot await: its send, queued for the store worker
+    # (offload), is stored all the same, and the coroutine it was handed is no warning when dropped.
+    async def main() -> list[str]:
+        async with AsyncOwner(open_store("memory:"), "s", Runner(echo), offload=True) as owner:
+            def relay(event: Event) -> None:
+                if isinstance(event, MessageSent) and event.message.content == "fyi":
+                    owner.inject("noted by a listener")  # not awaited, on purpose
+
+            owner.listen(relay)
+            await owner.inject("fyi")
+            heard = [e.message.content async for e in _until(owner.events(), 2)
+                     if isinstance(e, MessageSent)]
+            gc.collect()
+            return heard
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert asyncio.run(main()) == ["fyi", "noted by a listener"]
+        gc.collect()
+    assert _never_awaited(caught) == []
+
+
+@pytest.mark.parametrize("sender", ["loop", "thread"])
+def test_an_idle_agents_mailbox_notice_reaches_its_async_owner_without_a_warning(
+    sender: str,
+) -> None:
+    # The mailbox hands an idle agent its notice with a plain send it does not await, from
+    # whatever thread sent the mail: on the loop it is queued, off it stored right then.
+    async def main() -> list[str]:
+        with Mailbox(debounce=0) as box:
+            async with AsyncOwner(open_store("memory:"), "s", Runner(echo), offload=True) as owner:
+                box.attach("writer", owner)
+                lead = box.agent("lead")
+                reader = owner.events()
+                if sender == "loop":
+                    lead.send("writer", "draft ready")
+                else:
+                    await asyncio.to_thread(lead.send, "writer", "draft ready")
+                async for event in reader:
+                    if isinstance(event, TurnEnded):
+                        break
+                await reader.aclose()
+                gc.collect()
+                return [m.content.splitlines()[0] for m in owner.transcript]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        heard = asyncio.run(main())
+        gc.collect()
+    assert heard[0].startswith("1 new message in your mailbox") and len(heard) == 2
+    assert _never_awaited(caught) == []

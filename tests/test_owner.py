@@ -29,6 +29,7 @@ from nous_inbox import (
     TurnStarted,
     replay,
 )
+from nous_inbox.errors import LeaseLostError
 from nous_inbox.owner import Owner
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
@@ -826,3 +827,35 @@ def test_a_send_the_store_refuses_raises_for_its_sender_and_later_sends_go_on(
             owner.inject("x" * (limit + 1))
         assert owner.inject("ok").seq == 1  # the refusal left the group commit ready for more
         assert [e.message.content for e in owner.events()] == ["ok"]  # type: ignore[attr-defined]
+
+
+class _Fenced:
+    """A store that fences every append once ``fenced`` is set, as PostgreSQL does when another
+    owner took the lease over (``LeaseLostError``, nothing written)."""
+
+    def __init__(self) -> None:
+        self._inner = open_store("memory:")
+        self.fenced = False
+
+    def append(self, *args: Any, **kwargs: Any) -> Any:
+        if self.fenced:
+            raise LeaseLostError("lease of stream 's' was taken over; nothing was written",
+                                 stream="s", epoch=1)
+        return self._inner.append(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_an_owner_whose_lease_was_taken_over_says_it_is_closed() -> None:
+    # As an AsyncOwner says: it refuses every send from then on, so a host (or a mailbox it is
+    # attached to) can read ``closed`` and let it go.
+    store = _Fenced()
+    owner = Owner(store, "s", Runner(lambda transcript, tools: "ok"))  # type: ignore[arg-type]
+    owner.inject("before")
+    assert not owner.closed
+    store.fenced = True
+    with pytest.raises(LeaseLostError):
+        owner.inject("after")
+    assert owner.lost is not None and owner.closed
+    owner.close()

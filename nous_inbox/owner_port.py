@@ -1,0 +1,125 @@
+"""What crosses between an owner and the rest: the port its runs use, the runner it drives, and
+a cancel any process may record.
+
+An owner (:mod:`nous_inbox.owner_body`) keeps its session behind its lock; nothing outside
+touches the journal directly. A run reaches it through :class:`OwnerPort`, the journal's port
+under that lock, which tells the boundary subscribers (:mod:`nous_inbox.boundary`) before each
+claim so what they send joins it. A runner is anything with ``run_turn`` (:class:`TurnRunner`,
+for a threaded :class:`~nous_inbox.owner.Owner`) or ``arun_turn`` (:class:`AsyncTurnRunner`,
+for an :class:`~nous_inbox.async_owner.AsyncOwner`). And any process may ask the open turn to
+end (:func:`request_cancel`): the request is an event in the log, which the owner folds in as it
+folds another writer's steer (ruling 9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, Final, Protocol
+
+from nous_inbox.boundary import Boundaries
+from nous_inbox.events import CancelRequested, Event, QueueClaimed
+from nous_inbox.inbox import Target
+from nous_inbox.journal import Journal
+from nous_inbox.message import Message
+from nous_inbox.port import JournalPort
+from nous_inbox.session import Session
+from nous_inbox.store import Store
+from nous_inbox.store.base import check_stream
+
+__all__ = ["AsyncTurnRunner", "OwnerPort", "TurnRunner", "request_cancel"]
+
+_TURN: Final = Target.NEXT_TURN
+
+
+def request_cancel(store: Store, stream: str) -> CancelRequested | None:
+    """Ask ``stream``'s open turn to end as ``"cancelled"`` at its next boundary, wherever its
+    owner runs (this process or another): record a ``CancelRequested`` its owner folds in.
+
+    Returns the request as stored, or ``None`` when nothing was recorded: no turn is open (an
+    idle session, one between two turns, or one with no events), or its cancel was asked
+    already. A request never waits for a later turn, and wakes nothing (ruling 9).
+
+    >>> from nous_inbox.events import TurnStarted
+    >>> from nous_inbox.store import open_store
+    >>> store = open_store("memory:")
+    >>> print(request_cancel(store, "s"))             # nothing runs: nothing recorded
+    None
+    >>> _ = store.append("s", [TurnStarted(turn=1)])
+    >>> request_cancel(store, "s").turn, request_cancel(store, "s")   # a second adds nothing
+    (1, None)
+    """
+    check_stream(stream)
+    journal = Journal(store, stream, transcript=False, snapshot_every=0)
+    stored, _ = journal.commit(_cancelling)
+    return stored[0] if stored else None  # type: ignore[return-value]  # (only ever one)
+
+
+def _cancelling(session: Session) -> tuple[Sequence[Event], None]:
+    """The change that records a cancel of ``session``'s open turn, if it takes one."""
+    request = session.cancel()
+    return ((request,) if request is not None else ()), None
+
+
+class TurnRunner(Protocol):
+    """What an owner needs from a runner: run one turn on a port, yielding its events."""
+
+    def run_turn(
+        self, port: Any, *, reason: str = ..., cancel: threading.Event | None = ...
+    ) -> Iterator[Event]:
+        """Run one turn; see ``nous_inbox.runner.Runner.run_turn``."""
+
+
+class AsyncTurnRunner(Protocol):
+    """What an ``AsyncOwner`` needs from a runner: one turn on a port, as an async stream."""
+
+    def arun_turn(
+        self, port: Any, *, reason: str = ..., cancel: asyncio.Event | None = ...
+    ) -> AsyncIterator[Event]:
+        """Run one turn; see ``nous_inbox.runner.Runner.arun_turn``."""
+
+
+class OwnerPort(JournalPort):
+    """The port an owner's runs use: the journal under the owner's lock; before each claim it
+    tells the boundary subscribers, under that lock, so what they send joins the claim.
+    ``call_io``: how a runner reaches an ``AsyncOwner``'s store worker (``None``: call inline)."""
+
+    __slots__ = ("_boundaries", "_options", "call_io")
+
+    def __init__(self, journal: Journal, lock: threading.RLock, boundaries: Boundaries,
+                 call_io: Callable[..., Any] | None = None) -> None:
+        super().__init__(journal, lock)
+        self._boundaries = boundaries
+        self.call_io = call_io
+        self._options: Callable[[], dict[str, Any]] = dict
+
+    @property
+    def turn_options(self) -> dict[str, Any]:
+        """The run options (``deps``, ``model_settings``, ...) given with the prompts and
+        followups the open turn claimed, merged in send order; read once, as the turn opens."""
+        with self._lock:
+            return self._options()
+
+    def claim(
+        self, target: Target | str, *, wake_only: bool = False
+    ) -> tuple[Sequence[Message], QueueClaimed | None]:
+        with self._lock:
+            self.reaching(target, self._journal.session.turn, wake_only=wake_only)
+            messages, event = self._journal.claim(target, wake_only=wake_only)
+            return (tuple(messages), event) if event is not None else ((), None)
+
+    @property
+    def heard(self) -> bool:
+        """Whether anyone listens to the boundaries (a runner that claims inside a commit of its
+        own asks, and calls :meth:`reaching` before that commit only then)."""
+        return bool(self._boundaries)
+
+    def reaching(self, target: Target | str, turn: int, *, wake_only: bool = False) -> None:
+        """The run of ``turn`` is about to claim ``target`` (``wake_only``: where it would stop):
+        tell the boundary subscribers, under the owner's lock, so what they send commits at
+        once and joins that claim."""
+        if self._boundaries:
+            with self._lock:
+                self._boundaries.tell("turn_opening" if target == _TURN else "step", turn,
+                                      wake_only)
