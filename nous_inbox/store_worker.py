@@ -53,8 +53,9 @@ _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
 LINGER: Final = 1.0
-"""Seconds a worker's thread waits for more work before it goes (a run's store calls come far
-more often than this, so only an idle owner's thread goes)."""
+"""Seconds a worker's thread waits for more work before it goes (a run calls its store far more
+often, so in practice only an idle owner's thread goes)."""
+
 SendTicket = Ticket["asyncio.Future[Event]"]
 """A send queued on the worker, its waiter the future its sender awaits."""
 
@@ -66,7 +67,7 @@ class LingeringThread(concurrent.futures.Executor):
 
     At most one thread runs its jobs at a time, so jobs never overlap and never reorder; an
     idle one costs no thread at all. The thread is not a daemon: what was queued runs even as
-    the interpreter exits.
+    the interpreter exits (which so waits at most ``linger`` for a worker nobody shut down).
 
     >>> worker = LingeringThread("demo", linger=0.01)
     >>> [worker.submit(pow, 2, n).result() for n in range(4)]
