@@ -5,13 +5,18 @@ Three tables, each measured side by side in one run, with a real Uvicorn on 127.
 loop is the server's); the client is this thread, over one kept-alive connection.
 
 **Idle sessions.** The host takes ``N`` sessions (each with one message in its log) and holds them
-idle. Reported: the process's resident memory and threads added per held session.
+idle; once the owners' store workers have let their threads go (an idle owner keeps none, and the
+loop's shared watch looks for all of them at once), it reports the process's resident memory and
+threads added per held session, and the process's CPU while it holds them idle, in percent of one
+core.
 
-**Steer to model request.** An idle session is steered; the time from the send until the model
-is called with the steer in its transcript (the model notes the moment it sees it), p50 and p99.
-Sides: ``AsyncOwner.steer`` called on the server's loop (the in-process baseline); the host's
-``send`` (the owner's verb, plus the host's checks); ``POST /api/sessions/{id}/messages`` through
-Uvicorn (what the HTTP face adds: the request, its checks, the JSON).
+**Steer to model request.** A session held idle among the ``N`` is steered; the time from the send
+until the model is called with the steer in its transcript (the model notes the moment it sees
+it), p50 and p99. Each sample steers a session of its own side's share of the held ones, idle
+since it was taken (its worker starts a thread again), the sides taking turns. Sides:
+``AsyncOwner.steer`` called on the server's loop (the in-process baseline); the host's ``send``
+(the owner's verb, plus the host's checks); ``POST /api/sessions/{id}/messages`` through Uvicorn
+(what the HTTP face adds: the request, its checks, the JSON).
 
 **Fan-out.** ``K`` subscribers follow one session's event stream; each send's event is timed from
 the send until the last subscriber has read it, p50 and p99. Sides: ``AsyncOwner.events()``
@@ -135,8 +140,12 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
-def _idle_table(server: _Server, n: int) -> str:
-    names = [f"idle-{i}" for i in range(n)]
+def _idle_names(n: int) -> list[str]:
+    return [f"idle-{i}" for i in range(n)]
+
+
+def _idle_table(server: _Server, n: int, settle: float) -> str:
+    names = _idle_names(n)
 
     async def seed() -> None:
         for name in names:
@@ -149,17 +158,27 @@ def _idle_table(server: _Server, n: int) -> str:
     server.call(seed())
     gc.collect()
     memory, threads = _resident(), threading.active_count()
+    began = time.perf_counter()
     server.call(take_all())
+    took = time.perf_counter() - began
+    deadline = time.monotonic() + 60  # the workers' threads go once idle for their linger
+    while threading.active_count() > threads + 1 and time.monotonic() < deadline:
+        time.sleep(0.05)  # waiting for a condition, with a bound
     gc.collect()
     held = len(server.host.held)
     per_memory = (_resident() - memory) / held
     per_thread = (threading.active_count() - threads) / held
+    cpu, wall = time.process_time(), time.perf_counter()
+    time.sleep(settle)  # the measured interval: the process holds them idle
+    busy = (time.process_time() - cpu) / (time.perf_counter() - wall)
     return "\n".join([
-        f"Idle sessions: {held} held by one host (sqlite:).",
+        f"Idle sessions: {held} held by one host (sqlite:), taken in {took:.2f} s; CPU over "
+        f"{settle:g} s idle.",
         "",
-        "| per idle session | resident memory | threads |",
-        "|---|---:|---:|",
-        f"| SessionHost + AsyncOwner | {per_memory / 1024:.1f} KiB | {per_thread:.2f} |",
+        "| per idle session | resident memory | threads | process CPU while idle |",
+        "|---|---:|---:|---:|",
+        f"| SessionHost + AsyncOwner | {per_memory / 1024:.1f} KiB | {per_thread:.3f} | "
+        f"{busy * 100:.1f} % of a core |",
     ])
 
 
@@ -170,50 +189,52 @@ def _inject(text: str) -> Any:
     return MessageSent(target=Target.NEXT_STEP, wakeup=False, message=Message.user(text))
 
 
-def _steer_table(server: _Server, stamps: _Stamps, client: Any, repeats: int) -> str:
+def _steer_table(server: _Server, stamps: _Stamps, client: Any, repeats: int, idle: int) -> str:
     host = server.host
 
-    async def owner_steer(text: str) -> float:
-        owner = await host.take("direct")
+    async def owner_steer(session: str, text: str) -> float:
+        owner = await host.take(session)
         started = time.perf_counter()
         await owner.steer(text)
         return started
 
-    async def host_send(text: str) -> float:
+    async def host_send(session: str, text: str) -> float:
         started = time.perf_counter()
-        await host.send("hosted", "steer", text)
+        await host.send(session, "steer", text)
         return started
 
-    def http_post(text: str) -> float:
+    def http_post(session: str, text: str) -> float:
         started = time.perf_counter()
-        answer = client.post("/api/sessions/posted/messages", json={"mode": "steer", "text": text})
+        answer = client.post(f"/api/sessions/{session}/messages", json={"mode": "steer", "text": text})
         assert answer.status_code == 202, answer.text
         return started
 
-    async def idle(session: str) -> None:
+    async def settled(session: str) -> None:
         owner = host.hosted(session)
         if owner is not None:
             await owner.wait_idle(30)
 
-    sides: list[tuple[str, str, Callable[[str], float]]] = [
-        ("AsyncOwner.steer, in-process", "direct", lambda t: server.call(owner_steer(t))),
-        ("SessionHost.send", "hosted", lambda t: server.call(host_send(t))),
-        ("POST .../messages over HTTP", "posted", http_post),
+    sides: list[tuple[str, Callable[[str, str], float]]] = [
+        ("AsyncOwner.steer, in-process", lambda s, t: server.call(owner_steer(s, t))),
+        ("SessionHost.send", lambda s, t: server.call(host_send(s, t))),
+        ("POST .../messages over HTTP", http_post),
     ]
-    rows = []
-    for side, session, steer in sides:
-        samples = []
-        for i in range(repeats + 5):  # the first few warm up
-            text = f"{session} {i}"
-            started = steer(text)
+    names = _idle_names(idle)
+    samples: list[list[float]] = [[] for _ in sides]
+    for i in range(repeats + 5):  # the first few warm up
+        for k, (side, steer) in enumerate(sides):
+            session = names[(i * len(sides) + k) % len(names)]  # idle since taken
+            text = f"steer {i} of {side}"
+            started = steer(session, text)
             seen = stamps.wait(text)
-            server.call(idle(session))
+            server.call(settled(session))
             if i >= 5:
-                samples.append(seen - started)
-        rows.append((side, *_percentiles(samples)))
+                samples[k].append(seen - started)
+    rows = [(side, *_percentiles(taken)) for (side, _), taken in zip(sides, samples, strict=True)]
     base = rows[0]
     lines = [
-        f"Steer to the model request that carries it, an idle session woken; {repeats} sends each.",
+        f"Steer to the model request that carries it, a session held idle among {idle} woken; "
+        f"{repeats} sends each.",
         "",
         "| side | p50 | p99 | p50 added |",
         "|---|---:|---:|---:|",
@@ -302,12 +323,14 @@ def run(quick: bool = False) -> str:
         import uvicorn  # noqa: F401
     except ImportError:
         return "(the web extra and httpx are not installed: pip install 'nous-inbox[web-test]')"
-    idle, repeats, subscribers, sends = (50, 30, 20, 20) if quick else (1000, 300, 100, 200)
+    idle, repeats, subscribers, sends, settle = ((50, 30, 20, 20, 1.0) if quick
+                                                 else (1000, 300, 100, 200, 5.0))
     stamps = _Stamps()
     with tempfile.TemporaryDirectory() as tmp, \
             _Server(f"sqlite:{Path(tmp) / 'bench.sqlite'}", stamps.agent, idle) as server, \
             httpx.Client(base_url=server.address, headers=AUTH, timeout=60) as client:
-        tables = [_idle_table(server, idle), _steer_table(server, stamps, client, repeats),
+        tables = [_idle_table(server, idle, settle),
+                  _steer_table(server, stamps, client, repeats, idle),
                   _fanout_table(server, client, subscribers, sends)]
     return "\n\n".join(tables)
 

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
+from nous_inbox.idle_watch import Member, watch_idle
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner_body import OwnerBody, logger
@@ -67,6 +68,13 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     :class:`~nous_inbox.owner.Owner`'s, ``freeze_gc`` included (off by default; on, an asyncio
     task or future caught in a reference cycle at a freeze is never collected). They are
     checked here, before anything is opened.
+
+    ``watch``: while a run goes the owner looks for other processes' sends every
+    ``poll_interval`` (or when its store hints: PostgreSQL's NOTIFY), so a steer reaches the run
+    at its next step. An idle owner holds no thread and makes no look of its own: its loop's
+    shared watch (:mod:`nous_inbox.idle_watch`) looks for all its idle owners at once, so a send
+    from another process wakes an idle owner within ``IDLE_LOOK`` (half a second) or
+    ``poll_interval`` if longer, or at once on a store that hints.
 
     >>> from nous_inbox.store import open_store
     >>> AsyncOwner(open_store("memory:"), "s", object())
@@ -97,6 +105,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._settled.set()
         self._readers: set[asyncio.Queue[Event | None]] = set()
         self._watcher: asyncio.Task[None] | None = None
+        self._look: asyncio.Event | None = None  # set: the watcher looks at the store now
         self._closing: asyncio.Task[None] | None = None  # one teardown for every aclose
         self._turn_over = asyncio.Event()  # set, then replaced, as a turn ends or the owner does
 
@@ -328,24 +337,38 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 self._lose(ticket.error)
 
     async def _watch(self) -> None:
-        loop, nudge, io = asyncio.get_running_loop(), asyncio.Event(), self._io
+        """Look at the store for what others appended: while a run goes, itself, every
+        ``poll_interval`` or when the store hints; while idle, through the loop's shared watch
+        (:mod:`nous_inbox.idle_watch`), which looks for every idle owner at once and wakes this
+        one when its stream moved. A run that starts wakes it to look itself again."""
+        loop, look, io = asyncio.get_running_loop(), asyncio.Event(), self._io
         assert io is not None
+        self._look = look
 
-        def poke() -> None:
+        def hinted() -> None:  # the store's hint, from its thread
             with contextlib.suppress(RuntimeError):  # the loop is gone
-                loop.call_soon_threadsafe(nudge.set)
+                loop.call_soon_threadsafe(lambda: look.set() if idle is None else idle.hint())
 
+        idle: Member | None = None
         if callable(subscribe := getattr(self._store, "subscribe", None)):
             try:
-                await io.subscribe(subscribe, self._stream, poke)
+                await io.subscribe(subscribe, self._stream, hinted)
             except Exception:
                 logger.exception("could not subscribe to session %r; polling", self._stream)
         while True:
-            if not io.subscribed:
-                await asyncio.sleep(self._poll_interval)
+            if self._run is None:
+                idle = watch_idle(self._store, lambda: self._behind(io.lease), look.set,
+                                  every=None if io.subscribed else self._poll_interval)
+                try:
+                    await look.wait()
+                finally:
+                    idle.leave()
+                    idle = None
+            elif io.subscribed:
+                await look.wait()
             else:
-                await nudge.wait()
-                nudge.clear()
+                await asyncio.sleep(self._poll_interval)
+            look.clear()
             if (lost := self._taken_over(io.lease)) is not None:
                 self._lose(lost)
                 return
@@ -387,6 +410,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._cancel = asyncio.Event()
         self._settled.clear()
         self._run = self._loop.create_task(self._work(self._cancel), name=f"nous-inbox run {self._stream}")
+        if self._look is not None:
+            self._look.set()  # an idle watcher looks itself from now on
 
     async def _work(self, cancel: asyncio.Event) -> None:
         me, port, io = asyncio.current_task(), self._port, self._io

@@ -489,6 +489,13 @@ class OwnerBody(Generic[R, H], abc.ABC):
                               f"another owner", stream=self._stream,
                               epoch=getattr(lease, "epoch", 0))
 
+    def _behind(self, lease: object) -> bool:
+        """The look an idle owner's shared watch makes for it (store I/O, without the lock):
+        whether the store holds events this owner has not folded, or its lease was taken over
+        (either way the owner must look itself)."""
+        return (self._taken_over(lease) is not None
+                or self._store.version(self._stream) != self._opened().session.version)
+
     def _catch_up(self) -> None:
         """The watcher's look at the store: fold in what another process appended."""
         journal = self._opened()

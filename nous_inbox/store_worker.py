@@ -3,10 +3,15 @@
 A store says whether its calls block (``store.blocking``: a disk, a lock, a network; only
 ``memory:`` says no). An event loop must never wait on one, so an
 :class:`~nous_inbox.async_owner.AsyncOwner` over a blocking store sends every store call (its
-sends, its run's claims and records, its readers' reads, its watcher's looks) to one worker
-thread of its own, in order; over a store that does not block it calls inline. Sends that
+sends, its run's claims and records, its readers' reads, its watcher's looks while it runs) to
+one worker of its own, in order; over a store that does not block it calls inline. Sends that
 arrive while the worker is busy share one append: this is the group commit's asyncio pump
 (:mod:`nous_inbox.group_commit`: one job per batch, each sender's future settled on the loop).
+
+The worker is a :class:`LingeringThread`: its thread lives only while there is work, and goes
+once it has had none for :data:`LINGER` seconds; the next call starts another. An idle owner
+(whose looks at the store its loop's shared watch makes, :mod:`nous_inbox.idle_watch`) so holds
+no thread, and a host may hold many idle sessions for the price of their memory alone.
 
 >>> import asyncio
 >>> from nous_inbox.events import Warned
@@ -29,7 +34,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Coroutine, Generator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, ParamSpec, TypeVar
 
 from nous_inbox.events import Event
 from nous_inbox.group_commit import (
@@ -42,11 +47,87 @@ from nous_inbox.group_commit import (
     settle,
 )
 
-__all__ = ["SendTicket", "Stored", "StoreWorker", "awaited"]
+__all__ = ["LINGER", "LingeringThread", "SendTicket", "Stored", "StoreWorker", "awaited"]
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+LINGER: Final = 1.0
+"""Seconds a worker's thread waits for more work before it goes (a run calls its store far more
+often, so in practice only an idle owner's thread goes)."""
+
 SendTicket = Ticket["asyncio.Future[Event]"]
 """A send queued on the worker, its waiter the future its sender awaits."""
+
+
+class LingeringThread(concurrent.futures.Executor):
+    """An executor of one thread that runs its jobs in the order they came, started when a job
+    comes and none is alive, gone once it has waited ``linger`` seconds with nothing to do (at
+    once after :meth:`shutdown`, when what was queued has run).
+
+    At most one thread runs its jobs at a time, so jobs never overlap and never reorder; an
+    idle one costs no thread at all. The thread is not a daemon: what was queued runs even as
+    the interpreter exits (which so waits at most ``linger`` for a worker nobody shut down).
+
+    >>> worker = LingeringThread("demo", linger=0.01)
+    >>> [worker.submit(pow, 2, n).result() for n in range(4)]
+    [1, 2, 4, 8]
+    >>> worker.shutdown()
+    """
+
+    def __init__(self, name: str, linger: float = LINGER) -> None:
+        self._name = name
+        self._linger = linger
+        self._jobs: collections.deque[tuple[concurrent.futures.Future[Any], Callable[[], Any]]] = (
+            collections.deque())
+        self._changed = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+        self._shut = False
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs,
+               ) -> concurrent.futures.Future[_T]:
+        """Queue ``fn(*args, **kwargs)`` behind every job queued before it; its future."""
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+        with self._changed:
+            if self._shut:
+                raise RuntimeError(f"{self._name}: cannot take a job after shutdown")
+            self._jobs.append((future, lambda: fn(*args, **kwargs)))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=self._name)
+                self._thread.start()
+            else:
+                self._changed.notify()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Take no more jobs; the thread goes once those queued have run (``wait``: wait for
+        that, unless called from the thread itself). ``cancel_futures`` drops those not started."""
+        with self._changed:
+            self._shut = True
+            if cancel_futures:
+                while self._jobs:
+                    self._jobs.popleft()[0].cancel()
+            thread = self._thread
+            self._changed.notify()
+        if wait and thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _work(self) -> None:
+        while True:
+            with self._changed:
+                if not self._changed.wait_for(lambda: self._jobs or self._shut, self._linger) \
+                        or not self._jobs:
+                    self._thread = None  # (under the lock: a job queued from now starts another)
+                    return
+                future, job = self._jobs.popleft()
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = job()
+                except BaseException as exc:  # the job's caller hears it, as an executor's does
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            del future, job  # what the job holds goes with it, not with the next wait
 
 
 class StoreWorker:
@@ -68,8 +149,7 @@ class StoreWorker:
         self._batches: collections.deque[Sequence[Event]] = collections.deque()
         self._batches_lock = threading.Lock()
         self._scheduled = self.telling = False
-        self._io = (concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"nous-inbox io {name}") if blocking else None)
+        self._io = LingeringThread(f"nous-inbox io {name}") if blocking else None
         self._commit = commit
         self._settled = settled
         self._group: GroupCommit[asyncio.Future[Event]] = GroupCommit()

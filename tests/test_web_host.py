@@ -153,6 +153,30 @@ def test_a_session_another_owner_holds_gets_the_send_through_the_log(tmp_path: P
         run(main)
 
 
+def test_held_idle_sessions_keep_no_thread_each_and_still_hear_another_process(
+        tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'log.sqlite'}"
+    with open_store(url) as store, open_store(url) as elsewhere:
+
+        async def main() -> None:
+            before = threading.active_count()
+            async with SessionHost(store, echo, scan_interval=None) as host:
+                for i in range(20):
+                    await host.send(f"s{i}", "inject", "for later")
+                # the host's store thread, and the one watch its idle owners share
+                await until(lambda: threading.active_count() <= before + 2,
+                            "twenty held idle sessions down to two threads in all")
+                assert len(host.held) == 20
+                steer_from_elsewhere(elsewhere, "s7", "from the command line")
+                await until(lambda: answered(store, "s7"), "the held idle session answered")
+                owner = host.hosted("s7")
+                assert owner is not None
+                assert [m.content for m in owner.transcript] == [
+                    "for later", "from the command line", "s7 heard from the command line"]
+
+        run(main)
+
+
 def test_bad_options_name_themselves() -> None:
     store = open_store("memory:")
     with pytest.raises(ValueError, match="max_sessions must be an int >= 1"):

@@ -5,7 +5,9 @@ for a session when someone writes to it or when its log shows it wants a wake, l
 go after ``idle_timeout`` seconds, and holds at most ``max_sessions`` at once, which also bounds
 how many run at once. Whether a session wants a wake is the inbox's decision
 (``Inbox.worth_waking``), and what an owner does once open is the owner's: the host only decides
-which sessions to hold.
+which sessions to hold. A held idle session costs its memory and little else: its owner's store
+worker lets its thread go, and one watch looks for every idle owner of the loop at once
+(:mod:`nous_inbox.idle_watch`), so another process's send to it is noticed within half a second.
 
 Several hosts (processes, machines) may share one store: a session is held by whichever takes its
 owner lease first. A send to a session held elsewhere, or arriving while this host is full, is

@@ -1,0 +1,173 @@
+"""One watch for every idle asyncio owner of a loop and store, instead of one look each.
+
+An owner notices what another process appended to its session (a steer from the command line, a
+send from another host) by looking at the store's version of its stream. While a run goes, an
+:class:`~nous_inbox.async_owner.AsyncOwner` looks itself, every ``poll_interval`` or when its
+store hints (PostgreSQL's NOTIFY), so a steer reaches the run at its next step. An idle owner
+needs far less, and a host holding a thousand idle sessions must keep neither a thousand looks a
+second nor a thread each to make them. So an idle owner joins the one watch of its event loop and
+store, which looks at every member's stream together, in one job on one thread of its own (a
+:class:`~nous_inbox.store_worker.LingeringThread`; on the loop for ``memory:``), every
+:data:`IDLE_LOOK` seconds (a member whose store hints: when hinted), and wakes each member whose
+look says its stream moved; the owner then folds in what was appended, as its own look would.
+
+A send another process makes to an idle owner is so noticed within ``IDLE_LOOK`` seconds (or
+the owner's ``every``, if longer) plus the time of one job. One look that stalls (a store
+reconnecting) delays the others with it, as a store that stalls would delay them all alike.
+
+>>> import asyncio
+>>> from nous_inbox.events import Warned
+>>> from nous_inbox.store import open_store
+>>> store = open_store("memory:")
+>>> async def main():
+...     moved = asyncio.Event()
+...     member = watch_idle(store, lambda: store.version("s") > 0, moved.set)
+...     _ = store.append("s", [Warned(text="sent from elsewhere")])
+...     await moved.wait()  # at the watch's next look
+...     member.leave()
+...     return "woken"
+>>> asyncio.run(main())
+'woken'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Callable
+from typing import ClassVar, Final
+
+from nous_inbox.store import Store
+from nous_inbox.store_worker import LingeringThread
+
+__all__ = ["IDLE_LOOK", "Member", "watch_idle"]
+
+IDLE_LOOK: Final = 0.5
+"""Seconds between two looks of the shared watch at its members' streams."""
+
+logger: Final = logging.getLogger("nous_inbox.owner")
+
+Look = Callable[[], bool]
+"""A member's look, on the watch's thread (store I/O): whether its owner must look itself."""
+
+
+class Member:
+    """One idle owner in its loop's watch, until :meth:`leave`. Every call is made on the loop."""
+
+    __slots__ = ("_look", "_period", "_wake", "_watch", "due", "next_tick")
+
+    def __init__(self, watch: _Watch, look: Look, wake: Callable[[], object],
+                 period: int | None) -> None:
+        self._watch, self._look, self._wake, self._period = watch, look, wake, period
+        self.due = False  # hinted since the last look
+        self.next_tick = watch.tick + (period or 0)
+
+    def hint(self) -> None:
+        """The store says this member's stream may have changed: look at it in the next job."""
+        self.due = True
+        self._watch.stir()
+
+    def leave(self) -> None:
+        """Leave the watch (the owner looks itself again, or is closing); a second call does
+        nothing."""
+        self._watch.members.discard(self)
+
+    def looked(self) -> bool:
+        """The member's look, on the watch's thread; a look that fails counts as moved, so its
+        owner looks itself and says what failed."""
+        try:
+            return self._look()
+        except Exception:
+            return True
+
+    def polled(self, tick: int) -> bool:
+        """Whether the watch's ``tick`` is one this member is polled at (then its next is set)."""
+        if self._period is None or tick < self.next_tick:
+            return False
+        self.next_tick = tick + self._period
+        return True
+
+    def wake(self) -> None:
+        if self in self._watch.members:  # (not if it left while its look ran)
+            self._wake()
+
+
+def watch_idle(store: Store, look: Look, wake: Callable[[], object], *,
+               every: float | None = IDLE_LOOK) -> Member:
+    """Join the watch of the running loop and ``store``: ``look()`` runs on the watch's thread
+    every ``every`` seconds (rounded up to whole ``IDLE_LOOK``; ``None``: only once hinted, see
+    :meth:`Member.hint`), beside every other member's, and ``wake()`` is called on the loop when
+    it returns true (or raises)."""
+    if every is not None and not 0 < every < math.inf:
+        raise ValueError(f"watch_idle: every must be a positive number of seconds or None, "
+                         f"got {every!r}")
+    loop = asyncio.get_running_loop()
+    key = (id(loop), id(store))  # both held by the watch while it is in the table
+    watch = _Watch.table.get(key)
+    if watch is None or watch.task.done():
+        watch = _Watch.table[key] = _Watch(loop, store, key)
+    member = Member(watch, look, wake,
+                    None if every is None else max(1, math.ceil(every / IDLE_LOOK - 1e-9)))
+    watch.members.add(member)
+    return member
+
+
+class _Watch:
+    """The watch of one loop and store: a task on the loop, its looks on one lingering thread."""
+
+    table: ClassVar[dict[tuple[int, int], _Watch]] = {}  # (loop, store) -> its watch
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, store: Store, key: tuple[int, int]) -> None:
+        self.loop, self.store, self.key = loop, store, key
+        self.members: set[Member] = set()
+        self.tick = 0
+        self._stirred = asyncio.Event()
+        blocking = getattr(store, "blocking", True)  # (``memory:`` is looked at on the loop)
+        self._thread = LingeringThread("nous-inbox idle watch") if blocking else None
+        self.task = loop.create_task(self._run(), name="nous-inbox idle watch")
+        self.task.add_done_callback(self._gone)
+
+    def stir(self) -> None:
+        self._stirred.set()
+
+    async def _run(self) -> None:
+        loop = self.loop
+        next_at = loop.time() + IDLE_LOOK
+        while self.members:
+            if (wait := next_at - loop.time()) > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stirred.wait(), wait)
+            self._stirred.clear()
+            ticked = loop.time() >= next_at
+            if ticked:
+                self.tick += 1
+                next_at = loop.time() + IDLE_LOOK
+            due = [member for member in self.members
+                   if member.due or (ticked and member.polled(self.tick))]
+            for member in due:
+                member.due = False
+            if due:
+                moved = (_looked(due) if self._thread is None
+                         else await loop.run_in_executor(self._thread, _looked, due))
+                for member in moved:
+                    member.wake()
+
+    def _gone(self, task: asyncio.Task[None]) -> None:
+        """The task ended (its last member left, or its loop is closing): out of the table, so
+        the next member joins a new watch, and its thread goes. A member still in it (the watch
+        failed) is woken, to look itself and join the next."""
+        if _Watch.table.get(self.key) is self:
+            del _Watch.table[self.key]
+        if self._thread is not None:
+            self._thread.shutdown(wait=False)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("the idle watch of %r failed", self.store, exc_info=task.exception())
+        for member in tuple(self.members):
+            member.wake()
+
+
+def _looked(members: list[Member]) -> list[Member]:
+    """On the watch's thread: the members whose look says their owner must look itself."""
+    return [member for member in members if member.looked()]

@@ -1,0 +1,174 @@
+"""Idle owners share one watch: an idle AsyncOwner makes no look of its own and holds no thread,
+the loop's watch looks for all of them at once on one thread, and a send another writer makes to
+any of them still wakes it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nous_inbox.async_owner import AsyncOwner
+from nous_inbox.events import MessageSent
+from nous_inbox.idle_watch import IDLE_LOOK, Member, watch_idle
+from nous_inbox.inbox import Target
+from nous_inbox.message import Message
+from nous_inbox.runner import Runner
+from nous_inbox.store import Store, open_store
+
+WAIT = 20.0  # seconds: a bound for what should happen soon, never a sleep to synchronise
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {WAIT} s: {what}")
+        await asyncio.sleep(0.01)
+
+
+def echo(transcript: list[Message], tools: object) -> Message:
+    return Message.assistant(f"heard: {transcript[-1].content}")
+
+
+def steer_from_elsewhere(store: Store, stream: str, text: str) -> None:
+    """Another writer's steer (a second store on the same log, as another process has)."""
+    store.append(stream, [MessageSent(target=Target.NEXT_STEP, wakeup=True,
+                                      message=Message.user(text))])
+
+
+class Looks:
+    """A member's looks: how many, on which threads; it says "moved" once told to."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.threads: set[threading.Thread] = set()
+        self.moved = False
+        self.woken = 0
+
+    def look(self) -> bool:
+        self.count += 1
+        self.threads.add(threading.current_thread())
+        return self.moved
+
+    def wake(self) -> None:
+        self.woken += 1
+
+
+def test_every_idle_member_is_looked_at_off_the_loop_and_woken_when_its_look_says_so(
+        tmp_path: Path) -> None:
+    store = open_store(f"sqlite:{tmp_path / 'inbox.sqlite'}")  # a store whose calls block
+
+    async def main() -> None:
+        looks = [Looks() for _ in range(20)]
+        members = [watch_idle(store, one.look, one.wake) for one in looks]
+        await until(lambda: all(one.count >= 2 for one in looks), "every member looked at twice")
+        threads = set().union(*(one.threads for one in looks))
+        assert threading.current_thread() not in threads
+        assert {thread.name for thread in threads} == {"nous-inbox idle watch"}
+        assert not any(one.woken for one in looks)
+        looks[3].moved = True
+        await until(lambda: looks[3].woken > 0, "the member whose look said moved was woken")
+        assert [one.woken > 0 for one in looks].count(True) == 1
+        for member in members:
+            member.leave()
+
+    asyncio.run(main())
+    store.close()
+
+
+def test_a_member_that_waits_for_hints_is_looked_at_only_once_hinted() -> None:
+    async def main() -> None:
+        store = open_store("memory:")
+        polled, hinted = Looks(), Looks()
+        hinted.moved = True
+        members = [watch_idle(store, polled.look, polled.wake),
+                   watch_idle(store, hinted.look, hinted.wake, every=None)]
+        await until(lambda: polled.count >= 3, "the polled member looked at three times")
+        assert hinted.count == 0
+        members[1].hint()
+        await until(lambda: hinted.woken == 1, "the hinted member looked at, and woken")
+        assert hinted.count == 1
+        assert hinted.threads == {threading.current_thread()}  # memory: looked at on the loop
+        for member in members:
+            member.leave()
+
+    asyncio.run(main())
+
+
+def test_a_member_asking_for_fewer_looks_is_looked_at_on_fewer_of_the_watchs_rounds() -> None:
+    async def main() -> None:
+        store = open_store("memory:")
+        often, seldom, done = Looks(), Looks(), asyncio.Event()
+        members: list[Member] = []
+
+        def fourth() -> bool:  # both leave in the round of the fourth look (no more rounds)
+            often.look()
+            return often.count == 4
+
+        def leave_all() -> None:
+            for member in members:
+                member.leave()
+            done.set()
+
+        members += [watch_idle(store, fourth, leave_all),
+                    watch_idle(store, seldom.look, seldom.wake, every=2 * IDLE_LOOK)]
+        await asyncio.wait_for(done.wait(), WAIT)
+        assert seldom.count == 2
+
+    asyncio.run(main())
+
+
+def test_a_look_that_fails_wakes_its_member_to_look_itself() -> None:
+    async def main() -> None:
+        store = open_store("memory:")
+        woken = asyncio.Event()
+
+        def failing() -> bool:
+            raise OSError("the store went away")
+
+        member = watch_idle(store, failing, woken.set)
+        await asyncio.wait_for(woken.wait(), WAIT)
+        member.leave()
+
+    asyncio.run(main())
+
+
+def test_bad_periods_are_refused() -> None:
+    async def main() -> None:
+        with pytest.raises(ValueError, match="every must be a positive number of seconds"):
+            watch_idle(open_store("memory:"), bool, print, every=0)
+
+    asyncio.run(main())
+
+
+def test_many_idle_owners_share_one_thread_and_each_still_hears_another_writer(
+        tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    with open_store(url) as store, open_store(url) as elsewhere:
+
+        async def main() -> None:
+            before = threading.active_count()
+            owners = [AsyncOwner(store, f"s{i}", Runner(echo)) for i in range(30)]
+            for owner in owners:
+                await owner.__aenter__()
+            try:
+                # Each owner's worker lets its thread go once idle; the shared watch keeps one.
+                await until(lambda: threading.active_count() <= before + 1,
+                            "thirty idle owners down to one thread between them")
+                for i in (0, 13, 29):
+                    steer_from_elsewhere(elsewhere, f"s{i}", f"wake {i}")
+                for i in (0, 13, 29):
+                    await until(lambda i=i: len(owners[i].transcript) == 2,  # type: ignore[misc]
+                                f"owner s{i} heard the steer and answered it")
+                    assert owners[i].transcript[-1].content == f"heard: wake {i}"
+                assert all(owner.transcript == [] for owner in owners[1:13])
+            finally:
+                for owner in owners:
+                    await owner.aclose()
+
+        asyncio.run(main())
