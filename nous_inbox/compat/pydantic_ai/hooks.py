@@ -43,6 +43,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     INTERRUPTED_TOOL_RETURN_CONTENT,
     ModelMessage,
+    ModelRequest,
     ModelRequestPart,
     RetryFeedbackPart,
     RetryPromptPart,
@@ -52,7 +53,7 @@ from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
 from nous_inbox.compat.pydantic_ai.transcript import (
-    _parts,
+    _as_request_part,
     _trailing_parts,
     from_model_response,
     to_model_messages,
@@ -109,7 +110,7 @@ def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequenc
     claimed messages and the loop's own nudge), in order."""
     deliver: list[Message] = []
     for part in parts:
-        if isinstance(part, _HAPPENINGS):
+        if isinstance(part, Happening):
             if adv.state.phase is not Phase.ENDED:
                 adv = advance(adv.state, part)
                 for event in adv.events:
@@ -128,9 +129,6 @@ def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequenc
                 if type(event) is Nudged:  # the loop's own nudge: pydantic-ai has not shown it
                     deliver.append(event.message)
     return adv, deliver
-
-
-_HAPPENINGS: Final = (TurnOpened, ModelAnswered, ToolsFinished, Retried, Cancelled, Failed)
 
 
 # -- the hooks ------------------------------------------------------------------------------------
@@ -239,7 +237,7 @@ class _InboxHooks(AbstractCapability[Any]):
 
     def _deliver(self, ctx: Any, messages: Sequence[Message]) -> None:
         if messages:
-            parts = _parts(messages)
+            parts = [_as_request_part(m) for m in messages]
             for part in parts:
                 self.seen[id(part)] = part  # recorded by its claim (or as the loop's nudge)
             ctx.enqueue(*parts)
@@ -330,6 +328,14 @@ class _InboxHooks(AbstractCapability[Any]):
             return
         self._write(*self._happenings(left_over), ending)
 
+    async def end(self, run: Any, ending: Cancelled | Failed) -> None:
+        """End the turn as :meth:`close` does, once ``run`` (the run, or ``None`` before it
+        started) stopped: what it holds but never showed, and its usage, are read here, on the
+        event loop that drives it, before the call that records them."""
+        self.usage = _run_usage(run, self.usage)
+        left = _left_over(run)
+        await self.call(lambda: self.close(ending, left))
+
     def end_opening(self, failure: BaseException | None) -> None:
         """End a turn whose opening was cut short (by ``failure``, or a cancel when ``None``),
         if it got as far as recording the turn's start: a turn the log shows open would keep
@@ -353,3 +359,30 @@ def _usage_counts(usage: Any) -> dict[str, int | float] | None:
         if type(value) in (int, float) and value and math.isfinite(value):
             counts.setdefault(name, value)
     return counts or None
+
+
+def _left_over(run: Any) -> list[ModelRequestPart]:
+    """What a run that stopped holds but no request showed yet: the results of tools that ran
+    (the next request, built and never made, when a cancel ended it at that node) and an
+    output tool's return (the run ended on it)."""
+    if run is None:
+        return []
+    messages = run.all_messages()
+    parts = _trailing_parts(messages)
+    try:
+        upcoming = run.next_node
+    except Exception:  # a failed run re-raises its failure here: it has no next request
+        upcoming = None
+    request = getattr(upcoming, "request", None)
+    if isinstance(request, ModelRequest) and not any(m is request for m in messages):
+        parts.extend(request.parts)
+    return parts
+
+
+def _run_usage(run: Any, usage: Any) -> Any:
+    try:
+        found = usage if run is None else run.usage
+        # A method in older pydantic-ai; the property's value is callable too, deprecated.
+        return found if hasattr(found, "input_tokens") else found()
+    except Exception:  # a run that failed before it had a state
+        return usage

@@ -29,10 +29,9 @@ from typing import Any, Final, Protocol, TypeVar, Union
 
 from pydantic import TypeAdapter
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelRequestPart
+from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from nous_inbox.compat.pydantic_ai.hooks import _InboxHooks, _TurnOver
-from nous_inbox.compat.pydantic_ai.transcript import _trailing_parts
 from nous_inbox.events import Event
 from nous_inbox.loop import Cancelled, Failed, new_state
 from nous_inbox.message import Message
@@ -47,33 +46,11 @@ _DONE: Final = object()
 _NO_CALL_IO: Final = object()
 
 
-def _left_over(run: Any) -> list[ModelRequestPart]:
-    """What a run that stopped holds but no request showed yet: the results of tools that ran
-    (the next request, built and never made, when a cancel ended it at that node) and an
-    output tool's return (the run ended on it)."""
-    if run is None:
-        return []
-    messages = run.all_messages()
-    parts = _trailing_parts(messages)
-    try:
-        upcoming = run.next_node
-    except Exception:  # a failed run re-raises its failure here: it has no next request
-        upcoming = None
-    request = getattr(upcoming, "request", None)
-    if isinstance(request, ModelRequest) and not any(m is request for m in messages):
-        parts.extend(request.parts)
-    return parts
-
-
 class _Flag(Protocol):
     """A cancel flag: an ``asyncio.Event`` or a ``threading.Event``."""
 
     def is_set(self) -> bool:
         """Whether the turn should end at its next node."""
-
-
-async def _offloaded(fn: Callable[[], _T]) -> _T:
-    return await asyncio.to_thread(fn)
 
 
 def _caller(port: SessionPort, offload: bool) -> Callable[[Callable[[], Any]], Any]:
@@ -82,7 +59,7 @@ def _caller(port: SessionPort, offload: bool) -> Callable[[Callable[[], Any]], A
     when its store does not block: inline), else in a thread when ``offload``, else inline."""
     call_io: Any = getattr(port, "call_io", _NO_CALL_IO)
     if call_io is _NO_CALL_IO:
-        return _offloaded if offload else _inline
+        return asyncio.to_thread if offload else _inline
     return _inline if call_io is None else call_io
 
 
@@ -93,15 +70,6 @@ async def _inline(fn: Callable[[], _T]) -> _T:
 def _options(port: SessionPort) -> dict[str, Any]:
     """The run options the prompts this turn claimed came with (an owner's port keeps them)."""
     return dict(getattr(port, "turn_options", None) or {})
-
-
-def _run_usage(run: Any, usage: Any) -> Any:
-    try:
-        found = usage if run is None else run.usage
-        # A method in older pydantic-ai; the property's value is callable too, deprecated.
-        return found if hasattr(found, "input_tokens") else found()
-    except Exception:  # a run that failed before it had a state
-        return usage
 
 
 _NO_ADAPTER: Final = object()
@@ -266,10 +234,7 @@ class AgentRunner:
         except _TurnOver:
             ending = None  # the loop ended the turn (a spent budget) before a request
         except Exception as exc:
-            failed = Failed(describe_error(exc))
-            hooks.usage = _run_usage(run, hooks.usage)
-            left = _left_over(run)
-            await hooks.call(lambda: hooks.close(failed, left))
+            await hooks.end(run, Failed(describe_error(exc)))
             for event in hooks.take():
                 yield event
             raise
@@ -278,14 +243,11 @@ class AgentRunner:
                 # Cancelled, or the consumer stopped reading (aclose, its task cancelled): the
                 # end is still recorded where the port's calls belong.
                 try:
-                    hooks.usage = _run_usage(run, hooks.usage)
-                    left = _left_over(run)
-                    await hooks.call(lambda: hooks.close(Cancelled(), left))
+                    await hooks.end(run, Cancelled())
                 except BaseException:
                     logger.exception("could not record the end of a cancelled turn")
         if type(ending) is not Cancelled:
-            left = _left_over(run)
-            await hooks.call(lambda: hooks.close(ending or Cancelled(), left))
+            await hooks.end(run, ending or Cancelled())
         for event in hooks.take():
             yield event
 

@@ -102,10 +102,6 @@ def from_model_response(response: ModelResponse) -> Message:
     return Message.assistant(text, calls)
 
 
-def _parts(messages: Sequence[Message]) -> list[ModelRequestPart]:
-    return [_as_request_part(m) for m in messages]
-
-
 def _trailing_parts(messages: Sequence[ModelMessage]) -> list[ModelRequestPart]:
     """The parts of the requests after the last response: what the next request shows anew
     (pydantic-ai may keep them as several requests: an output tool's return, then what joined)."""
