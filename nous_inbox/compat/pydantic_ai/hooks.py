@@ -147,6 +147,8 @@ class _InboxHooks(AbstractCapability[Any]):
     port: SessionPort
     call: Callable[[Callable[[], Any]], Any]
     start: LoopState
+    #: How the transcript is spelled for pydantic-ai: the runner's, continued turn to turn.
+    spell: Callable[[Sequence[Message]], list[ModelMessage]] = to_model_messages
     adv: Advance = field(init=False)
     #: How a port that is not a journal is claimed from: guarded (ruling 7).
     claims: ClaimGuard = field(init=False)
@@ -258,7 +260,7 @@ class _InboxHooks(AbstractCapability[Any]):
         self._write(*opened.events, *(ToolReturned(turn=turn, step=0, message=m) for m in answers),
                     _CLAIMS)
         command = self.adv.command
-        history = to_model_messages(command.transcript) if type(command) is CallModel else []
+        history = self.spell(command.transcript) if type(command) is CallModel else []
         for message in history:
             for part in message.parts:
                 self.seen[id(part)] = part  # the transcript's own: recorded already

@@ -102,6 +102,39 @@ def from_model_response(response: ModelResponse) -> Message:
     return Message.assistant(text, calls)
 
 
+class _Spelling:
+    """:func:`to_model_messages` for one runner's turns, each spelling only what is new: a
+    session's next turn shows the last one's transcript and what happened since, so the history
+    up to the last reply is kept and continued, not spelled again at every turn of a long
+    session. A transcript that does not continue the last one (another session's) is spelled
+    whole. The messages kept are handed to pydantic-ai again, which copies what it changes of a
+    history it is given.
+
+    >>> spell = _Spelling()
+    >>> first = spell([Message.user("hi"), Message.assistant("hello"), Message.user("more")])
+    >>> again = spell([Message.user("hi"), Message.assistant("hello"), Message.user("more"),
+    ...                Message.assistant("sure"), Message.user("thanks")])
+    >>> again[:2] == first[:2] and again[0] is first[0], len(again)
+    (True, 5)
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[Sequence[Message], list[ModelMessage]] = ((), [])
+
+    def __call__(self, transcript: Sequence[Message]) -> list[ModelMessage]:
+        known, history = self._last
+        if transcript[: len(known)] != known:
+            known, history = (), []
+        history = [*history, *to_model_messages(transcript[len(known):])]
+        kept, cut = len(transcript), len(history)
+        while kept and transcript[kept - 1].role != "assistant":
+            kept -= 1
+        while cut and not isinstance(history[cut - 1], ModelResponse):
+            cut -= 1
+        self._last = (transcript[:kept], history[:cut])  # one swap: turns of two threads stay right
+        return history
+
+
 def _trailing_parts(messages: Sequence[ModelMessage]) -> list[ModelRequestPart]:
     """The parts of the requests after the last response: what the next request shows anew
     (pydantic-ai may keep them as several requests: an output tool's return, then what joined)."""
