@@ -125,14 +125,12 @@ class _Spelling:
         known, history = self._last
         if transcript[: len(known)] != known:
             known, history = (), []
-        history = [*history, *to_model_messages(transcript[len(known):])]
-        kept, cut = len(transcript), len(history)
-        while kept and transcript[kept - 1].role != "assistant":
+        kept = len(transcript)  # up to the last reply: what the next turn shows again
+        while kept > len(known) and transcript[kept - 1].role != "assistant":
             kept -= 1
-        while cut and not isinstance(history[cut - 1], ModelResponse):
-            cut -= 1
-        self._last = (transcript[:kept], history[:cut])  # one swap: turns of two threads stay right
-        return history
+        history = [*history, *to_model_messages(transcript[len(known):kept])]
+        self._last = (transcript[:kept], history)  # one swap: turns of two threads stay right
+        return [*history, *to_model_messages(transcript[kept:])]
 
 
 def _trailing_parts(messages: Sequence[ModelMessage]) -> list[ModelRequestPart]:
