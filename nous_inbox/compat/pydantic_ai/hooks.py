@@ -138,9 +138,9 @@ def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequenc
 class _InboxHooks(AbstractCapability[Any]):
     """One turn's bridge between a pydantic-ai run and a session port.
 
-    Built per turn by :class:`AgentRunner`. It keeps the loop's state (``nous_inbox.loop``) and
-    tells it what happened at each of pydantic-ai's boundaries; the loop says what to claim,
-    whether the run goes on, and what to record. The port's methods do store I/O, so each hook
+    Built per turn by :class:`~nous_inbox.compat.pydantic_ai.runner.AgentRunner`. It keeps the
+    loop's state (``nous_inbox.loop``) and tells it what happened at each of pydantic-ai's
+    boundaries; the loop says what to claim, whether the run goes on, and what to record. The port's methods do store I/O, so each hook
     makes all its port calls in one trip through ``call``.
     """
 
