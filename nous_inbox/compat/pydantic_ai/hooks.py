@@ -140,8 +140,9 @@ class _InboxHooks(AbstractCapability[Any]):
 
     Built per turn by :class:`~nous_inbox.compat.pydantic_ai.runner.AgentRunner`. It keeps the
     loop's state (``nous_inbox.loop``) and tells it what happened at each of pydantic-ai's
-    boundaries; the loop says what to claim, whether the run goes on, and what to record. The port's methods do store I/O, so each hook
-    makes all its port calls in one trip through ``call``.
+    boundaries; the loop says what to claim, whether the run goes on, and what to record. The
+    port's methods do store I/O, so each hook makes all its port calls in one trip through
+    ``call``.
     """
 
     port: SessionPort
