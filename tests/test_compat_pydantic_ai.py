@@ -273,6 +273,28 @@ def test_a_new_turn_continues_from_the_recorded_transcript() -> None:
     assert script.requests[1] == [("user", "first"), ("text", "one"), ("user", "second")]
 
 
+def test_one_runner_taking_turns_of_two_sessions_shows_each_its_own_transcript() -> None:
+    script = Script("tool", "a1", "b1", "a2", "tool", "b2", "b3")
+    runner = AgentRunner(make_agent(script), offload=False)
+    a, b = LocalSession(), LocalSession()
+    turns: list[tuple[int, Seen]] = []
+
+    async def turn(local: LocalSession, text: str) -> None:
+        local.followup(text)
+        async for _ in runner.arun_turn(local):
+            pass
+
+    for local, text in ((a, "a 1"), (b, "b 1"), (a, "a 2"), (b, "b 2"), (b, "b 3")):
+        asyncio.run(turn(local, text))
+        turns.append((len(script.requests) - 1, transcript_shown(list(local.session.transcript))))
+    # Each turn's last request showed its own session's transcript, all but the final reply.
+    assert [script.requests[last] for last, _ in turns] == [seen[:-1] for _, seen in turns]
+    assert script.requests[-1] == [
+        ("user", "b 1"), ("text", "b1"), ("user", "b 2"), ("call", "work"), ("tool", "result 4"),
+        ("text", "b2"), ("user", "b 3"),
+    ]
+
+
 def test_a_failing_model_ends_the_turn_as_an_error_recorded_and_re_raises() -> None:
     def broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         raise RuntimeError("model down")

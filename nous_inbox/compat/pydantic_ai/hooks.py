@@ -1,0 +1,391 @@
+"""The run hooks: where a pydantic-ai run meets the inbox, at the run's own node boundaries.
+
+pydantic-ai already knows where a run's step boundaries are (its capability hooks), so one
+capability, built per turn by :class:`~nous_inbox.compat.pydantic_ai.runner.AgentRunner`, tells
+the loop what pydantic-ai did at each of them and carries out what the loop says: the adapter
+asks the loop's table and decides nothing of its own.
+
+Where the inbox joins a run. The loop (:mod:`nous_inbox.loop`) decides every boundary, as it
+does for the built-in runner; the hooks tell it what pydantic-ai did and carry out what it says:
+
+- A turn opens: the loop claims ``next_turn`` (followups, prompts), then ``next_step`` (ruling 1);
+  the run starts from the loop's first request, the earlier transcript as ``message_history``.
+- Every later step boundary, in ``before_model_request``: the tool results pydantic-ai shows are
+  the loop's ``ToolsFinished``, its own retry prompt a ``Retried``; what the loop then claims
+  joins that very request (through ``RunContext.enqueue``), after the tool results, so a steer
+  sent during a tool call lands after that tool's result. When the loop ends the turn there
+  instead (a spent budget, ruling 5: ``max_steps``, as for the runner), the run stops before
+  the request.
+- The run would end (``after_node_run`` with ``End``: a text answer, or an output tool's return,
+  ``ToolsFinished(final=True)``): the loop's wake-only claim extends the run by one request for a
+  pending steer (ruling 2), not for an injection alone; after a blank reply its plain claim
+  delivers a pending message, else its nudge (rulings 3 and 4).
+- Cancelling ends the run at its next node boundary, recorded as ``"cancelled"`` (ruling 9): the
+  results of tools that ran before it are recorded, and calls it left unrun are answered as
+  cancelled, as the built-in runner does, so no call is left for pydantic-ai to answer unlogged.
+
+Where pydantic-ai decides first: it answers an empty reply itself, with a retry prompt counted
+against its output retries, so a pending message joins that prompt rather than replacing it
+(ruling 3), and a run of empty replies ends as an error at its retry limit, before the step
+budget would.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    INTERRUPTED_TOOL_RETURN_CONTENT,
+    ModelMessage,
+    ModelRequest,
+    ModelRequestPart,
+    RetryFeedbackPart,
+    RetryPromptPart,
+    ToolReturnPart,
+)
+from pydantic_core import to_jsonable_python
+from pydantic_graph import End
+
+from nous_inbox.compat.pydantic_ai.transcript import (
+    _as_request_part,
+    _trailing_parts,
+    from_model_response,
+    to_model_messages,
+)
+from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
+from nous_inbox.journal import claim_event
+from nous_inbox.loop import (
+    Advance,
+    CallModel,
+    Cancelled,
+    Claim,
+    ClaimAnswered,
+    EndTurn,
+    Failed,
+    Happening,
+    LoopState,
+    ModelAnswered,
+    Phase,
+    Retried,
+    ToolsFinished,
+    TurnOpened,
+    advance,
+    cancelled_result,
+    open_calls,
+)
+from nous_inbox.message import Message, freeze_json
+from nous_inbox.port import ClaimGuard, JournalPort, SessionPort, describe_error
+from nous_inbox.session import Session
+
+__all__: list[str] = []
+
+logger: Final = logging.getLogger("nous_inbox.compat.pydantic_ai")
+
+
+class _TurnOver(Exception):
+    """Raised from a hook when the loop ends the turn where pydantic-ai would make a request
+    (a spent budget, ruling 5): the run stops there, the request unmade."""
+
+
+_CLAIMS: Final = object()
+"""A boundary part: make the claims the loop asks for now, until it asks for something else."""
+
+_Part = Event | Happening | object
+"""What a boundary records, in order: an event as given, a happening the loop advances by (its
+events recorded), or ``_CLAIMS``."""
+
+
+def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequence[Message]],
+          emit: Callable[[Any], None]) -> tuple[Advance, list[Message]]:
+    """Advance the loop through ``parts``, emitting every event in order, and at ``_CLAIMS``
+    making each claim the loop asks for with ``claim``. What is claimed and how, and whether the
+    run goes on, is the loop's table; this only carries it out. Returns where the loop stands
+    and what the next request must carry that pydantic-ai does not put there itself (the
+    claimed messages and the loop's own nudge), in order."""
+    deliver: list[Message] = []
+    for part in parts:
+        if isinstance(part, Happening):
+            if adv.state.phase is not Phase.ENDED:
+                adv = advance(adv.state, part)
+                for event in adv.events:
+                    emit(event)
+            continue
+        if part is not _CLAIMS:
+            emit(part)
+            continue
+        while isinstance(adv.command, Claim):
+            command = adv.command
+            messages = claim(command)
+            deliver.extend(messages)
+            adv = advance(adv.state, ClaimAnswered(command.target, messages))
+            for event in adv.events:
+                emit(event)
+                if type(event) is Nudged:  # the loop's own nudge: pydantic-ai has not shown it
+                    deliver.append(event.message)
+    return adv, deliver
+
+
+# -- the hooks ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _InboxHooks(AbstractCapability[Any]):
+    """One turn's bridge between a pydantic-ai run and a session port.
+
+    Built per turn by :class:`~nous_inbox.compat.pydantic_ai.runner.AgentRunner`. It keeps the
+    loop's state (``nous_inbox.loop``) and tells it what happened at each of pydantic-ai's
+    boundaries; the loop says what to claim, whether the run goes on, and what to record. The
+    port's methods do store I/O, so each hook makes all its port calls in one trip through
+    ``call``.
+    """
+
+    port: SessionPort
+    call: Callable[[Callable[[], Any]], Any]
+    start: LoopState
+    #: How the transcript is spelled for pydantic-ai: the runner's, continued turn to turn.
+    spell: Callable[[Sequence[Message]], list[ModelMessage]] = to_model_messages
+    adv: Advance = field(init=False)
+    #: How a port that is not a journal is claimed from: guarded (ruling 7).
+    claims: ClaimGuard = field(init=False)
+    opening: bool = True
+    recorded: list[Event] = field(default_factory=list)
+    #: The run's usage (pydantic-ai's, updated in place) and its output once it has one: what
+    #: the turn's end records.
+    usage: Any = None
+    output: Any = None
+    #: The request parts recorded already (or the transcript's own), by identity; kept alive so
+    #: an id is never reused while it is here.
+    seen: dict[int, object] = field(default_factory=dict)
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # built in code, never from a spec
+
+    def _write(self, *parts: _Part) -> list[Message]:
+        """Record a boundary (see :func:`_walk`): one atomic append when the port can
+        (:meth:`JournalPort.commit <nous_inbox.port.JournalPort.commit>`, worked out again from
+        the new session if another writer appended first), one port call each otherwise. Returns
+        what the next request must carry."""
+        before = len(self.recorded)
+        if isinstance(self.port, JournalPort):
+            if getattr(self.port, "heard", False) and any(p is _CLAIMS for p in parts):
+                self._reaching(parts)
+            def boundary(session: Session) -> tuple[list[Event], tuple[Advance, list[Message]]]:
+                events: list[Event] = []
+                inbox = session.inbox
+
+                def claim(command: Claim) -> Sequence[Message]:
+                    nonlocal inbox
+                    messages, event, inbox = claim_event(
+                        inbox, command.target, wake_only=command.wake_only)
+                    if event is not None:
+                        events.append(event)
+                    return messages
+
+                return events, _walk(self.adv, parts, claim,
+                                     lambda event: events.append(self._finished(event)))
+
+            stored, walked = self.port.commit(boundary)
+            self.recorded.extend(stored)
+        else:
+            def claim(command: Claim) -> Sequence[Message]:
+                messages, events = self.claims.claim(command.target, wake_only=command.wake_only)
+                self.recorded.extend(events)
+                return messages
+
+            walked = _walk(self.adv, parts, claim,
+                           lambda event: self.recorded.append(self.port.record(self._finished(event))))
+        self.adv, deliver = walked
+        for event in self.recorded[before:]:
+            if isinstance(event, Warned) and event is not self.claims.warning:
+                logger.warning(event.text)  # the loop's budget warning: a log line too
+        return deliver
+
+    def _finished(self, event: Any) -> Any:
+        """A turn's end with what the run reported: its output (as JSON; only when it is more
+        than the final reply's text) and its usage (the counts the model reported)."""
+        if type(event) is not TurnEnded:
+            return event
+        usage = _usage_counts(self.usage)
+        output = self.output
+        reply = self.adv.state.transcript[-1] if self.adv.state.transcript else None
+        if isinstance(output, str) and reply is not None and reply.content == output:
+            output = None  # the final reply says it already
+        if output is None and usage is None:
+            return event
+        if output is not None:
+            output = freeze_json(to_jsonable_python(output), "the run's output")
+        return msgspec.structs.replace(event, output=output, usage=usage)
+
+    def _reaching(self, parts: Sequence[_Part]) -> None:
+        """Tell the owner's boundary subscribers of each claim this boundary will make, before
+        the one commit that makes them (a send of theirs must not land inside that commit):
+        the claims are the loop's, worked out on a dry walk that claims nothing."""
+        reaching = self.port.reaching  # type: ignore[attr-defined]
+        claims: list[Claim] = []
+
+        def claim(command: Claim) -> Sequence[Message]:
+            claims.append(command)
+            return ()
+
+        _walk(self.adv, parts, claim, lambda event: None)
+        for command in claims:
+            reaching(command.target, self.adv.state.turn, wake_only=command.wake_only)
+
+    def _deliver(self, ctx: Any, messages: Sequence[Message]) -> None:
+        if messages:
+            parts = [_as_request_part(m) for m in messages]
+            for part in parts:
+                self.seen[id(part)] = part  # recorded by its claim (or as the loop's nudge)
+            ctx.enqueue(*parts)
+
+    def open(self, reason: str) -> list[ModelMessage]:
+        """The turn's opening, before the run: ``TurnStarted``, the answers to calls an earlier
+        turn left open (pydantic-ai would answer them itself, unrecorded), then the loop's
+        claims. Returns the history the run starts from: what the loop's first request shows."""
+        self.claims = ClaimGuard(self.port)
+        session = self.port.session
+        answers = [  # as pydantic-ai words the answer to a call left open
+            Message.tool(INTERRUPTED_TOOL_RETURN_CONTENT, call.id, name=call.name,
+                         metadata={"error": "interrupted"})
+            for call in open_calls(session.transcript)]
+        turn = session.turn + 1
+        opened = advance(self.start, TurnOpened(turn, reason, [*session.transcript, *answers]))
+        self.adv = opened._replace(events=())
+        self._write(*opened.events, *(ToolReturned(turn=turn, step=0, message=m) for m in answers),
+                    _CLAIMS)
+        command = self.adv.command
+        history = self.spell(command.transcript) if type(command) is CallModel else []
+        for message in history:
+            for part in message.parts:
+                self.seen[id(part)] = part  # the transcript's own: recorded already
+        return history
+
+    def _happenings(self, shown: Sequence[ModelRequestPart], final: bool = False) -> list[_Part]:
+        """What a request (or a run's end) shows that pydantic-ai put there itself and is not
+        recorded yet, as the loop's happenings: the results of the calls the loop waits for (a
+        retry prompt answering a call is its result), then pydantic-ai's own retry prompts."""
+        by_id: dict[str, Message] = {}
+        retries: list[_Part] = []
+        for part in shown:
+            if id(part) in self.seen:
+                continue
+            self.seen[id(part)] = part
+            if isinstance(part, ToolReturnPart):
+                by_id[part.tool_call_id] = Message.tool(
+                    part.model_response_str(), part.tool_call_id, name=part.tool_name)
+            elif isinstance(part, RetryPromptPart) and part.tool_name is not None:
+                by_id[part.tool_call_id] = Message.tool(
+                    part.model_response(), part.tool_call_id, name=part.tool_name,
+                    metadata={"error": "retry"})
+            elif isinstance(part, (RetryFeedbackPart, RetryPromptPart)):  # its own nudge
+                retries.append(Retried(Message.user(part.model_response())))
+        if self.adv.state.phase is not Phase.TOOLS:
+            return retries
+        calls = self.adv.state.calls
+        results = [by_id.get(call.id) or cancelled_result(call) for call in calls]
+        return [ToolsFinished(results, final=final), *retries]
+
+    async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
+        """A step boundary: the results pydantic-ai shows, then the loop's claim into this very
+        request, after them (or the end of the turn, when the loop says so)."""
+        self.usage = ctx.usage
+        if self.opening:
+            self.opening = False  # the opening claimed already
+            return request_context
+        parts = self._happenings(_trailing_parts(request_context.messages))
+        deliver = await self.call(lambda: self._write(*parts, _CLAIMS))
+        if type(self.adv.command) is EndTurn:
+            raise _TurnOver
+        self._deliver(ctx, deliver)
+        return request_context
+
+    async def after_model_request(self, ctx: Any, *, request_context: Any, response: Any) -> Any:
+        """The reply, and every tool call it asks for, recorded before any tool runs."""
+        message = from_model_response(response)
+        await self.call(lambda: self._write(ModelAnswered(message)))
+        return response
+
+    async def after_node_run(self, ctx: Any, *, node: Any, result: Any) -> Any:
+        """The run would end: the loop's claim decides whether it goes on, by a waking message
+        (ruling 2) or after a blank reply, which a pending message or the loop's nudge follows
+        (rulings 3 and 4)."""
+        if isinstance(result, End):
+            self.usage, self.output = ctx.usage, getattr(result.data, "output", None)
+            parts = self._happenings(_trailing_parts(ctx.messages), final=True)
+            deliver = await self.call(lambda: self._write(*parts, _CLAIMS))
+            self._deliver(ctx, deliver)  # pydantic-ai redirects End into one more request
+        return result
+
+    def close(self, ending: Cancelled | Failed, left_over: Sequence[ModelRequestPart] = ()) -> None:
+        """End the turn, unless the loop ended it. What the run holds but never showed is
+        recorded first (results of tools that ran before a cancel), every call still open is
+        answered as cancelled (ruling 9, as the built-in runner does), and nothing is claimed."""
+        if self.adv.state.phase is Phase.ENDED:
+            return
+        self._write(*self._happenings(left_over), ending)
+
+    async def end(self, run: Any, ending: Cancelled | Failed) -> None:
+        """End the turn as :meth:`close` does, once ``run`` (the run, or ``None`` before it
+        started) stopped: what it holds but never showed, and its usage, are read here, on the
+        event loop that drives it, before the call that records them."""
+        self.usage = _run_usage(run, self.usage)
+        left = _left_over(run)
+        await self.call(lambda: self.close(ending, left))
+
+    def end_opening(self, failure: BaseException | None) -> None:
+        """End a turn whose opening was cut short (by ``failure``, or a cancel when ``None``),
+        if it got as far as recording the turn's start: a turn the log shows open would keep
+        the session running. The opening records that start first (or, in one append, with
+        all the rest), so anything recorded means the turn started."""
+        if self.recorded:
+            self.close(Cancelled() if failure is None else Failed(describe_error(failure)))
+
+    def take(self) -> list[Event]:
+        taken, self.recorded = self.recorded, []
+        return taken
+
+
+def _usage_counts(usage: Any) -> dict[str, int | float] | None:
+    """A pydantic-ai usage as the counts a turn's end records: its non-zero numbers (tokens,
+    requests, tool calls, cost) and details; ``None`` when the model reported nothing."""
+    if usage is None:
+        return None
+    counts: dict[str, int | float] = {}
+    for name, value in [*vars(usage).items(), *getattr(usage, "details", {}).items()]:
+        if type(value) in (int, float) and value and math.isfinite(value):
+            counts.setdefault(name, value)
+    return counts or None
+
+
+def _left_over(run: Any) -> list[ModelRequestPart]:
+    """What a run that stopped holds but no request showed yet: the results of tools that ran
+    (the next request, built and never made, when a cancel ended it at that node) and an
+    output tool's return (the run ended on it)."""
+    if run is None:
+        return []
+    messages = run.all_messages()
+    parts = _trailing_parts(messages)
+    try:
+        upcoming = run.next_node
+    except Exception:  # a failed run re-raises its failure here: it has no next request
+        upcoming = None
+    request = getattr(upcoming, "request", None)
+    if isinstance(request, ModelRequest) and not any(m is request for m in messages):
+        parts.extend(request.parts)
+    return parts
+
+
+def _run_usage(run: Any, usage: Any) -> Any:
+    try:
+        found = usage if run is None else run.usage
+        # A method in older pydantic-ai; the property's value is callable too, deprecated.
+        return found if hasattr(found, "input_tokens") else found()
+    except Exception:  # a run that failed before it had a state
+        return usage
