@@ -294,6 +294,42 @@ def test_one_runner_taking_turns_of_two_sessions_shows_each_its_own_transcript()
         ("text", "b2"), ("user", "b 3"),
     ]
 
+def test_one_runner_shows_a_session_its_own_call_arguments_where_another_s_compare_equal() -> None:
+    # Python has True == 1, so two sessions whose model called the same tool with these arguments
+    # hold transcripts that compare equal; each must still be shown the call it made.
+    replies = iter([True, "done", 1, "done", "a 2", "b 2"])  # a flag is a call of work
+    calls: list[str] = []
+
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.extend(p.args_as_json_str() for m in messages for p in m.parts
+                     if isinstance(p, ToolCallPart))
+        answer = next(replies)
+        if isinstance(answer, str):
+            return ModelResponse(parts=[TextPart(answer)])
+        return ModelResponse(parts=[ToolCallPart("work", {"flag": answer}, "c1")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(reply))
+
+    @agent.tool_plain
+    def work(flag: int | bool) -> str:
+        """Do a piece of work."""
+        return "ok"
+
+    runner = AgentRunner(agent, offload=False)
+    a, b = LocalSession(), LocalSession()
+
+    async def turn(local: LocalSession) -> None:
+        local.followup("go")
+        async for _ in runner.arun_turn(local):
+            pass
+
+    for local in (a, b, a):
+        asyncio.run(turn(local))
+    calls.clear()
+    asyncio.run(turn(b))
+    assert calls == ['{"flag":1}']
+
+
 
 def test_a_failing_model_ends_the_turn_as_an_error_recorded_and_re_raises() -> None:
     def broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

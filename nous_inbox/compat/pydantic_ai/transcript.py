@@ -12,6 +12,7 @@ was shown. The request parts the run hooks read and add are spelled here too.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -106,14 +107,15 @@ class _Spelling:
     """:func:`to_model_messages` for one runner's turns, each spelling only what is new: a
     session's next turn shows the last one's transcript and what happened since, so the history
     up to the last reply is kept and continued, not spelled again at every turn of a long
-    session. A transcript that does not continue the last one (another session's) is spelled
-    whole. The messages kept are handed to pydantic-ai again, which copies what it changes of a
-    history it is given.
+    session. A transcript that does not continue the last one, holding the very messages it held
+    (as a session's transcript does turn to turn), is spelled whole: another session's, even one
+    whose messages compare equal (a tool call's ``1`` equals ``True``). The messages kept are
+    handed to pydantic-ai again, which copies what it changes of a history it is given.
 
     >>> spell = _Spelling()
-    >>> first = spell([Message.user("hi"), Message.assistant("hello"), Message.user("more")])
-    >>> again = spell([Message.user("hi"), Message.assistant("hello"), Message.user("more"),
-    ...                Message.assistant("sure"), Message.user("thanks")])
+    >>> said = [Message.user("hi"), Message.assistant("hello"), Message.user("more")]
+    >>> first = spell(said)
+    >>> again = spell([*said, Message.assistant("sure"), Message.user("thanks")])
     >>> again[:2] == first[:2] and again[0] is first[0], len(again)
     (True, 5)
     """
@@ -123,7 +125,7 @@ class _Spelling:
 
     def __call__(self, transcript: Sequence[Message]) -> list[ModelMessage]:
         known, history = self._last
-        if transcript[: len(known)] != known:
+        if len(transcript) < len(known) or not all(map(operator.is_, transcript, known)):
             known, history = (), []
         kept = len(transcript)  # up to the last reply: what the next turn shows again
         while kept > len(known) and transcript[kept - 1].role != "assistant":
