@@ -56,7 +56,6 @@ from nous_inbox.compat.pydantic_ai.transcript import (
     _as_request_part,
     _trailing_parts,
     from_model_response,
-    to_model_messages,
 )
 from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
 from nous_inbox.journal import claim_event
@@ -149,7 +148,7 @@ class _InboxHooks(AbstractCapability[Any]):
     call: Callable[[Callable[[], Any]], Any]
     start: LoopState
     #: How the transcript is spelled for pydantic-ai: the runner's, continued turn to turn.
-    spell: Callable[[Sequence[Message]], list[ModelMessage]] = to_model_messages
+    spell: Callable[[Sequence[Message]], list[ModelMessage]]
     adv: Advance = field(init=False)
     #: How a port that is not a journal is claimed from: guarded (ruling 7).
     claims: ClaimGuard = field(init=False)
