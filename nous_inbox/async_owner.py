@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from nous_inbox.errors import LeaseLostError
+from nous_inbox.event_readers import EventReaders
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.idle_watch import Member, watch_idle
 from nous_inbox.inbox import Target
@@ -103,7 +104,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._cancel: asyncio.Event | None = None
         self._settled = asyncio.Event()  # no run going, or the lease was lost: wait_idle returns
         self._settled.set()
-        self._readers: set[asyncio.Queue[Event | None]] = set()
+        self._readers = EventReaders()
         self._watcher: asyncio.Task[None] | None = None
         self._look: asyncio.Event | None = None  # set: the watcher looks at the store now
         self._closing: asyncio.Task[None] | None = None  # one teardown for every aclose
@@ -177,8 +178,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 await asyncio.shield(io.soon(io.drop_subscription if lasting else io.give_back))
             finally:
                 io.drain()  # the last batches reach the readers before they end
-                for reader in self._readers:
-                    reader.put_nowait(None)
+                self._readers.end()
                 if lasting:
                     assert run is not None
                     run.add_done_callback(lambda run: io.give_back_last(self._gave_back))
@@ -190,7 +190,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
 
     # -- what a host reads and says ---------------------------------------------------------------
 
-    async def events(self, after: int = 0) -> AsyncIterator[Event]:
+    def events(self, after: int = 0) -> AsyncIterator[Event]:
         """Every event with ``seq > after``: the stored ones, then each as it is recorded, until
         the owner closes. Resume a stream by passing the last ``seq`` you saw.
 
@@ -198,28 +198,12 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         or both (the repeat is dropped by ``seq``); a reader that falls behind has its events
         queued for it, in order. Closing the iterator stops listening.
         """
-        if type(after) is not int:
-            raise TypeError(f"events: after must be an int seq, got {type(after).__name__}")
-        self._check_open()
+        return self._readers.read(after, self._stored, self._check_open)
+
+    def _stored(self, after: int) -> Awaitable[list[Event]]:
+        """The stored events with ``seq > after``, read where store calls run."""
         assert self._io is not None
-        live: asyncio.Queue[Event | None] = asyncio.Queue()
-        self._readers.add(live)
-        last = after
-        try:
-            for event in await self._io.call(self._read, after):
-                last = event.seq
-                yield event
-            while (event := await live.get()) is not None:  # type: ignore[assignment]
-                if event.seq > last + 1:  # never expected: fill the gap from the log itself
-                    for missed in await self._io.call(self._read, last):
-                        if missed.seq < event.seq:
-                            last = missed.seq
-                            yield missed
-                if event.seq > last:  # (else read from the store already)
-                    last = event.seq
-                    yield event
-        finally:
-            self._readers.discard(live)
+        return self._io.call(self._read, after)
 
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> Coroutine[Any, Any, MessageSent]:
@@ -387,9 +371,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         io.relay(events)
 
     def _tell(self, events: Sequence[Event]) -> None:
-        for reader in tuple(self._readers) if self._readers else ():
-            for event in events:
-                reader.put_nowait(event)
+        self._readers.tell(events)
         super()._tell(events)
 
     def _lose(self, error: LeaseLostError) -> None:
@@ -398,8 +380,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     def _halted(self) -> None:
         self._settled.set()
         self._wake_results()
-        for reader in self._readers:  # the owner is over: so is every events() reader
-            reader.put_nowait(None)
+        self._readers.end()  # the owner is over: so is every events() reader
         if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
 
