@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.event_readers import EventReaders
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.idle_watch import Member, watch_idle
+from nous_inbox.idle_watch import OwnerWatch
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner_body import OwnerBody, logger
@@ -105,8 +105,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._settled = asyncio.Event()  # no run going, or the lease was lost: wait_idle returns
         self._settled.set()
         self._readers = EventReaders()
-        self._watcher: asyncio.Task[None] | None = None
-        self._look: asyncio.Event | None = None  # set: the watcher looks at the store now
+        self._watcher: OwnerWatch | None = None
         self._closing: asyncio.Task[None] | None = None  # one teardown for every aclose
         self._turn_over = asyncio.Event()  # set, then replaced, as a turn ends or the owner does
 
@@ -127,7 +126,10 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
             io.shutdown()
             raise
         if self._watch_others:
-            self._watcher = self._loop.create_task(self._watch(), name=f"nous-inbox watch {self._stream}")
+            self._watcher = OwnerWatch(
+                io, self._store, self._stream, self._poll_interval, running=lambda: self.running,
+                behind=lambda: self._behind(io.lease), lost=lambda: self._taken_over(io.lease),
+                lose=self._lose, catch_up=self._catch_up)
         if self._start:
             io.drain()  # what the resume recorded, before the first decision
             if self._core.wake(self.session):
@@ -145,7 +147,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         cancelling ``aclose`` stops the wait, not the teardown."""
         if not self._entered:
             return
-        if self._closing is not None and asyncio.current_task() in (self._run, self._watcher):
+        watcher = self._watcher and self._watcher.task
+        if self._closing is not None and asyncio.current_task() in (self._run, watcher):
             return  # the teardown under way waits for this very task: waiting for it would stall
         if self._closing is None:
             if self._closed:
@@ -158,7 +161,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     async def _close(self, timeout: float | None, caller: asyncio.Task[Any] | None) -> None:
         if self._core.close():
             self._cancel_turn()
-        run, io = self._run, self._io
+        run, io, watcher = self._run, self._io, self._watcher
         assert io is not None
         try:
             if run is not None and run is not caller:
@@ -166,9 +169,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 if not run.done():
                     run.cancel()
                     await asyncio.wait((run,), timeout=timeout)
-            if self._watcher is not None and self._watcher is not caller:
-                self._watcher.cancel()
-                await asyncio.wait((self._watcher,))
+            if watcher is not None:
+                await watcher.stopped(caller)
         finally:
             lasting = run is not None and not run.done()
             try:  # shielded: a cancel of this task must not drop the job before the worker runs it
@@ -320,47 +322,6 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
             if isinstance(ticket.error, LeaseLostError):
                 self._lose(ticket.error)
 
-    async def _watch(self) -> None:
-        """Look at the store for what others appended: while a run goes, itself, every
-        ``poll_interval`` or when the store hints; while idle, through the loop's shared watch
-        (:mod:`nous_inbox.idle_watch`), which looks for every idle owner at once and wakes this
-        one when its stream moved. A run that starts wakes it to look itself again."""
-        loop, look, io = asyncio.get_running_loop(), asyncio.Event(), self._io
-        assert io is not None
-        self._look = look
-
-        def hinted() -> None:  # the store's hint, from its thread
-            with contextlib.suppress(RuntimeError):  # the loop is gone
-                loop.call_soon_threadsafe(lambda: look.set() if idle is None else idle.hint())
-
-        idle: Member | None = None
-        if callable(subscribe := getattr(self._store, "subscribe", None)):
-            try:
-                await io.subscribe(subscribe, self._stream, hinted)
-            except Exception:
-                logger.exception("could not subscribe to session %r; polling", self._stream)
-        while True:
-            if self._run is None:
-                idle = watch_idle(self._store, lambda: self._behind(io.lease), look.set,
-                                  every=None if io.subscribed else self._poll_interval)
-                try:
-                    await look.wait()
-                finally:
-                    idle.leave()
-                    idle = None
-            elif io.subscribed:
-                await look.wait()
-            else:
-                await asyncio.sleep(self._poll_interval)
-            look.clear()
-            if (lost := self._taken_over(io.lease)) is not None:
-                self._lose(lost)
-                return
-            try:
-                await io.call(self._catch_up)
-            except Exception:
-                logger.exception("watching session %r failed; retrying", self._stream)
-
     def _deliver(self, events: Sequence[Event]) -> None:
         """The journal folded ``events`` in (on any thread): told on the loop, in order."""
         io = self._io
@@ -381,8 +342,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._settled.set()
         self._wake_results()
         self._readers.end()  # the owner is over: so is every events() reader
-        if self._watcher is not None and self._watcher is not asyncio.current_task():
-            self._watcher.cancel()
+        if self._watcher is not None:
+            self._watcher.stop()
 
     def _start_run(self) -> None:
         """The core said start. The first turn's cancel exists as soon as the run does, so a
@@ -391,8 +352,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._cancel = asyncio.Event()
         self._settled.clear()
         self._run = self._loop.create_task(self._work(self._cancel), name=f"nous-inbox run {self._stream}")
-        if self._look is not None:
-            self._look.set()  # an idle watcher looks itself from now on
+        if self._watcher is not None:
+            self._watcher.run_started()  # an idle watch looks itself from now on
 
     async def _work(self, cancel: asyncio.Event) -> None:
         me, port, io = asyncio.current_task(), self._port, self._io
