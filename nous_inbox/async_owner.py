@@ -35,7 +35,6 @@ the loop, in log order.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -45,7 +44,7 @@ from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.idle_watch import OwnerWatch
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
-from nous_inbox.owner_body import OwnerBody, logger
+from nous_inbox.owner_body import OwnerBody
 from nous_inbox.owner_core import Stop
 from nous_inbox.owner_port import AsyncTurnRunner
 from nous_inbox.port import sent_event
@@ -97,7 +96,6 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         if offload is not None and type(offload) is not bool:
             raise TypeError(f"AsyncOwner: offload must be a bool or None, got {type(offload).__name__}")
         self._blocking = bool(getattr(store, "blocking", True)) if offload is None else offload
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._io: StoreWorker | None = None
         self._entered = False
         self._run: asyncio.Task[None] | None = None
@@ -115,15 +113,12 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         if self._entered:
             raise RuntimeError(f"AsyncOwner of session {self._stream!r} was already opened")
         self._entered = True
-        self._loop = asyncio.get_running_loop()
-        self._io = io = StoreWorker(self._loop, self._blocking, self._stream, self._commit,
-                                    self._batch_settled, self._tell)
+        self._io = io = StoreWorker(asyncio.get_running_loop(), self._blocking, self._stream,
+                                    self._commit, self._batch_settled, self._tell)
         try:
             await io.hold(lambda: self._open_session(None if io.inline else io.call_io))
         except BaseException:
-            self._closed = True
-            io.submit(io.give_back)  # an open a cancel left running still takes the lease
-            io.shutdown()
+            self._closed = True  # (the worker gives back what the open took)
             raise
         if self._watch_others:
             self._watcher = OwnerWatch(
@@ -172,23 +167,10 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
             if watcher is not None:
                 await watcher.stopped(caller)
         finally:
-            lasting = run is not None and not run.done()
-            try:  # shielded: a cancel of this task must not drop the job before the worker runs it
-                if lasting and run is not caller:
-                    logger.warning("the run of session %r did not stop; keeping its lease until "
-                                   "it ends", self._stream)
-                await asyncio.shield(io.soon(io.drop_subscription if lasting else io.give_back))
+            try:
+                await io.close(run, caller)  # the lease now, or when that run ends
             finally:
-                io.drain()  # the last batches reach the readers before they end
                 self._readers.end()
-                if lasting:
-                    assert run is not None
-                    run.add_done_callback(lambda run: io.give_back_last(self._gave_back))
-                else:
-                    io.shutdown()
-
-    def _gave_back(self, error: BaseException) -> None:
-        logger.error("could not give back the lease of session %r", self._stream, exc_info=error)
 
     # -- what a host reads and says ---------------------------------------------------------------
 
@@ -226,20 +208,14 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         try:
             if io.inline or self._holds_lock() or not io.on_loop():
                 return self._sent_now(message, target, wakeup, options)
-            if options is not None:
-                future = io.soon(lambda: self._sent_now(message, target, wakeup, options))
-                future.add_done_callback(lambda done: self._options_sent(done, prompt))
-                return future
+            if options is not None:  # (a failure, heard on the loop, is a failed send's)
+                return io.soon(lambda: self._sent_now(message, target, wakeup, options),
+                               lambda error: self._sent_failed(error, prompt))
             event = sent_event(message, target, wakeup)
         except BaseException as exc:
             self._sent_failed(exc, prompt)
             raise
         return io.send(event, self._core.unprompt if prompt else None)  # type: ignore[return-value]
-
-    def _options_sent(self, done: asyncio.Future[MessageSent], prompt: bool) -> None:
-        error = None if done.cancelled() else done.exception()
-        if error is not None:
-            self._sent_failed(error, prompt)
 
     def _turn_send(self, message: Message | str, prompt: bool,
                    options: dict[str, Any] | None) -> AsyncTurnHandle:
@@ -278,13 +254,9 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._turn_over = asyncio.Event()
 
     def _on_loop(self, call: Callable[..., object], *args: Any) -> None:
-        """``call(*args)`` on the loop: now when called there, else as soon as the loop runs it
-        (never, once the loop is gone: nothing waits there any more)."""
-        if self._io is None or self._loop is None or self._io.on_loop():
-            call(*args)
-        else:
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(call, *args)
+        """``call(*args)`` on the loop, from any thread (an open owner's: only it folds or sends)."""
+        assert self._io is not None
+        self._io.call_on_loop(call, *args)
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``, interrupting a model
@@ -317,7 +289,6 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     # -- the loop's side --------------------------------------------------------------------------
 
     def _batch_settled(self, batch: Sequence[SendTicket]) -> None:
-        self._io.drain()  # type: ignore[union-attr]  # a run a send woke starts before its sender resumes
         for ticket in batch:
             if isinstance(ticket.error, LeaseLostError):
                 self._lose(ticket.error)
@@ -348,10 +319,10 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     def _start_run(self) -> None:
         """The core said start. The first turn's cancel exists as soon as the run does, so a
         cancel() right after the waking send is honoured before the turn starts."""
-        assert self._loop is not None
+        assert self._io is not None
         self._cancel = asyncio.Event()
         self._settled.clear()
-        self._run = self._loop.create_task(self._work(self._cancel), name=f"nous-inbox run {self._stream}")
+        self._run = self._io.loop.create_task(self._work(self._cancel), name=f"nous-inbox run {self._stream}")
         if self._watcher is not None:
             self._watcher.run_started()  # an idle watch looks itself from now on
 
