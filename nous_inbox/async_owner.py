@@ -51,7 +51,7 @@ from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
 from nous_inbox.store_worker import SendTicket, Stored, StoreWorker
-from nous_inbox.turn_result import AsyncTurnHandle, QueuedSend, Steps, TurnResult, apump
+from nous_inbox.turn_result import AsyncTurnHandle, QueuedSend, Steps, TurnEnds, TurnResult, apump
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
 
@@ -105,7 +105,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._readers = EventReaders()
         self._watcher: OwnerWatch | None = None
         self._closing: asyncio.Task[None] | None = None  # one teardown for every aclose
-        self._turn_over = asyncio.Event()  # set, then replaced, as a turn ends or the owner does
+        self._turn_over = TurnEnds()  # what a handle waiting for its turn waits on
 
     # -- opening and closing ----------------------------------------------------------------------
 
@@ -243,15 +243,10 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     async def _pumped(self, steps: Steps[_T]) -> _T:
         """The body's ``steps``, each log read on the store worker, each wait for a turn's end."""
         assert self._io is not None
-        return await apump(steps, self._io.call, lambda: self._turn_over.wait())
+        return await apump(steps, self._io.call, self._turn_over.wait)
 
     def _turn_ended(self) -> None:
-        self._on_loop(self._wake_results)
-
-    def _wake_results(self) -> None:
-        """On the loop: every handle waiting for its turn looks again."""
-        self._turn_over.set()
-        self._turn_over = asyncio.Event()
+        self._on_loop(self._turn_over.ended)  # every handle waiting for its turn looks again
 
     def _on_loop(self, call: Callable[..., object], *args: Any) -> None:
         """``call(*args)`` on the loop, from any thread (an open owner's: only it folds or sends)."""
@@ -311,7 +306,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
 
     def _halted(self) -> None:
         self._settled.set()
-        self._wake_results()
+        self._turn_over.ended()
         self._readers.end()  # the owner is over: so is every events() reader
         if self._watcher is not None:
             self._watcher.stop()
@@ -352,4 +347,4 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
             if self._run is me:
                 self._run, self._cancel = None, None
                 self._settled.set()
-                self._wake_results()  # closed meanwhile: a handle still waiting hears it
+                self._turn_over.ended()  # closed meanwhile: a handle still waiting hears it
