@@ -249,7 +249,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         self._on_loop(self._turn_over.ended)  # every handle waiting for its turn looks again
 
     def _on_loop(self, call: Callable[..., object], *args: Any) -> None:
-        """``call(*args)`` on the loop, from any thread (an open owner's: only it folds or sends)."""
+        """``call(*args)`` on the loop, from any thread (only an open owner folds or sends)."""
         assert self._io is not None
         self._io.call_on_loop(call, *args)
 

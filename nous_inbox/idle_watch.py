@@ -6,11 +6,12 @@ send from another host) by looking at the store's version of its stream. While a
 :class:`~nous_inbox.async_owner.AsyncOwner`'s :class:`OwnerWatch` looks itself, every
 ``poll_interval`` or when its store hints (PostgreSQL's NOTIFY), so a steer reaches the run at
 its next step. An idle owner needs far less, and a host holding a thousand idle sessions must
-keep neither a thousand looks a second nor a thread each to make them. So an idle owner joins the one watch of its event loop and
-store, which looks at every member's stream together, in one job on one thread of its own (a
-:class:`~nous_inbox.store_worker.LingeringThread`; on the loop for ``memory:``), every
-:data:`IDLE_LOOK` seconds (a member whose store hints: when hinted), and wakes each member whose
-look says its stream moved; the owner then folds in what was appended, as its own look would.
+keep neither a thousand looks a second nor a thread each to make them. So an idle owner joins
+the one watch of its event loop and store, which looks at every member's stream together, in
+one job on one thread of its own (a :class:`~nous_inbox.store_worker.LingeringThread`; on the
+loop for ``memory:``), every :data:`IDLE_LOOK` seconds (a member whose store hints: when
+hinted), and wakes each member whose look says its stream moved; the owner then folds in what
+was appended, as its own look would.
 
 A send another process makes to an idle owner is so noticed within ``IDLE_LOOK`` seconds (or
 the owner's ``every``, if longer) plus the time of one job. One look that stalls (a store
@@ -183,7 +184,8 @@ class OwnerWatch:
     (:func:`watch_idle`), which makes the look ``behind()`` for it and wakes it when that says
     the stream moved. Each of its own looks asks ``lost()`` first (a lease taken over: ``lose``
     it and stop), then runs ``catch_up`` where ``io`` runs store calls, to fold in what others
-    appended. Every call is made on the loop; the owner's callbacks keep its rules its own."""
+    appended. Every call is made on the loop. When to look is the watch's; what a look finds
+    and does stays the owner's, through these callbacks."""
 
     def __init__(
         self, io: StoreWorker, store: Store, stream: str, every: float, *,

@@ -210,9 +210,9 @@ class StoreWorker:
         """Give the stream up and stop the worker once what is queued has run, every batch
         relayed so far told first. A ``run`` still going (one the owner's teardown could not
         stop) keeps the lease: only the subscription goes now, and the lease once ``run`` ends
-        (a failure then is logged). That is logged too, unless ``run`` is ``caller``, the task
-        the close came from (a run that closes its own owner). Cancelling the task awaiting this
-        stops its wait, not the job."""
+        (a failure then is logged). Keeping it is logged too, unless ``run`` is ``caller``, the
+        task the close came from (a run that closes its own owner). Cancelling the task awaiting
+        this stops its wait, not the job."""
         lasting = run is not None and not run.done()
         if lasting and run is not caller:
             logger.warning("the run of session %r did not stop; keeping its lease until it ends",
