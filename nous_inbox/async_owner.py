@@ -35,23 +35,23 @@ the loop, in log order.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from nous_inbox.errors import LeaseLostError
+from nous_inbox.event_readers import EventReaders
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.idle_watch import Member, watch_idle
+from nous_inbox.idle_watch import OwnerWatch
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
-from nous_inbox.owner_body import OwnerBody, logger
+from nous_inbox.owner_body import OwnerBody
 from nous_inbox.owner_core import Stop
 from nous_inbox.owner_port import AsyncTurnRunner
 from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
 from nous_inbox.store_worker import SendTicket, Stored, StoreWorker
-from nous_inbox.turn_result import AsyncTurnHandle, QueuedSend, Steps, TurnResult, apump
+from nous_inbox.turn_result import AsyncTurnHandle, QueuedSend, Steps, TurnEnds, TurnResult, apump
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
 
@@ -96,18 +96,16 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         if offload is not None and type(offload) is not bool:
             raise TypeError(f"AsyncOwner: offload must be a bool or None, got {type(offload).__name__}")
         self._blocking = bool(getattr(store, "blocking", True)) if offload is None else offload
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._io: StoreWorker | None = None
         self._entered = False
         self._run: asyncio.Task[None] | None = None
         self._cancel: asyncio.Event | None = None
         self._settled = asyncio.Event()  # no run going, or the lease was lost: wait_idle returns
         self._settled.set()
-        self._readers: set[asyncio.Queue[Event | None]] = set()
-        self._watcher: asyncio.Task[None] | None = None
-        self._look: asyncio.Event | None = None  # set: the watcher looks at the store now
+        self._readers = EventReaders()
+        self._watcher: OwnerWatch | None = None
         self._closing: asyncio.Task[None] | None = None  # one teardown for every aclose
-        self._turn_over = asyncio.Event()  # set, then replaced, as a turn ends or the owner does
+        self._turn_over = TurnEnds()  # what a handle waiting for its turn waits on
 
     # -- opening and closing ----------------------------------------------------------------------
 
@@ -115,18 +113,18 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         if self._entered:
             raise RuntimeError(f"AsyncOwner of session {self._stream!r} was already opened")
         self._entered = True
-        self._loop = asyncio.get_running_loop()
-        self._io = io = StoreWorker(self._loop, self._blocking, self._stream, self._commit,
-                                    self._batch_settled, self._tell)
+        self._io = io = StoreWorker(asyncio.get_running_loop(), self._blocking, self._stream,
+                                    self._commit, self._batch_settled, self._tell)
         try:
             await io.hold(lambda: self._open_session(None if io.inline else io.call_io))
         except BaseException:
-            self._closed = True
-            io.submit(io.give_back)  # an open a cancel left running still takes the lease
-            io.shutdown()
+            self._closed = True  # (the worker gives back what the open took)
             raise
         if self._watch_others:
-            self._watcher = self._loop.create_task(self._watch(), name=f"nous-inbox watch {self._stream}")
+            self._watcher = OwnerWatch(
+                io, self._store, self._stream, self._poll_interval, running=lambda: self.running,
+                behind=lambda: self._behind(io.lease), lost=lambda: self._taken_over(io.lease),
+                lose=self._lose, catch_up=self._catch_up)
         if self._start:
             io.drain()  # what the resume recorded, before the first decision
             if self._core.wake(self.session):
@@ -144,7 +142,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         cancelling ``aclose`` stops the wait, not the teardown."""
         if not self._entered:
             return
-        if self._closing is not None and asyncio.current_task() in (self._run, self._watcher):
+        watcher = self._watcher and self._watcher.task
+        if self._closing is not None and asyncio.current_task() in (self._run, watcher):
             return  # the teardown under way waits for this very task: waiting for it would stall
         if self._closing is None:
             if self._closed:
@@ -157,7 +156,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     async def _close(self, timeout: float | None, caller: asyncio.Task[Any] | None) -> None:
         if self._core.close():
             self._cancel_turn()
-        run, io = self._run, self._io
+        run, io, watcher = self._run, self._io, self._watcher
         assert io is not None
         try:
             if run is not None and run is not caller:
@@ -165,32 +164,17 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 if not run.done():
                     run.cancel()
                     await asyncio.wait((run,), timeout=timeout)
-            if self._watcher is not None and self._watcher is not caller:
-                self._watcher.cancel()
-                await asyncio.wait((self._watcher,))
+            if watcher is not None:
+                await watcher.stopped(caller)
         finally:
-            lasting = run is not None and not run.done()
-            try:  # shielded: a cancel of this task must not drop the job before the worker runs it
-                if lasting and run is not caller:
-                    logger.warning("the run of session %r did not stop; keeping its lease until "
-                                   "it ends", self._stream)
-                await asyncio.shield(io.soon(io.drop_subscription if lasting else io.give_back))
+            try:
+                await io.close(run, caller)  # the lease now, or when that run ends
             finally:
-                io.drain()  # the last batches reach the readers before they end
-                for reader in self._readers:
-                    reader.put_nowait(None)
-                if lasting:
-                    assert run is not None
-                    run.add_done_callback(lambda run: io.give_back_last(self._gave_back))
-                else:
-                    io.shutdown()
-
-    def _gave_back(self, error: BaseException) -> None:
-        logger.error("could not give back the lease of session %r", self._stream, exc_info=error)
+                self._readers.end()
 
     # -- what a host reads and says ---------------------------------------------------------------
 
-    async def events(self, after: int = 0) -> AsyncIterator[Event]:
+    def events(self, after: int = 0) -> AsyncIterator[Event]:
         """Every event with ``seq > after``: the stored ones, then each as it is recorded, until
         the owner closes. Resume a stream by passing the last ``seq`` you saw.
 
@@ -198,28 +182,12 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         or both (the repeat is dropped by ``seq``); a reader that falls behind has its events
         queued for it, in order. Closing the iterator stops listening.
         """
-        if type(after) is not int:
-            raise TypeError(f"events: after must be an int seq, got {type(after).__name__}")
-        self._check_open()
+        return self._readers.read(after, self._stored, self._check_open)
+
+    def _stored(self, after: int) -> Awaitable[list[Event]]:
+        """The stored events with ``seq > after``, read where store calls run."""
         assert self._io is not None
-        live: asyncio.Queue[Event | None] = asyncio.Queue()
-        self._readers.add(live)
-        last = after
-        try:
-            for event in await self._io.call(self._read, after):
-                last = event.seq
-                yield event
-            while (event := await live.get()) is not None:  # type: ignore[assignment]
-                if event.seq > last + 1:  # never expected: fill the gap from the log itself
-                    for missed in await self._io.call(self._read, last):
-                        if missed.seq < event.seq:
-                            last = missed.seq
-                            yield missed
-                if event.seq > last:  # (else read from the store already)
-                    last = event.seq
-                    yield event
-        finally:
-            self._readers.discard(live)
+        return self._io.call(self._read, after)
 
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> Coroutine[Any, Any, MessageSent]:
@@ -240,20 +208,14 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         try:
             if io.inline or self._holds_lock() or not io.on_loop():
                 return self._sent_now(message, target, wakeup, options)
-            if options is not None:
-                future = io.soon(lambda: self._sent_now(message, target, wakeup, options))
-                future.add_done_callback(lambda done: self._options_sent(done, prompt))
-                return future
+            if options is not None:  # (a failure, heard on the loop, is a failed send's)
+                return io.soon(lambda: self._sent_now(message, target, wakeup, options),
+                               lambda error: self._sent_failed(error, prompt))
             event = sent_event(message, target, wakeup)
         except BaseException as exc:
             self._sent_failed(exc, prompt)
             raise
         return io.send(event, self._core.unprompt if prompt else None)  # type: ignore[return-value]
-
-    def _options_sent(self, done: asyncio.Future[MessageSent], prompt: bool) -> None:
-        error = None if done.cancelled() else done.exception()
-        if error is not None:
-            self._sent_failed(error, prompt)
 
     def _turn_send(self, message: Message | str, prompt: bool,
                    options: dict[str, Any] | None) -> AsyncTurnHandle:
@@ -281,24 +243,15 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     async def _pumped(self, steps: Steps[_T]) -> _T:
         """The body's ``steps``, each log read on the store worker, each wait for a turn's end."""
         assert self._io is not None
-        return await apump(steps, self._io.call, lambda: self._turn_over.wait())
+        return await apump(steps, self._io.call, self._turn_over.wait)
 
     def _turn_ended(self) -> None:
-        self._on_loop(self._wake_results)
-
-    def _wake_results(self) -> None:
-        """On the loop: every handle waiting for its turn looks again."""
-        self._turn_over.set()
-        self._turn_over = asyncio.Event()
+        self._on_loop(self._turn_over.ended)  # every handle waiting for its turn looks again
 
     def _on_loop(self, call: Callable[..., object], *args: Any) -> None:
-        """``call(*args)`` on the loop: now when called there, else as soon as the loop runs it
-        (never, once the loop is gone: nothing waits there any more)."""
-        if self._io is None or self._loop is None or self._io.on_loop():
-            call(*args)
-        else:
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(call, *args)
+        """``call(*args)`` on the loop, from any thread (only an open owner folds or sends)."""
+        assert self._io is not None
+        self._io.call_on_loop(call, *args)
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``, interrupting a model
@@ -331,51 +284,9 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     # -- the loop's side --------------------------------------------------------------------------
 
     def _batch_settled(self, batch: Sequence[SendTicket]) -> None:
-        self._io.drain()  # type: ignore[union-attr]  # a run a send woke starts before its sender resumes
         for ticket in batch:
             if isinstance(ticket.error, LeaseLostError):
                 self._lose(ticket.error)
-
-    async def _watch(self) -> None:
-        """Look at the store for what others appended: while a run goes, itself, every
-        ``poll_interval`` or when the store hints; while idle, through the loop's shared watch
-        (:mod:`nous_inbox.idle_watch`), which looks for every idle owner at once and wakes this
-        one when its stream moved. A run that starts wakes it to look itself again."""
-        loop, look, io = asyncio.get_running_loop(), asyncio.Event(), self._io
-        assert io is not None
-        self._look = look
-
-        def hinted() -> None:  # the store's hint, from its thread
-            with contextlib.suppress(RuntimeError):  # the loop is gone
-                loop.call_soon_threadsafe(lambda: look.set() if idle is None else idle.hint())
-
-        idle: Member | None = None
-        if callable(subscribe := getattr(self._store, "subscribe", None)):
-            try:
-                await io.subscribe(subscribe, self._stream, hinted)
-            except Exception:
-                logger.exception("could not subscribe to session %r; polling", self._stream)
-        while True:
-            if self._run is None:
-                idle = watch_idle(self._store, lambda: self._behind(io.lease), look.set,
-                                  every=None if io.subscribed else self._poll_interval)
-                try:
-                    await look.wait()
-                finally:
-                    idle.leave()
-                    idle = None
-            elif io.subscribed:
-                await look.wait()
-            else:
-                await asyncio.sleep(self._poll_interval)
-            look.clear()
-            if (lost := self._taken_over(io.lease)) is not None:
-                self._lose(lost)
-                return
-            try:
-                await io.call(self._catch_up)
-            except Exception:
-                logger.exception("watching session %r failed; retrying", self._stream)
 
     def _deliver(self, events: Sequence[Event]) -> None:
         """The journal folded ``events`` in (on any thread): told on the loop, in order."""
@@ -387,9 +298,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         io.relay(events)
 
     def _tell(self, events: Sequence[Event]) -> None:
-        for reader in tuple(self._readers) if self._readers else ():
-            for event in events:
-                reader.put_nowait(event)
+        self._readers.tell(events)
         super()._tell(events)
 
     def _lose(self, error: LeaseLostError) -> None:
@@ -397,21 +306,20 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
 
     def _halted(self) -> None:
         self._settled.set()
-        self._wake_results()
-        for reader in self._readers:  # the owner is over: so is every events() reader
-            reader.put_nowait(None)
-        if self._watcher is not None and self._watcher is not asyncio.current_task():
-            self._watcher.cancel()
+        self._turn_over.ended()
+        self._readers.end()  # the owner is over: so is every events() reader
+        if self._watcher is not None:
+            self._watcher.stop()
 
     def _start_run(self) -> None:
         """The core said start. The first turn's cancel exists as soon as the run does, so a
         cancel() right after the waking send is honoured before the turn starts."""
-        assert self._loop is not None
+        assert self._io is not None
         self._cancel = asyncio.Event()
         self._settled.clear()
-        self._run = self._loop.create_task(self._work(self._cancel), name=f"nous-inbox run {self._stream}")
-        if self._look is not None:
-            self._look.set()  # an idle watcher looks itself from now on
+        self._run = self._io.loop.create_task(self._work(self._cancel), name=f"nous-inbox run {self._stream}")
+        if self._watcher is not None:
+            self._watcher.run_started()  # an idle watch looks itself from now on
 
     async def _work(self, cancel: asyncio.Event) -> None:
         me, port, io = asyncio.current_task(), self._port, self._io
@@ -439,4 +347,4 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
             if self._run is me:
                 self._run, self._cancel = None, None
                 self._settled.set()
-                self._wake_results()  # closed meanwhile: a handle still waiting hears it
+                self._turn_over.ended()  # closed meanwhile: a handle still waiting hears it

@@ -1,15 +1,17 @@
-"""One watch for every idle asyncio owner of a loop and store, instead of one look each.
+"""How an asyncio owner watches its store: itself while it runs, and while idle through one watch
+for every idle asyncio owner of a loop and store, instead of one look each.
 
 An owner notices what another process appended to its session (a steer from the command line, a
 send from another host) by looking at the store's version of its stream. While a run goes, an
-:class:`~nous_inbox.async_owner.AsyncOwner` looks itself, every ``poll_interval`` or when its
-store hints (PostgreSQL's NOTIFY), so a steer reaches the run at its next step. An idle owner
-needs far less, and a host holding a thousand idle sessions must keep neither a thousand looks a
-second nor a thread each to make them. So an idle owner joins the one watch of its event loop and
-store, which looks at every member's stream together, in one job on one thread of its own (a
-:class:`~nous_inbox.store_worker.LingeringThread`; on the loop for ``memory:``), every
-:data:`IDLE_LOOK` seconds (a member whose store hints: when hinted), and wakes each member whose
-look says its stream moved; the owner then folds in what was appended, as its own look would.
+:class:`~nous_inbox.async_owner.AsyncOwner`'s :class:`OwnerWatch` looks itself, every
+``poll_interval`` or when its store hints (PostgreSQL's NOTIFY), so a steer reaches the run at
+its next step. An idle owner needs far less, and a host holding a thousand idle sessions must
+keep neither a thousand looks a second nor a thread each to make them. So an idle owner joins
+the one watch of its event loop and store, which looks at every member's stream together, in
+one job on one thread of its own (a :class:`~nous_inbox.store_worker.LingeringThread`; on the
+loop for ``memory:``), every :data:`IDLE_LOOK` seconds (a member whose store hints: when
+hinted), and wakes each member whose look says its stream moved; the owner then folds in what
+was appended, as its own look would.
 
 A send another process makes to an idle owner is so noticed within ``IDLE_LOOK`` seconds (or
 the owner's ``every``, if longer) plus the time of one job. One look that stalls (a store
@@ -37,12 +39,13 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
+from nous_inbox.errors import LeaseLostError
 from nous_inbox.store import Store
-from nous_inbox.store_worker import LingeringThread
+from nous_inbox.store_worker import LingeringThread, StoreWorker
 
-__all__ = ["IDLE_LOOK", "Member", "watch_idle"]
+__all__ = ["IDLE_LOOK", "Member", "OwnerWatch", "watch_idle"]
 
 IDLE_LOOK: Final = 0.5
 """Seconds between two looks of the shared watch at its members' streams."""
@@ -171,3 +174,80 @@ class _Watch:
 def _looked(members: list[Member]) -> list[Member]:
     """On the watch's thread: the members whose look says their owner must look itself."""
     return [member for member in members if member.looked()]
+
+
+class OwnerWatch:
+    """One asyncio owner's watch of its store, a task on the loop (``task``) from the owner's
+    open to its close. While ``running()`` it looks itself, every ``every`` seconds or, when
+    the store hints (``store.subscribe``: the subscription is ``io``'s, so giving the stream
+    back drops it), at each hint. While idle it waits in its loop's shared watch
+    (:func:`watch_idle`), which makes the look ``behind()`` for it and wakes it when that says
+    the stream moved. Each of its own looks asks ``lost()`` first (a lease taken over: ``lose``
+    it and stop), then runs ``catch_up`` where ``io`` runs store calls, to fold in what others
+    appended. Every call is made on the loop. When to look is the watch's; what a look finds
+    and does stays the owner's, through these callbacks."""
+
+    def __init__(
+        self, io: StoreWorker, store: Store, stream: str, every: float, *,
+        running: Callable[[], bool], behind: Look, lost: Callable[[], LeaseLostError | None],
+        lose: Callable[[LeaseLostError], object], catch_up: Callable[[], object],
+    ) -> None:
+        self._io, self._store, self._stream, self._every = io, store, stream, every
+        self._running, self._behind, self._lost, self._lose = running, behind, lost, lose
+        self._catch_up = catch_up
+        self._look: asyncio.Event | None = None  # set: the watch looks at the store now
+        self.task = asyncio.get_running_loop().create_task(self._watch(),
+                                                           name=f"nous-inbox watch {stream}")
+
+    def run_started(self) -> None:
+        """A run started: a watch waiting among the idle ones looks itself from now on."""
+        if self._look is not None:
+            self._look.set()
+
+    def stop(self) -> None:
+        """Stop watching (called from the watch's own task, it ends as that returns)."""
+        if self.task is not asyncio.current_task():
+            self.task.cancel()
+
+    async def stopped(self, caller: asyncio.Task[Any] | None) -> None:
+        """Stop watching and wait until the watch has, unless ``caller`` (the task an owner's
+        close was called from) is the watch's own: it ends as that returns."""
+        if self.task is not caller:
+            self.task.cancel()
+            await asyncio.wait((self.task,))
+
+    async def _watch(self) -> None:
+        loop, look, io = asyncio.get_running_loop(), asyncio.Event(), self._io
+        self._look = look
+
+        def hinted() -> None:  # the store's hint, from its thread
+            with contextlib.suppress(RuntimeError):  # the loop is gone
+                loop.call_soon_threadsafe(lambda: look.set() if idle is None else idle.hint())
+
+        idle: Member | None = None
+        if callable(subscribe := getattr(self._store, "subscribe", None)):
+            try:
+                await io.subscribe(subscribe, self._stream, hinted)
+            except Exception:
+                logger.exception("could not subscribe to session %r; polling", self._stream)
+        while True:
+            if not self._running():
+                idle = watch_idle(self._store, self._behind, look.set,
+                                  every=None if io.subscribed else self._every)
+                try:
+                    await look.wait()
+                finally:
+                    idle.leave()
+                    idle = None
+            elif io.subscribed:
+                await look.wait()
+            else:
+                await asyncio.sleep(self._every)
+            look.clear()
+            if (lost := self._lost()) is not None:
+                self._lose(lost)
+                return
+            try:
+                await io.call(self._catch_up)
+            except Exception:
+                logger.exception("watching session %r failed; retrying", self._stream)

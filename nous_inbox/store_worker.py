@@ -31,6 +31,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine, Generator, Sequence
@@ -55,6 +56,8 @@ _P = ParamSpec("_P")
 LINGER: Final = 1.0
 """Seconds a worker's thread waits for more work before it goes (a run calls its store far more
 often, so in practice only an idle owner's thread goes)."""
+
+logger: Final = logging.getLogger("nous_inbox.owner")
 
 SendTicket = Ticket["asyncio.Future[Event]"]
 """A send queued on the worker, its waiter the future its sender awaits."""
@@ -133,8 +136,9 @@ class LingeringThread(concurrent.futures.Executor):
 class StoreWorker:
     """``loop``'s store calls: on one worker thread (named for ``name``) when ``blocking``, else
     inline. ``commit`` appends a batch of sends in one transaction (on the worker); ``settled``,
-    when given, hears each batch on the loop before its senders do; ``tell`` hears on the loop,
-    in log order, each batch of events :meth:`relay` is handed on any thread."""
+    when given, hears each batch on the loop before its senders do (and after ``tell`` heard
+    what it folded); ``tell`` hears on the loop, in log order, each batch of events
+    :meth:`relay` is handed on any thread."""
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, blocking: bool, name: str,
@@ -142,7 +146,7 @@ class StoreWorker:
         settled: Callable[[Sequence[SendTicket]], None] | None = None,
         tell: Callable[[Sequence[Event]], None] | None = None,
     ) -> None:
-        self._loop = loop
+        self.loop, self._name = loop, name  # (the loop its calls come from)
         self._loop_thread = threading.get_ident()  # (made on the loop)
         self._tell = tell
         # Folded batches on their way to the loop, in log order (see relay).
@@ -158,11 +162,17 @@ class StoreWorker:
         self._unsubscribe: Callable[[], object] | None = None
 
     async def hold(self, take: Callable[[], Any]) -> None:
-        """Take the stream's lease with ``take()`` where store calls run; the job keeps it itself,
-        so a :meth:`give_back` queued after an open its caller gave up on still finds it."""
+        """Take the stream's lease with ``take()`` where store calls run. The job keeps it itself:
+        should ``take`` fail, or its caller give up on it (a cancel), the worker gives back what
+        the job took and stops."""
         def job() -> None:
             self.lease = take()
-        await self.call(job)
+        try:
+            await self.call(job)
+        except BaseException:
+            self.submit(self.give_back)  # an open a cancel left running still takes the lease
+            self.shutdown()
+            raise
 
     async def subscribe(self, subscribe: Callable[..., Callable[[], object]], *args: Any) -> None:
         """``subscribe(*args)`` where store calls run; the job keeps the unsubscribe itself, so
@@ -195,22 +205,55 @@ class StoreWorker:
             if lease is not None:
                 lease.release()
 
-    def give_back_last(self, on_error: Callable[[BaseException], object]) -> None:
-        """:meth:`give_back` as the worker's last job, then stop it; ``on_error`` hears a
-        failure (for a run a teardown could not wait for: its lease goes back once it ends)."""
+    async def close(self, run: asyncio.Task[Any] | None,
+                    caller: asyncio.Task[Any] | None = None) -> None:
+        """Give the stream up and stop the worker once what is queued has run, every batch
+        relayed so far told first. A ``run`` still going (one the owner's teardown could not
+        stop) keeps the lease: only the subscription goes now, and the lease once ``run`` ends
+        (a failure then is logged). Keeping it is logged too, unless ``run`` is ``caller``, the
+        task the close came from (a run that closes its own owner). Cancelling the task awaiting
+        this stops its wait, not the job."""
+        lasting = run is not None and not run.done()
+        if lasting and run is not caller:
+            logger.warning("the run of session %r did not stop; keeping its lease until it ends",
+                           self._name)
+        try:  # shielded: a cancel of the task awaiting this must not drop the job unrun
+            await asyncio.shield(self.soon(self.drop_subscription if lasting else self.give_back))
+        finally:
+            self.drain()  # the last batches reach the readers before they end
+            if run is not None and lasting:
+                run.add_done_callback(lambda run: self._give_back_last())
+            else:
+                self.shutdown()
+
+    def _give_back_last(self) -> None:
+        """:meth:`give_back` as the worker's last job, then stop it; a failure is logged."""
         if self._io is None:
             try:
                 self.give_back()
             except Exception as exc:
-                on_error(exc)
+                self._gave_back(exc)
             return
         done = self._io.submit(self.give_back)
         self._io.shutdown(wait=False)
-        done.add_done_callback(lambda done: (exc := done.exception()) is None or on_error(exc))
+        done.add_done_callback(lambda done: self._gave_back(done.exception()))
+
+    def _gave_back(self, error: BaseException | None) -> None:
+        if error is not None:
+            logger.error("could not give back the lease of session %r", self._name, exc_info=error)
 
     def on_loop(self) -> bool:
         """Whether the calling thread is the loop's."""
         return threading.get_ident() == self._loop_thread
+
+    def call_on_loop(self, call: Callable[..., object], *args: Any) -> None:
+        """``call(*args)`` on the loop: now when called there, else as soon as the loop runs it
+        (never, once the loop is gone: nothing waits there any more)."""
+        if self.on_loop():
+            call(*args)
+        else:
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(call, *args)
 
     def relay(self, events: Sequence[Event]) -> None:
         """Hand ``events``, folded on any thread under the journal lock, to ``tell`` on the
@@ -224,7 +267,7 @@ class StoreWorker:
             self.drain()
         elif schedule:
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
-                self._loop.call_soon_threadsafe(self.drain)
+                self.loop.call_soon_threadsafe(self.drain)
 
     @property
     def relaying(self) -> bool:
@@ -261,18 +304,24 @@ class StoreWorker:
     def call_io(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
         """``fn(*args)`` on the worker, as a future (the port's ``call_io`` for a runner)."""
         assert self._io is not None
-        return self._loop.run_in_executor(self._io, fn, *args)
+        return self.loop.run_in_executor(self._io, fn, *args)
 
-    def soon(self, fn: Callable[[], _T]) -> asyncio.Future[_T]:
+    def soon(self, fn: Callable[[], _T],
+             failed: Callable[[BaseException], object] | None = None) -> asyncio.Future[_T]:
         """``fn()`` where store calls belong, queued now (ahead of whatever is queued later),
-        as a future: done already when inline."""
+        as a future: done already when inline. ``failed``, when given, hears on the loop what
+        ``fn`` raised (not a cancel of the future)."""
         if self._io is not None:
-            return self.call_io(fn)
-        done: asyncio.Future[_T] = self._loop.create_future()
-        try:
-            done.set_result(fn())
-        except Exception as exc:
-            done.set_exception(exc)
+            done = self.call_io(fn)
+        else:
+            done = self.loop.create_future()
+            try:
+                done.set_result(fn())
+            except Exception as exc:
+                done.set_exception(exc)
+        if failed is not None:
+            done.add_done_callback(lambda done: done.cancelled()
+                                   or (error := done.exception()) is None or failed(error))
         return done
 
     def submit(self, fn: Callable[[], _T]) -> concurrent.futures.Future[_T] | None:
@@ -292,7 +341,7 @@ class StoreWorker:
         ``unwritten`` is called (on the loop) when the send surely wrote nothing: taken back,
         or refused before anything was written."""
         assert self._io is not None, "an inline store commits a send at once"
-        ticket: SendTicket = Ticket(event, self._loop.create_future())
+        ticket: SendTicket = Ticket(event, self.loop.create_future())
         with self._queue_lock:
             lead = self._group.queue(ticket)
         if lead:
@@ -336,10 +385,13 @@ class StoreWorker:
             with self._queue_lock:
                 more = self._group.finish(batch, outcomes, time.monotonic() - begin)
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody awaits them
-                self._loop.call_soon_threadsafe(self._settle, batch)
+                self.loop.call_soon_threadsafe(self._settle, batch)
         return more is not None
 
     def _settle(self, batch: Sequence[SendTicket]) -> None:
+        """On the loop: what the batch folded is told (a run a send woke starts before its
+        sender resumes), ``settled`` hears the batch, then each sender its own outcome."""
+        self.drain()
         if self._settled is not None:
             self._settled(batch)
         for ticket in batch:

@@ -60,8 +60,9 @@ from nous_inbox.message import Message, thaw_json
 from nous_inbox.session import Session
 
 __all__ = [
-    "AsyncTurnHandle", "QueuedSend", "Steps", "TurnAnswers", "TurnCancelled", "TurnError",
-    "TurnFailed", "TurnHandle", "TurnLedger", "TurnResult", "apump", "pump", "settled",
+    "AsyncTurnHandle", "QueuedSend", "Steps", "TurnAnswers", "TurnCancelled", "TurnEnds",
+    "TurnError", "TurnFailed", "TurnHandle", "TurnLedger", "TurnResult", "apump", "pump",
+    "settled",
 ]
 
 _TURN: Final = Target.NEXT_TURN
@@ -271,6 +272,25 @@ async def apump(steps: Steps[_T], call: Callable[[Callable[[], Any]], Awaitable[
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]  # (the generator's return value)
         answer = await (wait() if step is None else call(step))
+
+
+class TurnEnds:
+    """What an asyncio owner's handles wait on between two looks at its ledger (``apump``'s
+    ``wait``), on its loop: :meth:`wait` returns at the next :meth:`ended`."""
+
+    __slots__ = ("_over",)
+
+    def __init__(self) -> None:
+        self._over = asyncio.Event()
+
+    def wait(self) -> Coroutine[Any, Any, bool]:
+        """Wait for the next :meth:`ended`."""
+        return self._over.wait()
+
+    def ended(self) -> None:
+        """A turn ended, or the owner did: every wait returns, to look again."""
+        self._over.set()
+        self._over = asyncio.Event()
 
 
 class TurnAnswers:
