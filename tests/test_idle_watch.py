@@ -183,10 +183,10 @@ def test_the_last_member_to_leave_lets_its_loop_and_store_go() -> None:
     store = open_store("memory:")
     loop = asyncio.new_event_loop()
 
-    async def main() -> None:
+    async def join_and_leave(store: Store) -> None:
         watch_idle(store, lambda: False, lambda: None).leave()
 
-    loop.run_until_complete(main())
+    loop.run_until_complete(join_and_leave(store))
     loop.close()
     store_gone, loop_gone = weakref.ref(store), weakref.ref(loop)
     del store, loop
