@@ -74,8 +74,12 @@ class Member:
 
     def leave(self) -> None:
         """Leave the watch (the owner looks itself again, or is closing); a second call does
-        nothing."""
-        self._watch.members.discard(self)
+        nothing. The last to leave ends the watch: it leaves the table at once (so it holds
+        neither loop nor store for a loop closed right after), and its task at its next turn."""
+        watch = self._watch
+        watch.members.discard(self)
+        if not watch.members:
+            watch.end()
 
     def looked(self) -> bool:
         """The member's look, on the watch's thread; a look that fails counts as moved, so its
@@ -135,6 +139,13 @@ class _Watch:
     def stir(self) -> None:
         self._stirred.set()
 
+    def end(self) -> None:
+        """No member is left: out of the table now (the next member joins a new watch), and the
+        task ends as soon as it runs."""
+        if _Watch.table.get(self.key) is self:
+            del _Watch.table[self.key]
+        self.stir()
+
     async def _run(self) -> None:
         loop = self.loop
         next_at = loop.time() + IDLE_LOOK
@@ -161,8 +172,7 @@ class _Watch:
         """The task ended (its last member left, or its loop is closing): out of the table, so
         the next member joins a new watch, and its thread goes. A member still in it (the watch
         failed) is woken, to look itself and join the next."""
-        if _Watch.table.get(self.key) is self:
-            del _Watch.table[self.key]
+        self.end()
         if self._thread is not None:
             self._thread.shutdown(wait=False)
         if not task.cancelled() and task.exception() is not None:

@@ -325,8 +325,9 @@ class StoreWorker:
         return done
 
     def submit(self, fn: Callable[[], _T]) -> concurrent.futures.Future[_T] | None:
-        """``fn()`` on the worker after everything queued, even once :meth:`shutdown` was
-        called for (a lease to give back); ``None`` when inline (the caller calls it)."""
+        """``fn()`` on the worker after everything queued (a lease to give back; queue it before
+        :meth:`shutdown`, after which the worker takes no job); ``None`` when inline (the caller
+        calls it)."""
         return None if self._io is None else self._io.submit(fn)
 
     def shutdown(self) -> None:

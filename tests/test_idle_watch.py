@@ -5,8 +5,10 @@ any of them still wakes it."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -172,3 +174,21 @@ def test_many_idle_owners_share_one_thread_and_each_still_hears_another_writer(
                     await owner.aclose()
 
         asyncio.run(main())
+
+
+def test_the_last_member_to_leave_lets_its_loop_and_store_go() -> None:
+    # A loop closed right after its last idle owner left (run_until_complete, or a loop on a
+    # thread of its own, stopped and closed: nobody cancels what is left on it) must not stay
+    # alive, nor keep the store alive, through the watch the owner had joined.
+    store = open_store("memory:")
+    loop = asyncio.new_event_loop()
+
+    async def join_and_leave(store: Store) -> None:
+        watch_idle(store, lambda: False, lambda: None).leave()
+
+    loop.run_until_complete(join_and_leave(store))
+    loop.close()
+    store_gone, loop_gone = weakref.ref(store), weakref.ref(loop)
+    del store, loop
+    gc.collect()
+    assert store_gone() is None and loop_gone() is None

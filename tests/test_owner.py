@@ -459,6 +459,8 @@ def test_an_idle_owner_wakes_for_a_steer_another_process_appended(durable_url: s
 
 CHILD = r"""
 import sys
+import threading
+from nous_inbox.events import ModelRequested
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
@@ -472,10 +474,18 @@ def model(transcript, tools):
 def work():
     return "done"
 
-owner = build(sys.argv[2], open_store(sys.argv[1]), "s", Runner(model, [work]), watch=False)
+requested = threading.Event()  # a run has recorded a model request
+
+def heard(event):
+    if isinstance(event, ModelRequested):
+        requested.set()
+
+owner = build(sys.argv[2], open_store(sys.argv[1]), "s", Runner(model, [work]), watch=False,
+              listen=heard)
 for i in range(100000):
     owner.steer(f"m{i}")
-    print(f"m{i}", flush=True)  # acknowledged: the send is durable
+    # acknowledged: the send is durable; "run": a run is under way
+    print(f"m{i}", "run" if requested.is_set() else "", flush=True)
 """
 
 
@@ -491,14 +501,17 @@ def test_a_killed_owner_loses_no_message_and_doubles_none(
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert child.stdout is not None
-    acknowledged = []
+    acknowledged: list[str] = []
+    under_way = kill_after == 1  # past the first send, the kill waits for a run under way
     for line in child.stdout:
-        acknowledged.append(line.strip())
-        if len(acknowledged) == kill_after:
+        sent, *run = line.split()
+        acknowledged.append(sent)
+        under_way = under_way or bool(run)
+        if len(acknowledged) >= kill_after and under_way:
             break
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
-    acknowledged.extend(line.strip() for line in child.stdout)  # what it printed before dying
+    acknowledged.extend(word for line in child.stdout for word in line.split()[:1])  # (dying)
 
     store = open_store(url)
     session = replay(store.read("s"), stream="s")
