@@ -21,7 +21,8 @@ and 32 senders is set against the throughput of 1 sender, on the same store kind
 run. ``file:`` (fsynced JSON Lines) is shown too. Beside it, the physical limit: one thread
 inserting 8 rows per transaction into SQLite on the same disk with the store's pragmas (WAL,
 ``synchronous = FULL``), with the 8-sender group commit on ``sqlite:`` as a ratio of it (floor:
-0.5x).
+0.5x): 8 threads on an ``Owner``, and 8 asyncio tasks on an ``AsyncOwner`` (a web host's request
+handlers), each paired with the limit measured right before it.
 
 Sends use ``inject`` (no wake) so no run starts: the consumer plays the run's claims itself.
 Throughput is messages per second from first send to last claim, with the two threads contending.
@@ -34,6 +35,7 @@ times slower than the baseline. Run ``python -m bench.owner_bench`` (``--quick``
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sqlite3
 import statistics
 import tempfile
@@ -46,6 +48,7 @@ from typing import Any
 
 from bench.inbox_bench import MutableInbox
 from nous_inbox import Message, Target
+from nous_inbox.async_owner import AsyncOwner
 from nous_inbox.owner import Owner
 from nous_inbox.store import open_store
 
@@ -56,6 +59,9 @@ class _NoRun:
     """A runner that is never needed: sends here never wake (they are injections)."""
 
     def run_turn(self, port: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no run should start in this benchmark")
+
+    def arun_turn(self, port: Any, **kwargs: Any) -> Any:
         raise AssertionError("no run should start in this benchmark")
 
 
@@ -175,6 +181,32 @@ def _group(url: str, senders: int, per_sender: int) -> tuple[float, float]:
         store.close()
 
 
+def _group_async(url: str, senders: int, per_sender: int) -> float:
+    """``senders`` asyncio tasks sending to one :class:`AsyncOwner`, each awaiting its send:
+    acknowledged sends per second (an asyncio host's request handlers, no thread each)."""
+    async def main() -> float:
+        store = open_store(url)
+        try:
+            async with AsyncOwner(store, "bench", _NoRun(), watch=False,  # type: ignore[arg-type]
+                                  start=False) as owner:
+                messages = [[Message.user(f"s{s}m{i}") for i in range(per_sender)]
+                            for s in range(senders)]
+
+                async def sender(mine: list[Message]) -> None:
+                    for message in mine:
+                        await owner.inject(message)
+
+                begin = time.perf_counter()
+                await asyncio.gather(*(sender(mine) for mine in messages))
+                elapsed = time.perf_counter() - begin
+                assert owner.inbox.count() == senders * per_sender
+                return senders * per_sender / elapsed
+        finally:
+            store.close()
+
+    return asyncio.run(main())
+
+
 #: The numbers of concurrent senders measured.
 SENDERS = (1, 8, 32)
 
@@ -211,10 +243,13 @@ class GroupRun:
 
     rows: list[GroupRow]
     raw_pairs: list[tuple[float, float]]
+    async_pairs: list[tuple[float, float]]  # (raw limit, 8 asyncio tasks on ``AsyncOwner``)
 
-    def raw_share(self) -> tuple[float, float, float]:
-        """The 8-sender share of the raw limit: median, lowest and highest over the pairs."""
-        shares = [eight / raw for raw, eight in self.raw_pairs]
+    def raw_share(self, asyncio_tasks: bool = False) -> tuple[float, float, float]:
+        """The 8-sender share of the raw limit (threads on ``Owner``, or with
+        ``asyncio_tasks`` tasks on ``AsyncOwner``): median, lowest and highest over the pairs."""
+        pairs = self.async_pairs if asyncio_tasks else self.raw_pairs
+        shares = [eight / raw for raw, eight in pairs]
         return statistics.median(shares), min(shares), max(shares)
 
 
@@ -230,8 +265,12 @@ def measure_group(quick: bool = False) -> GroupRun:
     best: dict[tuple[str, int], tuple[float, float]] = {}
     ratios: dict[tuple[str, int], list[float]] = {}
     pairs: list[tuple[float, float]] = []
+    async_pairs: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
+            raw = _raw_limit(Path(tmp) / f"raw-async{r}.sqlite", total)
+            url = f"sqlite:{Path(tmp) / f'group-async{r}.sqlite'}"
+            async_pairs.append((raw, _group_async(url, RAW_ROWS, total // RAW_ROWS)))
             for kind, suffix in (("sqlite:", "sqlite"), ("file:", "jsonl")):
                 one = 0.0
                 for senders in SENDERS:
@@ -247,7 +286,7 @@ def measure_group(quick: bool = False) -> GroupRun:
                     ratios.setdefault((kind, senders), []).append(got[0] / one)
     rows = [GroupRow(kind, senders, rate, per, statistics.median(ratios[kind, senders]))
             for (kind, senders), (rate, per) in best.items()]
-    return GroupRun(rows, pairs)
+    return GroupRun(rows, pairs, async_pairs)
 
 
 def render_group(run: GroupRun, quick: bool = False) -> str:
@@ -264,14 +303,16 @@ def render_group(run: GroupRun, quick: bool = False) -> str:
             lines.append(f"| {kind} | {senders} | {row.throughput:,.0f} | {row.speedup:.2f}x "
                          f"| {row.per_transaction:.1f} |")
     if run.raw_pairs:
-        median, low, high = run.raw_share()
-        raws = sorted(raw for raw, _ in run.raw_pairs)
+        raws = sorted(raw for raw, _ in run.raw_pairs + run.async_pairs)
         lines.append("")
         lines.append(f"Raw limit (one thread, {RAW_ROWS} rows per transaction, same disk and "
                      f"pragmas), measured right before each 8-sender run: {raws[0]:,.0f} to "
-                     f"{raws[-1]:,.0f} rows/s over {len(raws)} repeats; 8 senders on sqlite: reach "
-                     f"**{median:.2f}x** of it (median of the pairs; {low:.2f}x to {high:.2f}x; "
-                     f"floor: 0.5x)")
+                     f"{raws[-1]:,.0f} rows/s over {len(raws)} runs. The share of it 8 senders on "
+                     f"sqlite: reach (median of the pairs, lowest to highest; floor: 0.5x):")
+        lines.append("")
+        for label, tasks in (("8 threads on `Owner`", False), ("8 asyncio tasks on `AsyncOwner`", True)):
+            median, low, high = run.raw_share(tasks)
+            lines.append(f"- {label}: **{median:.2f}x** ({low:.2f}x to {high:.2f}x)")
     if quick:
         lines.append("")
         lines.append("(quick run: small sizes, one repeat; shows the code works, not the figures)")

@@ -376,6 +376,8 @@ class StoreWorker:
             batch = self._group.take()
         if not batch:
             return False
+        with self._batches_lock:  # what the commit relays is told by ``_settle``: one wake-up
+            self._scheduled = True
         begin, outcomes = time.monotonic(), list[Outcome]()
         try:
             outcomes = settle(self._commit, [ticket.event for ticket in batch])
