@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 pytest.importorskip("pydantic_ai")
 
@@ -336,38 +334,6 @@ def _said(role: str, text: str, calls: int, flag: object) -> Message:
     if role == "assistant":
         return Message.assistant(text, [ToolCall(f"c{i}", "work", {"flag": flag}) for i in range(calls)])
     return Message.tool(text, "c0", name="work") if role == "tool" else Message(role, text)
-
-
-def _spelled(history: list[ModelMessage]) -> list[tuple[str, list[tuple[Any, ...]]]]:
-    """A history as what the model reads of it (not the timestamps a spelling stamps)."""
-    return [(type(m).__name__, [
-        (p.part_kind, getattr(p, "content", None), getattr(p, "tool_call_id", None),
-         p.args_as_json_str() if isinstance(p, ToolCallPart) else None) for p in m.parts])
-        for m in history]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(
-    st.none() | st.integers(0, 12),  # None: the same session's next turn; else another session's
-    st.sampled_from([True, 1]),
-    st.lists(st.tuples(st.sampled_from(["user", "system", "tool", "assistant"]),
-                       st.sampled_from(["", "a"]), st.integers(0, 2)), max_size=5),
-), max_size=8))
-def test_a_runner_spells_each_turn_s_transcript_as_if_whole(
-        turns: list[tuple[int | None, bool | int, list[tuple[str, str, int]]]]) -> None:
-    # The runner's cache, driven directly (private): through a runner, a spelling is only seen as
-    # a model request shows it, and this is the invariant behind every such request.
-    from nous_inbox.compat.pydantic_ai.transcript import _Spelling
-    spell = _Spelling()
-    said: list[tuple[str, str, int]] = []
-    transcript: list[Message] = []
-    for another, flag, more in turns:
-        if another is not None:  # another session: what the last one said up to a point, equal
-            said = said[:another]  # but never the same messages, its calls' flag 1 or True
-            transcript = [_said(*s, flag) for s in said]
-        said = [*said, *more]
-        transcript = [*transcript, *(_said(*s, flag) for s in more)]
-        assert _spelled(spell(transcript)) == _spelled(to_model_messages(transcript))
 
 
 def test_a_failing_model_ends_the_turn_as_an_error_recorded_and_re_raises() -> None:

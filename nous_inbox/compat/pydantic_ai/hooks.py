@@ -56,6 +56,7 @@ from nous_inbox.compat.pydantic_ai.transcript import (
     _as_request_part,
     _trailing_parts,
     from_model_response,
+    to_model_messages,
 )
 from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
 from nous_inbox.journal import claim_event
@@ -147,8 +148,6 @@ class _InboxHooks(AbstractCapability[Any]):
     port: SessionPort
     call: Callable[[Callable[[], Any]], Any]
     start: LoopState
-    #: How the transcript is spelled for pydantic-ai: the runner's, continued turn to turn.
-    spell: Callable[[Sequence[Message]], list[ModelMessage]]
     adv: Advance = field(init=False)
     #: How a port that is not a journal is claimed from: guarded (ruling 7).
     claims: ClaimGuard = field(init=False)
@@ -260,7 +259,7 @@ class _InboxHooks(AbstractCapability[Any]):
         self._write(*opened.events, *(ToolReturned(turn=turn, step=0, message=m) for m in answers),
                     _CLAIMS)
         command = self.adv.command
-        history = self.spell(command.transcript) if type(command) is CallModel else []
+        history = to_model_messages(command.transcript) if type(command) is CallModel else []
         for message in history:
             for part in message.parts:
                 self.seen[id(part)] = part  # the transcript's own: recorded already

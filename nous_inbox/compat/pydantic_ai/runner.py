@@ -32,7 +32,6 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from nous_inbox.compat.pydantic_ai.hooks import _InboxHooks, _TurnOver
-from nous_inbox.compat.pydantic_ai.transcript import _Spelling
 from nous_inbox.events import Event
 from nous_inbox.loop import Cancelled, Failed, new_state
 from nous_inbox.message import Message
@@ -130,7 +129,6 @@ class AgentRunner:
             raise TypeError(f"AgentRunner needs a pydantic_ai.Agent, got {type(agent).__name__}")
         self.check_run_options(run_kwargs)
         self._start = new_state(max_steps)
-        self._spell = _Spelling()
         self.agent = agent
         self.offload = bool(offload)
         self.run_kwargs = run_kwargs
@@ -190,7 +188,7 @@ class AgentRunner:
         return self._arun(port, reason, cancel)
 
     async def _arun(self, port: SessionPort, reason: str, *cancels: _Flag | None) -> AsyncIterator[Event]:
-        hooks = _InboxHooks(port, _caller(port, self.offload), self._start, self._spell)
+        hooks = _InboxHooks(port, _caller(port, self.offload), self._start)
         opening = asyncio.ensure_future(hooks.call(lambda: (hooks.open(reason), _options(port))))
         try:
             history, options = await asyncio.shield(opening)

@@ -12,7 +12,6 @@ was shown. The request parts the run hooks read and add are spelled here too.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -101,38 +100,6 @@ def from_model_response(response: ModelResponse) -> Message:
         if isinstance(p, ToolCallPart)
     ]
     return Message.assistant(text, calls)
-
-
-class _Spelling:
-    """:func:`to_model_messages` for one runner's turns, each spelling only what is new: a
-    session's next turn shows the last one's transcript and what happened since, so the history
-    up to the last reply is kept and continued, not spelled again at every turn of a long
-    session. A transcript that does not continue the last one, holding the very messages it held
-    (as a session's transcript does turn to turn), is spelled whole: another session's, even one
-    whose messages compare equal (a tool call's ``1`` equals ``True``). The messages kept are
-    handed to pydantic-ai again, which copies what it changes of a history it is given.
-
-    >>> spell = _Spelling()
-    >>> said = [Message.user("hi"), Message.assistant("hello"), Message.user("more")]
-    >>> first = spell(said)
-    >>> again = spell([*said, Message.assistant("sure"), Message.user("thanks")])
-    >>> again[:2] == first[:2] and again[0] is first[0], len(again)
-    (True, 5)
-    """
-
-    def __init__(self) -> None:
-        self._last: tuple[Sequence[Message], list[ModelMessage]] = ((), [])
-
-    def __call__(self, transcript: Sequence[Message]) -> list[ModelMessage]:
-        known, history = self._last
-        if len(transcript) < len(known) or not all(map(operator.is_, transcript, known)):
-            known, history = (), []
-        kept = len(transcript)  # up to the last reply: what the next turn shows again
-        while kept > len(known) and transcript[kept - 1].role != "assistant":
-            kept -= 1
-        history = [*history, *to_model_messages(transcript[len(known):kept])]
-        self._last = (transcript[:kept], history)  # one swap: turns of two threads stay right
-        return [*history, *to_model_messages(transcript[kept:])]
 
 
 def _trailing_parts(messages: Sequence[ModelMessage]) -> list[ModelRequestPart]:
