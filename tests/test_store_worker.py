@@ -7,18 +7,22 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nous_inbox.async_owner import AsyncOwner
+from nous_inbox.events import Event
 from nous_inbox.message import Message
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
 from nous_inbox.store_worker import LingeringThread
+
+_T = TypeVar("_T")
 
 WAIT = 20.0  # seconds: a bound for what should happen soon, never a sleep to synchronise
 
@@ -136,5 +140,65 @@ def test_an_idle_async_owner_over_a_blocking_store_holds_no_thread_and_a_send_st
                 assert store.version("s") >= sent.seq  # committed
                 assert await owner.wait_idle(WAIT)
                 assert [m.content for m in owner.transcript] == ["wake up", "heard: wake up"]
+
+        asyncio.run(main())
+
+
+def _stored_now(send: Coroutine[Any, Any, _T]) -> _T:
+    """The result of a send made off the loop: stored already, so the coroutine returns at once."""
+    try:
+        send.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise AssertionError("a send off the loop should be stored before it returns")
+
+
+@pytest.mark.parametrize("rounds", [40])
+def test_sends_from_another_thread_during_batched_sends_are_each_told_once_in_log_order(
+        tmp_path: Path, rounds: int) -> None:
+    """Listeners and ``events()`` readers hear every event, once and in log order, while a
+    stream of sends on the loop shares group commits, another thread sends (committing on its
+    own thread) and the runs those steers wake record on the worker; each loop sender resumes
+    only once its own event was told; and nothing is left untold once the sending stops."""
+    with open_store(f"sqlite:{tmp_path / 'inbox.sqlite'}") as store:
+
+        async def main() -> None:
+            async with AsyncOwner(store, "s", Runner(echo)) as owner:
+                heard: list[int] = []
+                caught_up = asyncio.Event()
+                target = 0
+
+                def listener(event: Event) -> None:
+                    heard.append(event.seq)
+                    if event.seq >= target:
+                        caught_up.set()
+
+                owner.listen(listener)
+                first = owner.session.version
+                reader = owner.events(after=first)
+
+                async def loop_send(r: int, k: int) -> None:
+                    sent = await owner.inject(f"loop {r}.{k}")
+                    assert sent.seq in heard, "a sender resumed before its event was told"
+
+                def thread_sends(r: int) -> None:
+                    for k in range(3):
+                        _stored_now(owner.steer(f"thread {r}.{k}") if k == 2
+                                    else owner.inject(f"thread {r}.{k}"))
+
+                for r in range(rounds):
+                    await asyncio.gather(asyncio.to_thread(thread_sends, r),
+                                         *(loop_send(r, k) for k in range(6)))
+                    assert await owner.wait_idle(WAIT)
+                    # Nothing more is sent until everything stored so far was told: a batch left
+                    # untold would stay so, with no later send to carry it.
+                    target = store.version("s")
+                    if not heard or heard[-1] < target:
+                        caught_up.clear()
+                        await asyncio.wait_for(caught_up.wait(), WAIT)
+                assert heard == list(range(first + 1, target + 1)), "told out of order, or twice"
+                read = [(await asyncio.wait_for(anext(reader), WAIT)).seq for _ in heard]
+                assert read == heard
+                await reader.aclose()
 
         asyncio.run(main())
