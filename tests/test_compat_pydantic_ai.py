@@ -294,6 +294,7 @@ def test_one_runner_taking_turns_of_two_sessions_shows_each_its_own_transcript()
         ("text", "b2"), ("user", "b 3"),
     ]
 
+
 def test_one_runner_shows_a_session_its_own_call_arguments_where_another_s_compare_equal() -> None:
     # Python has True == 1, so two sessions whose model called the same tool with these arguments
     # hold transcripts that compare equal; each must still be shown the call it made.
@@ -328,12 +329,6 @@ def test_one_runner_shows_a_session_its_own_call_arguments_where_another_s_compa
     calls.clear()
     asyncio.run(turn(b))
     assert calls == ['{"flag":1}']
-
-
-def _said(role: str, text: str, calls: int, flag: object) -> Message:
-    if role == "assistant":
-        return Message.assistant(text, [ToolCall(f"c{i}", "work", {"flag": flag}) for i in range(calls)])
-    return Message.tool(text, "c0", name="work") if role == "tool" else Message(role, text)
 
 
 def test_a_failing_model_ends_the_turn_as_an_error_recorded_and_re_raises() -> None:
