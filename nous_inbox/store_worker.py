@@ -257,7 +257,8 @@ class StoreWorker:
 
     def relay(self, events: Sequence[Event]) -> None:
         """Hand ``events``, folded on any thread under the journal lock, to ``tell`` on the
-        loop, in log order: at once when folded on the loop, else as soon as the loop runs."""
+        loop, in log order: at once when folded on the loop, else as soon as the loop runs (by
+        the ``_settle`` of a group commit under way, when one is: the loop wakes once)."""
         here = self.on_loop()
         with self._batches_lock:
             self._batches.append(events)
