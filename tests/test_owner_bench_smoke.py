@@ -10,3 +10,4 @@ def test_owner_bench_quick_renders_both_pairs() -> None:
     assert table.count("\n|") >= 5
     assert "| sqlite: | 8 |" in table and "| file: | 8 |" in table
     assert "| sqlite: | 32 |" in table and "| file: | 32 |" in table
+    assert "- 8 threads on `Owner`: **" in table and "- 8 asyncio tasks on `AsyncOwner`: **" in table
