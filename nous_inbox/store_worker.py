@@ -153,6 +153,7 @@ class StoreWorker:
         self._batches: collections.deque[Sequence[Event]] = collections.deque()
         self._batches_lock = threading.Lock()
         self._scheduled = self.telling = False
+        self._batch_thread: int | None = None  # the worker, while it commits a batch
         self._io = LingeringThread(f"nous-inbox io {name}") if blocking else None
         self._commit = commit
         self._settled = settled
@@ -257,12 +258,15 @@ class StoreWorker:
 
     def relay(self, events: Sequence[Event]) -> None:
         """Hand ``events``, folded on any thread under the journal lock, to ``tell`` on the
-        loop, in log order: at once when folded on the loop, else as soon as the loop runs (by
-        the ``_settle`` of a group commit under way, when one is: the loop wakes once)."""
+        loop, in log order: at once when folded on the loop, else as soon as the loop runs. What
+        a group commit's own commit folds is told by that batch's ``_settle``, so the loop wakes
+        once per batch; a relay from any other thread schedules its own drain, as nothing it
+        holds may wait for the batch."""
         here = self.on_loop()
         with self._batches_lock:
             self._batches.append(events)
-            schedule = not here and not self._scheduled
+            schedule = (not here and not self._scheduled
+                        and threading.get_ident() != self._batch_thread)
             self._scheduled = self._scheduled or schedule
         if here:
             self.drain()
@@ -377,8 +381,7 @@ class StoreWorker:
             batch = self._group.take()
         if not batch:
             return False
-        with self._batches_lock:  # what the commit relays is told by ``_settle``: one wake-up
-            self._scheduled = True
+        self._batch_thread = threading.get_ident()  # what the commit relays, ``_settle`` tells
         begin, outcomes = time.monotonic(), list[Outcome]()
         try:
             outcomes = settle(self._commit, [ticket.event for ticket in batch])
@@ -386,6 +389,7 @@ class StoreWorker:
             outcomes = interrupted(exc, len(batch))
             raise
         finally:
+            self._batch_thread = None
             with self._queue_lock:
                 more = self._group.finish(batch, outcomes, time.monotonic() - begin)
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody awaits them
