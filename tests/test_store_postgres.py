@@ -966,3 +966,32 @@ def test_behind_a_transaction_pooler_a_stuck_row_does_not_stop_the_renewal_of_ot
         finally:
             stuck.rollback()
             stuck.close()
+
+
+def test_a_retry_found_by_its_identity_reads_its_rows_with_the_streams_row_let_go(
+    postgres_url, monkeypatch,
+):
+    # Under the stream row's lock the look says only whether the append was made; its rows are
+    # read once the row is let go, so a host paused while it receives a large batch holds no
+    # lock (the server, busy sending, has no idle timer to cut it off). The moment is not visible
+    # from outside, so the store's row reader (private) is wrapped to try the lock right then.
+    with PostgresStore(postgres_url) as store:
+        texts = [Warned(text=str(i)) for i in range(3)]
+        first = store.append("s", texts, identity="batch-1")
+        tried: list[str] = []
+        read_rows = postgres_store.PostgresStore._batch_rows
+
+        def trying_the_lock(self: PostgresStore, *args: Any) -> Any:
+            try:
+                sql(postgres_url, "SELECT 1 FROM \"SCHEMA\".nous_inbox_streams WHERE stream = %s "
+                                  "FOR UPDATE NOWAIT", "s")
+                tried.append("free")
+            except psycopg.errors.LockNotAvailable:
+                tried.append("held")
+            return read_rows(self, *args)
+
+        monkeypatch.setattr(postgres_store.PostgresStore, "_batch_rows", trying_the_lock)
+        again = store.append("s", texts, identity="batch-1")
+        assert again == first
+        assert tried == ["free"]
+        assert [e.text for e in store.read("s")] == ["0", "1", "2"]

@@ -10,7 +10,8 @@ same way. (A pipeline would not do: its statements between two Syncs leave the s
 for input with no timer armed.)
 
 A lost append is looked up by its identity under the stream row's lock, which waits for the lost
-attempt's transaction to end (see the package's "Lost answers").
+attempt's transaction to end; only whether it was made is asked there, and its rows are read once
+the row is let go (see the package's "Lost answers").
 """
 
 from __future__ import annotations
@@ -163,17 +164,15 @@ class PostgresStore(Leasing, StoreBase):
                                f"ON CONFLICT DO NOTHING", (stream,))
                     db.execute(f"SELECT 1 FROM {self.tables.streams} WHERE stream = %s "
                                f"FOR UPDATE", (stream,))
-                    rows = db.execute(
-                        f"SELECT seq, body FROM {self.tables.events} WHERE stream = %s "
-                        f"AND seq > %s AND batch = %s ORDER BY seq",
-                        (stream, getattr(self._local, "floor", 0), batch),
-                    ).fetchall()
             except psycopg.errors.LockNotAvailable as exc:
                 reason = f"the lost attempt still held the stream {self._reconnect:g}s later"
                 raise unknown(reason) or StoreError(
                     f"{self.url}: append to stream {stream!r} failed: {reason}; nothing was "
                     f"written") from exc
-            return [self._row(stream, seq, body) for seq, body in rows] if rows else None
+            # The lost attempt is over, written or not: its rows are read with the row let go,
+            # so a host paused while it receives them holds no lock (the server would be busy
+            # sending, where no idle timer runs).
+            return self._batch_rows(db, stream, batch, getattr(self._local, "floor", 0)) or None
 
         def unknown(reason: str) -> OutcomeUnknownError | None:
             if not getattr(self._local, "committing", False):
@@ -202,9 +201,9 @@ class PostgresStore(Leasing, StoreBase):
         query = (f"BEGIN; INSERT INTO {streams} (stream) VALUES (%s) ON CONFLICT DO NOTHING; "
                  f"SELECT version, holder, epoch FROM {streams} WHERE stream = %s FOR UPDATE")
         params: list[Any] = [stream, stream]
-        if look is not None:
-            query += (f"; SELECT seq, body FROM {self.tables.events} WHERE batch = %s "
-                      f"AND stream = %s ORDER BY seq")
+        if look is not None:  # under the lock only whether it was made; its rows after
+            query += (f"; SELECT min(seq), count(*) FROM {self.tables.events} WHERE batch = %s "
+                      f"AND stream = %s")
             params += [look, stream]
         self._local.db = db  # the second round trip's, whatever happens to ``_db`` meanwhile
         try:
@@ -217,8 +216,8 @@ class PostgresStore(Leasing, StoreBase):
                 raise StoreError(f"{self.url}: the row of stream {stream!r} vanished")
             if look is not None:
                 cur.nextset()
-                found = [self._row(stream, seq, body) for seq, body in cur.fetchall()]
-                self._local.found = found or None
+                span = cur.fetchone()
+                self._local.found = (int(span[0]), int(span[1])) if span and span[1] else None
             if held is not None and (row[1], row[2]) != (held.token, held.epoch):
                 held.lost = True
                 raise self._lost(stream, held)
@@ -238,8 +237,28 @@ class PostgresStore(Leasing, StoreBase):
             self._drop(db)
 
     def _find_batch(self, stream: str, identity: uuid.UUID) -> list[Event] | None:
-        """The append made with ``identity``, as ``_appending`` found it in the stream."""
-        return getattr(self._local, "found", None)
+        """The append made with ``identity``, which ``_appending`` found in the stream: read
+        once the transaction let the row go (it writes nothing now), so a host paused while it
+        receives a large batch holds no lock."""
+        span = getattr(self._local, "found", None)
+        if span is None:
+            return None
+        db = self._local.db
+        self._end_transaction(db)
+        found = self._batch_rows(db, stream, identity, span[0] - 1)
+        if len(found) != span[1] or found[0].seq != span[0]:
+            raise StoreError(
+                f"{self.url}: the append to stream {stream!r} with identity={identity} was "
+                f"written, then the stream was deleted before it could be read back")
+        return found
+
+    def _batch_rows(self, db: psycopg.Connection[Any], stream: str, batch: uuid.UUID,
+                    after: int) -> list[Event]:
+        """The events ``stream`` holds after seq ``after`` from the append ``batch``, in order."""
+        rows = db.execute(f"SELECT seq, body FROM {self.tables.events} WHERE stream = %s "
+                          f"AND seq > %s AND batch = %s ORDER BY seq",
+                          (stream, after, batch)).fetchall()
+        return [self._row(stream, seq, body) for seq, body in rows]
 
     def _remember_batch(self, stream: str, identity: uuid.UUID, stored: list[Event],
                         records: list[bytes]) -> None:
