@@ -968,30 +968,72 @@ def test_behind_a_transaction_pooler_a_stuck_row_does_not_stop_the_renewal_of_ot
             stuck.close()
 
 
-def test_a_retry_found_by_its_identity_reads_its_rows_with_the_streams_row_let_go(
-    postgres_url, monkeypatch,
+@pytest.mark.parametrize("retry", ["by the caller", "by the store after a lost answer"])
+def test_an_append_found_by_its_identity_is_read_with_the_streams_row_let_go(
+    postgres_url, monkeypatch, retry,
 ):
     # Under the stream row's lock the look says only whether the append was made; its rows are
     # read once the row is let go, so a host paused while it receives a large batch holds no
-    # lock (the server, busy sending, has no idle timer to cut it off). The moment is not visible
-    # from outside, so the store's row reader (private) is wrapped to try the lock right then.
+    # lock (the server, busy sending, has no idle timer to cut it off). The moment the rows reach
+    # the host is not visible from outside, so psycopg's fetchall is wrapped to try the lock then.
     with PostgresStore(postgres_url) as store:
         texts = [Warned(text=str(i)) for i in range(3)]
-        first = store.append("s", texts, identity="batch-1")
+        if retry == "by the caller":
+            first = store.append("s", texts, identity="batch-1")
+        else:  # the answer to the commit is lost: the store looks for its own batch
+            dropped = lose_answers(store, monkeypatch, "after")
         tried: list[str] = []
-        read_rows = postgres_store.PostgresStore._batch_rows
+        fetchall = psycopg.Cursor.fetchall
 
-        def trying_the_lock(self: PostgresStore, *args: Any) -> Any:
-            try:
-                sql(postgres_url, "SELECT 1 FROM \"SCHEMA\".nous_inbox_streams WHERE stream = %s "
-                                  "FOR UPDATE NOWAIT", "s")
-                tried.append("free")
-            except psycopg.errors.LockNotAvailable:
-                tried.append("held")
-            return read_rows(self, *args)
+        def trying_the_lock(self: psycopg.Cursor[Any]) -> Any:
+            rows = fetchall(self)
+            columns = [column.name for column in self.description or ()]
+            if columns == ["seq", "body"] and rows and not tried:
+                tried.append("trying")
+                try:
+                    sql(postgres_url, "SELECT 1 FROM \"SCHEMA\".nous_inbox_streams "
+                                      "WHERE stream = %s FOR UPDATE NOWAIT", "s")
+                    tried[-1] = "free"
+                except psycopg.errors.LockNotAvailable:
+                    tried[-1] = "held"
+            return rows
 
-        monkeypatch.setattr(postgres_store.PostgresStore, "_batch_rows", trying_the_lock)
-        again = store.append("s", texts, identity="batch-1")
-        assert again == first
+        monkeypatch.setattr(psycopg.Cursor, "fetchall", trying_the_lock)
+        if retry == "by the caller":
+            assert store.append("s", texts, identity="batch-1") == first
+        else:
+            assert [e.seq for e in store.append("s", texts)] == [1, 2, 3] and dropped == [1]
+        monkeypatch.undo()
         assert tried == ["free"]
         assert [e.text for e in store.read("s")] == ["0", "1", "2"]
+
+
+def test_a_retry_whose_batch_is_deleted_before_its_rows_are_read_writes_nothing(
+    postgres_url, monkeypatch,
+):
+    # The stream deleted by another store between the look (under the row's lock) and the read
+    # of the rows (after it): the retry can neither answer with rows that are gone nor write
+    # without the lock, so it refuses; retried again, the append is written anew, as after any
+    # delete. (Another store's delete is made right as the look's transaction is rolled back.)
+    with PostgresStore(postgres_url) as store, PostgresStore(postgres_url) as deleter:
+        store.append("s", [Warned(text="old")], identity="send-1")
+        execute = psycopg.Connection.execute
+        deleted: list[bool] = []
+
+        def deleting_after_the_rollback(self: psycopg.Connection[Any], query: Any,
+                                        *args: Any, **kwargs: Any) -> Any:
+            done = execute(self, query, *args, **kwargs)
+            if query == "ROLLBACK" and not deleted:
+                deleted.append(True)
+                deleter.delete("s")
+            return done
+
+        monkeypatch.setattr(psycopg.Connection, "execute", deleting_after_the_rollback)
+        with pytest.raises(StoreError, match="deleted before it could be read back") as caught:
+            store.append("s", [Warned(text="old")], identity="send-1")
+        monkeypatch.undo()
+        assert deleted == [True] and not isinstance(caught.value, OutcomeUnknownError)
+        assert store.version("s") == 0 and list(store.read("s")) == []
+        again = store.append("s", [Warned(text="old")], identity="send-1")
+        assert [(e.seq, e.text) for e in again] == [(1, "old")]
+        assert [e.text for e in store.read("s")] == ["old"]
