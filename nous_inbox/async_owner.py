@@ -50,8 +50,8 @@ from nous_inbox.owner_port import AsyncTurnRunner
 from nous_inbox.port import sent_event
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
-from nous_inbox.store_worker import SendTicket, Stored, StoreWorker
-from nous_inbox.turn_result import AsyncTurnHandle, QueuedSend, Steps, TurnEnds, TurnResult, apump
+from nous_inbox.store_worker import QueuedSend, SendTicket, Stored, StoreWorker
+from nous_inbox.turn_result import AsyncTurnHandle, Steps, TurnEnds, TurnResult, apump
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
 

@@ -48,7 +48,9 @@ from nous_inbox.group_commit import (
     settle,
 )
 
-__all__ = ["LINGER", "LingeringThread", "SendTicket", "Stored", "StoreWorker", "awaited"]
+__all__ = [
+    "LINGER", "LingeringThread", "QueuedSend", "SendTicket", "Stored", "StoreWorker", "awaited",
+]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -434,6 +436,35 @@ class Stored(Coroutine[Any, Any, _T], Generic[_T]):
     def __await__(self) -> Generator[Any, None, _T]:
         return self.value
         yield  # a generator: awaiting it returns at once
+
+
+class QueuedSend(Coroutine[Any, Any, _T], Generic[_T]):
+    """What an :class:`~nous_inbox.async_owner.AsyncOwner`'s send verb returns for a send queued
+    on its store worker (:meth:`StoreWorker.send`): a coroutine of the stored event. Awaiting it
+    (or a task running it) waits for the commit, and cancelling that wait takes the send back
+    if no commit took it yet. One never awaited is no error: a sync callback on the loop (a
+    listener, a mailbox's notice) may send without awaiting, and the send is stored all the
+    same (where :class:`Stored` is the coroutine of a send already stored)."""
+
+    __slots__ = ("_future", "_steps")
+
+    def __init__(self, future: asyncio.Future[_T]) -> None:
+        self._future, self._steps = future, future.__await__()
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        return self._future.__await__()
+
+    def send(self, value: Any) -> Any:
+        """Go on waiting (a task running it)."""
+        return self._steps.send(value)
+
+    def throw(self, *error: Any) -> Any:
+        """Stop waiting with ``error`` (a task cancelled while running it)."""
+        return self._steps.throw(*error)
+
+    def close(self) -> None:
+        """Stop waiting; the send stays queued unless its wait was cancelled."""
+        self._steps.close()
 
 
 async def awaited(future: asyncio.Future[_T]) -> _T:

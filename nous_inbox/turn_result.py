@@ -60,7 +60,7 @@ from nous_inbox.message import Message, thaw_json
 from nous_inbox.session import Session
 
 __all__ = [
-    "AsyncTurnHandle", "QueuedSend", "Steps", "TurnAnswers", "TurnCancelled", "TurnEnds",
+    "AsyncTurnHandle", "Steps", "TurnAnswers", "TurnCancelled", "TurnEnds",
     "TurnError", "TurnFailed", "TurnHandle", "TurnLedger", "TurnResult", "apump", "pump",
     "settled",
 ]
@@ -456,30 +456,3 @@ class AsyncTurnHandle:
         except RuntimeError:
             return "AsyncTurnHandle(not stored)"
 
-
-class QueuedSend(Coroutine[Any, Any, MessageSent]):
-    """What an :class:`~nous_inbox.async_owner.AsyncOwner`'s send verb returns for a send queued
-    on its store worker: a coroutine of the stored event. Awaiting it (or a task running it)
-    waits for the commit, and cancelling that wait takes the send back if no commit took it
-    yet. One never awaited is no error: a sync callback on the loop (a listener, a mailbox's
-    notice) may send without awaiting, and the send is stored all the same."""
-
-    __slots__ = ("_future", "_steps")
-
-    def __init__(self, future: asyncio.Future[MessageSent]) -> None:
-        self._future, self._steps = future, future.__await__()
-
-    def __await__(self) -> Generator[Any, None, MessageSent]:
-        return self._future.__await__()
-
-    def send(self, value: Any) -> Any:
-        """Go on waiting (a task running it)."""
-        return self._steps.send(value)
-
-    def throw(self, *error: Any) -> Any:
-        """Stop waiting with ``error`` (a task cancelled while running it)."""
-        return self._steps.throw(*error)
-
-    def close(self) -> None:
-        """Stop waiting; the send stays queued unless its wait was cancelled."""
-        self._steps.close()
