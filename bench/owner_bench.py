@@ -22,7 +22,9 @@ run. ``file:`` (fsynced JSON Lines) is shown too. Beside it, the physical limit:
 inserting 8 rows per transaction into SQLite on the same disk with the store's pragmas (WAL,
 ``synchronous = FULL``), with the 8-sender group commit on ``sqlite:`` as a ratio of it (floor:
 0.5x): 8 threads on an ``Owner``, and 8 asyncio tasks on an ``AsyncOwner`` (a web host's request
-handlers), each paired with the limit measured right before it.
+handlers), each paired with the limit measured right before it. A third pair is the threads'
+ceiling: 8 threads through the group commit alone, its commit a raw transaction, so what the
+threads' own wake-ups cost shows apart from what an owner does.
 
 Sends use ``inject`` (no wake) so no run starts: the consumer plays the run's claims itself.
 Throughput is messages per second from first send to last claim, with the two threads contending.
@@ -49,6 +51,8 @@ from typing import Any
 from bench.inbox_bench import MutableInbox
 from nous_inbox import Message, Target
 from nous_inbox.async_owner import AsyncOwner
+from nous_inbox.events import Event, Warned
+from nous_inbox.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.owner import Owner
 from nous_inbox.store import open_store
 
@@ -214,24 +218,75 @@ SENDERS = (1, 8, 32)
 RAW_ROWS = 8
 
 
+#: An event-sized row body for the raw transactions: what a send's record weighs.
+_RAW_BODY = (b'{"type":"message_sent","seq":1,"at":1700000000.0,"target":"next_step",'
+             b'"wakeup":false,"message":{"role":"user","content":"s0m0"}}')
+
+
+def _raw_db(path: Path) -> sqlite3.Connection:
+    """A SQLite file with the store's pragmas and an events table, written by hand."""
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = FULL")
+    db.execute("CREATE TABLE events (stream TEXT NOT NULL, seq INTEGER NOT NULL, "
+               "body BLOB NOT NULL, PRIMARY KEY (stream, seq))")
+    return db
+
+
+def _raw_transaction(db: sqlite3.Connection, first: int, rows: int) -> None:
+    db.execute("BEGIN IMMEDIATE")
+    db.executemany("INSERT INTO events (stream, seq, body) VALUES (?, ?, ?)",
+                   [("bench", seq, _RAW_BODY) for seq in range(first, first + rows)])
+    db.execute("COMMIT")
+
+
 def _raw_limit(path: Path, total: int) -> float:
     """Rows per second one thread inserts into SQLite, ``RAW_ROWS`` per transaction, with the
     store's pragmas and an event-sized row: the limit a durable send cannot beat."""
-    db = sqlite3.connect(path, isolation_level=None)
+    db = _raw_db(path)
     try:
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = FULL")
-        db.execute("CREATE TABLE events (stream TEXT NOT NULL, seq INTEGER NOT NULL, "
-                   "body BLOB NOT NULL, PRIMARY KEY (stream, seq))")
-        body = (b'{"type":"message_sent","seq":1,"at":1700000000.0,"target":"next_step",'
-                b'"wakeup":false,"message":{"role":"user","content":"s0m0"}}')
         begin = time.perf_counter()
         for first in range(0, total, RAW_ROWS):
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany("INSERT INTO events (stream, seq, body) VALUES (?, ?, ?)",
-                           [("bench", seq, body) for seq in range(first, first + RAW_ROWS)])
-            db.execute("COMMIT")
+            _raw_transaction(db, first, RAW_ROWS)
         return len(range(0, total, RAW_ROWS)) * RAW_ROWS / (time.perf_counter() - begin)
+    finally:
+        db.close()
+
+
+def _batcher_alone(path: Path, total: int) -> float:
+    """``RAW_ROWS`` threads sending through the group commit alone (:func:`commit_in_threads`),
+    its commit a raw transaction of the batch's rows: no owner, no store, no proof or fold.
+    Sends per second: the ceiling threads reach on this machine, whatever an owner does."""
+    db = _raw_db(path)
+    batcher: GroupCommit[threading.Lock] = GroupCommit()
+    queue_lock = threading.Lock()
+    written = 0
+
+    def commit(events: Sequence[Event]) -> Sequence[Event]:
+        nonlocal written  # one commit at a time: the batcher's leader
+        _raw_transaction(db, written, len(events))
+        written += len(events)
+        return events
+
+    per_sender = total // RAW_ROWS
+    started = threading.Barrier(RAW_ROWS + 1)
+
+    def sender() -> None:
+        started.wait()
+        for _ in range(per_sender):
+            commit_in_threads(batcher, queue_lock, Warned(text="x"), commit)
+
+    threads = [threading.Thread(target=sender) for _ in range(RAW_ROWS)]
+    try:
+        for thread in threads:
+            thread.start()
+        started.wait()
+        begin = time.perf_counter()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - begin
+        assert written == per_sender * RAW_ROWS
+        return written / elapsed
     finally:
         db.close()
 
@@ -244,11 +299,14 @@ class GroupRun:
     rows: list[GroupRow]
     raw_pairs: list[tuple[float, float]]
     async_pairs: list[tuple[float, float]]  # (raw limit, 8 asyncio tasks on ``AsyncOwner``)
+    alone_pairs: list[tuple[float, float]]  # (raw limit, 8 threads through the batcher alone)
 
-    def raw_share(self, asyncio_tasks: bool = False) -> tuple[float, float, float]:
-        """The 8-sender share of the raw limit (threads on ``Owner``, or with
-        ``asyncio_tasks`` tasks on ``AsyncOwner``): median, lowest and highest over the pairs."""
-        pairs = self.async_pairs if asyncio_tasks else self.raw_pairs
+    def raw_share(self, side: str = "threads") -> tuple[float, float, float]:
+        """The 8-sender share of the raw limit: median, lowest and highest over the pairs, for
+        ``side`` ``"threads"`` (on ``Owner``), ``"asyncio"`` (tasks on ``AsyncOwner``) or
+        ``"alone"`` (threads through the group commit alone, a raw commit: their ceiling)."""
+        pairs = {"threads": self.raw_pairs, "asyncio": self.async_pairs,
+                 "alone": self.alone_pairs}[side]
         shares = [eight / raw for raw, eight in pairs]
         return statistics.median(shares), min(shares), max(shares)
 
@@ -266,8 +324,11 @@ def measure_group(quick: bool = False) -> GroupRun:
     ratios: dict[tuple[str, int], list[float]] = {}
     pairs: list[tuple[float, float]] = []
     async_pairs: list[tuple[float, float]] = []
+    alone_pairs: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
+            raw = _raw_limit(Path(tmp) / f"raw-alone{r}.sqlite", total)
+            alone_pairs.append((raw, _batcher_alone(Path(tmp) / f"alone{r}.sqlite", total)))
             raw = _raw_limit(Path(tmp) / f"raw-async{r}.sqlite", total)
             url = f"sqlite:{Path(tmp) / f'group-async{r}.sqlite'}"
             async_pairs.append((raw, _group_async(url, RAW_ROWS, total // RAW_ROWS)))
@@ -286,7 +347,7 @@ def measure_group(quick: bool = False) -> GroupRun:
                     ratios.setdefault((kind, senders), []).append(got[0] / one)
     rows = [GroupRow(kind, senders, rate, per, statistics.median(ratios[kind, senders]))
             for (kind, senders), (rate, per) in best.items()]
-    return GroupRun(rows, pairs, async_pairs)
+    return GroupRun(rows, pairs, async_pairs, alone_pairs)
 
 
 def render_group(run: GroupRun, quick: bool = False) -> str:
@@ -303,15 +364,18 @@ def render_group(run: GroupRun, quick: bool = False) -> str:
             lines.append(f"| {kind} | {senders} | {row.throughput:,.0f} | {row.speedup:.2f}x "
                          f"| {row.per_transaction:.1f} |")
     if run.raw_pairs:
-        raws = sorted(raw for raw, _ in run.raw_pairs + run.async_pairs)
+        raws = sorted(raw for raw, _ in run.raw_pairs + run.async_pairs + run.alone_pairs)
         lines.append("")
         lines.append(f"Raw limit (one thread, {RAW_ROWS} rows per transaction, same disk and "
                      f"pragmas), measured right before each 8-sender run: {raws[0]:,.0f} to "
                      f"{raws[-1]:,.0f} rows/s over {len(raws)} runs. The share of it 8 senders on "
                      f"sqlite: reach (median of the pairs, lowest to highest; floor: 0.5x):")
         lines.append("")
-        for label, tasks in (("8 threads on `Owner`", False), ("8 asyncio tasks on `AsyncOwner`", True)):
-            median, low, high = run.raw_share(tasks)
+        for label, side in (("8 threads on `Owner`", "threads"),
+                            ("8 asyncio tasks on `AsyncOwner`", "asyncio"),
+                            ("8 threads through the group commit alone, a raw transaction as "
+                             "its commit (no owner, no store: the threads' ceiling)", "alone")):
+            median, low, high = run.raw_share(side)
             lines.append(f"- {label}: **{median:.2f}x** ({low:.2f}x to {high:.2f}x)")
     if quick:
         lines.append("")

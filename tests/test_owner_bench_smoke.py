@@ -11,3 +11,4 @@ def test_owner_bench_quick_renders_both_pairs() -> None:
     assert "| sqlite: | 8 |" in table and "| file: | 8 |" in table
     assert "| sqlite: | 32 |" in table and "| file: | 32 |" in table
     assert "- 8 threads on `Owner`: **" in table and "- 8 asyncio tasks on `AsyncOwner`: **" in table
+    assert "- 8 threads through the group commit alone" in table
