@@ -38,13 +38,13 @@ import gc
 import sqlite3
 import statistics
 import tempfile
-import threading
 import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.owner_bench import _all_at_once
 from nous_inbox.compat.praisonai import InProcessMailbox
 from nous_inbox.events import MailNoticed
 from nous_inbox.mailbox import AgentHandle, Mailbox, compose
@@ -235,21 +235,14 @@ def _durable_sends(url: str, senders: int, per_sender: int) -> float:
     committed before the next."""
     with Mailbox(url, max_queue=1_000_000) as box:
         handles = [box.agent(f"peer-{s}") for s in range(senders)]
-        started = threading.Barrier(senders + 1)
 
-        def sender(handle: AgentHandle) -> None:
-            started.wait()
-            for i in range(per_sender):
-                handle.send("dev", f"finding number {i}")
+        def sender(handle: AgentHandle) -> Callable[[], None]:
+            def send_all() -> None:
+                for i in range(per_sender):
+                    handle.send("dev", f"finding number {i}")
+            return send_all
 
-        threads = [threading.Thread(target=sender, args=(h,)) for h in handles]
-        for thread in threads:
-            thread.start()
-        started.wait()
-        begin = time.perf_counter()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - begin
+        elapsed = _all_at_once([sender(handle) for handle in handles])
         assert box.pending("dev") == senders * per_sender
     return senders * per_sender / elapsed
 

@@ -157,27 +157,39 @@ class _Counting:
         return getattr(self._store, name)
 
 
+def _all_at_once(senders: Sequence[Callable[[], object]]) -> float:
+    """Run each of ``senders`` on a thread of its own, all let go at once; the seconds from
+    their start to the last one's end."""
+    started = threading.Barrier(len(senders) + 1)
+
+    def run(send: Callable[[], object]) -> None:
+        started.wait()
+        send()
+
+    threads = [threading.Thread(target=run, args=(send,)) for send in senders]
+    for thread in threads:
+        thread.start()
+    started.wait()
+    begin = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - begin
+
+
 def _group(url: str, senders: int, per_sender: int) -> tuple[float, float]:
     store = open_store(url)
     counting = _Counting(store)
     owner = Owner(counting, "bench", _NoRun(), watch=False, start=False)  # type: ignore[arg-type]
     messages = [[Message.user(f"s{s}m{i}") for i in range(per_sender)] for s in range(senders)]
-    started = threading.Barrier(senders + 1)
 
-    def sender(mine: list[Message]) -> None:
-        started.wait()
-        for message in mine:
-            owner.inject(message)
+    def sender(mine: list[Message]) -> Callable[[], None]:
+        def send_all() -> None:
+            for message in mine:
+                owner.inject(message)
+        return send_all
 
-    threads = [threading.Thread(target=sender, args=(mine,)) for mine in messages]
     try:
-        for thread in threads:
-            thread.start()
-        started.wait()
-        begin = time.perf_counter()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - begin
+        elapsed = _all_at_once([sender(mine) for mine in messages])
         assert owner.inbox.count() == senders * per_sender
         return senders * per_sender / elapsed, senders * per_sender / max(counting.appends, 1)
     finally:
@@ -269,22 +281,13 @@ def _batcher_alone(path: Path, total: int) -> float:
         return events
 
     per_sender = total // RAW_ROWS
-    started = threading.Barrier(RAW_ROWS + 1)
 
     def sender() -> None:
-        started.wait()
         for _ in range(per_sender):
             commit_in_threads(batcher, queue_lock, Warned(text="x"), commit)
 
-    threads = [threading.Thread(target=sender) for _ in range(RAW_ROWS)]
     try:
-        for thread in threads:
-            thread.start()
-        started.wait()
-        begin = time.perf_counter()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - begin
+        elapsed = _all_at_once([sender] * RAW_ROWS)
         assert written == per_sender * RAW_ROWS
         return written / elapsed
     finally:

@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.owner_bench import _NoRun, _owner
+from bench.owner_bench import _all_at_once, _NoRun, _owner
 from nous_inbox.events import Event, QueueClaimed, Warned
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
@@ -90,21 +90,12 @@ def _senders(url: str, threads: int, total: int) -> float:
                       start=False)
         try:
             owner.inject("warm")
-            barrier = threading.Barrier(threads + 1)
 
             def send() -> None:
-                barrier.wait()
                 for i in range(per_thread):
                     owner.inject(f"m{i}")
 
-            workers = [threading.Thread(target=send) for _ in range(threads)]
-            for w in workers:
-                w.start()
-            barrier.wait()
-            begin = time.perf_counter()
-            for w in workers:
-                w.join()
-            return threads * per_thread / (time.perf_counter() - begin)
+            return threads * per_thread / _all_at_once([send] * threads)
         finally:
             owner.close()
 
