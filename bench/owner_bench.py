@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bench.inbox_bench import MutableInbox
 from nous_inbox import Message, Target
@@ -223,6 +223,9 @@ def _group_async(url: str, senders: int, per_sender: int) -> float:
     return asyncio.run(main())
 
 
+Side = Literal["threads", "asyncio", "alone"]
+"""An 8-sender side of the group-commit pairs (see :meth:`GroupRun.raw_share`)."""
+
 #: The numbers of concurrent senders measured.
 SENDERS = (1, 8, 32)
 
@@ -236,7 +239,9 @@ _RAW_BODY = (b'{"type":"message_sent","seq":1,"at":1700000000.0,"target":"next_s
 
 
 def _raw_db(path: Path) -> sqlite3.Connection:
-    """A SQLite file with the store's pragmas and an events table, written by hand."""
+    """A SQLite file with the store's pragmas and an events table, written by hand. Any thread
+    may use the connection (``check_same_thread=False``): in :func:`_batcher_alone` whichever
+    sender leads a batch commits it, one at a time."""
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = FULL")
@@ -296,19 +301,20 @@ def _batcher_alone(path: Path, total: int) -> float:
 
 @dataclass(frozen=True)
 class GroupRun:
-    """What :func:`measure_group` found: a row per store kind and sender count, and the pairs of
-    (raw limit, 8 senders on ``sqlite:``) measured back to back, one pair per repeat."""
+    """What :func:`measure_group` found: a row per store kind and sender count, and for each
+    8-sender side the pairs of (raw limit, its sends per second) measured back to back, one pair
+    per repeat."""
 
     rows: list[GroupRow]
-    raw_pairs: list[tuple[float, float]]
-    async_pairs: list[tuple[float, float]]  # (raw limit, 8 asyncio tasks on ``AsyncOwner``)
-    alone_pairs: list[tuple[float, float]]  # (raw limit, 8 threads through the batcher alone)
+    thread_pairs: list[tuple[float, float]]  # 8 threads on an ``Owner`` on ``sqlite:``
+    async_pairs: list[tuple[float, float]]  # 8 asyncio tasks on an ``AsyncOwner`` on ``sqlite:``
+    alone_pairs: list[tuple[float, float]]  # 8 threads through the batcher alone, a raw commit
 
-    def raw_share(self, side: str = "threads") -> tuple[float, float, float]:
+    def raw_share(self, side: Side = "threads") -> tuple[float, float, float]:
         """The 8-sender share of the raw limit: median, lowest and highest over the pairs, for
         ``side`` ``"threads"`` (on ``Owner``), ``"asyncio"`` (tasks on ``AsyncOwner``) or
         ``"alone"`` (threads through the group commit alone, a raw commit: their ceiling)."""
-        pairs = {"threads": self.raw_pairs, "asyncio": self.async_pairs,
+        pairs = {"threads": self.thread_pairs, "asyncio": self.async_pairs,
                  "alone": self.alone_pairs}[side]
         shares = [eight / raw for raw, eight in pairs]
         return statistics.median(shares), min(shares), max(shares)
@@ -320,12 +326,13 @@ def measure_group(quick: bool = False) -> GroupRun:
     so a disk that slows down between repeats moves both sides alike). The raw limit is measured
     right before each repeat's 8-sender ``sqlite:`` run, for the same reason: a disk's fsync time
     drifts by a third between minutes, and a share of a limit taken at another moment says more
-    about the drift than about the code."""
+    about the drift than about the code. Each repeat also pairs the limit with 8 asyncio tasks
+    on an ``AsyncOwner`` and with the threads' ceiling (:func:`_batcher_alone`)."""
     total = 80 if quick else 800
     repeats = 1 if quick else 5
     best: dict[tuple[str, int], tuple[float, float]] = {}
     ratios: dict[tuple[str, int], list[float]] = {}
-    pairs: list[tuple[float, float]] = []
+    thread_pairs: list[tuple[float, float]] = []
     async_pairs: list[tuple[float, float]] = []
     alone_pairs: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -344,13 +351,13 @@ def measure_group(quick: bool = False) -> GroupRun:
                     url = f"{kind}{Path(tmp) / f'group{r}-{senders}.{suffix}'}"
                     got = _group(url, senders, total // senders)
                     if raw:
-                        pairs.append((raw, got[0]))
+                        thread_pairs.append((raw, got[0]))
                     best[kind, senders] = max(got, best.get((kind, senders), (0.0, 0.0)))
                     one = one or got[0]
                     ratios.setdefault((kind, senders), []).append(got[0] / one)
     rows = [GroupRow(kind, senders, rate, per, statistics.median(ratios[kind, senders]))
             for (kind, senders), (rate, per) in best.items()]
-    return GroupRun(rows, pairs, async_pairs, alone_pairs)
+    return GroupRun(rows, thread_pairs, async_pairs, alone_pairs)
 
 
 def render_group(run: GroupRun, quick: bool = False) -> str:
@@ -366,8 +373,8 @@ def render_group(run: GroupRun, quick: bool = False) -> str:
             row = by[kind, senders]
             lines.append(f"| {kind} | {senders} | {row.throughput:,.0f} | {row.speedup:.2f}x "
                          f"| {row.per_transaction:.1f} |")
-    if run.raw_pairs:
-        raws = sorted(raw for raw, _ in run.raw_pairs + run.async_pairs + run.alone_pairs)
+    if run.thread_pairs:
+        raws = sorted(raw for raw, _ in run.thread_pairs + run.async_pairs + run.alone_pairs)
         lines.append("")
         lines.append(f"Raw limit (one thread, {RAW_ROWS} rows per transaction, same disk and "
                      f"pragmas), measured right before each 8-sender run: {raws[0]:,.0f} to "

@@ -3,7 +3,7 @@
 from bench import owner_bench
 
 
-def test_owner_bench_quick_renders_both_pairs() -> None:
+def test_owner_bench_quick_renders_every_table_and_share() -> None:
     table = owner_bench.run(quick=True)
     assert "| Owner, memory: |" in table
     assert "| Owner, sqlite: (durable) |" in table
