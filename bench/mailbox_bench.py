@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import sqlite3
 import statistics
 import tempfile
 import time
@@ -44,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.owner_bench import _all_at_once
+from bench.owner_bench import _all_at_once, _raw_limit
 from nous_inbox.compat.praisonai import InProcessMailbox
 from nous_inbox.events import MailNoticed
 from nous_inbox.mailbox import AgentHandle, Mailbox, compose
@@ -247,24 +246,8 @@ def _durable_sends(url: str, senders: int, per_sender: int) -> float:
     return senders * per_sender / elapsed
 
 
-def _raw_inserts(path: Path, n: int, batch: int) -> float:
-    """Rows per second inserted with ``sqlite3`` alone, under the store's pragmas (WAL,
-    ``synchronous=FULL``), ``batch`` rows per transaction: the limit a durable send can approach."""
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = FULL")
-    db.execute("CREATE TABLE events (stream TEXT, seq INTEGER, data BLOB, "
-               "PRIMARY KEY (stream, seq))")
-    row = b'{"type":"mail_sent","id":"x","sender":"peer-0","recipient":"dev","body":"finding"}'
-    begin = time.perf_counter()
-    for start in range(0, n, batch):
-        db.execute("BEGIN IMMEDIATE")
-        db.executemany("INSERT INTO events VALUES ('mailbox', ?, ?)",
-                       [(seq, row) for seq in range(start, min(n, start + batch))])
-        db.execute("COMMIT")
-    elapsed = time.perf_counter() - begin
-    db.close()
-    return n / elapsed
+#: A mail-sized row for the raw limit: what a mailbox send's record weighs.
+_MAIL_ROW = b'{"type":"mail_sent","id":"x","sender":"peer-0","recipient":"dev","body":"finding"}'
 
 
 def durable(quick: bool = False) -> list[tuple[str, float]]:
@@ -280,10 +263,10 @@ def durable(quick: bool = False) -> list[tuple[str, float]]:
                     lambda s=s, r=r: _durable_sends(
                         f"sqlite:{Path(tmp) / f'd{r}-{s}.sqlite'}", s, total // s))
                 for s in SENDERS}
-            sides[LIMIT] = (lambda r=r: _raw_inserts(Path(tmp) / f"raw{r}-batched.sqlite",
-                                                     total * 2, RAW_ROWS))
+            sides[LIMIT] = (lambda r=r: _raw_limit(Path(tmp) / f"raw{r}-batched.sqlite",
+                                                   total * 2, RAW_ROWS, _MAIL_ROW))
             sides["raw sqlite3, 1 row per transaction"] = (
-                lambda r=r: _raw_inserts(Path(tmp) / f"raw{r}-single.sqlite", total, 1))
+                lambda r=r: _raw_limit(Path(tmp) / f"raw{r}-single.sqlite", total, 1, _MAIL_ROW))
             for side, fn in sides.items():
                 best[side] = max(best.get(side, 0.0), fn())
     return list(best.items())

@@ -250,22 +250,24 @@ def _raw_db(path: Path) -> sqlite3.Connection:
     return db
 
 
-def _raw_transaction(db: sqlite3.Connection, first: int, rows: int) -> None:
+def _raw_transaction(db: sqlite3.Connection, first: int, rows: int,
+                     body: bytes = _RAW_BODY) -> None:
     db.execute("BEGIN IMMEDIATE")
     db.executemany("INSERT INTO events (stream, seq, body) VALUES (?, ?, ?)",
-                   [("bench", seq, _RAW_BODY) for seq in range(first, first + rows)])
+                   [("bench", seq, body) for seq in range(first, first + rows)])
     db.execute("COMMIT")
 
 
-def _raw_limit(path: Path, total: int) -> float:
-    """Rows per second one thread inserts into SQLite, ``RAW_ROWS`` per transaction, with the
-    store's pragmas and an event-sized row: the limit a durable send cannot beat."""
+def _raw_limit(path: Path, total: int, rows: int = RAW_ROWS, body: bytes = _RAW_BODY) -> float:
+    """Rows per second one thread inserts into SQLite, ``rows`` per transaction, with the
+    store's pragmas and a row of ``body`` (by default event-sized): the limit a durable send
+    cannot beat."""
     db = _raw_db(path)
     try:
         begin = time.perf_counter()
-        for first in range(0, total, RAW_ROWS):
-            _raw_transaction(db, first, RAW_ROWS)
-        return len(range(0, total, RAW_ROWS)) * RAW_ROWS / (time.perf_counter() - begin)
+        for first in range(0, total, rows):
+            _raw_transaction(db, first, min(rows, total - first), body)
+        return total / (time.perf_counter() - begin)
     finally:
         db.close()
 
