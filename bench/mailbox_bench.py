@@ -43,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.owner_bench import _all_at_once, _raw_limit
+from bench._common import RAW_ROWS, all_at_once, raw_limit
 from nous_inbox.compat.praisonai import InProcessMailbox
 from nous_inbox.events import MailNoticed
 from nous_inbox.mailbox import AgentHandle, Mailbox, compose
@@ -224,8 +224,6 @@ def growth(quick: bool = False) -> list[tuple[str, int, float]]:
 
 #: The numbers of concurrent sender threads measured on a durable store.
 SENDERS = (1, 8)
-#: The rows per transaction of the raw limit: what 8 senders would share at best.
-RAW_ROWS = 8
 LIMIT = f"raw sqlite3, {RAW_ROWS} rows per transaction (the limit)"
 
 
@@ -241,7 +239,7 @@ def _durable_sends(url: str, senders: int, per_sender: int) -> float:
                     handle.send("dev", f"finding number {i}")
             return send_all
 
-        elapsed = _all_at_once([sender(handle) for handle in handles])
+        elapsed = all_at_once([sender(handle) for handle in handles])
         assert box.pending("dev") == senders * per_sender
     return senders * per_sender / elapsed
 
@@ -263,10 +261,10 @@ def durable(quick: bool = False) -> list[tuple[str, float]]:
                     lambda s=s, r=r: _durable_sends(
                         f"sqlite:{Path(tmp) / f'd{r}-{s}.sqlite'}", s, total // s))
                 for s in SENDERS}
-            sides[LIMIT] = (lambda r=r: _raw_limit(Path(tmp) / f"raw{r}-batched.sqlite",
-                                                   total * 2, RAW_ROWS, _MAIL_ROW))
+            sides[LIMIT] = (lambda r=r: raw_limit(Path(tmp) / f"raw{r}-batched.sqlite",
+                                                  total * 2, RAW_ROWS, _MAIL_ROW))
             sides["raw sqlite3, 1 row per transaction"] = (
-                lambda r=r: _raw_limit(Path(tmp) / f"raw{r}-single.sqlite", total, 1, _MAIL_ROW))
+                lambda r=r: raw_limit(Path(tmp) / f"raw{r}-single.sqlite", total, 1, _MAIL_ROW))
             for side, fn in sides.items():
                 best[side] = max(best.get(side, 0.0), fn())
     return list(best.items())

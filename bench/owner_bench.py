@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sqlite3
 import statistics
 import tempfile
 import threading
@@ -48,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from bench._common import RAW_ROWS, all_at_once, raw_db, raw_limit, raw_transaction
 from bench.inbox_bench import MutableInbox
 from nous_inbox import Message, Target
 from nous_inbox.async_owner import AsyncOwner
@@ -157,25 +157,6 @@ class _Counting:
         return getattr(self._store, name)
 
 
-def _all_at_once(senders: Sequence[Callable[[], object]]) -> float:
-    """Run each of ``senders`` on a thread of its own, all let go at once; the seconds from
-    their start to the last one's end."""
-    started = threading.Barrier(len(senders) + 1)
-
-    def run(send: Callable[[], object]) -> None:
-        started.wait()
-        send()
-
-    threads = [threading.Thread(target=run, args=(send,)) for send in senders]
-    for thread in threads:
-        thread.start()
-    started.wait()
-    begin = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    return time.perf_counter() - begin
-
-
 def _group(url: str, senders: int, per_sender: int) -> tuple[float, float]:
     store = open_store(url)
     counting = _Counting(store)
@@ -189,7 +170,7 @@ def _group(url: str, senders: int, per_sender: int) -> tuple[float, float]:
         return send_all
 
     try:
-        elapsed = _all_at_once([sender(mine) for mine in messages])
+        elapsed = all_at_once([sender(mine) for mine in messages])
         assert owner.inbox.count() == senders * per_sender
         return senders * per_sender / elapsed, senders * per_sender / max(counting.appends, 1)
     finally:
@@ -229,61 +210,18 @@ Side = Literal["threads", "asyncio", "alone"]
 #: The numbers of concurrent senders measured.
 SENDERS = (1, 8, 32)
 
-#: The rows per transaction of the raw limit: what 8 senders would share at best.
-RAW_ROWS = 8
-
-
-#: An event-sized row body for the raw transactions: what a send's record weighs.
-_RAW_BODY = (b'{"type":"message_sent","seq":1,"at":1700000000.0,"target":"next_step",'
-             b'"wakeup":false,"message":{"role":"user","content":"s0m0"}}')
-
-
-def _raw_db(path: Path) -> sqlite3.Connection:
-    """A SQLite file with the store's pragmas and an events table, written by hand. Any thread
-    may use the connection (``check_same_thread=False``): in :func:`_batcher_alone` whichever
-    sender leads a batch commits it, one at a time."""
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = FULL")
-    db.execute("CREATE TABLE events (stream TEXT NOT NULL, seq INTEGER NOT NULL, "
-               "body BLOB NOT NULL, PRIMARY KEY (stream, seq))")
-    return db
-
-
-def _raw_transaction(db: sqlite3.Connection, first: int, rows: int,
-                     body: bytes = _RAW_BODY) -> None:
-    db.execute("BEGIN IMMEDIATE")
-    db.executemany("INSERT INTO events (stream, seq, body) VALUES (?, ?, ?)",
-                   [("bench", seq, body) for seq in range(first, first + rows)])
-    db.execute("COMMIT")
-
-
-def _raw_limit(path: Path, total: int, rows: int = RAW_ROWS, body: bytes = _RAW_BODY) -> float:
-    """Rows per second one thread inserts into SQLite, ``rows`` per transaction, with the
-    store's pragmas and a row of ``body`` (by default event-sized): the limit a durable send
-    cannot beat."""
-    db = _raw_db(path)
-    try:
-        begin = time.perf_counter()
-        for first in range(0, total, rows):
-            _raw_transaction(db, first, min(rows, total - first), body)
-        return total / (time.perf_counter() - begin)
-    finally:
-        db.close()
-
-
 def _batcher_alone(path: Path, total: int) -> float:
     """``RAW_ROWS`` threads sending through the group commit alone (:func:`commit_in_threads`),
     its commit a raw transaction of the batch's rows: no owner, no store, no proof or fold.
     Sends per second: the ceiling threads reach on this machine, whatever an owner does."""
-    db = _raw_db(path)
+    db = raw_db(path)
     batcher: GroupCommit[threading.Lock] = GroupCommit()
     queue_lock = threading.Lock()
     written = 0
 
     def commit(events: Sequence[Event]) -> Sequence[Event]:
         nonlocal written  # one commit at a time: the batcher's leader
-        _raw_transaction(db, written, len(events))
+        raw_transaction(db, written, len(events))
         written += len(events)
         return events
 
@@ -294,7 +232,7 @@ def _batcher_alone(path: Path, total: int) -> float:
             commit_in_threads(batcher, queue_lock, Warned(text="x"), commit)
 
     try:
-        elapsed = _all_at_once([sender] * RAW_ROWS)
+        elapsed = all_at_once([sender] * RAW_ROWS)
         assert written == per_sender * RAW_ROWS
         return written / elapsed
     finally:
@@ -339,9 +277,9 @@ def measure_group(quick: bool = False) -> GroupRun:
     alone_pairs: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
-            raw = _raw_limit(Path(tmp) / f"raw-alone{r}.sqlite", total)
+            raw = raw_limit(Path(tmp) / f"raw-alone{r}.sqlite", total)
             alone_pairs.append((raw, _batcher_alone(Path(tmp) / f"alone{r}.sqlite", total)))
-            raw = _raw_limit(Path(tmp) / f"raw-async{r}.sqlite", total)
+            raw = raw_limit(Path(tmp) / f"raw-async{r}.sqlite", total)
             url = f"sqlite:{Path(tmp) / f'group-async{r}.sqlite'}"
             async_pairs.append((raw, _group_async(url, RAW_ROWS, total // RAW_ROWS)))
             for kind, suffix in (("sqlite:", "sqlite"), ("file:", "jsonl")):
@@ -349,7 +287,7 @@ def measure_group(quick: bool = False) -> GroupRun:
                 for senders in SENDERS:
                     raw = 0.0
                     if (kind, senders) == ("sqlite:", RAW_ROWS):
-                        raw = _raw_limit(Path(tmp) / f"raw{r}.sqlite", total)
+                        raw = raw_limit(Path(tmp) / f"raw{r}.sqlite", total)
                     url = f"{kind}{Path(tmp) / f'group{r}-{senders}.{suffix}'}"
                     got = _group(url, senders, total // senders)
                     if raw:

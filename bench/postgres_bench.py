@@ -44,7 +44,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.owner_bench import _all_at_once, _NoRun, _owner
+from bench._common import all_at_once
+from bench.owner_bench import _NoRun, _owner
 from nous_inbox.events import Event, QueueClaimed, Warned
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
@@ -95,7 +96,7 @@ def _senders(url: str, threads: int, total: int) -> float:
                 for i in range(per_thread):
                     owner.inject(f"m{i}")
 
-            return threads * per_thread / _all_at_once([send] * threads)
+            return threads * per_thread / all_at_once([send] * threads)
         finally:
             owner.close()
 
