@@ -318,8 +318,8 @@ def render_group(run: GroupRun, quick: bool = False) -> str:
         lines.append("")
         lines.append(f"Raw limit (one thread, {RAW_ROWS} rows per transaction, same disk and "
                      f"pragmas), measured right before each 8-sender run: {raws[0]:,.0f} to "
-                     f"{raws[-1]:,.0f} rows/s over {len(raws)} runs. The share of it 8 senders on "
-                     f"sqlite: reach (median of the pairs, lowest to highest; floor: 0.5x):")
+                     f"{raws[-1]:,.0f} rows/s over {len(raws)} runs. The share of it each 8-sender "
+                     f"side reaches (median of the pairs, lowest to highest; floor: 0.5x):")
         lines.append("")
         for label, side in (("8 threads on `Owner`", "threads"),
                             ("8 asyncio tasks on `AsyncOwner`", "asyncio"),
