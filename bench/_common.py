@@ -1,5 +1,8 @@
 """What several benchmarks share: sender threads let go at once, and SQLite's raw limit.
 
+Senders wait at a barrier and are timed from its release, so thread start-up is not measured and
+every sender competes from its first send.
+
 The raw limit is what a durable send on ``sqlite:`` cannot beat: one thread inserting rows by hand
 with the store's pragmas (WAL, ``synchronous = FULL``) on the same disk. The owner and mailbox
 benchmarks set their group commits against it, measured the same way.
