@@ -19,7 +19,7 @@ median over many. Sides, same pre-built messages:
 **Adapter overhead per model request.** One pydantic-ai ``Agent`` with a ``FunctionModel`` that
 takes 1 ms (``asyncio.sleep(0.001)``) and calls a trivial tool ``S - 1`` times before answering,
 so a run is ``S`` model requests. Sides: the agent run directly (``agent.run``); the same agent
-through :class:`~nous_inbox.compat.pydantic_ai.AgentRunner` on an in-memory ``LocalSession``
+through :class:`~nous_inbox.adapters.pydantic_ai.AgentRunner` on an in-memory ``LocalSession``
 (claims and records inline); and through an ``AsyncOwner`` on ``sqlite:`` (every request's
 claim and records durable, on the owner's worker thread). Reported: time per model request, and the ratio to
 the bare agent.
@@ -45,10 +45,10 @@ from pathlib import Path
 from typing import Any
 
 from nous_inbox import Message, Target
-from nous_inbox.async_owner import AsyncOwner
 from nous_inbox.events import MessageSent
-from nous_inbox.journal import Journal
+from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.store import open_store
+from nous_inbox.store.journal import Journal
 
 __all__ = ["main", "run"]
 
@@ -191,8 +191,8 @@ def _agent(steps: int, delay: float) -> Any:
 
 def _adapter_table(quick: bool) -> str:
     try:
-        from nous_inbox.compat.pydantic_ai import AgentRunner
-        from nous_inbox.port import LocalSession
+        from nous_inbox.adapters.pydantic_ai import AgentRunner
+        from nous_inbox.runner.port import LocalSession
     except ImportError:
         return "(pydantic-ai is not installed: pip install 'nous-inbox[pydantic-ai]')"
     steps, runs, reps, delay = (3, 3, 1, 0.001) if quick else (5, 20, 3, 0.001)

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import RAW_ROWS, all_at_once, raw_limit
-from nous_inbox.compat.praisonai import InProcessMailbox
+from nous_inbox.adapters.praisonai import InProcessMailbox
 from nous_inbox.events import MailNoticed
 from nous_inbox.mailbox import AgentHandle, Mailbox, compose
 

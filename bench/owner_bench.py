@@ -50,10 +50,10 @@ from typing import Any, Literal
 from bench._common import RAW_ROWS, all_at_once, raw_db, raw_limit, raw_transaction
 from bench.inbox_bench import MutableInbox
 from nous_inbox import Message, Target
-from nous_inbox.async_owner import AsyncOwner
 from nous_inbox.events import Event, Warned
-from nous_inbox.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.owner import Owner
+from nous_inbox.owner.async_owner import AsyncOwner
+from nous_inbox.owner.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.store import open_store
 
 __all__ = ["GroupRow", "GroupRun", "Row", "measure", "measure_group", "render", "render_group", "run", "main"]

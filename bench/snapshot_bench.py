@@ -58,8 +58,8 @@ from nous_inbox.events import (
     ToolReturned,
 )
 from nous_inbox.session import replay
-from nous_inbox.snapshot import SNAPSHOT_EVERY, SNAPSHOT_SHARE, load_session, save_snapshot
 from nous_inbox.store import open_store
+from nous_inbox.store.snapshot import SNAPSHOT_EVERY, SNAPSHOT_SHARE, load_session, save_snapshot
 
 __all__ = ["fill", "main", "run"]
 

@@ -2,22 +2,27 @@
 
 A message sent to a running agent waits in an inbox and joins the run at its next step boundary (or
 its next turn), so the run is redirected instead of restarted, and nothing is lost, even across a
-crash. This module is the public face: it re-exports and defines nothing.
+crash. This package is the core: the message, the two-queue inbox value, the one event vocabulary,
+replay, the loop's table and the codec. It touches no disk, socket, thread or event loop; the shell
+lives in subpackages imported when needed: :mod:`nous_inbox.store` (logs and stores),
+:mod:`nous_inbox.runner.runner` (a turn with a model and tools), :mod:`nous_inbox.owner.threaded` (the actors that
+hold a session), :mod:`nous_inbox.mailbox`, :mod:`nous_inbox.adapters`, :mod:`nous_inbox.cli` and
+:mod:`nous_inbox.web`.
 
 >>> import nous_inbox as ni
 >>> inbox = ni.Inbox().inject("the deploy is frozen").steer("stop and summarize")
->>> ni.wants_wake(inbox)
+>>> inbox.wants_wake()
 True
->>> messages, inbox = ni.claim(inbox, "next_step")
+>>> messages, inbox = inbox.claim("next_step")
 >>> [m.content for m in messages]
 ['the deploy is frozen', 'stop and summarize']
 """
 
 import logging as _logging
-from importlib import metadata as _metadata
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
-from nous_inbox.async_owner import AsyncOwner
-from nous_inbox.boundary import Boundary, BoundaryKind
+from nous_inbox.codec import read_events
 from nous_inbox.errors import (
     ConcurrencyError,
     DecodeError,
@@ -29,158 +34,55 @@ from nous_inbox.errors import (
     StreamOwnedError,
     UnexpectedHappeningError,
 )
-from nous_inbox.events import (
-    SCHEMA_VERSION,
-    CancelRequested,
-    Event,
-    MailSent,
-    MessageSent,
-    ModelReplied,
-    ModelRequested,
-    Nudged,
-    QueueClaimed,
-    StepEnded,
-    StepStarted,
-    ToolCalled,
-    ToolReturned,
-    TurnEnded,
-    TurnStarted,
-    Warned,
-)
-from nous_inbox.inbox import (
-    Claimed,
-    Entry,
-    Inbox,
-    Target,
-    claim,
-    count,
-    followup,
-    has_pending,
-    inject,
-    send,
-    steer,
-    wants_wake,
-    worth_waking,
-)
-from nous_inbox.loop import ToolSpec
-from nous_inbox.mailbox import (
-    KIND_ALIASES,
-    AgentHandle,
-    Letter,
-    Mailbox,
-    MailboxFullError,
-    Receipt,
-    ThreadSummary,
-    mailbox_tools,
-)
+from nous_inbox.events import SCHEMA_VERSION, Event, MessageSent, QueueClaimed
+from nous_inbox.inbox import Claimed, Entry, Inbox, Target
 from nous_inbox.message import Message, Role, ToolCall
-from nous_inbox.owner import Owner
-from nous_inbox.owner_body import request_cancel
-from nous_inbox.port import LocalSession, SessionPort
-from nous_inbox.runner import Runner, Tool, tool
 from nous_inbox.session import Session, replay
-from nous_inbox.store import (
-    FileStore,
-    MemoryStore,
-    OwnerLease,
-    SqliteStore,
-    Store,
-    StoreLockedError,
-    default_store_url,
-    open_store,
-)
-from nous_inbox.turn_result import (
-    AsyncTurnHandle,
-    TurnCancelled,
-    TurnError,
-    TurnFailed,
-    TurnHandle,
-    TurnResult,
-)
 
-try:  # one source of truth for the version: the installed distribution's metadata
-    __version__ = _metadata.version("nous-inbox")
-except _metadata.PackageNotFoundError:  # a bare checkout on sys.path, never installed
-    __version__ = "0+unknown"
+if _TYPE_CHECKING:
+    __version__: str
+else:  # a type checker sees the face alone, so a misspelt name is still refused
+
+    def __getattr__(name: str) -> _Any:
+        """``__version__``, read from the installed distribution's metadata when first asked:
+        ``importlib.metadata`` loads ``email`` and ``socket``, which the core does not need."""
+        if name != "__version__":
+            raise AttributeError(f"module 'nous_inbox' has no attribute {name!r}")
+        from importlib import metadata
+
+        try:
+            version = metadata.version("nous-inbox")
+        except metadata.PackageNotFoundError:  # a bare checkout on sys.path, never installed
+            version = "0+unknown"
+        globals()["__version__"] = version
+        return version
+
 
 # A host that set up no logging hears nothing from the library (not Python's last-resort stderr).
 _logging.getLogger("nous_inbox").addHandler(_logging.NullHandler())
 
 __all__ = [
     "SCHEMA_VERSION",
-    "AgentHandle",
-    "AsyncOwner",
-    "AsyncTurnHandle",
-    "Boundary",
-    "BoundaryKind",
-    "CancelRequested",
     "Claimed",
     "ConcurrencyError",
     "DecodeError",
-    "LeaseLostError",
-    "OutcomeUnknownError",
     "Entry",
     "Event",
-    "FileStore",
     "Inbox",
-    "KIND_ALIASES",
-    "Letter",
-    "LocalSession",
-    "Owner",
-    "MemoryStore",
-    "MailSent",
-    "Mailbox",
-    "MailboxFullError",
+    "LeaseLostError",
     "Message",
     "MessageSent",
-    "ModelReplied",
-    "ModelRequested",
-    "Nudged",
-    "OwnerLease",
+    "OutcomeUnknownError",
     "QueueClaimed",
-    "Receipt",
     "RecordTooLargeError",
     "ReplayError",
     "Role",
-    "Runner",
     "Session",
-    "SessionPort",
-    "SqliteStore",
-    "StepEnded",
-    "StepStarted",
-    "Store",
     "StoreError",
-    "StoreLockedError",
     "StreamOwnedError",
     "Target",
-    "ThreadSummary",
-    "Tool",
     "ToolCall",
-    "ToolCalled",
-    "ToolReturned",
-    "ToolSpec",
-    "TurnCancelled",
-    "TurnEnded",
-    "TurnError",
-    "TurnFailed",
-    "TurnHandle",
-    "TurnResult",
-    "TurnStarted",
     "UnexpectedHappeningError",
-    "Warned",
-    "claim",
-    "count",
-    "default_store_url",
-    "followup",
-    "has_pending",
-    "inject",
-    "mailbox_tools",
-    "open_store",
+    "read_events",
     "replay",
-    "request_cancel",
-    "send",
-    "steer",
-    "tool",
-    "wants_wake",
-    "worth_waking",
 ]

@@ -136,8 +136,8 @@ def as_wakeup(wakeup: object) -> bool:
     """A ``bool`` passes through; anything else (``1``, ``"yes"``, ``None``) is a TypeError.
 
     Whoever takes a send's parts checks them in one order, message, target, then wakeup
-    (:meth:`Inbox.send`, :func:`~nous_inbox.journal.sent_event`,
-    :meth:`Journal.send <nous_inbox.journal.Journal.send>`), so a send with several bad parts
+    (:meth:`Inbox.send`, :func:`~nous_inbox.store.journal.sent_event`,
+    :meth:`Journal.send <nous_inbox.store.journal.Journal.send>`), so a send with several bad parts
     raises the same error wherever it is made. A hot path tests ``type(wakeup) is not bool``
     itself and calls this only to raise.
 

@@ -111,7 +111,7 @@ class Session(msgspec.Struct, frozen=True, gc=False):
 
         What is taken is :meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`'s decision
         (``wake_only``, ``limit``). Every claimer that records its claim (the journal,
-        :func:`~nous_inbox.journal.claim_event`) builds its event here, so the event always
+        :func:`~nous_inbox.store.journal.claim_event`) builds its event here, so the event always
         says what the core decided.
 
         >>> from nous_inbox.inbox import Inbox

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from nous_inbox import Message, MessageSent, ToolCall, TurnEnded, TurnStarted, replay
-from nous_inbox.async_owner import AsyncOwner
+from nous_inbox import Message, MessageSent, ToolCall, replay
 from nous_inbox.errors import LeaseLostError, StoreError
-from nous_inbox.events import Event
+from nous_inbox.events import Event, TurnEnded, TurnStarted
 from nous_inbox.mailbox import Mailbox
+from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.runner import Runner
 from nous_inbox.store import Store, open_store
 
@@ -148,7 +148,7 @@ def test_store_io_never_runs_on_the_event_loop() -> None:
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import FunctionModel
 
-    from nous_inbox.compat.pydantic_ai import AgentRunner
+    from nous_inbox.adapters.pydantic_ai import AgentRunner
 
     def model(messages: Any, info: Any) -> ModelResponse:
         if len(messages) == 1:

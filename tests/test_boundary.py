@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from nous_inbox import Boundary, Message, QueueClaimed, Session, ToolCall, replay
-from nous_inbox.async_owner import AsyncOwner
+from nous_inbox import Message, QueueClaimed, Session, ToolCall, replay
+from nous_inbox.boundary import Boundary
 from nous_inbox.owner import Owner
+from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.runner import Runner, tool
 from nous_inbox.store import open_store
 
@@ -198,7 +199,7 @@ def test_an_agent_run_by_pydantic_ai_tells_its_boundaries_too(face: str) -> None
     from pydantic_ai.messages import ModelResponse, TextPart
     from pydantic_ai.models.function import FunctionModel
 
-    from nous_inbox.compat.pydantic_ai import AgentRunner
+    from nous_inbox.adapters.pydantic_ai import AgentRunner
 
     agent = Agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("ok")])))
     heard: list[tuple[str, int]] = []

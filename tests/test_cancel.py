@@ -21,24 +21,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nous_inbox import (
-    AsyncOwner,
-    CancelRequested,
-    Message,
-    MessageSent,
-    Owner,
-    Runner,
-    Session,
-    Target,
-    TurnEnded,
-    TurnStarted,
-    Warned,
-    open_store,
-    replay,
-    request_cancel,
-)
-from nous_inbox.snapshot import TIP_EVENTS, decode_snapshot, encode_snapshot
-from nous_inbox.store import Store
+from nous_inbox import Message, MessageSent, Session, Target, replay
+from nous_inbox.events import CancelRequested, TurnEnded, TurnStarted, Warned
+from nous_inbox.owner import AsyncOwner, Owner, request_cancel
+from nous_inbox.runner import Runner
+from nous_inbox.store import Store, open_store
+from nous_inbox.store.snapshot import TIP_EVENTS, decode_snapshot, encode_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 10.0

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nous_inbox.cli import main
+from nous_inbox.__main__ import main
 from nous_inbox.events import Warned
 from nous_inbox.store import open_store
 
@@ -380,7 +380,7 @@ def test_output_into_a_pipe_nobody_reads_exits_0_without_tracebacks(url: str) ->
 def test_a_failing_tool_is_one_warning_line_not_a_traceback(
     url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from nous_inbox.cli.agent import ScriptedAgent
+    from nous_inbox.runner.scripted import ScriptedAgent
 
     def read_log(self: ScriptedAgent, name: str) -> str:
         raise RuntimeError("disk\non fire")

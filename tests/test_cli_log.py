@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nous_inbox.cli import main
+from nous_inbox.__main__ import main
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 60.0

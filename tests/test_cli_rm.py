@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nous_inbox.cli import main
+from nous_inbox.__main__ import main
 from nous_inbox.store import open_store
 
 

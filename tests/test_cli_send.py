@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nous_inbox.cli import main
+from nous_inbox.__main__ import main
 from nous_inbox.cli.main import build_parser
 from nous_inbox.cli.text import MAX_TEXT_BYTES, message_text
 from nous_inbox.cli.usage import UsageError

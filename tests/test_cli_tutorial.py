@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from nous_inbox.cli import main
-from nous_inbox.cli.agent import log_names
+from nous_inbox.__main__ import main
 from nous_inbox.events import TurnStarted
+from nous_inbox.runner.scripted import log_names
 from nous_inbox.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -35,8 +35,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nous_inbox.compat import aimu as aimu_module
-from nous_inbox.compat.aimu import ORDER_KEY, AimuInbox, stream_name
+from nous_inbox.adapters import aimu as aimu_module
+from nous_inbox.adapters.aimu import ORDER_KEY, AimuInbox, stream_name
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed, enc_hook
 from nous_inbox.inbox import Inbox, Target
@@ -577,7 +577,7 @@ def test_a_real_second_process_sends_before_and_after_a_run_opens(tmp_path: Any)
     def send_from_another_process(text: str) -> None:
         script = (
             "import sys\n"
-            "from nous_inbox.compat.aimu import AimuInbox\n"
+            "from nous_inbox.adapters.aimu import AimuInbox\n"
             "from nous_inbox.store import open_store\n"
             "with open_store(sys.argv[1]) as store:\n"
             "    AimuInbox(store).followup(sys.argv[2], agent='a')\n"

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from nous_inbox.compat.praisonai import AgentMessage, InProcessMailbox
+from nous_inbox.adapters.praisonai import AgentMessage, InProcessMailbox
 from nous_inbox.events import MailDropped
 from nous_inbox.mailbox import AgentHandle, Mailbox
 from nous_inbox.store import open_store

@@ -35,18 +35,25 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from nous_inbox import Message, QueueClaimed, TurnEnded, TurnStarted, replay
-from nous_inbox.async_owner import AsyncOwner
-from nous_inbox.compat.pydantic_ai import (
+from nous_inbox import Message, QueueClaimed, replay
+from nous_inbox.adapters.pydantic_ai import (
     AgentRunner,
     from_model_response,
     to_model_messages,
 )
-from nous_inbox.events import ModelReplied, StepEnded, StepStarted, ToolCalled
+from nous_inbox.events import (
+    ModelReplied,
+    StepEnded,
+    StepStarted,
+    ToolCalled,
+    TurnEnded,
+    TurnStarted,
+)
 from nous_inbox.loop import cancelled_result, interrupted_result
 from nous_inbox.message import ToolCall
 from nous_inbox.owner import Owner
-from nous_inbox.port import LocalSession
+from nous_inbox.owner.async_owner import AsyncOwner
+from nous_inbox.runner.port import LocalSession
 from nous_inbox.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -453,8 +460,8 @@ import asyncio, json, sys
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
-from nous_inbox.async_owner import AsyncOwner
-from nous_inbox.compat.pydantic_ai import AgentRunner
+from nous_inbox.owner.async_owner import AsyncOwner
+from nous_inbox.adapters.pydantic_ai import AgentRunner
 from nous_inbox.store import open_store
 sys.path.insert(0, sys.argv[2])
 from test_compat_pydantic_ai import shown

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nous_inbox.event_readers import EventReaders
 from nous_inbox.events import Event, Warned
+from nous_inbox.owner.event_readers import EventReaders
 
 LOG = [Warned(text=f"event {seq}", seq=seq) for seq in range(1, 21)]
 

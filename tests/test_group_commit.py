@@ -17,13 +17,13 @@ import pytest
 
 from nous_inbox import Message, MessageSent, StoreError, replay
 from nous_inbox.events import Warned
-from nous_inbox.group_commit import GroupCommit, Ticket, settle
-from nous_inbox.journal import Journal
 from nous_inbox.owner import Owner
-from nous_inbox.port import sent_event
+from nous_inbox.owner.group_commit import GroupCommit, Ticket, settle
+from nous_inbox.owner.store_worker import StoreWorker
 from nous_inbox.runner import Runner
+from nous_inbox.runner.port import sent_event
 from nous_inbox.store import Store, open_store
-from nous_inbox.store_worker import StoreWorker
+from nous_inbox.store.journal import Journal
 
 WAIT = 30.0  # seconds: a bound for a wait that should end at once, never a sync sleep
 
@@ -255,8 +255,8 @@ def test_the_last_sender_a_gathering_leader_waits_for_takes_the_batch_over(
     # The round of "first" (alone) and "a" (queued meanwhile) was two senders: "a", leading
     # next, gathers until one more has queued (as long as it likes here). When "first" comes
     # back with its next send, that sender commits the batch itself instead of waking "a".
-    monkeypatch.setattr("nous_inbox.group_commit.GATHER_SECONDS", WAIT)
-    monkeypatch.setattr("nous_inbox.group_commit.GATHER_MAX_SECONDS", WAIT)
+    monkeypatch.setattr("nous_inbox.owner.group_commit.GATHER_SECONDS", WAIT)
+    monkeypatch.setattr("nous_inbox.owner.group_commit.GATHER_MAX_SECONDS", WAIT)
     store, owner = _held()
     with owner:
         senders = _hold_then_queue(store, owner, ["a"])

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from nous_inbox.async_owner import AsyncOwner
 from nous_inbox.events import MessageSent
-from nous_inbox.idle_watch import IDLE_LOOK, Member, watch_idle
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
+from nous_inbox.owner.async_owner import AsyncOwner
+from nous_inbox.owner.idle_watch import IDLE_LOOK, Member, watch_idle
 from nous_inbox.runner import Runner
 from nous_inbox.store import Store, open_store
 

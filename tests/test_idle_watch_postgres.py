@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from nous_inbox.async_owner import AsyncOwner
 from nous_inbox.errors import LeaseLostError
+from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
 from tests import postgres_server

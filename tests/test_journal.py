@@ -18,8 +18,8 @@ from nous_inbox import (
 )
 from nous_inbox.events import Event
 from nous_inbox.inbox import Target
-from nous_inbox.journal import ATTEMPTS, Journal, sent_event
 from nous_inbox.store import StoreLockedError, open_store
+from nous_inbox.store.journal import ATTEMPTS, Journal, sent_event
 
 
 def sent(text: str, wakeup: bool = True) -> MessageSent:
@@ -275,8 +275,8 @@ def test_a_send_is_built_once_numbered_checked_first_and_retried_after_another_w
 def test_every_way_to_send_checks_the_parts_in_one_order_so_one_error_wins(bad: tuple) -> None:
     # message, then target, then wakeup: a send with several bad parts raises the same error
     # whether the inbox, a journal, its sent_event or the port's takes it.
-    from nous_inbox import port
     from nous_inbox.inbox import Inbox
+    from nous_inbox.runner import port
 
     def error(send: Any) -> str:
         with pytest.raises((TypeError, ValueError)) as caught:

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from nous_inbox import LocalSession, Message, Runner, ToolCall
+from nous_inbox import Message, ToolCall
+from nous_inbox.runner import LocalSession, Runner
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,7 +26,8 @@ def test_the_package_logger_has_a_null_handler() -> None:
 
 
 HOST = r"""
-from nous_inbox import LocalSession, Message, Runner, ToolCall
+from nous_inbox.runner import LocalSession, Runner
+from nous_inbox import Message, ToolCall
 
 def broken() -> str:
     raise RuntimeError("disk on fire")

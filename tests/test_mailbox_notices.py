@@ -22,13 +22,13 @@ from nous_inbox.events import (
     TurnStarted,
 )
 from nous_inbox.inbox import Target
-from nous_inbox.journal import claim_event
 from nous_inbox.mailbox import NOTICE, Mailbox, compose, plan
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.owner import Owner
 from nous_inbox.runner import Runner
 from nous_inbox.session import Session
 from nous_inbox.store import Store, open_store
+from nous_inbox.store.journal import claim_event
 
 # These tests drive the mailbox's deprecated name-taking verbs, which share their bodies with
 # the handles' (tests/test_mailbox_handles.py drives the handles).
@@ -778,7 +778,7 @@ def test_an_agent_run_by_pydantic_ai_keeps_hearing_of_its_mail() -> None:
     from pydantic_ai.messages import ModelResponse, TextPart
     from pydantic_ai.models.function import FunctionModel
 
-    from nous_inbox.compat.pydantic_ai import AgentRunner
+    from nous_inbox.adapters.pydantic_ai import AgentRunner
 
     clock = Clock()
     box = Mailbox(clock=clock, debounce=0.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nous_inbox.compat.aimu_routing import (
+from nous_inbox.adapters.aimu_routing import (
     ORDER_KEY,
     SendClock,
     addresses,

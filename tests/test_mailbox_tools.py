@@ -96,7 +96,7 @@ def test_a_pydantic_ai_agent_reads_and_replies_through_the_same_tools() -> None:
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-    from nous_inbox.compat.pydantic_ai import AgentRunner
+    from nous_inbox.adapters.pydantic_ai import AgentRunner
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         returned = [p for m in messages for p in m.parts if p.part_kind == "tool-return"]

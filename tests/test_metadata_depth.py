@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nous_inbox.cli import main
+from nous_inbox.__main__ import main
 from nous_inbox.events import MessageSent
 from nous_inbox.message import MAX_DEPTH, Message, ToolCall
 from nous_inbox.store import Store, open_store

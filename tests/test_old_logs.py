@@ -18,18 +18,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from nous_inbox import (
-    SCHEMA_VERSION,
-    DecodeError,
-    ModelRequested,
-    Session,
-    TurnEnded,
-    TurnStarted,
-    open_store,
-    replay,
-)
+from nous_inbox import SCHEMA_VERSION, DecodeError, Session, replay
 from nous_inbox.codec import encode_event, iter_events, json_lines, msgpack_frames, read_events
-from nous_inbox.events import Event
+from nous_inbox.events import Event, ModelRequested, TurnEnded, TurnStarted
+from nous_inbox.store import open_store
 
 DATA = Path(__file__).parent / "data"
 STORES = {"file": "schema1.jsonl", "sqlite": "schema1.sqlite"}
@@ -149,7 +141,7 @@ def test_the_old_name_never_shows_in_a_repr_or_a_replayed_session() -> None:
 
 
 def test_a_model_request_built_with_both_count_and_its_schema1_name_is_refused() -> None:
-    from nous_inbox import ModelRequested
+    from nous_inbox.events import ModelRequested
 
     with pytest.raises(ValueError, match="schema-1 name"):
         ModelRequested(1, 2, 3, 7)

@@ -17,19 +17,9 @@ from typing import Any
 
 import pytest
 
-from nous_inbox import (
-    Message,
-    MessageSent,
-    ModelRequested,
-    QueueClaimed,
-    StepEnded,
-    StepStarted,
-    ToolCall,
-    TurnEnded,
-    TurnStarted,
-    replay,
-)
+from nous_inbox import Message, MessageSent, QueueClaimed, ToolCall, replay
 from nous_inbox.errors import LeaseLostError
+from nous_inbox.events import ModelRequested, StepEnded, StepStarted, TurnEnded, TurnStarted
 from nous_inbox.owner import Owner
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store

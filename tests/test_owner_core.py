@@ -17,7 +17,7 @@ from nous_inbox.events import (
 )
 from nous_inbox.inbox import Inbox
 from nous_inbox.message import Message, ToolCall
-from nous_inbox.owner_core import OwnerCore, Stop, Turn
+from nous_inbox.owner.core import OwnerCore, Stop, Turn
 from nous_inbox.session import Session, replay
 
 STEERED = Session(inbox=Inbox().steer("summarize"))

@@ -32,11 +32,13 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from nous_inbox import AsyncOwner, Message, Runner, ToolCall, TurnEnded, replay
-from nous_inbox.compat.pydantic_ai import AgentRunner
-from nous_inbox.events import Event
+from nous_inbox import Message, ToolCall, replay
+from nous_inbox.adapters.pydantic_ai import AgentRunner
+from nous_inbox.events import Event, TurnEnded
 from nous_inbox.loop import CONTINUATION, ToolSpec
-from nous_inbox.port import LocalSession
+from nous_inbox.owner import AsyncOwner
+from nous_inbox.runner import Runner
+from nous_inbox.runner.port import LocalSession
 from nous_inbox.store import open_store
 
 DRIVERS = ["runner", "pydantic-ai"]

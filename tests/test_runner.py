@@ -36,13 +36,14 @@ from nous_inbox.events import (
     Warned,
 )
 from nous_inbox.inbox import Target
-from nous_inbox.journal import Journal
 from nous_inbox.loop import CONTINUATION, ToolSpec
 from nous_inbox.message import Message, ToolCall
-from nous_inbox.port import JournalPort, sent_event
-from nous_inbox.runner import LocalSession, Runner, SessionPort, Tool, check_port, tool
+from nous_inbox.runner import LocalSession, Runner, SessionPort, Tool, tool
+from nous_inbox.runner.port import JournalPort, sent_event
+from nous_inbox.runner.runner import check_port
 from nous_inbox.session import Session, replay
 from nous_inbox.store.file import FileStore
+from nous_inbox.store.journal import Journal
 from nous_inbox.store.sqlite import SqliteStore
 
 WAIT = 30  # seconds; a bound for a wait that should end at once
@@ -1252,7 +1253,7 @@ def test_the_largest_result_the_runner_lets_through_fits_the_longest_stream_name
     kind: str, tmp_path: Any
 ) -> None:
     from nous_inbox.events import ToolReturned
-    from nous_inbox.runner import _tool_message
+    from nous_inbox.runner.runner import _tool_message
 
     limit = 8192
     call = ToolCall("c1", "dump")

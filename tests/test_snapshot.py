@@ -40,9 +40,10 @@ from nous_inbox.events import (
     Warned,
 )
 from nous_inbox.inbox import Target
-from nous_inbox.journal import Journal
 from nous_inbox.session import Session, replay
-from nous_inbox.snapshot import (
+from nous_inbox.store import open_store
+from nous_inbox.store.journal import Journal
+from nous_inbox.store.snapshot import (
     SNAPSHOT_VERSION,
     TIP_EVENTS,
     SnapshotFile,
@@ -52,7 +53,6 @@ from nous_inbox.snapshot import (
     load_session,
     save_snapshot,
 )
-from nous_inbox.store import open_store
 
 STRESS = max(1, int(os.environ.get("NOUS_INBOX_STRESS", "1") or 1))
 STEP, TURN = Target.NEXT_STEP, Target.NEXT_TURN
@@ -246,7 +246,7 @@ def test_a_snapshot_survives_reopening_the_store(url: str) -> None:
 
 
 def _ignored(store: Any, caplog: pytest.LogCaptureFixture, reason: str) -> None:
-    with caplog.at_level(logging.WARNING, logger="nous_inbox.snapshot"):
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.store.snapshot"):
         opened = load_session(store, "s")
     assert opened.snapshot == 0
     assert opened.session == replay(store.read("s"))
@@ -395,7 +395,7 @@ def test_a_log_begun_again_replaces_the_old_logs_snapshot(
         assert journal.snapshot()
         assert store.load_snapshot("s")[0] == 35
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="nous_inbox.snapshot"):
+        with caplog.at_level(logging.WARNING, logger="nous_inbox.store.snapshot"):
             opened = load_session(store, "s")
         assert (opened.snapshot, opened.replayed) == (35, 0)
         assert "ignored" not in caplog.text
@@ -564,7 +564,7 @@ def test_a_planted_snapshot_directory_link_is_never_followed(
     snapshot.parent.rename(elsewhere)
     snapshot.parent.symlink_to(elsewhere)
     _ignored(store, caplog, "never followed")
-    with caplog.at_level(logging.WARNING, logger="nous_inbox.journal"):
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.store.journal"):
         assert not Journal(store, "s", snapshot_every=1).snapshot()
     assert "never followed" in caplog.text
 
@@ -642,7 +642,7 @@ def test_a_failed_save_is_logged_and_the_send_succeeds(caplog: pytest.LogCapture
 
     store.save_snapshot = broken  # type: ignore[method-assign]
     journal = Journal(store, "s", snapshot_every=3)
-    with caplog.at_level(logging.WARNING, logger="nous_inbox.journal"):
+    with caplog.at_level(logging.WARNING, logger="nous_inbox.store.journal"):
         _send(journal, 4)
     assert journal.session.version == 4 == store.version("s")
     assert "disk full" in caplog.text
@@ -738,8 +738,8 @@ def test_both_owners_leave_the_collector_alone_with_freeze_gc_false() -> None:
     owner's host may opt out (the journal's option, passed through)."""
     import asyncio
 
-    from nous_inbox.async_owner import AsyncOwner
     from nous_inbox.owner import Owner
+    from nous_inbox.owner.async_owner import AsyncOwner
     from nous_inbox.runner import Runner
 
     store = open_store("memory:")
@@ -768,8 +768,8 @@ def test_both_owners_leave_the_collector_alone_with_freeze_gc_false() -> None:
 
 @pytest.mark.parametrize("bad", [0, None, "no"])
 def test_both_owners_refuse_a_freeze_gc_that_is_not_a_bool(bad: Any) -> None:
-    from nous_inbox.async_owner import AsyncOwner
     from nous_inbox.owner import Owner
+    from nous_inbox.owner.async_owner import AsyncOwner
     from nous_inbox.runner import Runner
 
     runner = Runner(lambda transcript, tools: "ok")
@@ -795,7 +795,7 @@ def test_a_session_value_is_the_same_with_or_without_snapshots() -> None:
 
 
 def test_the_snapshot_command_saves_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from nous_inbox.cli.main import main
+    from nous_inbox.__main__ import main
 
     url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
     with open_store(url) as store:
@@ -811,9 +811,9 @@ def test_the_snapshot_command_says_when_a_newer_snapshot_is_kept(
 ) -> None:
     """An owner appended and saved after the command opened the session: nothing is written,
     and the command says so rather than that the store keeps no snapshots."""
+    from nous_inbox.__main__ import main
     from nous_inbox.cli import commands
-    from nous_inbox.cli.main import main
-    from nous_inbox.snapshot import Opened
+    from nous_inbox.store.snapshot import Opened
 
     url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
     with open_store(url) as store:
@@ -828,7 +828,7 @@ def test_the_snapshot_command_says_when_a_newer_snapshot_is_kept(
 
 
 def test_the_snapshot_command_refuses_an_unknown_session(tmp_path: Path) -> None:
-    from nous_inbox.cli.main import main
+    from nous_inbox.__main__ import main
 
     url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
     with open_store(url) as store:
@@ -853,7 +853,7 @@ def test_the_interval_grows_to_a_tenth_of_the_session() -> None:
 def test_show_gives_the_same_inbox_from_a_snapshot(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from nous_inbox.cli.main import main
+    from nous_inbox.__main__ import main
 
     path = tmp_path / "inbox.sqlite"
     url = f"sqlite:{path}"
@@ -899,7 +899,7 @@ def test_a_save_never_waits_for_another_holding_the_snapshot_directory(
 def test_the_snapshot_command_says_to_try_again_when_another_save_holds_the_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from nous_inbox.cli.main import main
+    from nous_inbox.__main__ import main
 
     path = tmp_path / "log.jsonl"
     with open_store(f"file:{path}") as store:

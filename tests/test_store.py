@@ -616,7 +616,7 @@ def test_a_store_refuses_a_max_record_size_that_is_not_an_int_of_at_least_one_at
 
 
 def test_a_journal_says_the_store_s_max_record_size_as_it_is(tmp_path):
-    from nous_inbox.journal import Journal
+    from nous_inbox.store.journal import Journal
 
     with SqliteStore(tmp_path / "log", max_record_size=4096) as store:
         assert Journal(store, "s").max_record_size == 4096
@@ -732,7 +732,7 @@ def test_a_journal_send_whose_outcome_is_unknown_is_stored_once(store, monkeypat
     # Every owner, the mailbox and the CLI steer write through a journal or append_once: an
     # append written whose answer was lost is retried with its identity, never doubled.
     from nous_inbox.errors import OutcomeUnknownError
-    from nous_inbox.journal import Journal
+    from nous_inbox.store.journal import Journal
 
     real = store.append
     lost: list[str] = []

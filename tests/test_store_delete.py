@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import Warned
-from nous_inbox.journal import Journal
 from nous_inbox.session import replay
-from nous_inbox.snapshot import load_session, save_snapshot
 from nous_inbox.store import FileStore, open_store
+from nous_inbox.store.journal import Journal
+from nous_inbox.store.snapshot import load_session, save_snapshot
 
 
 def texts(store, stream: str) -> list[str]:

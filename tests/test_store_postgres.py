@@ -25,8 +25,8 @@ from nous_inbox import (
     replay,
 )
 from nous_inbox.events import SCHEMA_VERSION, Warned
-from nous_inbox.journal import Journal
 from nous_inbox.store import open_store
+from nous_inbox.store.journal import Journal
 from tests import postgres_server
 
 postgres_server.require_psycopg()  # skipped without psycopg, failed in CI; then imported:
@@ -790,7 +790,7 @@ def test_an_async_owner_whose_lease_was_taken_over_raises_it_from_send_and_wait_
         postgres_url):
     import asyncio
 
-    from nous_inbox.async_owner import AsyncOwner
+    from nous_inbox.owner.async_owner import AsyncOwner
     from nous_inbox.runner import Runner
 
     async def model(transcript: Any, tools: Any) -> Any:

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nous_inbox.async_owner import AsyncOwner
 from nous_inbox.events import Event
 from nous_inbox.message import Message
+from nous_inbox.owner.async_owner import AsyncOwner
+from nous_inbox.owner.store_worker import LingeringThread
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
-from nous_inbox.store_worker import LingeringThread
 
 _T = TypeVar("_T")
 

@@ -11,9 +11,9 @@ import msgspec
 import pytest
 
 import nous_inbox
-import nous_inbox.runner
+import nous_inbox.runner.runner
 from nous_inbox.message import ToolCall
-from nous_inbox.tool import Tool, parameters_schema, tool
+from nous_inbox.runner.tools import Tool, parameters_schema, tool
 
 
 class Point(msgspec.Struct):
@@ -31,9 +31,8 @@ def properties(fn: Any) -> dict[str, Any]:
     return found
 
 
-def test_tool_and_the_decorator_still_import_from_the_package_and_the_runner() -> None:
-    assert nous_inbox.Tool is Tool and nous_inbox.runner.Tool is Tool
-    assert nous_inbox.tool is tool and nous_inbox.runner.tool is tool
+def test_tool_and_the_decorator_are_the_runners() -> None:
+    assert nous_inbox.runner.Tool is Tool and nous_inbox.runner.tool is tool
 
 
 def test_scalars_map_to_their_json_types_and_defaults_make_a_parameter_optional() -> None:

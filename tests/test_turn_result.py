@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nous_inbox.async_owner import AsyncOwner
 from nous_inbox.events import (
     MessageSent,
     ModelReplied,
@@ -26,15 +25,16 @@ from nous_inbox.events import (
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.owner import Owner
-from nous_inbox.runner import Runner
-from nous_inbox.store import open_store
-from nous_inbox.turn_result import (
+from nous_inbox.owner.async_owner import AsyncOwner
+from nous_inbox.owner.turn_result import (
     TurnCancelled,
     TurnFailed,
     TurnLedger,
     TurnResult,
     settled,
 )
+from nous_inbox.runner import Runner
+from nous_inbox.store import open_store
 from tests.owner_faces import FACES, build
 
 WAIT = 30  # seconds; a generous bound for a wait that should end at once, never a sync sleep

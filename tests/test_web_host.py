@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from nous_inbox.async_owner import AsyncOwner
 from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import MessageSent, TurnEnded, TurnStarted
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
+from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.runner import Runner
 from nous_inbox.session import replay
 from nous_inbox.store import Store, open_store

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
-from nous_inbox.cli import main  # noqa: E402
+from nous_inbox.__main__ import main  # noqa: E402
 from nous_inbox.events import TurnEnded  # noqa: E402
 from nous_inbox.store import open_store  # noqa: E402
 from nous_inbox.web import event_data  # noqa: E402
@@ -188,7 +188,7 @@ def test_without_the_web_extra_the_command_line_works_and_serve_says_what_is_mis
     script = (
         "import sys\n"
         "sys.modules['starlette'] = sys.modules['uvicorn'] = None  # as if not installed\n"
-        "from nous_inbox.cli import main\n"
+        "from nous_inbox.__main__ import main\n"
         "assert main(['sessions', '--store', 'memory:']) == 0\n"
         "sys.exit(main(['serve', '--store', 'memory:', '--agent', 'nous_inbox.web.scripted:agent']))\n"
     )

@@ -1,4 +1,5 @@
-"""The ``nous-inbox`` command (also ``python -m nous_inbox``); see ``nous_inbox.cli.main``."""
+"""The ``nous-inbox`` command line's own commands; the command itself is ``nous_inbox.__main__``
+(also ``python -m nous_inbox``), which adds the web face's ``serve``."""
 
 from nous_inbox.cli.main import main
 

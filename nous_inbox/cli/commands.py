@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any, Final
 
-from nous_inbox.cli.agent import MAX_STEPS
 from nous_inbox.cli.live import run_demo, run_session
 from nous_inbox.cli.progress import with_progress
 from nous_inbox.cli.render import event_json, format_event
@@ -28,14 +27,15 @@ from nous_inbox.errors import StoreError, StreamOwnedError
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message, thaw_json
-from nous_inbox.owner_body import request_cancel
+from nous_inbox.owner.body import request_cancel
+from nous_inbox.runner.scripted import MAX_STEPS
 from nous_inbox.session import Session
-from nous_inbox.snapshot import load_session, save_snapshot
 from nous_inbox.store import Store, append_once, default_store_url, open_store
+from nous_inbox.store.snapshot import load_session, save_snapshot
 
 __all__ = [
     "FOLLOW_POLL_SECONDS", "MAX_STEP_SECONDS", "cancel", "demo", "log", "rm", "run", "send", "sessions",
-    "serve", "show", "snapshot", "tour",
+    "show", "snapshot", "tour",
 ]
 
 _MODES = {
@@ -316,7 +316,7 @@ def rm(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def snapshot(args: argparse.Namespace, out: IO[str]) -> int:
-    """Save a snapshot of a session now (see :mod:`nous_inbox.snapshot`): opening it afterwards
+    """Save a snapshot of a session now (see :mod:`nous_inbox.store.snapshot`): opening it afterwards
     decodes the snapshot and replays only what came after."""
     _check_exists(args)
     with _open(args) as store:
@@ -335,10 +335,3 @@ def snapshot(args: argparse.Namespace, out: IO[str]) -> int:
         out.write(f"{printable(args.session)}: snapshot saved at seq {opened.session.version} "
                   f"(the open replayed {opened.replayed} events)\n")
     return 0
-
-
-def serve(args: argparse.Namespace, out: IO[str]) -> int:
-    """``serve``: host the store's sessions behind the web face (needs the web extra)."""
-    from nous_inbox.web.serve import serve as serve_sessions  # Starlette/Uvicorn only when asked
-
-    return serve_sessions(args, out)

@@ -14,6 +14,10 @@ Commands (``nous-inbox COMMAND --help`` for each one's arguments)::
     nous-inbox rm SESSION [--yes]        delete a session no owner holds
     nous-inbox serve --agent MOD:FACTORY host the store's sessions on the web (the web extra)
 
+``serve`` is the web face's (:mod:`nous_inbox.web.serve`): the ``nous-inbox`` launcher
+(``nous_inbox.__main__``) adds it as an :class:`~nous_inbox.cli.parser.Extra`, so the command line
+and the web face import nothing of each other.
+
 Every command takes ``--store URL``. The parser lives in ``nous_inbox.cli.parser``, the
 commands in ``nous_inbox.cli.commands``.
 
@@ -47,7 +51,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO
 
-from nous_inbox.cli.parser import build_parser
+from nous_inbox.cli.parser import Extra, build_parser
 from nous_inbox.cli.pipe import quiet_broken_pipe
 from nous_inbox.cli.terminal import one_line
 from nous_inbox.cli.usage import UsageError
@@ -120,10 +124,12 @@ def _check_usage(args: argparse.Namespace) -> None:
             raise UsageError(str(exc).replace("stream name", "SESSION", 1)) from None
 
 
-def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
-    """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+def main(argv: Sequence[str] | None = None, out: IO[str] | None = None,
+         extra: Sequence[Extra] = ()) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``), with the ``extra`` commands
+    beside the command line's own; returns the exit status."""
     out = sys.stdout if out is None else out
-    parser = build_parser()
+    parser = build_parser(extra)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # _Parser has printed its one-line error, or --help its help
@@ -133,7 +139,8 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     try:
         _check_usage(args)
         with _cli_logging():
-            handler: Callable[[argparse.Namespace, IO[str]], int] = getattr(commands, args.handler)
+            handler: Callable[[argparse.Namespace, IO[str]], int] = (
+                args.handler if callable(args.handler) else getattr(commands, args.handler))
             return handler(args, out)
     except UsageError as exc:
         sys.stderr.write(f"nous-inbox {args.command}: {one_line(str(exc))}\n")

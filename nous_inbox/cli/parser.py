@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from typing import Final, NoReturn, TypeAlias
+from collections.abc import Callable, Sequence
+from typing import IO, Any, Final, NamedTuple, NoReturn, TypeAlias
 
 from nous_inbox.cli.terminal import one_line
 
-__all__ = ["COMMANDS", "build_parser"]
+__all__ = ["COMMANDS", "Extra", "build_parser"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -157,15 +157,22 @@ def _rm(sub: _Sub) -> None:
                     help="delete without asking (required when stdin is not a terminal)")
 
 
-def _serve(sub: _Sub) -> None:
-    from nous_inbox.web.serve import add_parser  # argparse only: the web extra loads when it runs
+class Extra(NamedTuple):
+    """A command the command line does not hold itself, added by whoever composes it (the
+    ``nous-inbox`` launcher adds the web face's ``serve``), so the command line imports no layer
+    beside it.
 
-    add_parser(sub).set_defaults(handler="serve")
+    ``add_parser(commands)`` adds the command's parser to ``commands`` (an ``add_subparsers``
+    result) and returns it; ``run(args, out)`` runs it and answers the exit status.
+    """
+
+    add_parser: Callable[[Any], argparse.ArgumentParser]
+    run: Callable[[argparse.Namespace, IO[str]], int]
 
 
 #: Every command, in the order ``--help`` lists them.
 COMMANDS: Final[tuple[Callable[[_Sub], None], ...]] = (
-    _demo, _tour, _run, _sends, _show, _log, _sessions, _snapshot, _cancel, _rm, _serve,
+    _demo, _tour, _run, _sends, _show, _log, _sessions, _snapshot, _cancel, _rm,
 )
 
 
@@ -175,8 +182,9 @@ def _version() -> str:
     return __version__
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``nous-inbox`` parser; each parsed command carries ``handler``, its function's name."""
+def build_parser(extra: Sequence[Extra] = ()) -> argparse.ArgumentParser:
+    """The ``nous-inbox`` parser; each parsed command carries ``handler``: its function's name in
+    ``nous_inbox.cli.commands``, or an ``extra`` command's ``run``."""
     parser = _Parser(
         prog="nous-inbox",
         description="Talk to an AI agent while it is working: an inbox a run claims at its next step.",
@@ -188,4 +196,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for add in COMMANDS:
         add(sub)
+    for command in extra:
+        command.add_parser(sub).set_defaults(handler=command.run)
     return parser

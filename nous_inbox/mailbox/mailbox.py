@@ -42,7 +42,7 @@ Rules (what classes and retention mean is :mod:`nous_inbox.mailbox.rules`'):
 One lock guards the fold (:class:`~nous_inbox.mailbox.state.MailboxState`) and the append: an
 event is appended before it is folded, so the fold never holds what the store does not.
 Subscribers and owners are called outside the lock, so a callback may send. With a store, every
-change goes through the store's :class:`~nous_inbox.journal.Journal` (``commit``: computed from
+change goes through the store's :class:`~nous_inbox.store.journal.Journal` (``commit``: computed from
 the state, appended at the version it was computed on, computed again when another writer came
 first), and every read first folds what other writers appended, so two processes sharing a store
 see each other's mail. Without one, nothing is kept but the fold.
@@ -68,8 +68,6 @@ from nous_inbox.events import (
     MailSent,
     MailWithdrawn,
 )
-from nous_inbox.group_commit import GroupCommit, commit_in_threads
-from nous_inbox.journal import Journal
 from nous_inbox.mailbox._named import NamedVerbs
 from nous_inbox.mailbox.answers import (
     Letter,
@@ -93,7 +91,9 @@ from nous_inbox.mailbox.rules import (
 )
 from nous_inbox.mailbox.state import MailboxState, Thread
 from nous_inbox.message import freeze_json
+from nous_inbox.owner.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.store import Store, open_store
+from nous_inbox.store.journal import Journal
 
 __all__ = ["STREAM", "Mailbox"]
 

@@ -2,7 +2,7 @@
 ``inbox_send``, bound to one agent's handle.
 
 A notice tells the agent what is new ("read a thread to see it whole"); these are how it does. They
-are plain functions with annotations and docstrings wrapped as :class:`~nous_inbox.tool.Tool` s, so
+are plain functions with annotations and docstrings wrapped as :class:`~nous_inbox.runner.tools.Tool` s, so
 the runner offers them as they are, and a framework that takes plain functions (pydantic-ai's
 ``Agent(tools=[...])``) takes each one's ``.fn``. They act as the handle's agent only: a model
 cannot read another agent's mail through them.
@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from nous_inbox.mailbox.handle import AgentHandle
 from nous_inbox.message import thaw_json
-from nous_inbox.tool import Tool
+from nous_inbox.runner.tools import Tool
 
 __all__ = ["mailbox_tools"]
 

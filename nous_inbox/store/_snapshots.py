@@ -1,6 +1,6 @@
 """Snapshot side files for the ``file:`` store: ``PATH.snapshots/<hash>.snapshot``, one a stream.
 
-A snapshot (:mod:`nous_inbox.snapshot`) is a cache beside the log, and a file in a directory is
+A snapshot (:mod:`nous_inbox.store.snapshot`) is a cache beside the log, and a file in a directory is
 exactly what another user could plant, so these files are handled by the rules of
 :mod:`nous_inbox.store._safety`: the directory is made mode 0700, opened without following a
 link and refused when it is not ours or others may write to it; a snapshot file is opened by
@@ -22,7 +22,7 @@ are of another log: ignored, and replaced by the next save) but keeps the old tr
 disk.
 
 A file is the seq (8 bytes, big-endian) then the encoded snapshot. Loading only hands the bytes
-on: :func:`nous_inbox.snapshot.load_session` checks them (and ignores, with a warning, anything
+on: :func:`nous_inbox.store.snapshot.load_session` checks them (and ignores, with a warning, anything
 refused here: a load never fails an open).
 
 >>> import os, tempfile

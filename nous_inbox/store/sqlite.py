@@ -4,7 +4,7 @@ Standard library ``sqlite3`` in WAL mode: readers never block the writer, and wr
 processes take turns (each waits up to ``busy_timeout`` seconds for another's transaction).
 An event is one row, ``events(stream, seq, body)``, its body the event as MessagePack; a ``meta``
 table records the format and schema version. A ``snapshots`` table (made with the first one)
-keeps each stream's newest snapshot (:mod:`nous_inbox.snapshot`), a cache beside the log.
+keeps each stream's newest snapshot (:mod:`nous_inbox.store.snapshot`), a cache beside the log.
 
 >>> import tempfile, os
 >>> from nous_inbox.events import Warned

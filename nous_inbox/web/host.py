@@ -7,7 +7,7 @@ how many run at once. Whether a session wants a wake is the inbox's decision
 (``Inbox.worth_waking``), and what an owner does once open is the owner's: the host only decides
 which sessions to hold. A held idle session costs its memory and little else: its owner's store
 worker lets its thread go, and one watch looks for every idle owner of the loop at once
-(:mod:`nous_inbox.idle_watch`), so another process's send to it is noticed within half a second.
+(:mod:`nous_inbox.owner.idle_watch`), so another process's send to it is noticed within half a second.
 
 Several hosts (processes, machines) may share one store: a session is held by whichever takes its
 owner lease first. A send to a session held elsewhere, or arriving while this host is full, is
@@ -40,17 +40,17 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, TypeVar
 
-from nous_inbox.async_owner import AsyncOwner, AsyncTurnRunner
 from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target, is_blank
 from nous_inbox.message import Message
-from nous_inbox.owner_body import request_cancel
+from nous_inbox.owner.async_owner import AsyncOwner, AsyncTurnRunner
+from nous_inbox.owner.body import request_cancel
+from nous_inbox.owner.turn_result import AsyncTurnHandle
 from nous_inbox.session import Session, replay
-from nous_inbox.snapshot import load_session
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
-from nous_inbox.turn_result import AsyncTurnHandle
+from nous_inbox.store.snapshot import load_session
 
 __all__ = ["MODES", "AgentFactory", "SessionHost", "checked_text"]
 
@@ -225,7 +225,7 @@ class SessionHost:
     async def cancel(self, session: str) -> bool:
         """Cancel ``session``'s run wherever it is held: here, by the owner's ``cancel()``;
         elsewhere, by a request in the log its holder folds in
-        (:func:`~nous_inbox.owner_body.request_cancel`). Whether a run was going here, or a
+        (:func:`~nous_inbox.owner.body.request_cancel`). Whether a run was going here, or a
         request was recorded for one held elsewhere."""
         check_stream(session)
         owner = self.hosted(session)

@@ -2,7 +2,7 @@
 
     nous-inbox serve --agent nous_inbox.web.scripted:agent
 
-Each session gets its own :class:`~nous_inbox.cli.agent.ScriptedAgent` (no LLM; a survey of logs,
+Each session gets its own :class:`~nous_inbox.runner.scripted.ScriptedAgent` (no LLM; a survey of logs,
 one tool call per step, each taking a moment), so a person can open the page and steer it while it
 works. ``$NOUS_INBOX_SCRIPTED_STEPS`` and ``$NOUS_INBOX_SCRIPTED_STEP_SECONDS`` change its pace.
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 
-from nous_inbox.cli.agent import ScriptedAgent
 from nous_inbox.runner import Runner
+from nous_inbox.runner.scripted import ScriptedAgent
 
 __all__ = ["agent"]
 

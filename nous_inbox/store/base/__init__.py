@@ -39,7 +39,7 @@ proves each record decodes. A store implements only a few hooks: ``_appending`` 
 writers and say the stream's version), ``_write`` (keep the encoded batch), ``_read``,
 ``_version``, ``_stream_names``, ``_check_open`` and ``_close``; see their docstrings. Two more
 are optional, ``_save_snapshot`` and ``_load_snapshot``: where a store keeps its snapshots
-(:mod:`nous_inbox.snapshot`); without them it keeps none, and every session replays in full.
+(:mod:`nous_inbox.store.snapshot`); without them it keeps none, and every session replays in full.
 ``_delete`` removes a stream; without it ``delete`` is refused. A store whose leases or appends are not the local kind overrides ``_own`` and ``_release_all``
 (leases held elsewhere) or ``_append_retrying`` (an append retried after a lost connection, its
 batch identified so a retry never writes it twice).

@@ -25,7 +25,6 @@ from typing import Any, Final, Self
 from nous_inbox.codec import _BAD, JSON_LINES, MAX_RECORD_SIZE, MSGPACK, LogFormat
 from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
-from nous_inbox.snapshot import SnapshotError, check_snapshot, split_snapshot, tip_after
 from nous_inbox.store.base.proof import _first_unencodable, _reads_back, _refused
 from nous_inbox.store.base.protocol import (
     _GOOD_STREAMS,
@@ -38,6 +37,7 @@ from nous_inbox.store.base.protocol import (
     check_stream,
 )
 from nous_inbox.store.lease import Leases, OwnerLease
+from nous_inbox.store.snapshot import SnapshotError, check_snapshot, split_snapshot, tip_after
 
 __all__ = ["StoreBase"]
 
@@ -181,7 +181,7 @@ class StoreBase(abc.ABC):
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
         """Keep ``data`` as ``stream``'s snapshot at ``seq`` in place of whatever is kept;
         whether it was kept. Optional: by default a store keeps no snapshots (see
-        :mod:`nous_inbox.snapshot`). Called with the lock, never on a read-only store, with
+        :mod:`nous_inbox.store.snapshot`). Called with the lock, never on a read-only store, with
         ``1 <= seq <=`` the stream's version, only when :meth:`save_snapshot` decided that
         ``data`` replaces the one kept: the hook writes, it does not judge."""
         return False
@@ -323,7 +323,7 @@ class StoreBase(abc.ABC):
             return self._stream_names()
 
     def save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
-        """Keep ``data`` (an encoded :mod:`~nous_inbox.snapshot`) as ``stream``'s snapshot at
+        """Keep ``data`` (an encoded :mod:`~nous_inbox.store.snapshot`) as ``stream``'s snapshot at
         ``seq``; whether it was written.
 
         It replaces the snapshot kept unless that one is newer and still of this log; one
@@ -353,7 +353,7 @@ class StoreBase(abc.ABC):
 
     def load_snapshot(self, stream: str) -> tuple[int, bytes] | None:
         """The snapshot kept for ``stream`` as ``(seq, data)``, or ``None`` (undecoded:
-        :func:`nous_inbox.snapshot.load_session` checks it before trusting it)."""
+        :func:`nous_inbox.store.snapshot.load_session` checks it before trusting it)."""
         check_stream(stream)
         with self._lock:
             self._check_open()

@@ -32,7 +32,7 @@ is left where it is and simply not read), and ``append``/``own`` raise ``ValueEr
 
 Owners. ``own(stream)`` locks ``PATH.owners/<hash>.lock`` (see :mod:`nous_inbox.store.lease`),
 next to the log's real path, so every store on this log, in any process, sees the lease.
-Snapshots (:mod:`nous_inbox.snapshot`) live beside it in ``PATH.snapshots/<hash>.snapshot``,
+Snapshots (:mod:`nous_inbox.store.snapshot`) live beside it in ``PATH.snapshots/<hash>.snapshot``,
 private files replaced atomically (see :mod:`nous_inbox.store._snapshots`).
 
 Its parts: :mod:`~nous_inbox.store.file.log` (the file: header, records, torn tails, crash

@@ -24,7 +24,7 @@ from typing import Any, Final
 import attrs
 
 from nous_inbox.message import Message, ToolCall
-from nous_inbox.runner import Tool
+from nous_inbox.runner.tools import Tool
 
 __all__ = ["LOGS", "MAX_STEPS", "ScriptedAgent", "log_names"]
 

@@ -3,9 +3,9 @@ position, then every event as it is recorded, once and in log order, until the o
 
 A reader listens before it reads the store, so an event recorded meanwhile is in one or both and
 the repeat is dropped by ``seq``; a reader that falls behind has its events queued for it, in
-order. An :class:`~nous_inbox.async_owner.AsyncOwner` hands each folded batch to
+order. An :class:`~nous_inbox.owner.async_owner.AsyncOwner` hands each folded batch to
 :meth:`EventReaders.tell` on its loop (its store worker relays them there in log order,
-:mod:`nous_inbox.store_worker`), and ends every reader with :meth:`EventReaders.end` as it
+:mod:`nous_inbox.owner.store_worker`), and ends every reader with :meth:`EventReaders.end` as it
 closes or loses its lease: a host streaming a session (the web face) so resumes by ``seq``.
 
 >>> import asyncio

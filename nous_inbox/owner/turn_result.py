@@ -117,7 +117,7 @@ def settled(result: TurnResult) -> TurnResult:
     >>> settled(TurnResult(3, "cancelled", None, None, None, 10, 12))
     Traceback (most recent call last):
     ...
-    nous_inbox.turn_result.TurnCancelled: turn 3 was cancelled (seq 10 to 12)
+    nous_inbox.owner.turn_result.TurnCancelled: turn 3 was cancelled (seq 10 to 12)
     """
     where = f"turn {result.turn}"
     seqs = f"(seq {result.first_seq} to {result.last_seq})"
@@ -409,7 +409,7 @@ class TurnHandle:
 
 
 class AsyncTurnHandle:
-    """The turn an :class:`~nous_inbox.async_owner.AsyncOwner`'s prompt or followup starts or
+    """The turn an :class:`~nous_inbox.owner.async_owner.AsyncOwner`'s prompt or followup starts or
     joins: ``await handle`` is its :class:`TurnResult`. ``await handle.stored()`` is the stored
     send alone (then ``sent`` and ``seq`` read it). Cancelling an await before the send is
     stored takes the send back, if no commit took it yet."""

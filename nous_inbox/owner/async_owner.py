@@ -3,9 +3,9 @@
 The same actor as :class:`~nous_inbox.owner.Owner`, with the same rules (append before acting,
 one run at a time, wake on a waking send and again at run end, cancel wakes nothing, resume from
 the log, a lost lease ends the owner), spoken in ``await``: both are one body
-(:mod:`nous_inbox.owner_body`) with two pumps. This one runs its turns as an asyncio task through
+(:mod:`nous_inbox.owner.body`) with two pumps. This one runs its turns as an asyncio task through
 the runner's ``arun_turn`` (an async model, async tools and a pydantic-ai agent stay on the loop
-they were built for), and calls its store where :mod:`nous_inbox.store_worker` says: inline for
+they were built for), and calls its store where :mod:`nous_inbox.owner.store_worker` says: inline for
 ``memory:``, else on one worker thread of its own, so the loop never waits on a disk.
 
 >>> import asyncio
@@ -26,8 +26,8 @@ A send verb checks its input (and an inline send stores) when called, and return
 the stored event. Under the owner's lock (a boundary subscriber) or off the loop (another thread)
 it commits at once; on the loop it is queued for the store worker, and a sync callback there (a
 listener) may drop the coroutine unawaited: the send is stored all the same. ``prompt`` and
-``followup`` return an :class:`~nous_inbox.turn_result.AsyncTurnHandle` instead:
-``await owner.prompt(text)`` is the :class:`~nous_inbox.turn_result.TurnResult` of the turn that
+``followup`` return an :class:`~nous_inbox.owner.turn_result.AsyncTurnHandle` instead:
+``await owner.prompt(text)`` is the :class:`~nous_inbox.owner.turn_result.TurnResult` of the turn that
 answers it, and ``await handle.stored()`` the stored send alone. Every folded batch is told on
 the loop, in log order.
 """
@@ -39,19 +39,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from typing import Any, TypeVar
 
 from nous_inbox.errors import LeaseLostError
-from nous_inbox.event_readers import EventReaders
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.idle_watch import OwnerWatch
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
-from nous_inbox.owner_body import OwnerBody
-from nous_inbox.owner_core import Stop
-from nous_inbox.owner_port import AsyncTurnRunner
-from nous_inbox.port import sent_event
-from nous_inbox.snapshot import SNAPSHOT_EVERY
+from nous_inbox.owner.body import OwnerBody
+from nous_inbox.owner.core import Stop
+from nous_inbox.owner.event_readers import EventReaders
+from nous_inbox.owner.idle_watch import OwnerWatch
+from nous_inbox.owner.port import AsyncTurnRunner
+from nous_inbox.owner.store_worker import QueuedSend, SendTicket, Stored, StoreWorker
+from nous_inbox.owner.turn_result import AsyncTurnHandle, Steps, TurnEnds, TurnResult, apump
+from nous_inbox.runner.port import sent_event
 from nous_inbox.store import Store
-from nous_inbox.store_worker import QueuedSend, SendTicket, Stored, StoreWorker
-from nous_inbox.turn_result import AsyncTurnHandle, Steps, TurnEnds, TurnResult, apump
+from nous_inbox.store.snapshot import SNAPSHOT_EVERY
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]
 
@@ -63,7 +63,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     it should wake; use it as ``async with AsyncOwner(store, stream, runner) as owner``.
 
     ``runner`` has ``arun_turn(port, *, reason, cancel)`` (a :class:`~nous_inbox.runner.Runner`,
-    a pydantic-ai :class:`~nous_inbox.compat.pydantic_ai.AgentRunner`). ``offload``: whether
+    a pydantic-ai :class:`~nous_inbox.adapters.pydantic_ai.AgentRunner`). ``offload``: whether
     store calls go to the worker thread (default: ``store.blocking``). The other options are
     :class:`~nous_inbox.owner.Owner`'s, ``freeze_gc`` included (off by default; on, an asyncio
     task or future caught in a reference cycle at a freeze is never collected). They are
@@ -72,7 +72,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     ``watch``: while a run goes the owner looks for other processes' sends every
     ``poll_interval`` (or when its store hints: PostgreSQL's NOTIFY), so a steer reaches the run
     at its next step. An idle owner holds no thread and makes no look of its own: its loop's
-    shared watch (:mod:`nous_inbox.idle_watch`) looks for all its idle owners at once, so a send
+    shared watch (:mod:`nous_inbox.owner.idle_watch`) looks for all its idle owners at once, so a send
     from another process wakes an idle owner within ``IDLE_LOOK`` (half a second) or
     ``poll_interval`` if longer, or at once on a store that hints.
 

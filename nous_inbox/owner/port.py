@@ -1,12 +1,12 @@
 """What crosses between an owner and the rest: the port its runs use, the runner it drives, and
 a cancel any process may record.
 
-An owner (:mod:`nous_inbox.owner_body`) keeps its session behind its lock; nothing outside
+An owner (:mod:`nous_inbox.owner.body`) keeps its session behind its lock; nothing outside
 touches the journal directly. A run reaches it through :class:`OwnerPort`, the journal's port
 under that lock, which tells the boundary subscribers (:mod:`nous_inbox.boundary`) before each
 claim so what they send joins it. A runner is anything with ``run_turn`` (:class:`TurnRunner`,
 for a threaded :class:`~nous_inbox.owner.Owner`) or ``arun_turn`` (:class:`AsyncTurnRunner`,
-for an :class:`~nous_inbox.async_owner.AsyncOwner`). And any process may ask the open turn to
+for an :class:`~nous_inbox.owner.async_owner.AsyncOwner`). And any process may ask the open turn to
 end (:func:`request_cancel`): the request is an event in the log, which the owner folds in as it
 folds another writer's steer (ruling 9).
 """
@@ -21,12 +21,12 @@ from typing import Any, Final, Protocol
 from nous_inbox.boundary import Boundaries
 from nous_inbox.events import CancelRequested, Event, QueueClaimed
 from nous_inbox.inbox import Target
-from nous_inbox.journal import Journal
 from nous_inbox.message import Message
-from nous_inbox.port import JournalPort
+from nous_inbox.runner.port import JournalPort
 from nous_inbox.session import Session
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
+from nous_inbox.store.journal import Journal
 
 __all__ = ["AsyncTurnRunner", "OwnerPort", "TurnRunner", "request_cancel"]
 

@@ -2,7 +2,7 @@
 
 A model is any callable, sync or async, ``model(transcript, tools) -> Message`` returning an
 assistant message with content and/or tool calls. Tools are plain callables, sync or async (see
-:mod:`nous_inbox.tool`). The runner reads and writes the session through a :class:`SessionPort`:
+:mod:`nous_inbox.runner.tools`). The runner reads and writes the session through a :class:`SessionPort`:
 an owner implements it over a durable store; :class:`LocalSession` is the in-memory one.
 
 >>> from nous_inbox.message import Message, ToolCall, enc_hook
@@ -39,7 +39,7 @@ boundary claims ``next_step`` (steers and injections) right before the model req
 loop's (``nous_inbox.loop``) and the inbox's (``Inbox.claim(..., wake_only=True)``): the runner
 decides none of them and never inspects the session beyond reading it as a turn opens.
 
-The port (``nous_inbox.port``): ``session``, the folded session, read as a turn opens (turn
+The port (``nous_inbox.runner.port``): ``session``, the folded session, read as a turn opens (turn
 number, transcript); ``claim(target, wake_only=...)``, which drains a queue and records the
 claim atomically, returning ``(messages, QueueClaimed | None)``; and ``record(event)``. Every
 event is recorded before the runner acts on it, and the runner yields exactly the events it
@@ -48,7 +48,7 @@ recorded or claimed, in order; messages others send meanwhile are in the log but
 Failures. A port the runner cannot call is refused with ``TypeError`` when ``run_turn`` is
 called, before anything is recorded. A claim that raises or answers in the wrong shape is logged,
 recorded as ``Warned``, and the run goes on without the inbox for the rest of the turn (ruling 7:
-the port's :class:`~nous_inbox.port.ClaimGuard`, which the adapters claim through too).
+the port's :class:`~nous_inbox.runner.port.ClaimGuard`, which the adapters claim through too).
 A tool that raises, a call to a tool nobody has, arguments that do not fit the tool's annotations,
 and a result the log cannot hold (text with a lone surrogate, as ``os.listdir`` returns for a
 name that is not UTF-8; a record above the size limit of the store the port records into, its
@@ -126,9 +126,9 @@ from nous_inbox.loop import (
     new_state,
 )
 from nous_inbox.message import Message, ToolCall
-from nous_inbox.port import ClaimGuard, LocalSession, SessionPort, check_port, describe_error
+from nous_inbox.runner.port import ClaimGuard, LocalSession, SessionPort, check_port, describe_error
+from nous_inbox.runner.tools import Tool, tool
 from nous_inbox.session import Session
-from nous_inbox.tool import Tool, tool
 
 # The port's names are re-exported: a runner and its port are used together; so are its tools.
 __all__ = ["LocalSession", "Model", "Runner", "SessionPort", "Tool", "check_port", "tool"]

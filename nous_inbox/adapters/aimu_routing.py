@@ -38,8 +38,8 @@ import msgspec
 
 from nous_inbox.events import Event
 from nous_inbox.inbox import Entry, Inbox, Target
-from nous_inbox.journal import claim_event
 from nous_inbox.message import Message
+from nous_inbox.store.journal import claim_event
 
 __all__ = [
     "ORDER_KEY",
@@ -168,7 +168,7 @@ def claim_for_run(
     """One address's share of a drain: the followups owed to the run (``owed_turn``: the
     ``next_turn`` entries queued when it opened; ``None`` once its first drain is done), then
     everything on ``next_step``, in one append. Returns the new value, the events recording it,
-    the messages. Each claim is built by the one claim path, :func:`~nous_inbox.journal.claim_event`.
+    the messages. Each claim is built by the one claim path, :func:`~nous_inbox.store.journal.claim_event`.
     """
     events: list[Event] = []
     turn: list[Message] = []

@@ -1,7 +1,7 @@
 """The run hooks: where a pydantic-ai run meets the inbox, at the run's own node boundaries.
 
 pydantic-ai already knows where a run's step boundaries are (its capability hooks), so one
-capability, built per turn by :class:`~nous_inbox.compat.pydantic_ai.runner.AgentRunner`, tells
+capability, built per turn by :class:`~nous_inbox.adapters.pydantic_ai.runner.AgentRunner`, tells
 the loop what pydantic-ai did at each of them and carries out what the loop says: the adapter
 asks the loop's table and decides nothing of its own.
 
@@ -52,14 +52,13 @@ from pydantic_ai.messages import (
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
-from nous_inbox.compat.pydantic_ai.transcript import (
+from nous_inbox.adapters.pydantic_ai.transcript import (
     _as_request_part,
     _trailing_parts,
     from_model_response,
     to_model_messages,
 )
 from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
-from nous_inbox.journal import claim_event
 from nous_inbox.loop import (
     Advance,
     CallModel,
@@ -80,12 +79,13 @@ from nous_inbox.loop import (
     open_calls,
 )
 from nous_inbox.message import Message, freeze_json
-from nous_inbox.port import ClaimGuard, JournalPort, SessionPort, describe_error
+from nous_inbox.runner.port import ClaimGuard, JournalPort, SessionPort, describe_error
 from nous_inbox.session import Session
+from nous_inbox.store.journal import claim_event
 
 __all__: list[str] = []
 
-logger: Final = logging.getLogger("nous_inbox.compat.pydantic_ai")
+logger: Final = logging.getLogger("nous_inbox.adapters.pydantic_ai")
 
 
 class _TurnOver(Exception):
@@ -138,7 +138,7 @@ def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequenc
 class _InboxHooks(AbstractCapability[Any]):
     """One turn's bridge between a pydantic-ai run and a session port.
 
-    Built per turn by :class:`~nous_inbox.compat.pydantic_ai.runner.AgentRunner`. It keeps the
+    Built per turn by :class:`~nous_inbox.adapters.pydantic_ai.runner.AgentRunner`. It keeps the
     loop's state (``nous_inbox.loop``) and tells it what happened at each of pydantic-ai's
     boundaries; the loop says what to claim, whether the run goes on, and what to record. The
     port's methods do store I/O, so each hook makes all its port calls in one trip through
@@ -167,7 +167,7 @@ class _InboxHooks(AbstractCapability[Any]):
 
     def _write(self, *parts: _Part) -> list[Message]:
         """Record a boundary (see :func:`_walk`): one atomic append when the port can
-        (:meth:`JournalPort.commit <nous_inbox.port.JournalPort.commit>`, worked out again from
+        (:meth:`JournalPort.commit <nous_inbox.runner.port.JournalPort.commit>`, worked out again from
         the new session if another writer appended first), one port call each otherwise. Returns
         what the next request must carry."""
         before = len(self.recorded)

@@ -25,9 +25,9 @@ around every use). ``store=None`` keeps the session in memory only: changes are 
 numbered but written nowhere, so a host without a store keeps no growing log.
 
 Long sessions. Opening starts from the stream's newest usable snapshot and replays only the
-events after it (:func:`~nous_inbox.snapshot.load_session`, equal to a full replay). The journal
+events after it (:func:`~nous_inbox.store.snapshot.load_session`, equal to a full replay). The journal
 saves a new snapshot once it has folded ``snapshot_every`` events since the last one
-(:data:`~nous_inbox.snapshot.SNAPSHOT_EVERY` by default; 0 never saves), or a tenth of the
+(:data:`~nous_inbox.store.snapshot.SNAPSHOT_EVERY` by default; 0 never saves), or a tenth of the
 session when that is more, and right after an open that replayed that many. A save encodes the
 whole session, so a fixed interval would make the saving cost per event grow with the history;
 with the tenth it stays flat, and an open replays at most a tenth of the session after its
@@ -38,7 +38,7 @@ The collector and a long history (``freeze_gc``, off by default). A session of a
 is millions of objects the cyclic garbage collector tracks (vector nodes, tuples, metadata maps),
 though none can be part of a cycle, and each full collection walks them all, so its pauses grow
 with the history. With ``freeze_gc=True`` the journal calls ``gc.freeze()`` once the session
-holds ``snapshot_every`` events (:data:`~nous_inbox.snapshot.SNAPSHOT_EVERY` when that is 0),
+holds ``snapshot_every`` events (:data:`~nous_inbox.store.snapshot.SNAPSHOT_EVERY` when that is 0),
 after an open and again every ``snapshot_every`` events: every object then alive moves to the
 collector's permanent generation, and full collections walk only what was made since, as for a
 short session. A full collection runs just before each freeze, so no garbage is frozen.
@@ -68,20 +68,20 @@ from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Claimed, Inbox, Target, as_message, as_target, as_wakeup
 from nous_inbox.message import Message
 from nous_inbox.session import Session
-from nous_inbox.snapshot import (
+from nous_inbox.store.base import append_once
+from nous_inbox.store.snapshot import (
     SNAPSHOT_EVERY,
     SNAPSHOT_SHARE,
     check_snapshot_every,
     load_session,
     save_snapshot,
 )
-from nous_inbox.store.base import append_once
 
 __all__ = ["ATTEMPTS", "Change", "Journal", "Log", "claim_event", "sent_event"]
 
 T = TypeVar("T")
 
-logger: Final = logging.getLogger("nous_inbox.journal")
+logger: Final = logging.getLogger("nous_inbox.store.journal")
 
 #: How often a change is computed again after losing a race before giving up: each retry means
 #: another writer appended in between, so running out means the stream never stood still.
@@ -239,7 +239,7 @@ class Journal:
         """Save the session as the stream's snapshot now; whether the store kept it.
 
         Not kept: no store, a read-only one, one without snapshots, a journal without the
-        transcript, an empty session. A failure is logged (``nous_inbox.journal``) and answered
+        transcript, an empty session. A failure is logged (``nous_inbox.store.journal``) and answered
         ``False``: a snapshot is a cache, and nothing the log holds depends on it.
         """
         self._snapshot_at = self._session.version  # tried again after snapshot_every more
@@ -352,7 +352,7 @@ class Journal:
     ) -> tuple[list[Message], QueueClaimed | None]:
         """Drain ``target`` and record the claim in one atomic append: the one claim path.
 
-        Every claimer (the owner's runs, a :class:`~nous_inbox.port.LocalSession`, the aimu
+        Every claimer (the owner's runs, a :class:`~nous_inbox.runner.port.LocalSession`, the aimu
         adapter) claims here, so a claim is always one ``QueueClaimed`` that both drains the queue
         and becomes the transcript entries (ruling 6). What is claimed is the core's decision
         (:meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`: ``wake_only`` claims only when a

@@ -4,7 +4,7 @@ A snapshot is derived data, never the truth: the log is. It is a cache of ``repl
 kept beside the log, and opening a session with one is ``replay(events after seq, start=the
 snapshot's value)``, which equals the full replay because replay is a fold. So a snapshot can
 only make an open faster; whenever it cannot be trusted it is ignored (a warning on the
-``nous_inbox.snapshot`` logger) and the session is replayed from its first event, as if there
+``nous_inbox.store.snapshot`` logger) and the session is replayed from its first event, as if there
 were none. Nothing acknowledged ever depends on a snapshot.
 
 >>> from nous_inbox.events import MessageSent
@@ -46,7 +46,7 @@ the snapshot's seq on, so damage in the log before it (a record that would make 
 raise) goes unnoticed while the snapshot is good: the open equals the full replay whenever the
 log reads.
 
-Who saves, and when. A :class:`~nous_inbox.journal.Journal` (so an owner) saves one after
+Who saves, and when. A :class:`~nous_inbox.store.journal.Journal` (so an owner) saves one after
 ``snapshot_every`` events folded since the last one (:data:`SNAPSHOT_EVERY`, 10 000 by default;
 0 turns saving off), or a tenth of the session (:data:`SNAPSHOT_SHARE`) when that is more, and
 right after an open that had to replay that many. A save encodes the whole value (about 1.3 s
@@ -117,7 +117,7 @@ __all__ = [
     "tip_after",
 ]
 
-logger: Final = logging.getLogger("nous_inbox.snapshot")
+logger: Final = logging.getLogger("nous_inbox.store.snapshot")
 
 SNAPSHOT_FORMAT: Final = "nous-inbox-snapshot"
 #: The snapshot format this library writes and reads; any other is ignored (and replayed past).
@@ -248,7 +248,7 @@ def encode_snapshot(stream: str, session: Session, tip: Event | Sequence[Event])
     >>> decode_snapshot(data, "s", Warned(seq=1, text="y", at=2.0))
     Traceback (most recent call last):
     ...
-    nous_inbox.snapshot.SnapshotError: it was taken of another log (its events up to seq 1 are not the log's)
+    nous_inbox.store.snapshot.SnapshotError: it was taken of another log (its events up to seq 1 are not the log's)
     """
     digest = _tip(tip, session.version) if session.version >= 1 else None
     if digest is None:

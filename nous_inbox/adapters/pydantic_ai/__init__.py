@@ -5,13 +5,13 @@ module puts the inbox behind them and records everything in the session's store,
 sent from another process (``nous-inbox steer --store URL S "text"``) reaches a running agent at
 its next model request, survives a crash, and a replay of the log gives back the transcript the
 model was shown. :class:`AgentRunner` is a turn runner for an :class:`~nous_inbox.owner.Owner`
-or :class:`~nous_inbox.async_owner.AsyncOwner`; each turn is one pydantic-ai run.
+or :class:`~nous_inbox.owner.async_owner.AsyncOwner`; each turn is one pydantic-ai run.
 
 >>> import asyncio
 >>> from pydantic_ai import Agent
 >>> from pydantic_ai.messages import ModelResponse, TextPart
 >>> from pydantic_ai.models.function import FunctionModel
->>> from nous_inbox.port import LocalSession
+>>> from nous_inbox.runner.port import LocalSession
 >>> def reply(messages, info):
 ...     return ModelResponse(parts=[TextPart(f"heard {len(messages)} message(s)")])
 >>> local = LocalSession()
@@ -30,7 +30,7 @@ an assistant ``Message``) and a ``ToolCalled`` per tool call, all before the too
 result or retry prompt the model is then shown as ``ToolReturned`` (pydantic-ai's own retry
 prompt, as ``Nudged``), an output tool's return included; ``StepEnded`` and ``TurnEnded``, which
 carries the run's usage and its output as JSON (unless the output is the final reply's text), so
-a prompt's result (:mod:`nous_inbox.turn_result`) gives ``output`` typed again
+a prompt's result (:mod:`nous_inbox.owner.turn_result`) gives ``output`` typed again
 (:meth:`AgentRunner.load_output`), live or after a restart. A call an
 older log left open is answered as pydantic-ai answers it to the model ("interrupted") when the
 next turn opens, so the replayed transcript is the one the model saw. Design choice: tool results are recorded
@@ -43,15 +43,15 @@ kept).
 
 Store I/O never runs on the event loop. Each hook makes all its port calls in one trip, and
 records what it records in one append (:meth:`JournalPort.commit
-<nous_inbox.port.JournalPort.commit>`): a model request costs two transactions, the boundary
+<nous_inbox.runner.port.JournalPort.commit>`): a model request costs two transactions, the boundary
 before it (what the request shows, the step, the claim) and the reply after it. The trip goes
 where the port says (an ``AsyncOwner``'s port: its store worker, or inline when its store does
 not block), else to a thread (``asyncio.to_thread``), or inline with ``offload=False`` (an
 in-memory port, where a thread hop costs more than the call).
 
-Its parts: :mod:`~nous_inbox.compat.pydantic_ai.transcript` (one transcript in our spelling and
-pydantic-ai's), :mod:`~nous_inbox.compat.pydantic_ai.hooks` (the run hooks: where the inbox joins
-a run, and what the loop is told there) and :mod:`~nous_inbox.compat.pydantic_ai.runner` (the
+Its parts: :mod:`~nous_inbox.adapters.pydantic_ai.transcript` (one transcript in our spelling and
+pydantic-ai's), :mod:`~nous_inbox.adapters.pydantic_ai.hooks` (the run hooks: where the inbox joins
+a run, and what the loop is told there) and :mod:`~nous_inbox.adapters.pydantic_ai.runner` (the
 agent wrapper, :class:`AgentRunner`: each turn's run, built and driven).
 """
 
@@ -59,10 +59,10 @@ try:
     import pydantic_ai  # noqa: F401  # the extra's check, before any part imports it
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "nous_inbox.compat.pydantic_ai needs pydantic-ai: pip install 'nous-inbox[pydantic-ai]'"
+        "nous_inbox.adapters.pydantic_ai needs pydantic-ai: pip install 'nous-inbox[pydantic-ai]'"
     ) from exc
 
-from nous_inbox.compat.pydantic_ai.runner import AgentRunner
-from nous_inbox.compat.pydantic_ai.transcript import from_model_response, to_model_messages
+from nous_inbox.adapters.pydantic_ai.runner import AgentRunner
+from nous_inbox.adapters.pydantic_ai.transcript import from_model_response, to_model_messages
 
 __all__ = ["AgentRunner", "from_model_response", "to_model_messages"]

@@ -1,31 +1,31 @@
 """The body both owners share: what an owner is, with neither its threads nor its event loop.
 
 An owner holds one session and decides when to run. Its decisions are
-:class:`~nous_inbox.owner_core.OwnerCore`'s; around them, everything that is the same whether the
+:class:`~nous_inbox.owner.core.OwnerCore`'s; around them, everything that is the same whether the
 turns run on a worker thread (:class:`~nous_inbox.owner.Owner`) or as an asyncio task
-(:class:`~nous_inbox.async_owner.AsyncOwner`) lives here once: the options and their checks,
+(:class:`~nous_inbox.owner.async_owner.AsyncOwner`) lives here once: the options and their checks,
 the read-only views, opening the session (lease, journal, resume), the send verbs over one send
 path, the listener fan-out, the boundary hook (:mod:`nous_inbox.boundary`), the refused-prompt
 undo, a run's failure and its last record, a lost lease, closing, and what the watcher does on
 each look at the store. What an owner answers about its turns is
-:class:`~nous_inbox.turn_result.TurnAnswers`', written as steps each pump runs its way. Each
+:class:`~nous_inbox.owner.turn_result.TurnAnswers`', written as steps each pump runs its way. Each
 owner adds only its pump: how a run is started and waited for, how a send waits for its commit,
 and how a wait for a turn's end waits. What crosses the owner's edge (the port its runs use,
-the runner protocols, a cancel from another process) is :mod:`nous_inbox.owner_port`'s.
+the runner protocols, a cancel from another process) is :mod:`nous_inbox.owner.port`'s.
 
 One send path: a verb is one line over ``_send(message, target, wakeup)``, which commits the
 send at once (a store that does not block, or a thread that already holds the owner's lock: a
-listener, a boundary subscriber) with :meth:`Journal.send <nous_inbox.journal.Journal.send>`,
-or queues it for the next group commit (:mod:`nous_inbox.group_commit`), whose batch goes to
-the store in one :meth:`Journal.append <nous_inbox.journal.Journal.append>`. The parts of a send
+listener, a boundary subscriber) with :meth:`Journal.send <nous_inbox.store.journal.Journal.send>`,
+or queues it for the next group commit (:mod:`nous_inbox.owner.group_commit`), whose batch goes to
+the store in one :meth:`Journal.append <nous_inbox.store.journal.Journal.append>`. The parts of a send
 are checked once on either path, before anything is written.
 
 Cancel from anywhere: a cancel is a ``CancelRequested`` in the log, recorded only while a turn is
 open (:meth:`Session.cancel <nous_inbox.session.Session.cancel>` decides), by an owner's
-``cancel()`` from any thread or by :func:`~nous_inbox.owner_port.request_cancel` from any
+``cancel()`` from any thread or by :func:`~nous_inbox.owner.port.request_cancel` from any
 process. The holder of the session folds it in as it folds another writer's steer (its watcher,
 or the catch-up of its next append) and the core (:meth:`OwnerCore.cancel_asked
-<nous_inbox.owner_core.OwnerCore.cancel_asked>`) ends the run at its turn's next boundary;
+<nous_inbox.owner.core.OwnerCore.cancel_asked>`) ends the run at its turn's next boundary;
 nothing wakes for it (ruling 9).
 """
 
@@ -41,20 +41,20 @@ from typing import Any, ClassVar, Final, Generic, TypeVar
 from nous_inbox.boundary import Boundaries, Boundary
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent
-from nous_inbox.group_commit import refused_unwritten
 from nous_inbox.inbox import Inbox, Target, as_message
-from nous_inbox.journal import Journal
 from nous_inbox.message import Message
-from nous_inbox.owner_core import OwnerCore, Stop
-from nous_inbox.owner_port import AsyncTurnRunner as AsyncTurnRunner  # (their home before)
-from nous_inbox.owner_port import OwnerPort, _cancelling
-from nous_inbox.owner_port import TurnRunner as TurnRunner
-from nous_inbox.owner_port import request_cancel as request_cancel
+from nous_inbox.owner.core import OwnerCore, Stop
+from nous_inbox.owner.group_commit import refused_unwritten
+from nous_inbox.owner.port import AsyncTurnRunner as AsyncTurnRunner  # (their home before)
+from nous_inbox.owner.port import OwnerPort, _cancelling
+from nous_inbox.owner.port import TurnRunner as TurnRunner
+from nous_inbox.owner.port import request_cancel as request_cancel
+from nous_inbox.owner.turn_result import TurnAnswers
 from nous_inbox.session import Session
-from nous_inbox.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
-from nous_inbox.turn_result import TurnAnswers
+from nous_inbox.store.journal import Journal
+from nous_inbox.store.snapshot import SNAPSHOT_EVERY, check_snapshot_every
 
 __all__ = ["Listener", "OwnerBody"]
 
@@ -71,7 +71,7 @@ _TURN: Final = Target.NEXT_TURN
 class OwnerBody(Generic[R, H], abc.ABC):
     """What both owners are, less their pumps (see the module notes). ``R`` is what a send verb
     returns: the stored ``MessageSent``, or an awaitable of it; ``H`` what ``prompt`` and
-    ``followup`` return: a handle on the turn they start or join (:mod:`nous_inbox.turn_result`)."""
+    ``followup`` return: a handle on the turn they start or join (:mod:`nous_inbox.owner.turn_result`)."""
 
     _who: ClassVar[str]
     _run_method: ClassVar[str]
@@ -228,7 +228,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
 
         Returns a handle on the turn it starts (or joins, with what was queued beside it):
         ``sent`` is the stored send, and the handle's result is the turn's
-        :class:`~nous_inbox.turn_result.TurnResult`. ``run_options`` reach the runner for that
+        :class:`~nous_inbox.owner.turn_result.TurnResult`. ``run_options`` reach the runner for that
         turn (a pydantic-ai ``AgentRunner``: ``deps``, ``model_settings``, ...); a runner that
         takes none refuses them here, before anything is written. They are not logged (a
         ``deps`` is rarely JSON): a turn opened by a new owner after a restart runs without them.

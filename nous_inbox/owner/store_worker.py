@@ -2,15 +2,15 @@
 
 A store says whether its calls block (``store.blocking``: a disk, a lock, a network; only
 ``memory:`` says no). An event loop must never wait on one, so an
-:class:`~nous_inbox.async_owner.AsyncOwner` over a blocking store sends every store call (its
+:class:`~nous_inbox.owner.async_owner.AsyncOwner` over a blocking store sends every store call (its
 sends, its run's claims and records, its readers' reads, its watcher's looks while it runs) to
 one worker of its own, in order; over a store that does not block it calls inline. Sends that
 arrive while the worker is busy share one append: this is the group commit's asyncio pump
-(:mod:`nous_inbox.group_commit`: one job per batch, each sender's future settled on the loop).
+(:mod:`nous_inbox.owner.group_commit`: one job per batch, each sender's future settled on the loop).
 
 The worker is a :class:`LingeringThread`: its thread lives only while there is work, and goes
 once it has had none for :data:`LINGER` seconds; the next call starts another. An idle owner
-(whose looks at the store its loop's shared watch makes, :mod:`nous_inbox.idle_watch`) so holds
+(whose looks at the store its loop's shared watch makes, :mod:`nous_inbox.owner.idle_watch`) so holds
 no thread, and a host may hold many idle sessions for the price of their memory alone.
 
 >>> import asyncio
@@ -38,7 +38,7 @@ from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import Any, Final, Generic, ParamSpec, TypeVar
 
 from nous_inbox.events import Event
-from nous_inbox.group_commit import (
+from nous_inbox.owner.group_commit import (
     GroupCommit,
     Outcome,
     Ticket,
@@ -439,7 +439,7 @@ class Stored(Coroutine[Any, Any, _T], Generic[_T]):
 
 
 class QueuedSend(Coroutine[Any, Any, _T], Generic[_T]):
-    """What an :class:`~nous_inbox.async_owner.AsyncOwner`'s send verb returns for a send queued
+    """What an :class:`~nous_inbox.owner.async_owner.AsyncOwner`'s send verb returns for a send queued
     on its store worker (:meth:`StoreWorker.send`): a coroutine of the stored event. Awaiting it
     (or a task running it) waits for the commit, and cancelling that wait takes the send back
     if no commit took it yet. One never awaited is no error: a sync callback on the loop (a

@@ -35,7 +35,7 @@ lease dies with it at once; a PostgreSQL lease only expires, ``lease`` seconds a
 renewal.
 
 Concurrent sends to a store that blocks (every store but ``memory:``) share transactions: a
-group commit (:mod:`nous_inbox.group_commit`); each returns once its own transaction committed.
+group commit (:mod:`nous_inbox.owner.group_commit`); each returns once its own transaction committed.
 
 A lease taken over is final. When a store whose leases expire (PostgreSQL) finds this owner's
 lease was taken over by another owner, it fences every append with
@@ -52,9 +52,9 @@ number so an idle owner wakes for such a send too (a store that offers
 polls only as a slow backstop). A running owner also checks the version at each claim, so a
 steer from another terminal reaches the run at its next step boundary.
 
-Results. ``prompt()`` and ``followup()`` return a :class:`~nous_inbox.turn_result.TurnHandle`
+Results. ``prompt()`` and ``followup()`` return a :class:`~nous_inbox.owner.turn_result.TurnHandle`
 on the turn that answers them: ``handle.sent`` is the stored send, ``handle.result(timeout=)``
-the turn's :class:`~nous_inbox.turn_result.TurnResult` (its last reply, typed output, usage,
+the turn's :class:`~nous_inbox.owner.turn_result.TurnResult` (its last reply, typed output, usage,
 seqs and end reason; a failed or cancelled turn raises). The answer is read from the log, so
 ``turn_handle(seq)`` and ``turn_result(turn)`` on a new owner give it after a restart.
 
@@ -72,16 +72,16 @@ import time
 from typing import Any, Final
 
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
-from nous_inbox.owner_body import Listener, OwnerBody
-from nous_inbox.owner_core import Stop
-from nous_inbox.owner_port import TurnRunner
-from nous_inbox.port import sent_event
-from nous_inbox.snapshot import SNAPSHOT_EVERY
+from nous_inbox.owner.body import Listener, OwnerBody
+from nous_inbox.owner.core import Stop
+from nous_inbox.owner.group_commit import GroupCommit, commit_in_threads
+from nous_inbox.owner.port import TurnRunner
+from nous_inbox.owner.turn_result import TurnHandle, TurnResult, pump
+from nous_inbox.runner.port import sent_event
 from nous_inbox.store import Store
-from nous_inbox.turn_result import TurnHandle, TurnResult, pump
+from nous_inbox.store.snapshot import SNAPSHOT_EVERY
 
 __all__ = ["Owner", "TurnRunner"]
 
@@ -94,7 +94,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
     ``listen`` is a first listener (see :meth:`listen`), told of the resume too; ``watch`` starts
     the thread that notices other processes' sends (``poll_interval`` seconds apart); ``start``
     wakes right away if the replayed inbox wants it. ``snapshot_every`` is how many events pass
-    between two snapshots of the session (0: none; see :mod:`nous_inbox.snapshot`). ``freeze_gc``
+    between two snapshots of the session (0: none; see :mod:`nous_inbox.store.snapshot`). ``freeze_gc``
     (off by default) has the journal ``gc.freeze()`` a long session's history, so the
     collector's full passes stop walking it: a long-lived host with a history of hundreds of
     thousands of events gets shorter full collections. The price: ``gc.freeze`` is
@@ -177,7 +177,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
 
     def turn_result(self, turn: int) -> TurnResult:
         """How ``turn`` ended, from this owner's ledger or else the log (a turn an earlier owner
-        ran): a :class:`~nous_inbox.turn_result.TurnResult`, or ``TurnFailed`` /
+        ran): a :class:`~nous_inbox.owner.turn_result.TurnResult`, or ``TurnFailed`` /
         ``TurnCancelled``; ``LookupError`` for a turn that has not ended."""
         with self._lock:
             return pump(self._answers.of_turn(turn))
@@ -208,7 +208,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
 
         Returns whether a run was going. Queued messages stay queued. Call it from any thread;
         the request is recorded in the log when a turn is open (see
-        :func:`~nous_inbox.owner_port.request_cancel`, which reaches an owner in another process).
+        :func:`~nous_inbox.owner.port.request_cancel`, which reaches an owner in another process).
         """
         with self._lock:
             if not self._closed:

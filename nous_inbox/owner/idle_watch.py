@@ -3,12 +3,12 @@ for every idle asyncio owner of a loop and store, instead of one look each.
 
 An owner notices what another process appended to its session (a steer from the command line, a
 send from another host) by looking at the store's version of its stream. While a run goes, an
-:class:`~nous_inbox.async_owner.AsyncOwner`'s :class:`OwnerWatch` looks itself, every
+:class:`~nous_inbox.owner.async_owner.AsyncOwner`'s :class:`OwnerWatch` looks itself, every
 ``poll_interval`` or when its store hints (PostgreSQL's NOTIFY), so a steer reaches the run at
 its next step. An idle owner needs far less, and a host holding a thousand idle sessions must
 keep neither a thousand looks a second nor a thread each to make them. So an idle owner joins
 the one watch of its event loop and store, which looks at every member's stream together, in
-one job on one thread of its own (a :class:`~nous_inbox.store_worker.LingeringThread`; on the
+one job on one thread of its own (a :class:`~nous_inbox.owner.store_worker.LingeringThread`; on the
 loop for ``memory:``), every :data:`IDLE_LOOK` seconds (a member whose store hints: when
 hinted), and wakes each member whose look says its stream moved; the owner then folds in what
 was appended, as its own look would.
@@ -42,8 +42,8 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
 from nous_inbox.errors import LeaseLostError
+from nous_inbox.owner.store_worker import LingeringThread, StoreWorker
 from nous_inbox.store import Store
-from nous_inbox.store_worker import LingeringThread, StoreWorker
 
 __all__ = ["IDLE_LOOK", "Member", "OwnerWatch", "watch_idle"]
 

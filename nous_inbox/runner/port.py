@@ -13,13 +13,13 @@ and returns it as recorded, ``seq`` and ``at`` set. A port may also say, as
 ``max_record_size``, the largest record it can store (a :class:`JournalPort` gives its store's);
 a runner holds a tool's result to it, and a port that says nothing to the codec's default.
 
-There is one implementation: :class:`JournalPort`, a :class:`~nous_inbox.journal.Journal` (one
+There is one implementation: :class:`JournalPort`, a :class:`~nous_inbox.store.journal.Journal` (one
 stream of a store) seen from a runner. The owner runs its turns through one; :class:`LocalSession`
 is one over an in-memory list, with the send verbs added, for tests, examples and single-process
 hosts (unlike a store, it does not prove each event reads back from a wire format). Every claim,
 the adapters' included, builds its event with :meth:`Session.claim
 <nous_inbox.session.Session.claim>` (the journal's, directly; a holder claiming several queues
-in one append, through :func:`~nous_inbox.journal.claim_event`).
+in one append, through :func:`~nous_inbox.store.journal.claim_event`).
 
 >>> local = LocalSession()
 >>> local.inject("recall: the deploy is frozen").seq, local.steer("stop and summarize").seq
@@ -53,16 +53,16 @@ from typing import Final, Protocol, TypeVar, runtime_checkable
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed, Warned
 from nous_inbox.inbox import Target
-from nous_inbox.journal import Change, Journal, sent_event
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
+from nous_inbox.store.journal import Change, Journal, sent_event
 
 __all__ = [
     "ClaimGuard", "JournalPort", "LocalSession", "SendPresets", "SessionPort", "check_port",
     "describe_error", "sent_event",
 ]
 
-logger: Final = logging.getLogger("nous_inbox.port")
+logger: Final = logging.getLogger("nous_inbox.runner.port")
 
 _EVENT_TYPES: Final = frozenset(EVENT_TYPES)
 
@@ -96,7 +96,7 @@ class SessionPort(Protocol):
 _PORT_FIX: Final = (
     "A session port needs `session` (a property holding the folded Session), "
     "`claim(self, target, *, wake_only=False)` and `record(self, event)`; see "
-    "nous_inbox.port.SessionPort."
+    "nous_inbox.runner.port.SessionPort."
 )
 
 
@@ -281,14 +281,14 @@ class SendPresets(abc.ABC):
 
 
 class JournalPort:
-    """The session port over a :class:`~nous_inbox.journal.Journal`: the one port there is.
+    """The session port over a :class:`~nous_inbox.store.journal.Journal`: the one port there is.
 
     ``session`` reads what other writers appended first (a steer from another process is part of
     the turn the runner opens); ``claim`` is the journal's one claim path; ``record`` and
     ``append`` append one event with the journal's expected version. ``lock`` serializes every
     use with its holder's other uses of the journal (an owner passes its own; a journal is not
     locked by itself). An owner's sends from many threads share transactions through its group
-    commit (:mod:`nous_inbox.group_commit`), not here.
+    commit (:mod:`nous_inbox.owner.group_commit`), not here.
 
     >>> from nous_inbox.store import open_store
     >>> port = JournalPort(Journal(open_store("memory:"), "s"))
@@ -314,7 +314,7 @@ class JournalPort:
         """The largest record the journal's store takes, in bytes, or ``None`` when it names no
         limit (the optional port member a runner checks a tool's result against; see
         :class:`SessionPort`, and :attr:`Journal.max_record_size
-        <nous_inbox.journal.Journal.max_record_size>`)."""
+        <nous_inbox.store.journal.Journal.max_record_size>`)."""
         return self._journal.max_record_size
 
     @property
@@ -328,7 +328,7 @@ class JournalPort:
         self, target: Target | str, *, wake_only: bool = False
     ) -> tuple[Sequence[Message], QueueClaimed | None]:
         """Drain ``target`` and record the claim, atomically; ``((), None)`` if nothing was
-        claimed. See :meth:`Journal.claim <nous_inbox.journal.Journal.claim>`."""
+        claimed. See :meth:`Journal.claim <nous_inbox.store.journal.Journal.claim>`."""
         with self._lock:
             messages, event = self._journal.claim(target, wake_only=wake_only)
             return (tuple(messages), event) if event is not None else ((), None)
@@ -349,7 +349,7 @@ class JournalPort:
     def commit(self, change: Change[T]) -> tuple[list[Event], T]:
         """Append the events ``change`` computes from the session (other writers' events read
         first), in one atomic append; see :meth:`Journal.commit
-        <nous_inbox.journal.Journal.commit>`. For a runner that records several events at one
+        <nous_inbox.store.journal.Journal.commit>`. For a runner that records several events at one
         boundary (a claim among them) as one transaction rather than one each.
 
         >>> from nous_inbox.events import Warned
@@ -409,7 +409,7 @@ _STREAM: Final = "local"
 
 
 class _EventList:
-    """A LocalSession's log: a list in memory, the smallest :class:`~nous_inbox.journal.Log`.
+    """A LocalSession's log: a list in memory, the smallest :class:`~nous_inbox.store.journal.Log`.
 
     Not a ``memory:`` store on purpose: the journal numbers, times and folds every event before
     it arrives here (an event replay would refuse is never kept), and a store's proof that each

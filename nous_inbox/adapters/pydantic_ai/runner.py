@@ -1,14 +1,14 @@
 """The agent wrapper: :class:`AgentRunner` builds each turn's pydantic-ai run and drives it.
 
 A turn is one run of the agent, continued from the session's transcript, with the run hooks
-(:mod:`~nous_inbox.compat.pydantic_ai.hooks`) as one of its capabilities. The runner decides only
+(:mod:`~nous_inbox.adapters.pydantic_ai.hooks`) as one of its capabilities. The runner decides only
 what is its own: where the port's calls go (the owner's store worker, a thread, or inline), how a
 run that stopped is ended in the log (its failure, a cancel, a consumer that stopped reading), and
 how a threaded owner drives an asyncio run (on a loop in a thread of its own).
 
 >>> from pydantic_ai.messages import ModelResponse, TextPart
 >>> from pydantic_ai.models.function import FunctionModel
->>> from nous_inbox.port import LocalSession
+>>> from nous_inbox.runner.port import LocalSession
 >>> local = LocalSession()
 >>> _ = local.followup("hello")
 >>> agent = Agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("hi")])))
@@ -31,15 +31,15 @@ from pydantic import TypeAdapter
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from nous_inbox.compat.pydantic_ai.hooks import _InboxHooks, _TurnOver
+from nous_inbox.adapters.pydantic_ai.hooks import _InboxHooks, _TurnOver
 from nous_inbox.events import Event
 from nous_inbox.loop import Cancelled, Failed, new_state
 from nous_inbox.message import Message
-from nous_inbox.port import SessionPort, check_port, describe_error
+from nous_inbox.runner.port import SessionPort, check_port, describe_error
 
 __all__ = ["AgentRunner"]
 
-logger: Final = logging.getLogger("nous_inbox.compat.pydantic_ai")
+logger: Final = logging.getLogger("nous_inbox.adapters.pydantic_ai")
 
 _T = TypeVar("_T")
 _DONE: Final = object()

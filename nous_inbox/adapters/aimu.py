@@ -39,7 +39,7 @@ its send position as ``metadata["nous_inbox.order"]``, which is what that merge 
 all it is used for: which followups a run is owed is decided from the queues themselves.
 
 Design notes. The routing decisions below (addresses, the send clock, which followups a run is
-owed) live beside it, in :mod:`nous_inbox.compat.aimu_routing`; this adapter is aimu's face
+owed) live beside it, in :mod:`nous_inbox.adapters.aimu_routing`; this adapter is aimu's face
 over them and over a journal per address.
 
 * A run is owed the followups queued when it opened its reader: ``reader()`` first reads what
@@ -91,8 +91,8 @@ from typing import Final, Protocol, TypeVar
 
 import attrs
 
-from nous_inbox.compat import aimu_routing as routing
-from nous_inbox.compat.aimu_routing import (
+from nous_inbox.adapters import aimu_routing as routing
+from nous_inbox.adapters.aimu_routing import (
     ORDER_KEY,
     SendClock,
     addresses,
@@ -102,9 +102,9 @@ from nous_inbox.compat.aimu_routing import (
 )
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Entry, Inbox, Target, is_blank
-from nous_inbox.journal import Journal, Log
 from nous_inbox.message import Message
 from nous_inbox.session import Session
+from nous_inbox.store.journal import Journal, Log
 
 __all__ = ["ORDER_KEY", "STREAM_PREFIX", "AimuInbox", "EventStore", "stream_name"]
 
