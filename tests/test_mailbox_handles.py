@@ -283,7 +283,9 @@ def test_a_plain_reply_still_wakes_nobody(box: Mailbox) -> None:
 
 
 def test_a_result_wakes_the_declared_parent_even_before_it_gave_out_work(box: Mailbox) -> None:
-    box.agent("lead").receive()  # it has worked
+    lead = box.agent("lead")
+    box.agent("first").send("lead", "first work")
+    lead.receive()  # it has worked
     worker = box.agent("worker", parent="lead")
     worker.send("lead", "done: 3 files", kind="result")
     box.agent("stranger").send("lead", "done too", kind="result")

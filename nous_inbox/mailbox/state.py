@@ -63,7 +63,7 @@ from nous_inbox.events import (
     MailWithdrawn,
 )
 from nous_inbox.mailbox import rules
-from nous_inbox.mailbox.rules import REMEMBER, RETAIN, wakes
+from nous_inbox.mailbox.rules import REMEMBER, RETAIN, gives_work, wakes
 from nous_inbox.message import thaw_json
 
 __all__ = ["AgentMail", "Gone", "Mail", "MailboxState", "Outcome", "Thread"]
@@ -331,7 +331,7 @@ class MailboxState:
         if box is None:
             box = self.boxes[recipient] = AgentMail()
         waking = wakes(cls, sender, box.parent, box.started, box.gave_work)
-        if cls == "action" and sender != box.parent:  # (the parent was told when declared)
+        if gives_work(cls) and sender != box.parent:  # (the parent was told when declared)
             giver = self.boxes.get(sender)
             if giver is None:
                 giver = self.boxes[sender] = AgentMail()
