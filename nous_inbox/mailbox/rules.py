@@ -158,7 +158,8 @@ def kind_of(kind: object, where: str) -> str:
     >>> kind_of("question", "send"), kind_of("block", "send")
     ('blocker', 'blocker')
     """
-    found = KIND_ALIASES.get(kind) if type(kind) is str else None
+    # (A str subclass is looked up by its value, not by an __eq__ or __hash__ of its own.)
+    found = KIND_ALIASES.get(str.__str__(kind)) if isinstance(kind, str) else None
     if found is None:
         raise ValueError(f"{where}: kind must be one of {sorted(KIND_ALIASES)}, got {kind!r}")
     return found
