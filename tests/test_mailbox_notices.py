@@ -22,7 +22,7 @@ from nous_inbox.events import (
     TurnStarted,
 )
 from nous_inbox.inbox import Target
-from nous_inbox.mailbox import NOTICE, Mailbox, compose, plan
+from nous_inbox.mailbox import DEBOUNCE, NOTICE, Mailbox, compose, plan
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.owner import Owner
 from nous_inbox.runner import Runner
@@ -126,13 +126,49 @@ def test_an_action_from_a_stranger_after_the_first_work_does_not_wake() -> None:
 
 
 @pytest.mark.parametrize("kind", ["report", "result"])
-def test_a_report_or_result_wakes_only_the_agent_that_gave_out_the_work(kind: str) -> None:
+def test_a_report_or_result_wakes_the_agent_that_gave_out_the_work(kind: str) -> None:
     box = Mailbox()
     lead, worker = box.agent("lead"), box.agent("worker")
+    worker.send("lead", "hello")
+    lead.receive()  # the lead has worked: no message is its first work any more
     lead.send("worker", "index the logs")
     worker.send("lead", "indexed", kind=kind)
     box.agent("someone").send("lead", f"unrelated {kind}", kind=kind)
     assert [m.event.body for m in box.state.fresh("lead") if m.wakes] == ["indexed"]
+
+
+@pytest.mark.parametrize("kind", ["action", "result"])
+def test_a_result_is_first_work_as_an_action_is(kind: str) -> None:
+    clock = Clock()
+    box = Mailbox(clock=clock)
+    box.agent("lead").send("worker", "the logs are yours to index", kind=kind)
+    assert [m.event.body for m in box.state.fresh("worker") if m.wakes] == [
+        "the logs are yours to index"]
+    assert plan(box.state, "worker", clock.now + DEBOUNCE, running=False,
+                prompt_waiting=False)[0] == "followup"
+
+
+@pytest.mark.parametrize("kind", ["action", "result"])
+def test_a_result_from_the_parent_wakes_as_an_action_does(kind: str) -> None:
+    box = Mailbox()
+    lead, worker = box.agent("lead"), box.agent("worker", parent="lead")
+    lead.send("worker", "first")
+    worker.receive()  # it has worked
+    box.agent("stranger").send("worker", "from a stranger", kind=kind)
+    lead.send("worker", "from the parent", kind=kind)
+    assert [m.event.body for m in box.state.fresh("worker") if m.wakes] == ["from the parent"]
+
+
+def test_a_result_gives_out_no_work_so_results_never_wake_each_other_back() -> None:
+    box = Mailbox()
+    lead, worker = box.agent("lead"), box.agent("worker")
+    for handle in (lead, worker):
+        box.agent(f"first for {handle.name}").send(handle.name, "first")
+        handle.receive()  # both have worked
+    worker.send("lead", "done", kind="result")
+    lead.send("worker", "thanks", kind="result")
+    assert [m for m in box.state.fresh("worker") if m.wakes] == []
+    assert [m for m in box.state.fresh("lead") if m.wakes] == []
 
 
 # -- when a notice goes (pure) -------------------------------------------------------------------

@@ -120,13 +120,13 @@ class InProcessMailbox:
 
     def receive(self, agent_id: str, *, limit: int = 50) -> list[AgentMessage]:
         """Take up to ``limit`` pending messages for ``agent_id``, oldest first."""
-        self._mailbox._unhandled(agent_id, "receive")
+        agent = self._mailbox._as_agent(agent_id, "receive")
         if limit <= 0:
             return []
         return [AgentMessage(e.sender, e.recipient,
                              e.body if type(e.body) is str else thaw_json(e.body), e.id, e.at,
                              e.correlation_id)
-                for e in self._mailbox._receive(agent_id, limit=limit)]
+                for e in self._mailbox._receive(agent, limit=limit)]
 
     def subscribe(self, agent_id: str, callback: Callable[[AgentMessage], None]) -> None:
         """Call ``callback(message)`` for each message delivered to ``agent_id`` from now on."""

@@ -2,7 +2,7 @@
 withdraw, replies), durable in the store's one event vocabulary.
 
 :mod:`nous_inbox.mailbox.mailbox` is the mailbox, :mod:`nous_inbox.mailbox.handle` the
-handle an agent acts through (its answers are :mod:`nous_inbox.mailbox.answers`);
+handle an agent acts through (its answers and errors are :mod:`nous_inbox.mailbox.answers`);
 :mod:`nous_inbox.mailbox.tools` the tools a model reads and answers its mail with; :mod:`nous_inbox.mailbox.rules`
 its rules (message classes, who may wake whom, settling, bounds, what a notice says and when it
 is due); :mod:`nous_inbox.mailbox.state` the fold its events make; and
@@ -10,7 +10,13 @@ is due); :mod:`nous_inbox.mailbox.state` the fold its events make; and
 notices are delivered.
 """
 
-from nous_inbox.mailbox.answers import Letter, MailboxFullError, Receipt, ThreadSummary
+from nous_inbox.mailbox.answers import (
+    AskTimeoutError,
+    Letter,
+    MailboxFullError,
+    Receipt,
+    ThreadSummary,
+)
 from nous_inbox.mailbox.handle import AgentHandle
 from nous_inbox.mailbox.mailbox import STREAM, Mailbox
 from nous_inbox.mailbox.owner_link import Recipient
@@ -44,6 +50,7 @@ __all__ = [
     "RETAIN",
     "STREAM",
     "AgentHandle",
+    "AskTimeoutError",
     "Letter",
     "Mailbox",
     "MailboxFullError",

@@ -15,9 +15,13 @@ once, so identity is held, not declared: whoever holds ``dev``'s handle sends as
 >>> lead.ask("dev", "and the tag?", timeout=0)
 Traceback (most recent call last):
 ...
-TimeoutError: ask of 'lead' to 'dev': no answer within 0 seconds (message ...-3 waits on)
+nous_inbox.mailbox.answers.AskTimeoutError: ask of 'lead' to 'dev': no answer within 0 seconds (message ...-3 waits on)
 >>> lead.message(receipt.id).state, lead.message(lead.send("dev", "x").id).recipient
 ('answered', 'dev')
+
+A handle is its agent's identity in this mailbox, so it never leaves it: pickling or copying one
+is a ``TypeError``. Another process opens a mailbox on the same store and takes the agent's
+handle there.
 
 A waited answer: :meth:`AgentHandle.ask` sends (a question, by default: it wakes the recipient)
 and returns the reply once the recipient answers it; :meth:`AgentHandle.ask_async` is the same
@@ -33,10 +37,18 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from nous_inbox.events import MailRead, MailSent
-from nous_inbox.mailbox.answers import Letter, Receipt, ThreadSummary, letter
+from nous_inbox.mailbox._named import text
+from nous_inbox.mailbox.answers import (
+    AskTimeoutError,
+    Letter,
+    Receipt,
+    ThreadSummary,
+    letter,
+    not_yours,
+)
 
 if TYPE_CHECKING:
     from nous_inbox.mailbox.mailbox import Mailbox
@@ -64,6 +76,15 @@ class AgentHandle:
 
     def __repr__(self) -> str:
         return f"<AgentHandle {self._name!r}>"
+
+    def _stays(self, *_: object) -> NoReturn:
+        """Refuse a pickle or a copy: a second handle, or one in another process, would be a
+        second holder of this agent's identity."""
+        raise TypeError(f"the handle of {self._name!r} cannot leave its mailbox (no pickle, no "
+                        "copy): pass the handle itself; in another process, open a Mailbox on "
+                        f"the same store and take box.agent({self._name!r}) there")
+
+    __reduce_ex__ = __reduce__ = __copy__ = __deepcopy__ = _stays
 
     @property
     def name(self) -> str:
@@ -113,8 +134,9 @@ class AgentHandle:
     def ask(self, to: str, body: Any, *, timeout: float | None = None, kind: str = "question",
             thread: str | None = None) -> Letter:
         """Send ``body`` to ``to`` and wait up to ``timeout`` seconds (None: for ever) for the
-        reply, which it returns (marked read). ``TimeoutError`` names the message, still sent,
-        whose answer :meth:`message` finds later.
+        reply, which it returns (marked read). On timeout, :class:`AskTimeoutError` (a
+        ``TimeoutError``) carries the question's ``id``: the question stays sent, so
+        :meth:`message` finds its answer later, or :meth:`withdraw` takes it back.
 
         The question goes in ``thread``, by default a thread of its own named by its id: a reply
         answers every message of the asker's in its thread, so asks sharing one get one reply."""
@@ -141,23 +163,25 @@ class AgentHandle:
 
 
 def _message(box: Mailbox, viewer: str, id: str) -> Letter:
-    """Message ``id`` as ``viewer`` may see it: its sender or recipient; ``PermissionError``
-    for anyone else, ``LookupError`` for one not kept."""
-    if type(id) is not str or not id:
-        raise TypeError(f"message of {viewer!r}: id must be a non-empty str, got {id!r}")
+    """Message ``id`` as ``viewer`` may see it: its sender or recipient (not any writer in its
+    thread: a thread's key is whatever a sender names, so anyone could write under it);
+    :func:`~nous_inbox.mailbox.answers.not_yours` for anyone else, ``LookupError`` for one not
+    kept."""
+    where = f"message of {viewer!r}"
+    id = text(id, "id", where)
     with box._lock:
         box._catch_up()
-        mail = box._state.mail(id)
+        state = box._state
+        parties = state.parties(id)
+        if parties is None:
+            raise LookupError(f"{where}: no such message {id!r}")
+        if viewer not in parties:
+            raise not_yours(where, id)
+        mail = state.mail(id)
         if mail is None:
-            gone = box._state.outcome(id)
-            raise LookupError(f"message {id!r}: " + (
-                "no such message" if gone is None else f"no longer kept ({gone[0]})"))
-        event = mail.event
-        # Not a writer in its thread: a thread's key is whatever a sender names, so anyone
-        # could write under it.
-        if viewer not in (event.sender, event.recipient):
-            raise PermissionError(f"message {id!r} from {event.sender!r} to "
-                                  f"{event.recipient!r}: {viewer!r} is neither of them")
+            gone = state.outcome(id)
+            raise LookupError(f"{where}: message {id!r} is no longer kept "
+                              f"({'let go' if gone is None else gone[0]})")
         return letter(mail)
 
 def _answer(box: Mailbox, asker: str, id: str) -> Letter | None:
@@ -214,8 +238,8 @@ class _Asking:
         """The reply, or None while there is time left (``TimeoutError`` once there is none)."""
         letter = _answer(self.box, self.asker, self.id)
         if letter is None and self.deadline is not None and time.monotonic() >= self.deadline:
-            raise TimeoutError(f"{self.where}: no answer within {self.timeout} seconds "
-                               f"(message {self.id} waits on)")
+            raise AskTimeoutError(f"{self.where}: no answer within {self.timeout} seconds "
+                                  f"(message {self.id} waits on)", self.id)
         return letter
 
     def wait(self) -> float | None:

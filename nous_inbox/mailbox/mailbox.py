@@ -68,13 +68,14 @@ from nous_inbox.events import (
     MailSent,
     MailWithdrawn,
 )
-from nous_inbox.mailbox._named import NamedVerbs
+from nous_inbox.mailbox._named import NamedVerbs, send_names, text
 from nous_inbox.mailbox.answers import (
     Letter,
     MailboxFullError,
     Receipt,
     ThreadSummary,
     letter,
+    not_yours,
 )
 from nous_inbox.mailbox.handle import _GIVEN, AgentHandle
 from nous_inbox.mailbox.owner_link import NoticeDelivery, _is_owned
@@ -105,22 +106,6 @@ STREAM: Final = "mailbox"
 Overflow = Literal["refuse", "drop_oldest"]
 Subscriber = Callable[[MailSent], None]
 _T = TypeVar("_T")
-
-
-def _text(value: object, what: str, where: str) -> str:
-    if type(value) is not str or not value:
-        raise TypeError(f"{where}: {what} must be a non-empty str, got {value!r}")
-    return value
-
-
-def _refuse_send(recipient: object, sender: object, thread: object, correlation: object) -> None:
-    """Raise the error naming the part of a send that is not what it must be."""
-    _text(recipient, "recipient", "send")
-    where = f"send to {recipient!r}"
-    _text(sender, "sender", where)
-    if thread is not None:
-        _text(thread, "thread", where)
-    raise TypeError(f"{where}: correlation_id must be a str or None, got {correlation!r}")
 
 
 def _body(body: Any, where: str) -> Any:
@@ -194,9 +179,9 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         ``parent`` declares the agent that started ``name``: an action from it wakes ``name``,
         and a result from ``name`` wakes it. Recorded in the stream, so a restart knows it.
         """
-        _text(name, "name", "agent")
+        name = text(name, "name", "agent")
         if parent is not None:
-            _text(parent, "parent", f"agent {name!r}")
+            parent = text(parent, "parent", f"agent {name!r}")
             if parent == name:
                 raise ValueError(f"agent {name!r}: an agent cannot be its own parent")
         with self._lock:
@@ -221,7 +206,8 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         if (type(recipient) is not str or not recipient or type(sender) is not str or not sender
                 or (thread is not None and (type(thread) is not str or not thread))
                 or (correlation_id is not None and type(correlation_id) is not str)):
-            _refuse_send(recipient, sender, thread, correlation_id)
+            recipient, sender, thread, correlation_id = send_names(recipient, sender, thread,
+                                                                   correlation_id)
         body = _body(body, f"send to {recipient!r}")
         cls = KIND_ALIASES.get(kind) if type(kind) is str else None
         if cls is None:
@@ -230,7 +216,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         if id is None:
             id = self._prefix + str(next(self._counter))
         elif type(id) is not str or not id:
-            _text(id, "id", f"send to {recipient!r}")
+            id = text(id, "id", f"send to {recipient!r}")
         event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
                          thread=thread or "", correlation_id=correlation_id, at=self._clock())
         if self._group is not None and not given and not _is_owned(self._lock):
@@ -274,7 +260,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         frozen and folded as :meth:`send` would; anything else goes through :meth:`send`.
         A name verb: it refuses to act as an agent whose handle was given out."""
         if self._handles:
-            self._unhandled(sender, "send")
+            sender = self._as_agent(sender, "send", "sender")
         lock = self._lock
         if (self._journal is None and type(recipient) is str and recipient
                 and type(sender) is str and sender
@@ -303,14 +289,17 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         if given:
             seen = self._receipt(state, event.id)
             if seen is not None:
+                # The same message again, or another (whose, it must not say: ids are guessable).
                 kept = state.mail(event.id)
-                if kept is not None and (kept.event.recipient, kept.event.sender,
-                                         kept.event.body) != (event.recipient, event.sender,
-                                                              event.body):
+                if kept is None:  # let go: only its parties are remembered
+                    same = state.parties(event.id) == (event.sender, event.recipient)
+                else:
+                    same = ((kept.event.sender, kept.event.recipient, kept.event.body)
+                            == (event.sender, event.recipient, event.body))
+                if not same:
                     raise ValueError(
-                        f"send to {event.recipient!r}: id {event.id!r} names another message "
-                        f"(from {kept.event.sender!r} to {kept.event.recipient!r}, another "
-                        "body); an id names one message: use a new id")
+                        f"send to {event.recipient!r}: id {event.id!r} names another message; "
+                        "an id names one message: use a new id")
                 return [], seen
         recipient = event.recipient
         box = state.boxes.get(recipient)
@@ -363,14 +352,14 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         the same append, so a crash leaves both or neither; a retry with the same ``id`` carries
         nothing again but still marks what is left unanswered.
         """
+        thread = text(thread, "thread", f"reply of {agent!r}")
         where = f"reply of {agent!r} in thread {thread!r}"
+        if to is not None:
+            to = text(to, "to", where)
         body = _body(body, where)
         cls = kind_of(kind, where)
         given = id is not None
-        if id is None:
-            id = self._prefix + str(next(self._counter))
-        else:
-            _text(id, "id", where)
+        id = self._prefix + str(next(self._counter)) if id is None else text(id, "id", where)
         with self._lock:
             self._catch_up()
             found = self._thread(agent, thread, where)
@@ -404,19 +393,22 @@ class Mailbox(NoticeDelivery, NamedVerbs):
     def _withdraw(self, id: str, *, sender: str) -> str:
         """``sender`` takes back message ``id``: ``"withdrawn"`` if no notice carried it yet (it
         is unsent), ``"retracted"`` if one did or one on its way does (it stays in its thread,
-        marked retracted). A message already gone answers what became of it."""
-        _text(id, "id", "withdraw")
+        marked retracted). A message already gone answers what became of it. Another agent's
+        message is refused, saying no more than that it is not ``sender``'s."""
+        where = f"withdraw by {sender!r}"
+        id = text(id, "id", where)
 
         def change(state: MailboxState) -> tuple[list[Event], str]:
+            parties = state.parties(id)
+            if parties is None:
+                raise LookupError(f"{where}: no message {id!r}")
+            if parties[0] != sender:
+                raise not_yours(where, id)
             mail = state.mail(id)
             if mail is None:
                 gone = state.outcome(id)
-                if gone is None:
-                    raise LookupError(f"withdraw: no message {id!r}")
+                assert gone is not None  # (it has parties, and is not kept)
                 return [], gone[0]
-            if mail.event.sender != sender:
-                raise PermissionError(
-                    f"withdraw: message {id!r} was sent by {mail.event.sender!r}, not {sender!r}")
             if mail.retracted:
                 return [], "retracted"
             retract = mail.noticed or mail.read or self._carried(mail)
@@ -432,7 +424,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
     def _receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
         """Take up to ``limit`` of ``agent``'s queued messages, oldest first; they leave the mailbox."""
         if type(agent) is not str or not agent:
-            _text(agent, "agent", "receive")  # raises
+            agent = text(agent, "agent", "receive")
         if type(limit) is not int or limit < 0:
             raise ValueError(f"receive for {agent!r}: limit must be an int >= 0, got {limit!r}")
 
@@ -455,7 +447,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         Called on the sender's thread, outside the mailbox's lock (so it may send); one that
         raises is logged, and the others still run.
         """
-        _text(agent, "agent", "subscribe")
+        agent = text(agent, "agent", "subscribe")
         if not callable(callback):
             raise TypeError(f"subscribe to {agent!r}: callback must be callable")
         with self._lock:
@@ -463,19 +455,21 @@ class Mailbox(NoticeDelivery, NamedVerbs):
 
     def pending(self, agent: str) -> int:
         """How many messages wait for ``agent``: neither received, read nor withdrawn."""
-        _text(agent, "agent", "pending")
+        agent = text(agent, "agent", "pending")
         with self._lock:
             self._catch_up()
             return self._state.pending(agent)
 
     def dropped(self, agent: str) -> int:
         """How many of ``agent``'s messages ``drop_oldest`` let go of, ever."""
+        agent = text(agent, "agent", "dropped")
         with self._lock:
             self._catch_up()
             return self._state.box(agent).dropped
 
     def status(self, id: str) -> str | None:
         """What became of message ``id`` (``None`` if it was never sent, or was forgotten)."""
+        id = text(id, "id", "status")
         with self._lock:
             self._catch_up()
             receipt = self._receipt(self._state, id)
@@ -495,6 +489,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
 
     def _read_thread(self, agent: str, thread: str) -> list[Letter]:
         """Read ``agent``'s ``thread`` whole and mark it read."""
+        thread = text(thread, "thread", f"read of {agent!r}")
         where = f"read of thread {thread!r} of {agent!r}"
         with self._lock:
             self._catch_up()

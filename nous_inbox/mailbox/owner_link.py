@@ -48,6 +48,7 @@ from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 from nous_inbox.boundary import Boundary as RunBoundary
 from nous_inbox.events import Event, MailNoticed, QueueClaimed
 from nous_inbox.inbox import Target
+from nous_inbox.mailbox._named import text
 from nous_inbox.mailbox.rules import DEBOUNCE, MAX_WAIT, NOTICE, Boundary, compose, plan
 from nous_inbox.mailbox.state import Mail, MailboxState
 from nous_inbox.message import Message
@@ -204,8 +205,7 @@ class NoticeDelivery(abc.ABC):
         owner's listener is registered before the session is read, so a claim made meanwhile is
         seen either in what was read or by the listener (which waits for the mailbox's lock).
         """
-        if type(agent) is not str or not agent:
-            raise TypeError(f"attach: agent must be a non-empty str, got {agent!r}")
+        agent = text(agent, "agent", "attach")
         link = AttachedAgent(agent, owner)
         with self._lock:
             if agent in self._attached:
@@ -253,6 +253,7 @@ class NoticeDelivery(abc.ABC):
         ``attach`` reconciles with the session again. The mailbox also lets go of an agent on
         its own once its owner refuses a notice because it is closed.
         """
+        agent = text(agent, "agent", "detach")
         with self._lock:
             link = self._attached.pop(agent, None)
         if link is not None and link.unsubscribe is not None:

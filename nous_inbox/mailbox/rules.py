@@ -6,19 +6,21 @@ Everything here is a decision made from plain values, with no storage and no I/O
 
 Another agent's message is never a turn of its own (ruling 11): it waits in the recipient's
 mailbox and may wake an idle recipient only by its class: ``"action"`` (the default),
-``"blocker"`` (aliases ``"question"``, ``"block"``), ``"result"`` (of work the recipient gave
-out), ``"report"``, ``"fyi"`` or ``"reply"``. Its thread is the one its sender names, else the
-sender. Retention keeps ``retain`` messages per recipient and lets go only of settled ones, in
-the order they became so.
+``"result"`` (an action that also reports work the recipient gave out), ``"blocker"`` (aliases
+``"question"``, ``"block"``), ``"report"``, ``"fyi"`` or ``"reply"``. Its thread is the one its
+sender names, else the sender. Retention keeps ``retain`` messages per recipient and lets go only
+of settled ones, in the order they became so.
 
 >>> wakes("fyi", "lead", parent=None, started=False, gave_work=())
 False
->>> wakes("action", "lead", parent=None, started=False, gave_work=())   # its first work
+>>> wakes("result", "lead", parent=None, started=False, gave_work=())   # its first work
 True
 >>> wakes("action", "qa", parent="lead", started=True, gave_work=())    # not from its parent
 False
 >>> wakes("result", "dev", parent=None, started=True, gave_work={"dev"})  # work it gave out
 True
+>>> wakes("report", "dev", parent="dev", started=True, gave_work=())    # not work it gave out
+False
 >>> settled("fyi", read=True, retracted=False, answered=False)          # asks no answer
 True
 
@@ -73,8 +75,9 @@ __all__ = [
     "RETAIN",
     "Boundary",
     "Plan",
-    "compose",
     "check_options",
+    "compose",
+    "gives_work",
     "kind_of",
     "plan",
     "preview",
@@ -155,7 +158,8 @@ def kind_of(kind: object, where: str) -> str:
     >>> kind_of("question", "send"), kind_of("block", "send")
     ('blocker', 'blocker')
     """
-    found = KIND_ALIASES.get(kind) if type(kind) is str else None
+    # (A str subclass is looked up by its value, not by an __eq__ or __hash__ of its own.)
+    found = KIND_ALIASES.get(str.__str__(kind)) if isinstance(kind, str) else None
     if found is None:
         raise ValueError(f"{where}: kind must be one of {sorted(KIND_ALIASES)}, got {kind!r}")
     return found
@@ -167,17 +171,27 @@ def wakes(kind: str, sender: str, parent: str | None, started: bool,
     declared ``parent`` started it, which ``started`` once it had a turn or took any message,
     and which ``gave_work`` to those agents.
 
-    A blocker always may; a result or report only of work the recipient gave ``sender``; an
-    action when it is the recipient's first work or comes from its parent. An FYI or a reply
-    never wakes anyone.
+    A blocker always may. An action may when it is the recipient's first work or comes from its
+    parent. A result is an action that also reports back: it wakes wherever an action does, and
+    also the agent that gave ``sender`` the work; a report wakes only that agent. An FYI or a reply never wakes anyone.
     """
-    if kind == "action":
-        return sender == parent or not started
     if kind == "blocker":
         return True
-    if kind == "result" or kind == "report":
-        return sender in gave_work
-    return False
+    if (kind == "action" or kind == "result") and (sender == parent or not started):
+        return True
+    return (kind == "result" or kind == "report") and sender in gave_work
+
+
+def gives_work(kind: str) -> bool:
+    """Whether a message of class ``kind`` gives its recipient work, so that the recipient's
+    result or report wakes the sender (``wakes``'s ``gave_work``). Only an action does: a
+    result reports work, and if it gave work too, two agents' results would wake each other
+    back and forth.
+
+    >>> gives_work("action"), gives_work("result")
+    (True, False)
+    """
+    return kind == "action"
 
 
 def settled(kind: str, *, read: bool, retracted: bool, answered: bool) -> bool:

@@ -30,9 +30,9 @@ grouped when asked for.
 
 What the state keeps is bounded by what is kept, not by what was ever sent. Retention
 (``retain`` messages per recipient) lets go only of settled messages, in the order they became
-so. A message let go (received, withdrawn, dropped, released) leaves only its id and outcome
-behind (:class:`Gone`), for a resend of its id and ``status``, until ``remember`` more messages
-were sent; then it is forgotten, and a resend of its id is a new message. ``remember`` and
+so. A message let go (received, withdrawn, dropped, released) leaves only its id, outcome and
+two parties behind (:class:`Gone`), for a resend of its id, ``status`` and its parties' look-ups,
+until ``remember`` more messages were sent; then it is forgotten, and a resend of its id is a new message. ``remember`` and
 ``retain`` are therefore part of the fold: every process sharing a stream must use the same
 values. Equality compares :meth:`MailboxState.snapshot`, a plain structure of everything
 observable.
@@ -63,7 +63,7 @@ from nous_inbox.events import (
     MailWithdrawn,
 )
 from nous_inbox.mailbox import rules
-from nous_inbox.mailbox.rules import REMEMBER, RETAIN, wakes
+from nous_inbox.mailbox.rules import REMEMBER, RETAIN, gives_work, wakes
 from nous_inbox.message import thaw_json
 
 __all__ = ["AgentMail", "Gone", "Mail", "MailboxState", "Outcome", "Thread"]
@@ -117,13 +117,16 @@ class Mail(msgspec.Struct, gc=False):
 
 
 class Gone(msgspec.Struct, frozen=True, gc=False):
-    """What a message let go left behind: its ``outcome``, the reply that answered it, and how
-    many messages had been sent when it was let go (it is forgotten ``remember`` sends later)."""
+    """What a message let go left behind: its ``outcome``, the reply that answered it, how many
+    messages had been sent when it was let go (it is forgotten ``remember`` sends later), and its
+    ``sender`` and ``recipient``, the only agents its outcome is told to."""
 
     id: str
     outcome: Outcome
     answered_by: str | None
     sends: int
+    sender: str
+    recipient: str
 
 
 class Thread:
@@ -254,6 +257,15 @@ class MailboxState:
             self._gone_unindexed = 0
         return self._mails
 
+    def parties(self, id: str) -> tuple[str, str] | None:
+        """The sender and recipient of ``id``, kept or let go (None: never sent, or forgotten):
+        the agents it is theirs to see."""
+        mail = self._index().get(id)
+        if mail is not None:
+            return mail.event.sender, mail.event.recipient
+        gone = self._gone.get(id)
+        return None if gone is None else (gone.sender, gone.recipient)
+
     def pending(self, agent: str) -> int:
         """How many messages wait for ``agent`` (neither received nor read nor withdrawn)."""
         return self.box(agent).queued
@@ -331,7 +343,7 @@ class MailboxState:
         if box is None:
             box = self.boxes[recipient] = AgentMail()
         waking = wakes(cls, sender, box.parent, box.started, box.gave_work)
-        if cls == "action" and sender != box.parent:  # (the parent was told when declared)
+        if gives_work(cls) and sender != box.parent:  # (the parent was told when declared)
             giver = self.boxes.get(sender)
             if giver is None:
                 giver = self.boxes[sender] = AgentMail()
@@ -458,7 +470,8 @@ class MailboxState:
         """Stop keeping ``mails`` (of ``box``): only their outcome stays, for ``remember`` sends."""
         forget, index, sends, count, queued = self._forget, self._mails, self.sends, 0, 0
         for mail in mails:
-            id = mail.event.id
+            event = mail.event
+            id = event.id
             if mail.queued:
                 mail.queued = mail.fresh = False
                 queued += 1
@@ -467,7 +480,8 @@ class MailboxState:
             mail.kept = False
             if mail.indexed:
                 del index[id]
-            forget.append(Gone(id, outcome, mail.answered_by, sends))
+            forget.append(Gone(id, outcome, mail.answered_by, sends, event.sender,
+                               event.recipient))
             count += 1
         box.queued -= queued
         self._gone_unindexed += count
