@@ -32,7 +32,7 @@ def properties(fn: Any) -> dict[str, Any]:
 
 
 def test_tool_and_the_decorator_are_the_runners() -> None:
-    assert nous_inbox.runner.Tool is Tool and nous_inbox.runner.tools is tool
+    assert nous_inbox.runner.Tool is Tool and nous_inbox.runner.tool is tool
 
 
 def test_scalars_map_to_their_json_types_and_defaults_make_a_parameter_optional() -> None:
