@@ -60,6 +60,8 @@ at each boundary and decides none of it itself.
 8. **A structured (single-shot) run** makes one model request and ends: no claims, no tools.
 9. **Cancelling** ends the turn with reason ``"cancelled"``; no claim is asked for after it, and
    tool calls left unanswered get a "cancelled" tool message so the transcript stays well-formed.
+   A driver that cut a tool off in flight says so (``Cancelled(results=[interrupted_result(...)])``):
+   the tool started, so "cancelled before it ran" would be untrue.
 
 Design notes. ``advance`` returns exactly one command: the loop is always waiting for one thing.
 Every transition is one row of a table, ``_TRANSITIONS``, from (phase, happening type) to the
@@ -275,7 +277,12 @@ class Retried(msgspec.Struct, frozen=True):
 
 
 class Cancelled(msgspec.Struct, frozen=True):
-    """Someone cancelled the turn."""
+    """Someone cancelled the turn. ``results`` are the answers the driver has for the calls it
+    was running (a tool that ran before the cancel, or :func:`interrupted_result` for one cut
+    off in flight), in any order; a call without one is answered with :func:`cancelled_result`.
+    """
+
+    results: Sequence[Message] = ()
 
 
 class Failed(msgspec.Struct, frozen=True):
@@ -349,11 +356,16 @@ def cancelled_result(call: ToolCall) -> Message:
     )
 
 
-def interrupted_result(call: ToolCall) -> Message:
-    """The tool message that answers a call whose turn died with it (the owner stopped mid-turn:
-    whether the tool ran is unknown)."""
+def interrupted_result(call: ToolCall, cause: str = "the owner stopped") -> Message:
+    """The tool message that answers a call cut off while its tool ran: the owner stopped
+    mid-turn, or (``cause``) the turn was cancelled. The tool started; whether it finished, and
+    what it did, is unknown.
+
+    >>> interrupted_result(ToolCall("c1", "deploy"), "the turn was cancelled").content
+    'interrupted: the turn was cancelled before this tool answered'
+    """
     return Message.tool(
-        "interrupted: the owner stopped before this tool answered", call.id, name=call.name,
+        f"interrupted: {cause} before this tool answered", call.id, name=call.name,
         metadata={"error": "interrupted"},
     )
 
@@ -592,9 +604,9 @@ def _end(
     return Advance(_replace(state, phase=Phase.ENDED), EndTurn(reason), tuple(events))
 
 
-def _cancelled(state: LoopState, _: Cancelled) -> Advance:
+def _cancelled(state: LoopState, cancelled: Cancelled) -> Advance:
     """Any open phase + Cancelled: end the turn, claiming nothing more (ruling 9)."""
-    return _close(state, "cancelled", None)
+    return _close(state, "cancelled", None, cancelled.results)
 
 
 def _failed(state: LoopState, failed: Failed) -> Advance:
@@ -602,11 +614,19 @@ def _failed(state: LoopState, failed: Failed) -> Advance:
     return _close(state, "error", failed.error)
 
 
-def _close(state: LoopState, reason: TurnEndReason, error: str | None) -> Advance:
-    """End the turn from any open phase, answering tool calls left pending."""
+def _close(state: LoopState, reason: TurnEndReason, error: str | None,
+           answered: Sequence[Message] = ()) -> Advance:
+    """End the turn from any open phase, answering tool calls left pending: with the driver's
+    ``answered`` results where it has them, else as cancelled."""
+    running = {call.id for call in state.calls}
+    by_id = {m.tool_call_id: m for m in answered
+             if isinstance(m, Message) and m.role == "tool" and m.tool_call_id in running}
+    if len(by_id) != len(answered):
+        raise ValueError(f"Cancelled.results must be tool Messages answering calls the loop is "
+                         f"running ({sorted(running)}), got {list(answered)!r}")
     events: list[Event] = []
     if state.phase is Phase.TOOLS:
-        results = [cancelled_result(call) for call in state.calls]
+        results = [by_id.get(call.id) or cancelled_result(call) for call in state.calls]
         events.extend(ToolReturned(turn=state.turn, step=state.step, message=m) for m in results)
         state = _replace(state, transcript=state.transcript.extend(results), calls=())
     if state.phase is Phase.MODEL or state.phase is Phase.TOOLS:

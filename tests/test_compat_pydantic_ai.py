@@ -665,6 +665,46 @@ def test_calls_a_cancel_leaves_unrun_are_answered_as_cancelled_as_the_built_in_r
     assert_each_request_is_in_the_log(log, script.requests)
 
 
+def test_a_tool_cut_off_by_cancelling_the_run_is_recorded_as_interrupted() -> None:
+    # A host that cancels the run's task (an owner closing past its timeout, a stopped server)
+    # while a sync tool runs: the tool started, so it was interrupted, not "never ran".
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+    agent: Agent[None, str] = Agent(FunctionModel(Script("tool")))
+
+    @agent.tool_plain
+    def work(n: int) -> str:
+        """Do a piece of work."""
+        started.set()
+        release.wait(WAIT)
+        return "late"
+
+    local = LocalSession()
+    local.followup("go")
+
+    async def main() -> None:
+        async def consume() -> None:
+            async for _ in AgentRunner(agent, offload=False).arun_turn(local):
+                pass
+
+        task = asyncio.create_task(consume())
+        await asyncio.to_thread(started.wait, WAIT)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release.set()
+
+    asyncio.run(main())
+    answer = local.session.transcript[-1]
+    assert (answer.content, answer.metadata) == (
+        interrupted_result(ToolCall("c0", "work"), "the turn was cancelled").content,
+        {"error": "interrupted"})
+    ended = local.events[-1]
+    assert isinstance(ended, TurnEnded) and ended.reason == "cancelled"
+    assert local.session == replay(local.events)
+
+
 class Answer(BaseModel):
     value: int
 

@@ -37,6 +37,7 @@ from nous_inbox.loop import (
     TurnOpened,
     accepts,
     advance,
+    interrupted_result,
     is_blank,
     new_state,
 )
@@ -378,6 +379,26 @@ def test_cancelling_during_tools_answers_every_pending_call() -> None:
     assert isinstance(answer, ToolReturned)
     assert answer.message.tool_call_id == "c1" and answer.message.metadata["error"] == "cancelled"
     assert state.transcript[-1] == answer.message
+
+
+def test_a_cancel_keeps_the_answers_the_driver_has_and_a_tool_cut_off_is_interrupted() -> None:
+    second = ToolCall("c2", "deploy")
+    state, _ = first_request()
+    state, _, _ = advance(state, ModelAnswered(Message.assistant(tool_calls=[CALL, second])))
+    cut = interrupted_result(second, "the turn was cancelled")
+    state, _command, events = advance(state, Cancelled([cut, RESULT]))
+    assert names(events) == ["ToolReturned", "ToolReturned", "StepEnded", "TurnEnded"]
+    assert list(state.transcript[-2:]) == [RESULT, cut]  # in call order
+    assert cut.content == "interrupted: the turn was cancelled before this tool answered"
+
+
+def test_a_cancel_refuses_answers_to_calls_the_loop_is_not_running() -> None:
+    state, _ = first_request()
+    with pytest.raises(ValueError, match="must be tool Messages answering calls"):
+        advance(state, Cancelled([RESULT]))  # in a request: no call is running
+    state, _, _ = advance(state, ModelAnswered(CALLING))
+    with pytest.raises(ValueError, match="must be tool Messages answering calls"):
+        advance(state, Cancelled([RESULT, RESULT]))
 
 
 def test_a_failure_ends_the_turn_with_reason_error() -> None:

@@ -23,6 +23,8 @@ does for the built-in runner; the hooks tell it what pydantic-ai did and carry o
 - Cancelling ends the run at its next node boundary, recorded as ``"cancelled"`` (ruling 9): the
   results of tools that ran before it are recorded, and calls it left unrun are answered as
   cancelled, as the built-in runner does, so no call is left for pydantic-ai to answer unlogged.
+  A run stopped inside a tool (its task cancelled: an owner closing, a server stopping) answers
+  that call as interrupted: the tool started, and what it did is unknown.
 
 Where pydantic-ai decides first: it answers an empty reply itself, with a retry prompt counted
 against its output retries, so a pending message joins that prompt rather than replacing it
@@ -77,6 +79,7 @@ from nous_inbox.loop import (
     TurnOpened,
     advance,
     cancelled_result,
+    interrupted_result,
     open_calls,
 )
 from nous_inbox.message import Message, freeze_json
@@ -160,6 +163,8 @@ class _InboxHooks(AbstractCapability[Any]):
     #: The request parts recorded already (or the transcript's own), by identity; kept alive so
     #: an id is never reused while it is here.
     seen: dict[int, object] = field(default_factory=dict)
+    #: The ids of the calls whose tools started: one the run stops in is interrupted, not unrun.
+    started: set[str] = field(default_factory=set)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -265,10 +270,12 @@ class _InboxHooks(AbstractCapability[Any]):
                 self.seen[id(part)] = part  # the transcript's own: recorded already
         return history
 
-    def _happenings(self, shown: Sequence[ModelRequestPart], final: bool = False) -> list[_Part]:
+    def _happenings(self, shown: Sequence[ModelRequestPart], final: bool = False,
+                    stopped: str = "") -> list[_Part]:
         """What a request (or a run's end) shows that pydantic-ai put there itself and is not
         recorded yet, as the loop's happenings: the results of the calls the loop waits for (a
-        retry prompt answering a call is its result), then pydantic-ai's own retry prompts."""
+        retry prompt answering a call is its result), then pydantic-ai's own retry prompts. A
+        run that ``stopped`` (saying why) answers a call whose tool started as interrupted."""
         by_id: dict[str, Message] = {}
         retries: list[_Part] = []
         for part in shown:
@@ -286,9 +293,15 @@ class _InboxHooks(AbstractCapability[Any]):
                 retries.append(Retried(Message.user(part.model_response())))
         if self.adv.state.phase is not Phase.TOOLS:
             return retries
-        calls = self.adv.state.calls
-        results = [by_id.get(call.id) or cancelled_result(call) for call in calls]
+        results = [by_id.get(call.id) or (
+            interrupted_result(call, stopped) if stopped and call.id in self.started
+            else cancelled_result(call)) for call in self.adv.state.calls]
         return [ToolsFinished(results, final=final), *retries]
+
+    async def before_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any) -> Any:
+        """A tool starts: if the run stops before it answers, it was interrupted."""
+        self.started.add(call.tool_call_id)
+        return args
 
     async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
         """A step boundary: the results pydantic-ai shows, then the loop's claim into this very
@@ -324,10 +337,12 @@ class _InboxHooks(AbstractCapability[Any]):
     def close(self, ending: Cancelled | Failed, left_over: Sequence[ModelRequestPart] = ()) -> None:
         """End the turn, unless the loop ended it. What the run holds but never showed is
         recorded first (results of tools that ran before a cancel), every call still open is
-        answered as cancelled (ruling 9, as the built-in runner does), and nothing is claimed."""
+        answered as interrupted if its tool started, else as cancelled (ruling 9, as the
+        built-in runner does), and nothing is claimed."""
         if self.adv.state.phase is Phase.ENDED:
             return
-        self._write(*self._happenings(left_over), ending)
+        why = "the turn was cancelled" if type(ending) is Cancelled else "the run failed"
+        self._write(*self._happenings(left_over, stopped=why), ending)
 
     async def end(self, run: Any, ending: Cancelled | Failed) -> None:
         """End the turn as :meth:`close` does, once ``run`` (the run, or ``None`` before it
