@@ -253,10 +253,11 @@ def autoplay(
     *,
     max_steps: int,
     deliver: Callable[[Claim, int], list[Message]] = lambda claim, step: [],
+    added_only: bool = False,
 ) -> tuple[list[Command], list[Event]]:
     """Run a whole turn: ``reply(step)`` answers each request, ``deliver(claim, step)`` each claim
     after the first request (turn-open claims get nothing). Tools always return RESULT."""
-    state = new_state(max_steps)
+    state = new_state(max_steps, added_only=added_only)
     state, command, events = advance(state, TurnOpened(1, "wake", [PROMPT]))
     commands: list[Command] = [command]
     log: list[Event] = list(events)
@@ -324,6 +325,28 @@ def test_the_cap_warning_comes_even_when_the_budget_is_spent_at_the_cap() -> Non
     _commands, events = autoplay(lambda step: CALLING, max_steps=1, deliver=lambda c, n: [STEER])
     assert events[-1] == TurnEnded(turn=1, steps=2, reason="budget")
     assert names(events).count("Warned") == 1
+
+
+def test_under_a_framework_bounding_its_own_requests_they_never_spend_the_budget() -> None:
+    _commands, events = autoplay(lambda step: CALLING if step < 30 else FINAL, max_steps=2,
+                                 added_only=True)
+    assert events[-1] == TurnEnded(turn=1, steps=30, reason="final")
+    assert "Warned" not in names(events)
+
+
+def test_under_a_framework_bounding_its_own_requests_a_steers_extensions_spend_it() -> None:
+    # Every would-be answer finds a steer: step 1 is the run's own; steps 2 to 5 are added,
+    # the budget of two refilled twice (the cap, one warning), then the run ends on its answer.
+    _commands, events = autoplay(lambda step: FINAL, max_steps=2, added_only=True,
+                                 deliver=lambda claim, step: [STEER])
+    assert events[-1] == TurnEnded(turn=1, steps=5, reason="final")
+    assert names(events).count("Warned") == 1
+
+
+def test_under_a_framework_bounding_its_own_requests_the_loops_nudge_spends_it() -> None:
+    _commands, events = autoplay(lambda step: DEGENERATE, max_steps=1, added_only=True)
+    assert names(events).count("Nudged") == 1
+    assert events[-1] == TurnEnded(turn=1, steps=2, reason="budget")
 
 
 def test_messages_claimed_as_the_turn_opens_do_not_spend_a_reset() -> None:

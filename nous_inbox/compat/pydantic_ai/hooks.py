@@ -13,13 +13,15 @@ does for the built-in runner; the hooks tell it what pydantic-ai did and carry o
 - Every later step boundary, in ``before_model_request``: the tool results pydantic-ai shows are
   the loop's ``ToolsFinished``, its own retry prompt a ``Retried``; what the loop then claims
   joins that very request (through ``RunContext.enqueue``), after the tool results, so a steer
-  sent during a tool call lands after that tool's result. When the loop ends the turn there
-  instead (a spent budget, ruling 5: ``max_steps``, as for the runner), the run stops before
-  the request.
+  sent during a tool call lands after that tool's result. These requests are the agent's own:
+  pydantic-ai's limits bound them (``usage_limits``), not the step budget.
 - The run would end (``after_node_run`` with ``End``: a text answer, or an output tool's return,
   ``ToolsFinished(final=True)``): the loop's wake-only claim extends the run by one request for a
   pending steer (ruling 2), not for an injection alone; after a blank reply its plain claim
-  delivers a pending message, else its nudge (rulings 3 and 4).
+  delivers a pending message, else its nudge (rulings 3 and 4). These added requests are what
+  the step budget counts (ruling 5: ``max_steps``, ``new_state(added_only=True)``): when it is
+  spent the run ends with its answer, never between a tool's result and the request that
+  shows it.
 - Cancelling ends the run at its next node boundary, recorded as ``"cancelled"`` (ruling 9): the
   results of tools that ran before it are recorded, and calls it left unrun are answered as
   cancelled, as the built-in runner does, so no call is left for pydantic-ai to answer unlogged.
@@ -28,8 +30,8 @@ does for the built-in runner; the hooks tell it what pydantic-ai did and carry o
 
 Where pydantic-ai decides first: it answers an empty reply itself, with a retry prompt counted
 against its output retries, so a pending message joins that prompt rather than replacing it
-(ruling 3), and a run of empty replies ends as an error at its retry limit, before the step
-budget would.
+(ruling 3), and a run of empty replies ends as an error at its retry limit (the retries are
+its own requests, which the step budget does not count).
 """
 
 from __future__ import annotations
@@ -92,8 +94,9 @@ logger: Final = logging.getLogger("nous_inbox.compat.pydantic_ai")
 
 
 class _TurnOver(Exception):
-    """Raised from a hook when the loop ends the turn where pydantic-ai would make a request
-    (a spent budget, ruling 5): the run stops there, the request unmade."""
+    """Raised from a hook when the loop ends the turn where pydantic-ai would make a request:
+    the run stops there, the request unmade. (The adapter's budget never does: it counts only
+    the requests the inbox adds, at a would-be end.)"""
 
 
 _CLAIMS: Final = object()
