@@ -165,6 +165,7 @@ class _Call(NamedTuple):
 _Request = list[Event] | _Call
 """A list: events already recorded, to stream in order. A ``_Call``: send back its result."""
 
+
 class _Abandoned:
     """What an asyncio pump sends back for a call the cancel event won the race against."""
 
