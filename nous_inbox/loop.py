@@ -56,10 +56,17 @@ at each boundary and decides none of it itself.
    spent, a waking message may still refill it (a ``wake_only`` claim); otherwise the turn ends
    with reason ``"budget"``. Once the refills are used up a spent budget ends the turn without
    claiming, so a steer still queued is answered by a new turn (the owner's wake check) rather
-   than left unanswered in this one's transcript.
+   than left unanswered in this one's transcript. Under a framework that bounds its own requests
+   (``new_state(added_only=True)``: the pydantic-ai adapter) the budget counts only the requests
+   the inbox added (a run extended past its would-be end, ruling 2, or after a blank reply,
+   ruling 3): the framework's limit bounds the rest, and the budget never cuts off a run the
+   framework would finish, so it never stops one between a tool's result and the request that
+   shows it.
 8. **A structured (single-shot) run** makes one model request and ends: no claims, no tools.
 9. **Cancelling** ends the turn with reason ``"cancelled"``; no claim is asked for after it, and
    tool calls left unanswered get a "cancelled" tool message so the transcript stays well-formed.
+   A driver that cut a tool off in flight says so (``Cancelled(results=[interrupted_result(...)])``):
+   the tool started, so "cancelled before it ran" would be untrue.
 
 Design notes. ``advance`` returns exactly one command: the loop is always waiting for one thing.
 Every transition is one row of a table, ``_TRANSITIONS``, from (phase, happening type) to the
@@ -275,7 +282,12 @@ class Retried(msgspec.Struct, frozen=True):
 
 
 class Cancelled(msgspec.Struct, frozen=True):
-    """Someone cancelled the turn."""
+    """Someone cancelled the turn. ``results`` are the answers the driver has for the calls it
+    was running (a tool that ran before the cancel, or :func:`interrupted_result` for one cut
+    off in flight), in any order; a call without one is answered with :func:`cancelled_result`.
+    """
+
+    results: Sequence[Message] = ()
 
 
 class Failed(msgspec.Struct, frozen=True):
@@ -293,12 +305,13 @@ class LoopState(msgspec.Struct, frozen=True):
 
     ``step`` counts the model requests made this turn; ``steps_left`` is what remains of the
     budget; ``resets`` is how many times a delivery refilled it; ``calls`` are the tool calls
-    awaiting results.
+    awaiting results; ``added_only``: the budget counts only the requests the inbox added.
     """
 
     max_steps: int = 10
     structured: bool = False
     tools: tuple[ToolSpec, ...] = ()
+    added_only: bool = False
     phase: Phase = Phase.NEW
     turn: int = 0
     step: int = 0
@@ -318,12 +331,17 @@ class Advance(NamedTuple):
 
 
 def new_state(
-    max_steps: int = 10, *, structured: bool = False, tools: Sequence[ToolSpec] = ()
+    max_steps: int = 10, *, structured: bool = False, tools: Sequence[ToolSpec] = (),
+    added_only: bool = False,
 ) -> LoopState:
     """A loop waiting for its turn to open.
 
     ``max_steps`` bounds the model requests since the last delivered message (at least 1);
     ``structured`` makes a single-shot run; ``tools`` are what each ``CallModel`` offers.
+    ``added_only`` is for a driver whose framework bounds its own requests (pydantic-ai's
+    ``request_limit``): the budget then counts only the requests the inbox added, a run
+    extended past its would-be final answer or after a blank reply, never the ones the run
+    makes anyway, so it never ends a run the framework would have finished.
 
     >>> new_state(0)
     Traceback (most recent call last):
@@ -334,11 +352,13 @@ def new_state(
         raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
     if type(structured) is not bool:
         raise TypeError(f"structured must be a bool, got {type(structured).__name__}")
+    if type(added_only) is not bool:
+        raise TypeError(f"added_only must be a bool, got {type(added_only).__name__}")
     specs = tuple(tools)
     for i, spec in enumerate(specs):
         if not isinstance(spec, ToolSpec):
             raise TypeError(f"tools[{i}] must be a ToolSpec, got {type(spec).__name__}")
-    return LoopState(max_steps, structured, specs)
+    return LoopState(max_steps, structured, specs, added_only)
 
 
 def cancelled_result(call: ToolCall) -> Message:
@@ -349,11 +369,16 @@ def cancelled_result(call: ToolCall) -> Message:
     )
 
 
-def interrupted_result(call: ToolCall) -> Message:
-    """The tool message that answers a call whose turn died with it (the owner stopped mid-turn:
-    whether the tool ran is unknown)."""
+def interrupted_result(call: ToolCall, cause: str = "the owner stopped") -> Message:
+    """The tool message that answers a call cut off while its tool ran: the owner stopped
+    mid-turn, or (``cause``) the turn was cancelled. The tool started; whether it finished, and
+    what it did, is unknown.
+
+    >>> interrupted_result(ToolCall("c1", "deploy"), "the turn was cancelled").content
+    'interrupted: the turn was cancelled before this tool answered'
+    """
     return Message.tool(
-        "interrupted: the owner stopped before this tool answered", call.id, name=call.name,
+        f"interrupted: {cause} before this tool answered", call.id, name=call.name,
         metadata={"error": "interrupted"},
     )
 
@@ -447,7 +472,7 @@ def _open(state: LoopState, opened: TurnOpened) -> Advance:
     )
     started = TurnStarted(turn=opened.turn, reason=opened.reason)
     if state.structured:
-        return _start_step(state, [started])
+        return _start_step(state, [started], added=False)
     return Advance(_replace(state, phase=Phase.CLAIM_TURN), Claim(Target.NEXT_TURN), (started,))
 
 
@@ -471,16 +496,16 @@ def _claim_answered(state: LoopState, answer: ClaimAnswered) -> Advance:
     if phase is Phase.CLAIM_TURN:
         return Advance(_replace(state, phase=Phase.CLAIM_STEP), _CLAIM_STEP, ())
     if phase is Phase.CLAIM_STEP:
-        return _start_step(state, events)
+        return _start_step(state, events, added=False)
     if phase is Phase.CLAIM_NUDGE:
         if not worth:
             nudge = CONTINUATION
             state = _replace(state, transcript=state.transcript.append(nudge))
             events.append(Nudged(turn=state.turn, step=state.step, message=nudge))
-        return _start_step(state, events)
+        return _start_step(state, events, added=True)
     # CLAIM_FINAL / CLAIM_BUDGET: only a delivery that refilled (or had) budget goes on.
     if worth and state.steps_left > 0:
-        return _start_step(state, events)
+        return _start_step(state, events, added=True)
     return _end(state, "final" if phase is Phase.CLAIM_FINAL else "budget", events)
 
 
@@ -504,9 +529,12 @@ def _cap_warning(state: LoopState) -> Warned:
     )
 
 
-def _start_step(state: LoopState, events: list[Event]) -> Advance:
+def _start_step(state: LoopState, events: list[Event], *, added: bool) -> Advance:
+    """Start a request: one the run makes anyway, or one the inbox or the loop ``added`` (a run
+    extended past its would-be end, or a nudge); what the budget counts (ruling 5)."""
     step = state.step + 1
-    state = _replace(state, phase=Phase.MODEL, step=step, steps_left=state.steps_left - 1)
+    spent = 1 if added or not state.added_only else 0
+    state = _replace(state, phase=Phase.MODEL, step=step, steps_left=state.steps_left - spent)
     events.append(StepStarted(turn=state.turn, step=step))
     events.append(ModelRequested(turn=state.turn, step=step, count=len(state.transcript)))
     tools = () if state.structured else state.tools
@@ -575,7 +603,7 @@ def _boundary(state: LoopState, then: Phase, events: list[Event]) -> Advance:
         if state.steps_left > 0 or state.resets < state.max_steps:
             return Advance(_replace(state, phase=Phase.CLAIM_FINAL), _CLAIM_WAKE, tuple(events))
         return _end(state, "final", events)
-    if state.steps_left > 0:
+    if state.steps_left > 0 or (state.added_only and then is Phase.CLAIM_STEP):
         return Advance(_replace(state, phase=then), _CLAIM_STEP, tuple(events))
     if state.resets < state.max_steps:
         return Advance(_replace(state, phase=Phase.CLAIM_BUDGET), _CLAIM_WAKE, tuple(events))
@@ -592,9 +620,9 @@ def _end(
     return Advance(_replace(state, phase=Phase.ENDED), EndTurn(reason), tuple(events))
 
 
-def _cancelled(state: LoopState, _: Cancelled) -> Advance:
+def _cancelled(state: LoopState, cancelled: Cancelled) -> Advance:
     """Any open phase + Cancelled: end the turn, claiming nothing more (ruling 9)."""
-    return _close(state, "cancelled", None)
+    return _close(state, "cancelled", None, cancelled.results)
 
 
 def _failed(state: LoopState, failed: Failed) -> Advance:
@@ -602,11 +630,19 @@ def _failed(state: LoopState, failed: Failed) -> Advance:
     return _close(state, "error", failed.error)
 
 
-def _close(state: LoopState, reason: TurnEndReason, error: str | None) -> Advance:
-    """End the turn from any open phase, answering tool calls left pending."""
+def _close(state: LoopState, reason: TurnEndReason, error: str | None,
+           answered: Sequence[Message] = ()) -> Advance:
+    """End the turn from any open phase, answering tool calls left pending: with the driver's
+    ``answered`` results where it has them, else as cancelled."""
+    running = {call.id for call in state.calls}
+    by_id = {m.tool_call_id: m for m in answered
+             if isinstance(m, Message) and m.role == "tool" and m.tool_call_id in running}
+    if len(by_id) != len(answered):
+        raise ValueError(f"Cancelled.results must be tool Messages answering calls the loop is "
+                         f"running ({sorted(running)}), got {list(answered)!r}")
     events: list[Event] = []
     if state.phase is Phase.TOOLS:
-        results = [cancelled_result(call) for call in state.calls]
+        results = [by_id.get(call.id) or cancelled_result(call) for call in state.calls]
         events.extend(ToolReturned(turn=state.turn, step=state.step, message=m) for m in results)
         state = _replace(state, transcript=state.transcript.extend(results), calls=())
     if state.phase is Phase.MODEL or state.phase is Phase.TOOLS:

@@ -672,6 +672,107 @@ def test_calls_a_cancel_leaves_unrun_are_answered_as_cancelled_as_the_built_in_r
     assert_each_request_is_in_the_log(log, script.requests)
 
 
+def counting_agent(rounds: int) -> Agent[None, str]:
+    """An agent that calls ``count`` ``rounds`` times, then answers with how many it counted."""
+
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        done = sum(isinstance(p, ToolReturnPart) for m in messages for p in m.parts)
+        if done < rounds:
+            return ModelResponse(parts=[ToolCallPart("count", {}, f"c{done}")])
+        return ModelResponse(parts=[TextPart(f"counted {done}")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(reply))
+
+    @agent.tool_plain
+    def count() -> str:
+        """Count one."""
+        return "one more"
+
+    return agent
+
+
+def test_an_agent_runs_as_many_requests_as_the_bare_agent_would() -> None:
+    # Ten tool calls and the answer: eleven requests, past the inbox's budget of ten, well within
+    # pydantic-ai's own request limit. The budget counts only the requests the inbox adds.
+    agent = counting_agent(10)
+    bare = agent.run_sync("count")
+    local = LocalSession()
+    local.followup("count")
+
+    async def turn() -> list[Any]:
+        return [e async for e in AgentRunner(agent).arun_turn(local)]
+
+    events = asyncio.run(turn())
+    last = events[-1]
+    assert isinstance(last, TurnEnded) and last.reason == "final"
+    assert last.usage is not None and last.usage["requests"] == bare.usage.requests == 11
+    assert local.session.transcript[-1] == Message.assistant(bare.output)
+
+
+def test_pydantic_ais_own_request_limit_bounds_the_agents_requests() -> None:
+    from pydantic_ai.exceptions import UsageLimitExceeded
+    from pydantic_ai.usage import UsageLimits
+
+    limits = UsageLimits(request_limit=3)
+    with pytest.raises(UsageLimitExceeded):
+        counting_agent(10).run_sync("count", usage_limits=limits)  # as the bare agent ends
+    local = LocalSession()
+    local.followup("count")
+
+    async def turn() -> None:
+        async for _ in AgentRunner(counting_agent(10), usage_limits=limits).arun_turn(local):
+            pass
+
+    with pytest.raises(UsageLimitExceeded):
+        asyncio.run(turn())
+    ended = local.events[-1]
+    assert isinstance(ended, TurnEnded) and ended.reason == "error"
+    assert ended.usage is not None and ended.usage["requests"] == 3
+    # The third request's tool result is recorded: every call is answered in the log.
+    assert local.session.transcript[-1].role == "tool"
+    assert local.session == replay(local.events)
+
+
+def test_a_tool_cut_off_by_cancelling_the_run_is_recorded_as_interrupted() -> None:
+    # A host that cancels the run's task (an owner closing past its timeout, a stopped server)
+    # while a sync tool runs: the tool started, so it was interrupted, not "never ran".
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+    agent: Agent[None, str] = Agent(FunctionModel(Script("tool")))
+
+    @agent.tool_plain
+    def work(n: int) -> str:
+        """Do a piece of work."""
+        started.set()
+        release.wait(WAIT)
+        return "late"
+
+    local = LocalSession()
+    local.followup("go")
+
+    async def main() -> None:
+        async def consume() -> None:
+            async for _ in AgentRunner(agent, offload=False).arun_turn(local):
+                pass
+
+        task = asyncio.create_task(consume())
+        await asyncio.to_thread(started.wait, WAIT)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release.set()
+
+    asyncio.run(main())
+    answer = local.session.transcript[-1]
+    assert (answer.content, answer.metadata) == (
+        interrupted_result(ToolCall("c0", "work"), "the turn was cancelled").content,
+        {"error": "interrupted"})
+    ended = local.events[-1]
+    assert isinstance(ended, TurnEnded) and ended.reason == "cancelled"
+    assert local.session == replay(local.events)
+
+
 class Answer(BaseModel):
     value: int
 

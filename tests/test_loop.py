@@ -37,6 +37,7 @@ from nous_inbox.loop import (
     TurnOpened,
     accepts,
     advance,
+    interrupted_result,
     is_blank,
     new_state,
 )
@@ -252,10 +253,11 @@ def autoplay(
     *,
     max_steps: int,
     deliver: Callable[[Claim, int], list[Message]] = lambda claim, step: [],
+    added_only: bool = False,
 ) -> tuple[list[Command], list[Event]]:
     """Run a whole turn: ``reply(step)`` answers each request, ``deliver(claim, step)`` each claim
     after the first request (turn-open claims get nothing). Tools always return RESULT."""
-    state = new_state(max_steps)
+    state = new_state(max_steps, added_only=added_only)
     state, command, events = advance(state, TurnOpened(1, "wake", [PROMPT]))
     commands: list[Command] = [command]
     log: list[Event] = list(events)
@@ -325,6 +327,28 @@ def test_the_cap_warning_comes_even_when_the_budget_is_spent_at_the_cap() -> Non
     assert names(events).count("Warned") == 1
 
 
+def test_under_a_framework_bounding_its_own_requests_they_never_spend_the_budget() -> None:
+    _commands, events = autoplay(lambda step: CALLING if step < 30 else FINAL, max_steps=2,
+                                 added_only=True)
+    assert events[-1] == TurnEnded(turn=1, steps=30, reason="final")
+    assert "Warned" not in names(events)
+
+
+def test_under_a_framework_bounding_its_own_requests_a_steers_extensions_spend_it() -> None:
+    # Every would-be answer finds a steer: step 1 is the run's own; steps 2 to 5 are added,
+    # the budget of two refilled twice (the cap, one warning), then the run ends on its answer.
+    _commands, events = autoplay(lambda step: FINAL, max_steps=2, added_only=True,
+                                 deliver=lambda claim, step: [STEER])
+    assert events[-1] == TurnEnded(turn=1, steps=5, reason="final")
+    assert names(events).count("Warned") == 1
+
+
+def test_under_a_framework_bounding_its_own_requests_the_loops_nudge_spends_it() -> None:
+    _commands, events = autoplay(lambda step: DEGENERATE, max_steps=1, added_only=True)
+    assert names(events).count("Nudged") == 1
+    assert events[-1] == TurnEnded(turn=1, steps=2, reason="budget")
+
+
 def test_messages_claimed_as_the_turn_opens_do_not_spend_a_reset() -> None:
     state, _ = first_request(turn_msgs=[STEER], step_msgs=[INJECT])
     assert (state.resets, state.steps_left) == (0, state.max_steps - 1)
@@ -378,6 +402,26 @@ def test_cancelling_during_tools_answers_every_pending_call() -> None:
     assert isinstance(answer, ToolReturned)
     assert answer.message.tool_call_id == "c1" and answer.message.metadata["error"] == "cancelled"
     assert state.transcript[-1] == answer.message
+
+
+def test_a_cancel_keeps_the_answers_the_driver_has_and_a_tool_cut_off_is_interrupted() -> None:
+    second = ToolCall("c2", "deploy")
+    state, _ = first_request()
+    state, _, _ = advance(state, ModelAnswered(Message.assistant(tool_calls=[CALL, second])))
+    cut = interrupted_result(second, "the turn was cancelled")
+    state, _command, events = advance(state, Cancelled([cut, RESULT]))
+    assert names(events) == ["ToolReturned", "ToolReturned", "StepEnded", "TurnEnded"]
+    assert list(state.transcript[-2:]) == [RESULT, cut]  # in call order
+    assert cut.content == "interrupted: the turn was cancelled before this tool answered"
+
+
+def test_a_cancel_refuses_answers_to_calls_the_loop_is_not_running() -> None:
+    state, _ = first_request()
+    with pytest.raises(ValueError, match="must be tool Messages answering calls"):
+        advance(state, Cancelled([RESULT]))  # in a request: no call is running
+    state, _, _ = advance(state, ModelAnswered(CALLING))
+    with pytest.raises(ValueError, match="must be tool Messages answering calls"):
+        advance(state, Cancelled([RESULT, RESULT]))
 
 
 def test_a_failure_ends_the_turn_with_reason_error() -> None:

@@ -42,9 +42,12 @@ from nous_inbox.runner import LocalSession, Runner, SessionPort, Tool, tool
 from nous_inbox.runner.port import JournalPort, sent_event
 from nous_inbox.runner.runner import check_port
 from nous_inbox.session import Session, replay
+from nous_inbox.store import open_store
 from nous_inbox.store.file import FileStore
 from nous_inbox.store.journal import Journal
 from nous_inbox.store.sqlite import SqliteStore
+from tests.owner_faces import FACES
+from tests.owner_faces import build as build_owner
 
 WAIT = 30  # seconds; a bound for a wait that should end at once
 STRESS = int(os.environ.get("NOUS_INBOX_STRESS", "0") or 0)
@@ -670,6 +673,119 @@ def test_closing_the_stream_early_records_the_turn_as_cancelled() -> None:
     last = local.events[-1]
     assert isinstance(last, TurnEnded) and last.reason == "cancelled"
     assert not local.session.running and replay(local.events) == local.session
+
+
+class Blocking:
+    """A sync tool that runs until released: ``started`` is set once it runs."""
+
+    def __init__(self) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def __call__(self) -> str:
+        self.started.set()
+        self.release.wait(WAIT)
+        return "late"
+
+
+def tool_answers(local: LocalSession) -> list[tuple[str, str | None]]:
+    return [(m.content, m.metadata.get("error")) for m in local.session.transcript
+            if m.role == "tool"]
+
+
+CUT_OFF = ("interrupted: the turn was cancelled before this tool answered", "interrupted")
+NEVER_RAN = ("cancelled: the turn ended before this tool ran", "cancelled")
+
+
+@pytest.mark.parametrize("mode", ["thread", "native"])
+def test_a_tool_a_cancel_cuts_off_is_recorded_as_interrupted_not_as_failed(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    local = LocalSession()
+    local.followup("go")
+    slow = Blocking()
+
+    async def async_slow() -> str:
+        slow.started.set()
+        await asyncio.Event().wait()  # answers only if cancelled
+        raise AssertionError("unreachable")
+
+    async def main() -> list[Event]:
+        cancel = asyncio.Event()
+
+        async def cancel_once_it_runs() -> None:
+            await asyncio.to_thread(slow.started.wait, WAIT)
+            cancel.set()
+
+        canceller = asyncio.create_task(cancel_once_it_runs())
+        work = tool(name="slow")(slow if mode == "thread" else async_slow)
+        runner = Runner(Script(calls("ran", "slow", "never")), [
+            tool(name="ran")(lambda: "ran"), work, tool(name="never")(lambda: "never")])
+        try:
+            return [e async for e in runner.arun_turn(local, cancel=cancel)]
+        finally:
+            slow.release.set()  # the thread a sync tool runs on cannot be stopped
+            await canceller
+
+    with caplog.at_level(logging.WARNING, logger="nous_inbox"):
+        events = asyncio.run(main())
+    assert ended(events).reason == "cancelled"
+    assert tool_answers(local) == [("ran", None), CUT_OFF, NEVER_RAN]
+    assert not caplog.records  # nothing raised
+    assert replay(local.events) == local.session
+
+
+def test_a_tool_cut_off_by_cancelling_the_task_is_recorded_as_interrupted() -> None:
+    local = LocalSession()
+    local.followup("go")
+    slow = Blocking()
+
+    async def main() -> None:
+        runner = Runner(Script(calls("ran", "slow", "never")), [
+            tool(name="ran")(lambda: "ran"), tool(name="slow")(slow),
+            tool(name="never")(lambda: "never")])
+
+        async def consume() -> list[Event]:
+            return [e async for e in runner.arun_turn(local)]
+
+        task = asyncio.create_task(consume())
+        await asyncio.to_thread(slow.started.wait, WAIT)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        slow.release.set()
+
+    asyncio.run(main())
+    # The result of the tool that ran before it is kept; the one after it never ran.
+    assert tool_answers(local) == [("ran", None), CUT_OFF, NEVER_RAN]
+    last = local.events[-1]
+    assert isinstance(last, TurnEnded) and last.reason == "cancelled"
+    assert replay(local.events) == local.session
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_an_owner_cancelled_while_a_sync_tool_runs_records_what_the_tool_did(
+    face: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    slow = Blocking()
+    runner = Runner(Script(calls("slow"), FINAL), [tool(name="slow")(slow)])
+    with caplog.at_level(logging.WARNING, logger="nous_inbox"), \
+            build_owner(face, open_store("memory:"), "s", runner) as owner:
+        try:
+            owner.steer("go")
+            assert slow.started.wait(WAIT)
+            assert owner.cancel() is True
+            if face == "Owner":
+                slow.release.set()  # a thread's own sync call is let finish
+            assert owner.wait_idle(WAIT)
+        finally:
+            slow.release.set()
+        answers = [(m.content, m.metadata.get("error")) for m in owner.transcript
+                   if m.role == "tool"]
+        last = list(owner.events())[-1]
+    # The threaded owner calls its tool inline and lets it finish; the asyncio one cuts it off.
+    assert answers == ([("late", None)] if face == "Owner" else [CUT_OFF])
+    assert isinstance(last, TurnEnded) and last.reason == "cancelled"
+    assert not caplog.records
 
 
 # -- events are recorded before the runner acts on them -------------------------------------------

@@ -54,8 +54,11 @@ and a result the log cannot hold (text with a lone surrogate, as ``os.listdir`` 
 name that is not UTF-8; a record above the size limit of the store the port records into, its
 ``max_record_size``) each become an error tool message the model sees, and the run goes on.
 A model that raises (or returns something that is not an assistant ``Message`` or ``str``)
-ends the turn with reason ``"error"``, recorded, and the exception is re-raised to the consumer. Closing the stream early (or cancelling the task running
-``arun_turn``) ends the turn as ``"cancelled"``, recorded.
+ends the turn with reason ``"error"``, recorded, and the exception is re-raised to the consumer.
+Closing the stream early (or cancelling the task running ``arun_turn``) ends the turn as
+``"cancelled"``, recorded. A cancel records each tool as what it did: a result it returned is
+kept, a tool cut off in flight is answered "interrupted" (it started; what it did is unknown),
+and one that never started "cancelled", so the model, a replay and a page all read the same.
 
 Sync and async. ``run_turn`` is a generator for sync models and tools (it refuses async ones).
 ``arun_turn`` is an async generator that awaits async models and tools and, by default, runs sync
@@ -123,6 +126,7 @@ from nous_inbox.loop import (
     TurnOpened,
     advance,
     cancelled_result,
+    interrupted_result,
     new_state,
 )
 from nous_inbox.message import Message, ToolCall
@@ -161,8 +165,16 @@ class _Call(NamedTuple):
 _Request = list[Event] | _Call
 """A list: events already recorded, to stream in order. A ``_Call``: send back its result."""
 
-_ABANDONED: Final = object()
-"""What an asyncio pump sends back for a call the cancel event won the race against."""
+
+class _Abandoned:
+    """What an asyncio pump sends back for a call the cancel event won the race against."""
+
+
+_NOT_STARTED: Final = _Abandoned()
+"""The cancel came before the call: it never started."""
+_CUT_OFF: Final = _Abandoned()
+"""The cancel came while the call ran: abandoned in flight (a sync one's thread runs on), its
+outcome unknown."""
 
 
 # -- the runner -----------------------------------------------------------------------------------
@@ -242,8 +254,9 @@ class Runner:
 
         Same turn, same events as :meth:`run_turn`. Async models and tools are awaited; sync ones
         run in a worker thread unless the runner was built with ``offload=False``. Setting
-        ``cancel`` abandons a model request or tool in flight (its reply is discarded) and ends
-        the turn as ``"cancelled"``; so does cancelling the task that iterates.
+        ``cancel`` abandons a model request or tool in flight (its reply is discarded; a tool cut
+        off is answered as interrupted) and ends the turn as ``"cancelled"``; so does cancelling
+        the task that iterates. A sync call's thread cannot be stopped: it runs on, unheard.
         """
         limit = self._check(port, reason)
         return _apump(self._turn(port, reason, cancel, limit), cancel, self.offload,
@@ -282,6 +295,8 @@ class Runner:
         claims = ClaimGuard(port)
         error: Exception | None = None
         usage: dict[str, int | float] = {}  # what the model's replies reported, summed
+        answered: list[Message] = []  # the running step's tool answers, and the tool in flight
+        running: ToolCall | None = None
         try:
             while True:
                 # Record all of a step's events before streaming any, so a consumer that stops
@@ -306,7 +321,7 @@ class Runner:
                     try:
                         value = yield _Call(self.model, self._model_is_async,
                                             (ask.transcript, ask.tools), {}, "the model")
-                        reply = None if value is _ABANDONED else _as_reply(value)
+                        reply = None if type(value) is _Abandoned else _as_reply(value)
                     except Exception as exc:
                         # A model that fails after the turn was cancelled is part of the cancel.
                         if cancel is not None and cancel.is_set():
@@ -320,13 +335,17 @@ class Runner:
                             happening = ModelAnswered(reply)
                             _add_usage(usage, reply)
                 else:
-                    results = []
-                    for call in command.calls:  # type: ignore[union-attr]
-                        results.append((yield from self._tool(call, cancel, limit)))
-                    happening = ToolsFinished(results)
+                    answered = []
+                    for running in command.calls:  # type: ignore[union-attr]
+                        answered.append((yield from self._tool(running, cancel, limit)))
+                    running = None
+                    happening = ToolsFinished(answered)
+                    answered = []
                 adv = advance(adv.state, happening)
         except GeneratorExit:  # the consumer stopped reading, or the task was cancelled
-            _end_abandoned(port, adv)
+            if running is not None:  # closed in its call: the tool started, and was cut off
+                answered.append(interrupted_result(running, "the turn was cancelled"))
+            _end_abandoned(port, adv, answered)
             raise
         if error is not None:
             raise error
@@ -356,8 +375,10 @@ class Runner:
             logger.warning("tool %r raised; the model gets an error result", call.name,
                            exc_info=True)
             return _fitting_error(call, type(exc).__name__, describe_error(exc), limit)
-        if value is _ABANDONED:
+        if value is _NOT_STARTED:
             return cancelled_result(call)
+        if value is _CUT_OFF:
+            return interrupted_result(call, "the turn was cancelled")
         return _tool_message(call, value, limit)
 
 
@@ -478,14 +499,15 @@ async def _acall(call: _Call, offload: bool) -> Any:
 
 
 async def _unless_cancelled(work: Awaitable[Any], cancel: asyncio.Event | None) -> Any:
-    """Await ``work`` unless ``cancel`` is set first: its result, or ``_ABANDONED`` when the
-    cancel won and ``work`` was abandoned (work that finished first keeps its result)."""
+    """Await ``work`` unless ``cancel`` is set first: its result (work that finished first
+    keeps it), ``_NOT_STARTED`` when the cancel came before it, or ``_CUT_OFF`` when it came
+    while ``work`` ran (cancelled, not awaited: a sync call's thread cannot be stopped)."""
     if cancel is None:
         return await work
     if cancel.is_set():
         if inspect.iscoroutine(work):
             work.close()
-        return _ABANDONED
+        return _NOT_STARTED
     task = asyncio.ensure_future(work)
     waiter = asyncio.ensure_future(cancel.wait())
     try:
@@ -493,10 +515,20 @@ async def _unless_cancelled(work: Awaitable[Any], cancel: asyncio.Event | None) 
     finally:
         waiter.cancel()
         if not task.done():
+            # A cancel only asks: the task is done when it next runs, so it is read here by
+            # whether it had finished, never by its result (which is not set yet).
             task.cancel()
-    if task.cancelled():
-        return _ABANDONED
-    return task.result()
+            task.add_done_callback(_forget)
+    if task.done() and not task.cancelled():
+        return task.result()
+    return _CUT_OFF
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    """Read the outcome of a call abandoned in flight, which nobody awaits, so asyncio does not
+    report it as never retrieved."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.debug("a call abandoned by a cancel raised", exc_info=task.exception())
 
 
 # -- small rules the body applies -----------------------------------------------------------------
@@ -524,12 +556,13 @@ def _with_usage(events: Sequence[Event], usage: dict[str, int | float]) -> list[
     return [replace(e, usage=dict(usage)) if type(e) is TurnEnded else e for e in events]
 
 
-def _end_abandoned(port: SessionPort, adv: Advance) -> None:
+def _end_abandoned(port: SessionPort, adv: Advance, answered: Sequence[Message]) -> None:
     """The consumer stopped reading mid-turn: record the turn as cancelled, so the log does not
-    show it running forever. Nothing is yielded (a closing generator may not yield)."""
+    show it running forever, with the ``answered`` tool results of the step it stopped in.
+    Nothing is yielded (a closing generator may not yield)."""
     if type(adv.command) is EndTurn or adv.state.phase is Phase.ENDED:
         return
-    for event in advance(adv.state, Cancelled()).events:
+    for event in advance(adv.state, Cancelled(answered)).events:
         port.record(event)
 
 

@@ -13,21 +13,25 @@ does for the built-in runner; the hooks tell it what pydantic-ai did and carry o
 - Every later step boundary, in ``before_model_request``: the tool results pydantic-ai shows are
   the loop's ``ToolsFinished``, its own retry prompt a ``Retried``; what the loop then claims
   joins that very request (through ``RunContext.enqueue``), after the tool results, so a steer
-  sent during a tool call lands after that tool's result. When the loop ends the turn there
-  instead (a spent budget, ruling 5: ``max_steps``, as for the runner), the run stops before
-  the request.
+  sent during a tool call lands after that tool's result. These requests are the agent's own:
+  pydantic-ai's limits bound them (``usage_limits``), not the step budget.
 - The run would end (``after_node_run`` with ``End``: a text answer, or an output tool's return,
   ``ToolsFinished(final=True)``): the loop's wake-only claim extends the run by one request for a
   pending steer (ruling 2), not for an injection alone; after a blank reply its plain claim
-  delivers a pending message, else its nudge (rulings 3 and 4).
+  delivers a pending message, else its nudge (rulings 3 and 4). These added requests are what
+  the step budget counts (ruling 5: ``max_steps``, ``new_state(added_only=True)``): when it is
+  spent the run ends with its answer, never between a tool's result and the request that
+  shows it.
 - Cancelling ends the run at its next node boundary, recorded as ``"cancelled"`` (ruling 9): the
   results of tools that ran before it are recorded, and calls it left unrun are answered as
   cancelled, as the built-in runner does, so no call is left for pydantic-ai to answer unlogged.
+  A run stopped inside a tool (its task cancelled: an owner closing, a server stopping) answers
+  that call as interrupted: the tool started, and what it did is unknown.
 
 Where pydantic-ai decides first: it answers an empty reply itself, with a retry prompt counted
 against its output retries, so a pending message joins that prompt rather than replacing it
-(ruling 3), and a run of empty replies ends as an error at its retry limit, before the step
-budget would.
+(ruling 3), and a run of empty replies ends as an error at its retry limit (the retries are
+its own requests, which the step budget does not count).
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ from nous_inbox.loop import (
     TurnOpened,
     advance,
     cancelled_result,
+    interrupted_result,
     open_calls,
 )
 from nous_inbox.message import Message, freeze_json
@@ -89,8 +94,9 @@ logger: Final = logging.getLogger("nous_inbox.adapters.pydantic_ai")
 
 
 class _TurnOver(Exception):
-    """Raised from a hook when the loop ends the turn where pydantic-ai would make a request
-    (a spent budget, ruling 5): the run stops there, the request unmade."""
+    """Raised from a hook when the loop ends the turn where pydantic-ai would make a request:
+    the run stops there, the request unmade. (The adapter's budget never does: it counts only
+    the requests the inbox adds, at a would-be end.)"""
 
 
 _CLAIMS: Final = object()
@@ -160,6 +166,8 @@ class _InboxHooks(AbstractCapability[Any]):
     #: The request parts recorded already (or the transcript's own), by identity; kept alive so
     #: an id is never reused while it is here.
     seen: dict[int, object] = field(default_factory=dict)
+    #: The ids of the calls whose tools started: one the run stops in is interrupted, not unrun.
+    started: set[str] = field(default_factory=set)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -265,10 +273,12 @@ class _InboxHooks(AbstractCapability[Any]):
                 self.seen[id(part)] = part  # the transcript's own: recorded already
         return history
 
-    def _happenings(self, shown: Sequence[ModelRequestPart], final: bool = False) -> list[_Part]:
+    def _happenings(self, shown: Sequence[ModelRequestPart], final: bool = False,
+                    stopped: str = "") -> list[_Part]:
         """What a request (or a run's end) shows that pydantic-ai put there itself and is not
         recorded yet, as the loop's happenings: the results of the calls the loop waits for (a
-        retry prompt answering a call is its result), then pydantic-ai's own retry prompts."""
+        retry prompt answering a call is its result), then pydantic-ai's own retry prompts. A
+        run that ``stopped`` (saying why) answers a call whose tool started as interrupted."""
         by_id: dict[str, Message] = {}
         retries: list[_Part] = []
         for part in shown:
@@ -286,9 +296,15 @@ class _InboxHooks(AbstractCapability[Any]):
                 retries.append(Retried(Message.user(part.model_response())))
         if self.adv.state.phase is not Phase.TOOLS:
             return retries
-        calls = self.adv.state.calls
-        results = [by_id.get(call.id) or cancelled_result(call) for call in calls]
+        results = [by_id.get(call.id) or (
+            interrupted_result(call, stopped) if stopped and call.id in self.started
+            else cancelled_result(call)) for call in self.adv.state.calls]
         return [ToolsFinished(results, final=final), *retries]
+
+    async def before_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any) -> Any:
+        """A tool starts: if the run stops before it answers, it was interrupted."""
+        self.started.add(call.tool_call_id)
+        return args
 
     async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
         """A step boundary: the results pydantic-ai shows, then the loop's claim into this very
@@ -324,10 +340,12 @@ class _InboxHooks(AbstractCapability[Any]):
     def close(self, ending: Cancelled | Failed, left_over: Sequence[ModelRequestPart] = ()) -> None:
         """End the turn, unless the loop ended it. What the run holds but never showed is
         recorded first (results of tools that ran before a cancel), every call still open is
-        answered as cancelled (ruling 9, as the built-in runner does), and nothing is claimed."""
+        answered as interrupted if its tool started, else as cancelled (ruling 9, as the
+        built-in runner does), and nothing is claimed."""
         if self.adv.state.phase is Phase.ENDED:
             return
-        self._write(*self._happenings(left_over), ending)
+        why = "the turn was cancelled" if type(ending) is Cancelled else "the run failed"
+        self._write(*self._happenings(left_over, stopped=why), ending)
 
     async def end(self, run: Any, ending: Cancelled | Failed) -> None:
         """End the turn as :meth:`close` does, once ``run`` (the run, or ``None`` before it

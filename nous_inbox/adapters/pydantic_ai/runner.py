@@ -112,8 +112,11 @@ class AgentRunner:
     """Runs turns of a pydantic-ai ``agent`` over a session port: one pydantic-ai run per turn.
 
     Give it to an owner (``AsyncOwner(store, stream, AgentRunner(agent))``, or the threaded
-    ``Owner``); ``max_steps`` bounds the model requests since the last delivered message, as
-    :class:`~nous_inbox.runner.Runner`'s does (ruling 5); ``run_kwargs`` pass through to ``agent.iter`` (``deps``, ``usage_limits``,
+    ``Owner``). The agent's own requests are bounded by pydantic-ai's own limits, as in a bare
+    run (``usage_limits=UsageLimits(request_limit=...)``, 50 by default); ``max_steps`` is the
+    inbox's budget (ruling 5): it bounds only the requests the inbox adds, a run extended past
+    its answer by a steer, so it never ends a run pydantic-ai would have finished.
+    ``run_kwargs`` pass through to ``agent.iter`` (``deps``, ``usage_limits``,
     ``model_settings``, ...), and so do the options given with a prompt, for its turn
     (``owner.prompt(text, deps=..., model_settings=...)``, read from the owner's port as
     ``turn_options``: they win over these). A port that says where its calls belong (``call_io``, as an
@@ -128,7 +131,7 @@ class AgentRunner:
         if not isinstance(agent, Agent):
             raise TypeError(f"AgentRunner needs a pydantic_ai.Agent, got {type(agent).__name__}")
         self.check_run_options(run_kwargs)
-        self._start = new_state(max_steps)
+        self._start = new_state(max_steps, added_only=True)
         self.agent = agent
         self.offload = bool(offload)
         self.run_kwargs = run_kwargs
@@ -232,7 +235,7 @@ class AgentRunner:
                 ending = Failed("nothing to answer: the turn claimed nothing and the transcript "
                                 "ends with the model's reply")
         except _TurnOver:
-            ending = None  # the loop ended the turn (a spent budget) before a request
+            ending = None  # the loop ended the turn before a request
         except Exception as exc:
             await hooks.end(run, Failed(describe_error(exc)))
             for event in hooks.take():
