@@ -5,7 +5,7 @@ its next turn), so the run is redirected instead of restarted, and nothing is lo
 crash. This package is the core: the message, the two-queue inbox value, the one event vocabulary,
 replay, the loop's table and the codec. It touches no disk, socket, thread or event loop; the shell
 lives in subpackages imported when needed: :mod:`nous_inbox.store` (logs and stores),
-:mod:`nous_inbox.runner.runner` (a turn with a model and tools), :mod:`nous_inbox.owner.threaded` (the actors that
+:mod:`nous_inbox.runner` (a turn with a model and tools), :mod:`nous_inbox.owner` (the actors that
 hold a session), :mod:`nous_inbox.mailbox`, :mod:`nous_inbox.adapters`, :mod:`nous_inbox.cli` and
 :mod:`nous_inbox.web`.
 
