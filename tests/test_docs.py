@@ -98,8 +98,9 @@ def towncrier(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_changelog_fragments_build_into_a_draft() -> None:
-    done = towncrier("build", "--draft", "--version", "0.0.0", cwd=ROOT)
+    done = towncrier("build", "--draft", "--version", "0.0.0", "--date", "2099-01-01", cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("## 0.0.0 (2099-01-01)\n"), done.stdout
 
 
 def test_every_changelog_fragment_is_one_line_that_ends_a_sentence() -> None:
