@@ -8,6 +8,9 @@ reference to a module that moved fails there); these checks need no docs tooling
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,3 +89,41 @@ def test_no_page_keeps_a_fold_in_marker() -> None:
     pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").rglob("*.md")]
     left = [page.name for page in pages if "<!-- fold-in" in page.read_text()]
     assert not left, f"fold these notes into the page's text: {left}"
+
+
+def towncrier(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``towncrier`` (the test extra's) in ``cwd`` with this project's configuration."""
+    return subprocess.run([sys.executable, "-m", "towncrier", *args], cwd=cwd,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+
+
+def test_the_changelog_fragments_build_into_a_draft() -> None:
+    done = towncrier("build", "--draft", "--version", "0.0.0", "--date", "2099-01-01", cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("## 0.0.0 (2099-01-01)\n"), done.stdout
+
+
+def test_every_changelog_fragment_is_one_line_that_ends_a_sentence() -> None:
+    fragments = [path for path in (ROOT / "changes").iterdir() if path.name != "README.md"]
+    bad = [path.name for path in fragments
+           if len(path.read_text().strip().splitlines()) != 1
+           or not path.read_text().strip().endswith(".")]
+    assert not bad, f"a fragment is one line ending with a period (changes/README.md): {bad}"
+
+
+def test_a_fragment_becomes_a_line_of_the_next_release_above_the_last(tmp_path: Path) -> None:
+    for name in ("pyproject.toml", "CHANGELOG.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "changes", tmp_path / "changes")
+    (tmp_path / "changes" / "+frob.added.md").write_text("You can frob an inbox.\n")
+    (tmp_path / "changes" / "+slow-frob.fixed.md").write_text("Frobbing is quick again.\n")
+
+    done = towncrier("build", "--yes", "--version", "9.9.9", "--date", "2099-01-01", cwd=tmp_path)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    changelog = (tmp_path / "CHANGELOG.md").read_text()
+    release = changelog.split("## 9.9.9 (2099-01-01)\n", 1)[1].split("\n## ", 1)[0]
+    assert "### Added\n\n- You can frob an inbox.\n" in release
+    assert "### Fixed\n\n- Frobbing is quick again.\n" in release
+    assert changelog.index("## 9.9.9") < changelog.index("## 0.1.0")
+    assert not (tmp_path / "changes" / "+frob.added.md").exists()
