@@ -245,11 +245,16 @@ def test_demo_replays_equal_to_the_live_state(url: str) -> None:
     assert session.startswith("demo-")
 
 
+#: The steer names a log to read and says stop, so the scripted run (a thousand steps otherwise)
+#: ends at the step that takes it, however long the steer's process took to start.
+STEER = "read auth.log too, then stop"
+
+
 def test_run_can_be_steered_from_another_process(url: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = subprocess.Popen(
         [sys.executable, "-m", "nous_inbox", "run", "--store", url, "s", "--json",
-         "--steps", "6", "--step-seconds", "0.3"],
+         "--steps", "1000", "--step-seconds", "0.3"],  # until the steer stops it
         stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env,
     )
     assert run.stdout is not None
@@ -259,15 +264,15 @@ def test_run_can_be_steered_from_another_process(url: str) -> None:
         if events[-1]["type"] == "tool_called":
             break
     steer = subprocess.run(
-        [sys.executable, "-m", "nous_inbox", "steer", "--store", url, "s", "read auth.log too"],
+        [sys.executable, "-m", "nous_inbox", "steer", "--store", url, "s", STEER],
         capture_output=True, text=True, cwd=ROOT, env=env,
     )
     assert steer.returncode == 0, steer.stderr
     events.extend(json.loads(line) for line in run.stdout)
     assert run.wait(timeout=60) == 0
     replies = [e["message"]["content"] for e in events if e["type"] == "model_replied"]
-    assert any("Noted: 'read auth.log too'" in r for r in replies)
-    assert any(e["type"] == "message_sent" and e["message"]["content"] == "read auth.log too"
+    assert any(f"Noted: {STEER!r}" in r for r in replies)
+    assert any(e["type"] == "message_sent" and e["message"]["content"] == STEER
                for e in events)  # the running owner saw the other process's append
 
 

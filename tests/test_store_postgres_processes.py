@@ -299,11 +299,16 @@ def test_two_processes_racing_for_a_session_one_wins(postgres_url: str) -> None:
         assert answers == ["refused", "won"]
 
 
+#: The steer names a log to read and says stop, so the scripted run (a thousand steps otherwise)
+#: ends at the step that takes it, however long the steer's process took to start.
+STEER = "read auth.log too, then stop"
+
+
 def test_run_on_postgres_is_steered_by_the_cli_from_another_process(postgres_url: str) -> None:
     url = f"{postgres_url}&poll=3600"  # no backstop within the test: the notification wakes it
     run = subprocess.Popen(
         [sys.executable, "-m", "nous_inbox", "run", "--store", url, "s", "--json",
-         "--steps", "6", "--step-seconds", "0.3"],
+         "--steps", "1000", "--step-seconds", "0.3"],  # until the steer stops it
         stdout=subprocess.PIPE, text=True, cwd=ROOT, env=ENV,
     )
     assert run.stdout is not None
@@ -313,16 +318,16 @@ def test_run_on_postgres_is_steered_by_the_cli_from_another_process(postgres_url
         if events[-1]["type"] == "tool_called":
             break
     steer = subprocess.run(
-        [sys.executable, "-m", "nous_inbox", "steer", "--store", url, "s", "read auth.log too"],
+        [sys.executable, "-m", "nous_inbox", "steer", "--store", url, "s", STEER],
         capture_output=True, text=True, cwd=ROOT, env=ENV,
     )
     assert steer.returncode == 0, steer.stderr
     events.extend(json.loads(line) for line in run.stdout)
     assert run.wait(timeout=60) == 0
     replies = [e["message"]["content"] for e in events if e["type"] == "model_replied"]
-    assert any("Noted: 'read auth.log too'" in r for r in replies)
+    assert any(f"Noted: {STEER!r}" in r for r in replies)
     sent = [i for i, e in enumerate(events) if e["type"] == "message_sent"
-            and e["message"]["content"] == "read auth.log too"]
+            and e["message"]["content"] == STEER]
     claims = [i for i, e in enumerate(events) if e["type"] == "queue_claimed"
               and e["target"] == "next_step"]
     assert sent and any(i > sent[0] for i in claims)  # claimed at a later step boundary
