@@ -325,6 +325,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         me, port, io = asyncio.current_task(), self._port, self._io
         assert io is not None
         took: bool | None = None  # whether the last turn claimed anything; None before the first
+        again = False  # a waking send arrived while this run was stopping: start the next
         try:
             try:
                 while not isinstance(answer := self._core.next_turn(self.session, took), Stop):
@@ -341,10 +342,14 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 stop = self._run_failed(exc)
             # The core has stopped this run (a send may start the next one from here on), so
             # nothing below may touch it. The record is queued before any later run's events.
+            again = stop.again
             if stop.record:
                 await io.soon(lambda: self._record_stop(stop))
         finally:
             if self._run is me:
                 self._run, self._cancel = None, None
-                self._settled.set()
+                if again and self._core.wake(self.session):
+                    self._start_run()  # never idle in between: wait_idle waits for this one too
+                else:
+                    self._settled.set()
                 self._turn_over.ended()  # closed meanwhile: a handle still waiting hears it

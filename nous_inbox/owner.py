@@ -59,7 +59,9 @@ seqs and end reason; a failed or cancelled turn raises). The answer is read from
 ``turn_handle(seq)`` and ``turn_result(turn)`` on a new owner give it after a restart.
 
 Cancelling (ruling 9): ``cancel()``, from any thread, ends the current turn as ``"cancelled"`` at
-its next boundary and wakes nothing; queued messages wait for the next prompt or waking send. The
+its next boundary and wakes nothing; queued messages wait for the next prompt or waking send, and
+one sent after the cancel starts the next run even while the cancelled one is still stopping (so
+does one sent after a failed turn ended: see :mod:`nous_inbox.owner_core`). The
 request is a ``CancelRequested`` in the log, so another process reaches the run the same way
 (``request_cancel(store, stream)``, the ``nous-inbox cancel`` command): the watcher folds it in.
 """
@@ -299,12 +301,18 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
                 self._stop_working(self._run_failed(exc))
 
     def _stop_working(self, stop: Stop) -> None:
-        """Append what the core's ``Stop`` records, then go idle (called with the lock held)."""
+        """Append what the core's ``Stop`` records, then go idle, or start the next run when a
+        waking send arrived while this one was stopping (called with the lock held, so no send
+        falls between the two). The record's append may fold another process's send that
+        starts the next run itself: this run then leaves that one's thread and cancel alone."""
         try:
             self._record_stop(stop)
         finally:
-            self._run = None
-            self._cancel = None
+            if self._run is threading.current_thread():
+                self._run = None
+                self._cancel = None
+            if stop.again and self._core.wake(self.session):
+                self._start_run()
             self._changed.notify_all()
 
     def _watch(self) -> None:
