@@ -20,9 +20,6 @@ import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from nous_inbox import (
     AsyncOwner,
@@ -42,7 +39,6 @@ from nous_inbox import (
     replay,
     request_cancel,
 )
-from nous_inbox.compat.pydantic_ai import AgentRunner
 from nous_inbox.snapshot import TIP_EVENTS, decode_snapshot, encode_snapshot
 from nous_inbox.store import Store
 
@@ -134,7 +130,9 @@ class HeldAgent:
         self.asked = threading.Event()
         self.release = threading.Event()
 
-    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    def __call__(self, messages: list[Any], info: Any) -> Any:
+        from pydantic_ai.messages import ModelResponse, TextPart
+
         if not self.asked.is_set():
             self.asked.set()
             if self.fail:
@@ -150,6 +148,12 @@ def test_a_pydantic_ai_owner_answers_the_prompt_sent_after_a_turn_it_cancelled_o
 ) -> None:
     # The turn runs on a thread of its own and records its end before the owner's worker hears
     # of it: the second prompt lands while the worker is still stopping, and must not wait.
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    from nous_inbox.compat.pydantic_ai import AgentRunner
+
     store, model = open_store("memory:"), HeldAgent(fail)
     with Owner(store, "s", AgentRunner(Agent(FunctionModel(model)))) as owner:
         first = owner.prompt("one")
