@@ -219,7 +219,8 @@ class OwnerBody(Generic[R, H], abc.ABC):
 
     def followup(self, message: Message | str, **run_options: Any) -> H:
         """Next turn, wakes: "answer this after you finish what you are doing". Returns a handle
-        on the turn that will answer it (see :meth:`prompt`)."""
+        on the turn that will answer it; ``run_options`` and a blank message as for
+        :meth:`prompt`."""
         return self._turn_send(self._deliverable(message), False, self._checked_options(run_options))
 
     def prompt(self, text: Message | str, **run_options: Any) -> H:
@@ -230,8 +231,11 @@ class OwnerBody(Generic[R, H], abc.ABC):
         ``sent`` is the stored send, and the handle's result is the turn's
         :class:`~nous_inbox.turn_result.TurnResult`. ``run_options`` reach the runner for that
         turn (a pydantic-ai ``AgentRunner``: ``deps``, ``model_settings``, ...); a runner that
-        takes none refuses them here, before anything is written. They are not logged (a
-        ``deps`` is rarely JSON): a turn opened by a new owner after a restart runs without them.
+        takes none refuses them here, before anything is written. A prompt with options joins
+        no other send: it gets a turn of its own, so options are never merged (two prompts
+        sent back to back with a ``deps`` each are answered by two turns). They are not logged
+        (a ``deps`` is rarely JSON): a turn opened by a new owner after a restart runs without
+        them.
         """
         return self._turn_send(self._deliverable(text), True, self._checked_options(run_options))
 
@@ -251,10 +255,23 @@ class OwnerBody(Generic[R, H], abc.ABC):
         return options
 
     def _turn_options(self) -> dict[str, Any]:
-        merged: dict[str, Any] = {}
+        """The run options of the send the open turn claimed that carries some (it carries
+        none beside it: :meth:`_claim_limit`), handed over once (under the lock)."""
+        options: dict[str, Any] = {}
         for seq in self._answers.ledger.claimed_now:
-            merged.update(self._run_options.pop(seq, ()))
-        return merged
+            options.update(self._run_options.pop(seq, ()))
+        return options
+
+    def _claim_limit(self, target: Target | str) -> int | None:
+        """How many of ``target``'s oldest messages a claim may take now (under the lock): all
+        (``None``) but on ``next_turn`` when a send queued there carries run options, which gets
+        a turn of its own; the claim stops short of it, or takes it alone when it is the oldest."""
+        if not self._run_options or target != _TURN:
+            return None
+        for ahead, seq in enumerate(self._answers.ledger.queued):
+            if seq in self._run_options:
+                return ahead or 1
+        return None
 
     # -- turn results -----------------------------------------------------------------------------
 
@@ -325,8 +342,8 @@ class OwnerBody(Generic[R, H], abc.ABC):
                 journal = Journal(self._store, self._stream, on_events=self._folded,
                                   snapshot_every=self._snapshot_every, freeze_gc=self._freeze_gc)
                 self._journal = journal
-                self._port = OwnerPort(journal, self._lock, self._boundaries, call_io)
-                self._port._options = self._turn_options
+                self._port = OwnerPort(journal, self._lock, self._boundaries, call_io,
+                                       options=self._turn_options, limit=self._claim_limit)
                 self._answers.start(journal.session)
                 resumed = OwnerCore.resume(journal.session)
                 if resumed:

@@ -80,33 +80,53 @@ class AsyncTurnRunner(Protocol):
         """Run one turn; see ``nous_inbox.runner.Runner.arun_turn``."""
 
 
+def _no_limit(target: Target | str) -> int | None:
+    return None
+
+
 class OwnerPort(JournalPort):
     """The port an owner's runs use: the journal under the owner's lock; before each claim it
     tells the boundary subscribers, under that lock, so what they send joins the claim.
-    ``call_io``: how a runner reaches an ``AsyncOwner``'s store worker (``None``: call inline)."""
+    ``call_io``: how a runner reaches an ``AsyncOwner``'s store worker (``None``: call inline).
+    ``options`` and ``limit`` are the owner's: the open turn's run options, and how much of a
+    queue a claim may take now (see :attr:`turn_options`, :meth:`claim_limit`)."""
 
-    __slots__ = ("_boundaries", "_options", "call_io")
+    __slots__ = ("_boundaries", "_limit", "_options", "call_io")
 
     def __init__(self, journal: Journal, lock: threading.RLock, boundaries: Boundaries,
-                 call_io: Callable[..., Any] | None = None) -> None:
+                 call_io: Callable[..., Any] | None = None, *,
+                 options: Callable[[], dict[str, Any]] = dict,
+                 limit: Callable[[Target | str], int | None] = _no_limit) -> None:
         super().__init__(journal, lock)
         self._boundaries = boundaries
         self.call_io = call_io
-        self._options: Callable[[], dict[str, Any]] = dict
+        self._options = options
+        self._limit = limit
 
     @property
     def turn_options(self) -> dict[str, Any]:
-        """The run options (``deps``, ``model_settings``, ...) given with the prompts and
-        followups the open turn claimed, merged in send order; read once, as the turn opens."""
+        """The run options (``deps``, ``model_settings``, ...) given with the prompt or followup
+        the open turn claimed (one at most: see :meth:`claim_limit`); read once, as the turn
+        opens."""
         with self._lock:
             return self._options()
+
+    def claim_limit(self, target: Target | str) -> int | None:
+        """How many of ``target``'s oldest messages a claim made now may take (``None``: all).
+        A prompt or followup sent with run options gets a turn of its own, so a turn's claim
+        of ``next_turn`` stops short of it, or takes it alone when it is the oldest: options
+        are never merged. A runner that claims inside a commit of its own (the pydantic-ai
+        adapter) asks this inside that commit; :meth:`claim` asks it itself."""
+        with self._lock:
+            return self._limit(target)
 
     def claim(
         self, target: Target | str, *, wake_only: bool = False
     ) -> tuple[Sequence[Message], QueueClaimed | None]:
         with self._lock:
             self.reaching(target, self._journal.session.turn, wake_only=wake_only)
-            messages, event = self._journal.claim(target, wake_only=wake_only)
+            messages, event = self._journal.claim(target, wake_only=wake_only,
+                                                  limit=self._limit(target))
             return (tuple(messages), event) if event is not None else ((), None)
 
     @property

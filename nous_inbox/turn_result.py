@@ -166,6 +166,12 @@ class TurnLedger:
         return seq > self._since
 
     @property
+    def queued(self) -> Iterable[int]:
+        """The seqs of the ``next_turn`` sends still queued, oldest first (0: one folded before
+        this ledger started); read it before the next fold."""
+        return self._queued
+
+    @property
     def claimed_now(self) -> tuple[int, ...]:
         """The seqs of the ``next_turn`` sends the open turn claimed, in send order."""
         return tuple(self._claimed_now)

@@ -30,9 +30,7 @@ from nous_inbox import (
     Runner,
     Session,
     Target,
-    TurnCancelled,
     TurnEnded,
-    TurnFailed,
     TurnStarted,
     Warned,
     open_store,
@@ -119,53 +117,6 @@ def test_an_owner_cancelled_from_another_thread_records_it_and_ends_the_turn() -
         assert kinds(store).index("CancelRequested") < kinds(store).index("TurnEnded")
         assert owner.inbox.count("next_turn") == 1 and not owner.running  # nothing woken
         assert replay(store.read("s")) == owner.session
-
-
-class HeldAgent:
-    """A pydantic-ai ``FunctionModel`` function: its first request waits until released (or
-    fails, with ``fail``); later ones answer at once, naming the last thing said."""
-
-    def __init__(self, fail: bool = False) -> None:
-        self.fail = fail
-        self.asked = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, messages: list[Any], info: Any) -> Any:
-        from pydantic_ai.messages import ModelResponse, TextPart
-
-        if not self.asked.is_set():
-            self.asked.set()
-            if self.fail:
-                raise RuntimeError("the model is down")
-            assert self.release.wait(WAIT)
-        said = messages[-1].parts[-1]
-        return ModelResponse(parts=[TextPart(f"heard: {getattr(said, 'content', '')}")])
-
-
-@pytest.mark.parametrize("fail", [False, True], ids=["cancelled", "failed"])
-def test_a_pydantic_ai_owner_answers_the_prompt_sent_after_a_turn_it_cancelled_or_failed(
-    fail: bool,
-) -> None:
-    # The turn runs on a thread of its own and records its end before the owner's worker hears
-    # of it: the second prompt lands while the worker is still stopping, and must not wait.
-    pytest.importorskip("pydantic_ai")
-    from pydantic_ai import Agent
-    from pydantic_ai.models.function import FunctionModel
-
-    from nous_inbox.compat.pydantic_ai import AgentRunner
-
-    store, model = open_store("memory:"), HeldAgent(fail)
-    with Owner(store, "s", AgentRunner(Agent(FunctionModel(model)))) as owner:
-        first = owner.prompt("one")
-        assert model.asked.wait(WAIT)
-        if not fail:
-            assert owner.cancel()
-            model.release.set()
-        with pytest.raises(TurnCancelled if not fail else TurnFailed):
-            first.result(timeout=WAIT)
-        second = owner.prompt("two")
-        assert second.result(timeout=WAIT).text == "heard: two"
-        assert ends(store) == [(1, "error" if fail else "cancelled"), (2, "final")]
 
 
 def test_a_second_cancel_of_the_same_turn_records_nothing_more() -> None:
