@@ -177,6 +177,12 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
                    options: dict[str, Any] | None) -> TurnHandle:
         return TurnHandle(self._send(message, Target.NEXT_TURN, True, prompt, options), self._result)
 
+    def _refused(self, error: Exception) -> MessageSent:
+        raise error  # at the call: the send returns the stored event, not an awaitable
+
+    def _turn_refused(self, error: Exception) -> TurnHandle:
+        raise error
+
     def turn_result(self, turn: int) -> TurnResult:
         """How ``turn`` ended, from this owner's ledger or else the log (a turn an earlier owner
         ran): a :class:`~nous_inbox.turn_result.TurnResult`, or ``TurnFailed`` /
@@ -199,7 +205,8 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError(f"the turn of the send at seq {seq} of session "
-                                   f"{self._stream!r} did not end within {timeout} s")
+                                   f"{self._stream!r} did not end within {timeout} s (the "
+                                   f"turn goes on: wait again, or cancel() it)")
             self._changed.wait(left)
 
         with self._changed:

@@ -204,24 +204,28 @@ class OwnerBody(Generic[R, H], abc.ABC):
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> R:
         """Queue ``message`` on ``target`` durably, then wake if it asks to and nothing runs.
 
-        Bad input raises before anything is written, and so does a message the runner says it
-        cannot deliver (its ``check_message``). Returns the event as stored, once it is.
+        Bad input is refused before anything is written, and so is a message the runner says it
+        cannot deliver (its ``check_message``): the threaded owner raises at the call, an
+        ``AsyncOwner`` when what it returned is awaited. Returns the event as stored, once it is.
         """
-        return self._send(self._deliverable(message), target, wakeup)
+        try:
+            return self._send(self._deliverable(message), target, wakeup)
+        except Exception as exc:
+            return self._refused(exc)
 
     def steer(self, message: Message | str) -> R:
         """Next step, wakes: "read this before your next model request"."""
-        return self._send(self._deliverable(message), _STEP, True)
+        return self.send(message, _STEP, True)
 
     def inject(self, message: Message | str) -> R:
         """Next step, no wake: "have this to hand if you make another request"."""
-        return self._send(self._deliverable(message), _STEP, False)
+        return self.send(message, _STEP, False)
 
     def followup(self, message: Message | str, **run_options: Any) -> H:
         """Next turn, wakes: "answer this after you finish what you are doing". Returns a handle
         on the turn that will answer it; ``run_options`` and a blank message as for
         :meth:`prompt`."""
-        return self._turn_send(self._deliverable(message), False, self._checked_options(run_options))
+        return self._turn(message, False, run_options)
 
     def prompt(self, text: Message | str, **run_options: Any) -> H:
         """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any turn in
@@ -236,13 +240,48 @@ class OwnerBody(Generic[R, H], abc.ABC):
         sent back to back with a ``deps`` each are answered by two turns). They are not logged
         (a ``deps`` is rarely JSON): a turn opened by a new owner after a restart runs without
         them.
+
+        A blank message (whitespace only) is refused: no turn ever opens for one (ruling 4), so
+        none would answer it, and its handle would wait forever. To have a blank message ride
+        along with the next turn, ``send`` it to ``next_turn``. Refusals are raised as
+        :meth:`send`'s are: at the call, or (``AsyncOwner``) when the handle is awaited.
+
+        >>> from nous_inbox.runner import Runner
+        >>> from nous_inbox.owner import Owner
+        >>> from nous_inbox.store import open_store
+        >>> with Owner(open_store("memory:"), "s", Runner(lambda transcript, tools: "ok")) as owner:
+        ...     owner.prompt("  ")
+        Traceback (most recent call last):
+        ...
+        ValueError: prompt: the message is blank, and a blank message never opens a turn (ruling 4), so no turn would answer it; nothing was sent
         """
-        return self._turn_send(self._deliverable(text), True, self._checked_options(run_options))
+        return self._turn(text, True, run_options)
+
+    def _turn(self, message: Message | str, prompt: bool, run_options: dict[str, Any]) -> H:
+        """A prompt or followup, checked, then the pump's send of it (or its refusal)."""
+        try:
+            checked = as_message(self._deliverable(message))
+            if checked.blank:
+                raise ValueError(f"{'prompt' if prompt else 'followup'}: the message is blank, "
+                                 f"and a blank message never opens a turn (ruling 4), so no "
+                                 f"turn would answer it; nothing was sent")
+            return self._turn_send(checked, prompt, self._checked_options(run_options))
+        except Exception as exc:
+            return self._turn_refused(exc)
 
     @abc.abstractmethod
     def _turn_send(self, message: Message | str, prompt: bool,
                    options: dict[str, Any] | None) -> H:
         """The pump's send of a prompt or followup, answered by a handle on its turn."""
+
+    @abc.abstractmethod
+    def _refused(self, error: Exception) -> R:
+        """A send refused before anything was stored: raise ``error`` (the threaded owner), or
+        answer with what raises it when awaited (``AsyncOwner``)."""
+
+    @abc.abstractmethod
+    def _turn_refused(self, error: Exception) -> H:
+        """A prompt or followup refused before anything was stored, as :meth:`_refused`."""
 
     def _checked_options(self, options: dict[str, Any]) -> dict[str, Any] | None:
         if not options:

@@ -49,7 +49,8 @@ from nous_inbox.group_commit import (
 )
 
 __all__ = [
-    "LINGER", "LingeringThread", "QueuedSend", "SendTicket", "Stored", "StoreWorker", "awaited",
+    "LINGER", "LingeringThread", "QueuedSend", "Refused", "SendTicket", "Stored", "StoreWorker",
+    "awaited",
 ]
 
 _T = TypeVar("_T")
@@ -436,6 +437,51 @@ class Stored(Coroutine[Any, Any, _T], Generic[_T]):
     def __await__(self) -> Generator[Any, None, _T]:
         return self.value
         yield  # a generator: awaiting it returns at once
+
+
+class Refused(Coroutine[Any, Any, _T], Generic[_T]):
+    """A coroutine of a send refused when it was made (bad input, a record too large, a closed
+    owner): nothing was written, and awaiting it raises ``error``, as an awaitable reports its
+    failure when awaited. So ``asyncio.gather(..., return_exceptions=True)`` over sends gives
+    each one's error beside the others' events. One never awaited (a sync callback's send) has
+    its error logged when it is dropped, as asyncio logs a future's exception nobody retrieved.
+
+    >>> import asyncio
+    >>> async def main():
+    ...     return await asyncio.gather(Stored(1), Refused(ValueError("bad")),
+    ...                                 return_exceptions=True)
+    >>> asyncio.run(main())
+    [1, ValueError('bad')]
+    """
+
+    __slots__ = ("_heard", "error")
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        self._heard = False
+
+    def send(self, _: Any) -> Any:
+        self._heard = True
+        raise self.error
+
+    def throw(self, *error: Any) -> Any:
+        self._heard = True
+        raise error[1] if len(error) > 1 and error[1] is not None else error[0]
+
+    def close(self) -> None:
+        """Dropped on purpose: its error is not logged."""
+        self._heard = True
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        self._heard = True
+        raise self.error
+        yield  # a generator: the error is raised when it is awaited
+
+    def __del__(self) -> None:
+        if not self._heard:
+            with contextlib.suppress(Exception):  # (an interpreter shutting down)
+                logger.error("a send was refused and nobody awaited it: %s", self.error,
+                             exc_info=self.error)
 
 
 class QueuedSend(Coroutine[Any, Any, _T], Generic[_T]):

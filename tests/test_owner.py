@@ -293,15 +293,25 @@ def test_a_prompt_that_lands_as_a_failed_turn_ends_still_gets_its_turn() -> None
 # -- ruling 4: a blank message is never worth a model round --------------------------------------
 
 
-@pytest.mark.parametrize("send", ["steer", "followup", "prompt"])
-def test_a_blank_waking_message_sent_to_an_idle_owner_starts_no_run(send: str) -> None:
+@pytest.mark.parametrize("target", ["next_step", "next_turn"])
+def test_a_blank_waking_message_sent_to_an_idle_owner_starts_no_run(target: str) -> None:
     model = ScriptedModel()
     with make_owner(model) as owner:
-        getattr(owner, send)("   \n")
+        owner.send("   \n", target, True)
         assert owner.wait_idle(WAIT)
         assert model.requests == []  # the model is never asked with ['   \n']
         assert kinds(owner) == ["MessageSent"]
         assert owner.inbox.count() == 1  # still queued: nothing is lost
+
+
+@pytest.mark.parametrize("verb", ["followup", "prompt"])
+def test_a_blank_prompt_or_followup_is_refused_as_no_turn_would_ever_answer_it(verb: str) -> None:
+    with make_owner(ScriptedModel()) as owner:
+        with pytest.raises(ValueError, match=f"{verb}: the message is blank"):
+            getattr(owner, verb)(" \t\n")
+        assert owner.events() == []  # nothing was sent
+        owner.steer(" ")  # a blank steer is taken: it rides along with the next request
+        assert owner.inbox.count() == 1
 
 
 def test_a_blank_message_is_claimed_with_the_next_request_something_else_causes() -> None:
