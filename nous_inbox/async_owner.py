@@ -27,7 +27,7 @@ the stored event. Under the owner's lock (a boundary subscriber) or off the loop
 it commits at once; on the loop it is queued for the store worker, and a sync callback there (a
 listener) may drop the coroutine unawaited: the send is stored all the same. A verb never raises
 at the call: a send refused before anything is written (bad input, a closed owner) raises where
-it is awaited (:class:`~nous_inbox.store_worker.Refused`). ``prompt`` and
+it is awaited (:class:`~nous_inbox.sends.Refused`). ``prompt`` and
 ``followup`` return an :class:`~nous_inbox.turn_result.AsyncTurnHandle` instead:
 ``await owner.prompt(text)`` is the :class:`~nous_inbox.turn_result.TurnResult` of the turn that
 answers it, and ``await handle.stored()`` the stored send alone. Every folded batch is told on
@@ -50,9 +50,10 @@ from nous_inbox.owner_body import OwnerBody
 from nous_inbox.owner_core import Stop
 from nous_inbox.owner_port import AsyncTurnRunner
 from nous_inbox.port import sent_event
+from nous_inbox.sends import QueuedSend, Refused, Stored
 from nous_inbox.snapshot import SNAPSHOT_EVERY
 from nous_inbox.store import Store
-from nous_inbox.store_worker import QueuedSend, Refused, SendTicket, Stored, StoreWorker
+from nous_inbox.store_worker import SendTicket, StoreWorker
 from nous_inbox.turn_result import AsyncTurnHandle, Steps, TurnEnds, TurnResult, apump
 
 __all__ = ["AsyncOwner", "AsyncTurnRunner"]

@@ -47,7 +47,7 @@ from nous_inbox.journal import Journal
 from nous_inbox.message import Message
 from nous_inbox.owner_core import OwnerCore, Stop
 from nous_inbox.owner_port import AsyncTurnRunner as AsyncTurnRunner  # (their home before)
-from nous_inbox.owner_port import OwnerPort, _cancelling
+from nous_inbox.owner_port import OwnerPort, RunOptions, _cancelling
 from nous_inbox.owner_port import TurnRunner as TurnRunner
 from nous_inbox.owner_port import request_cancel as request_cancel
 from nous_inbox.session import Session
@@ -111,7 +111,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         self._closed = False  # close() (aclose()) was called: the owner refuses sends
         self._run: object | None = None  # the run going: the pump's thread or task
         self._cancel: threading.Event | asyncio.Event | None = None  # the open turn's cancel
-        self._run_options: dict[int, dict[str, Any]] = {}  # by the seq of the send they came with
+        self._run_options = RunOptions()  # kept for the turns of the sends they came with
         load = getattr(runner, "load_output", None)
         self._answers = TurnAnswers(stream, self._read, load if callable(load) else None)
         check = getattr(runner, "check_message", None)
@@ -234,26 +234,19 @@ class OwnerBody(Generic[R, H], abc.ABC):
         Returns a handle on the turn it starts (or joins, with what was queued beside it):
         ``sent`` is the stored send, and the handle's result is the turn's
         :class:`~nous_inbox.turn_result.TurnResult`. ``run_options`` reach the runner for that
-        turn (a pydantic-ai ``AgentRunner``: ``deps``, ``model_settings``, ...); a runner that
-        takes none refuses them here, before anything is written. A prompt with options joins
-        no other send: it gets a turn of its own, so options are never merged (two prompts
-        sent back to back with a ``deps`` each are answered by two turns). They are not logged
-        (a ``deps`` is rarely JSON): a turn opened by a new owner after a restart runs without
-        them.
+        turn only (a pydantic-ai ``AgentRunner``: ``deps``, ``model_settings``, ...; a runner
+        that takes none refuses them), and a prompt with some joins no other send: options are
+        never merged. They are not logged: a turn a new owner opens after a restart runs
+        without them. A blank prompt is refused, as no turn would ever answer it (ruling 4);
+        ``send`` it to ``next_turn`` to have it ride along. A refusal comes before anything is
+        written: raised at the call, or (``AsyncOwner``) where the handle is awaited.
 
-        A blank message (whitespace only) is refused: no turn ever opens for one (ruling 4), so
-        none would answer it, and its handle would wait forever. To have a blank message ride
-        along with the next turn, ``send`` it to ``next_turn``. Refusals are raised as
-        :meth:`send`'s are: at the call, or (``AsyncOwner``) when the handle is awaited.
-
-        >>> from nous_inbox.runner import Runner
-        >>> from nous_inbox.owner import Owner
-        >>> from nous_inbox.store import open_store
+        >>> from nous_inbox import Owner, Runner, open_store
         >>> with Owner(open_store("memory:"), "s", Runner(lambda transcript, tools: "ok")) as owner:
         ...     owner.prompt("  ")
         Traceback (most recent call last):
         ...
-        ValueError: prompt: the message is blank, and a blank message never opens a turn (ruling 4), so no turn would answer it; nothing was sent
+        ValueError: prompt: the message is blank, and a blank message never opens a turn ...
         """
         return self._turn(text, True, run_options)
 
@@ -265,7 +258,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
                 raise ValueError(f"{'prompt' if prompt else 'followup'}: the message is blank, "
                                  f"and a blank message never opens a turn (ruling 4), so no "
                                  f"turn would answer it; nothing was sent")
-            return self._turn_send(checked, prompt, self._checked_options(run_options))
+            return self._turn_send(checked, prompt, RunOptions.checked(self._runner, run_options))
         except Exception as exc:
             return self._turn_refused(exc)
 
@@ -276,41 +269,11 @@ class OwnerBody(Generic[R, H], abc.ABC):
 
     @abc.abstractmethod
     def _refused(self, error: Exception) -> R:
-        """A send refused before anything was stored: raise ``error`` (the threaded owner), or
-        answer with what raises it when awaited (``AsyncOwner``)."""
+        """A send refused: raise ``error`` now, or answer what raises it when awaited."""
 
     @abc.abstractmethod
     def _turn_refused(self, error: Exception) -> H:
-        """A prompt or followup refused before anything was stored, as :meth:`_refused`."""
-
-    def _checked_options(self, options: dict[str, Any]) -> dict[str, Any] | None:
-        if not options:
-            return None
-        check = getattr(self._runner, "check_run_options", None)
-        if not callable(check):
-            raise TypeError(f"{type(self._runner).__name__} takes no run options per prompt, "
-                            f"got {', '.join(sorted(options))}")
-        check(options)
-        return options
-
-    def _turn_options(self) -> dict[str, Any]:
-        """The run options of the send the open turn claimed that carries some (it carries
-        none beside it: :meth:`_claim_limit`), handed over once (under the lock)."""
-        options: dict[str, Any] = {}
-        for seq in self._answers.ledger.claimed_now:
-            options.update(self._run_options.pop(seq, ()))
-        return options
-
-    def _claim_limit(self, target: Target | str) -> int | None:
-        """How many of ``target``'s oldest messages a claim may take now (under the lock): all
-        (``None``) but on ``next_turn`` when a send queued there carries run options, which gets
-        a turn of its own; the claim stops short of it, or takes it alone when it is the oldest."""
-        if not self._run_options or target != _TURN:
-            return None
-        for ahead, seq in enumerate(self._answers.ledger.queued):
-            if seq in self._run_options:
-                return ahead or 1
-        return None
+        """A prompt or followup refused, as :meth:`_refused`."""
 
     # -- turn results -----------------------------------------------------------------------------
 
@@ -381,8 +344,11 @@ class OwnerBody(Generic[R, H], abc.ABC):
                 journal = Journal(self._store, self._stream, on_events=self._folded,
                                   snapshot_every=self._snapshot_every, freeze_gc=self._freeze_gc)
                 self._journal = journal
-                self._port = OwnerPort(journal, self._lock, self._boundaries, call_io,
-                                       options=self._turn_options, limit=self._claim_limit)
+                answers, options = self._answers, self._run_options
+                self._port = OwnerPort(
+                    journal, self._lock, self._boundaries, call_io,
+                    options=lambda: options.of_turn(answers.ledger.claimed_now),
+                    limit=lambda target: options.limit(target, answers.ledger.queued))
                 self._answers.start(journal.session)
                 resumed = OwnerCore.resume(journal.session)
                 if resumed:
@@ -400,7 +366,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         with self._lock:
             sent = self._opened().send(message, target, wakeup)
             if options is not None:
-                self._run_options[sent.seq] = options
+                self._run_options.keep(sent.seq, options)
             return sent
 
     def _read(self, after: int) -> list[Event]:

@@ -57,8 +57,8 @@ from nous_inbox.events import (
 )
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message, thaw_json
+from nous_inbox.sends import Refused
 from nous_inbox.session import Session
-from nous_inbox.store_worker import Refused
 
 __all__ = [
     "AsyncTurnHandle", "Steps", "TurnAnswers", "TurnCancelled", "TurnEnds",

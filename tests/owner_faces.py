@@ -19,8 +19,8 @@ from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
+from nous_inbox.sends import Stored
 from nous_inbox.store import Store
-from nous_inbox.store_worker import Stored
 from nous_inbox.turn_result import AsyncTurnHandle, TurnHandle
 
 __all__ = ["FACES", "AsyncOwnerFromThreads", "build"]

@@ -52,8 +52,8 @@ from nous_inbox.mailbox.rules import DEBOUNCE, MAX_WAIT, NOTICE, Boundary, compo
 from nous_inbox.mailbox.state import Mail, MailboxState
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
+from nous_inbox.sends import Refused
 from nous_inbox.session import Session
-from nous_inbox.store_worker import Refused
 
 __all__ = ["AttachedAgent", "InFlight", "NoticeDelivery", "Recipient"]
 
