@@ -19,7 +19,7 @@ from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
 from nous_inbox.owner.async_owner import AsyncOwner
-from nous_inbox.owner.store_worker import Stored
+from nous_inbox.owner.sends import Stored
 from nous_inbox.owner.turn_result import AsyncTurnHandle, TurnHandle
 from nous_inbox.store import Store
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from nous_inbox import Message, MessageSent, ToolCall, replay
-from nous_inbox.errors import LeaseLostError, StoreError
+from nous_inbox.errors import LeaseLostError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event, TurnEnded, TurnStarted
 from nous_inbox.mailbox import Mailbox
 from nous_inbox.owner.async_owner import AsyncOwner
@@ -107,6 +107,81 @@ def test_bad_input_is_refused_before_anything_is_written() -> None:
             assert owner.session.version == 0
 
     asyncio.run(main())
+
+
+def test_a_refused_send_raises_where_it_is_awaited_so_gather_returns_it_beside_the_others(
+) -> None:
+    async def main() -> list[Any]:
+        store = open_store("memory:")
+        too_big = "x" * (store.max_record_size + 1)  # type: ignore[attr-defined]
+        async with AsyncOwner(store, "s", Runner(echo)) as owner:
+            return await asyncio.gather(owner.inject("fyi"), owner.inject(too_big),
+                                        return_exceptions=True)
+
+    sent, refused = asyncio.run(main())
+    assert isinstance(sent, MessageSent) and sent.message.content == "fyi"
+    assert isinstance(refused, RecordTooLargeError)
+
+
+def test_no_send_verb_raises_at_the_call_each_raises_when_awaited() -> None:
+    async def main() -> None:
+        async with AsyncOwner(open_store("memory:"), "s", Runner(echo)) as owner:
+            bad = {  # made first, all of them: none raises here
+                "bad target": owner.send("x", "somewhere", True),
+                "bad wakeup": owner.send("x", "next_step", "yes"),  # type: ignore[arg-type]
+                "bad message": owner.steer(42),  # type: ignore[arg-type]
+                "bad injection": owner.inject(object()),  # type: ignore[arg-type]
+                "bad followup": owner.followup(7),  # type: ignore[arg-type]
+                "options no runner takes": owner.prompt("go", deps="ada"),
+                "blank prompt": owner.prompt("   "),
+                "blank followup": owner.followup("\n"),
+            }
+            for what, awaitable in bad.items():
+                with pytest.raises((TypeError, ValueError)):
+                    await awaitable
+                    pytest.fail(f"{what}: accepted")
+            assert owner.session.version == 0  # nothing was written
+        late = [owner.steer("a"), owner.inject("b"), owner.send("c", "next_turn", True),
+                owner.followup("d"), owner.prompt("e")]
+        for awaitable in late:
+            with pytest.raises(RuntimeError, match="closed"):
+                await awaitable
+
+    asyncio.run(main())
+
+
+def test_a_blank_prompt_is_answered_at_once_by_its_refusal_never_by_a_wait() -> None:
+    async def main() -> None:
+        async with AsyncOwner(open_store("memory:"), "s", Runner(echo)) as owner:
+            handle = owner.prompt("  \t ")
+            with pytest.raises(ValueError, match="prompt: the message is blank"):
+                await asyncio.wait_for(handle, WAIT)  # at once: never a wait for a turn
+            with pytest.raises(ValueError, match="blank"):
+                await handle.stored()
+            with pytest.raises(RuntimeError, match="refused"):
+                handle.sent  # noqa: B018
+
+    asyncio.run(main())
+
+
+def test_a_result_that_times_out_says_which_send_and_that_its_turn_goes_on() -> None:
+    async def main() -> str:
+        release = asyncio.Event()
+
+        async def slow(transcript: Sequence[Message], tools: Any) -> Message:
+            await release.wait()
+            return Message.assistant("late")
+
+        async with AsyncOwner(open_store("memory:"), "s", Runner(slow)) as owner:
+            handle = owner.prompt("go")
+            with pytest.raises(TimeoutError) as timed_out:
+                await handle.result(timeout=0)
+            release.set()
+            assert (await handle.result(timeout=WAIT)).text == "late"  # it went on
+            return str(timed_out.value)
+
+    assert asyncio.run(main()) == ("the turn of the send at seq 1 of session 's' did not end "
+                                   "within 0 s (the turn goes on: wait again, or cancel() it)")
 
 
 def test_a_runner_without_arun_turn_is_refused() -> None:
@@ -923,6 +998,24 @@ def test_a_listeners_send_on_an_idle_owner_need_not_be_awaited() -> None:
         assert asyncio.run(main()) == ["fyi", "noted by a listener"]
         gc.collect()
     assert _never_awaited(caught) == []
+
+
+def test_a_mailbox_lets_go_of_an_async_owner_that_closed_as_of_a_threaded_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The closed owner's send refuses (when awaited: the mailbox awaits nothing, so it hears
+    # the refusal from what the send returned) and the mailbox detaches it, its mail kept.
+    async def main() -> None:
+        with Mailbox(debounce=0) as box:
+            async with AsyncOwner(open_store("memory:"), "s", Runner(echo)) as owner:
+                box.attach("writer", owner)
+            box.agent("lead").send("writer", "draft ready")
+            async with AsyncOwner(open_store("memory:"), "s", Runner(echo)) as again:
+                box.attach("writer", again)  # the closed owner's desk was let go of
+
+    asyncio.run(main())
+    assert "the owner of 'writer' is closed: detached it" in caplog.text
+    assert "nobody awaited" not in caplog.text
 
 
 @pytest.mark.parametrize("sender", ["loop", "thread"])

@@ -985,7 +985,7 @@ def test_an_owner_refuses_at_send_what_its_agent_runner_cannot_deliver(role: str
     async def main() -> None:
         async with AsyncOwner(store, "a", AgentRunner(Agent(FunctionModel(Script())))) as owner:
             with pytest.raises(ValueError, match=f"cannot deliver a '{role}' message"):
-                owner.inject(message)
+                await owner.inject(message)  # (an AsyncOwner's send raises where awaited)
             assert owner.session.version == 0
 
     asyncio.run(main())

@@ -220,7 +220,7 @@ def test_an_fyi_that_comes_while_the_model_answers_is_brought_by_the_bounded_wai
 def test_a_blank_followup_waiting_is_no_prompt_for_an_fyi_to_join(
         world_of: Callable[..., World]) -> None:
     world = world_of(Scripted())
-    world.owner.followup(" \u200b")  # queued, never worth a turn of its own (ruling 4)
+    world.owner.send(" \u200b", "next_turn", True)  # queued, never worth a turn of its own (ruling 4)
     (fyi,) = send_burst(world.qa, 1)
     world.later(1)
     assert world.owner.wait_idle(WAIT) and world.owner.session.turn == 0  # no turn for an FYI

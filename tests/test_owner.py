@@ -228,18 +228,80 @@ def test_a_steer_that_lands_after_the_last_claim_still_gets_its_run() -> None:
         assert not owner.inbox.has_pending()
 
 
+def test_a_prompt_that_lands_as_a_cancelled_turn_ends_still_gets_its_turn() -> None:
+    model = ScriptedModel(tool_steps=1)
+    holder: dict[str, Owner] = {}
+    handles: list[Any] = []
+
+    def during(owner: Owner, n: int) -> None:
+        owner.cancel()
+
+    def on_event(event: Any) -> None:
+        # Prompt from inside the recording of the cancelled turn's end: the run is stopping,
+        # its last decision not made yet.
+        if isinstance(event, TurnEnded) and event.reason == "cancelled":
+            handles.append(holder["owner"].prompt("and now this"))
+
+    owner = make_owner(model, during, listen=on_event)
+    holder["owner"] = owner
+    with owner:
+        owner.prompt("go")
+        assert owner.wait_idle(WAIT)
+        (handle,) = handles
+        result = handle.result(timeout=WAIT)
+        assert (result.turn, result.text) == (2, "done: and now this")
+        assert [e.reason for e in owner.events() if isinstance(e, TurnEnded)] == [
+            "cancelled", "final"]
+
+
+def test_a_prompt_that_lands_as_a_failed_turn_ends_still_gets_its_turn() -> None:
+    def model(transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+        if transcript[-1].content == "fail":
+            raise RuntimeError("the model is down")
+        return Message.assistant(f"done: {transcript[-1].content}")
+
+    holder: dict[str, Owner] = {}
+    handles: list[Any] = []
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, TurnEnded) and event.reason == "error":
+            handles.append(holder["owner"].prompt("and now this"))
+
+    owner = build(_FACE["name"], open_store("memory:"), "s", Runner(model), start=False,
+                  listen=on_event)
+    holder["owner"] = owner
+    with owner:
+        owner.prompt("fail")
+        with pytest.raises(RuntimeError, match="the model is down"):
+            owner.wait_idle(WAIT)  # (idle once the prompt's turn, too, has ended)
+        assert owner.wait_idle(WAIT)
+        (handle,) = handles
+        assert handle.result(timeout=WAIT).text == "done: and now this"
+        assert [e.reason for e in owner.events() if isinstance(e, TurnEnded)] == ["error", "final"]
+
+
 # -- ruling 4: a blank message is never worth a model round --------------------------------------
 
 
-@pytest.mark.parametrize("send", ["steer", "followup", "prompt"])
-def test_a_blank_waking_message_sent_to_an_idle_owner_starts_no_run(send: str) -> None:
+@pytest.mark.parametrize("target", ["next_step", "next_turn"])
+def test_a_blank_waking_message_sent_to_an_idle_owner_starts_no_run(target: str) -> None:
     model = ScriptedModel()
     with make_owner(model) as owner:
-        getattr(owner, send)("   \n")
+        owner.send("   \n", target, True)
         assert owner.wait_idle(WAIT)
         assert model.requests == []  # the model is never asked with ['   \n']
         assert kinds(owner) == ["MessageSent"]
         assert owner.inbox.count() == 1  # still queued: nothing is lost
+
+
+@pytest.mark.parametrize("verb", ["followup", "prompt"])
+def test_a_blank_prompt_or_followup_is_refused_as_no_turn_would_ever_answer_it(verb: str) -> None:
+    with make_owner(ScriptedModel()) as owner:
+        with pytest.raises(ValueError, match=f"{verb}: the message is blank"):
+            getattr(owner, verb)(" \t\n")
+        assert owner.events() == []  # nothing was sent
+        owner.steer(" ")  # a blank steer is taken: it rides along with the next request
+        assert owner.inbox.count() == 1
 
 
 def test_a_blank_message_is_claimed_with_the_next_request_something_else_causes() -> None:
@@ -614,6 +676,43 @@ def test_a_run_the_store_failed_under_still_gets_its_turn_ended(owner_face: str)
         (end,) = [e for e in owner.events() if isinstance(e, TurnEnded)]
         assert end.reason == "error" and "disk full" in (end.error or "")
         assert owner.session == replay(owner.events())
+
+
+class _SteeredAtTheEnd(_FailingStore):
+    """:class:`_FailingStore`, where another process steers just before the owner records the
+    failed turn's end: the owner's append meets the steer, reads it, and appends again."""
+
+    steered = False
+
+    def append(self, stream: str, events: Any, expected_version: Any = None) -> Any:
+        if self.failed and not self.steered and any(type(e) is TurnEnded for e in events):
+            self.steered = True
+            self.inner.append(stream, [MessageSent(target="next_step", wakeup=True,
+                                                   message=Message.user("from elsewhere"))])
+        return super().append(stream, events, expected_version)
+
+
+def test_a_send_read_while_a_failed_run_records_its_end_gets_a_run_that_counts_as_running(
+    owner_face: str,
+) -> None:
+    asked, release = threading.Event(), threading.Event()
+
+    def model(transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+        if transcript[-1].content == "from elsewhere":
+            asked.set()
+            assert release.wait(WAIT)
+        return Message.assistant(f"done: {transcript[-1].content}")
+
+    store = _SteeredAtTheEnd()
+    with build(owner_face, store, "s", Runner(model), watch=False, start=False) as owner:  # type: ignore[arg-type]
+        owner.steer("go")
+        assert asked.wait(WAIT)  # the steer's run started while the failed one recorded its end
+        assert owner.running  # ... and it is the owner's run: waits wait for it
+        release.set()
+        with pytest.raises(OSError, match="disk full"):
+            owner.wait_idle(WAIT)
+        assert owner.wait_idle(WAIT)
+        assert [e.reason for e in owner.events() if isinstance(e, TurnEnded)] == ["error", "final"]
 
 
 def test_a_prompt_opens_a_turn_recorded_as_a_prompt() -> None:

@@ -94,6 +94,55 @@ def test_cancel_wakes_nothing_even_with_a_steer_queued() -> None:
     assert core.wake(STEERED)  # a later waking send starts a fresh run
 
 
+def test_a_waking_send_after_the_cancel_starts_the_next_run_as_the_cancelled_one_stops() -> None:
+    core = OwnerCore()
+    core.wake(STEERED)
+    core.next_turn(STEERED, None)
+    assert core.cancel()
+    assert not core.arrived([sent("and now this", True)], STEERED)  # a run is still going ...
+    assert core.next_turn(STEERED, True) == Stop(again=True)  # ... it stops, and says "again"
+    assert core.wake(STEERED)
+
+
+def test_what_was_sent_before_the_cancel_does_not_make_the_run_go_again() -> None:
+    core = OwnerCore()
+    core.wake(STEERED)
+    core.next_turn(STEERED, None)
+    between = Session(inbox=STEERED.inbox)  # no turn open: a send here would go again ...
+    core.arrived([sent("queued", True)], between)
+    core.cancel()  # ... but the cancel comes after it (ruling 9)
+    assert core.next_turn(STEERED, True) == Stop()
+
+
+def test_an_injection_while_the_run_stops_never_makes_it_go_again() -> None:
+    core = OwnerCore()
+    core.wake(STEERED)
+    core.cancel()
+    core.arrived([sent("fyi", False)], STEERED)
+    assert core.next_turn(STEERED, None) == Stop()
+
+
+def test_a_waking_send_after_a_failed_turn_ended_starts_the_next_run() -> None:
+    core = OwnerCore()
+    core.wake(STEERED)
+    running = replay([TurnStarted(turn=1, reason="wake", seq=1)])
+    core.arrived([sent("while it fails", True)], running)  # the turn is open: it was queued
+    ended = running.apply(TurnEnded(turn=1, steps=1, reason="error", error="down", seq=2))
+    assert core.failed(ended, RuntimeError("down")) == Stop()  # before the end: waits
+    core.wake(STEERED)
+    core.arrived([sent("after the end", True)], ended)
+    assert core.failed(ended, RuntimeError("down")) == Stop(again=True)
+
+
+def test_a_closed_owner_never_goes_again() -> None:
+    core = OwnerCore()
+    core.wake(STEERED)
+    core.cancel()
+    core.arrived([sent("late", True)], STEERED)
+    core.close()
+    assert core.next_turn(STEERED, True) == Stop()
+
+
 def test_a_turn_that_claimed_nothing_stops_the_run_with_a_warning() -> None:
     core = OwnerCore()
     core.wake(STEERED)

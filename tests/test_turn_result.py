@@ -166,6 +166,53 @@ def test_a_runner_without_run_options_refuses_them_and_stores_nothing() -> None:
     assert list(store.read("s")) == []
 
 
+class OptionsRunner:
+    """The built-in runner over ``echo``, taking run options as a pydantic-ai ``AgentRunner``
+    does: ``seen`` is the options each turn got, read as it opened; no turn opens before
+    ``opens`` is set (so the test can queue several sends first)."""
+
+    def __init__(self) -> None:
+        self.inner = Runner(echo)
+        self.seen: list[dict[str, Any]] = []
+        self.opens = threading.Event()
+
+    @staticmethod
+    def check_run_options(options: dict[str, Any]) -> None:
+        """Takes any."""
+
+    def run_turn(self, port: Any, **how: Any) -> Any:
+        assert self.opens.wait(WAIT)
+        for event in self.inner.run_turn(port, **how):
+            self._note(port, event)
+            yield event
+
+    async def arun_turn(self, port: Any, **how: Any) -> Any:
+        assert await asyncio.to_thread(self.opens.wait, WAIT)
+        async for event in self.inner.arun_turn(port, **how):
+            self._note(port, event)
+            yield event
+
+    def _note(self, port: Any, event: Any) -> None:
+        if type(event) is QueueClaimed and event.target == Target.NEXT_TURN:
+            self.seen.append(port.turn_options)
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_prompt_with_run_options_gets_a_turn_of_its_own_so_none_are_merged(face: str) -> None:
+    runner = OptionsRunner()
+    with build(face, open_store("memory:"), "s", runner) as owner:
+        handles = {
+            "a": owner.prompt("a"), "b": owner.followup("b"),  # no options: one turn
+            "c": owner.prompt("c", deps="C"),                  # its own turn
+            "d": owner.followup("d"),                          # after it, not beside it
+            "e": owner.prompt("e", deps="E"), "f": owner.prompt("f", deps="F"),
+        }
+        runner.opens.set()  # every send is queued before the first turn opens
+        turns = {text: handle.result(timeout=WAIT).turn for text, handle in handles.items()}
+    assert turns == {"a": 1, "b": 1, "c": 2, "d": 3, "e": 4, "f": 5}
+    assert runner.seen == [{}, {"deps": "C"}, {}, {"deps": "E"}, {"deps": "F"}]
+
+
 def test_settled_passes_a_final_or_budget_turn_and_raises_for_the_others() -> None:
     base = TurnResult(1, "final", None, None, None, 1, 2)
     assert settled(base) is base

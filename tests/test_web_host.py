@@ -299,8 +299,8 @@ def test_a_cancelled_session_is_not_woken_by_being_let_go_and_taken_back(tmp_pat
             async with SessionHost(store, slow, idle_timeout=1e-6, scan_interval=None) as host:
                 await host.send("s", "prompt", "work")
                 await asyncio.wait_for(working.wait(), WAIT)
+                await host.send("s", "steer", "sent before the cancel")
                 assert await host.cancel("s")
-                await host.send("s", "steer", "sent while it stops")
                 gate.set()
                 owner = host.hosted("s")
                 assert owner is not None and await owner.wait_idle(WAIT)

@@ -53,6 +53,7 @@ from nous_inbox.mailbox.rules import DEBOUNCE, MAX_WAIT, NOTICE, Boundary, compo
 from nous_inbox.mailbox.state import Mail, MailboxState
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
+from nous_inbox.owner.sends import Refused
 from nous_inbox.session import Session
 
 __all__ = ["AttachedAgent", "InFlight", "NoticeDelivery", "Recipient"]
@@ -379,7 +380,10 @@ class NoticeDelivery(abc.ABC):
     def _hand_over(self, link: AttachedAgent, how: str, message: Message) -> None:
         """Hand the notice to the owner; one it refuses is not in flight any more."""
         try:
-            link.owner.send(message, *_HOW[how])
+            sent = link.owner.send(message, *_HOW[how])
+            if isinstance(sent, Refused):  # an AsyncOwner's refusal, raised where it is awaited
+                sent.close()
+                raise sent.error
         except Exception:
             with self._lock:
                 link.in_flight = None

@@ -25,7 +25,9 @@ they were built for), and calls its store where :mod:`nous_inbox.owner.store_wor
 A send verb checks its input (and an inline send stores) when called, and returns a coroutine of
 the stored event. Under the owner's lock (a boundary subscriber) or off the loop (another thread)
 it commits at once; on the loop it is queued for the store worker, and a sync callback there (a
-listener) may drop the coroutine unawaited: the send is stored all the same. ``prompt`` and
+listener) may drop the coroutine unawaited: the send is stored all the same. A verb never raises
+at the call: a send refused before anything is written (bad input, a closed owner) raises where
+it is awaited (:class:`~nous_inbox.owner.sends.Refused`). ``prompt`` and
 ``followup`` return an :class:`~nous_inbox.owner.turn_result.AsyncTurnHandle` instead:
 ``await owner.prompt(text)`` is the :class:`~nous_inbox.owner.turn_result.TurnResult` of the turn that
 answers it, and ``await handle.stored()`` the stored send alone. Every folded batch is told on
@@ -47,7 +49,8 @@ from nous_inbox.owner.core import Stop
 from nous_inbox.owner.event_readers import EventReaders
 from nous_inbox.owner.idle_watch import OwnerWatch
 from nous_inbox.owner.port import AsyncTurnRunner
-from nous_inbox.owner.store_worker import QueuedSend, SendTicket, Stored, StoreWorker
+from nous_inbox.owner.sends import QueuedSend, Refused, Stored
+from nous_inbox.owner.store_worker import SendTicket, StoreWorker
 from nous_inbox.owner.turn_result import AsyncTurnHandle, Steps, TurnEnds, TurnResult, apump
 from nous_inbox.runner.port import sent_event
 from nous_inbox.store import Store
@@ -222,6 +225,12 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         return AsyncTurnHandle(self._store_send(message, Target.NEXT_TURN, True, prompt, options),
                                self._result)
 
+    def _refused(self, error: Exception) -> Coroutine[Any, Any, MessageSent]:
+        return Refused(error)  # raised where it is awaited, as an awaitable's failure is
+
+    def _turn_refused(self, error: Exception) -> AsyncTurnHandle:
+        return AsyncTurnHandle(Refused(error), self._result)
+
     async def turn_result(self, turn: int) -> TurnResult:
         """How ``turn`` ended (see :meth:`Owner.turn_result <nous_inbox.owner.Owner.turn_result>`),
         read from the log on the store worker when this owner's ledger does not have it."""
@@ -234,11 +243,20 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         return AsyncTurnHandle(await self._pumped(self._answers.sent(seq)), self._result)
 
     async def _result(self, seq: int, timeout: float | None) -> TurnResult:
-        """Wait for the turn of the send at ``seq`` (a handle's result). The ledger is read
-        without the lock, which store I/O holds: a look that misses a fold just made is made
-        again when the wake that fold sends arrives."""
-        return await asyncio.wait_for(self._pumped(self._answers.of_send(seq, self._unanswered)),
-                                      timeout)
+        """Wait for the turn of the send at ``seq`` (a handle's result); after ``timeout``
+        seconds, a ``TimeoutError`` saying what timed out (the turn goes on). The ledger is
+        read without the lock, which store I/O holds: a look that misses a fold just made is
+        made again when the wake that fold sends arrives."""
+        waiting = asyncio.timeout(timeout)
+        try:
+            async with waiting:
+                return await self._pumped(self._answers.of_send(seq, self._unanswered))
+        except TimeoutError:
+            if not waiting.expired():
+                raise  # (not this wait's: a store's own)
+            raise TimeoutError(f"the turn of the send at seq {seq} of session {self._stream!r} "
+                               f"did not end within {timeout} s (the turn goes on: wait "
+                               f"again, or cancel() it)") from None
 
     async def _pumped(self, steps: Steps[_T]) -> _T:
         """The body's ``steps``, each log read on the store worker, each wait for a turn's end."""
@@ -325,6 +343,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         me, port, io = asyncio.current_task(), self._port, self._io
         assert io is not None
         took: bool | None = None  # whether the last turn claimed anything; None before the first
+        again = False  # a waking send arrived while this run was stopping: start the next
         try:
             try:
                 while not isinstance(answer := self._core.next_turn(self.session, took), Stop):
@@ -341,10 +360,14 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 stop = self._run_failed(exc)
             # The core has stopped this run (a send may start the next one from here on), so
             # nothing below may touch it. The record is queued before any later run's events.
+            again = stop.again
             if stop.record:
                 await io.soon(lambda: self._record_stop(stop))
         finally:
             if self._run is me:
                 self._run, self._cancel = None, None
-                self._settled.set()
+                if again and self._core.wake(self.session):
+                    self._start_run()  # never idle in between: wait_idle waits for this one too
+                else:
+                    self._settled.set()
                 self._turn_over.ended()  # closed meanwhile: a handle still waiting hears it

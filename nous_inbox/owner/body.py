@@ -46,7 +46,7 @@ from nous_inbox.message import Message
 from nous_inbox.owner.core import OwnerCore, Stop
 from nous_inbox.owner.group_commit import refused_unwritten
 from nous_inbox.owner.port import AsyncTurnRunner as AsyncTurnRunner  # (their home before)
-from nous_inbox.owner.port import OwnerPort, _cancelling
+from nous_inbox.owner.port import OwnerPort, RunOptions, _cancelling
 from nous_inbox.owner.port import TurnRunner as TurnRunner
 from nous_inbox.owner.port import request_cancel as request_cancel
 from nous_inbox.owner.turn_result import TurnAnswers
@@ -111,7 +111,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         self._closed = False  # close() (aclose()) was called: the owner refuses sends
         self._run: object | None = None  # the run going: the pump's thread or task
         self._cancel: threading.Event | asyncio.Event | None = None  # the open turn's cancel
-        self._run_options: dict[int, dict[str, Any]] = {}  # by the seq of the send they came with
+        self._run_options = RunOptions()  # kept for the turns of the sends they came with
         load = getattr(runner, "load_output", None)
         self._answers = TurnAnswers(stream, self._read, load if callable(load) else None)
         check = getattr(runner, "check_message", None)
@@ -204,23 +204,28 @@ class OwnerBody(Generic[R, H], abc.ABC):
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> R:
         """Queue ``message`` on ``target`` durably, then wake if it asks to and nothing runs.
 
-        Bad input raises before anything is written, and so does a message the runner says it
-        cannot deliver (its ``check_message``). Returns the event as stored, once it is.
+        Bad input is refused before anything is written, and so is a message the runner says it
+        cannot deliver (its ``check_message``): the threaded owner raises at the call, an
+        ``AsyncOwner`` when what it returned is awaited. Returns the event as stored, once it is.
         """
-        return self._send(self._deliverable(message), target, wakeup)
+        try:
+            return self._send(self._deliverable(message), target, wakeup)
+        except Exception as exc:
+            return self._refused(exc)
 
     def steer(self, message: Message | str) -> R:
         """Next step, wakes: "read this before your next model request"."""
-        return self._send(self._deliverable(message), _STEP, True)
+        return self.send(message, _STEP, True)
 
     def inject(self, message: Message | str) -> R:
         """Next step, no wake: "have this to hand if you make another request"."""
-        return self._send(self._deliverable(message), _STEP, False)
+        return self.send(message, _STEP, False)
 
     def followup(self, message: Message | str, **run_options: Any) -> H:
         """Next turn, wakes: "answer this after you finish what you are doing". Returns a handle
-        on the turn that will answer it (see :meth:`prompt`)."""
-        return self._turn_send(self._deliverable(message), False, self._checked_options(run_options))
+        on the turn that will answer it; ``run_options`` and a blank message as for
+        :meth:`prompt`."""
+        return self._turn(message, False, run_options)
 
     def prompt(self, text: Message | str, **run_options: Any) -> H:
         """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any turn in
@@ -229,32 +234,48 @@ class OwnerBody(Generic[R, H], abc.ABC):
         Returns a handle on the turn it starts (or joins, with what was queued beside it):
         ``sent`` is the stored send, and the handle's result is the turn's
         :class:`~nous_inbox.owner.turn_result.TurnResult`. ``run_options`` reach the runner for that
-        turn (a pydantic-ai ``AgentRunner``: ``deps``, ``model_settings``, ...); a runner that
-        takes none refuses them here, before anything is written. They are not logged (a
-        ``deps`` is rarely JSON): a turn opened by a new owner after a restart runs without them.
+        turn only (a pydantic-ai ``AgentRunner``: ``deps``, ``model_settings``, ...; a runner
+        that takes none refuses them), and a prompt with some joins no other send: options are
+        never merged. They are not logged: a turn a new owner opens after a restart runs
+        without them. A blank prompt is refused, as no turn would ever answer it (ruling 4);
+        ``send`` it to ``next_turn`` to have it ride along. A refusal comes before anything is
+        written: raised at the call, or (``AsyncOwner``) where the handle is awaited.
+
+        >>> from nous_inbox.owner import Owner
+        >>> from nous_inbox.runner import Runner
+        >>> from nous_inbox.store import open_store
+        >>> with Owner(open_store("memory:"), "s", Runner(lambda transcript, tools: "ok")) as owner:
+        ...     owner.prompt("  ")
+        Traceback (most recent call last):
+        ...
+        ValueError: prompt: the message is blank, and a blank message never opens a turn ...
         """
-        return self._turn_send(self._deliverable(text), True, self._checked_options(run_options))
+        return self._turn(text, True, run_options)
+
+    def _turn(self, message: Message | str, prompt: bool, run_options: dict[str, Any]) -> H:
+        """A prompt or followup, checked, then the pump's send of it (or its refusal)."""
+        try:
+            checked = as_message(self._deliverable(message))
+            if checked.blank:
+                raise ValueError(f"{'prompt' if prompt else 'followup'}: the message is blank, "
+                                 f"and a blank message never opens a turn (ruling 4), so no "
+                                 f"turn would answer it; nothing was sent")
+            return self._turn_send(checked, prompt, RunOptions.checked(self._runner, run_options))
+        except Exception as exc:
+            return self._turn_refused(exc)
 
     @abc.abstractmethod
     def _turn_send(self, message: Message | str, prompt: bool,
                    options: dict[str, Any] | None) -> H:
         """The pump's send of a prompt or followup, answered by a handle on its turn."""
 
-    def _checked_options(self, options: dict[str, Any]) -> dict[str, Any] | None:
-        if not options:
-            return None
-        check = getattr(self._runner, "check_run_options", None)
-        if not callable(check):
-            raise TypeError(f"{type(self._runner).__name__} takes no run options per prompt, "
-                            f"got {', '.join(sorted(options))}")
-        check(options)
-        return options
+    @abc.abstractmethod
+    def _refused(self, error: Exception) -> R:
+        """A send refused: raise ``error`` now, or answer what raises it when awaited."""
 
-    def _turn_options(self) -> dict[str, Any]:
-        merged: dict[str, Any] = {}
-        for seq in self._answers.ledger.claimed_now:
-            merged.update(self._run_options.pop(seq, ()))
-        return merged
+    @abc.abstractmethod
+    def _turn_refused(self, error: Exception) -> H:
+        """A prompt or followup refused, as :meth:`_refused`."""
 
     # -- turn results -----------------------------------------------------------------------------
 
@@ -325,8 +346,11 @@ class OwnerBody(Generic[R, H], abc.ABC):
                 journal = Journal(self._store, self._stream, on_events=self._folded,
                                   snapshot_every=self._snapshot_every, freeze_gc=self._freeze_gc)
                 self._journal = journal
-                self._port = OwnerPort(journal, self._lock, self._boundaries, call_io)
-                self._port._options = self._turn_options
+                answers, options = self._answers, self._run_options
+                self._port = OwnerPort(
+                    journal, self._lock, self._boundaries, call_io,
+                    options=lambda: options.of_turn(answers.ledger.claimed_now),
+                    limit=lambda target: options.limit(target, answers.ledger.queued))
                 self._answers.start(journal.session)
                 resumed = OwnerCore.resume(journal.session)
                 if resumed:
@@ -344,7 +368,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         with self._lock:
             sent = self._opened().send(message, target, wakeup)
             if options is not None:
-                self._run_options[sent.seq] = options
+                self._run_options.keep(sent.seq, options)
             return sent
 
     def _read(self, after: int) -> list[Event]:

@@ -20,7 +20,15 @@ The rules:
   (ruling 4), nor is an injection alone, even after a cancel left a waking entry behind (ruling 9);
 * **cancel wakes nothing**: after :meth:`OwnerCore.cancel` the run stops at its turn's end; so
   it does after a batch that asked its open turn to end (:meth:`OwnerCore.cancel_asked`: a
-  ``CancelRequested`` from any thread or process, folded into ``Session.cancelling``);
+  ``CancelRequested`` from any thread or process, folded into ``Session.cancelling``), and after
+  a run that failed (:meth:`OwnerCore.failed`). What was queued before the cancel (or before the
+  failed turn ended) waits for a new waking send;
+* **a run that is stopping still hears a send**: a waking send that arrives after the cancel, or
+  after the run's last turn ended, while the run has not stopped yet, is that new send: the
+  run's ``Stop`` says ``again`` and the driver starts the next run at once. The window between
+  a turn's recorded end and the run's last decision is as wide as the runner makes it (a
+  pydantic-ai turn hands its events over from a thread of its own), so the rule cannot rest on
+  it being short;
 * **resume from the log**: :meth:`OwnerCore.resume` closes a turn the log shows as open (the
   process died mid-run) as ``"error"``, answering its open tool calls as interrupted;
 * **a lost lease ends the owner**: after :meth:`OwnerCore.lease_lost` (the store said another
@@ -39,7 +47,7 @@ Turn(reason='wake')
 >>> core.cancel()
 True
 >>> core.next_turn(waiting, True)              # cancelled: stop, even with a steer still queued
-Stop(record=())
+Stop(record=(), again=False)
 >>> core.running
 False
 """
@@ -70,9 +78,12 @@ class Turn:
 
 @attrs.frozen
 class Stop:
-    """The answer "the run is over": append ``record`` (possibly nothing), then go idle."""
+    """The answer "the run is over": append ``record`` (possibly nothing), then go idle; with
+    ``again``, ask :meth:`OwnerCore.wake` at once and start the next run if it says so (a
+    waking send arrived while this run was stopping: it must not wait for a later one)."""
 
     record: tuple[Event, ...] = ()
+    again: bool = False
 
 
 @attrs.define
@@ -88,6 +99,7 @@ class OwnerCore:
     _prompted: bool = False
     _closed: bool = False
     _lost: LeaseLostError | None = None
+    _again: bool = False  # a waking send arrived while the run was stopping (see ``arrived``)
 
     @property
     def running(self) -> bool:
@@ -123,10 +135,25 @@ class OwnerCore:
         """A batch was folded in (``session`` includes it): whether to start a run now.
 
         Only a send that asked to wake can start one (ruling 9: an injection never does, whatever
-        older entry is queued); whose send it was does not matter.
+        older entry is queued); whose send it was does not matter. One that arrives while the
+        run is stopping (it was cancelled, or no turn of it is open: its last one may have
+        ended, cancelled or failed) is remembered: the run's ``Stop`` then says ``again``.
+
+        >>> from nous_inbox.inbox import Inbox
+        >>> from nous_inbox.message import Message
+        >>> core, queued = OwnerCore(), Session(inbox=Inbox().steer("go"))
+        >>> core.wake(queued), core.cancel()          # a run, cancelled: it is stopping
+        (True, True)
+        >>> prompt = MessageSent(seq=2, target="next_turn", wakeup=True, message=Message.user("hi"))
+        >>> core.arrived([prompt], queued)             # not now: one run at a time ...
+        False
+        >>> core.next_turn(queued, True)               # ... but as it stops, the next run starts
+        Stop(record=(), again=True)
         """
         for event in events:
             if type(event) is MessageSent and event.wakeup:
+                if self._running and (self._cancelled or not session.running):
+                    self._again = True
                 return self.wake(session)
         return False
 
@@ -136,7 +163,7 @@ class OwnerCore:
         if self._running or self._closed or not session.inbox.worth_waking():
             return False
         self._running = True
-        self._cancelled = False
+        self._cancelled = self._again = False
         return True
 
     def prompt(self) -> None:
@@ -148,10 +175,12 @@ class OwnerCore:
         self._prompted = False
 
     def cancel(self) -> bool:
-        """Cancel the current run; whether one was going (the driver then cancels its turn)."""
+        """Cancel the current run; whether one was going (the driver then cancels its turn).
+        What was sent before it waits for a new waking send (ruling 9)."""
         if not self._running:
             return False
         self._cancelled = True
+        self._again = False
         return True
 
     def cancel_asked(self, session: Session) -> bool:
@@ -169,6 +198,7 @@ class OwnerCore:
         if not session.cancelling or not self._running or self._cancelled:
             return False
         self._cancelled = True
+        self._again = False
         return True
 
     def next_turn(self, session: Session, took: bool | None) -> Turn | Stop:
@@ -183,11 +213,14 @@ class OwnerCore:
         if took is False:
             return self._stop(Warned(text=_NO_PROGRESS))
         reason = "prompt" if self._prompted else "wake"
-        self._prompted = False
+        self._prompted = self._again = False
         return Turn(reason)
 
     def failed(self, session: Session, error: BaseException) -> Stop:
         """The run died (a failing model, a store that failed): stop, ending its open turn.
+        Messages queued before it ended wait for a new waking send, as after a cancel, so a
+        failing model is not asked again and again; one sent after its end starts the next run
+        (``Stop.again``).
 
         A lost lease records nothing: the store fences this owner's appends, and the new owner
         closes the open turn when it resumes.
@@ -217,6 +250,6 @@ class OwnerCore:
         return self.close()
 
     def _stop(self, *record: Event) -> Stop:
-        self._running = False
-        self._cancelled = False
-        return Stop(record)
+        again = self._again and not self._closed
+        self._running = self._cancelled = self._again = False
+        return Stop(record, again)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, Protocol
 
 from nous_inbox.boundary import Boundaries
@@ -28,7 +28,7 @@ from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
 from nous_inbox.store.journal import Journal
 
-__all__ = ["AsyncTurnRunner", "OwnerPort", "TurnRunner", "request_cancel"]
+__all__ = ["AsyncTurnRunner", "OwnerPort", "RunOptions", "TurnRunner", "request_cancel"]
 
 _TURN: Final = Target.NEXT_TURN
 
@@ -80,33 +80,109 @@ class AsyncTurnRunner(Protocol):
         """Run one turn; see ``nous_inbox.runner.Runner.arun_turn``."""
 
 
+def _no_limit(target: Target | str) -> int | None:
+    return None
+
+
+class RunOptions:
+    """The run options an owner keeps for the prompts and followups sent with some (``deps``,
+    ``model_settings``, ...: never logged), by the seq of their send, until the turn that claims
+    one reads them. Options are never merged: a send with options gets a turn of its own, so a
+    turn's claim of ``next_turn`` stops short of it, or takes it alone (:meth:`limit`).
+
+    >>> options = RunOptions()
+    >>> options.keep(2, {"deps": "ada"})
+    >>> options.limit("next_turn", [1, 2, 3]), options.limit("next_turn", [2, 3])
+    (1, 1)
+    >>> options.of_turn([2]), options.of_turn([2])      # handed over once
+    ({'deps': 'ada'}, {})
+    """
+
+    __slots__ = ("_by_seq",)
+
+    def __init__(self) -> None:
+        self._by_seq: dict[int, dict[str, Any]] = {}
+
+    @staticmethod
+    def checked(runner: object, options: dict[str, Any]) -> dict[str, Any] | None:
+        """``options`` as ``runner`` takes them (``None`` for none): its ``check_run_options``
+        refuses what it sets itself; a runner without one takes none (``TypeError``)."""
+        if not options:
+            return None
+        check = getattr(runner, "check_run_options", None)
+        if not callable(check):
+            raise TypeError(f"{type(runner).__name__} takes no run options per prompt, "
+                            f"got {', '.join(sorted(options))}")
+        check(options)
+        return options
+
+    def keep(self, seq: int, options: dict[str, Any]) -> None:
+        """Keep the ``options`` the send stored at ``seq`` came with."""
+        self._by_seq[seq] = options
+
+    def of_turn(self, claimed: Iterable[int]) -> dict[str, Any]:
+        """The options of the one send (if any) among the ``claimed`` seqs a turn took, handed
+        over once."""
+        options: dict[str, Any] = {}
+        for seq in claimed:
+            options.update(self._by_seq.pop(seq, ()))
+        return options
+
+    def limit(self, target: Target | str, queued: Iterable[int]) -> int | None:
+        """How many of ``target``'s oldest messages a claim may take, given the seqs of the
+        ``next_turn`` sends ``queued`` (oldest first): all (``None``), but short of a send with
+        options, or that send alone when it is the oldest."""
+        if not self._by_seq or target != _TURN:
+            return None
+        for ahead, seq in enumerate(queued):
+            if seq in self._by_seq:
+                return ahead or 1
+        return None
+
+
 class OwnerPort(JournalPort):
     """The port an owner's runs use: the journal under the owner's lock; before each claim it
     tells the boundary subscribers, under that lock, so what they send joins the claim.
-    ``call_io``: how a runner reaches an ``AsyncOwner``'s store worker (``None``: call inline)."""
+    ``call_io``: how a runner reaches an ``AsyncOwner``'s store worker (``None``: call inline).
+    ``options`` and ``limit`` are the owner's: the open turn's run options, and how much of a
+    queue a claim may take now (see :attr:`turn_options`, :meth:`claim_limit`)."""
 
-    __slots__ = ("_boundaries", "_options", "call_io")
+    __slots__ = ("_boundaries", "_limit", "_options", "call_io")
 
     def __init__(self, journal: Journal, lock: threading.RLock, boundaries: Boundaries,
-                 call_io: Callable[..., Any] | None = None) -> None:
+                 call_io: Callable[..., Any] | None = None, *,
+                 options: Callable[[], dict[str, Any]] = dict,
+                 limit: Callable[[Target | str], int | None] = _no_limit) -> None:
         super().__init__(journal, lock)
         self._boundaries = boundaries
         self.call_io = call_io
-        self._options: Callable[[], dict[str, Any]] = dict
+        self._options = options
+        self._limit = limit
 
     @property
     def turn_options(self) -> dict[str, Any]:
-        """The run options (``deps``, ``model_settings``, ...) given with the prompts and
-        followups the open turn claimed, merged in send order; read once, as the turn opens."""
+        """The run options (``deps``, ``model_settings``, ...) given with the prompt or followup
+        the open turn claimed (one at most: see :meth:`claim_limit`); read once, as the turn
+        opens."""
         with self._lock:
             return self._options()
+
+    def claim_limit(self, target: Target | str) -> int | None:
+        """How many of ``target``'s oldest messages a claim made now may take (``None``: all).
+        A prompt or followup sent with run options gets a turn of its own, so a turn's claim
+        of ``next_turn`` stops short of it, or takes it alone when it is the oldest: options
+        are never merged. A runner that claims inside a commit of its own (the pydantic-ai
+        adapter) asks this inside that commit; :meth:`claim` asks it itself."""
+        with self._lock:
+            return self._limit(target)
 
     def claim(
         self, target: Target | str, *, wake_only: bool = False
     ) -> tuple[Sequence[Message], QueueClaimed | None]:
         with self._lock:
             self.reaching(target, self._journal.session.turn, wake_only=wake_only)
-            messages, event = self._journal.claim(target, wake_only=wake_only)
+            messages, event = self._journal.claim(target, wake_only=wake_only,
+                                                  limit=self._limit(target))
             return (tuple(messages), event) if event is not None else ((), None)
 
     @property

@@ -34,8 +34,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine, Generator, Sequence
-from typing import Any, Final, Generic, ParamSpec, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Final, ParamSpec, TypeVar
 
 from nous_inbox.events import Event
 from nous_inbox.owner.group_commit import (
@@ -48,9 +48,7 @@ from nous_inbox.owner.group_commit import (
     settle,
 )
 
-__all__ = [
-    "LINGER", "LingeringThread", "QueuedSend", "SendTicket", "Stored", "StoreWorker", "awaited",
-]
+__all__ = ["LINGER", "LingeringThread", "SendTicket", "StoreWorker"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -411,62 +409,3 @@ class StoreWorker:
                 ticket.waiter.set_exception(copy_for_sender(ticket.error))
             else:
                 ticket.waiter.set_result(ticket.stored)  # type: ignore[arg-type]
-
-
-class Stored(Coroutine[Any, Any, _T], Generic[_T]):
-    """A coroutine of a result already there (a send stored inline): awaiting it, or a task
-    running it, returns ``value`` at once, and one never awaited is no error (the send a sync
-    callback makes)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: _T) -> None:
-        self.value = value
-
-    def send(self, _: Any) -> Any:
-        raise StopIteration(self.value)
-
-    def throw(self, *error: Any) -> Any:
-        raise error[1] if len(error) > 1 and error[1] is not None else error[0]
-
-    def close(self) -> None:
-        """A finished coroutine has nothing to release when closed."""
-        return
-
-    def __await__(self) -> Generator[Any, None, _T]:
-        return self.value
-        yield  # a generator: awaiting it returns at once
-
-
-class QueuedSend(Coroutine[Any, Any, _T], Generic[_T]):
-    """What an :class:`~nous_inbox.owner.async_owner.AsyncOwner`'s send verb returns for a send queued
-    on its store worker (:meth:`StoreWorker.send`): a coroutine of the stored event. Awaiting it
-    (or a task running it) waits for the commit, and cancelling that wait takes the send back
-    if no commit took it yet. One never awaited is no error: a sync callback on the loop (a
-    listener, a mailbox's notice) may send without awaiting, and the send is stored all the
-    same (where :class:`Stored` is the coroutine of a send already stored)."""
-
-    __slots__ = ("_future", "_steps")
-
-    def __init__(self, future: asyncio.Future[_T]) -> None:
-        self._future, self._steps = future, future.__await__()
-
-    def __await__(self) -> Generator[Any, None, _T]:
-        return self._future.__await__()
-
-    def send(self, value: Any) -> Any:
-        """Go on waiting (a task running it)."""
-        return self._steps.send(value)
-
-    def throw(self, *error: Any) -> Any:
-        """Stop waiting with ``error`` (a task cancelled while running it)."""
-        return self._steps.throw(*error)
-
-    def close(self) -> None:
-        """Stop waiting; the send stays queued unless its wait was cancelled."""
-        self._steps.close()
-
-
-async def awaited(future: asyncio.Future[_T]) -> _T:
-    """``future``'s result, as a coroutine (what ``asyncio.run`` and ``create_task`` take)."""
-    return await future

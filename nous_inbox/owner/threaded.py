@@ -59,7 +59,9 @@ seqs and end reason; a failed or cancelled turn raises). The answer is read from
 ``turn_handle(seq)`` and ``turn_result(turn)`` on a new owner give it after a restart.
 
 Cancelling (ruling 9): ``cancel()``, from any thread, ends the current turn as ``"cancelled"`` at
-its next boundary and wakes nothing; queued messages wait for the next prompt or waking send. The
+its next boundary and wakes nothing; queued messages wait for the next prompt or waking send, and
+one sent after the cancel starts the next run even while the cancelled one is still stopping (so
+does one sent after a failed turn ended: see :mod:`nous_inbox.owner.core`). The
 request is a ``CancelRequested`` in the log, so another process reaches the run the same way
 (``request_cancel(store, stream)``, the ``nous-inbox cancel`` command): the watcher folds it in.
 """
@@ -175,6 +177,12 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
                    options: dict[str, Any] | None) -> TurnHandle:
         return TurnHandle(self._send(message, Target.NEXT_TURN, True, prompt, options), self._result)
 
+    def _refused(self, error: Exception) -> MessageSent:
+        raise error  # at the call: the send returns the stored event, not an awaitable
+
+    def _turn_refused(self, error: Exception) -> TurnHandle:
+        raise error
+
     def turn_result(self, turn: int) -> TurnResult:
         """How ``turn`` ended, from this owner's ledger or else the log (a turn an earlier owner
         ran): a :class:`~nous_inbox.owner.turn_result.TurnResult`, or ``TurnFailed`` /
@@ -197,7 +205,8 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError(f"the turn of the send at seq {seq} of session "
-                                   f"{self._stream!r} did not end within {timeout} s")
+                                   f"{self._stream!r} did not end within {timeout} s (the "
+                                   f"turn goes on: wait again, or cancel() it)")
             self._changed.wait(left)
 
         with self._changed:
@@ -299,12 +308,18 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
                 self._stop_working(self._run_failed(exc))
 
     def _stop_working(self, stop: Stop) -> None:
-        """Append what the core's ``Stop`` records, then go idle (called with the lock held)."""
+        """Append what the core's ``Stop`` records, then go idle, or start the next run when a
+        waking send arrived while this one was stopping (called with the lock held, so no send
+        falls between the two). The record's append may fold another process's send that
+        starts the next run itself: this run then leaves that one's thread and cancel alone."""
         try:
             self._record_stop(stop)
         finally:
-            self._run = None
-            self._cancel = None
+            if self._run is threading.current_thread():
+                self._run = None
+                self._cancel = None
+            if stop.again and self._core.wake(self.session):
+                self._start_run()
             self._changed.notify_all()
 
     def _watch(self) -> None:

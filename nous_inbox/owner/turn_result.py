@@ -57,6 +57,7 @@ from nous_inbox.events import (
 )
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message, thaw_json
+from nous_inbox.owner.sends import Refused
 from nous_inbox.session import Session
 
 __all__ = [
@@ -164,6 +165,12 @@ class TurnLedger:
     def knows(self, seq: int) -> bool:
         """Whether a send at ``seq`` was folded here (else read the log: :meth:`from_log`)."""
         return seq > self._since
+
+    @property
+    def queued(self) -> Iterable[int]:
+        """The seqs of the ``next_turn`` sends still queued, oldest first (0: one folded before
+        this ledger started); read it before the next fold."""
+        return self._queued
 
     @property
     def claimed_now(self) -> tuple[int, ...]:
@@ -412,11 +419,12 @@ class AsyncTurnHandle:
     """The turn an :class:`~nous_inbox.owner.async_owner.AsyncOwner`'s prompt or followup starts or
     joins: ``await handle`` is its :class:`TurnResult`. ``await handle.stored()`` is the stored
     send alone (then ``sent`` and ``seq`` read it). Cancelling an await before the send is
-    stored takes the send back, if no commit took it yet."""
+    stored takes the send back, if no commit took it yet. A send refused when it was made (bad
+    input, a closed owner) raises its error from either await."""
 
     __slots__ = ("_stored", "_wait")
 
-    def __init__(self, stored: MessageSent | asyncio.Future[MessageSent],
+    def __init__(self, stored: MessageSent | asyncio.Future[MessageSent] | Refused[MessageSent],
                  wait: Callable[[int, float | None], Awaitable[TurnResult]]) -> None:
         self._stored = stored
         self._wait = wait
@@ -432,6 +440,8 @@ class AsyncTurnHandle:
         stored = self._stored
         if isinstance(stored, MessageSent):
             return stored
+        if isinstance(stored, Refused):
+            raise RuntimeError("the send was refused: await handle.stored() for its error")
         if not stored.done() or stored.cancelled() or stored.exception() is not None:
             raise RuntimeError("the send is not stored: await handle.stored() first")
         return stored.result()

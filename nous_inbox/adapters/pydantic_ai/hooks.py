@@ -182,6 +182,7 @@ class _InboxHooks(AbstractCapability[Any]):
         if isinstance(self.port, JournalPort):
             if getattr(self.port, "heard", False) and any(p is _CLAIMS for p in parts):
                 self._reaching(parts)
+            limit_of = getattr(self.port, "claim_limit", None)  # an owner's: a turn per options
             def boundary(session: Session) -> tuple[list[Event], tuple[Advance, list[Message]]]:
                 events: list[Event] = []
                 inbox = session.inbox
@@ -189,7 +190,8 @@ class _InboxHooks(AbstractCapability[Any]):
                 def claim(command: Claim) -> Sequence[Message]:
                     nonlocal inbox
                     messages, event, inbox = claim_event(
-                        inbox, command.target, wake_only=command.wake_only)
+                        inbox, command.target, wake_only=command.wake_only,
+                        limit=None if limit_of is None else limit_of(command.target))
                     if event is not None:
                         events.append(event)
                     return messages

@@ -1,0 +1,130 @@
+"""What an :class:`~nous_inbox.owner.async_owner.AsyncOwner`'s send verbs return: a coroutine of the
+send's outcome, made when the send was, so sends keep the order they were made in whoever awaits.
+
+A send is stored at once (an inline store, a caller under the owner's lock or off its loop:
+:class:`Stored`), queued for the store worker's next group commit (:class:`QueuedSend`, of the
+future :meth:`StoreWorker.send <nous_inbox.owner.store_worker.StoreWorker.send>` answers), or refused
+before anything was written (:class:`Refused`, which raises where it is awaited, as any
+awaitable reports its failure). Each is a real ``Coroutine``: ``await`` it, or hand it to
+``asyncio.gather``, ``create_task`` or ``asyncio.run``.
+
+>>> import asyncio
+>>> async def main():
+...     return await asyncio.gather(Stored("stored"), Refused(ValueError("bad")),
+...                                 return_exceptions=True)
+>>> asyncio.run(main())
+['stored', ValueError('bad')]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine, Generator
+from typing import Any, Final, Generic, TypeVar
+
+__all__ = ["QueuedSend", "Refused", "Stored", "awaited"]
+
+_T = TypeVar("_T")
+
+logger: Final = logging.getLogger("nous_inbox.owner")
+
+
+class Stored(Coroutine[Any, Any, _T], Generic[_T]):
+    """A coroutine of a result already there (a send stored inline): awaiting it, or a task
+    running it, returns ``value`` at once, and one never awaited is no error (the send a sync
+    callback makes)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: _T) -> None:
+        self.value = value
+
+    def send(self, _: Any) -> Any:
+        raise StopIteration(self.value)
+
+    def throw(self, *error: Any) -> Any:
+        raise error[1] if len(error) > 1 and error[1] is not None else error[0]
+
+    def close(self) -> None:
+        """A finished coroutine has nothing to release when closed."""
+        return
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        return self.value
+        yield  # a generator: awaiting it returns at once
+
+
+class Refused(Coroutine[Any, Any, _T], Generic[_T]):
+    """A coroutine of a send refused when it was made (bad input, a record too large, a closed
+    owner): nothing was written, and awaiting it raises ``error``, as an awaitable reports its
+    failure when awaited. So ``asyncio.gather(..., return_exceptions=True)`` over sends gives
+    each one's error beside the others' events. One never awaited (a sync callback's send) has
+    its error logged when it is dropped, as asyncio logs a future's exception nobody retrieved.
+
+    """
+
+    __slots__ = ("_heard", "error")
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        self._heard = False
+
+    def send(self, _: Any) -> Any:
+        self._heard = True
+        raise self.error
+
+    def throw(self, *error: Any) -> Any:
+        self._heard = True
+        raise error[1] if len(error) > 1 and error[1] is not None else error[0]
+
+    def close(self) -> None:
+        """Dropped on purpose: its error is not logged."""
+        self._heard = True
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        self._heard = True
+        raise self.error
+        yield  # a generator: the error is raised when it is awaited
+
+    def __del__(self) -> None:
+        if not self._heard:
+            with contextlib.suppress(Exception):  # (an interpreter shutting down)
+                logger.error("a send was refused and nobody awaited it: %s", self.error,
+                             exc_info=self.error)
+
+
+class QueuedSend(Coroutine[Any, Any, _T], Generic[_T]):
+    """What an :class:`~nous_inbox.owner.async_owner.AsyncOwner`'s send verb returns for a send queued
+    on its store worker (:meth:`StoreWorker.send <nous_inbox.owner.store_worker.StoreWorker.send>`): a
+    coroutine of the stored event. Awaiting it
+    (or a task running it) waits for the commit, and cancelling that wait takes the send back
+    if no commit took it yet. One never awaited is no error: a sync callback on the loop (a
+    listener, a mailbox's notice) may send without awaiting, and the send is stored all the
+    same (where :class:`Stored` is the coroutine of a send already stored)."""
+
+    __slots__ = ("_future", "_steps")
+
+    def __init__(self, future: asyncio.Future[_T]) -> None:
+        self._future, self._steps = future, future.__await__()
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        return self._future.__await__()
+
+    def send(self, value: Any) -> Any:
+        """Go on waiting (a task running it)."""
+        return self._steps.send(value)
+
+    def throw(self, *error: Any) -> Any:
+        """Stop waiting with ``error`` (a task cancelled while running it)."""
+        return self._steps.throw(*error)
+
+    def close(self) -> None:
+        """Stop waiting; the send stays queued unless its wait was cancelled."""
+        self._steps.close()
+
+
+async def awaited(future: asyncio.Future[_T]) -> _T:
+    """``future``'s result, as a coroutine (what ``asyncio.run`` and ``create_task`` take)."""
+    return await future
