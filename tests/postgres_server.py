@@ -35,6 +35,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -56,7 +57,7 @@ class Unavailable(Exception):
     """No server can be had here; the message says why."""
 
 
-def unavailable(reason: str) -> None:
+def unavailable(reason: str) -> NoReturn:
     """Skip (locally) or fail (in CI) because there is no server to test against."""
     if in_ci():
         pytest.fail(f"PostgreSQL tests cannot run in CI: {reason}", pytrace=False)
@@ -148,12 +149,12 @@ def _reachable(path: Path, user: pwd.struct_passwd) -> bool:
     return _searchable(path.resolve().parent, user)
 
 
-def _cluster_directory(user: pwd.struct_passwd | None) -> Path:
+def _cluster_directory(user: pwd.struct_passwd | None, runs_programs: bool) -> Path:
     """A fresh directory for a cluster, in a place the user the server runs as can reach.
 
     Our own temporary directory when the server runs as us. As root, the server's user is another,
     and root's ``TMPDIR`` may be private to root (0700): then the first of :data:`SHARED_TEMPORARY`
-    that the user can reach, and where programs may run (the bundle's binaries may be copied in).
+    that the user can reach (and, when binaries are to be copied in, where programs may run).
     """
     prefix = "nous-inbox-pg-"
     if user is None:
@@ -161,11 +162,12 @@ def _cluster_directory(user: pwd.struct_passwd | None) -> Path:
     for base in (tempfile.gettempdir(), *SHARED_TEMPORARY):
         place = Path(base)
         if (place.is_dir() and _searchable(place, user)
-                and not os.statvfs(place).f_flag & os.ST_NOEXEC):
+                and not (runs_programs and os.statvfs(place).f_flag & os.ST_NOEXEC)):
             return Path(tempfile.mkdtemp(prefix=prefix, dir=place))
+    closed = "closed to it or mounted noexec" if runs_programs else "closed to it"
     raise RuntimeError(
         f"no directory the user {user.pw_name!r} can reach to hold the cluster: TMPDIR "
-        f"({tempfile.gettempdir()}) and {', '.join(SHARED_TEMPORARY)} are closed to it or noexec")
+        f"({tempfile.gettempdir()}) and {', '.join(SHARED_TEMPORARY)} are {closed}")
 
 
 def _free_port() -> int:
@@ -189,13 +191,14 @@ class Cluster:
                     break
             if self._user is None:
                 raise RuntimeError("running as root and no unprivileged user to run PostgreSQL")
-        self.root = _cluster_directory(self._user)
+        copy = self._user is not None and not _reachable(binaries / "postgres", self._user)
+        self.root = _cluster_directory(self._user, runs_programs=copy)
         self.data = self.root / "data"
         self.socket_dir = self.root
         self.port = _free_port()
         if self._user is not None:
             try:
-                if not _reachable(binaries / "postgres", self._user):
+                if copy:
                     binaries = _copy_install(binaries, self.root / "install")
                 for path in (self.root, *self.root.rglob("*")):
                     os.chown(path, self._user.pw_uid, self._user.pw_gid, follow_symlinks=False)
@@ -319,7 +322,6 @@ def for_tests(private: bool = False) -> Iterator[Server]:
         running = context.__enter__()
     except Unavailable as exc:
         unavailable(str(exc))
-        raise  # unreachable: unavailable() skips or fails
     try:
         yield running
     finally:

@@ -7,6 +7,7 @@ before a machine that needs it meets it.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
@@ -66,7 +67,7 @@ def test_binaries_in_a_checkout_under_a_private_directory_run_as_root(tmp_path: 
 
 
 def test_the_machines_own_binaries_come_before_the_bundle() -> None:
-    own = [p for p in postgres_server.glob.glob("/usr/lib/postgresql/*/bin")
+    own = [p for p in glob.glob("/usr/lib/postgresql/*/bin")
            if (Path(p) / "initdb").exists()]
     if not own:
         pytest.skip("this machine has no PostgreSQL of its own to prefer")
