@@ -4,11 +4,18 @@ Three tables, each measured side by side in one run, with a real Uvicorn on 127.
 :class:`~nous_inbox.web.SessionHost` on an ``sqlite:`` store, in a thread of its own (its event
 loop is the server's); the client is this thread, over one kept-alive connection.
 
-**Idle sessions.** The host takes ``N`` sessions (each with one message in its log) and holds them
-idle; once the owners' store workers have let their threads go (an idle owner keeps none, and the
-loop's shared watch looks for all of them at once), it reports the process's resident memory and
-threads added per held session, and the process's CPU while it holds them idle, in percent of one
-core.
+**Idle sessions.** What a held idle session costs, three ways, each per session the slope between
+``N/2`` and ``N`` sessions held, so what a process pays once (imports, Uvicorn, thread pools) is
+not spread over its sessions. In-process (the first two rows) the host takes the sessions and
+holds them idle; once the owners' store workers have let their threads go (an idle owner keeps
+none, and the loop's shared watch looks for all of them at once) and after a collection, the
+process's resident memory and threads are read. The first row's sessions hold one message each;
+the second's have had two finished turns of the scripted agent of ``nous-inbox demo`` (a prompt
+whose turn reads three logs with a tool, then a followup), so what a session's history holds is
+counted. The third row is what a user sees: a real ``nous-inbox serve`` process given that same
+work over HTTP and read from outside (``/proc``), nothing collected for the measurement
+(``bench/web_serve.py``). Beside each, the whole process's CPU while it holds its sessions idle,
+in percent of one core.
 
 **Steer to model request.** A session held idle among the ``N`` is steered; the time from the send
 until the model is called with the steer in its transcript (the model notes the moment it sees
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import statistics
 import tempfile
 import threading
@@ -37,6 +45,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench import web_serve
+from nous_inbox.cli.agent import ScriptedAgent
 from nous_inbox.message import Message
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
@@ -127,14 +137,6 @@ class _Server:
                 await serving
 
 
-def _resident() -> int:
-    """This process's resident memory, in bytes (Linux)."""
-    with open("/proc/self/statm") as statm:
-        import os
-
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def _percentiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     return statistics.median(ordered), ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
@@ -144,42 +146,108 @@ def _idle_names(n: int) -> list[str]:
     return [f"idle-{i}" for i in range(n)]
 
 
+def _turns_agent(session: str) -> Runner:
+    """The scripted agent ``serve`` runs in the third row, with the same task, in-process."""
+    scripted = ScriptedAgent(steps=web_serve.STEPS, step_seconds=0)
+    return Runner(scripted, scripted.tools, max_steps=50)
+
+
+def _given_turns(server: _Server, names: list[str]) -> None:
+    """Give each session the two turns ``serve``'s sessions get (see ``bench/web_serve.py``)."""
+    host = server.host
+
+    async def work() -> None:
+        for turn, (mode, text) in enumerate((("prompt", web_serve.PROMPT),
+                                             ("followup", web_serve.FOLLOWUP)), 1):
+            for name in names:
+                await host.send(name, mode, text)
+            deadline = time.monotonic() + web_serve.WAIT
+            for name in names:
+                while not _ended(host.hosted(name).session, turn):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{name}'s turn {turn} never ended")
+                    await asyncio.sleep(0.01)  # waiting for a condition, with a bound
+
+    server.call(work())
+
+
+def _ended(session: Any, turn: int) -> bool:
+    inbox = session.inbox
+    return bool(session.turn >= turn and not session.running
+                and inbox.count("next_turn") == 0 and inbox.count("next_step") == 0)
+
+
+def _slope(add: Callable[[list[str]], object], names: list[str]) -> tuple[float, float]:
+    """Resident memory and threads per session of ``names`` in this process: ``add`` the first
+    half, read, ``add`` the rest, read; the slope, so what is paid once is left out. Read once
+    the workers' threads have gone and after a collection."""
+    half = len(names) // 2
+    points = []
+    for chunk in (names[:half], names[half:]):
+        add(chunk)
+        threads = web_serve.settled_threads(os.getpid())
+        gc.collect()
+        points.append((web_serve.resident(os.getpid()), threads))
+    added = len(names) - half
+    return ((points[1][0] - points[0][0]) / added, (points[1][1] - points[0][1]) / added)
+
+
 def _idle_table(server: _Server, n: int, settle: float) -> str:
     names = _idle_names(n)
+    took = 0.0
 
     async def seed() -> None:
         for name in names:
             await server.host.call(server.host.store.append, name, [_inject(name)])
 
-    async def take_all() -> None:
-        for name in names:
+    async def take(chunk: list[str]) -> None:
+        for name in chunk:
             await server.host.take(name)
 
+    def take_all(chunk: list[str]) -> None:
+        nonlocal took
+        began = time.perf_counter()
+        server.call(take(chunk))
+        took += time.perf_counter() - began
+
+    def idle_cpu() -> float:
+        cpu, wall = time.process_time(), time.perf_counter()
+        time.sleep(settle)  # the measured interval: the process holds them idle
+        return (time.process_time() - cpu) / (time.perf_counter() - wall)
+
     server.call(seed())
-    gc.collect()
-    memory, threads = _resident(), threading.active_count()
-    began = time.perf_counter()
-    server.call(take_all())
-    took = time.perf_counter() - began
-    deadline = time.monotonic() + 60  # the workers' threads go once idle for their linger
-    while threading.active_count() > threads + 1 and time.monotonic() < deadline:
-        time.sleep(0.05)  # waiting for a condition, with a bound
-    gc.collect()
-    held = len(server.host.held)
-    per_memory = (_resident() - memory) / held
-    per_thread = (threading.active_count() - threads) / held
-    cpu, wall = time.process_time(), time.perf_counter()
-    time.sleep(settle)  # the measured interval: the process holds them idle
-    busy = (time.process_time() - cpu) / (time.perf_counter() - wall)
-    return "\n".join([
-        f"Idle sessions: {held} held by one host (sqlite:), taken in {took:.2f} s; CPU over "
-        f"{settle:g} s idle.",
+    bare = (*_slope(take_all, names), idle_cpu())
+    turns = (*_slope(lambda chunk: _given_turns(server, chunk),
+                     [f"turns-{i}" for i in range(n)]), idle_cpu())
+    served = web_serve.measure((n // 2, n), settle)
+    rows = [
+        ("SessionHost + AsyncOwner in-process, one message each", *bare, n),
+        ("SessionHost + AsyncOwner in-process, two turns each", *turns, 2 * n),
+        ("`nous-inbox serve` from outside, two turns each", served.per_session_kib * 1024,
+         served.threads_per_session, served.cpu_idle, n),
+    ]
+    lines = [
+        f"Idle sessions held by one host (sqlite:): {n} taken with one message each (in "
+        f"{took:.2f} s), then {n} more after two turns of the scripted agent ({web_serve.STEPS} "
+        f"tool steps, then a followup); and a `nous-inbox serve` process holding {n // 2} then {n} "
+        f"sessions after those two turns ({served.resident[0] / 2**20:.1f} then "
+        f"{served.resident[1] / 2**20:.1f} MiB resident, {served.threads[1]} threads). Per "
+        f"session: the slope from {n // 2} to {n} sessions. CPU: over {settle:g} s idle, the "
+        f"whole process, holding the sessions shown.",
         "",
         "| per idle session | resident memory | threads | process CPU while idle |",
         "|---|---:|---:|---:|",
-        f"| SessionHost + AsyncOwner | {per_memory / 1024:.1f} KiB | {per_thread:.3f} | "
-        f"{busy * 100:.1f} % of a core |",
-    ])
+    ]
+    lines += [f"| {side} | {memory / 1024:.1f} KiB | {thread:.3f} | {cpu * 100:.1f} % of a core, "
+              f"{held} held |" for side, memory, thread, cpu, held in rows]
+    lines += [
+        "",
+        "The in-process rows are read after a collection: the first is what the host, the owner "
+        "and its session hold; the second adds a session's history (its transcript, its runner "
+        "and agent). The serve row is what `ps` shows of the process, nothing collected and the "
+        "memory the allocator keeps after the requests and turns counted with the rest.",
+    ]
+    return "\n".join(lines)
 
 
 def _inject(text: str) -> Any:
@@ -326,8 +394,12 @@ def run(quick: bool = False) -> str:
     idle, repeats, subscribers, sends, settle = ((50, 30, 20, 20, 1.0) if quick
                                                  else (1000, 300, 100, 200, 5.0))
     stamps = _Stamps()
+
+    def agent(session: str) -> Runner:
+        return _turns_agent(session) if session.startswith("turns-") else stamps.agent(session)
+
     with tempfile.TemporaryDirectory() as tmp, \
-            _Server(f"sqlite:{Path(tmp) / 'bench.sqlite'}", stamps.agent, idle) as server, \
+            _Server(f"sqlite:{Path(tmp) / 'bench.sqlite'}", agent, 2 * idle) as server, \
             httpx.Client(base_url=server.address, headers=AUTH, timeout=60) as client:
         tables = [_idle_table(server, idle, settle),
                   _steer_table(server, stamps, client, repeats, idle),

@@ -1,11 +1,13 @@
 """Fixtures shared by the store tests: one of each store kind, opened on a fresh path.
 
 ``postgres`` is a real PostgreSQL server (see ``tests/postgres_server.py``): one per test session,
-a fresh schema per test.
+a fresh schema per test. Where there is none its tests skip (fail in CI), and the summary of the
+run says how many and why, without ``-rs``: a quiet row of ``s`` is easy to take for a pass.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,3 +54,22 @@ def store(url: str) -> Iterator[Store]:
     """That store, opened, and closed after the test."""
     with open_store(url) as opened:
         yield opened
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say, unasked, how many PostgreSQL tests skipped for want of a server, and why."""
+    reasons: Counter[str] = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        if isinstance(longrepr, tuple) and len(longrepr) == 3:
+            reason = str(longrepr[2]).removeprefix("Skipped: ")
+            if reason.startswith(postgres_server.SKIP_REASON):
+                reasons[reason] += 1
+    if not reasons:
+        return
+    terminalreporter.section("PostgreSQL tests skipped", sep="-", yellow=True, bold=True)
+    for reason, count in reasons.items():
+        terminalreporter.line(f"{count} skipped: {reason}", yellow=True)
+    terminalreporter.line(
+        f"They test nothing here. Install PostgreSQL (or the test extra's pgserver), or point "
+        f"{postgres_server.ENV} at a server; with CI=true a missing server fails the run.")

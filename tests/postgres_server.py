@@ -7,14 +7,15 @@ session from the PostgreSQL binaries on the machine (``initdb``/``pg_ctl`` on ``
 server the ``pgserver`` package of the test extra bundles, in a fresh private temporary directory,
 listening on a free loopback port and on a unix socket in that directory, with ``trust``
 authentication for a superuser ``nous``. As root (initdb refuses to run as root) the cluster runs
-as an unprivileged user: ``postgres`` when the system has one, else ``nobody``. That user may not
-reach the checkout (a clone under a 0700 home): the cluster's directory is the user's own, never
-under the checkout, and binaries the user cannot reach (the bundle, installed in a virtualenv
-inside the checkout) are copied into it first.
+as an unprivileged user: ``postgres`` when the system has one, else ``nobody``. That user may reach
+neither the checkout (a clone under a 0700 home) nor root's temporary directory (a private 0700
+``TMPDIR``, as ``pam_tmpdir`` gives): the cluster's directory is made, the user's own, in the first
+of ``TMPDIR``, ``/tmp`` and ``/var/tmp`` the user can reach, and binaries the user cannot reach (the
+bundle, installed in a virtualenv inside the checkout) are copied into it first.
 
-Where no server can be had, the PostgreSQL tests are skipped, except in CI (``CI=true``), where a
-missing server is a failure: a suite that silently skipped its server tests would pass in CI while
-testing nothing.
+Where no server can be had, the PostgreSQL tests are skipped, and the run's summary says why
+(``tests/conftest.py``), except in CI (``CI=true``), where a missing server is a failure: a suite
+that silently skipped its server tests would pass in CI while testing nothing.
 
 The cluster can be stopped (``stop(mode)``) and started again on the same port and data, which is
 what the failure tests use to restart the server under a running writer.
@@ -34,10 +35,17 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 ENV = "NOUS_INBOX_TEST_POSTGRES"
+
+#: How every skip for want of a server begins, so the run's summary can gather them.
+SKIP_REASON = "no PostgreSQL server: "
+
+#: Where a cluster's directory may go when root's own temporary directory is closed to its user.
+SHARED_TEMPORARY = ("/tmp", "/var/tmp")
 
 
 def in_ci() -> bool:
@@ -49,11 +57,11 @@ class Unavailable(Exception):
     """No server can be had here; the message says why."""
 
 
-def unavailable(reason: str) -> None:
+def unavailable(reason: str) -> NoReturn:
     """Skip (locally) or fail (in CI) because there is no server to test against."""
     if in_ci():
         pytest.fail(f"PostgreSQL tests cannot run in CI: {reason}", pytrace=False)
-    pytest.skip(f"no PostgreSQL server: {reason}", allow_module_level=True)
+    pytest.skip(f"{SKIP_REASON}{reason}", allow_module_level=True)
 
 
 def require_psycopg() -> None:
@@ -121,10 +129,10 @@ def _copy_install(binaries: Path, into: Path) -> Path:
     return target / binaries.name
 
 
-def _reachable(path: Path, user: pwd.struct_passwd) -> bool:
-    """Whether ``user`` (not root) can reach ``path``: every directory above it searchable."""
-    for directory in path.resolve().parents:
-        info = directory.stat()
+def _searchable(directory: Path, user: pwd.struct_passwd) -> bool:
+    """Whether ``user`` (not root) can pass through ``directory`` and every directory above it."""
+    for each in (directory.resolve(), *directory.resolve().parents):
+        info = each.stat()
         if info.st_uid == user.pw_uid:
             mode = info.st_mode >> 6
         elif info.st_gid == user.pw_gid:
@@ -136,6 +144,32 @@ def _reachable(path: Path, user: pwd.struct_passwd) -> bool:
     return True
 
 
+def _reachable(path: Path, user: pwd.struct_passwd) -> bool:
+    """Whether ``user`` (not root) can reach ``path``: every directory above it searchable."""
+    return _searchable(path.resolve().parent, user)
+
+
+def _cluster_directory(user: pwd.struct_passwd | None, runs_programs: bool) -> Path:
+    """A fresh directory for a cluster, in a place the user the server runs as can reach.
+
+    Our own temporary directory when the server runs as us. As root, the server's user is another,
+    and root's ``TMPDIR`` may be private to root (0700): then the first of :data:`SHARED_TEMPORARY`
+    that the user can reach (and, when binaries are to be copied in, where programs may run).
+    """
+    prefix = "nous-inbox-pg-"
+    if user is None:
+        return Path(tempfile.mkdtemp(prefix=prefix))
+    for base in (tempfile.gettempdir(), *SHARED_TEMPORARY):
+        place = Path(base)
+        if (place.is_dir() and _searchable(place, user)
+                and not (runs_programs and os.statvfs(place).f_flag & os.ST_NOEXEC)):
+            return Path(tempfile.mkdtemp(prefix=prefix, dir=place))
+    closed = "closed to it or mounted noexec" if runs_programs else "closed to it"
+    raise RuntimeError(
+        f"no directory the user {user.pw_name!r} can reach to hold the cluster: TMPDIR "
+        f"({tempfile.gettempdir()}) and {', '.join(SHARED_TEMPORARY)} are {closed}")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -143,13 +177,12 @@ def _free_port() -> int:
 
 
 class Cluster:
-    """A private PostgreSQL cluster in a temporary directory (one per test session)."""
+    """A private PostgreSQL cluster in a temporary directory (one per test session).
+
+    Raises ``RuntimeError`` (or ``OSError``) when it has nowhere to go; :meth:`destroy` removes it.
+    """
 
     def __init__(self, binaries: Path) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="nous-inbox-pg-"))
-        self.data = self.root / "data"
-        self.socket_dir = self.root
-        self.port = _free_port()
         self._user: pwd.struct_passwd | None = None
         if os.geteuid() == 0:
             for name in ("postgres", "nobody"):
@@ -158,17 +191,28 @@ class Cluster:
                     break
             if self._user is None:
                 raise RuntimeError("running as root and no unprivileged user to run PostgreSQL")
-            if not _reachable(binaries / "postgres", self._user):
-                binaries = _copy_install(binaries, self.root / "install")
-            for path in (self.root, *self.root.rglob("*")):
-                os.chown(path, self._user.pw_uid, self._user.pw_gid, follow_symlinks=False)
+        copy = self._user is not None and not _reachable(binaries / "postgres", self._user)
+        self.root = _cluster_directory(self._user, runs_programs=copy)
+        self.data = self.root / "data"
+        self.socket_dir = self.root
+        self.port = _free_port()
+        if self._user is not None:
+            try:
+                if copy:
+                    binaries = _copy_install(binaries, self.root / "install")
+                for path in (self.root, *self.root.rglob("*")):
+                    os.chown(path, self._user.pw_uid, self._user.pw_gid, follow_symlinks=False)
+            except BaseException:
+                shutil.rmtree(self.root, ignore_errors=True)
+                raise
         self.binaries = binaries
         self.url = f"postgresql://nous@127.0.0.1:{self.port}/postgres"
 
     def _run(self, *args: str) -> None:
         env = dict(os.environ, LC_ALL="C", LANG="C")
         if self._user is not None:
-            env["HOME"] = str(self.root)
+            # Root's own HOME and TMPDIR may be closed to the server's user: give it its own.
+            env["HOME"] = env["TMPDIR"] = str(self.root)
         demote: dict[str, object] = {}
         if self._user is not None:
             demote = {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}
@@ -254,7 +298,10 @@ def private_server() -> Iterator[Server]:
     if binaries is None:
         raise Unavailable(f"no initdb/pg_ctl/postgres on PATH, in pg_config --bindir, in "
                           f"/usr/lib/postgresql or from the pgserver package, and {ENV} is not set")
-    cluster = Cluster(binaries)
+    try:
+        cluster = Cluster(binaries)
+    except (OSError, RuntimeError) as exc:
+        raise Unavailable(f"could not place a private cluster for {binaries}: {exc}") from None
     try:
         try:
             cluster.init()
@@ -275,7 +322,6 @@ def for_tests(private: bool = False) -> Iterator[Server]:
         running = context.__enter__()
     except Unavailable as exc:
         unavailable(str(exc))
-        raise  # unreachable: unavailable() skips or fails
     try:
         yield running
     finally:
