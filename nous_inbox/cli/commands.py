@@ -17,12 +17,13 @@ from typing import IO, Any, Final
 
 from nous_inbox.cli.live import run_demo, run_session
 from nous_inbox.cli.progress import with_progress
-from nous_inbox.cli.render import event_json, format_event
+from nous_inbox.cli.render import format_event
 from nous_inbox.cli.style import Style
-from nous_inbox.cli.terminal import json_safe, printable
+from nous_inbox.cli.terminal import printable
 from nous_inbox.cli.text import message_text
 from nous_inbox.cli.tour import run_tour
 from nous_inbox.cli.usage import UsageError
+from nous_inbox.codec import event_json, json_safe
 from nous_inbox.errors import StoreError, StreamOwnedError
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target

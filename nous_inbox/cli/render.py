@@ -6,8 +6,9 @@ only decides how each one reads on a terminal.
 Text that came from a message, a model or a tool is shown through ``printable``: a message could
 otherwise carry terminal escape sequences that move the cursor, recolour or retitle the reader's
 terminal, or bidi overrides that reorder what a line seems to say (see
-``nous_inbox.cli.terminal``). ``event_json`` escapes what JSON encoders leave raw (DEL, C1 and
-bidi controls) as ``\\u`` escapes, so ``--json`` output still decodes to the exact log.
+``nous_inbox.cli.terminal``). ``--json`` prints :func:`nous_inbox.codec.event_json`, which
+escapes what JSON encoders leave raw (DEL, C1 and bidi controls) as ``\\u`` escapes, so the output
+still decodes to the exact log; the web face's event stream sends the same lines.
 """
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ import json
 import time
 from typing import Any, Final
 
-import msgspec
-
 from nous_inbox.cli.style import Style
-from nous_inbox.cli.terminal import json_safe, printable
+from nous_inbox.cli.terminal import printable
 from nous_inbox.events import (
     CancelRequested,
     Event,
@@ -36,9 +35,9 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.message import enc_hook, thaw_json
+from nous_inbox.message import thaw_json
 
-__all__ = ["FINAL_LIMIT", "LIMIT", "event_json", "format_event", "printable", "short"]
+__all__ = ["FINAL_LIMIT", "LIMIT", "format_event", "printable", "short"]
 
 #: How much of a message one event line shows; a final answer (no tool calls) gets more room,
 #: since it is what the run was for (the demo's summary runs to some 400 characters).
@@ -63,18 +62,6 @@ def short(text: str, limit: int = LIMIT) -> str:
     """
     flat = printable(" ".join(text.split()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def event_json(event: Event) -> str:
-    """The event as one line of JSON (the JSON Lines log form), safe to print on a terminal.
-
-    >>> from nous_inbox.message import Message
-    >>> line = event_json(MessageSent(target="next_step", wakeup=False,
-    ...                               message=Message.user("\\x9b2J")))
-    >>> "\\x9b" in line, "\\\\u009b2J" in line
-    (False, True)
-    """
-    return json_safe(msgspec.json.encode(event, enc_hook=enc_hook).decode())
 
 
 def format_event(event: Event, style: Style, *, with_time: bool = True) -> str:
