@@ -9,12 +9,13 @@ fails in CI (``CI=true``): a browser test that silently did not run must not pas
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
@@ -25,6 +26,10 @@ else:
     pytest.importorskip("uvicorn")
     pytest.importorskip("httpx")
 
+from nous_inbox.cli.render import format_event
+from nous_inbox.cli.style import Style
+from nous_inbox.events import SCHEMA_VERSION, Event
+from tests import fixture_logs
 from tests.test_web_serve import ROOT, WAIT, Served, start_serve, wait_for
 
 #: Where the screenshot goes: the docs' picture is refreshed with
@@ -157,6 +162,52 @@ def test_without_the_token_the_page_asks_for_it(browser: Any, served: Served) ->
     form.find_element(By.TAG_NAME, "button").click()
     wait_for(lambda: browser.find_element(By.ID, "no-sessions").is_displayed(),
           "with the token the (empty) list shows")
+
+
+# -- every event type has its line -----------------------------------------------------------
+
+
+def page_lines_table() -> set[str]:
+    """The event types the page's table of lines names (``const LINES = {...}`` in page.js)."""
+    source = (ROOT / "nous_inbox" / "web" / "static" / "page.js").read_text("utf-8")
+    assert "const LINES = {" in source, "page.js keeps the line of each event type in LINES"
+    table = source[source.index("const LINES = {"):]
+    table = table[:table.index("\n};\n")]
+    return set(re.findall(r"^  ([a-z_]+): \(e\) =>", table, re.MULTILINE))
+
+
+def test_the_page_has_a_line_for_every_event_type_of_the_vocabulary() -> None:
+    vocabulary = {kind.__struct_config__.tag for kind in get_args(Event)}
+    assert page_lines_table() == vocabulary
+
+
+@pytest.fixture
+def fixture_served(tmp_path: Path) -> Iterator[Served]:
+    """``serve`` over a copy of this version's fixture store: its run and its mailbox hold every
+    event type (``tests.fixture_logs``)."""
+    store = tmp_path / "store.sqlite"
+    shutil.copyfile(ROOT / "tests" / "data" / f"schema{SCHEMA_VERSION}.sqlite", store)
+    server = start_serve(f"sqlite:{store}", "--agent", "nous_inbox.web.scripted:agent")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_every_event_type_shows_on_the_page_as_log_prints_it(
+        browser: Any, fixture_served: Served) -> None:
+    plain = Style(None, force=False)
+    for stream in ("run", "mailbox"):
+        events = fixture_logs.events(SCHEMA_VERSION, stream)
+        browser.get(f"{fixture_served.url.rstrip('/')}/sessions/{stream}#token=serve-test-token")
+        count = len(events)
+        shown = wait_for(lambda: (got := lines(browser)) and len(got) == count and got,  # noqa: B023
+                         f"the {stream} events are shown")
+        for event, (kind, text) in zip(events, shown, strict=True):
+            assert kind == type(event).__struct_config__.tag
+            # The page's line is the log's, with the time (hh:mm:ss and a space) after the seq.
+            logged = format_event(event, plain, with_time=False)
+            assert text[:7] + text[16:] == logged, (text, logged)
 
 
 def test_in_ci_a_missing_web_extra_fails_this_module_rather_than_skipping_it() -> None:

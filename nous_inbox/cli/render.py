@@ -17,11 +17,22 @@ import json
 import time
 from typing import Any, Final
 
+import msgspec
+
 from nous_inbox.cli.style import Style
 from nous_inbox.cli.terminal import printable
 from nous_inbox.events import (
     CancelRequested,
     Event,
+    MailAgent,
+    MailAnswered,
+    MailDropped,
+    MailEvent,
+    MailNoticed,
+    MailRead,
+    MailReceived,
+    MailSent,
+    MailWithdrawn,
     MessageSent,
     ModelReplied,
     ModelRequested,
@@ -35,7 +46,7 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.message import thaw_json
+from nous_inbox.message import enc_hook, thaw_json
 
 __all__ = ["FINAL_LIMIT", "LIMIT", "format_event", "printable", "short"]
 
@@ -116,7 +127,45 @@ def _body(event: Event, style: Style) -> str:
         return style.paint(f"warning  {short(event.text, 200)}", "red")
     if isinstance(event, CancelRequested):
         return style.paint(f"cancel of turn {event.turn} asked", "bold", "yellow")
-    return repr(event)  # an event type added later still prints
+    return _mail(event, style)
+
+
+def _mail(event: MailEvent, style: Style) -> str:
+    """The mailbox's events, in its own stream: who sent what to whom, and what came of it."""
+    if isinstance(event, MailAgent):
+        parent = f" under {printable(event.parent)}" if event.parent else ""
+        worked = " has worked" if event.worked else ""
+        return f"{style.paint('agent    ', 'magenta')} {printable(event.agent)}{parent}{worked}"
+    return f"{style.paint('mail     ', 'magenta')} {_mail_fact(event)}"
+
+
+def _mail_fact(event: MailEvent) -> str:
+    if isinstance(event, MailSent):
+        kind = printable(event.kind) + (f", re {printable(event.reply_to)}" if event.reply_to else "")
+        body = event.body if isinstance(event.body, str) else msgspec.json.encode(
+            event.body, enc_hook=enc_hook).decode()
+        return (f"{printable(event.id)} {printable(event.sender)} -> {printable(event.recipient)} "
+                f"({kind}): {short(body)}")
+    if isinstance(event, MailDropped):
+        return f"{printable(event.id)} to {printable(event.recipient)} dropped to make room"
+    if isinstance(event, MailWithdrawn):
+        how = "retracted" if event.retracted else "withdrawn"
+        return f"{printable(event.id)} to {printable(event.recipient)} {how}"
+    if isinstance(event, MailReceived):
+        return f"{printable(event.recipient)} received {_ids(event.ids)}"
+    if isinstance(event, MailNoticed):
+        return (f"notice {printable(event.notice)} to {printable(event.recipient)}: "
+                f"{_ids(event.ids)}")
+    if isinstance(event, MailRead):
+        return f"{printable(event.recipient)} read {_ids(event.ids)}"
+    if isinstance(event, MailAnswered):
+        return (f"{_ids(event.ids)} to {printable(event.recipient)} answered by "
+                f"{printable(event.by)}")
+    raise AssertionError(f"no line for {type(event).__name__}")  # pragma: no cover
+
+
+def _ids(ids: tuple[str, ...]) -> str:
+    return printable(", ".join(ids))
 
 
 def _args(arguments: Any) -> str:

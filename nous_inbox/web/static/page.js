@@ -53,35 +53,58 @@ function args(a) {
   return Object.entries(a || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ");
 }
 
+function bodyText(body) {
+  return typeof body === "string" ? body : JSON.stringify(body);
+}
+
+// One line per event type, as `nous-inbox log` prints it: the parts of the line, each
+// [text, class]. Every type of the event vocabulary has its line here; tests/test_web_page.py
+// reads these names and checks them against nous_inbox.events, so a new type cannot go unshown.
+const LINES = {
+  message_sent: (e) => {
+    const mode = SEND_MODE[`${e.target} ${e.wakeup}`] || "send";
+    return [[mode.padEnd(9), "send"], [` ${e.message.role}: ${short(e.message.content)}`]];
+  },
+  queue_claimed: (e) => [[`claimed   ${e.count} from ${e.target}`, "claim"]],
+  turn_started: (e) => [[`turn ${e.turn} opened (${e.reason || "wake"})`, "turn"]],
+  step_started: (e) => [[`  step ${e.step}`, "step"]],
+  model_requested: (e) => [[`  model    asked with ${e.count} messages`, "dim"]],
+  model_replied: (e) => {
+    const m = e.message;
+    const calls = (m.tool_calls || []).map((c) => `${c.name}(${args(c.arguments)})`).join(", ");
+    const text = m.content.trim() ? short(m.content, calls ? 100 : 500) : "";
+    const parts = [text, calls ? "calls " + calls : ""].filter(Boolean);
+    return [["  model    ", "model"], [parts.join(" · ") || "(empty reply)"]];
+  },
+  tool_called: (e) => [["  tool     ", "tool"], [`${e.call.name}(${args(e.call.arguments)}) …`]],
+  tool_returned: (e) => [["  tool     ", "tool"], ["-> " + short(e.message.content, 80)]],
+  step_ended: (e) => [[`  step ${e.step} ended`, "dim"]],
+  nudged: (e) => [["  nudge    " + short(e.message.content), "dim"]],
+  turn_ended: (e) => {
+    const extra = e.error ? ": " + short(e.error, 200) : "";
+    return [[`turn ${e.turn} ended after ${e.steps} step(s): ${e.reason}${extra}`,
+             e.reason === "final" ? "final" : "warning"]];
+  },
+  warned: (e) => [["warning  " + short(e.text, 200), "warning"]],
+  cancel_requested: (e) => [[`cancel of turn ${e.turn} asked`, "warning"]],
+  mail_sent: (e) => {
+    const kind = (e.kind || "action") + (e.reply_to ? `, re ${e.reply_to}` : "");
+    return [["mail     ", "mail"], [` ${e.id} ${e.sender} -> ${e.recipient} (${kind}): ${short(bodyText(e.body))}`]];
+  },
+  mail_dropped: (e) => [["mail     ", "mail"], [` ${e.id} to ${e.recipient} dropped to make room`]],
+  mail_received: (e) => [["mail     ", "mail"], [` ${e.recipient} received ${e.ids.join(", ")}`]],
+  mail_noticed: (e) => [["mail     ", "mail"], [` notice ${e.notice} to ${e.recipient}: ${e.ids.join(", ")}`]],
+  mail_read: (e) => [["mail     ", "mail"], [` ${e.recipient} read ${e.ids.join(", ")}`]],
+  mail_answered: (e) => [["mail     ", "mail"], [` ${e.ids.join(", ")} to ${e.recipient} answered by ${e.by}`]],
+  mail_withdrawn: (e) => [["mail     ", "mail"], [` ${e.id} to ${e.recipient} ${e.retracted ? "retracted" : "withdrawn"}`]],
+  mail_agent: (e) => [["agent    ", "mail"], [` ${e.agent}${e.parent ? " under " + e.parent : ""}${e.worked ? " has worked" : ""}`]],
+};
+
 function body(e) {
-  switch (e.type) {
-    case "message_sent": {
-      const mode = SEND_MODE[`${e.target} ${e.wakeup}`] || "send";
-      return [[mode.padEnd(9), "send"], [` ${e.message.role}: ${short(e.message.content)}`]];
-    }
-    case "queue_claimed": return [[`claimed   ${e.count} from ${e.target}`, "claim"]];
-    case "turn_started": return [[`turn ${e.turn} opened (${e.reason})`, "turn"]];
-    case "step_started": return [[`  step ${e.step}`, "step"]];
-    case "model_requested": return [[`  model    asked with ${e.count} messages`, "dim"]];
-    case "model_replied": {
-      const m = e.message;
-      const calls = (m.tool_calls || []).map((c) => `${c.name}(${args(c.arguments)})`).join(", ");
-      const text = m.content.trim() ? short(m.content, calls ? 100 : 500) : "";
-      const parts = [text, calls ? "calls " + calls : ""].filter(Boolean);
-      return [["  model    ", "model"], [parts.join(" · ") || "(empty reply)"]];
-    }
-    case "tool_called": return [["  tool     ", "tool"], [`${e.call.name}(${args(e.call.arguments)}) …`]];
-    case "tool_returned": return [["  tool     ", "tool"], ["-> " + short(e.message.content, 80)]];
-    case "step_ended": return [[`  step ${e.step} ended`, "dim"]];
-    case "nudged": return [["  nudge    " + short(e.message.content), "dim"]];
-    case "turn_ended": {
-      const extra = e.error ? ": " + short(e.error, 200) : "";
-      return [[`turn ${e.turn} ended after ${e.steps} step(s): ${e.reason}${extra}`,
-               e.reason === "final" ? "final" : "warning"]];
-    }
-    case "warned": return [["warning  " + short(e.text, 200), "warning"]];
-    default: return [[JSON.stringify(e)]];
-  }
+  if (Object.hasOwn(LINES, e.type)) return LINES[e.type](e);
+  // The server sends only the types it knows, and serves this page with them: this is a page
+  // older than its server (a cached copy), which should say so rather than guess.
+  return [[`${e.type}: an event type this page does not know; reload it`, "warning"]];
 }
 
 function render(e) {
