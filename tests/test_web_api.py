@@ -17,7 +17,14 @@ httpx = pytest.importorskip("httpx")
 
 from nous_inbox.cli import main  # noqa: E402
 from nous_inbox.codec import encode_event, event_json  # noqa: E402
-from nous_inbox.events import MessageSent, ToolCalled, TurnEnded, TurnStarted, Warned  # noqa: E402
+from nous_inbox.events import (  # noqa: E402
+    MessageSent,
+    QueueClaimed,
+    ToolCalled,
+    TurnEnded,
+    TurnStarted,
+    Warned,
+)
 from nous_inbox.message import Message, ToolCall  # noqa: E402
 from nous_inbox.runner import Runner  # noqa: E402
 from nous_inbox.store import Store, open_store  # noqa: E402
@@ -454,6 +461,22 @@ async def test_each_event_of_the_stream_is_the_line_log_json_prints(api: Api) ->
     assert not any(c in line for line in sent for c in "\x1b\x9b\x7f\u202e\u2066\u2028")
     assert [json.loads(line) for line in sent] == [
         json.loads(encode_event(e)) for e in api.store.read("s1")]  # and the same events
+
+
+async def test_json_answers_escape_what_log_json_escapes(api: Api) -> None:
+    name = "b\u202eeta"
+    api.store.append(name, [
+        MessageSent(target="next_turn", wakeup=True, message=Message.user(HOSTILE)),
+        TurnStarted(turn=1), QueueClaimed(target="next_turn", count=1),
+    ])
+    for path in ("/api/sessions", f"/api/sessions/{name}"):
+        response = await api.client.get(path, headers=AUTH)
+        assert response.status_code == 200
+        assert not any(c in response.text for c in "\x1b\x9b\x7f\u202e\u2066\u2028"), path
+    shown = (await api.client.get(f"/api/sessions/{name}", headers=AUTH)).json()
+    assert (shown["id"], shown["transcript"][0]["content"]) == (name, HOSTILE)  # the same text
+    listed = (await api.client.get("/api/sessions", headers=AUTH)).json()
+    assert listed == {"sessions": [{"id": name, "hosted": False}]}
 
 
 def a_backlog(store: Store, session: str, count: int) -> None:

@@ -46,9 +46,10 @@ import asyncio
 import hmac
 import html
 import importlib.resources
+import json
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 from starlette.applications import Starlette
@@ -60,7 +61,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from nous_inbox.codec import event_json
+from nous_inbox.codec import event_json, json_safe
 from nous_inbox.events import Event
 from nous_inbox.message import thaw_json
 from nous_inbox.store.base import check_stream
@@ -102,6 +103,15 @@ class _Refused(Exception):
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
         self.status = status
+
+
+class _Json(JSONResponse):
+    """A JSON answer in the form the command line prints JSON (:func:`~nous_inbox.codec.json_safe`):
+    a transcript or a session id quoted in it carries DEL, C1 and bidi controls as escapes."""
+
+    def render(self, content: Any) -> bytes:
+        return json_safe(json.dumps(content, ensure_ascii=False, allow_nan=False,
+                                    separators=(",", ":"))).encode()
 
 
 class _Send(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -153,7 +163,7 @@ def create_app(
         async def endpoint(request: Request) -> Response:
             given = request.headers.get("authorization", "").encode("latin-1", "replace")
             if not hmac.compare_digest(given, expected):
-                return JSONResponse({"error": "missing or wrong bearer token"}, 401,
+                return _Json({"error": "missing or wrong bearer token"}, 401,
                                     headers={"WWW-Authenticate": "Bearer"})
             try:
                 name = request.path_params.get("session", "")
@@ -164,14 +174,14 @@ def create_app(
                         raise _Refused(400, str(exc).replace("stream name", "session id", 1)) from None
                 return await handler(request, name, _query(request, query))
             except _Refused as refused:
-                return JSONResponse({"error": str(refused)}, refused.status)
+                return _Json({"error": str(refused)}, refused.status)
 
         return endpoint
 
     async def list_sessions(request: Request, _: str, __: dict[str, int]) -> Response:
         names = await host.sessions()
         held = set(host.held)
-        return JSONResponse({"sessions": [{"id": n, "hosted": n in held} for n in names]})
+        return _Json({"sessions": [{"id": n, "hosted": n in held} for n in names]})
 
     async def show(request: Request, name: str, query: dict[str, int]) -> Response:
         offset, limit = query["offset"], min(query["limit"], MAX_PAGE)
@@ -180,7 +190,7 @@ def create_app(
             raise _Refused(404, f"no session {name!r} in this store")
         inbox = session.inbox
         page = session.transcript[offset:offset + limit]
-        return JSONResponse({
+        return _Json({
             "id": name, "version": session.version, "hosted": host.hosted(name) is not None,
             "running": session.running, "turn": session.turn, "step": session.step,
             "inbox": {"next_turn": inbox.count("next_turn"), "next_step": inbox.count("next_step"),
@@ -196,11 +206,11 @@ def create_app(
         except (TypeError, ValueError) as exc:
             raise _Refused(400, str(exc)) from None
         sent = await host.send(name, body.mode, body.text)
-        return JSONResponse({"seq": sent.seq, "mode": body.mode}, 202)
+        return _Json({"seq": sent.seq, "mode": body.mode}, 202)
 
     async def cancel(request: Request, name: str, _: dict[str, int]) -> Response:
         await _json_body(request, _Cancel, max_body, optional=True)
-        return JSONResponse({"cancelled": await host.cancel(name)})
+        return _Json({"cancelled": await host.cancel(name)})
 
     async def events(request: Request, name: str, query: dict[str, int]) -> Response:
         after = query["after"]
