@@ -98,13 +98,11 @@ __all__ = [
     "encode_event",
     "encode_header",
     "encode_record",
-    "event_json",
     "frame",
     "get_format",
     "iter_events",
     "iter_records",
     "json_lines",
-    "json_safe",
     "msgpack_frames",
     "read_events",
     "read_records",
@@ -352,44 +350,6 @@ def encode_event(event: Event, fmt: Format | LogFormat = "json") -> bytes:
     Warned(text='hi', seq=1)
     """
     return get_format(fmt).encode(event)
-
-
-# JSON encoders escape only C0 controls. DEL, C1 controls (ESC's one-byte forms such as U+009B),
-# the bidi controls that reorder what a line seems to say, and the line separators JavaScript
-# chokes on are escaped the JSON way too, which changes no decoded value.
-_JSON_ESCAPES: Final = {
-    c: f"\\u{c:04x}"
-    for c in (*range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029)
-}
-
-
-def json_safe(document: str) -> str:
-    """A JSON text with DEL, C1 controls, bidi controls and U+2028/9 escaped as ``\\uXXXX``:
-    safe to print on a terminal or hand to a page, and it decodes to the same value (those
-    characters can only stand inside JSON strings, where the escape means the same).
-
-    >>> json_safe('{"content": "\\x9b31m\\x7f\\u2066"}')
-    '{"content": "\\\\u009b31m\\\\u007f\\\\u2066"}'
-    >>> json_safe('["ascii passes untouched"]')
-    '["ascii passes untouched"]'
-    """
-    if document.isascii() and "\x7f" not in document:
-        return document  # the common case, decided in O(1) and one scan
-    return document.translate(_JSON_ESCAPES)
-
-
-def event_json(event: Event) -> str:
-    """The event as one line of JSON for people and their tools: what ``nous-inbox log --json``
-    prints and the web face's event stream sends as ``data:``, one encoder for both.
-
-    It is the JSON Lines record (:func:`encode_event`) through :func:`json_safe`, so it decodes
-    to the exact event while a message's escape sequences and bidi controls stay inert.
-
-    >>> from nous_inbox.events import Warned
-    >>> event_json(Warned(seq=1, text="\\x9b2J \\u202eevil"))
-    '{"type":"warned","text":"\\\\u009b2J \\\\u202eevil","seq":1}'
-    """
-    return json_safe(JSON_LINES.encode(event).decode())
 
 
 def encode_record(record: Record, fmt: Format | LogFormat = "json") -> bytes:

@@ -17,8 +17,8 @@ from typing import get_args
 import pytest
 
 from nous_inbox.__main__ import main
-from nous_inbox.codec import event_json
 from nous_inbox.events import SCHEMA_VERSION, Event
+from nous_inbox.safe_json import event_json
 from nous_inbox.store import open_store
 from tests import fixture_logs
 

@@ -16,7 +16,7 @@ pytest.importorskip("starlette")
 httpx = pytest.importorskip("httpx")
 
 from nous_inbox.cli import main  # noqa: E402
-from nous_inbox.codec import encode_event, event_json  # noqa: E402
+from nous_inbox.codec import encode_event  # noqa: E402
 from nous_inbox.events import (  # noqa: E402
     MessageSent,
     QueueClaimed,
@@ -27,6 +27,7 @@ from nous_inbox.events import (  # noqa: E402
 )
 from nous_inbox.message import Message, ToolCall  # noqa: E402
 from nous_inbox.runner import Runner  # noqa: E402
+from nous_inbox.safe_json import event_json  # noqa: E402
 from nous_inbox.store import Store, open_store  # noqa: E402
 from nous_inbox.web import SessionHost, create_app  # noqa: E402
 

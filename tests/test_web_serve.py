@@ -21,8 +21,8 @@ pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
 from nous_inbox.__main__ import main  # noqa: E402
-from nous_inbox.codec import event_json  # noqa: E402
 from nous_inbox.events import TurnEnded  # noqa: E402
+from nous_inbox.safe_json import event_json  # noqa: E402
 from nous_inbox.store import open_store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

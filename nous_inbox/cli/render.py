@@ -6,7 +6,7 @@ only decides how each one reads on a terminal.
 Text that came from a message, a model or a tool is shown through ``printable``: a message could
 otherwise carry terminal escape sequences that move the cursor, recolour or retitle the reader's
 terminal, or bidi overrides that reorder what a line seems to say (see
-``nous_inbox.cli.terminal``). ``--json`` prints :func:`nous_inbox.codec.event_json`, which
+``nous_inbox.cli.terminal``). ``--json`` prints :func:`nous_inbox.safe_json.event_json`, which
 escapes what JSON encoders leave raw (DEL, C1 and bidi controls) as ``\\u`` escapes, so the output
 still decodes to the exact log; the web face's event stream sends the same lines.
 """

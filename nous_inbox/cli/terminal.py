@@ -10,11 +10,11 @@ through one of these functions:
 - ``printable`` for text mode: controls become ``\\x1b``-style escapes, bidi controls
   ``\\u202e``-style ones, so a person sees that they are there;
 - ``one_line`` for error and warning lines: the same, on one line;
-- :func:`nous_inbox.codec.json_safe` for ``--json`` output (and ``codec.event_json`` for an
-  event): a JSON document whose strings carry those characters as ``\\u`` escapes. JSON encoders
-  escape only C0 controls, yet ``\\u009b`` and the raw character decode to the same string, so
-  the output still decodes to the exact log. It lives in the codec because the web face's event
-  stream sends events in the same form.
+- :func:`nous_inbox.safe_json.json_safe` for ``--json`` output (and ``event_json`` beside it for
+  an event): a JSON document whose strings carry those characters as ``\\u`` escapes. JSON
+  encoders escape only C0 controls, yet ``\\u009b`` and the raw character decode to the same
+  string, so the output still decodes to the exact log. It lives outside the command line
+  because the web face's event stream sends events in the same form.
 
 >>> print(printable("\\x1b[2Jgone\\tand\\nback\\x9b \\u202eevil"))
 \\x1b[2Jgone\\x09and\\x0aback\\x9b \\u202eevil

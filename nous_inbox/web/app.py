@@ -61,9 +61,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from nous_inbox.codec import event_json, json_safe
 from nous_inbox.events import Event
 from nous_inbox.message import thaw_json
+from nous_inbox.safe_json import event_json, json_safe
 from nous_inbox.store.base import check_stream
 from nous_inbox.web.host import MODES, Mode, SessionHost, checked_text
 
@@ -106,7 +106,7 @@ class _Refused(Exception):
 
 
 class _Json(JSONResponse):
-    """A JSON answer in the form the command line prints JSON (:func:`~nous_inbox.codec.json_safe`):
+    """A JSON answer in the form the command line prints JSON (:func:`~nous_inbox.safe_json.json_safe`):
     a transcript or a session id quoted in it carries DEL, C1 and bidi controls as escapes."""
 
     def render(self, content: Any) -> bytes:
