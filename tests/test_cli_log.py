@@ -17,7 +17,16 @@ from typing import get_args
 import pytest
 
 from nous_inbox.__main__ import main
-from nous_inbox.events import SCHEMA_VERSION, Event
+from nous_inbox.events import (
+    SCHEMA_VERSION,
+    Event,
+    MailAgent,
+    MailSent,
+    MessageSent,
+    ToolCalled,
+    TurnEnded,
+)
+from nous_inbox.message import Message, ToolCall
 from nous_inbox.safe_json import event_json
 from nous_inbox.store import open_store
 from tests import fixture_logs
@@ -183,3 +192,20 @@ def test_log_json_is_the_codec_line_of_each_event(url: str) -> None:
     with open_store(url, read_only=True) as store:
         assert text.splitlines() == [event_json(e) for e in store.read("s")]
     assert not any(c in text for c in "\x9b\u202e\u2028")
+
+
+def test_log_prints_no_control_or_bidi_character_raw_in_any_field(tmp_path: Path) -> None:
+    hostile = "\x1b]0;pwned\x07\x9b2J\x7f\u202eevil\u2066"
+    url = f"sqlite:{tmp_path / 'store.sqlite'}"
+    with open_store(url) as store:
+        store.append("s", [
+            MessageSent(target="next_step", wakeup=False, message=Message.user(hostile)),
+            ToolCalled(turn=1, step=1, call=ToolCall("c1", f"read{hostile}", {hostile: hostile})),
+            TurnEnded(turn=1, steps=1, reason="error", error=hostile),
+            MailSent(id=hostile, sender=hostile, recipient=hostile, body={hostile: [hostile]},
+                     kind=hostile, reply_to=hostile),
+            MailAgent(agent=hostile, parent=hostile),
+        ])
+    status, text = cli("log", "--store", url, "s")
+    assert status == 0 and len(text.splitlines()) == 5
+    assert not any(c in text for c in "\x1b\x07\x9b\x7f\u202e\u2066"), text

@@ -28,7 +28,9 @@ else:
 
 from nous_inbox.cli.render import format_event
 from nous_inbox.cli.style import Style
-from nous_inbox.events import SCHEMA_VERSION, Event
+from nous_inbox.events import SCHEMA_VERSION, Event, MailSent, MessageSent, ToolCalled, Warned
+from nous_inbox.message import Message, ToolCall
+from nous_inbox.store import open_store
 from tests import fixture_logs
 from tests.test_web_serve import ROOT, WAIT, Served, start_serve, wait_for
 
@@ -182,32 +184,51 @@ def test_the_page_has_a_line_for_every_event_type_of_the_vocabulary() -> None:
 
 
 @pytest.fixture
-def fixture_served(tmp_path: Path) -> Iterator[Served]:
-    """``serve`` over a copy of this version's fixture store: its run and its mailbox hold every
-    event type (``tests.fixture_logs``)."""
+def fixture_served(tmp_path: Path) -> Iterator[tuple[Served, str]]:
+    """``serve`` over a copy of this version's fixture store, and its URL: its run and its
+    mailbox hold every event type (``tests.fixture_logs``)."""
     store = tmp_path / "store.sqlite"
     shutil.copyfile(ROOT / "tests" / "data" / f"schema{SCHEMA_VERSION}.sqlite", store)
     server = start_serve(f"sqlite:{store}", "--agent", "nous_inbox.web.scripted:agent")
     try:
-        yield server
+        yield server, f"sqlite:{store}"
     finally:
         server.stop()
 
 
+def shows_as_log_prints(browser: Any, served: Served, stream: str, events: list[Event]) -> None:
+    """The page of ``stream`` shows ``events``, each as the line ``nous-inbox log`` prints."""
+    browser.get(f"{served.url.rstrip('/')}/sessions/{stream}#token=serve-test-token")
+    shown = wait_for(lambda: (got := lines(browser)) and len(got) == len(events) and got,
+                     f"the {stream} events are shown")
+    for event, (kind, text) in zip(events, shown, strict=True):
+        assert kind == type(event).__struct_config__.tag
+        # The page's line is the log's, with the time (hh:mm:ss and a space) after the seq.
+        logged = format_event(event, Style(None, force=False), with_time=False)
+        assert text[:7] + text[16:] == logged, (text, logged)
+
+
 def test_every_event_type_shows_on_the_page_as_log_prints_it(
-        browser: Any, fixture_served: Served) -> None:
-    plain = Style(None, force=False)
+        browser: Any, fixture_served: tuple[Served, str]) -> None:
+    served, _ = fixture_served
     for stream in ("run", "mailbox"):
-        events = fixture_logs.events(SCHEMA_VERSION, stream)
-        browser.get(f"{fixture_served.url.rstrip('/')}/sessions/{stream}#token=serve-test-token")
-        count = len(events)
-        shown = wait_for(lambda: (got := lines(browser)) and len(got) == count and got,  # noqa: B023
-                         f"the {stream} events are shown")
-        for event, (kind, text) in zip(events, shown, strict=True):
-            assert kind == type(event).__struct_config__.tag
-            # The page's line is the log's, with the time (hh:mm:ss and a space) after the seq.
-            logged = format_event(event, plain, with_time=False)
-            assert text[:7] + text[16:] == logged, (text, logged)
+        shows_as_log_prints(browser, served, stream, fixture_logs.events(SCHEMA_VERSION, stream))
+
+
+def test_controls_and_bidi_overrides_show_escaped_as_log_prints_them(
+        browser: Any, fixture_served: tuple[Served, str]) -> None:
+    served, url = fixture_served
+    hostile = "\x1b[2J\x9b31m \x7f\u202eevil\u2066 \u2028end\x1cx"
+    call = ToolCall("c1", "read\u202e", {"path\x1b": [1, "é\u202e", {"a": None}], "n": 2})
+    with open_store(url) as store:
+        events = store.append("hostile", [
+            MessageSent(target="next_step", wakeup=False, message=Message.user(hostile)),
+            ToolCalled(turn=1, step=1, call=call),
+            Warned(text=hostile),
+            MailSent(id="m\u202e1", sender="lead\x1b", recipient="dev", body={"say": hostile}),
+        ])
+    shows_as_log_prints(browser, served, "hostile", events)
+    assert not any(c in text for _, text in lines(browser) for c in "\x1b\x9b\x7f\u202e\u2066")
 
 
 def test_in_ci_a_missing_web_extra_fails_this_module_rather_than_skipping_it() -> None:

@@ -169,4 +169,4 @@ def _ids(ids: tuple[str, ...]) -> str:
 
 
 def _args(arguments: Any) -> str:
-    return ", ".join(f"{k}={json.dumps(v)}" for k, v in thaw_json(arguments).items())
+    return ", ".join(f"{printable(k)}={json.dumps(v)}" for k, v in thaw_json(arguments).items())

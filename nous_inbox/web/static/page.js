@@ -44,13 +44,35 @@ function el(tag, text, cls) {
 
 // -- one line per event, as `nous-inbox log` prints it ------------------------------------------
 
+// Text from a log is shown as `nous-inbox log` shows it (nous_inbox.cli.terminal): controls as
+// \x1b-style escapes and bidi controls as \u202e-style ones, so a message can neither hide in
+// the page nor make a line read in another order than it is stored in.
+const CONTROLS = /[\u0000-\u001f\u007f-\u009f]/g;
+const BIDI = /[\u202a-\u202e\u2066-\u2069]/g;
+// What Python's str.split() splits on, so a message flattens to the line the log prints.
+const SPACES = /[\t\n\v\f\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/;
+const hex = (c, n) => c.charCodeAt(0).toString(16).padStart(n, "0");
+
+function printable(text) {
+  return String(text).replace(CONTROLS, (c) => "\\x" + hex(c, 2)).replace(BIDI, (c) => "\\u" + hex(c, 4));
+}
+
 function short(text, limit = 100) {
-  const flat = String(text).split(/\s+/).filter(Boolean).join(" ");
+  const flat = printable(String(text).split(SPACES).filter(Boolean).join(" "));
   return flat.length <= limit ? flat : flat.slice(0, limit - 1) + "…";
 }
 
+// A value as Python's json.dumps writes it: ", " and ": " between items, non-ASCII escaped.
+function pyJson(v) {
+  if (Array.isArray(v)) return "[" + v.map(pyJson).join(", ") + "]";
+  if (v !== null && typeof v === "object") {
+    return "{" + Object.entries(v).map(([k, x]) => `${pyJson(k)}: ${pyJson(x)}`).join(", ") + "}";
+  }
+  return JSON.stringify(v).replace(/[\u007f-\uffff]/g, (c) => "\\u" + hex(c, 4));
+}
+
 function args(a) {
-  return Object.entries(a || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ");
+  return Object.entries(a || {}).map(([k, v]) => `${printable(k)}=${pyJson(v)}`).join(", ");
 }
 
 function bodyText(body) {
@@ -113,7 +135,7 @@ function render(e) {
   line.dataset.type = e.type;
   line.append(el("span", `#${String(e.seq).padEnd(5)} `, "seq"));
   if (e.at) line.append(el("span", new Date(e.at * 1000).toTimeString().slice(0, 8) + " ", "time"));
-  for (const [text, cls] of body(e)) line.append(el("span", text, cls));
+  for (const [text, cls] of body(e)) line.append(el("span", printable(text), cls));
   const list = $("events");
   const atEnd = list.scrollTop + list.clientHeight >= list.scrollHeight - 8;
   list.append(line);
