@@ -17,6 +17,7 @@ from typing import get_args
 import pytest
 
 from nous_inbox.__main__ import main
+from nous_inbox.cli.terminal import BIDI_CONTROLS
 from nous_inbox.events import (
     SCHEMA_VERSION,
     Event,
@@ -27,7 +28,7 @@ from nous_inbox.events import (
     TurnEnded,
 )
 from nous_inbox.message import Message, ToolCall
-from nous_inbox.safe_json import event_json
+from nous_inbox.safe_json import event_json, json_safe
 from nous_inbox.store import open_store
 from tests import fixture_logs
 
@@ -209,3 +210,8 @@ def test_log_prints_no_control_or_bidi_character_raw_in_any_field(tmp_path: Path
     status, text = cli("log", "--store", url, "s")
     assert status == 0 and len(text.splitlines()) == 5
     assert not any(c in text for c in "\x1b\x07\x9b\x7f\u202e\u2066"), text
+
+
+def test_json_output_escapes_every_bidi_control_text_output_escapes() -> None:
+    for code in BIDI_CONTROLS:
+        assert chr(code) not in json_safe(json.dumps(f"a{chr(code)}b", ensure_ascii=False))
