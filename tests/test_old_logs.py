@@ -29,7 +29,7 @@ import msgspec
 import pytest
 
 from nous_inbox import SCHEMA_VERSION, DecodeError, Session, replay
-from nous_inbox.cli import main
+from nous_inbox.__main__ import main
 from nous_inbox.codec import (
     MSGPACK,
     encode_event,

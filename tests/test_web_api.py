@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("starlette")
 httpx = pytest.importorskip("httpx")
 
-from nous_inbox.cli import main  # noqa: E402
+from nous_inbox.__main__ import main  # noqa: E402
 from nous_inbox.codec import encode_event  # noqa: E402
 from nous_inbox.events import (  # noqa: E402
     MessageSent,
