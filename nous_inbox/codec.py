@@ -23,8 +23,8 @@ Traceback (most recent call last):
 ...
 nous_inbox.errors.DecodeError: events.jsonl line 3 (byte 144): Expected `int`, got `str` - at `$.seq`
 
-What is refused: an unknown event ``type`` (said to be a newer nous-inbox's, to upgrade for,
-whatever the header claims), a wrong type anywhere, malformed JSON or MessagePack,
+What is refused: an unknown event ``type`` (as a newer nous-inbox's, with "upgrade", whatever
+the header says), a wrong type anywhere, malformed JSON or MessagePack,
 a blank line, a record cut short (no final newline, or a frame shorter than its length), a frame
 whose checksum does not match, a record above ``max_record_size`` (16 MiB by default;
 :class:`~nous_inbox.errors.RecordTooLargeError`), and a header from a newer schema version than

@@ -106,8 +106,9 @@ class _Refused(Exception):
 
 
 class _Json(JSONResponse):
-    """A JSON answer in the form the command line prints JSON (:func:`~nous_inbox.safe_json.json_safe`):
-    a transcript or a session id quoted in it carries DEL, C1 and bidi controls as escapes."""
+    """A JSON answer in the form the command line prints JSON
+    (:func:`~nous_inbox.safe_json.json_safe`): a transcript or a session id quoted in it carries
+    DEL, C1 and bidi controls as escapes."""
 
     def render(self, content: Any) -> bytes:
         return json_safe(json.dumps(content, ensure_ascii=False, allow_nan=False,
@@ -164,7 +165,7 @@ def create_app(
             given = request.headers.get("authorization", "").encode("latin-1", "replace")
             if not hmac.compare_digest(given, expected):
                 return _Json({"error": "missing or wrong bearer token"}, 401,
-                                    headers={"WWW-Authenticate": "Bearer"})
+                             headers={"WWW-Authenticate": "Bearer"})
             try:
                 name = request.path_params.get("session", "")
                 if name:
@@ -278,7 +279,7 @@ async def _json_body(request: Request, kind: type[_Body], limit: int, *,
                      optional: bool = False) -> _Body:
     """The request's body as ``kind``, read no further than ``limit`` bytes; refused with the
     field at fault (a wrong type, a value out of range, a field missing or unknown)."""
-    kind_of_body = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     declared = request.headers.get("content-length")
     if declared is not None and _whole(declared, "Content-Length must be a number of bytes") > limit:
         raise _Refused(413, f"the body is {declared} bytes; at most {limit} are read")
@@ -289,9 +290,9 @@ async def _json_body(request: Request, kind: type[_Body], limit: int, *,
             raise _Refused(413, f"the body is over {limit} bytes")
     if optional and not body:
         body += b"{}"
-    elif kind_of_body != "application/json":
+    elif media_type != "application/json":
         raise _Refused(415, "the body must be JSON (Content-Type: application/json), got "
-                            f"{kind_of_body or 'none'!r}")
+                            f"{media_type or 'none'!r}")
     try:
         return msgspec.json.decode(bytes(body), type=kind)
     except msgspec.ValidationError as exc:
