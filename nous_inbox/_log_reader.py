@@ -22,6 +22,7 @@ nous_inbox.errors.DecodeError: log line 2 (byte 2): JSON is malformed: invalid c
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +32,7 @@ from typing import IO, Any, Final, NamedTuple
 import msgspec
 
 from nous_inbox.errors import DecodeError, RecordTooLargeError
+from nous_inbox.events import SCHEMA_VERSION
 
 CheckHeader = Callable[[bytes, str], object]
 """A format's check of a log's first record (unframed), given the place to name in an error."""
@@ -105,12 +107,32 @@ def _read_msgpack_file(
         raise _truncated(name, "record", number, offset, len(pending))
 
 
+# msgspec's words for a tag outside the union: an event's (bare, or in a Record envelope).
+_UNKNOWN_TYPE: Final = re.compile(r"Invalid value '(.*)' - at `\$(?:\.event)?\.type`", re.DOTALL)
+
+
 def _reason(exc: BaseException, data: Any) -> str:
+    """Why a record did not decode, in words for the person reading the log.
+
+    An event type this library does not know is what a newer nous-inbox writes, whatever the
+    log's header says (a log begun by an older version may have been appended to by a newer
+    one), so it says so rather than quoting the decoder.
+
+    >>> import msgspec
+    >>> _reason(msgspec.ValidationError("Invalid value 'moved' - at `$.type`"), b"{}")
+    "unknown event type 'moved' (this nous-inbox reads schema 3 and older): written by a newer nous-inbox; upgrade nous-inbox to read it"
+    """
     if isinstance(exc, RecursionError):
         return "nested too deeply"
     if not data:
         return "empty record"
-    return str(exc)
+    reason = str(exc)
+    unknown = _UNKNOWN_TYPE.fullmatch(reason)
+    if unknown is not None:
+        tag = unknown[1] if len(unknown[1]) <= 60 else unknown[1][:59] + "…"
+        return (f"unknown event type {tag!r} (this nous-inbox reads schema {SCHEMA_VERSION} and "
+                "older): written by a newer nous-inbox; upgrade nous-inbox to read it")
+    return reason
 
 
 class _BadLine(NamedTuple):

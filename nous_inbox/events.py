@@ -27,7 +27,9 @@ is refused with a clear error rather than misread. A renamed field keeps its old
 private, defaulted field that the event's ``__post_init__`` folds into the new one, so the
 upgrade happens in the type itself: every decoder (JSON Lines, MessagePack, a store's own) reads
 both spellings, record by record, and no decoder needs to know the history. Schema 2 renamed
-``ModelRequested.messages`` to ``count`` this way.
+``ModelRequested.messages`` to ``count`` this way. A new event type moves the version too: an
+older reader cannot know the tag, so the header tells it to upgrade before it meets one (and a
+reader meeting a tag it does not know says the same, whatever the header claims).
 """
 
 from __future__ import annotations
@@ -71,10 +73,12 @@ __all__ = [
     "enc_hook",
 ]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The version of the event schema this library writes; it reads every version up to it.
 
 1: the first. 2: ``ModelRequested.messages`` is renamed ``count`` (it always held a count).
+3: new event types ``cancel_requested`` and ``mail_agent``; ``TurnEnded`` gains ``output`` and
+``usage``.
 """
 
 

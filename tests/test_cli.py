@@ -605,7 +605,7 @@ def test_printable_and_one_line_leave_nothing_a_terminal_obeys(text: str) -> Non
 
 @given(st.recursive(st.none() | st.text(), lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner)))
 def test_json_safe_output_decodes_to_the_same_value_and_has_no_raw_controls(value: object) -> None:
-    from nous_inbox.cli.terminal import json_safe
+    from nous_inbox.safe_json import json_safe
 
     document = json_safe(json.dumps(value, ensure_ascii=False))
     assert json.loads(document) == value

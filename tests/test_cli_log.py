@@ -5,18 +5,35 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from nous_inbox.__main__ import main
+from nous_inbox.cli.terminal import BIDI_CONTROLS
+from nous_inbox.events import (
+    SCHEMA_VERSION,
+    Event,
+    MailAgent,
+    MailSent,
+    MessageSent,
+    ToolCalled,
+    TurnEnded,
+)
+from nous_inbox.message import Message, ToolCall
+from nous_inbox.safe_json import event_json, json_safe
+from nous_inbox.store import open_store
+from tests import fixture_logs
 
 ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
 WAIT = 60.0
 
 
@@ -144,3 +161,57 @@ def test_sessions_json_is_one_object_per_session(url: str) -> None:
     assert [json.loads(line) for line in text.splitlines()] == [
         {"session": "b\u202eeta", "events": 1}, {"session": "s", "events": 2},
     ]
+
+
+# -- every event type has a line -------------------------------------------------------------
+
+
+def test_every_event_type_has_a_line_of_its_own(tmp_path: Path) -> None:
+    """``log`` on a store of this version's fixture, whose run and mailbox hold every event type
+    (``tests.fixture_logs``): each event is one line of its own, never a Python repr."""
+    store = tmp_path / "store.sqlite"
+    shutil.copyfile(DATA / f"schema{SCHEMA_VERSION}.sqlite", store)
+    examples = {stream: fixture_logs.events(SCHEMA_VERSION, stream) for stream in ("run", "mailbox")}
+    assert {type(e) for events in examples.values() for e in events} == set(get_args(Event))
+    for stream, events in examples.items():
+        status, text = cli("log", "--store", f"sqlite:{store}", stream)
+        lines = text.splitlines()
+        assert status == 0 and len(lines) == len(events)
+        for event, line in zip(events, lines, strict=True):
+            assert line.startswith(f"#{event.seq:<5} ")
+            assert f"{type(event).__name__}(" not in line, line
+    text = cli("log", "--store", f"sqlite:{store}", "mailbox")[1]
+    assert 'mail      m1 lead -> dev (action): {"task":"tidy","logs":["a.log"]}' in text
+    assert "mail      m3 dev -> lead (reply, re m1): done" in text
+    assert "agent     dev under lead" in text and "mail      m4 to dev withdrawn" in text
+    assert "cancel of turn 2 asked" in cli("log", "--store", f"sqlite:{store}", "run")[1]
+
+
+def test_log_json_is_the_codec_line_of_each_event(url: str) -> None:
+    steer(url, "\x9b2J \u202eevil \u2028 end")
+    text = cli("log", "--store", url, "s", "--json")[1]
+    with open_store(url, read_only=True) as store:
+        assert text.splitlines() == [event_json(e) for e in store.read("s")]
+    assert not any(c in text for c in "\x9b\u202e\u2028")
+
+
+def test_log_prints_no_control_or_bidi_character_raw_in_any_field(tmp_path: Path) -> None:
+    hostile = "\x1b]0;pwned\x07\x9b2J\x7f\u202eevil\u2066"
+    url = f"sqlite:{tmp_path / 'store.sqlite'}"
+    with open_store(url) as store:
+        store.append("s", [
+            MessageSent(target="next_step", wakeup=False, message=Message.user(hostile)),
+            ToolCalled(turn=1, step=1, call=ToolCall("c1", f"read{hostile}", {hostile: hostile})),
+            TurnEnded(turn=1, steps=1, reason="error", error=hostile),
+            MailSent(id=hostile, sender=hostile, recipient=hostile, body={hostile: [hostile]},
+                     kind=hostile, reply_to=hostile),
+            MailAgent(agent=hostile, parent=hostile),
+        ])
+    status, text = cli("log", "--store", url, "s")
+    assert status == 0 and len(text.splitlines()) == 5
+    assert not any(c in text for c in "\x1b\x07\x9b\x7f\u202e\u2066"), text
+
+
+def test_json_output_escapes_every_bidi_control_text_output_escapes() -> None:
+    for code in BIDI_CONTROLS:
+        assert chr(code) not in json_safe(json.dumps(f"a{chr(code)}b", ensure_ascii=False))

@@ -150,7 +150,9 @@ GOOD = b'{"type":"warned","text":"ok","seq":1}'
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        (b'{"type":"teleported","seq":2}', "Invalid value 'teleported' - at `$.type`"),
+        (b'{"type":"teleported","seq":2}', f"unknown event type 'teleported' (this nous-inbox "
+                                           f"reads schema {SCHEMA_VERSION} and older): written by "
+                                           "a newer nous-inbox; upgrade nous-inbox to read it"),
         (b'{"type":"warned","text":"x","seq":"2"}', "Expected `int`, got `str` - at `$.seq`"),
         (b'{"type":"warned","text":"x","seq":2', "truncated"),
         (b'{"type":"warned" "text"}', "malformed"),

@@ -164,7 +164,7 @@ def test_a_json_or_msgpack_log_cut_anywhere_reads_a_prefix_or_says_truncated():
     ("old", "new", "message"),
     [
         (b'"seq":2', b'"seq":"2"', "Expected `int`, got `str`"),
-        (b'"type":"message_sent"', b'"type":"message_lost"', "Invalid value 'message_lost'"),
+        (b'"type":"message_sent"', b'"type":"message_lost"', "unknown event type 'message_lost'"),
         (b'"seq":2', b'"seq":5', "has seq 5 where 2 was due"),
         (b'"event":{"type"', b'"event":{ "type"', None),  # harmless whitespace: still valid
         (b'"stream":"alpha"', b'"stream":"alp\\u0000a"', "control character"),

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nous_inbox.codec import encode_header
 from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import Warned
 from nous_inbox.session import replay
@@ -145,7 +146,7 @@ def test_a_file_delete_replaces_the_file_whole_and_leaves_nothing_beside_it(tmp_
         store.append("t", [Warned(text="c", at=1.0)])
         store.delete("s")
     assert path.read_text().splitlines() == [
-        '{"format":"nous-inbox","version":2}',
+        encode_header().decode().rstrip("\n"),
         '{"stream":"t","event":{"type":"warned","text":"c","seq":1,"at":1.0}}',
     ]
     assert oct(path.stat().st_mode & 0o777) == "0o600"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nous_inbox.codec import Record, json_lines
+from nous_inbox.codec import Record, encode_header, json_lines
 from nous_inbox.errors import DecodeError, StoreError
 from nous_inbox.events import Warned
 from nous_inbox.store import FileStore, StoreLockedError, open_store
@@ -266,7 +266,7 @@ def test_a_reader_leaves_a_torn_append_alone_and_says_so(tmp_path, caplog):
     b"\0" * 36, b"\0" * 36 + b"\n", b"\0" * 36 + b"\n" + b"\0" * 80,
     # A header write torn after its first bytes: the rest of its block reads as NULs.
     b'{"format":"nous-in' + b"\0" * 100, b'{"format":"nous-in' + b"\0" * 100 + b"\n",
-    b'{"format":"nous-inbox","version":2}' + b"\0" * 5000,
+    encode_header()[:-1] + b"\0" * 5000,
 ])
 def test_a_header_lost_to_power_loss_opens_as_an_empty_log(tmp_path, caplog, lost):
     path = tmp_path / "log.jsonl"

@@ -4,6 +4,7 @@ refused with a clear 4xx before anything is written."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -14,13 +15,24 @@ import pytest
 pytest.importorskip("starlette")
 httpx = pytest.importorskip("httpx")
 
-from nous_inbox.events import MessageSent, TurnEnded, TurnStarted  # noqa: E402
-from nous_inbox.message import Message  # noqa: E402
+from nous_inbox.__main__ import main  # noqa: E402
+from nous_inbox.codec import encode_event  # noqa: E402
+from nous_inbox.events import (  # noqa: E402
+    MessageSent,
+    QueueClaimed,
+    ToolCalled,
+    TurnEnded,
+    TurnStarted,
+    Warned,
+)
+from nous_inbox.message import Message, ToolCall  # noqa: E402
 from nous_inbox.runner import Runner  # noqa: E402
+from nous_inbox.safe_json import event_json  # noqa: E402
 from nous_inbox.store import Store, open_store  # noqa: E402
-from nous_inbox.web import SessionHost, create_app, event_data  # noqa: E402
+from nous_inbox.web import SessionHost, create_app  # noqa: E402
 
 TOKEN = "test-token-1234"
+WAIT = 20.0  # seconds: a bound for what should happen at once, never a sleep to synchronise
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -31,7 +43,8 @@ def quick_agent(session: str) -> Runner:
 class Api:
     """A host on a fresh SQLite store, its app, and a client that shows the token."""
 
-    def __init__(self, store: Store, host: SessionHost, app: Any, client: Any) -> None:
+    def __init__(self, url: str, store: Store, host: SessionHost, app: Any, client: Any) -> None:
+        self.url = url
         self.store = store
         self.app = app
         self.host = host
@@ -47,12 +60,13 @@ class Api:
 
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[Api]:
-    with open_store(f"sqlite:{tmp_path / 'log.sqlite'}") as store:
+    url = f"sqlite:{tmp_path / 'log.sqlite'}"
+    with open_store(url) as store:
         async with SessionHost(store, quick_agent, scan_interval=None) as host:
             app = create_app(host, token=TOKEN, max_body=1024)
             transport = httpx.ASGITransport(app)
             async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-                yield Api(store, host, app, client)
+                yield Api(url, store, host, app, client)
 
 
 pytestmark = pytest.mark.anyio
@@ -160,14 +174,16 @@ async def test_a_failure_of_the_server_is_a_500_not_a_refusal_of_the_request(tmp
 # -- refusals: a clear 4xx, and nothing written ---------------------------------------------------
 
 BAD_BODIES: list[tuple[str, dict[str, Any], int, str]] = [
-    ("unknown mode", {"json": {"mode": "shout", "text": "x"}}, 400, "mode must be one of"),
-    ("no mode", {"json": {"text": "x"}}, 400, "mode must be one of"),
-    ("no text", {"json": {"mode": "steer"}}, 400, "text must be a string"),
-    ("text not a string", {"json": {"mode": "steer", "text": 5}}, 400, "text must be a string"),
+    ("unknown mode", {"json": {"mode": "shout", "text": "x"}}, 400,
+     "mode: Invalid enum value 'shout'; send {\"mode\": \"steer\" | \"inject\""),
+    ("no mode", {"json": {"text": "x"}}, 400, "missing required field `mode`"),
+    ("no text", {"json": {"mode": "steer"}}, 400, "missing required field `text`"),
+    ("text not a string", {"json": {"mode": "steer", "text": 5}}, 400,
+     "text: Expected `str`, got `int`"),
     ("empty text", {"json": {"mode": "steer", "text": " \n "}}, 400, "text is empty"),
     ("an extra field", {"json": {"mode": "steer", "text": "x", "role": "system"}}, 400,
-     "unknown field(s) role"),
-    ("a list", {"json": ["steer", "x"]}, 400, "must be a JSON object"),
+     "unknown field `role`"),
+    ("a list", {"json": ["steer", "x"]}, 400, "the body: Expected `object`, got `array`"),
     ("malformed JSON", {"content": b'{"mode": "steer", "text": ', "headers": {
         "Content-Type": "application/json"}}, 400, "not JSON"),
     ("a lone surrogate", {"content": b'{"mode": "steer", "text": "\\ud800"}', "headers": {
@@ -186,6 +202,99 @@ async def test_a_bad_body_is_refused_and_nothing_is_written(
     response = await api.client.post("/api/sessions/s1/messages", headers=headers, **request_kwargs)
     assert response.status_code == status, response.text
     assert says in response.json()["error"]
+    assert api.written() == [] and api.host.held == []
+
+
+# Every endpoint of the API, by method and path, with the query parameters it takes.
+ENDPOINTS = [
+    ("GET", "/api/sessions", ()),
+    ("GET", "/api/sessions/s1", ("offset", "limit")),
+    ("POST", "/api/sessions/s1/messages", ()),
+    ("POST", "/api/sessions/s1/cancel", ()),
+    ("GET", "/api/sessions/s1/events", ("after",)),
+]
+POSTS = [(path, {"mode": "steer", "text": "x"} if path.endswith("messages") else {})
+         for method, path, _ in ENDPOINTS if method == "POST"]
+WRONG_TYPES: dict[str, Any] = {"a list": ["steer"], "an object": {"steer": "x"}, "a number": 5,
+                               "null": None, "a boolean": True}
+
+
+async def test_the_walks_below_cover_every_endpoint_of_the_app(api: Api) -> None:
+    routes = {route.path.replace("{session:nous_session}", "s1")  # type: ignore[attr-defined]
+              for route in api.app.routes if route.path.startswith("/api")}  # type: ignore[attr-defined]
+    assert routes == {path for _, path, _ in ENDPOINTS}
+
+
+@pytest.mark.parametrize("wrong", [*WRONG_TYPES, "missing"])
+@pytest.mark.parametrize("field", ["mode", "text"])
+async def test_a_field_of_a_send_of_the_wrong_type_or_missing_is_refused_naming_it(
+    api: Api, field: str, wrong: str,
+) -> None:
+    body: dict[str, Any] = {"mode": "steer", "text": "x"}
+    if wrong == "missing":
+        del body[field]
+    else:
+        body[field] = WRONG_TYPES[wrong]
+    response = await api.post("s1", body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (f"{field}: Expected `str`" in error if wrong != "missing"
+            else f"missing required field `{field}`" in error)
+    assert api.written() == [] and api.host.held == []
+
+
+@pytest.mark.parametrize("wrong", [*WRONG_TYPES, "a string"])
+@pytest.mark.parametrize(("path", "good"), POSTS, ids=[path for path, _ in POSTS])
+async def test_a_body_that_is_not_an_object_is_refused_on_every_post(
+    api: Api, path: str, good: dict[str, Any], wrong: str,
+) -> None:
+    body = "steer" if wrong == "a string" else WRONG_TYPES[wrong]
+    if wrong == "an object":
+        body = {**good, "extra": body}  # an object, with a field no endpoint takes
+    response = await api.client.post(path, content=json.dumps(body).encode(),
+                                     headers={**AUTH, "Content-Type": "application/json"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert ("unknown field `extra`" in error if wrong == "an object"
+            else "the body: Expected `object`" in error)
+    assert api.written() == [] and api.host.held == []
+
+
+async def test_a_cancel_takes_no_body_or_an_empty_object(api: Api) -> None:
+    for kwargs in ({}, {"json": {}}):
+        response = await api.client.post("/api/sessions/s1/cancel", headers=AUTH, **kwargs)
+        assert (response.status_code, response.json()) == (200, {"cancelled": False})
+
+
+QUERY_CASES = [(method, path, param, value) for method, path, params in ENDPOINTS
+               for param in params
+               for value in ("x", "", "-1", "null", "[1]", "{}", "1.5", "true")]
+
+
+@pytest.mark.parametrize(("method", "path", "param", "value"), QUERY_CASES)
+async def test_a_query_parameter_that_is_not_a_whole_number_is_refused_naming_it(
+    api: Api, method: str, path: str, param: str, value: str,
+) -> None:
+    response = await api.client.request(method, path, params={param: value}, headers=AUTH)
+    assert response.status_code == 400, response.text
+    assert f"{param} must be a whole number >= 0, got {value!r}" in response.json()["error"]
+
+
+@pytest.mark.parametrize(("method", "path", "takes"), ENDPOINTS)
+async def test_every_endpoint_refuses_a_query_parameter_it_does_not_take_or_one_given_twice(
+    api: Api, method: str, path: str, takes: tuple[str, ...],
+) -> None:
+    body = {"mode": "steer", "text": "x"} if path.endswith("messages") else None
+    # Bounded: an event stream that took the request would never end by itself.
+    response = await asyncio.wait_for(api.client.request(
+        method, path, params={"extra": "1"}, headers=AUTH, json=body), WAIT)
+    assert response.status_code == 400, response.text
+    assert "unknown query parameter 'extra'" in response.json()["error"]
+    for param in takes:
+        response = await asyncio.wait_for(api.client.request(
+            method, path, params=[(param, "1"), (param, "2")], headers=AUTH), WAIT)
+        assert response.status_code == 400, response.text
+        assert f"query parameter {param} is given more than once" in response.json()["error"]
     assert api.written() == [] and api.host.held == []
 
 
@@ -329,7 +438,46 @@ async def test_the_event_stream_is_the_log_from_a_position_and_ends_when_the_hos
         api, "/api/sessions/s1/events?after=1", AUTH, lambda body: "id: 3" in body)
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
     stored = list(api.store.read("s1", 1))
-    assert parse_sse(body) == [(e.seq, json.loads(event_data(e))) for e in stored]
+    assert parse_sse(body) == [(e.seq, json.loads(event_json(e))) for e in stored]
+
+
+#: What a terminal or a page would obey rather than show: ESC, CSI in its one-byte C1 form, DEL,
+#: a bidi override and isolate, and the line separator JavaScript chokes on.
+HOSTILE = "\x1b[2J\x9b31m\x7f\u202eevil\u2066\u2028end"
+
+
+async def test_each_event_of_the_stream_is_the_line_log_json_prints(api: Api) -> None:
+    call = ToolCall("c1", "read\u202e", {"path": HOSTILE})
+    api.store.append("s1", [
+        MessageSent(target="next_step", wakeup=False, message=Message.user(HOSTILE)),
+        ToolCalled(turn=1, step=1, call=call),
+        Warned(text=HOSTILE),
+    ])
+    _, _, body = await stream_until_stopped(api, "/api/sessions/s1/events", AUTH,
+                                            lambda body: "id: 3" in body)
+    sent = [line.removeprefix("data: ") for line in body.splitlines() if line.startswith("data: ")]
+    out = io.StringIO()
+    assert main(["log", "--store", api.url, "s1", "--json"], out=out) == 0
+    assert sent == out.getvalue().splitlines()  # the same bytes, escapes and all
+    assert not any(c in line for line in sent for c in "\x1b\x9b\x7f\u202e\u2066\u2028")
+    assert [json.loads(line) for line in sent] == [
+        json.loads(encode_event(e)) for e in api.store.read("s1")]  # and the same events
+
+
+async def test_json_answers_escape_what_log_json_escapes(api: Api) -> None:
+    name = "b\u202eeta"
+    api.store.append(name, [
+        MessageSent(target="next_turn", wakeup=True, message=Message.user(HOSTILE)),
+        TurnStarted(turn=1), QueueClaimed(target="next_turn", count=1),
+    ])
+    for path in ("/api/sessions", f"/api/sessions/{name}"):
+        response = await api.client.get(path, headers=AUTH)
+        assert response.status_code == 200
+        assert not any(c in response.text for c in "\x1b\x9b\x7f\u202e\u2066\u2028"), path
+    shown = (await api.client.get(f"/api/sessions/{name}", headers=AUTH)).json()
+    assert (shown["id"], shown["transcript"][0]["content"]) == (name, HOSTILE)  # the same text
+    listed = (await api.client.get("/api/sessions", headers=AUTH)).json()
+    assert listed == {"sessions": [{"id": name, "hosted": False}]}
 
 
 def a_backlog(store: Store, session: str, count: int) -> None:

@@ -198,6 +198,12 @@ def test_a_bad_send_writes_nothing(tmp_path: Path) -> None:
                     await host.send("s\x07", "steer", "x")
                 with pytest.raises(ValueError, match="text is empty"):
                     await host.send("s1", "steer", " \t\n")
+                for mode in (["steer"], {"steer": 1}, 5, None):  # a list or dict would not hash
+                    with pytest.raises(TypeError, match=r"mode must be a string .* got "):
+                        await host.send("s1", mode, "x")  # type: ignore[arg-type]
+                for after in ("1", -1, 1.0, None):
+                    with pytest.raises(ValueError, match="after must be an int >= 0"):
+                        await anext(host.events("s1", after))  # type: ignore[arg-type]
                 assert host.held == []
 
         run(main)

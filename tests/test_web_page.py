@@ -9,12 +9,13 @@ fails in CI (``CI=true``): a browser test that silently did not run must not pas
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
@@ -25,6 +26,12 @@ else:
     pytest.importorskip("uvicorn")
     pytest.importorskip("httpx")
 
+from nous_inbox.cli.render import format_event
+from nous_inbox.cli.style import Style
+from nous_inbox.events import SCHEMA_VERSION, Event, MailSent, MessageSent, ToolCalled, Warned
+from nous_inbox.message import Message, ToolCall
+from nous_inbox.store import open_store
+from tests import fixture_logs
 from tests.test_web_serve import ROOT, WAIT, Served, start_serve, wait_for
 
 #: Where the screenshot goes: the docs' picture is refreshed with
@@ -157,6 +164,71 @@ def test_without_the_token_the_page_asks_for_it(browser: Any, served: Served) ->
     form.find_element(By.TAG_NAME, "button").click()
     wait_for(lambda: browser.find_element(By.ID, "no-sessions").is_displayed(),
           "with the token the (empty) list shows")
+
+
+# -- every event type has its line -----------------------------------------------------------
+
+
+def page_lines_table() -> set[str]:
+    """The event types the page's table of lines names (``const LINES = {...}`` in page.js)."""
+    source = (ROOT / "nous_inbox" / "web" / "static" / "page.js").read_text("utf-8")
+    assert "const LINES = {" in source, "page.js keeps the line of each event type in LINES"
+    table = source[source.index("const LINES = {"):]
+    table = table[:table.index("\n};\n")]
+    return set(re.findall(r"^  ([a-z_]+): \(e\) =>", table, re.MULTILINE))
+
+
+def test_the_page_has_a_line_for_every_event_type_of_the_vocabulary() -> None:
+    vocabulary = {kind.__struct_config__.tag for kind in get_args(Event)}
+    assert page_lines_table() == vocabulary
+
+
+@pytest.fixture
+def fixture_served(tmp_path: Path) -> Iterator[tuple[Served, str]]:
+    """``serve`` over a copy of this version's fixture store, and its URL: its run and its
+    mailbox hold every event type (``tests.fixture_logs``)."""
+    store = tmp_path / "store.sqlite"
+    shutil.copyfile(ROOT / "tests" / "data" / f"schema{SCHEMA_VERSION}.sqlite", store)
+    server = start_serve(f"sqlite:{store}", "--agent", "nous_inbox.web.scripted:agent")
+    try:
+        yield server, f"sqlite:{store}"
+    finally:
+        server.stop()
+
+
+def shows_as_log_prints(browser: Any, served: Served, stream: str, events: list[Event]) -> None:
+    """The page of ``stream`` shows ``events``, each as the line ``nous-inbox log`` prints."""
+    browser.get(f"{served.url.rstrip('/')}/sessions/{stream}#token=serve-test-token")
+    shown = wait_for(lambda: (got := lines(browser)) and len(got) == len(events) and got,
+                     f"the {stream} events are shown")
+    for event, (kind, text) in zip(events, shown, strict=True):
+        assert kind == type(event).__struct_config__.tag
+        # The page's line is the log's, with the time (hh:mm:ss and a space) after the seq.
+        logged = format_event(event, Style(None, force=False), with_time=False)
+        assert text[:7] + text[16:] == logged, (text, logged)
+
+
+def test_every_event_type_shows_on_the_page_as_log_prints_it(
+        browser: Any, fixture_served: tuple[Served, str]) -> None:
+    served, _ = fixture_served
+    for stream in ("run", "mailbox"):
+        shows_as_log_prints(browser, served, stream, fixture_logs.events(SCHEMA_VERSION, stream))
+
+
+def test_controls_and_bidi_overrides_show_escaped_as_log_prints_them(
+        browser: Any, fixture_served: tuple[Served, str]) -> None:
+    served, url = fixture_served
+    hostile = "\x1b[2J\x9b31m \x7f\u202eevil\u2066 \u2028end\x1cx"
+    call = ToolCall("c1", "read\u202e", {"path\x1b": [1, "é\u202e", {"a": None}], "n": 2})
+    with open_store(url) as store:
+        events = store.append("hostile", [
+            MessageSent(target="next_step", wakeup=False, message=Message.user(hostile)),
+            ToolCalled(turn=1, step=1, call=call),
+            Warned(text=hostile),
+            MailSent(id="m\u202e1", sender="lead\x1b", recipient="dev", body={"say": hostile}),
+        ])
+    shows_as_log_prints(browser, served, "hostile", events)
+    assert not any(c in text for _, text in lines(browser) for c in "\x1b\x9b\x7f\u202e\u2066")
 
 
 def test_in_ci_a_missing_web_extra_fails_this_module_rather_than_skipping_it() -> None:

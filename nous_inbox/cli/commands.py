@@ -17,9 +17,9 @@ from typing import IO, Any, Final
 
 from nous_inbox.cli.live import run_demo, run_session
 from nous_inbox.cli.progress import with_progress
-from nous_inbox.cli.render import event_json, format_event
+from nous_inbox.cli.render import format_event
 from nous_inbox.cli.style import Style
-from nous_inbox.cli.terminal import json_safe, printable
+from nous_inbox.cli.terminal import printable
 from nous_inbox.cli.text import message_text
 from nous_inbox.cli.tour import run_tour
 from nous_inbox.cli.usage import UsageError
@@ -29,6 +29,7 @@ from nous_inbox.inbox import Target
 from nous_inbox.message import Message, thaw_json
 from nous_inbox.owner.body import request_cancel
 from nous_inbox.runner.scripted import MAX_STEPS
+from nous_inbox.safe_json import event_json, json_safe
 from nous_inbox.session import Session
 from nous_inbox.store import Store, append_once, default_store_url, open_store
 from nous_inbox.store.snapshot import load_session, save_snapshot

@@ -24,13 +24,14 @@ from typing import IO, Final
 import attrs
 
 from nous_inbox.cli.pipe import is_broken_pipe, quiet_broken_pipe
-from nous_inbox.cli.render import event_json, format_event
+from nous_inbox.cli.render import format_event
 from nous_inbox.cli.style import Style
 from nous_inbox.cli.terminal import printable
 from nous_inbox.events import Event, ToolCalled
 from nous_inbox.owner import Owner
 from nous_inbox.runner import Runner
 from nous_inbox.runner.scripted import ScriptedAgent
+from nous_inbox.safe_json import event_json
 from nous_inbox.session import replay
 from nous_inbox.store import Store
 

@@ -6,8 +6,9 @@ only decides how each one reads on a terminal.
 Text that came from a message, a model or a tool is shown through ``printable``: a message could
 otherwise carry terminal escape sequences that move the cursor, recolour or retitle the reader's
 terminal, or bidi overrides that reorder what a line seems to say (see
-``nous_inbox.cli.terminal``). ``event_json`` escapes what JSON encoders leave raw (DEL, C1 and
-bidi controls) as ``\\u`` escapes, so ``--json`` output still decodes to the exact log.
+``nous_inbox.cli.terminal``). ``--json`` prints :func:`nous_inbox.safe_json.event_json`, which
+escapes what JSON encoders leave raw (DEL, C1 and bidi controls) as ``\\u`` escapes, so the output
+still decodes to the exact log; the web face's event stream sends the same lines.
 """
 
 from __future__ import annotations
@@ -19,10 +20,19 @@ from typing import Any, Final
 import msgspec
 
 from nous_inbox.cli.style import Style
-from nous_inbox.cli.terminal import json_safe, printable
+from nous_inbox.cli.terminal import printable
 from nous_inbox.events import (
     CancelRequested,
     Event,
+    MailAgent,
+    MailAnswered,
+    MailDropped,
+    MailEvent,
+    MailNoticed,
+    MailRead,
+    MailReceived,
+    MailSent,
+    MailWithdrawn,
     MessageSent,
     ModelReplied,
     ModelRequested,
@@ -38,7 +48,7 @@ from nous_inbox.events import (
 )
 from nous_inbox.message import enc_hook, thaw_json
 
-__all__ = ["FINAL_LIMIT", "LIMIT", "event_json", "format_event", "printable", "short"]
+__all__ = ["FINAL_LIMIT", "LIMIT", "format_event", "printable", "short"]
 
 #: How much of a message one event line shows; a final answer (no tool calls) gets more room,
 #: since it is what the run was for (the demo's summary runs to some 400 characters).
@@ -63,18 +73,6 @@ def short(text: str, limit: int = LIMIT) -> str:
     """
     flat = printable(" ".join(text.split()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def event_json(event: Event) -> str:
-    """The event as one line of JSON (the JSON Lines log form), safe to print on a terminal.
-
-    >>> from nous_inbox.message import Message
-    >>> line = event_json(MessageSent(target="next_step", wakeup=False,
-    ...                               message=Message.user("\\x9b2J")))
-    >>> "\\x9b" in line, "\\\\u009b2J" in line
-    (False, True)
-    """
-    return json_safe(msgspec.json.encode(event, enc_hook=enc_hook).decode())
 
 
 def format_event(event: Event, style: Style, *, with_time: bool = True) -> str:
@@ -129,8 +127,46 @@ def _body(event: Event, style: Style) -> str:
         return style.paint(f"warning  {short(event.text, 200)}", "red")
     if isinstance(event, CancelRequested):
         return style.paint(f"cancel of turn {event.turn} asked", "bold", "yellow")
-    return repr(event)  # an event type added later still prints
+    return _mail(event, style)
+
+
+def _mail(event: MailEvent, style: Style) -> str:
+    """The mailbox's events, in its own stream: who sent what to whom, and what came of it."""
+    if isinstance(event, MailAgent):
+        parent = f" under {printable(event.parent)}" if event.parent else ""
+        worked = " has worked" if event.worked else ""
+        return f"{style.paint('agent    ', 'magenta')} {printable(event.agent)}{parent}{worked}"
+    return f"{style.paint('mail     ', 'magenta')} {_mail_fact(event)}"
+
+
+def _mail_fact(event: MailEvent) -> str:
+    if isinstance(event, MailSent):
+        kind = printable(event.kind) + (f", re {printable(event.reply_to)}" if event.reply_to else "")
+        body = event.body if isinstance(event.body, str) else msgspec.json.encode(
+            event.body, enc_hook=enc_hook).decode()
+        return (f"{printable(event.id)} {printable(event.sender)} -> {printable(event.recipient)} "
+                f"({kind}): {short(body)}")
+    if isinstance(event, MailDropped):
+        return f"{printable(event.id)} to {printable(event.recipient)} dropped to make room"
+    if isinstance(event, MailWithdrawn):
+        how = "retracted" if event.retracted else "withdrawn"
+        return f"{printable(event.id)} to {printable(event.recipient)} {how}"
+    if isinstance(event, MailReceived):
+        return f"{printable(event.recipient)} received {_ids(event.ids)}"
+    if isinstance(event, MailNoticed):
+        return (f"notice {printable(event.notice)} to {printable(event.recipient)}: "
+                f"{_ids(event.ids)}")
+    if isinstance(event, MailRead):
+        return f"{printable(event.recipient)} read {_ids(event.ids)}"
+    if isinstance(event, MailAnswered):
+        return (f"{_ids(event.ids)} to {printable(event.recipient)} answered by "
+                f"{printable(event.by)}")
+    raise AssertionError(f"no line for {type(event).__name__}")  # pragma: no cover
+
+
+def _ids(ids: tuple[str, ...]) -> str:
+    return printable(", ".join(ids))
 
 
 def _args(arguments: Any) -> str:
-    return ", ".join(f"{k}={json.dumps(v)}" for k, v in thaw_json(arguments).items())
+    return ", ".join(f"{printable(k)}={json.dumps(v)}" for k, v in thaw_json(arguments).items())

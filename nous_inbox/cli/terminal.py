@@ -10,16 +10,16 @@ through one of these functions:
 - ``printable`` for text mode: controls become ``\\x1b``-style escapes, bidi controls
   ``\\u202e``-style ones, so a person sees that they are there;
 - ``one_line`` for error and warning lines: the same, on one line;
-- ``json_safe`` for ``--json`` output: a JSON document whose strings carry those characters as
-  ``\\u`` escapes. JSON encoders escape only C0 controls, yet ``\\u009b`` and the raw character
-  decode to the same string, so the output still decodes to the exact log.
+- :func:`nous_inbox.safe_json.json_safe` for ``--json`` output (and ``event_json`` beside it for
+  an event): a JSON document whose strings carry those characters as ``\\u`` escapes. JSON
+  encoders escape only C0 controls, yet ``\\u009b`` and the raw character decode to the same
+  string, so the output still decodes to the exact log. It lives outside the command line
+  because the web face's event stream sends events in the same form.
 
 >>> print(printable("\\x1b[2Jgone\\tand\\nback\\x9b \\u202eevil"))
 \\x1b[2Jgone\\x09and\\x0aback\\x9b \\u202eevil
 >>> one_line("no such session 'a\\x1b]0;pwned\\x07'\\n   (see --help)")
 "no such session 'a\\\\x1b]0;pwned\\\\x07' (see --help)"
->>> json_safe('{"content": "\\x9b31m\\x7f\\u2066"}')
-'{"content": "\\\\u009b31m\\\\u007f\\\\u2066"}'
 
 This module imports nothing, so ``main`` can use it before the rest of the package is loaded.
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["BIDI_CONTROLS", "json_safe", "one_line", "printable"]
+__all__ = ["BIDI_CONTROLS", "one_line", "printable"]
 
 #: The bidirectional embedding, override and isolate controls.
 BIDI_CONTROLS: Final = frozenset((*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
@@ -37,12 +37,6 @@ BIDI_CONTROLS: Final = frozenset((*range(0x202A, 0x202F), *range(0x2066, 0x206A)
 _ESCAPES: Final = {
     **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))},
     **{c: f"\\u{c:04x}" for c in BIDI_CONTROLS},
-}
-
-# JSON has escaped C0 already; DEL, C1, bidi controls and the line separators JavaScript
-# chokes on are escaped the JSON way, which changes no decoded value.
-_JSON_ESCAPES: Final = {
-    c: f"\\u{c:04x}" for c in (*range(0x7F, 0xA0), *BIDI_CONTROLS, 0x2028, 0x2029)
 }
 
 
@@ -61,16 +55,3 @@ def one_line(text: str) -> str:
     For error messages and warnings, which may quote a stream name or a log's content.
     """
     return printable(" ".join(text.split()))
-
-
-def json_safe(document: str) -> str:
-    """A JSON text with DEL, C1 controls, bidi controls and U+2028/9 escaped as ``\\uXXXX``.
-
-    Those characters can only stand inside JSON strings, where the escape means the same.
-
-    >>> json_safe('["ascii passes untouched"]')
-    '["ascii passes untouched"]'
-    """
-    if document.isascii() and "\x7f" not in document:
-        return document  # the common case, decided in O(1) and one scan
-    return document.translate(_JSON_ESCAPES)

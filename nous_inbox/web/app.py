@@ -14,11 +14,14 @@ Endpoints (every ``/api`` call needs ``Authorization: Bearer TOKEN``)::
 
 Mount it in a Starlette or FastAPI app (``app.mount("/agents", create_app(host, token=...))``)
 or let ``nous-inbox serve`` run it. Safe by default: the token is compared in constant time;
-bodies must be JSON objects (``Content-Type: application/json``) of at most ``max_body`` bytes;
-a session id and a text are checked as the command line checks them, and refused with a 4xx
-that says why before anything is written; no CORS header is sent unless ``cors_origins`` names
-the origins; the page sets a content security policy that allows only its own script and style,
-and writes every text with ``textContent``.
+bodies must be JSON objects (``Content-Type: application/json``) of at most ``max_body`` bytes,
+decoded into a ``msgspec.Struct`` per endpoint, so every field's type is checked in one place and
+a wrong type, a missing field or an unknown one is refused naming the field; each query
+parameter must be one the endpoint takes, once, as a whole number; a session id and a text are
+checked as the command line checks them. Anything refused gets a 4xx that says why before
+anything is written. No CORS header is sent unless ``cors_origins`` names the origins; the page
+sets a content security policy that allows only its own script and style, and writes every text
+with ``textContent``.
 
 >>> import asyncio, httpx
 >>> from nous_inbox.runner import Runner
@@ -43,9 +46,10 @@ import asyncio
 import hmac
 import html
 import importlib.resources
+import json
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from typing import Any, Final
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 import msgspec
 from starlette.applications import Starlette
@@ -58,11 +62,12 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from nous_inbox.events import Event
-from nous_inbox.message import enc_hook, thaw_json
+from nous_inbox.message import thaw_json
+from nous_inbox.safe_json import event_json, json_safe
 from nous_inbox.store.base import check_stream
-from nous_inbox.web.host import MODES, SessionHost, checked_text
+from nous_inbox.web.host import MODES, Mode, SessionHost, checked_text
 
-__all__ = ["MAX_BODY", "create_app", "event_data"]
+__all__ = ["MAX_BODY", "create_app"]
 
 #: The largest request body the API reads, in bytes, unless ``create_app`` is told otherwise.
 MAX_BODY: Final = 64 * 1024
@@ -79,8 +84,6 @@ _PAGE_HEADERS: Final = {
     "Cache-Control": "no-store",
 }
 logger: Final = logging.getLogger("nous_inbox.web")
-_encoder: Final = msgspec.json.Encoder(enc_hook=enc_hook)
-
 
 
 class _AnySession(PathConvertor):
@@ -102,16 +105,35 @@ class _Refused(Exception):
         self.status = status
 
 
-def event_data(event: Event) -> bytes:
-    """The event as one line of JSON, the form ``nous-inbox log --json`` prints and the JSON Lines
-    log stores.
+class _Json(JSONResponse):
+    """A JSON answer in the form the command line prints JSON
+    (:func:`~nous_inbox.safe_json.json_safe`): a transcript or a session id quoted in it carries
+    DEL, C1 and bidi controls as escapes."""
 
-    >>> from nous_inbox.events import MessageSent
-    >>> from nous_inbox.message import Message
-    >>> event_data(MessageSent(seq=1, target="next_step", wakeup=True, message=Message.user("go")))[:32]
-    b'{"type":"message_sent","target":'
-    """
-    return _encoder.encode(event)
+    def render(self, content: Any) -> bytes:
+        return json_safe(json.dumps(content, ensure_ascii=False, allow_nan=False,
+                                    separators=(",", ":"))).encode()
+
+
+class _Send(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The body of ``POST /api/sessions/{id}/messages``."""
+
+    mode: Mode
+    text: str
+
+
+class _Cancel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The body of ``POST /api/sessions/{id}/cancel``: none, or an empty object."""
+
+
+_Body = TypeVar("_Body", _Send, _Cancel)
+
+# What each body looks like, for the error that refuses another. Decoding into its Struct checks
+# every field's type (and refuses a field it does not know) in one place.
+_SHAPES: Final[Mapping[type[msgspec.Struct], str]] = {
+    _Send: '{"mode": ' + " | ".join(f'"{mode}"' for mode in MODES) + ', "text": "..."}',
+    _Cancel: "no body, or {}",
+}
 
 
 def create_app(
@@ -134,12 +156,16 @@ def create_app(
         raise ValueError(f"create_app: max_body must be an int >= 1, got {max_body!r}")
     expected = f"Bearer {token}".encode()
 
-    def api(handler: Callable[[Request, str], Awaitable[Response]]) -> Endpoint:
+    def api(handler: Callable[[Request, str, dict[str, int]], Awaitable[Response]],
+            **query: int) -> Endpoint:
+        """An endpoint that checks the token, the session id and the query (``query`` names
+        the parameters it takes, each a whole number, and their defaults) before ``handler``."""
+
         async def endpoint(request: Request) -> Response:
             given = request.headers.get("authorization", "").encode("latin-1", "replace")
             if not hmac.compare_digest(given, expected):
-                return JSONResponse({"error": "missing or wrong bearer token"}, 401,
-                                    headers={"WWW-Authenticate": "Bearer"})
+                return _Json({"error": "missing or wrong bearer token"}, 401,
+                             headers={"WWW-Authenticate": "Bearer"})
             try:
                 name = request.path_params.get("session", "")
                 if name:
@@ -147,26 +173,25 @@ def create_app(
                         check_stream(name)
                     except ValueError as exc:
                         raise _Refused(400, str(exc).replace("stream name", "session id", 1)) from None
-                return await handler(request, name)
+                return await handler(request, name, _query(request, query))
             except _Refused as refused:
-                return JSONResponse({"error": str(refused)}, refused.status)
+                return _Json({"error": str(refused)}, refused.status)
 
         return endpoint
 
-    async def list_sessions(request: Request, _: str) -> Response:
+    async def list_sessions(request: Request, _: str, __: dict[str, int]) -> Response:
         names = await host.sessions()
         held = set(host.held)
-        return JSONResponse({"sessions": [{"id": n, "hosted": n in held} for n in names]})
+        return _Json({"sessions": [{"id": n, "hosted": n in held} for n in names]})
 
-    async def show(request: Request, name: str) -> Response:
-        offset = _int_param(request, "offset", 0)
-        limit = min(_int_param(request, "limit", 100), MAX_PAGE)
+    async def show(request: Request, name: str, query: dict[str, int]) -> Response:
+        offset, limit = query["offset"], min(query["limit"], MAX_PAGE)
         session = await host.session(name)
         if session is None:
             raise _Refused(404, f"no session {name!r} in this store")
         inbox = session.inbox
         page = session.transcript[offset:offset + limit]
-        return JSONResponse({
+        return _Json({
             "id": name, "version": session.version, "hosted": host.hosted(name) is not None,
             "running": session.running, "turn": session.turn, "step": session.step,
             "inbox": {"next_turn": inbox.count("next_turn"), "next_step": inbox.count("next_step"),
@@ -175,27 +200,21 @@ def create_app(
             "transcript": [thaw_json(m.to_dict()) for m in page],
         })
 
-    async def post_message(request: Request, name: str) -> Response:
-        body = await _json_body(request, max_body)
-        unknown = set(body) - {"mode", "text"}
-        if unknown:
-            raise _Refused(400, f"unknown field(s) {', '.join(sorted(unknown))}: send mode and text")
-        mode = body.get("mode")
-        if mode not in MODES:
-            raise _Refused(400, f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    async def post_message(request: Request, name: str, _: dict[str, int]) -> Response:
+        body = await _json_body(request, _Send, max_body)
         try:
-            checked_text(body.get("text"))  # checked here, so a failure past it is the server's
+            checked_text(body.text)  # checked here, so a failure past it is the server's
         except (TypeError, ValueError) as exc:
             raise _Refused(400, str(exc)) from None
-        sent = await host.send(name, mode, body["text"])
-        return JSONResponse({"seq": sent.seq, "mode": mode}, 202)
+        sent = await host.send(name, body.mode, body.text)
+        return _Json({"seq": sent.seq, "mode": body.mode}, 202)
 
-    async def cancel(request: Request, name: str) -> Response:
-        await _json_body(request, max_body, optional=True)
-        return JSONResponse({"cancelled": await host.cancel(name)})
+    async def cancel(request: Request, name: str, _: dict[str, int]) -> Response:
+        await _json_body(request, _Cancel, max_body, optional=True)
+        return _Json({"cancelled": await host.cancel(name)})
 
-    async def events(request: Request, name: str) -> Response:
-        after = _int_param(request, "after", 0)
+    async def events(request: Request, name: str, query: dict[str, int]) -> Response:
+        after = query["after"]
         last_id = request.headers.get("last-event-id")
         if last_id is not None:
             after = _whole(last_id, "Last-Event-ID must be an event seq")
@@ -217,8 +236,8 @@ def create_app(
         Route("/api/sessions", api(list_sessions)),
         Route("/api/sessions/{session:nous_session}/messages", api(post_message), methods=["POST"]),
         Route("/api/sessions/{session:nous_session}/cancel", api(cancel), methods=["POST"]),
-        Route("/api/sessions/{session:nous_session}/events", api(events)),
-        Route("/api/sessions/{session:nous_session}", api(show)),
+        Route("/api/sessions/{session:nous_session}/events", api(events, after=0)),
+        Route("/api/sessions/{session:nous_session}", api(show, offset=0, limit=100)),
         Route("/", page),
         Route("/sessions/{session:nous_session}", page),
         Route("/static/page.js", static("page.js", "text/javascript; charset=utf-8")),
@@ -233,9 +252,20 @@ def create_app(
     return app
 
 
-def _int_param(request: Request, name: str, default: int) -> int:
-    raw = request.query_params.get(name)
-    return default if raw is None else _whole(raw, f"{name} must be a whole number >= 0")
+def _query(request: Request, takes: Mapping[str, int]) -> dict[str, int]:
+    """The query's whole numbers, by name: each parameter ``takes`` names at most once, none
+    other (``takes`` gives the defaults)."""
+    values = dict(takes)
+    seen: set[str] = set()
+    for key, raw in request.query_params.multi_items():
+        if key not in takes:
+            known = f"it takes {', '.join(takes)}" if takes else "it takes none"
+            raise _Refused(400, f"unknown query parameter {key[:40]!r}: {known}")
+        if key in seen:
+            raise _Refused(400, f"query parameter {key} is given more than once")
+        seen.add(key)
+        values[key] = _whole(raw, f"{key} must be a whole number >= 0")
+    return values
 
 
 def _whole(raw: str, must: str) -> int:
@@ -245,9 +275,11 @@ def _whole(raw: str, must: str) -> int:
     return int(raw)
 
 
-async def _json_body(request: Request, limit: int, *, optional: bool = False) -> dict[str, Any]:
-    """The request's JSON object, read no further than ``limit`` bytes."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+async def _json_body(request: Request, kind: type[_Body], limit: int, *,
+                     optional: bool = False) -> _Body:
+    """The request's body as ``kind``, read no further than ``limit`` bytes; refused with the
+    field at fault (a wrong type, a value out of range, a field missing or unknown)."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     declared = request.headers.get("content-length")
     if declared is not None and _whole(declared, "Content-Length must be a number of bytes") > limit:
         raise _Refused(413, f"the body is {declared} bytes; at most {limit} are read")
@@ -257,16 +289,30 @@ async def _json_body(request: Request, limit: int, *, optional: bool = False) ->
         if len(body) > limit:
             raise _Refused(413, f"the body is over {limit} bytes")
     if optional and not body:
-        return {}
-    if kind != "application/json":
-        raise _Refused(415, f"the body must be JSON (Content-Type: application/json), got {kind or 'none'!r}")
+        body += b"{}"
+    elif media_type != "application/json":
+        raise _Refused(415, "the body must be JSON (Content-Type: application/json), got "
+                            f"{media_type or 'none'!r}")
     try:
-        value = msgspec.json.decode(bytes(body))
+        return msgspec.json.decode(bytes(body), type=kind)
+    except msgspec.ValidationError as exc:
+        raise _Refused(400, f"{_field_error(str(exc))}; send {_SHAPES[kind]}") from None
     except msgspec.DecodeError as exc:
         raise _Refused(400, f"the body is not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise _Refused(400, f"the body must be a JSON object, got {type(value).__name__}")
-    return value
+
+
+def _field_error(reason: str) -> str:
+    """msgspec's reason, led by the field it is about: ``mode: Expected `str`, got `array```.
+
+    >>> _field_error("Invalid enum value 'shout' - at `$.mode`")
+    "mode: Invalid enum value 'shout'"
+    >>> _field_error("Expected `object`, got `array`")
+    'the body: Expected `object`, got `array`'
+    """
+    what, at, path = reason.rpartition(" - at `$")
+    if at and path.startswith(".") and path.endswith("`"):
+        return f"{path[1:-1]}: {what}"
+    return reason if "field `" in reason else f"the body: {reason}"
 
 
 class _EventStream(StreamingResponse):
@@ -312,7 +358,7 @@ async def _sse(host: SessionHost, name: str, after: int, keepalive: float) -> As
                 event, getting = getting.result(), None
                 if event is None:  # the host stopped, or reading the session failed
                     return
-                yield b"id: %d\ndata: %s\n\n" % (event.seq, event_data(event))
+                yield f"id: {event.seq}\ndata: {event_json(event)}\n\n".encode()
             elif stopping not in done:
                 yield b": keep-alive\n\n"
     finally:

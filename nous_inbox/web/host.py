@@ -38,7 +38,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar, get_args
 
 from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import Event, MessageSent
@@ -52,19 +52,23 @@ from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
 from nous_inbox.store.snapshot import load_session
 
-__all__ = ["MODES", "AgentFactory", "SessionHost", "checked_text"]
+__all__ = ["MODES", "AgentFactory", "Mode", "SessionHost", "checked_text"]
 
 logger: Final = logging.getLogger("nous_inbox.web")
 
 _T = TypeVar("_T")
 
-#: The four ways to send, as the owner names them: where each lands and whether it wakes.
-MODES: Final = {
+Mode = Literal["steer", "inject", "followup", "prompt"]
+"""The four ways to send, as the owner names them."""
+
+#: Where each way to send lands and whether it wakes.
+MODES: Final[dict[str, tuple[Target, bool]]] = {
     "steer": (Target.NEXT_STEP, True),
     "inject": (Target.NEXT_STEP, False),
     "followup": (Target.NEXT_TURN, True),
     "prompt": (Target.NEXT_TURN, True),
 }
+assert tuple(MODES) == get_args(Mode)
 
 AgentFactory = Callable[[str], AsyncTurnRunner]
 """Makes the runner for a session, given its name: ``factory("s1") -> Runner(...)``."""
@@ -200,6 +204,9 @@ class SessionHost:
         owner that opens it), and the holder's watcher picks it up.
         """
         check_stream(session)
+        if type(mode) is not str:  # a list or a dict would not even hash
+            raise TypeError(f"mode must be a string (one of {', '.join(MODES)}), got "
+                            f"{type(mode).__name__}")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         message = checked_text(text)
@@ -237,6 +244,8 @@ class SessionHost:
         """Every event of ``session`` with ``seq > after``, live, until the host stops: from the
         owner while it is held here, else read from the store every ``poll_interval``."""
         check_stream(session)
+        if type(after) is not int or after < 0:
+            raise ValueError(f"after must be an int >= 0 (a seq), got {after!r}")
         last = after
         while not self.stopping.is_set():
             owner = self.hosted(session)

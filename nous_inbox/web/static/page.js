@@ -44,44 +44,89 @@ function el(tag, text, cls) {
 
 // -- one line per event, as `nous-inbox log` prints it ------------------------------------------
 
+// Text from a log is shown as `nous-inbox log` shows it (nous_inbox.cli.terminal): controls as
+// \x1b-style escapes and bidi controls as \u202e-style ones, so a message can neither hide in
+// the page nor make a line read in another order than it is stored in.
+const CONTROLS = /[\u0000-\u001f\u007f-\u009f]/g;
+const BIDI = /[\u202a-\u202e\u2066-\u2069]/g;
+// What Python's str.split() splits on, so a message flattens to the line the log prints.
+const SPACES = /[\t\n\v\f\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/;
+const hex = (c, n) => c.charCodeAt(0).toString(16).padStart(n, "0");
+
+function printable(text) {
+  return String(text).replace(CONTROLS, (c) => "\\x" + hex(c, 2)).replace(BIDI, (c) => "\\u" + hex(c, 4));
+}
+
 function short(text, limit = 100) {
-  const flat = String(text).split(/\s+/).filter(Boolean).join(" ");
+  const flat = printable(String(text).split(SPACES).filter(Boolean).join(" "));
   return flat.length <= limit ? flat : flat.slice(0, limit - 1) + "…";
 }
 
-function args(a) {
-  return Object.entries(a || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ");
+// A value as Python's json.dumps writes it: ", " and ": " between items, non-ASCII escaped.
+function pyJson(v) {
+  if (Array.isArray(v)) return "[" + v.map(pyJson).join(", ") + "]";
+  if (v !== null && typeof v === "object") {
+    return "{" + Object.entries(v).map(([k, x]) => `${pyJson(k)}: ${pyJson(x)}`).join(", ") + "}";
+  }
+  return JSON.stringify(v).replace(/[\u007f-\uffff]/g, (c) => "\\u" + hex(c, 4));
 }
 
+function args(a) {
+  return Object.entries(a || {}).map(([k, v]) => `${printable(k)}=${pyJson(v)}`).join(", ");
+}
+
+function bodyText(body) {
+  return typeof body === "string" ? body : JSON.stringify(body);
+}
+
+// One line per event type, as `nous-inbox log` prints it: the parts of the line, each
+// [text, class]. Every type of the event vocabulary has its line here; tests/test_web_page.py
+// reads these names and checks them against nous_inbox.events, so a new type cannot go unshown.
+const LINES = {
+  message_sent: (e) => {
+    const mode = SEND_MODE[`${e.target} ${e.wakeup}`] || "send";
+    return [[mode.padEnd(9), "send"], [` ${e.message.role}: ${short(e.message.content)}`]];
+  },
+  queue_claimed: (e) => [[`claimed   ${e.count} from ${e.target}`, "claim"]],
+  turn_started: (e) => [[`turn ${e.turn} opened (${e.reason || "wake"})`, "turn"]],
+  step_started: (e) => [[`  step ${e.step}`, "step"]],
+  model_requested: (e) => [[`  model    asked with ${e.count} messages`, "dim"]],
+  model_replied: (e) => {
+    const m = e.message;
+    const calls = (m.tool_calls || []).map((c) => `${c.name}(${args(c.arguments)})`).join(", ");
+    const text = m.content.trim() ? short(m.content, calls ? 100 : 500) : "";
+    const parts = [text, calls ? "calls " + calls : ""].filter(Boolean);
+    return [["  model    ", "model"], [parts.join(" · ") || "(empty reply)"]];
+  },
+  tool_called: (e) => [["  tool     ", "tool"], [`${e.call.name}(${args(e.call.arguments)}) …`]],
+  tool_returned: (e) => [["  tool     ", "tool"], ["-> " + short(e.message.content, 80)]],
+  step_ended: (e) => [[`  step ${e.step} ended`, "dim"]],
+  nudged: (e) => [["  nudge    " + short(e.message.content), "dim"]],
+  turn_ended: (e) => {
+    const extra = e.error ? ": " + short(e.error, 200) : "";
+    return [[`turn ${e.turn} ended after ${e.steps} step(s): ${e.reason}${extra}`,
+             e.reason === "final" ? "final" : "warning"]];
+  },
+  warned: (e) => [["warning  " + short(e.text, 200), "warning"]],
+  cancel_requested: (e) => [[`cancel of turn ${e.turn} asked`, "warning"]],
+  mail_sent: (e) => {
+    const kind = (e.kind || "action") + (e.reply_to ? `, re ${e.reply_to}` : "");
+    return [["mail     ", "mail"], [` ${e.id} ${e.sender} -> ${e.recipient} (${kind}): ${short(bodyText(e.body))}`]];
+  },
+  mail_dropped: (e) => [["mail     ", "mail"], [` ${e.id} to ${e.recipient} dropped to make room`]],
+  mail_received: (e) => [["mail     ", "mail"], [` ${e.recipient} received ${e.ids.join(", ")}`]],
+  mail_noticed: (e) => [["mail     ", "mail"], [` notice ${e.notice} to ${e.recipient}: ${e.ids.join(", ")}`]],
+  mail_read: (e) => [["mail     ", "mail"], [` ${e.recipient} read ${e.ids.join(", ")}`]],
+  mail_answered: (e) => [["mail     ", "mail"], [` ${e.ids.join(", ")} to ${e.recipient} answered by ${e.by}`]],
+  mail_withdrawn: (e) => [["mail     ", "mail"], [` ${e.id} to ${e.recipient} ${e.retracted ? "retracted" : "withdrawn"}`]],
+  mail_agent: (e) => [["agent    ", "mail"], [` ${e.agent}${e.parent ? " under " + e.parent : ""}${e.worked ? " has worked" : ""}`]],
+};
+
 function body(e) {
-  switch (e.type) {
-    case "message_sent": {
-      const mode = SEND_MODE[`${e.target} ${e.wakeup}`] || "send";
-      return [[mode.padEnd(9), "send"], [` ${e.message.role}: ${short(e.message.content)}`]];
-    }
-    case "queue_claimed": return [[`claimed   ${e.count} from ${e.target}`, "claim"]];
-    case "turn_started": return [[`turn ${e.turn} opened (${e.reason})`, "turn"]];
-    case "step_started": return [[`  step ${e.step}`, "step"]];
-    case "model_requested": return [[`  model    asked with ${e.count} messages`, "dim"]];
-    case "model_replied": {
-      const m = e.message;
-      const calls = (m.tool_calls || []).map((c) => `${c.name}(${args(c.arguments)})`).join(", ");
-      const text = m.content.trim() ? short(m.content, calls ? 100 : 500) : "";
-      const parts = [text, calls ? "calls " + calls : ""].filter(Boolean);
-      return [["  model    ", "model"], [parts.join(" · ") || "(empty reply)"]];
-    }
-    case "tool_called": return [["  tool     ", "tool"], [`${e.call.name}(${args(e.call.arguments)}) …`]];
-    case "tool_returned": return [["  tool     ", "tool"], ["-> " + short(e.message.content, 80)]];
-    case "step_ended": return [[`  step ${e.step} ended`, "dim"]];
-    case "nudged": return [["  nudge    " + short(e.message.content), "dim"]];
-    case "turn_ended": {
-      const extra = e.error ? ": " + short(e.error, 200) : "";
-      return [[`turn ${e.turn} ended after ${e.steps} step(s): ${e.reason}${extra}`,
-               e.reason === "final" ? "final" : "warning"]];
-    }
-    case "warned": return [["warning  " + short(e.text, 200), "warning"]];
-    default: return [[JSON.stringify(e)]];
-  }
+  if (Object.hasOwn(LINES, e.type)) return LINES[e.type](e);
+  // The server sends only the types it knows, and serves this page with them: this is a page
+  // older than its server (a cached copy), which should say so rather than guess.
+  return [[`${e.type}: an event type this page does not know; reload it`, "warning"]];
 }
 
 function render(e) {
@@ -90,7 +135,7 @@ function render(e) {
   line.dataset.type = e.type;
   line.append(el("span", `#${String(e.seq).padEnd(5)} `, "seq"));
   if (e.at) line.append(el("span", new Date(e.at * 1000).toTimeString().slice(0, 8) + " ", "time"));
-  for (const [text, cls] of body(e)) line.append(el("span", text, cls));
+  for (const [text, cls] of body(e)) line.append(el("span", printable(text), cls));
   const list = $("events");
   const atEnd = list.scrollTop + list.clientHeight >= list.scrollHeight - 8;
   list.append(line);
