@@ -27,7 +27,7 @@ from nous_inbox.errors import StoreError, StreamOwnedError
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message, thaw_json
-from nous_inbox.owner.body import request_cancel
+from nous_inbox.owner.port import request_cancel
 from nous_inbox.runner.scripted import MAX_STEPS
 from nous_inbox.session import Session
 from nous_inbox.store import Store, append_once, default_store_url, open_store

@@ -49,11 +49,11 @@ from nous_inbox.owner.idle_watch import OwnerWatch
 from nous_inbox.owner.port import AsyncTurnRunner
 from nous_inbox.owner.store_worker import QueuedSend, SendTicket, Stored, StoreWorker
 from nous_inbox.owner.turn_result import AsyncTurnHandle, Steps, TurnEnds, TurnResult, apump
-from nous_inbox.runner.port import sent_event
 from nous_inbox.store import Store
+from nous_inbox.store.journal import sent_event
 from nous_inbox.store.snapshot import SNAPSHOT_EVERY
 
-__all__ = ["AsyncOwner", "AsyncTurnRunner"]
+__all__ = ["AsyncOwner"]
 
 _T = TypeVar("_T")
 

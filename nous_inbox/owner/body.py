@@ -45,10 +45,7 @@ from nous_inbox.inbox import Inbox, Target, as_message
 from nous_inbox.message import Message
 from nous_inbox.owner.core import OwnerCore, Stop
 from nous_inbox.owner.group_commit import refused_unwritten
-from nous_inbox.owner.port import AsyncTurnRunner as AsyncTurnRunner  # (their home before)
 from nous_inbox.owner.port import OwnerPort, _cancelling
-from nous_inbox.owner.port import TurnRunner as TurnRunner
-from nous_inbox.owner.port import request_cancel as request_cancel
 from nous_inbox.owner.turn_result import TurnAnswers
 from nous_inbox.session import Session
 from nous_inbox.store import Store

@@ -79,11 +79,11 @@ from nous_inbox.owner.core import Stop
 from nous_inbox.owner.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.owner.port import TurnRunner
 from nous_inbox.owner.turn_result import TurnHandle, TurnResult, pump
-from nous_inbox.runner.port import sent_event
 from nous_inbox.store import Store
+from nous_inbox.store.journal import sent_event
 from nous_inbox.store.snapshot import SNAPSHOT_EVERY
 
-__all__ = ["Owner", "TurnRunner"]
+__all__ = ["Owner"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
 

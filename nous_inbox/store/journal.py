@@ -55,7 +55,6 @@ from __future__ import annotations
 import gc
 import logging
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol, TypeVar
 
@@ -383,14 +382,6 @@ class Journal:
         if claimed is None:
             return [], None
         return list(claimed), stored[0]  # type: ignore[return-value]  # the QueueClaimed above
-
-    def take(
-        self, target: Target | str, *, wake_only: bool = False, limit: int | None = None
-    ) -> tuple[list[Message], QueueClaimed | None]:
-        """Deprecated alias of :meth:`claim` (one name per verb)."""
-        warnings.warn("Journal.take is deprecated: use Journal.claim", DeprecationWarning,
-                      stacklevel=2)
-        return self.claim(target, wake_only=wake_only, limit=limit)
 
     def _append(self, events: Sequence[Event]) -> list[Event]:
         """One attempt: number, time and fold ``events``, append them at the session's version

@@ -44,8 +44,8 @@ from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target, is_blank
 from nous_inbox.message import Message
-from nous_inbox.owner.async_owner import AsyncOwner, AsyncTurnRunner
-from nous_inbox.owner.body import request_cancel
+from nous_inbox.owner.async_owner import AsyncOwner
+from nous_inbox.owner.port import AsyncTurnRunner, request_cancel
 from nous_inbox.owner.turn_result import AsyncTurnHandle
 from nous_inbox.session import Session, replay
 from nous_inbox.store import Store

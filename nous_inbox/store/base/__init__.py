@@ -56,8 +56,8 @@ anything else is a ``ValueError`` naming it.
 from nous_inbox.store.base.proof import _PROVEN_FIELDS as _PROVEN_FIELDS
 from nous_inbox.store.base.proof import _check_proof as _check_proof
 from nous_inbox.store.base.proof import _reads_back as _reads_back
+from nous_inbox.codec import MAX_STREAM_NAME
 from nous_inbox.store.base.protocol import (
-    MAX_STREAM_NAME,
     STORE_ENV,
     Store,
     StoreLockedError,
@@ -67,18 +67,6 @@ from nous_inbox.store.base.protocol import (
     check_stream,
     default_store_path,
     default_store_url,
-)
-from nous_inbox.store.base.protocol import (
-    check_expected_version as check_expected_version,  # deprecated
-)
-from nous_inbox.store.base.protocol import (
-    conflict as conflict,  # deprecated
-)
-from nous_inbox.store.base.protocol import (
-    number_events as number_events,  # deprecated
-)
-from nous_inbox.store.base.protocol import (
-    read_only_error as read_only_error,  # deprecated
 )
 from nous_inbox.store.base.template import StoreBase
 

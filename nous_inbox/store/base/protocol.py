@@ -28,7 +28,6 @@ from nous_inbox.message import freeze_json
 from nous_inbox.store.lease import OwnerLease
 
 __all__ = [
-    "MAX_STREAM_NAME",
     "STORE_ENV",
     "Store",
     "StoreLockedError",
@@ -325,27 +324,6 @@ def _numbered(events: Sequence[Event], version: int, now: float | None = None) -
             event = _replace(event, seq=version, at=float(at))
         numbered.append(event)
     return numbered
-
-
-def number_events(
-    stream: str, events: Sequence[Event], version: int, now: float | None = None,
-) -> list[Event]:
-    """The events as the store will keep them: ``seq`` from ``version + 1``, ``at`` filled in.
-
-    Deprecated as public API (a store built on :class:`StoreBase` never calls it); kept so old
-    imports work. Refuses anything that is not an event of the vocabulary, naming its index.
-
-    >>> from nous_inbox.events import Warned
-    >>> [(e.seq, e.at) for e in number_events("s", [Warned(text="x", seq=9)], 4, now=1.5)]
-    [(5, 1.5)]
-    """
-    return _numbered(_checked_events(stream, events), version, now)
-
-
-# Deprecated aliases of helpers that became private (a store implements hooks instead).
-check_expected_version = _check_expected_version
-conflict = _conflict
-read_only_error = _read_only_error
 
 
 def default_store_path() -> Path:
