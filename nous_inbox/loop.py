@@ -106,8 +106,9 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
+from nous_inbox.frozen import freeze_json
 from nous_inbox.inbox import Target, is_blank
-from nous_inbox.message import Message, ToolCall, freeze_json
+from nous_inbox.message import Message, ToolCall
 
 __all__ = [
     "CONTINUATION",

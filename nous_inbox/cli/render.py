@@ -36,7 +36,8 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.message import enc_hook, thaw_json
+from nous_inbox.frozen import thaw_json
+from nous_inbox.message import enc_hook
 
 __all__ = ["FINAL_LIMIT", "LIMIT", "event_json", "format_event", "short"]
 

@@ -58,7 +58,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from nous_inbox.events import Event
-from nous_inbox.message import enc_hook, thaw_json
+from nous_inbox.frozen import thaw_json
+from nous_inbox.message import enc_hook
 from nous_inbox.store.base import check_stream
 from nous_inbox.web.host import MODES, SessionHost, checked_text
 

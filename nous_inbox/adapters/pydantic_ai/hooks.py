@@ -63,6 +63,7 @@ from nous_inbox.adapters.pydantic_ai.transcript import (
     trailing_parts,
 )
 from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
+from nous_inbox.frozen import freeze_json
 from nous_inbox.loop import (
     Advance,
     CallModel,
@@ -83,7 +84,7 @@ from nous_inbox.loop import (
     interrupted_result,
     open_calls,
 )
-from nous_inbox.message import Message, freeze_json
+from nous_inbox.message import Message
 from nous_inbox.runner.port import ClaimGuard, JournalPort, SessionPort, describe_error
 from nous_inbox.session import Session
 from nous_inbox.store.journal import claim_event

@@ -26,7 +26,7 @@ import msgspec
 from nous_inbox.codec import MAX_STREAM_NAME
 from nous_inbox.errors import ConcurrencyError, OutcomeUnknownError, StoreError
 from nous_inbox.events import EVENT_TYPES, Event, MailSent
-from nous_inbox.message import freeze_json
+from nous_inbox.frozen import freeze_json
 from nous_inbox.store.lease import OwnerLease
 
 __all__ = [
