@@ -45,7 +45,7 @@ from nous_inbox.inbox import Inbox, Target, as_message
 from nous_inbox.message import Message
 from nous_inbox.owner.core import OwnerCore, Stop
 from nous_inbox.owner.group_commit import refused_unwritten
-from nous_inbox.owner.port import OwnerPort, cancel_open_turn
+from nous_inbox.owner.port import OwnerPort, RunOptions, cancel_open_turn
 from nous_inbox.owner.turn_result import TurnAnswers
 from nous_inbox.session import Session
 from nous_inbox.store import Store
@@ -108,7 +108,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         self._closed = False  # close() (aclose()) was called: the owner refuses sends
         self._run: object | None = None  # the run going: the pump's thread or task
         self._cancel: threading.Event | asyncio.Event | None = None  # the open turn's cancel
-        self._run_options: dict[int, dict[str, Any]] = {}  # by the seq of the send they came with
+        self._run_options = RunOptions(runner)
         load = getattr(runner, "load_output", None)
         self._answers = TurnAnswers(stream, self._read, load if callable(load) else None)
         check = getattr(runner, "check_message", None)
@@ -217,7 +217,8 @@ class OwnerBody(Generic[R, H], abc.ABC):
     def followup(self, message: Message | str, **run_options: Any) -> H:
         """Next turn, wakes: "answer this after you finish what you are doing". Returns a handle
         on the turn that will answer it (see :meth:`prompt`)."""
-        return self._turn_send(self._deliverable(message), False, self._checked_options(run_options))
+        message = self._deliverable(message)
+        return self._turn_send(message, False, self._run_options.checked(run_options))
 
     def prompt(self, text: Message | str, **run_options: Any) -> H:
         """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any turn in
@@ -230,28 +231,13 @@ class OwnerBody(Generic[R, H], abc.ABC):
         takes none refuses them here, before anything is written. They are not logged (a
         ``deps`` is rarely JSON): a turn opened by a new owner after a restart runs without them.
         """
-        return self._turn_send(self._deliverable(text), True, self._checked_options(run_options))
+        text = self._deliverable(text)
+        return self._turn_send(text, True, self._run_options.checked(run_options))
 
     @abc.abstractmethod
     def _turn_send(self, message: Message | str, prompt: bool,
                    options: dict[str, Any] | None) -> H:
         """The pump's send of a prompt or followup, answered by a handle on its turn."""
-
-    def _checked_options(self, options: dict[str, Any]) -> dict[str, Any] | None:
-        if not options:
-            return None
-        check = getattr(self._runner, "check_run_options", None)
-        if not callable(check):
-            raise TypeError(f"{type(self._runner).__name__} takes no run options per prompt, "
-                            f"got {', '.join(sorted(options))}")
-        check(options)
-        return options
-
-    def _turn_options(self) -> dict[str, Any]:
-        merged: dict[str, Any] = {}
-        for seq in self._answers.ledger.claimed_now:
-            merged.update(self._run_options.pop(seq, ()))
-        return merged
 
     # -- turn results -----------------------------------------------------------------------------
 
@@ -322,8 +308,8 @@ class OwnerBody(Generic[R, H], abc.ABC):
                 journal = Journal(self._store, self._stream, on_events=self._folded,
                                   snapshot_every=self._snapshot_every, freeze_gc=self._freeze_gc)
                 self._journal = journal
-                self._port = OwnerPort(journal, self._lock, self._boundaries, call_io)
-                self._port._options = self._turn_options
+                self._port = OwnerPort(journal, self._lock, self._boundaries, call_io,
+                                       self._claimed_options)
                 self._answers.start(journal.session)
                 resumed = OwnerCore.resume(journal.session)
                 if resumed:
@@ -340,9 +326,12 @@ class OwnerBody(Generic[R, H], abc.ABC):
         claim can come first."""
         with self._lock:
             sent = self._opened().send(message, target, wakeup)
-            if options is not None:
-                self._run_options[sent.seq] = options
+            self._run_options.keep(sent.seq, options)
             return sent
+
+    def _claimed_options(self) -> dict[str, Any]:
+        """The run options of the sends the open turn claimed (its port reads them once)."""
+        return self._run_options.for_turn(self._answers.ledger.claimed_now)
 
     def _read(self, after: int) -> list[Event]:
         """The stored events with ``seq > after``, read from the store (I/O)."""

@@ -1,5 +1,5 @@
-"""What crosses between an owner and the rest: the port its runs use, the runner it drives, and
-a cancel any process may record.
+"""What crosses between an owner and the rest: the port its runs use, the runner it drives, the
+run options a prompt gives that runner (:class:`RunOptions`), and a cancel any process may record.
 
 An owner (:mod:`nous_inbox.owner.body`) keeps its session behind its lock; nothing outside
 touches the journal directly. A run reaches it through :class:`OwnerPort`, the journal's port
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, Protocol
 
 from nous_inbox.boundary import Boundaries
@@ -28,7 +28,10 @@ from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
 from nous_inbox.store.journal import Journal
 
-__all__ = ["AsyncTurnRunner", "OwnerPort", "TurnRunner", "cancel_open_turn", "request_cancel"]
+__all__ = [
+    "AsyncTurnRunner", "OwnerPort", "RunOptions", "TurnRunner", "cancel_open_turn",
+    "request_cancel",
+]
 
 _TURN: Final = Target.NEXT_TURN
 
@@ -98,11 +101,12 @@ class OwnerPort(JournalPort):
     __slots__ = ("_boundaries", "_options", "call_io")
 
     def __init__(self, journal: Journal, lock: threading.RLock, boundaries: Boundaries,
-                 call_io: Callable[..., Any] | None = None) -> None:
+                 call_io: Callable[..., Any] | None = None,
+                 options: Callable[[], dict[str, Any]] = dict) -> None:
         super().__init__(journal, lock)
         self._boundaries = boundaries
         self.call_io = call_io
-        self._options: Callable[[], dict[str, Any]] = dict
+        self._options = options  # the open turn's run options (see RunOptions.for_turn)
 
     @property
     def turn_options(self) -> dict[str, Any]:
@@ -133,3 +137,56 @@ class OwnerPort(JournalPort):
             with self._lock:
                 self._boundaries.tell("turn_opening" if target == _TURN else "step", turn,
                                       wake_only)
+
+
+class RunOptions:
+    """The run options given with prompts and followups (a pydantic-ai ``AgentRunner``'s
+    ``deps``, ``model_settings``, ...) on their way to the turn that claims their sends.
+
+    The runner checks them when they are given (its ``check_run_options``; a runner without one
+    takes none), before anything is written. They are kept by the seq of their send, not logged
+    (a ``deps`` is rarely JSON), and the turn that claims the sends reads them once, as it opens,
+    merged in send order (:attr:`OwnerPort.turn_options`).
+
+    >>> class Agent:
+    ...     def check_run_options(self, options):
+    ...         pass
+    >>> options = RunOptions(Agent())
+    >>> options.keep(3, options.checked({"deps": "db"}))
+    >>> options.keep(5, options.checked({"deps": "cache", "retries": 2}))
+    >>> options.for_turn([3, 4, 5]), options.for_turn([3])
+    ({'deps': 'cache', 'retries': 2}, {})
+    >>> RunOptions(object()).checked({"deps": "db"})
+    Traceback (most recent call last):
+    ...
+    TypeError: object takes no run options per prompt, got deps
+    """
+
+    __slots__ = ("_by_seq", "_runner")
+
+    def __init__(self, runner: object) -> None:
+        self._runner = runner
+        self._by_seq: dict[int, dict[str, Any]] = {}
+
+    def checked(self, options: dict[str, Any]) -> dict[str, Any] | None:
+        """``options`` once the runner has checked them (``None`` when there are none)."""
+        if not options:
+            return None
+        check = getattr(self._runner, "check_run_options", None)
+        if not callable(check):
+            raise TypeError(f"{type(self._runner).__name__} takes no run options per prompt, "
+                            f"got {', '.join(sorted(options))}")
+        check(options)
+        return options
+
+    def keep(self, seq: int, options: dict[str, Any] | None) -> None:
+        """Keep the checked ``options`` of the send stored at ``seq`` for the turn claiming it."""
+        if options is not None:
+            self._by_seq[seq] = options
+
+    def for_turn(self, claimed: Iterable[int]) -> dict[str, Any]:
+        """The options of the sends at the ``claimed`` seqs, merged in send order, and let go."""
+        merged: dict[str, Any] = {}
+        for seq in claimed:
+            merged.update(self._by_seq.pop(seq, ()))
+        return merged
