@@ -80,7 +80,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     >>> AsyncOwner(open_store("memory:"), "s", object())
     Traceback (most recent call last):
     ...
-    TypeError: AsyncOwner: runner must have arun_turn(port, *, reason, cancel) (a nous_inbox.Runner), got object
+    TypeError: AsyncOwner: runner must have arun_turn(port, *, reason, cancel) (a nous_inbox.runner.Runner), got object
     """
 
     _who = "AsyncOwner"

@@ -81,7 +81,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         who = self._who
         if not callable(getattr(runner, self._run_method, None)):
             raise TypeError(f"{who}: runner must have {self._run_method}(port, *, reason, cancel) "
-                            f"(a nous_inbox.Runner), got {type(runner).__name__}")
+                            f"(a nous_inbox.runner.Runner), got {type(runner).__name__}")
         if not isinstance(stream, str):
             raise TypeError(f"{who}: stream must be a str, got {type(stream).__name__}")
         check_stream(stream)

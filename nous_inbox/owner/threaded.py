@@ -108,7 +108,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
     >>> Owner(open_store("memory:"), "s", model)
     Traceback (most recent call last):
     ...
-    TypeError: Owner: runner must have run_turn(port, *, reason, cancel) (a nous_inbox.Runner), got function
+    TypeError: Owner: runner must have run_turn(port, *, reason, cancel) (a nous_inbox.runner.Runner), got function
     >>> from nous_inbox.runner import Runner
     >>> Owner(open_store("memory:"), "s", Runner(model), poll_interval=0)
     Traceback (most recent call last):

@@ -225,7 +225,7 @@ class SessionHost:
     async def cancel(self, session: str) -> bool:
         """Cancel ``session``'s run wherever it is held: here, by the owner's ``cancel()``;
         elsewhere, by a request in the log its holder folds in
-        (:func:`~nous_inbox.owner.body.request_cancel`). Whether a run was going here, or a
+        (:func:`~nous_inbox.owner.port.request_cancel`). Whether a run was going here, or a
         request was recorded for one held elsewhere."""
         check_stream(session)
         owner = self.hosted(session)
