@@ -46,9 +46,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench import web_serve
-from nous_inbox.cli.agent import ScriptedAgent
 from nous_inbox.message import Message
 from nous_inbox.runner import Runner
+from nous_inbox.runner.scripted import ScriptedAgent
 from nous_inbox.store import open_store
 
 __all__ = ["main", "run"]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nous_inbox.store_worker import LINGER
+from nous_inbox.owner.store_worker import LINGER
 
 __all__ = ["STEPS", "Footprint", "measure", "resident", "settled_threads"]
 

@@ -2,19 +2,20 @@ r"""Reading a log's bytes: split them into JSON lines or MessagePack frames, dec
 msgspec's own loop, and name the line (or record) and byte offset of the first bad one.
 
 The formats in :mod:`nous_inbox.codec` read through these functions; the ``file:`` store reuses
-the line decoder. They take the format's ``check_header`` to read a log's first record, and a
+the line decoder (:func:`decode_lines`). The module is the library's own (a user reads logs
+through the codec), so its names are for the codec and the stores. They take the format's ``check_header`` to read a log's first record, and a
 compiled msgspec decoder for the rest. A buffer is split into lines and the lines decoded by
 ``map`` over the compiled decoder; only when a line fails is the batch walked again in Python to
-name the line and byte offset (``_decode_lines``, the one home of that check). Without positions,
+name the line and byte offset (``decode_lines``, the one home of that check). Without positions,
 the events of each piece are a list walked by ``itertools.chain``: no generator frame is resumed
 per event.
 
 >>> import msgspec
 >>> decoder = msgspec.json.Decoder(int)
 >>> no_header = lambda data, where: None
->>> list(_iter_json(no_header, b"1\n2\n", decoder, "log", False, 100, 1, 0, True))
+>>> list(iter_json(no_header, b"1\n2\n", decoder, "log", False, 100, 1, 0, True))
 [(1, 0, 1), (2, 2, 2)]
->>> list(_iter_json(no_header, b"1\nx\n", decoder, "log", False, 100, 1, 0, True))
+>>> list(iter_json(no_header, b"1\nx\n", decoder, "log", False, 100, 1, 0, True))
 Traceback (most recent call last):
 ...
 nous_inbox.errors.DecodeError: log line 2 (byte 2): JSON is malformed: invalid character (byte 0)
@@ -34,24 +35,41 @@ import msgspec
 from nous_inbox.errors import DecodeError, RecordTooLargeError
 from nous_inbox.events import SCHEMA_VERSION
 
+__all__ = [
+    "DECODE_ERRORS",
+    "FRAME",
+    "FRAME_HEADER_SIZE",
+    "BadLine",
+    "CheckHeader",
+    "bytes_before",
+    "decode_lines",
+    "iter_json",
+    "iter_msgpack",
+    "read_json_file",
+    "read_msgpack_file",
+    "reason_of",
+]
+
 CheckHeader = Callable[[bytes, str], object]
 """A format's check of a log's first record (unframed), given the place to name in an error."""
 
 FRAME_HEADER_SIZE: Final = 8
-_FRAME: Final = struct.Struct(">II")
+FRAME: Final = struct.Struct(">II")
+"""A MessagePack frame's header: the payload's length and its crc32, both 4 bytes, big-endian."""
 _CHUNK: Final = 4 * 1024 * 1024
 _PIECE: Final = 32 * 1024
 """Bytes of JSON Lines decoded per batch. Small enough that a batch's lines and events (a few
 hundred of each) stay in a core's L2 cache until the reader has used them; larger batches
 spill it and make typed decoding slower."""
 
-# What a decoder may raise on bad bytes: msgspec's own error (ValidationError is a subclass) and,
-# for absurdly deep nesting, RecursionError; both become our DecodeError with a place. The one
-# definition: the codec and the stores import it from here.
-_BAD: Final = (msgspec.DecodeError, RecursionError)
+DECODE_ERRORS: Final = (msgspec.DecodeError, RecursionError)
+"""What a msgspec decoder may raise on bad bytes: its own error (``ValidationError`` is a subclass)
+and, for absurdly deep nesting, ``RecursionError``. A reader catches these and raises
+:class:`~nous_inbox.errors.DecodeError` naming the place; :mod:`nous_inbox.codec` exports it for
+whoever decodes records with a format's own decoder (the stores do)."""
 
 
-def _read_json_file(
+def read_json_file(
     check_header: CheckHeader, file: IO[bytes], name: str, decoder: Any, max_size: int,
 ) -> Iterator[Any]:
     """Stream ``(line, offset, value)`` from an open JSON Lines file, a few MiB at a time."""
@@ -67,7 +85,7 @@ def _read_json_file(
                 )
             continue
         complete, pending = pending[:cut], pending[cut:]
-        yield from _iter_json(check_header, complete, decoder, name, header, max_size, line,
+        yield from iter_json(check_header, complete, decoder, name, header, max_size, line,
                               offset, True)
         line += complete.count(b"\n")
         offset += cut
@@ -76,7 +94,7 @@ def _read_json_file(
         raise _truncated(name, "line", line, offset, len(pending))
 
 
-def _read_msgpack_file(
+def read_msgpack_file(
     check_header: CheckHeader, file: IO[bytes], name: str, decoder: Any, max_size: int,
 ) -> Iterator[Any]:
     """Stream ``(record, offset, value)`` from an open framed MessagePack file, a few MiB at a
@@ -87,7 +105,7 @@ def _read_msgpack_file(
         # Cut after the last whole frame so each piece decodes on its own.
         pos = frames = 0
         while len(pending) - pos >= FRAME_HEADER_SIZE:
-            size = _FRAME.unpack_from(pending, pos)[0]
+            size = FRAME.unpack_from(pending, pos)[0]
             if size > max_size:  # hand it over: iter refuses it, naming the place
                 pos, frames = len(pending), frames + 1
                 break
@@ -98,7 +116,7 @@ def _read_msgpack_file(
         if not frames:
             continue
         complete, pending = pending[:pos], pending[pos:]
-        yield from _iter_msgpack(check_header, complete, decoder, name, header, max_size,
+        yield from iter_msgpack(check_header, complete, decoder, name, header, max_size,
                                  number, offset)
         number += frames
         offset += pos
@@ -111,15 +129,16 @@ def _read_msgpack_file(
 _UNKNOWN_TYPE: Final = re.compile(r"Invalid value '(.*)' - at `\$(?:\.event)?\.type`", re.DOTALL)
 
 
-def _reason(exc: BaseException, data: Any) -> str:
+def reason_of(exc: BaseException, data: Any) -> str:
     """Why a record did not decode, in words for the person reading the log.
 
     An event type this library does not know is what a newer nous-inbox writes, whatever the
     log's header says (a log begun by an older version may have been appended to by a newer
     one), so it says so rather than quoting the decoder.
 
-    >>> import msgspec
-    >>> _reason(msgspec.ValidationError("Invalid value 'moved' - at `$.type`"), b"{}")
+    >>> reason_of(RecursionError(), b"[[[[") , reason_of(msgspec.DecodeError("x"), b"")
+    ('nested too deeply', 'empty record')
+    >>> reason_of(msgspec.ValidationError("Invalid value 'moved' - at `$.type`"), b"{}")
     "unknown event type 'moved' (this nous-inbox reads schema 3 and older): written by a newer nous-inbox; upgrade nous-inbox to read it"
     """
     if isinstance(exc, RecursionError):
@@ -135,8 +154,9 @@ def _reason(exc: BaseException, data: Any) -> str:
     return reason
 
 
-class _BadLine(NamedTuple):
-    """Why a line of a batch was refused; ``error(place)`` builds the error naming its place."""
+class BadLine(NamedTuple):
+    """Why a line of a batch was refused (:func:`decode_lines`); ``error(place)`` builds the
+    error naming its place, once the caller has worked the place out."""
 
     reason: str
     too_large: bool
@@ -146,9 +166,9 @@ class _BadLine(NamedTuple):
         return kind(f"{place}: {self.reason}")
 
 
-def _decode_lines(
+def decode_lines(
     decoder: Any, lines: list[bytes], max_size: int, span: int | None = None,
-) -> tuple[list[Any], _BadLine | None]:
+) -> tuple[list[Any], BadLine | None]:
     """Decode a batch of lines in msgspec's own loop: ``(values, None)`` when all are good.
 
     Otherwise the values of the lines before the first bad one (too large, or not decoding),
@@ -169,23 +189,28 @@ def _decode_lines(
         good = list(takewhile(lambda text: len(text) <= max_size, lines))
     try:
         values = list(map(decoder.decode, good))
-    except _BAD:
+    except DECODE_ERRORS:
         values = []
         for text in good:
             try:
                 values.append(decoder.decode(text))
-            except _BAD as exc:
-                return values, _BadLine(_reason(exc, text), False)
+            except DECODE_ERRORS as exc:
+                return values, BadLine(reason_of(exc, text), False)
         raise AssertionError("a line failed to decode once but not twice") from None  # pragma: no cover
     if too_large:
         size = len(lines[len(values)])
-        return values, _BadLine(f"record of {size} bytes is above the limit of {max_size} bytes",
+        return values, BadLine(f"record of {size} bytes is above the limit of {max_size} bytes",
                                 True)
     return values, None
 
 
-def _span(lines: list[bytes], index: int) -> int:
-    """How many bytes the first ``index`` lines take, newlines included."""
+def bytes_before(lines: list[bytes], index: int) -> int:
+    """How many bytes the first ``index`` lines take, newlines included: where line ``index``
+    begins, counted from the first line's start.
+
+    >>> bytes_before([b"ab", b"c", b"d"], 2)
+    5
+    """
     return sum(map(len, lines[:index])) + index
 
 
@@ -197,10 +222,14 @@ def _as_bytes(data: object) -> bytes:
     raise TypeError(f"expected bytes, got {type(data).__name__}")
 
 
-def _iter_json(
+def iter_json(
     check_header: CheckHeader, data: object, decoder: Any, name: str, header: bool, max_size: int,
     line: int, base: int, positions: bool,
 ) -> Iterator[Any]:
+    """The values of the JSON Lines in ``data``, as ``(line, offset, value)`` when
+    ``positions``, else bare: ``header`` says whether the first line is the log's header (checked
+    by ``check_header``, not yielded); ``line`` and ``base`` are the first line's number and byte
+    offset, for the place an error names (see the module's example)."""
     pieces = _json_pieces(check_header, data, decoder, name, header, max_size, line, base,
                           positions)
     # Without positions, the events of a piece are a list, walked by ``chain`` in C: no
@@ -233,7 +262,7 @@ def _json_pieces(
         cut = buf.find(b"\n", min(pos + _PIECE, end - 1)) + 1 if pos + _PIECE < end else end
         part = buf[pos:cut].split(b"\n")
         part.pop()
-        items, bad = _decode_lines(decoder, part, max_size, cut - pos)
+        items, bad = decode_lines(decoder, part, max_size, cut - pos)
         if positions:
             yield zip(count(line), accumulate(map((1).__add__, map(len, part)), initial=offset),
                       items, strict=False)
@@ -241,7 +270,7 @@ def _json_pieces(
             yield items
         if bad is not None:  # the good lines before it were handed on; now name it
             index = len(items)
-            place = f"{name} line {line + index} (byte {offset + _span(part, index)})"
+            place = f"{name} line {line + index} (byte {offset + bytes_before(part, index)})"
             raise bad.error(place)
         line += len(part)
         offset += cut - pos
@@ -257,14 +286,17 @@ def _truncated(name: str, unit: str, number: int, offset: int, size: int) -> Dec
     )
 
 
-def _iter_msgpack(
+def iter_msgpack(
     check_header: CheckHeader, data: object, decoder: Any, name: str, header: bool, max_size: int,
     number: int, base: int,
 ) -> Iterator[Any]:
+    """``(record, offset, value)`` for each framed MessagePack record in ``data``, each frame's
+    length and checksum checked first: ``header``, ``number`` and ``base`` as for
+    :func:`iter_json`."""
     buf = _as_bytes(data)
     end = len(buf)
     pos = 0
-    unpack = _FRAME.unpack_from
+    unpack = FRAME.unpack_from
     crc32 = zlib.crc32
     decode = decoder.decode
     while pos < end:
@@ -292,9 +324,9 @@ def _iter_msgpack(
         else:
             try:
                 item = decode(payload)
-            except _BAD as exc:
+            except DECODE_ERRORS as exc:
                 raise DecodeError(
-                    f"{name} record {number} (byte {base + pos}): {_reason(exc, payload)}"
+                    f"{name} record {number} (byte {base + pos}): {reason_of(exc, payload)}"
                 ) from None
             yield number, base + pos, item
         pos = stop

@@ -64,23 +64,22 @@ from typing import IO, Any, Final, Literal
 
 import msgspec
 
-from nous_inbox._log_reader import _BAD as _BAD
 from nous_inbox._log_reader import (
-    _FRAME,
+    DECODE_ERRORS,
+    FRAME,
     FRAME_HEADER_SIZE,
-    _iter_json,
-    _iter_msgpack,
-    _read_json_file,
-    _read_msgpack_file,
+    iter_json,
+    iter_msgpack,
+    read_json_file,
+    read_msgpack_file,
+    reason_of,
 )
-from nous_inbox._log_reader import _decode_lines as _decode_lines
-from nous_inbox._log_reader import _reason as _reason
-from nous_inbox._log_reader import _span as _span
 from nous_inbox.errors import DecodeError, RecordTooLargeError
 from nous_inbox.events import SCHEMA_VERSION, Event
 from nous_inbox.message import enc_hook
 
 __all__ = [
+    "DECODE_ERRORS",
     "FORMAT_NAME",
     "FRAME_HEADER_SIZE",
     "JSON_LINES",
@@ -229,15 +228,15 @@ class LogFormat(abc.ABC):
             )
         try:
             return self._decoders[kind].decode(data)
-        except _BAD as exc:
-            raise DecodeError(f"{where}: {_reason(exc, data)}") from None
+        except DECODE_ERRORS as exc:
+            raise DecodeError(f"{where}: {reason_of(exc, data)}") from None
 
     def check_header(self, data: bytes, where: str = "header") -> Header:
         """Decode a header record (unframed) and refuse what this library cannot read."""
         try:
             header: Header = self._decoders[Header].decode(data)
-        except _BAD as exc:
-            raise DecodeError(f"{where}: not a nous-inbox log header: {_reason(exc, data)}") from None
+        except DECODE_ERRORS as exc:
+            raise DecodeError(f"{where}: not a nous-inbox log header: {reason_of(exc, data)}") from None
         return header.check(where)
 
     @abc.abstractmethod
@@ -275,12 +274,11 @@ class _JsonLines(LogFormat):
         self, data: object, kind: Any, *, name: str = "<bytes>", header: bool = True,
         max_size: int = MAX_RECORD_SIZE, start: int = 1, base: int = 0, positions: bool = True,
     ) -> Iterator[Any]:
-        return _iter_json(self.check_header, data, self._decoders[kind], name, header, max_size,
-                          start, base, positions)
+        return iter_json(self.check_header, data, self._decoders[kind], name, header, max_size,
+                         start, base, positions)
 
     def read_file(self, file: IO[bytes], name: str, kind: Any, max_size: int) -> Iterator[Any]:
-        return _read_json_file(self.check_header, file, name, self._decoders[kind],
-                               max_size)
+        return read_json_file(self.check_header, file, name, self._decoders[kind], max_size)
 
 
 class _MsgpackFrames(LogFormat):
@@ -294,19 +292,18 @@ class _MsgpackFrames(LogFormat):
         return self._encoder.encode(value)
 
     def frame(self, payload: bytes) -> bytes:
-        return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+        return FRAME.pack(len(payload), zlib.crc32(payload)) + payload
 
     def iter(
         self, data: object, kind: Any, *, name: str = "<bytes>", header: bool = True,
         max_size: int = MAX_RECORD_SIZE, start: int = 1, base: int = 0, positions: bool = True,
     ) -> Iterator[Any]:
-        items = _iter_msgpack(self.check_header, data, self._decoders[kind], name, header,
-                              max_size, start, base)
+        items = iter_msgpack(self.check_header, data, self._decoders[kind], name, header,
+                             max_size, start, base)
         return items if positions else (item for _, _, item in items)
 
     def read_file(self, file: IO[bytes], name: str, kind: Any, max_size: int) -> Iterator[Any]:
-        return _read_msgpack_file(self.check_header, file, name, self._decoders[kind],
-                                  max_size)
+        return read_msgpack_file(self.check_header, file, name, self._decoders[kind], max_size)
 
 
 JSON_LINES: Final[LogFormat] = _JsonLines()

@@ -7,7 +7,7 @@ assigned by the store that appends it) and the wall-clock time ``at`` it happene
 
 >>> import msgspec
 >>> event = MessageSent(target=Target.NEXT_STEP, wakeup=True, message=Message.user("go"), seq=1)
->>> msgspec.json.encode(event, enc_hook=enc_hook)
+>>> msgspec.json.encode(event)
 b'{"type":"message_sent","target":"next_step","wakeup":true,"message":{"role":"user","content":"go"},"seq":1}'
 
 Two events change the inbox: ``MessageSent`` and ``QueueClaimed``. A claim records how many
@@ -34,13 +34,12 @@ reader meeting a tag it does not know says the same, whatever the header claims)
 
 from __future__ import annotations
 
-import warnings
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
 from nous_inbox.inbox import Target
-from nous_inbox.message import Message, ToolCall, enc_hook
+from nous_inbox.message import Message, ToolCall
 
 __all__ = [
     "EVENT_TYPES",
@@ -70,7 +69,6 @@ __all__ = [
     "TurnEnded",
     "TurnStarted",
     "Warned",
-    "enc_hook",
 ]
 
 SCHEMA_VERSION: Final = 3
@@ -138,8 +136,7 @@ class ModelRequested(_Base, tag="model_requested", frozen=True):
     """The model was asked, with a transcript of ``count`` entries.
 
     Schema 1 called the field ``messages``; a record written so still decodes, into ``count``
-    (see the module's note on schema evolution). ``.messages`` still reads, with a
-    ``DeprecationWarning``.
+    (see the module's note on schema evolution).
 
     >>> import msgspec
     >>> old = b'{"type":"model_requested","turn":1,"step":2,"messages":5}'
@@ -173,15 +170,6 @@ class ModelRequested(_Base, tag="model_requested", frozen=True):
             if count == -1:
                 raise ValueError("ModelRequested needs count (schema 1 called it messages)")
             raise ValueError(f"ModelRequested.count must be an int >= 0, got {count!r}")
-
-    @property
-    def messages(self) -> int:
-        """Deprecated: ``count``, by its schema-1 name."""
-        warnings.warn(
-            "ModelRequested.messages is deprecated; read ModelRequested.count",
-            DeprecationWarning, stacklevel=2,
-        )
-        return self.count
 
 
 class ModelReplied(_Base, tag="model_replied", frozen=True):

@@ -58,25 +58,7 @@ from pyrsistent import PVector, pvector
 from nous_inbox.errors import DecodeError
 from nous_inbox.message import Message, enc_hook
 
-__all__ = [
-    "Claimed",
-    "Entry",
-    "Inbox",
-    "Target",
-    "as_message",
-    "as_target",
-    "as_wakeup",
-    "claim",
-    "count",
-    "followup",
-    "has_pending",
-    "inject",
-    "is_blank",
-    "send",
-    "steer",
-    "wants_wake",
-    "worth_waking",
-]
+__all__ = ["Claimed", "Entry", "Inbox", "Target", "as_message", "as_target", "as_wakeup", "is_blank"]
 
 
 class Target(enum.StrEnum):
@@ -514,61 +496,3 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
 
 
 _EMPTY_INBOX: Final = Inbox()
-
-
-# -- pipeline style: module functions mirroring the methods -----------------------------------------
-
-
-def send(inbox: Inbox, message: Message | str, target: Target | str, wakeup: bool) -> Inbox:
-    """``inbox.send(message, target, wakeup)``, for pipeline style.
-
-    >>> wants_wake(send(Inbox(), "hi", "next_step", False))
-    False
-    """
-    return inbox.send(message, target, wakeup)
-
-
-def followup(inbox: Inbox, message: Message | str) -> Inbox:
-    """``inbox.followup(message)``: next turn, wakes."""
-    return inbox.followup(message)
-
-
-def steer(inbox: Inbox, message: Message | str) -> Inbox:
-    """``inbox.steer(message)``: next step, wakes."""
-    return inbox.steer(message)
-
-
-def inject(inbox: Inbox, message: Message | str) -> Inbox:
-    """``inbox.inject(message)``: next step, no wake."""
-    return inbox.inject(message)
-
-
-def claim(
-    inbox: Inbox, target: Target | str, limit: int | None = None, *, wake_only: bool = False
-) -> tuple[Claimed, Inbox]:
-    """``inbox.claim(target, limit, wake_only=...)``: ``(messages, drained_inbox)``."""
-    return inbox.claim(target, limit, wake_only=wake_only)
-
-
-def wants_wake(inbox: Inbox, target: Target | str | None = None) -> bool:
-    """``inbox.wants_wake(target)``: whether a queued entry asked for a wake."""
-    return inbox.wants_wake(target)
-
-
-def worth_waking(inbox: Inbox, target: Target | str | None = None) -> bool:
-    """``inbox.worth_waking(target)``: whether a waking entry is worth a model round.
-
-    >>> worth_waking(steer(Inbox(), " ")), worth_waking(steer(Inbox(), "stop"))
-    (False, True)
-    """
-    return inbox.worth_waking(target)
-
-
-def has_pending(inbox: Inbox, target: Target | str | None = None) -> bool:
-    """``inbox.has_pending(target)``."""
-    return inbox.has_pending(target)
-
-
-def count(inbox: Inbox, target: Target | str | None = None) -> int:
-    """``inbox.count(target)``."""
-    return inbox.count(target)

@@ -84,7 +84,6 @@ other answers (``CallModel`` -> ``ModelAnswered``, ``RunTools`` -> ``ToolsFinish
 from __future__ import annotations
 
 import enum
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
@@ -107,8 +106,9 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
+from nous_inbox.frozen import freeze_json
 from nous_inbox.inbox import Target, is_blank
-from nous_inbox.message import Message, ToolCall, freeze_json
+from nous_inbox.message import Message, ToolCall
 
 __all__ = [
     "CONTINUATION",
@@ -670,12 +670,3 @@ _TRANSITIONS: Final[Mapping[tuple[Phase, type], _Handler]] = MappingProxyType({
 _ACCEPTS: Final[Mapping[Phase, tuple[type[Any], ...]]] = MappingProxyType({
     phase: tuple(kind for (at, kind) in _TRANSITIONS if at is phase) for phase in Phase
 })
-
-
-def __getattr__(name: str) -> Any:
-    """``Drained``, the old name of :class:`ClaimAnswered`, still imports, with a warning."""
-    if name == "Drained":
-        warnings.warn("nous_inbox.loop.Drained is deprecated: use ClaimAnswered",
-                      DeprecationWarning, stacklevel=2)
-        return ClaimAnswered
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

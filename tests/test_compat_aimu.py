@@ -36,11 +36,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nous_inbox.adapters import aimu as aimu_module
-from nous_inbox.adapters.aimu import ORDER_KEY, AimuInbox, stream_name
+from nous_inbox.adapters.aimu import AimuInbox, stream_name
+from nous_inbox.adapters.aimu_routing import ORDER_KEY
 from nous_inbox.errors import ConcurrencyError
-from nous_inbox.events import Event, MessageSent, QueueClaimed, enc_hook
+from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Inbox, Target
-from nous_inbox.message import Message
+from nous_inbox.message import Message, enc_hook
 from nous_inbox.session import replay
 from nous_inbox.store import open_store
 

@@ -21,9 +21,8 @@ from nous_inbox.owner import Owner
 from nous_inbox.owner.group_commit import GroupCommit, Ticket, settle
 from nous_inbox.owner.store_worker import StoreWorker
 from nous_inbox.runner import Runner
-from nous_inbox.runner.port import sent_event
 from nous_inbox.store import Store, open_store
-from nous_inbox.store.journal import Journal
+from nous_inbox.store.journal import Journal, sent_event
 
 WAIT = 30.0  # seconds: a bound for a wait that should end at once, never a sync sleep
 

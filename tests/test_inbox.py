@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 import nous_inbox
-from nous_inbox import Claimed, DecodeError, Inbox, Message, Target
+from nous_inbox import Claimed, DecodeError, Inbox, Message, Target, pipeline
 
 TURN = "next_turn"
 STEP = "next_step"
@@ -589,33 +589,33 @@ def test_from_msgpack_refuses_a_str() -> None:
 def test_the_module_functions_mirror_the_methods() -> None:
     m = Message.user("m")
     inbox = Inbox().inject("x")
-    assert nous_inbox.inbox.send(inbox, m, TURN, False) == inbox.send(m, TURN, False)
-    assert nous_inbox.inbox.followup(inbox, m) == inbox.followup(m)
-    assert nous_inbox.inbox.steer(inbox, m) == inbox.steer(m)
-    assert nous_inbox.inbox.inject(inbox, m) == inbox.inject(m)
-    assert nous_inbox.inbox.claim(inbox, STEP) == inbox.claim(STEP)
-    assert nous_inbox.inbox.wants_wake(inbox) is inbox.wants_wake()
+    assert pipeline.send(inbox, m, TURN, False) == inbox.send(m, TURN, False)
+    assert pipeline.followup(inbox, m) == inbox.followup(m)
+    assert pipeline.steer(inbox, m) == inbox.steer(m)
+    assert pipeline.inject(inbox, m) == inbox.inject(m)
+    assert pipeline.claim(inbox, STEP) == inbox.claim(STEP)
+    assert pipeline.wants_wake(inbox) is inbox.wants_wake()
     for target in (None, TURN, STEP):
-        assert nous_inbox.inbox.has_pending(inbox, target) is inbox.has_pending(target)
-        assert nous_inbox.inbox.count(inbox, target) == inbox.count(target)
-    assert nous_inbox.inbox.has_pending(inbox) and nous_inbox.inbox.count(inbox) == 1
+        assert pipeline.has_pending(inbox, target) is inbox.has_pending(target)
+        assert pipeline.count(inbox, target) == inbox.count(target)
+    assert pipeline.has_pending(inbox) and pipeline.count(inbox) == 1
 
 
 def test_pipeline_style_reads_like_the_nous_example() -> None:
-    inbox = nous_inbox.inbox.steer(nous_inbox.inbox.inject(Inbox.new(), "recall: frozen"), "summarize")
-    assert nous_inbox.inbox.wants_wake(inbox)
-    claimed, inbox = nous_inbox.inbox.claim(inbox, Target.NEXT_STEP)
+    inbox = pipeline.steer(pipeline.inject(Inbox.new(), "recall: frozen"), "summarize")
+    assert pipeline.wants_wake(inbox)
+    claimed, inbox = pipeline.claim(inbox, Target.NEXT_STEP)
     assert contents(claimed) == ["recall: frozen", "summarize"]
-    assert not nous_inbox.inbox.has_pending(inbox)
+    assert not pipeline.has_pending(inbox)
 
 
 def test_the_module_functions_refuse_bad_input_like_the_methods() -> None:
     with pytest.raises(TypeError):
-        nous_inbox.inbox.steer(Inbox(), 3)  # type: ignore[arg-type]
+        pipeline.steer(Inbox(), 3)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        nous_inbox.inbox.claim(Inbox(), "nowhere")
+        pipeline.claim(Inbox(), "nowhere")
     with pytest.raises(TypeError):
-        nous_inbox.inbox.send(Inbox(), "x", STEP, None)  # type: ignore[arg-type]
+        pipeline.send(Inbox(), "x", STEP, None)  # type: ignore[arg-type]
 
 
 # -- the Claimed view ----------------------------------------------------------------------------
@@ -800,9 +800,9 @@ def test_worth_waking_survives_both_wire_formats() -> None:
 def test_the_module_functions_mirror_the_new_questions() -> None:
     inbox = Inbox().followup("later").steer(" ")
     for target in (None, TURN, STEP):
-        assert nous_inbox.inbox.wants_wake(inbox, target) is inbox.wants_wake(target)
-        assert nous_inbox.inbox.worth_waking(inbox, target) is inbox.worth_waking(target)
-    assert nous_inbox.inbox.claim(inbox, STEP, wake_only=True) == inbox.claim(STEP, wake_only=True)
+        assert pipeline.wants_wake(inbox, target) is inbox.wants_wake(target)
+        assert pipeline.worth_waking(inbox, target) is inbox.worth_waking(target)
+    assert pipeline.claim(inbox, STEP, wake_only=True) == inbox.claim(STEP, wake_only=True)
 
 
 # -- the wake-only claim: does a waking message extend a run at a would-be final answer? ----------

@@ -163,14 +163,6 @@ def test_a_write_of_nothing_reads_other_writers_once_then_answers_nothing(write:
     assert journal.session == replay(store.inner.read("s"))
 
 
-def test_take_is_a_deprecated_name_for_claim() -> None:
-    journal = Journal(open_store("memory:"), "s")
-    journal.send("go", "next_step", True)
-    with pytest.deprecated_call(match="Journal.claim"):
-        messages, event = journal.take("next_step")
-    assert [m.content for m in messages] == ["go"] and event is not None and event.seq == 2
-
-
 def test_without_a_store_changes_are_numbered_and_folded_but_kept_nowhere() -> None:
     journal = Journal(None, "local")
     stored, _ = journal.commit(lambda s: ([sent("a"), sent("b")], None))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from nous_inbox.errors import UnexpectedHappeningError
 from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
-from nous_inbox.inbox import Target
+from nous_inbox.inbox import Target, is_blank
 from nous_inbox.loop import (
     CONTINUATION,
     CallModel,
@@ -38,7 +38,6 @@ from nous_inbox.loop import (
     accepts,
     advance,
     interrupted_result,
-    is_blank,
     new_state,
 )
 from nous_inbox.message import Message, ToolCall
@@ -442,12 +441,6 @@ def test_a_happening_the_phase_does_not_expect_is_refused_and_state_is_unchanged
     assert state == before
     with pytest.raises(ValueError, match="cannot take ClaimAnswered"):
         advance(state, ClaimAnswered(STEP))
-
-
-def test_drained_is_the_old_name_of_claim_answered() -> None:
-    with pytest.warns(DeprecationWarning, match="use ClaimAnswered"):
-        from nous_inbox.loop import Drained
-    assert Drained is ClaimAnswered
 
 
 # The specification of the table: which happening each phase takes. Everything else is refused.

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
 from nous_inbox import Message, ToolCall
-from nous_inbox.message import MAX_DEPTH, ROLES, enc_hook, freeze_json, thaw_json
+from nous_inbox.frozen import MAX_DEPTH, freeze_json, thaw_json
+from nous_inbox.message import ROLES, enc_hook
 
 # -- building -----------------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ import pytest
 
 from nous_inbox.__main__ import main
 from nous_inbox.events import MessageSent
-from nous_inbox.message import MAX_DEPTH, Message, ToolCall
+from nous_inbox.frozen import MAX_DEPTH
+from nous_inbox.message import Message, ToolCall
 from nous_inbox.store import Store, open_store
 
 

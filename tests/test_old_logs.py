@@ -20,7 +20,6 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import typing
-import warnings
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -153,15 +152,6 @@ def test_building_a_request_without_a_count_or_with_a_bad_one_is_refused() -> No
         ModelRequested(turn=1, step=1, count=-2)
     with pytest.raises(ValueError, match="count must be an int >= 0, got True"):
         ModelRequested(turn=1, step=1, count=True)
-
-
-def test_messages_still_reads_on_the_python_side_with_a_deprecation_warning() -> None:
-    event = ModelRequested(turn=1, step=1, count=3)
-    with pytest.warns(DeprecationWarning, match="read ModelRequested.count"):
-        assert event.messages == 3
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert event.count == 3
 
 
 def test_the_old_name_never_shows_in_a_repr_or_a_replayed_session() -> None:

@@ -39,12 +39,11 @@ from nous_inbox.inbox import Target
 from nous_inbox.loop import CONTINUATION, ToolSpec
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner import LocalSession, Runner, SessionPort, Tool, tool
-from nous_inbox.runner.port import JournalPort, sent_event
-from nous_inbox.runner.runner import check_port
+from nous_inbox.runner.port import JournalPort, check_port
 from nous_inbox.session import Session, replay
 from nous_inbox.store import open_store
 from nous_inbox.store.file import FileStore
-from nous_inbox.store.journal import Journal
+from nous_inbox.store.journal import Journal, sent_event
 from nous_inbox.store.sqlite import SqliteStore
 from tests.owner_faces import FACES
 from tests.owner_faces import build as build_owner

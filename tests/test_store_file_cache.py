@@ -1,6 +1,6 @@
 """The file store's bounded stream cache: letting a stream go never costs an append a rescan.
 
-At most ``_CACHED_STREAMS`` streams stay decoded. An owner process serving more sessions than
+At most ``CACHED_STREAMS`` streams stay decoded. An owner process serving more sessions than
 that appends to each in turn; an append needs only the stream's version, so one to a stream
 out of the cache must not decode the file again (each would otherwise rescan it all).
 """
@@ -15,9 +15,10 @@ import pytest
 from nous_inbox.events import Warned
 from nous_inbox.session import replay
 from nous_inbox.store import open_store
-from nous_inbox.store.file import _CACHED_STREAMS, FileStore
+from nous_inbox.store.file import FileStore
+from nous_inbox.store.file.index import CACHED_STREAMS
 
-STREAMS = _CACHED_STREAMS + 6
+STREAMS = CACHED_STREAMS + 6
 
 
 def _counting_scans(store: FileStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:

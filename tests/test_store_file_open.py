@@ -37,7 +37,7 @@ class CountingDecoder:
     """Stands in for the store's record decoder and counts the lines it decodes."""
 
     def __init__(self) -> None:
-        self.real = file_module._record
+        self.real = file_module.RECORD_DECODER
         self.calls = 0
 
     def decode(self, data: bytes) -> Record:
@@ -52,7 +52,7 @@ def test_opening_a_file_store_decodes_no_session(tmp_path, monkeypatch):
     path = tmp_path / "log.jsonl"
     two_sessions(path)
     counter = CountingDecoder()
-    monkeypatch.setattr(file_module, "_record", counter)
+    monkeypatch.setattr(file_module, "RECORD_DECODER", counter)
     with FileStore(path, read_only=True):
         assert counter.calls <= 1  # the last line, to find where the last append ends
 
@@ -61,7 +61,7 @@ def test_a_send_to_one_session_decodes_only_that_session(tmp_path, monkeypatch):
     path = tmp_path / "log.jsonl"
     two_sessions(path)
     counter = CountingDecoder()
-    monkeypatch.setattr(file_module, "_record", counter)
+    monkeypatch.setattr(file_module, "RECORD_DECODER", counter)
     with FileStore(path) as store:
         stored = store.append("a", [Warned(text="steer")])
         assert stored[0].seq == 51
@@ -100,7 +100,7 @@ def test_streams_are_listed_without_decoding_events(tmp_path, monkeypatch):
     path = tmp_path / "log.jsonl"
     two_sessions(path, n=10)
     counter = CountingDecoder()
-    monkeypatch.setattr(file_module, "_record", counter)
+    monkeypatch.setattr(file_module, "RECORD_DECODER", counter)
     with FileStore(path, read_only=True) as store:
         assert store.streams() == ["a", "b"]
     assert counter.calls <= 1
@@ -114,7 +114,7 @@ def test_versions_after_listing_the_streams_need_no_rescan(tmp_path, monkeypatch
     with FileStore(path, read_only=True) as reader, FileStore(path) as writer:
         assert reader.streams() == ["a", "b"]
         counter = CountingDecoder()
-        monkeypatch.setattr(file_module, "_record", counter)
+        monkeypatch.setattr(file_module, "RECORD_DECODER", counter)
         monkeypatch.setattr(FileStore, "_scan", lambda self, stream: pytest.fail("rescanned"))
         assert [reader.version(name) for name in ["a", "b", "none"]] == [10, 20, 0]
         assert counter.calls == 0
@@ -197,7 +197,7 @@ def test_an_append_broken_off_in_a_one_session_file_is_named(tmp_path, monkeypat
 def test_a_store_keeps_only_the_streams_touched_last_decoded(tmp_path, monkeypatch):
     # A long-lived store (an owner, the CLI) that touches many sessions keeps a bounded number
     # decoded; a session it let go of is read from the file again, with what others appended.
-    monkeypatch.setattr(file_module, "_CACHED_STREAMS", 3)
+    monkeypatch.setattr(file_module, "CACHED_STREAMS", 3)
     path = tmp_path / "log.jsonl"
     names = [f"session-{i}" for i in range(6)]
     with FileStore(path) as writer:
@@ -210,7 +210,7 @@ def test_a_store_keeps_only_the_streams_touched_last_decoded(tmp_path, monkeypat
         assert list(reader._streams) == names[-3:]
         writer.append("session-0", [Warned(text="session-0 late")])
         counter = CountingDecoder()
-        monkeypatch.setattr(file_module, "_record", counter)
+        monkeypatch.setattr(file_module, "RECORD_DECODER", counter)
         assert [e.text for e in reader.read("session-0")] == ["session-0 first", "session-0 late"]
         assert counter.calls >= 2  # let go of before: read from the file again
         assert list(reader._streams) == [*names[-2:], "session-0"]

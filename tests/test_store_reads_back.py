@@ -3,7 +3,7 @@
 A store proves every event of an append reads back before it keeps it. For a send and a claim
 holding only plain values (a ``Target``, a ``bool``, counts in range, a message of ASCII text
 with no other field) it judges that by the exact types of the fields instead of decoding the
-record again (``nous_inbox.store.base._reads_back``). These tests hold that judgement to the
+record again (``nous_inbox.store.base.proof.reads_back``). These tests hold that judgement to the
 decoder: whatever it says yes to decodes back equal, however the event was built, altered
 messages included; and a bad hand-built event is still refused by every store.
 """
@@ -24,7 +24,7 @@ from nous_inbox.events import Event, MessageSent, QueueClaimed, Warned
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.store import open_store
-from nous_inbox.store.base import _reads_back  # private: a store shortcut, held to the decoder
+from nous_inbox.store.base.proof import reads_back
 
 _anything = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6),
@@ -79,7 +79,7 @@ def _blank_called_not_blank(content: str) -> MessageSent:
 @example(event=_blank_called_not_blank(""))
 @example(event=_blank_called_not_blank(" \n"))
 def test_an_event_judged_by_its_fields_decodes_back_equal_in_both_formats(event):
-    if not _reads_back(event):
+    if not reads_back(event):
         return
     for fmt in (MSGPACK, JSON_LINES):
         assert fmt.decoder(Event).decode(fmt.encode(event)) == event
@@ -89,7 +89,7 @@ def test_a_plain_send_and_claim_are_judged_by_their_fields():
     sent = MessageSent(target=Target.NEXT_STEP, wakeup=False, message=Message.user("go"),
                        seq=1, at=1.5)
     claim = QueueClaimed(target=Target.NEXT_STEP, count=1, seq=2, at=1.5)
-    assert _reads_back(sent) and _reads_back(claim)
+    assert reads_back(sent) and reads_back(claim)
 
 
 @pytest.mark.parametrize("event", [
@@ -105,7 +105,7 @@ def test_a_plain_send_and_claim_are_judged_by_their_fields():
 ], ids=["non-ASCII text", "metadata", "a str target", "an int wakeup", "a negative count",
         "a bool count", "a NaN time", "another event type"])
 def test_anything_else_is_decoded_and_compared(event):
-    assert not _reads_back(event)
+    assert not reads_back(event)
 
 
 @pytest.mark.parametrize("field, value", [("content", 5), ("role", "robot"),
@@ -120,17 +120,17 @@ def test_a_message_altered_past_its_checks_is_still_refused_by_every_store(url, 
 
 
 def test_the_proof_names_every_field_of_the_types_it_judges():
-    # A field added later to one of these types would fall outside _reads_back's checks; the
+    # A field added later to one of these types would fall outside reads_back's checks; the
     # module refuses to import until the proof names it.
-    from nous_inbox.store.base import _PROVEN_FIELDS, _check_proof
+    from nous_inbox.store.base.proof import PROVEN_FIELDS, check_proof
 
-    assert set(_PROVEN_FIELDS) == {MessageSent, QueueClaimed, Message}
-    _check_proof(_PROVEN_FIELDS)  # the proof as shipped passes
-    short = dict(_PROVEN_FIELDS)
-    short[Message] = _PROVEN_FIELDS[Message] - {"tool_calls"}
+    assert set(PROVEN_FIELDS) == {MessageSent, QueueClaimed, Message}
+    check_proof(PROVEN_FIELDS)  # the proof as shipped passes
+    short = dict(PROVEN_FIELDS)
+    short[Message] = PROVEN_FIELDS[Message] - {"tool_calls"}
     with pytest.raises(ImportError, match=r"judges .* of Message, which has .*'tool_calls'.*: "
                                           r"extend the proof to every field"):
-        _check_proof(short)
+        check_proof(short)
 
 
 # -- memory: proves a send or claim as the durable stores do, the size limit exact --------------
@@ -250,6 +250,6 @@ def test_a_message_whose_blankness_no_longer_matches_its_text_is_decoded_not_jud
     msgspec.structs.force_setattr(stale, "content", "")
     for message, judged in ((stale, False), (Message.user(" \n"), True), (Message.user(""), True)):
         event = MessageSent(target=Target.NEXT_STEP, wakeup=True, message=message, seq=1, at=1.0)
-        assert _reads_back(event) is judged
+        assert reads_back(event) is judged
         for fmt in (MSGPACK, JSON_LINES):
             assert (fmt.decoder(Event).decode(fmt.encode(event)) == event) is judged

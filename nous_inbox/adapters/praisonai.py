@@ -43,8 +43,8 @@ from typing import Any, Final
 import msgspec
 
 from nous_inbox.events import MailSent
+from nous_inbox.frozen import thaw_json
 from nous_inbox.mailbox import Mailbox
-from nous_inbox.message import thaw_json
 from nous_inbox.store import Store
 
 __all__ = ["STREAM", "AgentMessage", "InProcessMailbox"]

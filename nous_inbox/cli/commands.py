@@ -25,9 +25,10 @@ from nous_inbox.cli.tour import run_tour
 from nous_inbox.cli.usage import UsageError
 from nous_inbox.errors import StoreError, StreamOwnedError
 from nous_inbox.events import Event, MessageSent
+from nous_inbox.frozen import thaw_json
 from nous_inbox.inbox import Target
-from nous_inbox.message import Message, thaw_json
-from nous_inbox.owner.body import request_cancel
+from nous_inbox.message import Message
+from nous_inbox.owner.port import request_cancel
 from nous_inbox.runner.scripted import MAX_STEPS
 from nous_inbox.safe_json import event_json, json_safe
 from nous_inbox.session import Session

@@ -56,7 +56,7 @@ from nous_inbox.cli.pipe import quiet_broken_pipe
 from nous_inbox.cli.terminal import one_line
 from nous_inbox.cli.usage import UsageError
 
-__all__ = ["UsageError", "build_parser", "main"]
+__all__ = ["main"]
 
 
 class _OneLine(logging.Formatter):

@@ -46,9 +46,10 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.message import enc_hook, thaw_json
+from nous_inbox.frozen import thaw_json
+from nous_inbox.message import enc_hook
 
-__all__ = ["FINAL_LIMIT", "LIMIT", "format_event", "printable", "short"]
+__all__ = ["FINAL_LIMIT", "LIMIT", "format_event", "short"]
 
 #: How much of a message one event line shows; a final answer (no tool calls) gets more room,
 #: since it is what the run was for (the demo's summary runs to some 400 characters).

@@ -68,6 +68,7 @@ from nous_inbox.events import (
     MailSent,
     MailWithdrawn,
 )
+from nous_inbox.frozen import freeze_json
 from nous_inbox.mailbox._named import NamedVerbs, send_names, text
 from nous_inbox.mailbox.answers import (
     Letter,
@@ -91,7 +92,6 @@ from nous_inbox.mailbox.rules import (
     preview,
 )
 from nous_inbox.mailbox.state import MailboxState, Thread
-from nous_inbox.message import freeze_json
 from nous_inbox.owner.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.store import Store, open_store
 from nous_inbox.store.journal import Journal

@@ -57,7 +57,8 @@ import json
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Final, Literal
 
-from nous_inbox.message import Message, thaw_json
+from nous_inbox.frozen import thaw_json
+from nous_inbox.message import Message
 
 if TYPE_CHECKING:
     from nous_inbox.mailbox.state import Mail, MailboxState

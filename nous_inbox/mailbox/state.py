@@ -62,9 +62,9 @@ from nous_inbox.events import (
     MailSent,
     MailWithdrawn,
 )
+from nous_inbox.frozen import thaw_json
 from nous_inbox.mailbox import rules
 from nous_inbox.mailbox.rules import REMEMBER, RETAIN, gives_work, wakes
-from nous_inbox.message import thaw_json
 
 __all__ = ["AgentMail", "Gone", "Mail", "MailboxState", "Outcome", "Thread"]
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+from nous_inbox.frozen import thaw_json
 from nous_inbox.mailbox.handle import AgentHandle
-from nous_inbox.message import thaw_json
 from nous_inbox.runner.tools import Tool
 
 __all__ = ["mailbox_tools"]

@@ -52,11 +52,11 @@ from nous_inbox.owner.port import AsyncTurnRunner
 from nous_inbox.owner.sends import QueuedSend, Refused, Stored
 from nous_inbox.owner.store_worker import SendTicket, StoreWorker
 from nous_inbox.owner.turn_result import AsyncTurnHandle, Steps, TurnEnds, TurnResult, apump
-from nous_inbox.runner.port import sent_event
 from nous_inbox.store import Store
+from nous_inbox.store.journal import sent_event
 from nous_inbox.store.snapshot import SNAPSHOT_EVERY
 
-__all__ = ["AsyncOwner", "AsyncTurnRunner"]
+__all__ = ["AsyncOwner"]
 
 _T = TypeVar("_T")
 
@@ -83,7 +83,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     >>> AsyncOwner(open_store("memory:"), "s", object())
     Traceback (most recent call last):
     ...
-    TypeError: AsyncOwner: runner must have arun_turn(port, *, reason, cancel) (a nous_inbox.Runner), got object
+    TypeError: AsyncOwner: runner must have arun_turn(port, *, reason, cancel) (a nous_inbox.runner.Runner), got object
     """
 
     _who = "AsyncOwner"

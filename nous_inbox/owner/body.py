@@ -45,10 +45,7 @@ from nous_inbox.inbox import Inbox, Target, as_message
 from nous_inbox.message import Message
 from nous_inbox.owner.core import OwnerCore, Stop
 from nous_inbox.owner.group_commit import refused_unwritten
-from nous_inbox.owner.port import AsyncTurnRunner as AsyncTurnRunner  # (their home before)
-from nous_inbox.owner.port import OwnerPort, RunOptions, _cancelling
-from nous_inbox.owner.port import TurnRunner as TurnRunner
-from nous_inbox.owner.port import request_cancel as request_cancel
+from nous_inbox.owner.port import OwnerPort, RunOptions, cancel_open_turn
 from nous_inbox.owner.turn_result import TurnAnswers
 from nous_inbox.session import Session
 from nous_inbox.store import Store
@@ -450,7 +447,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         the lock). A store that fails is logged: the cancel still holds in this process."""
         try:
             with self._lock:
-                self._opened().commit(_cancelling)
+                self._opened().commit(cancel_open_turn)
         except LeaseLostError as exc:
             self._lose(exc)
         except Exception:

@@ -28,7 +28,10 @@ from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
 from nous_inbox.store.journal import Journal
 
-__all__ = ["AsyncTurnRunner", "OwnerPort", "RunOptions", "TurnRunner", "request_cancel"]
+__all__ = [
+    "AsyncTurnRunner", "OwnerPort", "RunOptions", "TurnRunner", "cancel_open_turn",
+    "request_cancel",
+]
 
 _TURN: Final = Target.NEXT_TURN
 
@@ -52,12 +55,22 @@ def request_cancel(store: Store, stream: str) -> CancelRequested | None:
     """
     check_stream(stream)
     journal = Journal(store, stream, transcript=False, snapshot_every=0)
-    stored, _ = journal.commit(_cancelling)
+    stored, _ = journal.commit(cancel_open_turn)
     return stored[0] if stored else None  # type: ignore[return-value]  # (only ever one)
 
 
-def _cancelling(session: Session) -> tuple[Sequence[Event], None]:
-    """The change that records a cancel of ``session``'s open turn, if it takes one."""
+def cancel_open_turn(session: Session) -> tuple[Sequence[Event], None]:
+    """The change (for :meth:`Journal.commit <nous_inbox.store.journal.Journal.commit>`) that
+    records a cancel of ``session``'s open turn, if it takes one (:meth:`Session.cancel
+    <nous_inbox.session.Session.cancel>` decides): :func:`request_cancel` and an owner's own
+    ``cancel()`` record it alike.
+
+    >>> from nous_inbox.events import TurnStarted
+    >>> from nous_inbox.session import replay
+    >>> events, _ = cancel_open_turn(replay([TurnStarted(turn=1, seq=1)]))
+    >>> [type(event).__name__ for event in events]
+    ['CancelRequested']
+    """
     request = session.cancel()
     return ((request,) if request is not None else ()), None
 

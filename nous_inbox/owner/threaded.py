@@ -81,11 +81,11 @@ from nous_inbox.owner.core import Stop
 from nous_inbox.owner.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.owner.port import TurnRunner
 from nous_inbox.owner.turn_result import TurnHandle, TurnResult, pump
-from nous_inbox.runner.port import sent_event
 from nous_inbox.store import Store
+from nous_inbox.store.journal import sent_event
 from nous_inbox.store.snapshot import SNAPSHOT_EVERY
 
-__all__ = ["Owner", "TurnRunner"]
+__all__ = ["Owner"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
 
@@ -110,7 +110,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
     >>> Owner(open_store("memory:"), "s", model)
     Traceback (most recent call last):
     ...
-    TypeError: Owner: runner must have run_turn(port, *, reason, cancel) (a nous_inbox.Runner), got function
+    TypeError: Owner: runner must have run_turn(port, *, reason, cancel) (a nous_inbox.runner.Runner), got function
     >>> from nous_inbox.runner import Runner
     >>> Owner(open_store("memory:"), "s", Runner(model), poll_interval=0)
     Traceback (most recent call last):

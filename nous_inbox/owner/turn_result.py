@@ -55,8 +55,9 @@ from nous_inbox.events import (
     TurnEndReason,
     TurnStarted,
 )
+from nous_inbox.frozen import thaw_json
 from nous_inbox.inbox import Target
-from nous_inbox.message import Message, thaw_json
+from nous_inbox.message import Message
 from nous_inbox.owner.sends import Refused
 from nous_inbox.session import Session
 

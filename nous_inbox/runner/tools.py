@@ -42,8 +42,8 @@ from typing import Any, Final
 import attrs
 import msgspec
 
+from nous_inbox.frozen import thaw_json
 from nous_inbox.loop import ToolSpec
-from nous_inbox.message import thaw_json
 
 __all__ = ["Tool", "tool"]
 

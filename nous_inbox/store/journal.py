@@ -55,7 +55,6 @@ from __future__ import annotations
 import gc
 import logging
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol, TypeVar
 
@@ -350,11 +349,15 @@ class Journal:
     def claim(
         self, target: Target | str, *, wake_only: bool = False, limit: int | None = None
     ) -> tuple[list[Message], QueueClaimed | None]:
-        """Drain ``target`` and record the claim in one atomic append: the one claim path.
+        """Drain ``target`` and record the claim in one atomic append.
 
-        Every claimer (the owner's runs, a :class:`~nous_inbox.runner.port.LocalSession`, the aimu
-        adapter) claims here, so a claim is always one ``QueueClaimed`` that both drains the queue
-        and becomes the transcript entries (ruling 6). What is claimed is the core's decision
+        A claimer of one queue at a time claims here (the owner's runs and a
+        :class:`~nous_inbox.runner.port.LocalSession`, through their port); one that records
+        several claims, or a claim and what surrounds it, in one append (the aimu adapter's drain,
+        the pydantic-ai adapter's boundaries) builds each with :func:`claim_event` and appends them
+        in one :meth:`commit`. Either way a claim is one ``QueueClaimed``, built by
+        :meth:`Session.claim <nous_inbox.session.Session.claim>`, that both drains the queue and
+        becomes the transcript entries (ruling 6). What is claimed is the core's decision
         (:meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`: ``wake_only`` claims only when a
         waking message worth a round is queued; ``limit`` takes only the oldest few, and the
         event's ``rest`` says how many stayed). A claim is a :meth:`commit`: computed on the
@@ -383,14 +386,6 @@ class Journal:
         if claimed is None:
             return [], None
         return list(claimed), stored[0]  # type: ignore[return-value]  # the QueueClaimed above
-
-    def take(
-        self, target: Target | str, *, wake_only: bool = False, limit: int | None = None
-    ) -> tuple[list[Message], QueueClaimed | None]:
-        """Deprecated alias of :meth:`claim` (one name per verb)."""
-        warnings.warn("Journal.take is deprecated: use Journal.claim", DeprecationWarning,
-                      stacklevel=2)
-        return self.claim(target, wake_only=wake_only, limit=limit)
 
     def _append(self, events: Sequence[Event]) -> list[Event]:
         """One attempt: number, time and fold ``events``, append them at the session's version
@@ -455,9 +450,10 @@ def claim_event(
     the decision is :meth:`Inbox.claim`'s.
 
     Every claim's event is built by :meth:`Session.claim <nous_inbox.session.Session.claim>`:
-    a journal's own claims call it directly, and this is it for a holder that claims several
-    queues in one append (the mailbox's routing, the pydantic-ai adapter), so a claim's event
-    always says what the core decided.
+    :meth:`Journal.claim` calls it directly, and this is it for a holder that records several
+    claims in one :meth:`Journal.commit` (the aimu adapter's drain of an agent's two queues, the
+    pydantic-ai adapter's claims at a boundary), so a claim's event always says what the core
+    decided.
 
     >>> claimed, event, rest = claim_event(Inbox().followup("a").followup("b"), "next_turn", limit=1)
     >>> [m.content for m in claimed], event.count, event.rest, event.seq, rest.count()

@@ -59,7 +59,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Final
 
-from nous_inbox.codec import _BAD, FORMAT_NAME, MAX_RECORD_SIZE, MSGPACK, Header
+from nous_inbox.codec import DECODE_ERRORS, FORMAT_NAME, MAX_RECORD_SIZE, MSGPACK, Header
 from nous_inbox.errors import ConcurrencyError, DecodeError, StoreError
 from nous_inbox.events import SCHEMA_VERSION, Event
 from nous_inbox.store._safety import check_store_file, read_only_sqlite_uri
@@ -302,7 +302,7 @@ class SqliteStore(StoreBase):
                 ):
                     raise _Slow
                 events: list[Event] = list(map(decoder.decode, bodies))
-            except (_Slow, *_BAD):
+            except (_Slow, *DECODE_ERRORS):
                 events = self._walk(stream, rows)
             if [event.seq for event in events] != seqs:
                 self._walk(stream, rows)  # names the row

@@ -62,7 +62,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from nous_inbox.events import Event
-from nous_inbox.message import thaw_json
+from nous_inbox.frozen import thaw_json
 from nous_inbox.safe_json import event_json, json_safe
 from nous_inbox.store.base import check_stream
 from nous_inbox.web.host import MODES, Mode, SessionHost, checked_text

@@ -44,8 +44,8 @@ from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Target, is_blank
 from nous_inbox.message import Message
-from nous_inbox.owner.async_owner import AsyncOwner, AsyncTurnRunner
-from nous_inbox.owner.body import request_cancel
+from nous_inbox.owner.async_owner import AsyncOwner
+from nous_inbox.owner.port import AsyncTurnRunner, request_cancel
 from nous_inbox.owner.turn_result import AsyncTurnHandle
 from nous_inbox.session import Session, replay
 from nous_inbox.store import Store
@@ -232,7 +232,7 @@ class SessionHost:
     async def cancel(self, session: str) -> bool:
         """Cancel ``session``'s run wherever it is held: here, by the owner's ``cancel()``;
         elsewhere, by a request in the log its holder folds in
-        (:func:`~nous_inbox.owner.body.request_cancel`). Whether a run was going here, or a
+        (:func:`~nous_inbox.owner.port.request_cancel`). Whether a run was going here, or a
         request was recorded for one held elsewhere."""
         check_stream(session)
         owner = self.hosted(session)

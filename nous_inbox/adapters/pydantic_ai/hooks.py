@@ -57,12 +57,13 @@ from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
 from nous_inbox.adapters.pydantic_ai.transcript import (
-    _as_request_part,
-    _trailing_parts,
+    as_request_part,
     from_model_response,
     to_model_messages,
+    trailing_parts,
 )
 from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
+from nous_inbox.frozen import freeze_json
 from nous_inbox.loop import (
     Advance,
     CallModel,
@@ -83,17 +84,17 @@ from nous_inbox.loop import (
     interrupted_result,
     open_calls,
 )
-from nous_inbox.message import Message, freeze_json
+from nous_inbox.message import Message
 from nous_inbox.runner.port import ClaimGuard, JournalPort, SessionPort, describe_error
 from nous_inbox.session import Session
 from nous_inbox.store.journal import claim_event
 
-__all__: list[str] = []
+__all__ = ["InboxHooks", "TurnOver"]
 
 logger: Final = logging.getLogger("nous_inbox.adapters.pydantic_ai")
 
 
-class _TurnOver(Exception):
+class TurnOver(Exception):
     """Raised from a hook when the loop ends the turn where pydantic-ai would make a request:
     the run stops there, the request unmade. (The adapter's budget never does: it counts only
     the requests the inbox adds, at a would-be end.)"""
@@ -141,7 +142,7 @@ def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequenc
 
 
 @dataclass
-class _InboxHooks(AbstractCapability[Any]):
+class InboxHooks(AbstractCapability[Any]):
     """One turn's bridge between a pydantic-ai run and a session port.
 
     Built per turn by :class:`~nous_inbox.adapters.pydantic_ai.runner.AgentRunner`. It keeps the
@@ -248,7 +249,7 @@ class _InboxHooks(AbstractCapability[Any]):
 
     def _deliver(self, ctx: Any, messages: Sequence[Message]) -> None:
         if messages:
-            parts = [_as_request_part(m) for m in messages]
+            parts = [as_request_part(m) for m in messages]
             for part in parts:
                 self.seen[id(part)] = part  # recorded by its claim (or as the loop's nudge)
             ctx.enqueue(*parts)
@@ -315,10 +316,10 @@ class _InboxHooks(AbstractCapability[Any]):
         if self.opening:
             self.opening = False  # the opening claimed already
             return request_context
-        parts = self._happenings(_trailing_parts(request_context.messages))
+        parts = self._happenings(trailing_parts(request_context.messages))
         deliver = await self.call(lambda: self._write(*parts, _CLAIMS))
         if type(self.adv.command) is EndTurn:
-            raise _TurnOver
+            raise TurnOver
         self._deliver(ctx, deliver)
         return request_context
 
@@ -334,7 +335,7 @@ class _InboxHooks(AbstractCapability[Any]):
         (rulings 3 and 4)."""
         if isinstance(result, End):
             self.usage, self.output = ctx.usage, getattr(result.data, "output", None)
-            parts = self._happenings(_trailing_parts(ctx.messages), final=True)
+            parts = self._happenings(trailing_parts(ctx.messages), final=True)
             deliver = await self.call(lambda: self._write(*parts, _CLAIMS))
             self._deliver(ctx, deliver)  # pydantic-ai redirects End into one more request
         return result
@@ -389,7 +390,7 @@ def _left_over(run: Any) -> list[ModelRequestPart]:
     if run is None:
         return []
     messages = run.all_messages()
-    parts = _trailing_parts(messages)
+    parts = trailing_parts(messages)
     try:
         upcoming = run.next_node
     except Exception:  # a failed run re-raises its failure here: it has no next request

@@ -31,7 +31,7 @@ from pydantic import TypeAdapter
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from nous_inbox.adapters.pydantic_ai.hooks import _InboxHooks, _TurnOver
+from nous_inbox.adapters.pydantic_ai.hooks import InboxHooks, TurnOver
 from nous_inbox.events import Event
 from nous_inbox.loop import Cancelled, Failed, new_state
 from nous_inbox.message import Message
@@ -191,7 +191,7 @@ class AgentRunner:
         return self._arun(port, reason, cancel)
 
     async def _arun(self, port: SessionPort, reason: str, *cancels: _Flag | None) -> AsyncIterator[Event]:
-        hooks = _InboxHooks(port, _caller(port, self.offload), self._start)
+        hooks = InboxHooks(port, _caller(port, self.offload), self._start)
         opening = asyncio.ensure_future(hooks.call(lambda: (hooks.open(reason), _options(port))))
         try:
             history, options = await asyncio.shield(opening)
@@ -234,7 +234,7 @@ class AgentRunner:
             else:
                 ending = Failed("nothing to answer: the turn claimed nothing and the transcript "
                                 "ends with the model's reply")
-        except _TurnOver:
+        except TurnOver:
             ending = None  # the loop ended the turn before a request
         except Exception as exc:
             await hooks.end(run, Failed(describe_error(exc)))

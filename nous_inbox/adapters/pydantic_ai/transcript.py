@@ -29,7 +29,7 @@ from pydantic_ai.messages import (
 
 from nous_inbox.message import Message, ToolCall
 
-__all__ = ["from_model_response", "to_model_messages"]
+__all__ = ["as_request_part", "from_model_response", "to_model_messages", "trailing_parts"]
 
 
 def to_model_messages(transcript: Iterable[Message]) -> list[ModelMessage]:
@@ -57,13 +57,19 @@ def to_model_messages(transcript: Iterable[Message]) -> list[ModelMessage]:
                 parts = []
             history.append(_as_response(message))
         else:
-            parts.append(_as_request_part(message))
+            parts.append(as_request_part(message))
     if parts:
         history.append(ModelRequest(parts=parts))
     return history
 
 
-def _as_request_part(message: Message) -> ModelRequestPart:
+def as_request_part(message: Message) -> ModelRequestPart:
+    """One of our messages (not an assistant's) as the part of a pydantic-ai request that carries
+    it: a system prompt, a tool return, or else a user prompt.
+
+    >>> as_request_part(Message.tool("a.txt", "c1", name="ls")).part_kind
+    'tool-return'
+    """
     if message.role == "system":
         return SystemPromptPart(content=message.content)
     if message.role == "tool":
@@ -102,9 +108,16 @@ def from_model_response(response: ModelResponse) -> Message:
     return Message.assistant(text, calls)
 
 
-def _trailing_parts(messages: Sequence[ModelMessage]) -> list[ModelRequestPart]:
+def trailing_parts(messages: Sequence[ModelMessage]) -> list[ModelRequestPart]:
     """The parts of the requests after the last response: what the next request shows anew
-    (pydantic-ai may keep them as several requests: an output tool's return, then what joined)."""
+    (pydantic-ai may keep them as several requests: an output tool's return, then what joined).
+
+    >>> from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+    >>> history = [ModelRequest(parts=[UserPromptPart("hi")]), ModelResponse(parts=[TextPart("ok")]),
+    ...            ModelRequest(parts=[UserPromptPart("and now?")])]
+    >>> [part.content for part in trailing_parts(history)]
+    ['and now?']
+    """
     parts: list[ModelRequestPart] = []
     for message in reversed(messages):
         if isinstance(message, ModelResponse):

@@ -25,8 +25,9 @@ appended, so every store answers it cheaply (a dict lookup, a ``stat``, an index
 
 A store acknowledges only what it has proved it can read back: every event of an append is
 proved to read back before anything is written, either encoded in the store's own format and
-decoded again or, for a plain send or claim, judged by its fields (:func:`_reads_back`, the
-exact type and range of each, held to the decoders by a property test). One that would not come
+decoded again or, for a plain send or claim, judged by its fields
+(:func:`~nous_inbox.store.base.proof.reads_back`, the exact type and range of each, held to the
+decoders by a property test). One that would not come
 back equal (a bare ``str`` where a message belongs, an unknown target, a ``wakeup`` that is not
 a bool, a time that is not a finite number) is refused with a ``TypeError`` or ``ValueError``
 naming its index and the field, and nothing is written. So a hand-built event can never poison
@@ -52,12 +53,8 @@ Stream names are non-empty strings of at most 256 characters without control cha
 anything else is a ``ValueError`` naming it.
 """
 
-# Private, re-exported for the tests that hold the proof to the decoders.
-from nous_inbox.store.base.proof import _PROVEN_FIELDS as _PROVEN_FIELDS
-from nous_inbox.store.base.proof import _check_proof as _check_proof
-from nous_inbox.store.base.proof import _reads_back as _reads_back
+from nous_inbox.codec import MAX_STREAM_NAME
 from nous_inbox.store.base.protocol import (
-    MAX_STREAM_NAME,
     STORE_ENV,
     Store,
     StoreLockedError,
@@ -67,18 +64,6 @@ from nous_inbox.store.base.protocol import (
     check_stream,
     default_store_path,
     default_store_url,
-)
-from nous_inbox.store.base.protocol import (
-    check_expected_version as check_expected_version,  # deprecated
-)
-from nous_inbox.store.base.protocol import (
-    conflict as conflict,  # deprecated
-)
-from nous_inbox.store.base.protocol import (
-    number_events as number_events,  # deprecated
-)
-from nous_inbox.store.base.protocol import (
-    read_only_error as read_only_error,  # deprecated
 )
 from nous_inbox.store.base.template import StoreBase
 

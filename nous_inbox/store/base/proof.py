@@ -1,6 +1,6 @@
 """The read-back proof: a store acknowledges only an event it has shown decodes back equal.
 
-For the two events every message makes (its send and its claim), :func:`_reads_back` judges the
+For the two events every message makes (its send and its claim), :func:`reads_back` judges the
 exact type and range of each field instead of decoding (the checks msgspec's decoder would
 make); everything else is decoded and compared by the template (:meth:`StoreBase._prove
 <nous_inbox.store.base.template.StoreBase._prove>`). The proof names every field it judges, and
@@ -15,12 +15,11 @@ from typing import Any, Final
 
 import msgspec
 
-from nous_inbox.codec import JSON_LINES, MSGPACK
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target
 from nous_inbox.message import ROLES, Message
 
-__all__: list[str] = []
+__all__ = ["PROVEN_FIELDS", "check_proof", "reads_back"]
 
 _INF: Final = math.inf
 _NO_METADATA: Final = next(f.default for f in msgspec.structs.fields(Message)
@@ -28,7 +27,7 @@ _NO_METADATA: Final = next(f.default for f in msgspec.structs.fields(Message)
 _INT64_MAX: Final = 2**63 - 1
 
 
-def _reads_back(event: Event) -> bool:
+def reads_back(event: Event) -> bool:
     """Whether ``event`` decodes back equal from its bare encoding, judged by the exact type
     and range of every field: ``False`` means "decode it and see".
 
@@ -76,11 +75,11 @@ def _reads_back(event: Event) -> bool:
     return False
 
 
-#: The fields :func:`_reads_back` judges, type by type. It proves only what it names: a field
+#: The fields :func:`reads_back` judges, type by type. It proves only what it names: a field
 #: added to one of these types later would pass unjudged, and an event holding a value that
 #: does not read back would be acknowledged. So the module refuses to import until the proof is
 #: revisited (a raise, not an ``assert``, which ``python -O`` would drop).
-_PROVEN_FIELDS: Final[dict[type[msgspec.Struct], frozenset[str]]] = {
+PROVEN_FIELDS: Final[dict[type[msgspec.Struct], frozenset[str]]] = {
     MessageSent: frozenset({"seq", "at", "target", "wakeup", "message"}),
     QueueClaimed: frozenset({"seq", "at", "target", "count", "rest"}),
     Message: frozenset({"role", "content", "name", "tool_call_id", "id", "metadata",
@@ -88,34 +87,15 @@ _PROVEN_FIELDS: Final[dict[type[msgspec.Struct], frozenset[str]]] = {
 }
 
 
-def _check_proof(proven_fields: Mapping[type[msgspec.Struct], frozenset[str]]) -> None:
+def check_proof(proven_fields: Mapping[type[msgspec.Struct], frozenset[str]]) -> None:
     """Raise ``ImportError`` if a judged type has a field the proof does not name (or names one
     it lacks). Called once below, at import; a test calls it with a proof that falls short."""
     for kind, proven in proven_fields.items():
         if frozenset(kind.__struct_fields__) != proven:
             raise ImportError(
-                f"_reads_back judges {sorted(proven)} of {kind.__name__}, which has "
+                f"reads_back judges {sorted(proven)} of {kind.__name__}, which has "
                 f"{sorted(kind.__struct_fields__)}: extend the proof to every field"
             )
 
 
-_check_proof(_PROVEN_FIELDS)
-
-
-def _first_unencodable(events: list[Event]) -> int:
-    for i, event in enumerate(events):
-        try:
-            JSON_LINES.encode(event)
-            MSGPACK.encode(event)
-        except (TypeError, ValueError, OverflowError, RecursionError):
-            return i
-    return 0
-
-
-def _refused(stream: str, index: int, event: Event, exc: BaseException) -> Exception:
-    reason = "nested too deeply to encode or decode" if isinstance(exc, RecursionError) else str(exc)
-    cls = TypeError if isinstance(exc, TypeError) else ValueError
-    return cls(
-        f"append to {stream!r}: events[{index}] ({type(event).__name__}) cannot be stored: "
-        f"{reason}; nothing was written"
-    )
+check_proof(PROVEN_FIELDS)

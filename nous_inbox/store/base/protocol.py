@@ -1,8 +1,10 @@
 """The Store protocol and the helpers every store shares: names, identities, checks, defaults.
 
 :class:`Store` is what the owner and the CLI need of a place that keeps event logs; the rest
-is what a store checks before it writes (a stream's name, an expected version, the events) and
-where the default store lives. The package's docstring (:mod:`nous_inbox.store.base`) says the
+is what a store checks before it writes (a stream's name, an expected version, the events), the
+errors it refuses with, and where the default store lives. :class:`~nous_inbox.store.base.StoreBase`
+makes every check for a store built on it; one written without it calls these, so every store
+refuses alike. The package's docstring (:mod:`nous_inbox.store.base`) says the
 rules every store keeps.
 """
 
@@ -24,20 +26,24 @@ import msgspec
 from nous_inbox.codec import MAX_STREAM_NAME
 from nous_inbox.errors import ConcurrencyError, OutcomeUnknownError, StoreError
 from nous_inbox.events import EVENT_TYPES, Event, MailSent
-from nous_inbox.message import freeze_json
+from nous_inbox.frozen import freeze_json
 from nous_inbox.store.lease import OwnerLease
 
 __all__ = [
-    "MAX_STREAM_NAME",
     "STORE_ENV",
     "Store",
     "StoreLockedError",
     "append_identity",
     "append_once",
+    "check_expected_version",
     "check_max_record_size",
     "check_stream",
+    "checked_events",
     "default_store_path",
     "default_store_url",
+    "number_events",
+    "read_only_error",
+    "version_conflict",
 ]
 
 STORE_ENV: Final = "NOUS_INBOX_STORE"
@@ -243,8 +249,14 @@ def check_max_record_size(url: str, value: object) -> int:
     return value
 
 
-def _check_expected_version(expected_version: object) -> None:
-    """Refuse an ``expected_version`` that is neither ``None`` nor a non-negative ``int``."""
+def check_expected_version(expected_version: object) -> None:
+    """Refuse an ``expected_version`` that is neither ``None`` nor a non-negative ``int``.
+
+    >>> check_expected_version(-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: expected_version must be None or an int >= 0, got -1
+    """
     if expected_version is None:
         return
     if type(expected_version) is not int or expected_version < 0:
@@ -253,21 +265,32 @@ def _check_expected_version(expected_version: object) -> None:
         )
 
 
-def _conflict(stream: str, expected: int, actual: int) -> ConcurrencyError:
-    """The error for an append whose expected version is stale."""
+def version_conflict(stream: str, expected: int, actual: int) -> ConcurrencyError:
+    """The error for an append whose expected version is stale: raised with nothing written.
+
+    >>> print(version_conflict("s", 3, 4))
+    stream 's': expected version 3 but it is at 4 (another writer appended first); nothing was written
+    """
     return ConcurrencyError(
         f"stream {stream!r}: expected version {expected} but it is at {actual} "
         f"(another writer appended first); nothing was written"
     )
 
 
-def _read_only_error(url: str) -> io.UnsupportedOperation:
+def read_only_error(url: str) -> io.UnsupportedOperation:
     """The error for an ``append`` or ``own`` on a store opened read-only (a ``ValueError``)."""
     return io.UnsupportedOperation(f"{url} was opened read-only")
 
 
-def _checked_events(stream: str, events: object) -> Sequence[Event]:
-    """Refuse anything but a sequence of events with finite times, naming the index."""
+def checked_events(stream: str, events: object) -> Sequence[Event]:
+    """``events``, if it is a sequence of events with finite times (and a mail body a log can
+    hold); else a ``TypeError`` or ``ValueError`` naming the index, before anything is written.
+
+    >>> checked_events("s", ["hi"])
+    Traceback (most recent call last):
+    ...
+    TypeError: append to 's': events[0] is a str, not an event
+    """
     shape = type(events)
     if shape is not list and shape is not tuple and (  # (the ABC check costs as much as the rest)
         isinstance(events, (str, bytes)) or not isinstance(events, Sequence)
@@ -309,8 +332,14 @@ def _finite(number: float) -> bool:
         return False
 
 
-def _numbered(events: Sequence[Event], version: int, now: float | None = None) -> list[Event]:
-    """Checked events as the store keeps them: ``seq`` from ``version + 1``, ``at`` filled in."""
+def number_events(events: Sequence[Event], version: int, now: float | None = None) -> list[Event]:
+    """Checked events (:func:`checked_events`) as the store keeps them: ``seq`` from
+    ``version + 1``, and ``at``, where an event has none, the time of the append (``now``).
+
+    >>> from nous_inbox.events import Warned
+    >>> [(e.seq, e.at) for e in number_events([Warned(text="x", seq=9)], 4, now=1.5)]
+    [(5, 1.5)]
+    """
     numbered = []
     for event in events:
         version += 1
@@ -325,27 +354,6 @@ def _numbered(events: Sequence[Event], version: int, now: float | None = None) -
             event = _replace(event, seq=version, at=float(at))
         numbered.append(event)
     return numbered
-
-
-def number_events(
-    stream: str, events: Sequence[Event], version: int, now: float | None = None,
-) -> list[Event]:
-    """The events as the store will keep them: ``seq`` from ``version + 1``, ``at`` filled in.
-
-    Deprecated as public API (a store built on :class:`StoreBase` never calls it); kept so old
-    imports work. Refuses anything that is not an event of the vocabulary, naming its index.
-
-    >>> from nous_inbox.events import Warned
-    >>> [(e.seq, e.at) for e in number_events("s", [Warned(text="x", seq=9)], 4, now=1.5)]
-    [(5, 1.5)]
-    """
-    return _numbered(_checked_events(stream, events), version, now)
-
-
-# Deprecated aliases of helpers that became private (a store implements hooks instead).
-check_expected_version = _check_expected_version
-conflict = _conflict
-read_only_error = _read_only_error
 
 
 def default_store_path() -> Path:

@@ -22,19 +22,18 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, Final, Self
 
-from nous_inbox.codec import _BAD, JSON_LINES, MAX_RECORD_SIZE, MSGPACK, LogFormat
+from nous_inbox.codec import DECODE_ERRORS, JSON_LINES, MAX_RECORD_SIZE, MSGPACK, LogFormat
 from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
-from nous_inbox.store.base.proof import _first_unencodable, _reads_back, _refused
+from nous_inbox.store.base.proof import reads_back
 from nous_inbox.store.base.protocol import (
-    _GOOD_STREAMS,
-    _check_expected_version,
-    _checked_events,
-    _conflict,
-    _numbered,
-    _read_only_error,
     append_identity,
+    check_expected_version,
     check_stream,
+    checked_events,
+    number_events,
+    read_only_error,
+    version_conflict,
 )
 from nous_inbox.store.lease import Leases, OwnerLease
 from nous_inbox.store.snapshot import SnapshotError, check_snapshot, split_snapshot, tip_after
@@ -80,7 +79,7 @@ class StoreBase(abc.ABC):
 
     #: Whether the records are the bare events in ``_format`` (the store overrides neither
     #: ``_encode`` nor ``_decode``): set for each subclass as it is defined. Then an event whose
-    #: fields prove it reads back (``_reads_back``) is not decoded again before it is written.
+    #: fields prove it reads back (``reads_back``) is not decoded again before it is written.
     _bare_records: bool = True
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -238,7 +237,7 @@ class StoreBase(abc.ABC):
             event: Event = (
                 decode(record) if decode is not None else fmt.decoder(Event).decode(record)
             )
-        except _BAD:  # the slow way again, for an error that says where
+        except DECODE_ERRORS:  # the slow way again, for an error that says where
             event = self._format.decode(record, Event, _READ_BACK, self.max_record_size)
         return event
 
@@ -249,14 +248,13 @@ class StoreBase(abc.ABC):
         *, identity: str | uuid.UUID | None = None,
     ) -> list[Event]:
         """Append atomically, after proving every event reads back; see :class:`~nous_inbox.store.base.Store`."""
-        if type(stream) is not str or stream not in _GOOD_STREAMS:  # (check_stream's own cache)
-            check_stream(stream)
+        check_stream(stream)
         if expected_version is not None and (
             type(expected_version) is not int or expected_version < 0
         ):
-            _check_expected_version(expected_version)
+            check_expected_version(expected_version)
         key = None if identity is None else append_identity(identity)
-        batch = _checked_events(stream, events)
+        batch = checked_events(stream, events)
         if not batch:
             with self._lock:
                 self._check_writable()
@@ -273,7 +271,7 @@ class StoreBase(abc.ABC):
         with self._lock:
             self._check_open()
             if self.read_only:
-                raise _read_only_error(self.url)
+                raise read_only_error(self.url)
             if self._lock_excludes:
                 return self._append_at(stream, events, expected_version, batch,
                                        self._version(stream), known)
@@ -291,8 +289,8 @@ class StoreBase(abc.ABC):
             if found is not None:
                 return found
         if expected_version is not None and expected_version != version:
-            raise _conflict(stream, expected_version, version)
-        stored = _numbered(events, version, None)
+            raise version_conflict(stream, expected_version, version)
+        stored = number_events(events, version, None)
         records = self._prove(stream, stored)
         if batch is None:  # (a store written before ``batch`` may not take it)
             self._write(stream, stored, records)
@@ -406,7 +404,7 @@ class StoreBase(abc.ABC):
         """Raise unless the store is open and was not opened read-only (call with the lock)."""
         self._check_open()
         if self.read_only:
-            raise _read_only_error(self.url)
+            raise read_only_error(self.url)
 
     def _prove(self, stream: str, events: list[Event]) -> list[bytes]:
         """Encode ``events``; refuse (naming the index) one too large or not read back equal."""
@@ -434,7 +432,7 @@ class StoreBase(abc.ABC):
                     f"{type(event).__name__}) encodes to {len(record)} bytes, above the limit of "
                     f"{limit} bytes; nothing was written"
                 )
-            if bare and _reads_back(event):
+            if bare and reads_back(event):
                 continue
             try:
                 back = decode(stream, record)
@@ -455,3 +453,24 @@ def _digest(records: list[bytes]) -> bytes:
         digest.update(len(record).to_bytes(8, "big"))
         digest.update(record)
     return digest.digest()
+
+
+def _first_unencodable(events: list[Event]) -> int:
+    """The index of the first event either log format cannot encode (0 when every one encodes)."""
+    for i, event in enumerate(events):
+        try:
+            JSON_LINES.encode(event)
+            MSGPACK.encode(event)
+        except (TypeError, ValueError, OverflowError, RecursionError):
+            return i
+    return 0
+
+
+def _refused(stream: str, index: int, event: Event, exc: BaseException) -> Exception:
+    """The error refusing ``events[index]`` of an append to ``stream``, which ``exc`` stopped."""
+    reason = "nested too deeply to encode or decode" if isinstance(exc, RecursionError) else str(exc)
+    cls = TypeError if isinstance(exc, TypeError) else ValueError
+    return cls(
+        f"append to {stream!r}: events[{index}] ({type(event).__name__}) cannot be stored: "
+        f"{reason}; nothing was written"
+    )

@@ -45,7 +45,6 @@ it over the log, so a crash leaves the old file or the new one, never half of on
 that has the old file open notices its name is gone and opens the new one.
 """
 
-from nous_inbox.store.file.index import _CACHED_STREAMS as _CACHED_STREAMS  # (for the tests)
 from nous_inbox.store.file.store import FileStore
 
 __all__ = ["FileStore"]

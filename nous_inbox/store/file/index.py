@@ -35,13 +35,14 @@ from typing import Final
 import msgspec
 
 from nous_inbox._collector import collector_paused
-from nous_inbox.codec import _BAD, Record, _decode_lines, _reason, _span
+from nous_inbox._log_reader import bytes_before, decode_lines, reason_of
+from nous_inbox.codec import DECODE_ERRORS
 from nous_inbox.errors import DecodeError
 from nous_inbox.events import Event
 from nous_inbox.store.base import check_stream
-from nous_inbox.store.file.log import LogFile, _record
+from nous_inbox.store.file.log import RECORD_DECODER, LogFile
 
-__all__ = ["StreamIndex"]
+__all__ = ["CACHED_STREAMS", "StreamIndex", "envelope"]
 
 logger: Final = logging.getLogger("nous_inbox.store.file")
 
@@ -51,13 +52,23 @@ the processor's cache when they are decoded."""
 _encode_name: Final = msgspec.json.Encoder().encode
 # The envelope every record line begins with; the stream name is a JSON string.
 _ENVELOPE: Final = re.compile(rb'\n\{"stream":("(?:[^"\\\n]|\\.)*"),"event":')
-_CACHED_STREAMS: Final = 64
+CACHED_STREAMS: Final = 64
 """How many streams a store keeps decoded at most; the least recently touched goes first."""
+
+
+def envelope(stream: str) -> bytes:
+    """How every record line of ``stream`` begins, as this library writes it: a line is found
+    by its envelope without decoding it.
+
+    >>> envelope("s1")
+    b'{"stream":"s1","event":'
+    """
+    return b'{"stream":' + _encode_name(stream) + b',"event":'
 
 
 class StreamIndex(LogFile):
     """What a store knows of each stream in its file: the streams touched, decoded (at most
-    ``_CACHED_STREAMS``), the counts and names ``streams()`` found, and the lines that are
+    ``CACHED_STREAMS``), the counts and names ``streams()`` found, and the lines that are
     not in the usual form; kept up with the file by :meth:`_catch_up`."""
 
     def _reset(self) -> None:
@@ -137,9 +148,9 @@ class StreamIndex(LogFile):
                 cut = data.find(b"\n") + 1
             lines = data[:cut].split(b"\n")
             lines.pop()
-            records, bad = _decode_lines(_record, lines, self._max)
+            records, bad = decode_lines(RECORD_DECODER, lines, self._max)
             if bad is not None:
-                raise bad.error(self._place(pos + _span(lines, len(records))))
+                raise bad.error(self._place(pos + bytes_before(lines, len(records))))
             offset = pos
             for line, record in zip(lines, records, strict=True):
                 stream = record.stream
@@ -180,7 +191,7 @@ class StreamIndex(LogFile):
     def _load(self, stream: str) -> list[Event]:
         """The events of ``stream``, read from the file the first time it is touched.
 
-        At most ``_CACHED_STREAMS`` streams stay decoded: touching one more lets go of the one
+        At most ``CACHED_STREAMS`` streams stay decoded: touching one more lets go of the one
         touched longest ago (it is read from the file again if it is read again; its version is
         kept, so appends and versions need no read), so a long-lived store that serves many
         sessions does not grow without bound.
@@ -194,7 +205,7 @@ class StreamIndex(LogFile):
             else:
                 log = []
             self._evicted.pop(stream, None)
-            while len(streams) >= _CACHED_STREAMS:
+            while len(streams) >= CACHED_STREAMS:
                 oldest = next(iter(streams))
                 self._evicted[oldest] = len(streams.pop(oldest))
         streams[stream] = log  # the most recently touched last
@@ -253,8 +264,8 @@ class StreamIndex(LogFile):
         for line in lines[1:]:
             if not line.startswith(b'{"stream":"'):
                 try:
-                    record = _record.decode(line)
-                except _BAD as exc:
+                    record = RECORD_DECODER.decode(line)
+                except DECODE_ERRORS as exc:
                     if b"\0" in line:
                         # A hole a torn append left (its lost blocks read as NULs): it holds
                         # no record this library wrote, so no session is refused for it; a
@@ -265,7 +276,7 @@ class StreamIndex(LogFile):
                                            "by a power loss), not a record; skipped",
                                            self.url, offset)
                     elif self._stray_bad is None:
-                        self._stray_bad = (offset, _reason(exc, line))
+                        self._stray_bad = (offset, reason_of(exc, line))
                 else:
                     self._stray.setdefault(record.stream, offset)
             offset += len(line) + 1
@@ -276,7 +287,7 @@ class StreamIndex(LogFile):
         # pass (once: the result is kept). Where a line starts is worked out only for an error,
         # or to see that the records of one append sit on adjacent lines.
         checked = self._checked
-        key = b'\n{"stream":' + _encode_name(stream) + b',"event":'
+        key = b"\n" + envelope(stream)
         events: list[Event] = []
         append = events.append
         due = 0
@@ -288,7 +299,7 @@ class StreamIndex(LogFile):
                 self._check_chunk(base, chunk, cut)  # (a chunk of the stream's lines only is)
             if not found.lines:
                 continue
-            records, bad = _decode_lines(_record, found.lines, self._max)
+            records, bad = decode_lines(RECORD_DECODER, found.lines, self._max)
             apart = found.starts is not None  # the stream's lines may have others between
             seq = len(events)
             for index, record in enumerate(records):
@@ -332,9 +343,9 @@ class StreamIndex(LogFile):
         pos = start
         for line in self._pread(start, end).split(b"\n")[:-1]:
             try:
-                _record.decode(line)
-            except _BAD as exc:
-                raise self._damage(pos, _reason(exc, line)) from None
+                RECORD_DECODER.decode(line)
+            except DECODE_ERRORS as exc:
+                raise self._damage(pos, reason_of(exc, line)) from None
             pos += len(line) + 1
 
     def _scan_names(self) -> set[str]:
@@ -421,7 +432,7 @@ class _Lines:
         """Where line ``index`` starts in the file."""
         if self.starts is not None:
             return self.starts[index]
-        return self.base + 1 + _span(self.lines, index)
+        return self.base + 1 + bytes_before(self.lines, index)
 
     def adjacent(self, index: int, previous: int) -> bool:
         """Whether line ``index`` follows the line before it (``previous``: where the line
@@ -437,7 +448,7 @@ class _Lines:
         if not index:
             return previous
         if self.starts is None:
-            return self.base + 1 + _span(self.lines, index)  # adjacent, by construction
+            return self.base + 1 + bytes_before(self.lines, index)  # adjacent, by construction
         return self.starts[index - 1] + len(self.lines[index - 1]) + 1
 
     @staticmethod
@@ -445,11 +456,3 @@ class _Lines:
         """Where the append ``batch`` (its lines and index) began, for an error message."""
         return (batch[0].start(batch[1]),) if batch is not None else (0,)
 
-
-def _stray_of(line: bytes) -> str | None:
-    """The stream of a record line without the usual envelope (``None``: not a record)."""
-    try:
-        record: Record = _record.decode(line)
-    except _BAD:
-        return None
-    return record.stream

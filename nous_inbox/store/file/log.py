@@ -37,18 +37,20 @@ import time
 from collections.abc import Iterator
 from typing import Final
 
-from nous_inbox.codec import _BAD, JSON_LINES, Record
+from nous_inbox.codec import DECODE_ERRORS, JSON_LINES, Record
 from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.store._safety import check_store_file
 from nous_inbox.store.base import StoreLockedError
 
-__all__ = ["LogFile"]
+__all__ = ["RECORD_DECODER", "LogFile", "sync_directory"]
 
 logger: Final = logging.getLogger("nous_inbox.store.file")
 
 _TAIL: Final = 64 * 1024
 _HEADER: Final = JSON_LINES.header()
-_record: Final = JSON_LINES.decoder(Record)
+RECORD_DECODER: Final = JSON_LINES.decoder(Record)
+"""The decoder of the file's record lines (a :class:`~nous_inbox.codec.Record` each): built once,
+shared by the log, its index and its store."""
 _NO_SPACE: Final = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -117,7 +119,7 @@ class LogFile:
             return os.open(self.path, flags)
         try:
             os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask
-            _sync_directory(self.path)
+            sync_directory(self.path)
         except BaseException:
             os.close(fd)
             raise
@@ -197,7 +199,7 @@ class LogFile:
             os.fsync(fd)
         finally:
             os.close(fd)
-        _sync_directory(side)
+        sync_directory(side)
         logger.warning(
             "%s: set aside %d bytes at byte %d that no complete append holds (an append torn "
             "by a crash or power loss, never acknowledged) in %s", self.url, len(data), start,
@@ -279,8 +281,8 @@ class LogFile:
                 line = lines[index]
                 offset -= len(line) + 1
                 try:
-                    record = _record.decode(line)
-                except _BAD:
+                    record = RECORD_DECODER.decode(line)
+                except DECODE_ERRORS:
                     if b"\0" not in line:
                         # Not what a torn append leaves (its lost blocks read as NULs): a
                         # damaged acknowledged record stays in the log, a DecodeError to
@@ -325,8 +327,9 @@ class LogFile:
         return os.pread(self._fd, end - start, start)
 
 
-def _sync_directory(path: str) -> None:
-    # A new file's name is durable only once its directory is synced.
+def sync_directory(path: str) -> None:
+    """Sync the directory holding ``path``: a new file's name (a log just created, a copy
+    renamed over the log) is durable only once its directory is."""
     directory = os.path.dirname(os.path.abspath(path))
     fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
     try:

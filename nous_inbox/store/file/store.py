@@ -12,13 +12,13 @@ import os
 import threading
 from collections.abc import Iterator
 
-from nous_inbox.codec import _BAD, JSON_LINES, MAX_RECORD_SIZE, Record
+from nous_inbox.codec import DECODE_ERRORS, JSON_LINES, MAX_RECORD_SIZE, Record
 from nous_inbox.errors import DecodeError
 from nous_inbox.events import Event
 from nous_inbox.store._snapshots import SnapshotFiles
 from nous_inbox.store.base import StoreBase, check_max_record_size
-from nous_inbox.store.file.index import StreamIndex, _encode_name, _stray_of
-from nous_inbox.store.file.log import _record, _sync_directory
+from nous_inbox.store.file.index import StreamIndex, envelope
+from nous_inbox.store.file.log import RECORD_DECODER, sync_directory
 from nous_inbox.store.lease import Leases
 
 __all__ = ["FileStore"]
@@ -86,8 +86,8 @@ class FileStore(StreamIndex, StoreBase):
 
     def _decode(self, stream: str, record: bytes) -> Event:
         try:
-            decoded: Record = _record.decode(record)
-        except _BAD:
+            decoded: Record = RECORD_DECODER.decode(record)
+        except DECODE_ERRORS:
             pass
         else:
             return decoded.event
@@ -168,7 +168,7 @@ class FileStore(StreamIndex, StoreBase):
         written beside it (mode 0600, a new name, never through a link), synced and renamed over
         it, so a crash leaves the old file or the new one. A store that has the old one open
         notices its name is gone and opens the new one."""
-        key = b'{"stream":' + _encode_name(stream) + b',"event":'
+        key = envelope(stream)
         real = os.path.realpath(self.path)
         temp = f"{real}.deleting-{os.urandom(6).hex()}"
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -193,7 +193,7 @@ class FileStore(StreamIndex, StoreBase):
             if dropped:
                 os.fsync(fd)
                 os.rename(temp, real)
-                _sync_directory(real)
+                sync_directory(real)
         except OSError as exc:
             os.close(fd)
             with contextlib.suppress(OSError):
@@ -218,3 +218,12 @@ def _write_all(fd: int, data: bytes) -> None:
     view, written = memoryview(data), 0
     while written < len(data):
         written += os.write(fd, view[written:])
+
+
+def _stray_of(line: bytes) -> str | None:
+    """The stream of a record line without the usual envelope (``None``: not a record)."""
+    try:
+        record: Record = RECORD_DECODER.decode(line)
+    except DECODE_ERRORS:
+        return None
+    return record.stream
