@@ -34,8 +34,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from nous_inbox import Message, ToolCall, replay
 from nous_inbox.adapters.pydantic_ai import AgentRunner
+from nous_inbox.commands import ToolSpec
 from nous_inbox.events import Event, TurnEnded
-from nous_inbox.loop import CONTINUATION, ToolSpec
+from nous_inbox.loop import CONTINUATION
 from nous_inbox.owner import AsyncOwner
 from nous_inbox.runner import Runner
 from nous_inbox.runner.port import LocalSession
@@ -400,8 +401,8 @@ def test_an_owners_subscribers_hear_every_boundary_before_its_claim(driver: str)
             assert await owner.wait_idle(30.0)
         return heard
 
-    # The turn opens; a step before each request; one more where the run would stop.
-    assert asyncio.run(go()) == ["turn_opening", "step", "step", "step", "turn_ended"]
+    # The turn opens; a step before each request; a stop where the run would stop.
+    assert asyncio.run(go()) == ["turn_opening", "step", "step", "stop", "turn_ended"]
 
 
 # -- ruling 9: cancelling -------------------------------------------------------------------------

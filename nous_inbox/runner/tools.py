@@ -42,7 +42,7 @@ from typing import Any, Final
 import attrs
 import msgspec
 
-from nous_inbox.loop import ToolSpec
+from nous_inbox.commands import ToolSpec
 from nous_inbox.message import thaw_json
 
 __all__ = ["Tool", "tool"]
