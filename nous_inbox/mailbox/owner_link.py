@@ -49,8 +49,9 @@ from nous_inbox.boundary import Boundary, BoundaryKind
 from nous_inbox.events import Event, MailNoticed, QueueClaimed
 from nous_inbox.inbox import Target
 from nous_inbox.mailbox._named import text
+from nous_inbox.mailbox.records import Mail
 from nous_inbox.mailbox.rules import DEBOUNCE, MAX_WAIT, NOTICE, compose, plan
-from nous_inbox.mailbox.state import Mail, MailboxState
+from nous_inbox.mailbox.state import MailboxState
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
 from nous_inbox.owner.sends import Refused

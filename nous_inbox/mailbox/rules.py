@@ -61,7 +61,8 @@ from nous_inbox.boundary import BoundaryKind
 from nous_inbox.message import Message, thaw_json
 
 if TYPE_CHECKING:
-    from nous_inbox.mailbox.state import Mail, MailboxState
+    from nous_inbox.mailbox.records import Mail
+    from nous_inbox.mailbox.state import MailboxState
 
 __all__ = [
     "DEBOUNCE",
