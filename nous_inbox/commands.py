@@ -1,8 +1,8 @@
 """What the loop tells its driver to do, and which claim each boundary of a run makes.
 
-The loop (:func:`~nous_inbox.loop.advance`) answers every happening with one
-command: :class:`Claim` a queue, :class:`CallModel`, :class:`RunTools` or :class:`EndTurn`. The
-claims are read from one table, :data:`CLAIMS`, keyed by the boundary they are made at
+The loop (:func:`~nous_inbox.loop.advance`) answers every happening with one command:
+:class:`Claim` a queue, :class:`CallModel`, :class:`RunTools` or :class:`EndTurn`. The claims are
+read from one table, :data:`CLAIMS`, keyed by the boundary they are made at
 (:data:`~nous_inbox.boundary.BoundaryKind`): the loop's transitions issue them, an owner names the
 boundary it tells its subscribers by them (:attr:`Claim.boundary`), and a driver whose framework
 does not say which boundary it reached (the aimu adapter) asks :func:`round_claims` and

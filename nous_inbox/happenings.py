@@ -1,12 +1,11 @@
 """What a driver reports back to the loop (its happenings), and the answers the loop gives a tool
 call that never got its own.
 
-A driver performs the loop's command, then tells :func:`~nous_inbox.loop.advance`
-what happened: a turn opened (:class:`TurnOpened`), a claim took these messages
-(:class:`ClaimAnswered`), the model answered (:class:`ModelAnswered`), the tools finished
-(:class:`ToolsFinished`), its framework retried on its own (:class:`Retried`), someone cancelled
-(:class:`Cancelled`) or the run failed (:class:`Failed`). Each answers one command, and the
-loop refuses one that does not fit where it stands.
+A driver performs the loop's command, then tells :func:`~nous_inbox.loop.advance` what happened:
+a turn opened (:class:`TurnOpened`), a claim took these messages (:class:`ClaimAnswered`), the
+model answered (:class:`ModelAnswered`), the tools finished (:class:`ToolsFinished`), its
+framework retried on its own (:class:`Retried`), someone cancelled (:class:`Cancelled`) or the
+run failed (:class:`Failed`). The loop refuses one that does not fit where it stands.
 
 A turn that ends with tool calls unanswered answers each, so the transcript stays well-formed: as
 cancelled before it ran (:func:`cancelled_result`) or as interrupted while it ran
