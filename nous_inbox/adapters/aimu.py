@@ -74,9 +74,9 @@ per address.
 * aimu does not say at which boundary it drains, so the loop's claims there are plain, never the
   wake-only claim of a would-be final answer (ruling 2): an ``inject`` pending at what would be
   the final answer extends the run like a ``steer``; the wake flag matters to a host deciding
-  whether to start a run (``wants_wake``). A blank message (whitespace, or invisible characters only)
-  is never handed to aimu on its own, where it would make a round (ruling 4): it stays queued
-  until a drain has something worth a round to deliver with it. And aimu drains first *after*
+  whether to start a run (``wants_wake``). A blank message (whitespace, or invisible characters
+  only) is never handed to aimu on its own, where it would make a round (ruling 4): it stays
+  queued until a drain has something worth a round to deliver with it. And aimu drains first *after*
   the run's first reply, so a followup reaches the next run at its first round boundary, not in
   its first request.
 * A message that lands after a run's last drain (or in a run that ends on its round budget,
