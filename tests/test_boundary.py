@@ -1,7 +1,7 @@
 """The boundary hook: an owner tells its subscribers, in order and before the claim, that a turn
 is opening, a step boundary is reached, the run would stop, a turn ended; what a subscriber sends
-there is in the claim that follows. The threaded owner and the asyncio owner (inline and with its store worker)
-keep one rule."""
+there is in the claim that follows. The threaded owner and the asyncio owner (inline and with its
+store worker) keep one rule."""
 
 from __future__ import annotations
 
