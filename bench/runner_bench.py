@@ -40,9 +40,9 @@ from typing import Any
 import msgspec
 
 from nous_inbox import Message, ToolCall
+from nous_inbox.commands import ToolSpec
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.inbox import Target
-from nous_inbox.loop import ToolSpec
 from nous_inbox.runner import LocalSession, Runner, Tool
 from nous_inbox.session import Session
 

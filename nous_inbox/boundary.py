@@ -2,12 +2,15 @@
 
 A floor that holds messages for an agent (the mailbox, first) wants them read at the run's next
 boundary, not at the next send that happens to come by. So an owner tells its subscribers, in
-order, each time its run reaches a boundary, *before* the claim the boundary makes:
+order, each time its run reaches a boundary, *before* the claim the boundary makes (which claim
+that is, is the loop's table, :data:`nous_inbox.commands.CLAIMS`):
 
 * ``"turn_opening"``: a turn opened and is about to claim ``next_turn`` (ruling 1);
-* ``"step"``: a step boundary, about to claim ``next_step`` (right before a model request, or
-  where the run would otherwise stop, ruling 2: then ``wake_only``, and only a waking message
-  is claimed);
+* ``"step"``: a step boundary, about to claim ``next_step`` right before a model request the run
+  makes anyway (ruling 1; after a blank reply too, ruling 3);
+* ``"stop"``: where the run would otherwise stop (a would-be final answer, a spent budget), about
+  to claim ``next_step`` only for a waking message worth a round (ruling 2): what goes in there
+  without a wake waits for a later claim;
 * ``"turn_ended"``: the turn's closing event is stored (the owner asks next whether to open
   another turn).
 
@@ -18,15 +21,15 @@ from inside its callback with the owner's own verbs (``steer``, ``inject``, ``fo
 send commits at once, on that thread, so it is in the claim that follows (a followup sent at
 ``"turn_ended"`` opens the next turn). An ``AsyncOwner``'s verb called there has done its work
 when it returns: the awaitable it returns need not be awaited. A subscriber that raises is
-logged (the ``nous_inbox`` logger) and the run goes on. A run that makes no boundary (a
-single-shot run, ruling 8) tells nothing.
+logged (the ``nous_inbox`` logger) and the run goes on. A single-shot run (ruling 8) claims
+nothing, so it tells no boundary but its ``"turn_ended"``.
 
 >>> seen = []
 >>> boundaries = Boundaries("s")
 >>> unsubscribe = boundaries.subscribe(seen.append)
->>> boundaries.tell("step", 3)
+>>> boundaries.tell("stop", 3)
 >>> seen
-[Boundary(kind='step', stream='s', turn=3, wake_only=False)]
+[Boundary(kind='stop', stream='s', turn=3)]
 >>> unsubscribe()
 >>> boundaries.tell("turn_ended", 3)
 >>> len(seen)
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 import attrs
 
@@ -47,22 +50,20 @@ __all__ = ["Boundaries", "Boundary", "BoundaryKind"]
 
 logger: Final = logging.getLogger("nous_inbox")
 
-BoundaryKind = Literal["turn_opening", "step", "turn_ended"]
-"""Which boundary a run reached: a turn opening, a step boundary, or a turn's end."""
+BoundaryKind = Literal["turn_opening", "step", "stop", "turn_ended"]
+"""Which boundary a run reached: a turn opening, a step boundary, where the run would stop, or a
+turn's end."""
 
-_KINDS: Final = frozenset({"turn_opening", "step", "turn_ended"})
+_KINDS: Final = frozenset(get_args(BoundaryKind))
 
 
 @attrs.frozen
 class Boundary:
-    """A boundary a run reached: its ``kind``, the session's ``stream`` and the ``turn`` number;
-    ``wake_only`` when the claim it comes before takes only a waking message worth a round (the
-    run would stop there, ruling 2), so what goes in without a wake waits for a later claim."""
+    """A boundary a run reached: its ``kind``, the session's ``stream`` and the ``turn`` number."""
 
     kind: BoundaryKind
     stream: str
     turn: int
-    wake_only: bool = False
 
 
 class Boundaries:
@@ -103,13 +104,13 @@ class Boundaries:
                 if type(event) is TurnEnded:
                     self.tell("turn_ended", event.turn)
 
-    def tell(self, kind: BoundaryKind, turn: int, wake_only: bool = False) -> None:
+    def tell(self, kind: BoundaryKind, turn: int) -> None:
         """Tell every subscriber that the run reached ``kind`` in ``turn``; log one that raises."""
         if not self._callbacks:
             return
         if kind not in _KINDS:
             raise ValueError(f"no boundary {kind!r}; the kinds are {', '.join(sorted(_KINDS))}")
-        boundary = Boundary(kind, self._stream, turn, wake_only)
+        boundary = Boundary(kind, self._stream, turn)
         for callback in self._callbacks:
             try:
                 callback(boundary)

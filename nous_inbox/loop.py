@@ -6,6 +6,8 @@ module decides everything about that and does nothing: no I/O, no threads, no cl
 (``nous_inbox.runner``) performs each command it returns, records the events, and feeds back what
 happened. Events leave here with ``seq`` 0; whoever records them numbers them.
 
+>>> from nous_inbox.happenings import ClaimAnswered, ModelAnswered, TurnOpened
+>>> from nous_inbox.inbox import Target
 >>> from nous_inbox.message import Message
 >>> state = new_state(max_steps=5)
 >>> state, command, events = advance(state, TurnOpened(turn=1, transcript=[Message.user("hi")]))
@@ -24,12 +26,16 @@ Claim(target=<Target.NEXT_STEP: 'next_step'>, wake_only=True)
 (EndTurn(reason='final'), ['TurnEnded'])
 
 The rulings it implements, each with a test in ``tests/test_loop.py`` (and, for every driver,
-in ``tests/test_rulings.py``): every driver (the runner, the pydantic-ai adapter) asks this table
-at each boundary and decides none of it itself.
+in ``tests/test_rulings.py``): every driver asks this table at each boundary and decides none of
+it itself. The runner and the pydantic-ai adapter feed it every happening; the aimu adapter, whose
+framework says neither what the model did nor which boundary it reached, asks it which claims
+such a boundary makes and whether what they took is worth a round
+(:func:`~nous_inbox.commands.round_claims`, :func:`~nous_inbox.commands.worth_a_round`).
 
 1. **Claim points.** A turn opens -> ``Claim(next_turn)``; every step boundary -> ``Claim(next_step)``
    right before the model request, so a message sent during a tool call lands after that tool's
-   result. Later steps claim only ``next_step``.
+   result. Later steps claim only ``next_step``. Each boundary's claim is one entry of the table
+   :data:`~nous_inbox.commands.CLAIMS`.
 2. **The would-be final answer** (content, no tool calls) is a boundary too, but it asks for a
    ``wake_only`` claim: the driver claims ``next_step`` only if an entry there asked for a wake (a
    steer) and is worth a round (``Inbox.claim(..., wake_only=True)`` decides, in the core), and
@@ -70,9 +76,11 @@ at each boundary and decides none of it itself.
 
 Design notes. ``advance`` returns exactly one command: the loop is always waiting for one thing.
 Every transition is one row of a table, ``_TRANSITIONS``, from (phase, happening type) to the
-handler that takes it (at the end of this module, the h11 way); ``accepts(phase)`` reads it. A
-happening that does not fit the current phase raises ``UnexpectedHappeningError`` (a
-``ValueError``) naming both: a driver bug must not be smoothed over. The state keeps the
+handler that takes it (at the end of this module, the h11 way); ``accepts(phase)`` reads it. What
+the loop tells its driver (the commands, and the claims table) is :mod:`nous_inbox.commands`;
+what the driver tells it (the happenings) is :mod:`nous_inbox.happenings`. A happening that does
+not fit the current phase raises ``UnexpectedHappeningError`` (a ``ValueError``) naming both: a
+driver bug must not be smoothed over. The state keeps the
 transcript as a ``pvector``, so each step appends in O(1) and a ``CallModel`` hands the model the
 same persistent vector without copying.
 
@@ -84,13 +92,23 @@ other answers (``CallModel`` -> ``ModelAnswered``, ``RunTools`` -> ``ToolsFinish
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 import msgspec
 from pyrsistent import PVector, pvector
 
+from nous_inbox.commands import (
+    CLAIMS,
+    CallModel,
+    Claim,
+    Command,
+    EndTurn,
+    RunTools,
+    ToolSpec,
+    worth_a_round,
+)
 from nous_inbox.errors import UnexpectedHappeningError
 from nous_inbox.events import (
     Event,
@@ -106,37 +124,20 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.frozen import freeze_json
-from nous_inbox.inbox import Target, is_blank
+from nous_inbox.happenings import (
+    Cancelled,
+    ClaimAnswered,
+    Failed,
+    Happening,
+    ModelAnswered,
+    Retried,
+    ToolsFinished,
+    TurnOpened,
+    cancelled_result,
+)
 from nous_inbox.message import Message, ToolCall
 
-__all__ = [
-    "CONTINUATION",
-    "Advance",
-    "CallModel",
-    "Cancelled",
-    "Claim",
-    "Command",
-    "ClaimAnswered",
-    "EndTurn",
-    "Failed",
-    "Happening",
-    "LoopState",
-    "ModelAnswered",
-    "Phase",
-    "Retried",
-    "RunTools",
-    "ToolSpec",
-    "ToolsFinished",
-    "TurnOpened",
-    "accepts",
-    "advance",
-    "cancelled_result",
-    "interrupted_result",
-    "is_blank",
-    "new_state",
-    "open_calls",
-]
+__all__ = ["CONTINUATION", "Advance", "LoopState", "Phase", "accepts", "advance", "new_state"]
 
 CONTINUATION: Final = Message.user(
     "Continue with the task, or give your final answer if you are done.",
@@ -144,40 +145,6 @@ CONTINUATION: Final = Message.user(
 )
 """The loop's own nudge after a degenerate reply; its provenance tag marks it as the loop's words."""
 
-
-class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaults=True):
-    """What a model is told about one tool: its name, what it is for, and a JSON schema of its
-    arguments (``{"type": "object", "properties": ...}``). Treat ``parameters`` as read-only: it
-    is the spec's own copy, in key order.
-
-    >>> ToolSpec("ls", "List a folder.", {"type": "object"}).to_dict()
-    {'name': 'ls', 'description': 'List a folder.', 'parameters': {'type': 'object'}}
-    """
-
-    name: str
-    description: str = ""
-    parameters: Mapping[str, Any] = msgspec.field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"ToolSpec.name must be a non-empty str, got {self.name!r}")
-        if not isinstance(self.description, str):
-            raise TypeError(
-                f"ToolSpec.description must be a str, got {type(self.description).__name__}"
-            )
-        if not isinstance(self.parameters, Mapping):
-            raise TypeError(
-                f"ToolSpec.parameters must be a mapping, got {type(self.parameters).__name__}"
-            )
-        freeze_json(self.parameters, "ToolSpec.parameters")  # refuses what JSON cannot carry
-        # A private deep copy, in the given key order (models read a schema in order).
-        copied = msgspec.json.decode(msgspec.json.encode(self.parameters))
-        msgspec.structs.force_setattr(self, "parameters", copied)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dicts and lists (a copy), ready to hand to a model API."""
-        parameters = msgspec.json.decode(msgspec.json.encode(self.parameters))
-        return {"name": self.name, "description": self.description, "parameters": parameters}
 
 
 class Phase(enum.StrEnum):
@@ -193,111 +160,6 @@ class Phase(enum.StrEnum):
     TOOLS = "tools"  # the tool results
     ENDED = "ended"  # nothing: the turn is over
 
-
-# -- commands: what the driver must do next ------------------------------------------------------
-
-
-class Claim(msgspec.Struct, frozen=True, repr_omit_defaults=True):
-    """The command: claim ``target`` and report ``ClaimAnswered``. With ``wake_only``, claim
-    only if an entry on it asked for a wake and is worth a model round (``Inbox.claim(target,
-    wake_only=True)`` decides); otherwise report ``ClaimAnswered`` with no messages and leave
-    the queue alone.
-
-    Claiming: ``Claim`` asks, ``ClaimAnswered`` answers, ``QueueClaimed`` is recorded, ``Claimed``
-    is the view."""
-
-    target: Target
-    wake_only: bool = False
-
-
-class CallModel(msgspec.Struct, frozen=True):
-    """Ask the model, with this transcript and these tools; report ``ModelAnswered``."""
-
-    transcript: PVector[Message]
-    tools: tuple[ToolSpec, ...] = ()
-
-
-class RunTools(msgspec.Struct, frozen=True):
-    """Run these tool calls; report ``ToolsFinished`` with one tool message per call, in order."""
-
-    calls: tuple[ToolCall, ...]
-
-
-class EndTurn(msgspec.Struct, frozen=True):
-    """The turn is over; nothing more to do."""
-
-    reason: TurnEndReason
-
-
-Command = Claim | CallModel | RunTools | EndTurn
-
-
-# -- happenings: what the driver reports back ----------------------------------------------------
-
-
-class TurnOpened(msgspec.Struct, frozen=True):
-    """Turn ``turn`` opens for ``reason`` on the session's ``transcript`` so far."""
-
-    turn: int
-    reason: str = "wake"
-    transcript: Sequence[Message] = ()
-
-
-class ClaimAnswered(msgspec.Struct, frozen=True):
-    """The happening that answers a ``Claim``: what the claim of ``target`` took (possibly
-    nothing).
-
-    Claiming: ``Claim`` asks, ``ClaimAnswered`` answers, ``QueueClaimed`` is recorded, ``Claimed``
-    is the view."""
-
-    target: Target
-    messages: Sequence[Message] = ()
-
-
-class ModelAnswered(msgspec.Struct, frozen=True):
-    """The model replied with this assistant message."""
-
-    message: Message
-
-
-class ToolsFinished(msgspec.Struct, frozen=True):
-    """The tool calls ran; one ``tool`` message per call, in call order.
-
-    ``final`` says the results are the answer (a framework's output tool, whose return ends its
-    run): the boundary after them is then a would-be final answer's (ruling 2), not a step's."""
-
-    results: Sequence[Message]
-    final: bool = False
-
-
-class Retried(msgspec.Struct, frozen=True):
-    """The driver's framework answered the reply itself with ``message`` (a user message, its
-    own nudge: a retry after an empty reply or a refused answer) and will ask the model again.
-
-    The request is one the run makes anyway, so the claim before it is a plain one: a pending
-    message joins the framework's words (rulings 1 and 3); the budget still counts (ruling 5).
-    """
-
-    message: Message
-
-
-class Cancelled(msgspec.Struct, frozen=True):
-    """Someone cancelled the turn. ``results`` are the answers the driver has for the calls it
-    was running (a tool that ran before the cancel, or :func:`interrupted_result` for one cut
-    off in flight), in any order; a call without one is answered with :func:`cancelled_result`.
-    """
-
-    results: Sequence[Message] = ()
-
-
-class Failed(msgspec.Struct, frozen=True):
-    """The model (or the driver) failed in a way the run cannot go on from; ``error`` says how."""
-
-    error: str
-
-
-Happening = (TurnOpened | ClaimAnswered | ModelAnswered | ToolsFinished | Retried | Cancelled
-             | Failed)
 
 
 class LoopState(msgspec.Struct, frozen=True):
@@ -361,45 +223,6 @@ def new_state(
     return LoopState(max_steps, structured, specs, added_only)
 
 
-def cancelled_result(call: ToolCall) -> Message:
-    """The tool message that answers a call the turn ended before running."""
-    return Message.tool(
-        "cancelled: the turn ended before this tool ran", call.id, name=call.name,
-        metadata={"error": "cancelled"},
-    )
-
-
-def interrupted_result(call: ToolCall, cause: str = "the owner stopped") -> Message:
-    """The tool message that answers a call cut off while its tool ran: the owner stopped
-    mid-turn, or (``cause``) the turn was cancelled. The tool started; whether it finished, and
-    what it did, is unknown.
-
-    >>> interrupted_result(ToolCall("c1", "deploy"), "the turn was cancelled").content
-    'interrupted: the turn was cancelled before this tool answered'
-    """
-    return Message.tool(
-        f"interrupted: {cause} before this tool answered", call.id, name=call.name,
-        metadata={"error": "interrupted"},
-    )
-
-
-def open_calls(transcript: Sequence[Message], answered: Iterable[str] = ()) -> list[ToolCall]:
-    """The calls of the transcript's last assistant message that no later tool message (nor an
-    id in ``answered``) answers: what a turn must answer before the transcript is well-formed.
-
-    >>> open_calls([Message.assistant(tool_calls=[ToolCall("a", "ls"), ToolCall("b", "cat")]),
-    ...             Message.tool("x", "a")])
-    [ToolCall(id='b', name='cat')]
-    """
-    done = set(answered)
-    for index in range(len(transcript) - 1, -1, -1):
-        message = transcript[index]
-        if message.role == "assistant":
-            return [call for call in message.tool_calls if call.id not in done]
-        if message.role == "tool" and message.tool_call_id is not None:
-            done.add(message.tool_call_id)
-    return []
-
 
 _replace = msgspec.structs.replace
 
@@ -448,15 +271,16 @@ def _refused(phase: Phase, happening: object) -> UnexpectedHappeningError:
     )
 
 
-_CLAIM_TARGETS: Final = {
-    Phase.CLAIM_TURN: Target.NEXT_TURN,
-    Phase.CLAIM_STEP: Target.NEXT_STEP,
-    Phase.CLAIM_NUDGE: Target.NEXT_STEP,
-    Phase.CLAIM_FINAL: Target.NEXT_STEP,
-    Phase.CLAIM_BUDGET: Target.NEXT_STEP,
-}
-_CLAIM_STEP: Final = Claim(Target.NEXT_STEP)
-_CLAIM_WAKE: Final = Claim(Target.NEXT_STEP, wake_only=True)
+_CLAIMS_AT: Final[Mapping[Phase, Claim]] = MappingProxyType({
+    Phase.CLAIM_TURN: CLAIMS["turn_opening"],
+    Phase.CLAIM_STEP: CLAIMS["step"],
+    Phase.CLAIM_NUDGE: CLAIMS["step"],  # a request the run makes anyway, after a blank reply
+    Phase.CLAIM_FINAL: CLAIMS["stop"],  # a would-be final answer
+    Phase.CLAIM_BUDGET: CLAIMS["stop"],  # a spent budget
+})
+"""The claim each claim phase asks for: the boundary it is, read from :data:`CLAIMS`."""
+_CLAIM_STEP: Final = CLAIMS["step"]
+_CLAIM_WAKE: Final = CLAIMS["stop"]
 
 
 def _open(state: LoopState, opened: TurnOpened) -> Advance:
@@ -473,16 +297,18 @@ def _open(state: LoopState, opened: TurnOpened) -> Advance:
     started = TurnStarted(turn=opened.turn, reason=opened.reason)
     if state.structured:
         return _start_step(state, [started], added=False)
-    return Advance(_replace(state, phase=Phase.CLAIM_TURN), Claim(Target.NEXT_TURN), (started,))
+    return Advance(_replace(state, phase=Phase.CLAIM_TURN), _CLAIMS_AT[Phase.CLAIM_TURN],
+                   (started,))
 
 
 def _claim_answered(state: LoopState, answer: ClaimAnswered) -> Advance:
     """Any claim phase + ClaimAnswered: the claimed messages join the transcript; what comes next
     depends on which boundary claimed (rulings 1 to 5)."""
     phase = state.phase
-    if answer.target != _CLAIM_TARGETS[phase]:
+    asked = _CLAIMS_AT[phase].target
+    if answer.target != asked:
         raise UnexpectedHappeningError(
-            f"loop in phase {phase.value!r} asked to claim {_CLAIM_TARGETS[phase].value}, "
+            f"loop in phase {phase.value!r} asked to claim {asked.value}, "
             f"got ClaimAnswered({answer.target!s})",
             phase=phase.value, happening=answer,
         )
@@ -490,7 +316,7 @@ def _claim_answered(state: LoopState, answer: ClaimAnswered) -> Advance:
     events: list[Event] = []
     if messages:
         state = _replace(state, transcript=state.transcript.extend(messages))
-    worth = not is_blank(messages)
+    worth = worth_a_round(messages)
     if worth:
         state = _delivered(state, events)
     if phase is Phase.CLAIM_TURN:
@@ -653,7 +479,7 @@ def _close(state: LoopState, reason: TurnEndReason, error: str | None,
 # -- the table: every transition the loop makes -------------------------------------------------
 
 _Handler = Callable[[LoopState, Any], Advance]
-_CLAIM_PHASES: Final = tuple(_CLAIM_TARGETS)
+_CLAIM_PHASES: Final = tuple(_CLAIMS_AT)
 _OPEN_PHASES: Final = (*_CLAIM_PHASES, Phase.MODEL, Phase.TOOLS)
 
 _TRANSITIONS: Final[Mapping[tuple[Phase, type], _Handler]] = MappingProxyType({
@@ -670,3 +496,4 @@ _TRANSITIONS: Final[Mapping[tuple[Phase, type], _Handler]] = MappingProxyType({
 _ACCEPTS: Final[Mapping[Phase, tuple[type[Any], ...]]] = MappingProxyType({
     phase: tuple(kind for (at, kind) in _TRANSITIONS if at is phase) for phase in Phase
 })
+

@@ -1,7 +1,7 @@
 """The boundary hook: an owner tells its subscribers, in order and before the claim, that a turn
-is opening, a step boundary is reached, a turn ended; what a subscriber sends there is in the
-claim that follows. The threaded owner and the asyncio owner (inline and with its store worker)
-keep one rule."""
+is opening, a step boundary is reached, the run would stop, a turn ended; what a subscriber sends
+there is in the claim that follows. The threaded owner and the asyncio owner (inline and with its
+store worker) keep one rule."""
 
 from __future__ import annotations
 
@@ -90,9 +90,47 @@ def _claims(events: Sequence[Any]) -> list[tuple[str, list[str]]]:
 def test_subscribers_hear_each_boundary_of_a_turn_in_order(face: str) -> None:
     heard: list[tuple[str, int]] = []
     events, session = _run(face, lambda owner, b: heard.append((b.kind, b.turn)))
-    # The turn opens; a step before each model request; one more where the run would stop.
-    assert heard == [("turn_opening", 1), ("step", 1), ("step", 1), ("step", 1), ("turn_ended", 1)]
+    # The turn opens; a step before each model request; a stop where the run would stop.
+    assert heard == [("turn_opening", 1), ("step", 1), ("step", 1), ("stop", 1), ("turn_ended", 1)]
     assert session == replay(events)
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_spent_budget_is_told_as_a_stop(face: str) -> None:
+    heard: list[str] = []
+    store: Any = _Blocking() if face == "Owner+group commit" else open_store("memory:")
+
+    def tools_forever(transcript: Sequence[Message], tools: Sequence[Any]) -> Message:
+        return Message.assistant(tool_calls=[ToolCall(f"c{len(transcript)}", "work", {})])
+
+    runner = Runner(tools_forever, [work], max_steps=1)
+    if face.startswith("Owner"):
+        with Owner(store, "s", runner, watch=False) as owner:
+            owner.on_boundary(lambda b: heard.append(b.kind))
+            owner.steer("go")
+            assert owner.wait_idle(WAIT)
+    else:
+        async def main() -> None:
+            async with AsyncOwner(store, "s", runner, watch=False,
+                                  offload=face.endswith("worker")) as owner:
+                owner.on_boundary(lambda b: heard.append(b.kind))
+                await owner.steer("go")
+                assert await owner.wait_idle(WAIT)
+
+        asyncio.run(main())
+    # The one request spent the budget: where the run stops only a waking message is claimed.
+    assert heard == ["turn_opening", "step", "stop", "turn_ended"]
+
+
+def test_a_single_shot_run_claims_nothing_and_tells_only_its_end() -> None:
+    heard: list[str] = []
+    runner = Runner(lambda transcript, tools: Message.assistant('{"ok": true}'), structured=True)
+    with Owner(open_store("memory:"), "s", runner, watch=False) as owner:
+        owner.on_boundary(lambda b: heard.append(b.kind))
+        owner.steer("judge")
+        assert owner.wait_idle(WAIT)
+        assert owner.session.inbox.count("next_step") == 1  # nothing claimed (ruling 8)
+    assert heard == ["turn_ended"]
 
 
 @pytest.mark.parametrize("face", FACES)
@@ -128,7 +166,7 @@ def test_a_steer_sent_where_the_run_would_stop_extends_it_by_one_step(face: str)
     sent: list[str] = []
 
     def at(owner: Any, boundary: Boundary) -> None:
-        if boundary.kind == "step" and not sent and owner.session.transcript[-1].content.startswith("done"):
+        if boundary.kind == "stop" and not sent:
             sent.append("x")
             owner.steer("one more thing")
 

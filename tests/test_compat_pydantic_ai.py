@@ -49,7 +49,7 @@ from nous_inbox.events import (
     TurnEnded,
     TurnStarted,
 )
-from nous_inbox.loop import cancelled_result, interrupted_result
+from nous_inbox.happenings import cancelled_result, interrupted_result
 from nous_inbox.message import ToolCall
 from nous_inbox.owner import Owner
 from nous_inbox.owner.async_owner import AsyncOwner
@@ -1019,7 +1019,7 @@ def test_boundary_subscribers_hear_an_agent_runners_boundaries_and_a_steer_joins
                 assert await owner.wait_idle(WAIT)
 
         asyncio.run(main())
-    assert heard == [("turn_opening", 1), ("step", 1), ("step", 1), ("step", 1),
+    assert heard == [("turn_opening", 1), ("step", 1), ("step", 1), ("stop", 1),
                      ("turn_ended", 1)]
     assert script.requests[0] == [("user", "go"), ("user", "heads up")]
     assert turns(list(store.read("s"))) == 1

@@ -1,24 +1,29 @@
-"""Idle owners share one watch: an idle AsyncOwner makes no look of its own and holds no thread,
-the loop's watch looks for all of them at once on one thread, and a send another writer makes to
-any of them still wakes it."""
+"""How owners watch their store. Idle owners share one watch: an idle AsyncOwner makes no look of
+its own and holds no thread, the loop's watch looks for all of them at once on one thread, and a
+send another writer makes to any of them still wakes it. Both owners' watchers take one step and
+subscribe one way: a store that cannot hint is polled."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from nous_inbox.events import MessageSent
+from nous_inbox.errors import LeaseLostError
+from nous_inbox.events import MessageSent, TurnEnded
 from nous_inbox.inbox import Target
 from nous_inbox.message import Message
+from nous_inbox.owner import Owner
 from nous_inbox.owner.async_owner import AsyncOwner
-from nous_inbox.owner.idle_watch import IDLE_LOOK, Member, watch_idle
+from nous_inbox.owner.idle_watch import IDLE_LOOK, Member, watch_idle, watch_step
 from nous_inbox.runner import Runner
 from nous_inbox.store import Store, open_store
 
@@ -192,3 +197,73 @@ def test_the_last_member_to_leave_lets_its_loop_and_store_go() -> None:
     del store, loop
     gc.collect()
     assert store_gone() is None and loop_gone() is None
+
+
+# -- the step both owners' watchers take ----------------------------------------------------------
+
+
+class _NoHints:
+    """A ``memory:`` store whose subscription fails (a notification channel that is down)."""
+
+    def __init__(self) -> None:
+        self.inner = open_store("memory:")
+        self.asked = threading.Event()
+
+    def subscribe(self, stream: str, callback: Callable[[], object]) -> Callable[[], None]:
+        self.asked.set()
+        raise OSError("the notification channel is down")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("face", ["Owner", "AsyncOwner"])
+def test_an_owner_whose_store_cannot_hint_polls_and_still_hears_another_writer(
+        face: str, caplog: pytest.LogCaptureFixture) -> None:
+    store: Any = _NoHints()
+    with caplog.at_level(logging.ERROR, logger="nous_inbox"):
+        if face == "Owner":
+            answered = threading.Event()
+
+            def listen(event: Any) -> None:
+                if isinstance(event, TurnEnded):
+                    answered.set()
+
+            with Owner(store, "s", Runner(echo), poll_interval=0.01, listen=listen) as owner:
+                assert store.asked.wait(WAIT)
+                steer_from_elsewhere(store.inner, "s", "wake up")
+                assert answered.wait(WAIT), "the owner did not hear the steer"
+                heard = [m.content for m in owner.transcript]
+        else:
+            async def main() -> list[str]:
+                async with AsyncOwner(store, "s", Runner(echo), poll_interval=0.01) as owner:
+                    await until(store.asked.is_set, "the owner asked for hints")
+                    steer_from_elsewhere(store.inner, "s", "wake up")
+                    await until(lambda: len(owner.transcript) == 2, "the owner heard the steer")
+                    return [m.content for m in owner.transcript]
+
+            heard = asyncio.run(main())
+    assert heard == ["wake up", "heard: wake up"]
+    assert "could not subscribe to session 's'; polling" in caplog.text
+
+
+def test_a_watchers_step_catches_up_and_a_failing_one_is_logged_and_retried(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caught: list[str] = []
+
+    def failing() -> None:
+        raise OSError("the store went away")
+
+    assert watch_step("s", lost=lambda: None, lose=caught.append, catch_up=lambda: caught.append(
+        "caught up"))
+    with caplog.at_level(logging.ERROR, logger="nous_inbox"):
+        assert watch_step("s", lost=lambda: None, lose=caught.append, catch_up=failing)
+    assert caught == ["caught up"] and "watching session 's' failed; retrying" in caplog.text
+
+
+def test_a_watchers_step_on_a_lease_taken_over_loses_it_and_stops() -> None:
+    taken = LeaseLostError("taken over", stream="s", epoch=2)
+    lost: list[LeaseLostError] = []
+    assert not watch_step("s", lost=lambda: taken, lose=lost.append,
+                          catch_up=lambda: pytest.fail("no catch-up once the lease is gone"))
+    assert lost == [taken]

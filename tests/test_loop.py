@@ -14,32 +14,33 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nous_inbox.errors import UnexpectedHappeningError
-from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
-from nous_inbox.inbox import Target, is_blank
-from nous_inbox.loop import (
-    CONTINUATION,
+from nous_inbox.commands import (
+    CLAIMS,
+    OPENING,
     CallModel,
-    Cancelled,
     Claim,
-    ClaimAnswered,
     Command,
     EndTurn,
+    RunTools,
+    ToolSpec,
+    round_claims,
+    worth_a_round,
+)
+from nous_inbox.errors import UnexpectedHappeningError
+from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
+from nous_inbox.happenings import (
+    Cancelled,
+    ClaimAnswered,
     Failed,
     Happening,
-    LoopState,
     ModelAnswered,
-    Phase,
     Retried,
-    RunTools,
     ToolsFinished,
-    ToolSpec,
     TurnOpened,
-    accepts,
-    advance,
     interrupted_result,
-    new_state,
 )
+from nous_inbox.inbox import Target, is_blank
+from nous_inbox.loop import CONTINUATION, LoopState, Phase, accepts, advance, new_state
 from nous_inbox.message import Message, ToolCall
 
 TURN, STEP = Target.NEXT_TURN, Target.NEXT_STEP
@@ -139,6 +140,43 @@ def test_with_nothing_pending_a_final_answer_ends_the_turn() -> None:
     assert command == EndTurn("final")
     assert names(events) == ["TurnEnded"]
     assert state.phase is Phase.ENDED
+
+
+# -- the claims table: one claim per boundary, read by every driver --------------------------------
+
+
+def test_each_boundary_makes_the_claim_the_table_names() -> None:
+    assert dict(CLAIMS) == {"turn_opening": Claim(TURN), "step": Claim(STEP),
+                            "stop": Claim(STEP, wake_only=True)}
+    assert {kind: claim.boundary for kind, claim in CLAIMS.items()} == {
+        "turn_opening": "turn_opening", "step": "step", "stop": "stop"}
+    assert Claim("next_step", wake_only=True).boundary == "stop"  # the queue given by its name
+
+
+def test_the_loops_claims_are_the_tables_at_each_boundary() -> None:
+    state, command, _ = advance(new_state(max_steps=1), TurnOpened(1, "prompt", [PROMPT]))
+    assert command == CLAIMS["turn_opening"]
+    state, command, _ = advance(state, ClaimAnswered(TURN))
+    assert command == CLAIMS["step"]
+    state, _, _ = advance(state, ClaimAnswered(STEP))
+    state, command, _ = advance(state, ModelAnswered(CALLING))
+    state, command, _ = advance(state, ToolsFinished([RESULT]))
+    assert command == CLAIMS["stop"]  # the budget of one is spent: only a waking message
+    state, _ = first_request()
+    state, command, _ = advance(state, ModelAnswered(FINAL))
+    assert command == CLAIMS["stop"]  # a would-be final answer
+
+
+def test_a_framework_that_does_not_name_its_boundaries_opens_then_claims_plain_steps() -> None:
+    # aimu's drain: the first claims what a turn's opening does, each later one a step's,
+    # never wake-only (such a driver cannot tell a would-be final answer from a step).
+    assert round_claims(first=True) == OPENING == (CLAIMS["turn_opening"], CLAIMS["step"])
+    assert round_claims(first=False) == (CLAIMS["step"],)
+
+
+def test_only_a_message_that_is_not_blank_is_worth_a_round() -> None:
+    assert not worth_a_round([]) and not worth_a_round([BLANK, Message.user("\u200b\u2060")])
+    assert worth_a_round([BLANK, STEER])
 
 
 # -- ruling 3: degenerate replies -----------------------------------------------------------------
@@ -584,14 +622,14 @@ def test_events_leave_the_loop_unnumbered() -> None:
 # -- invariants, over random scripts --------------------------------------------------------------
 
 REPLIES = st.sampled_from([FINAL, DEGENERATE, CALLING])
-CLAIMS = st.lists(st.sampled_from([STEER, INJECT, BLANK]), max_size=2)
+DELIVERIES = st.lists(st.sampled_from([STEER, INJECT, BLANK]), max_size=2)
 
 
 @settings(max_examples=60 + 40 * STRESS, deadline=None)
 @given(
     max_steps=st.integers(1, 4),
     replies=st.lists(REPLIES, min_size=1, max_size=30),
-    claims=st.lists(CLAIMS, max_size=30),
+    claims=st.lists(DELIVERIES, max_size=30),
     cancel_at=st.one_of(st.none(), st.integers(0, 40)),
 )
 def test_every_turn_ends_once_within_its_bound(

@@ -1,5 +1,5 @@
 """Routing for hosts with one inbox value per agent (the aimu adapter's): addresses, the send
-clock, and which followups a run is owed."""
+clock, which followups a run is owed, and the loop's claims carried out on one address."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from nous_inbox.adapters.aimu_routing import (
     stamped,
     stream_name,
 )
+from nous_inbox.commands import CLAIMS, round_claims
 from nous_inbox.inbox import Inbox
 from nous_inbox.message import Message
 
@@ -56,18 +57,31 @@ def test_owed_followups_are_counted_as_a_multiset() -> None:
     assert (len(owed), len(late)) == (2, 1)
 
 
-def test_a_drain_claims_the_owed_followups_and_every_step_message() -> None:
+def test_a_first_drain_claims_the_owed_followups_and_every_step_message() -> None:
     box = Inbox().followup("owed").steer("now")
     at_start = box.entries("next_turn")
     box = box.followup("late")
-    box, events, (turn, step) = claim_for_run(box, at_start)
+    box, events, (turn, step) = claim_for_run(box, round_claims(first=True), at_start)
     assert ([m.content for m in turn], [m.content for m in step]) == (["owed"], ["now"])
     assert [m.content for m, _ in box.entries("next_turn")] == ["late"]
     assert [(e.count, e.rest) for e in events] == [(1, 1), (1, 0)]
 
 
 def test_after_the_first_drain_a_run_is_owed_no_followup() -> None:
-    box = Inbox().followup("for the next run")
-    box, events, (turn, step) = claim_for_run(box, None)
+    box = Inbox().followup("for the next run").inject("fyi")
+    box, _, taken = claim_for_run(box, round_claims(first=False), None)
+    assert [[m.content for m in messages] for messages in taken] == [["fyi"]]
+    assert box.count("next_turn") == 1 and box.count("next_step") == 0
+
+
+def test_a_first_drain_with_nothing_owed_claims_no_followup() -> None:
+    box = Inbox().followup("sent after the run opened")
+    box, events, (turn, step) = claim_for_run(box, round_claims(first=True), ())
     assert (turn, step, events) == ([], [], [])
     assert box.count("next_turn") == 1
+
+
+def test_a_claim_is_carried_out_as_the_loop_asks() -> None:
+    box = Inbox().inject("fyi")  # a wake-only claim (where a run would stop) leaves it
+    box, events, taken = claim_for_run(box, [CLAIMS["stop"]], None)
+    assert taken == [[]] and events == [] and box.count("next_step") == 1

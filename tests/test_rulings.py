@@ -1,11 +1,15 @@
-"""The loop's rulings, run by every driver: the built-in ``Runner`` and the pydantic-ai adapter.
+"""The loop's rulings, run by every driver: the built-in ``Runner``, the pydantic-ai adapter and
+the aimu adapter.
 
-Each test is one ruling as a scripted turn over a ``LocalSession``: the model's replies are
-scripted, a message is sent while the model thinks or a tool runs (a person typing while the
-agent works, no sleeps), and the test reads what each request showed the model and how the turn
-ended. Both drivers ask the loop (``nous_inbox.loop``) at every boundary, so both must pass the
-same test. Where pydantic-ai's own loop makes a ruling impossible, a test at the end says why.
-Under an owner, both must let its boundary subscribers speak before each claim.
+Each test is one ruling as a scripted turn: the model's replies are scripted, a message is sent
+while the model thinks or a tool runs (a person typing while the agent works, no sleeps), and the
+test reads what each request showed the model and how the turn ended. Every driver asks the loop
+at every boundary (the runner and the pydantic-ai adapter feed it each happening; the aimu
+adapter asks it what a drain claims, ``round_claims``, and whether that is worth a round,
+``worth_a_round``), so each must pass the same test. A ruling that does not apply to a driver as
+written names it, with why, in its ``drivers(...)`` (and where what the driver does instead is
+tested). Where pydantic-ai's own loop decides first, a test at the end says so. Under an owner,
+the drivers that run on one must let its boundary subscribers speak before each claim.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -33,17 +37,72 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from nous_inbox import Message, ToolCall, replay
+from nous_inbox.adapters.aimu import AimuInbox, stream_name
 from nous_inbox.adapters.pydantic_ai import AgentRunner
+from nous_inbox.commands import ToolSpec
 from nous_inbox.events import Event, TurnEnded
-from nous_inbox.loop import CONTINUATION, ToolSpec
+from nous_inbox.inbox import Inbox
+from nous_inbox.loop import CONTINUATION
 from nous_inbox.owner import AsyncOwner
 from nous_inbox.runner import Runner
 from nous_inbox.runner.port import LocalSession
 from nous_inbox.store import open_store
+from tests.aimu_kit import aimu_kit, call
 
-DRIVERS = ["runner", "pydantic-ai"]
+DRIVERS = ("runner", "pydantic-ai", "aimu")
+AGENT = "worker"  # the aimu agent's name, and its address in the AimuInbox
+
+
+def drivers(**not_for: str) -> list[str]:
+    """The drivers a ruling's test runs through: every one but those ``not_for`` names (by
+    name, ``pydantic_ai`` for ``"pydantic-ai"``), each with why the ruling as written does not
+    apply to it."""
+    names = {driver.replace("-", "_"): driver for driver in DRIVERS}
+    assert set(not_for) <= set(names), f"no driver {sorted(set(not_for) - set(names))}"
+    assert all(why.strip() for why in not_for.values()), "each driver left out says why"
+    return [driver for name, driver in names.items() if name not in not_for]
+
+
+# Why a ruling, as a test writes it, does not apply to a driver (and where its own way is tested).
+AIMU_OPENS_WITH_ITS_TASK = (
+    "aimu makes its first request with the run's task before it first drains, so what waits "
+    "reaches the run at its first round boundary, after the first reply (test_compat_aimu)")
+AIMU_CANNOT_NAME_ITS_BOUNDARIES = (
+    "aimu does not say at which boundary it drains, so the loop's claims there are plain "
+    "(round_claims): an injection pending at a would-be final answer extends the run as a steer "
+    "does (test_compat_aimu)")
+AIMU_DELIVERS_ONE_MESSAGE_A_ROUND = (
+    "aimu makes a round of whatever a drain hands it, in place of its nudge, so a blank message "
+    "is not claimed on its own (worth_a_round): it waits for one worth a round (test_compat_aimu)")
+AIMU_HAS_ITS_OWN_BUDGET = (
+    "aimu bounds a run with its own round budget (max_iterations), refilled by a delivery and "
+    "capped as ruling 5 says, and ends a spent one with a wrap-up request of its own "
+    "(test_compat_aimu)")
+AIMU_RECORDS_ONLY_ITS_QUEUES = (
+    "aimu keeps the run's transcript itself: its inbox records the sends and claims of each "
+    "address, no turn or step of a run")
+AIMU_GUARDS_ITS_DRAIN = (
+    "aimu calls the drain itself, and logs one that fails or answers in the wrong shape and "
+    "goes on without it (test_compat_aimu)")
+AIMU_RUNS_ON_NO_OWNER = "an AimuInbox is no owner's port: there are no boundary subscribers"
+AIMU_HAS_NO_CANCEL = "aimu offers no way to cancel a run in progress"
+PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS = (
+    "pydantic-ai bounds its own requests (usage_limits): its budget counts only the requests "
+    "the inbox adds (test_under_pydantic_ai_the_agents_own_requests_never_spend_the_budget)")
+
 Seen = list[tuple[str, str]]
-Action = Callable[[LocalSession], object]
+
+
+class Host(Protocol):
+    """Where a person sends while the agent works: the session a runner drives, or the
+    AimuInbox an aimu agent drains."""
+
+    def steer(self, text: str) -> object: ...
+    def inject(self, text: str) -> object: ...
+    def followup(self, text: str) -> object: ...
+
+
+Action = Callable[[Host], object]
 
 
 def pairs_of_messages(transcript: Sequence[Message]) -> Seen:
@@ -77,35 +136,84 @@ def pairs_of_requests(messages: list[ModelMessage]) -> Seen:
     return out
 
 
-class Turn:
-    """One scripted turn: ``"tool"`` asks for the tool ``work``, any other string is the reply's
-    text. ``thinking[i]`` runs while request ``i`` is made, ``working[i]`` while tool call ``i``
-    runs; each is handed the session to send to."""
+def pairs_of_aimu_request(messages: list[dict[str, Any]]) -> Seen:
+    out: Seen = []
+    for message in messages:
+        if message["role"] == "assistant":
+            if message.get("content"):
+                out.append(("text", message["content"]))
+            out.extend(("call", c["function"]["name"]) for c in message.get("tool_calls") or ())
+        else:
+            out.append((message["role"], message.get("content") or ""))
+    return out
 
-    def __init__(self, *replies: str, thinking: dict[int, Action] | None = None,
+
+class AimuHost:
+    """A person's sends to an aimu agent, through an ``AimuInbox`` on a store. Before its run, a
+    followup is the person's prompt, and so the run's task: an aimu run opens with its task, and
+    the inbox's followup waits for the next run. Everything else is the inbox's."""
+
+    def __init__(self) -> None:
+        self.store = open_store("memory:")
+        self.box = AimuInbox(self.store)
+        self.task: list[str] = []
+        self.running = False
+
+    def steer(self, text: str) -> None:
+        self.box.steer(text, agent=AGENT)
+
+    def inject(self, text: str) -> None:
+        self.box.inject(text, agent=AGENT)
+
+    def followup(self, text: str) -> None:
+        if self.running:
+            self.box.followup(text, agent=AGENT)
+        else:
+            self.task.append(text)
+
+
+class Turn:
+    """One scripted turn of ``driver``: ``"tool"`` asks for the tool ``work``, any other string is
+    the reply's text. ``thinking[i]`` runs while request ``i`` is made, ``working[i]`` while tool
+    call ``i`` runs; each is handed the host to send to. After :meth:`run`: ``requests`` (what
+    each request showed), ``ended`` (how the turn ended), ``nudges`` (how many of the driver's
+    own nudges it made), and ``events`` (what the log drivers recorded)."""
+
+    def __init__(self, driver: str, *replies: str, thinking: dict[int, Action] | None = None,
                  working: dict[int, Action] | None = None) -> None:
+        self.name = driver
         self.replies = list(replies)
         self.thinking = thinking or {}
         self.working = working or {}
         self.requests: list[Seen] = []
-        self.local = LocalSession()
+        self.local = LocalSession()  # the session the runner and the pydantic-ai adapter drive
+        self.aimu = AimuHost() if driver == "aimu" else None
+        self.host: Host = self.aimu if self.aimu is not None else self.local
         self.cancel = asyncio.Event()
+        self.events: list[Event] = []
+        self.ended = ""
+        self.nudges = 0
+
+    @property
+    def inbox(self) -> Inbox:
+        """What waits for the agent now: the session's inbox, or the aimu agent's address."""
+        return self.local.session.inbox if self.aimu is None else self.aimu.box.inbox(AGENT)
 
     def _next(self, seen: Seen) -> str:
         index = len(self.requests)
         self.requests.append(seen)
         if index in self.thinking:
-            self.thinking[index](self.local)
+            self.thinking[index](self.host)
         return self.replies[index] if index < len(self.replies) else "done"
 
     async def work(self, n: int) -> str:
         """Do a piece of work."""
         if n in self.working:
-            self.working[n](self.local)
+            self.working[n](self.host)
         return f"result {n}"
 
-    def driver(self, name: str, max_steps: int = 10) -> Any:
-        """The driver ``name`` (``"runner"`` or ``"pydantic-ai"``) over this script."""
+    def driver(self, max_steps: int = 10) -> Any:
+        """The runner or the pydantic-ai adapter over this script."""
 
         async def runner_model(transcript: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
             reply = self._next(pairs_of_messages(transcript))
@@ -121,27 +229,67 @@ class Turn:
                 return ModelResponse(parts=[ToolCallPart("work", {"n": n}, f"c{n}")])
             return ModelResponse(parts=[TextPart(reply)])
 
-        if name == "runner":
+        if self.name == "runner":
             return Runner(runner_model, [self.work], max_steps=max_steps, offload=False)
+        assert self.name == "pydantic-ai", self.name
         agent: Agent[None, str] = Agent(FunctionModel(pydantic_model))
         agent.tool_plain(self.work)
         return AgentRunner(agent, max_steps=max_steps, offload=False)
 
-    def run(self, driver: str, max_steps: int = 10, port: object = None) -> list[Event]:
-        async def go() -> list[Event]:
+    def run(self, max_steps: int = 10, port: object = None) -> None:
+        if self.aimu is not None:
+            return self._run_aimu(self.aimu, max_steps)
+
+        async def go() -> None:
             on = self.local if port is None else port
-            driven = self.driver(driver, max_steps)
-            return [e async for e in driven.arun_turn(on, cancel=self.cancel)]
+            async for event in self.driver(max_steps).arun_turn(on, cancel=self.cancel):
+                self.events.append(event)
 
-        events = asyncio.run(go())
-        assert self.local.session == replay(self.local.events)  # the log is the session
-        return events
+        try:
+            asyncio.run(go())
+        finally:
+            recorded = self.local.events
+            assert self.local.session == replay(recorded)  # the log is the session
+            ends = [event.reason for event in recorded if isinstance(event, TurnEnded)]
+            self.ended = ends[-1] if ends else ""
+            self.nudges = kinds(self.events).count("Nudged")
+        return None
 
+    def _run_aimu(self, host: AimuHost, max_steps: int) -> None:
+        kit = aimu_kit()
 
-def ended(events: Sequence[Event]) -> str:
-    last = events[-1]
-    assert isinstance(last, TurnEnded)
-    return last.reason
+        def reply() -> Any:
+            text = self._next(pairs_of_aimu_request(client.requests[-1]))
+            return call("work", n=len(self.requests) - 1) if text == "tool" else text
+
+        @kit.tool
+        def work(n: int) -> str:
+            """Do a piece of work.
+
+            Args:
+                n: which piece
+            """
+            if n in self.working:
+                self.working[n](self.host)
+            return f"result {n}"
+
+        client = kit.Client([reply] * 64)
+        finished: list[Any] = []
+        # aimu nudges with its own prompt, tagged as the loop tags its own; it is given the
+        # loop's words, so one test reads both.
+        agent = kit.Agent(client, name=AGENT, tools=[work], inbox=host.box,
+                          max_iterations=max_steps, continuation_prompt=CONTINUATION.content,
+                          events=lambda event: finished.append(getattr(event, "ended_by", None)))
+        host.running = True
+        try:
+            agent.run("\n\n".join(host.task))
+        finally:
+            self.ended = {"answered": "final", "wrap_up": "budget", "error": "error"}[finished[-1]]
+            self.nudges = sum(1 for m in client.messages
+                              if m["role"] == "user" and m.get("provenance") == "continuation")
+            stream = stream_name(AGENT)  # the log is the queues
+            assert replay(host.store.read(stream), stream=stream).inbox == host.box.inbox(AGENT)
+        return None
 
 
 def kinds(events: list[Event]) -> list[str]:
@@ -149,113 +297,125 @@ def kinds(events: list[Event]) -> list[str]:
 
 
 def queued(turn: Turn) -> list[str]:
-    return [m.content for m, _ in turn.local.session.inbox.entries("next_step")]
+    return [m.content for m, _ in turn.inbox.entries("next_step")]
 
 
 def steer(text: str) -> Action:
-    return lambda local: local.steer(text)
+    return lambda host: host.steer(text)
 
 
 def inject(text: str) -> Action:
-    return lambda local: local.inject(text)
+    return lambda host: host.inject(text)
 
 
 # -- ruling 1: claim points -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("driver", drivers(aimu=AIMU_OPENS_WITH_ITS_TASK))
 def test_a_turn_opens_with_next_turn_then_next_step_in_one_request(driver: str) -> None:
-    turn = Turn("done")
-    turn.local.inject("fyi: the deploy is frozen")
-    turn.local.followup("tidy the logs")
-    events = turn.run(driver)
+    turn = Turn(driver, "done")
+    turn.host.inject("fyi: the deploy is frozen")
+    turn.host.followup("tidy the logs")
+    turn.run()
     assert turn.requests == [[("user", "tidy the logs"), ("user", "fyi: the deploy is frozen")]]
-    assert kinds(events)[:5] == ["TurnStarted", "QueueClaimed", "QueueClaimed", "StepStarted",
-                                 "ModelRequested"]
+    assert kinds(turn.events)[:5] == ["TurnStarted", "QueueClaimed", "QueueClaimed",
+                                      "StepStarted", "ModelRequested"]
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("driver", drivers())
 def test_a_steer_sent_during_a_tool_call_lands_after_that_tools_result(driver: str) -> None:
-    turn = Turn("tool", "done", working={0: steer("check b.py too")})
-    turn.local.followup("fix a.py")
-    turn.run(driver)
+    turn = Turn(driver, "tool", "done", working={0: steer("check b.py too")})
+    turn.host.followup("fix a.py")
+    turn.run()
     assert ("user", "check b.py too") not in turn.requests[0]
     assert turn.requests[1][-2:] == [("tool", "result 0"), ("user", "check b.py too")]
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("driver", drivers())
 def test_a_followup_sent_mid_run_waits_for_the_next_turn(driver: str) -> None:
-    turn = Turn("tool", "done", working={0: lambda local: local.followup("then deploy")})
-    turn.local.followup("build")
-    assert ended(turn.run(driver)) == "final"
+    turn = Turn(driver, "tool", "done", working={0: lambda host: host.followup("then deploy")})
+    turn.host.followup("build")
+    turn.run()
+    assert turn.ended == "final"
     assert all(("user", "then deploy") not in seen for seen in turn.requests)
-    assert turn.local.session.inbox.count("next_turn") == 1
+    assert turn.inbox.count("next_turn") == 1 and turn.inbox.worth_waking()  # a turn is owed
 
 
 # -- ruling 2: the would-be final answer ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("driver", drivers())
 def test_a_steer_pending_at_a_final_answer_extends_the_run_by_one_request(driver: str) -> None:
-    turn = Turn("answer", "summary", thinking={0: steer("stop and summarize")})
-    turn.local.followup("go")
-    assert ended(turn.run(driver)) == "final"
-    assert len(turn.requests) == 2
+    turn = Turn(driver, "answer", "summary", thinking={0: steer("stop and summarize")})
+    turn.host.followup("go")
+    turn.run()
+    assert turn.ended == "final" and len(turn.requests) == 2
     assert turn.requests[1][-2:] == [("text", "answer"), ("user", "stop and summarize")]
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("driver", drivers(aimu=AIMU_CANNOT_NAME_ITS_BOUNDARIES))
 def test_an_injection_alone_at_a_final_answer_waits_for_the_next_request(driver: str) -> None:
-    turn = Turn("answer", thinking={0: inject("fyi: tests are slow")})
-    turn.local.followup("go")
-    assert ended(turn.run(driver)) == "final"
+    turn = Turn(driver, "answer", thinking={0: inject("fyi: tests are slow")})
+    turn.host.followup("go")
+    turn.run()
+    assert turn.ended == "final"
     assert len(turn.requests) == 1 and queued(turn) == ["fyi: tests are slow"]
 
 
 # -- ruling 3: a degenerate reply -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("driver", drivers())
 def test_after_a_blank_reply_the_loop_nudges_with_its_own_tagged_words(driver: str) -> None:
-    turn = Turn(" ", "back on track")
-    turn.local.followup("go")
-    events = turn.run(driver)
+    turn = Turn(driver, " ", "back on track")
+    turn.host.followup("go")
+    turn.run()
     assert turn.requests[1][-1] == ("user", CONTINUATION.content)
-    assert "Nudged" in kinds(events) and ended(events) == "final"
+    assert turn.nudges == 1 and turn.ended == "final"
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("driver", drivers())
 @pytest.mark.parametrize("send", [steer, inject])
 def test_a_pending_message_replaces_the_nudge_after_a_blank_reply(
     driver: str, send: Callable[[str], Action],
 ) -> None:
-    turn = Turn(" ", "found it", thinking={0: send("try the staging log")})
-    turn.local.followup("find it")
-    events = turn.run(driver)
+    turn = Turn(driver, " ", "found it", thinking={0: send("try the staging log")})
+    turn.host.followup("find it")
+    turn.run()
     assert turn.requests[1][-1] == ("user", "try the staging log")
     assert ("user", CONTINUATION.content) not in turn.requests[1]
-    assert "Nudged" not in kinds(events)
+    assert turn.nudges == 0
 
 
 # -- ruling 4: blank and invisible-only messages --------------------------------------------------
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("driver", drivers())
 @pytest.mark.parametrize("blank", ["  \n", "\u200b", " \ufeff\u2060 "])
 def test_a_blank_steer_never_extends_a_run(driver: str, blank: str) -> None:
-    turn = Turn("answer", thinking={0: steer(blank)})
-    turn.local.followup("go")
-    assert ended(turn.run(driver)) == "final"
-    assert len(turn.requests) == 1
-    assert not turn.local.session.inbox.worth_waking()  # nor wakes a turn of its own
+    turn = Turn(driver, "answer", thinking={0: steer(blank)})
+    turn.host.followup("go")
+    turn.run()
+    assert turn.ended == "final" and len(turn.requests) == 1
+    assert not turn.inbox.worth_waking()  # nor wakes a turn of its own
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("driver", drivers(aimu=AIMU_DELIVERS_ONE_MESSAGE_A_ROUND))
 def test_a_blank_steer_does_not_replace_the_nudge(driver: str) -> None:
-    turn = Turn(" ", "back on track", thinking={0: steer("\u200b")})
-    turn.local.followup("go")
-    turn.run(driver)
+    turn = Turn(driver, " ", "back on track", thinking={0: steer("\u200b")})
+    turn.host.followup("go")
+    turn.run()
     assert turn.requests[1][-2:] == [("user", "\u200b"), ("user", CONTINUATION.content)]
+
+
+@pytest.mark.parametrize("driver", drivers())
+def test_a_blank_steer_rides_along_with_the_next_message_worth_a_round(driver: str) -> None:
+    turn = Turn(driver, "tool", "tool", "done",
+                working={0: steer("\u200b"), 1: steer("now the tests")})
+    turn.host.followup("go")
+    turn.run()
+    assert any("now the tests" in text for role, text in turn.requests[2] if role == "user")
+    assert turn.inbox.count() == 0  # the blank one claimed too, by then: nothing is lost
 
 
 # -- ruling 5: the step budget --------------------------------------------------------------------
@@ -265,77 +425,84 @@ def test_a_blank_steer_does_not_replace_the_nudge(driver: str) -> None:
 # added: a run extended past its would-be final answer.
 
 
-@pytest.mark.parametrize("driver", ["runner"])
+@pytest.mark.parametrize("driver", drivers(pydantic_ai=PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS,
+                                           aimu=AIMU_HAS_ITS_OWN_BUDGET))
 @pytest.mark.parametrize("blank", ["  \n", "\u200b"])
 def test_a_blank_steer_never_refills_the_budget(driver: str, blank: str) -> None:
-    turn = Turn(*["tool"] * 10, working={0: steer(blank)})
-    turn.local.followup("go")
-    assert ended(turn.run(driver, max_steps=2)) == "budget"
+    turn = Turn(driver, *["tool"] * 10, working={0: steer(blank)})
+    turn.host.followup("go")
+    turn.run(max_steps=2)
+    assert turn.ended == "budget"
     assert len(turn.requests) == 2  # a steer with words would have bought a third
     assert ("user", blank) in turn.requests[1]  # claimed all the same, with a request made anyway
 
 
-@pytest.mark.parametrize("driver", ["runner"])
+@pytest.mark.parametrize("driver", drivers(pydantic_ai=PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS,
+                                           aimu=AIMU_HAS_ITS_OWN_BUDGET))
 def test_a_run_never_messaged_ends_after_max_steps_requests(driver: str) -> None:
-    turn = Turn(*["tool"] * 10)
-    turn.local.followup("go")
-    events = turn.run(driver, max_steps=2)
-    assert ended(events) == "budget" and len(turn.requests) == 2
-    assert "Warned" not in kinds(events)
+    turn = Turn(driver, *["tool"] * 10)
+    turn.host.followup("go")
+    turn.run(max_steps=2)
+    assert turn.ended == "budget" and len(turn.requests) == 2
+    assert "Warned" not in kinds(turn.events)
 
 
-@pytest.mark.parametrize("driver", ["runner"])
+@pytest.mark.parametrize("driver", drivers(pydantic_ai=PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS,
+                                           aimu=AIMU_HAS_ITS_OWN_BUDGET))
 def test_the_budget_counts_from_the_last_delivered_message(driver: str) -> None:
-    turn = Turn(*["tool"] * 10, working={1: steer("one more file")})
-    turn.local.followup("go")
-    assert ended(turn.run(driver, max_steps=3)) == "budget"
+    turn = Turn(driver, *["tool"] * 10, working={1: steer("one more file")})
+    turn.host.followup("go")
+    turn.run(max_steps=3)
+    assert turn.ended == "budget"
     assert len(turn.requests) == 5  # steps 3, 4 and 5 are the steer's own three
 
 
-@pytest.mark.parametrize("driver", ["runner"])
+@pytest.mark.parametrize("driver", drivers(pydantic_ai=PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS,
+                                           aimu=AIMU_HAS_ITS_OWN_BUDGET))
 def test_refills_are_capped_with_one_warning(driver: str) -> None:
     # A source that delivers at every boundary: every tool call sends a steer.
-    turn = Turn(*["tool"] * 20, working={n: steer(f"more {n}") for n in range(20)})
-    turn.local.followup("go")
-    events = turn.run(driver, max_steps=2)
-    assert ended(events) == "budget" and len(turn.requests) == 4
-    assert kinds(events).count("Warned") == 1
+    turn = Turn(driver, *["tool"] * 20, working={n: steer(f"more {n}") for n in range(20)})
+    turn.host.followup("go")
+    turn.run(max_steps=2)
+    assert turn.ended == "budget" and len(turn.requests) == 4
+    assert kinds(turn.events).count("Warned") == 1
 
 
 def test_under_pydantic_ai_the_agents_own_requests_never_spend_the_budget() -> None:
     # Ten tool rounds and an answer, with a budget of two: pydantic-ai would finish this run
     # (its request limit is 50), so the adapter does, and no tool result is left unshown.
-    turn = Turn(*["tool"] * 10, "all done")
-    turn.local.followup("go")
-    events = turn.run("pydantic-ai", max_steps=2)
-    assert ended(events) == "final" and len(turn.requests) == 11
+    turn = Turn("pydantic-ai", *["tool"] * 10, "all done")
+    turn.host.followup("go")
+    turn.run(max_steps=2)
+    assert turn.ended == "final" and len(turn.requests) == 11
     assert turn.local.session.transcript[-1] == Message.assistant("all done")
-    assert "Warned" not in kinds(events)
+    assert "Warned" not in kinds(turn.events)
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("driver", drivers(aimu=AIMU_HAS_ITS_OWN_BUDGET))
 def test_the_budget_bounds_how_far_steers_extend_a_run_with_refills_capped(driver: str) -> None:
     # A person who steers at every answer: each steer extends the run (ruling 2), until the
     # budget of two, refilled at most twice, is spent. Under the runner the first request spends
     # it too; under pydantic-ai only the requests the steers added do.
-    turn = Turn(*[f"answer {n}" for n in range(10)],
+    turn = Turn(driver, *[f"answer {n}" for n in range(10)],
                 thinking={n: steer(f"and {n}") for n in range(10)})
-    turn.local.followup("go")
-    events = turn.run(driver, max_steps=2)
-    assert ended(events) == "final"
+    turn.host.followup("go")
+    turn.run(max_steps=2)
+    assert turn.ended == "final"
     assert len(turn.requests) == {"runner": 4, "pydantic-ai": 5}[driver]
-    assert kinds(events).count("Warned") == 1
+    assert kinds(turn.events).count("Warned") == 1
     last = len(turn.requests) - 1
     assert queued(turn) == [f"and {last}"]  # for the owner's wake check: a turn of its own
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
-def test_both_drivers_record_the_same_boundaries(driver: str) -> None:
+@pytest.mark.parametrize("driver", drivers(aimu=AIMU_RECORDS_ONLY_ITS_QUEUES))
+def test_every_driver_records_the_same_boundaries(driver: str) -> None:
     def record(name: str) -> list[str]:
-        turn = Turn("tool", " ", "answer", "summary", working={0: inject("fyi")},
+        turn = Turn(name, "tool", " ", "answer", "summary", working={0: inject("fyi")},
                     thinking={2: steer("summarize")})
-        turn.local.followup("go")
-        return kinds(turn.run(name))
+        turn.host.followup("go")
+        turn.run()
+        return kinds(turn.events)
 
     assert record(driver) == record("runner")
 
@@ -366,59 +533,59 @@ class Misbehaving:
         return self.local.record(event)
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("driver", drivers(aimu=AIMU_GUARDS_ITS_DRAIN))
 @pytest.mark.parametrize("answer", [OSError("disk on fire"), "stop"])
 def test_a_source_that_misbehaves_is_logged_and_the_run_goes_on_without_it(
     driver: str, answer: object, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    turn = Turn("tool", "done")
+    turn = Turn(driver, "tool", "done")
     turn.local.followup("go")
     turn.local.claim("next_turn")  # in the transcript: the turn has something to answer
     turn.local.steer("waits for a source that answers")
     source = Misbehaving(turn.local, answer)
     with caplog.at_level(logging.WARNING, logger="nous_inbox"):
-        events = turn.run(driver, port=source)
+        turn.run(port=source)
     said = [r.getMessage() for r in caplog.records if r.name.startswith("nous_inbox")]
     assert sum(line.startswith("message source failed: Misbehaving.claim") for line in said) == 1
-    assert ended(events) == "final" and len(turn.requests) == 2
-    assert kinds(events).count("Warned") == 1 and source.asked == 1  # not asked again
+    assert turn.ended == "final" and len(turn.requests) == 2
+    assert kinds(turn.events).count("Warned") == 1 and source.asked == 1  # not asked again
     assert queued(turn) == ["waits for a source that answers"]  # nothing lost
 
 
 # -- under an owner: the boundary hook ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("driver", ["runner", "pydantic-ai"])
+@pytest.mark.parametrize("driver", drivers(aimu=AIMU_RUNS_ON_NO_OWNER))
 def test_an_owners_subscribers_hear_every_boundary_before_its_claim(driver: str) -> None:
-    turn = Turn("tool", "done")
+    turn = Turn(driver, "tool", "done")
 
     async def go() -> list[str]:
         heard: list[str] = []
-        async with AsyncOwner(open_store("memory:"), "s", turn.driver(driver), watch=False) as owner:
+        async with AsyncOwner(open_store("memory:"), "s", turn.driver(), watch=False) as owner:
             owner.on_boundary(lambda boundary: heard.append(boundary.kind))
             await owner.followup("go")
             assert await owner.wait_idle(30.0)
         return heard
 
-    # The turn opens; a step before each request; one more where the run would stop.
-    assert asyncio.run(go()) == ["turn_opening", "step", "step", "step", "turn_ended"]
+    # The turn opens; a step before each request; a stop where the run would stop.
+    assert asyncio.run(go()) == ["turn_opening", "step", "step", "stop", "turn_ended"]
 
 
 # -- ruling 9: cancelling -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("driver", drivers(aimu=AIMU_HAS_NO_CANCEL))
 def test_a_cancel_ends_the_turn_and_wakes_nothing(driver: str) -> None:
-    turn = Turn("tool", "tool", "done")
+    turn = Turn(driver, "tool", "tool", "done")
 
-    def cancel_while_working(local: LocalSession) -> None:
-        local.steer("queued while cancelling")
+    def cancel_while_working(host: Host) -> None:
+        host.steer("queued while cancelling")
         turn.cancel.set()
 
     turn.working[0] = cancel_while_working
-    turn.local.followup("go")
-    events = turn.run(driver)
-    assert ended(events) == "cancelled" and len(turn.requests) == 1
+    turn.host.followup("go")
+    turn.run()
+    assert turn.ended == "cancelled" and len(turn.requests) == 1
     assert queued(turn) == ["queued while cancelling"]  # waits for the next real wake
     assert turn.local.session.transcript[-1].content == "result 0"  # the tool that ran is kept
 
@@ -431,20 +598,20 @@ def test_pydantic_ai_answers_an_empty_reply_itself_and_a_pending_message_joins_i
     # own retry prompt, counted against its output retries, before any hook can replace it. So
     # ruling 3 holds as "a pending message joins the retry prompt", and the loop records that
     # prompt as the nudge (the model saw it; replay must too).
-    turn = Turn("", "found it", thinking={0: steer("try the staging log")})
-    turn.local.followup("find it")
-    events = turn.run("pydantic-ai")
+    turn = Turn("pydantic-ai", "", "found it", thinking={0: steer("try the staging log")})
+    turn.host.followup("find it")
+    turn.run()
     assert "Please return text or call a tool" in turn.requests[1][-2][1]
     assert turn.requests[1][-1] == ("user", "try the staging log")
     assert ("user", CONTINUATION.content) not in turn.requests[1]
-    assert kinds(events).count("Nudged") == 1 and ended(events) == "final"
+    assert turn.nudges == 1 and turn.ended == "final"
 
 
 def test_pydantic_ai_ends_a_run_of_empty_replies_at_its_own_retry_limit() -> None:
     # The built-in runner nudges an empty reply until the step budget ends the turn; pydantic-ai
     # raises once its output retries are spent, so the turn ends as an error first.
-    turn = Turn("", "", "", "")
-    turn.local.followup("go")
+    turn = Turn("pydantic-ai", "", "", "", "")
+    turn.host.followup("go")
     with pytest.raises(Exception, match="retries"):
-        turn.run("pydantic-ai")
-    assert ended(turn.local.events) == "error"
+        turn.run()
+    assert turn.ended == "error"

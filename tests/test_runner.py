@@ -26,6 +26,7 @@ import msgspec
 import pytest
 
 from nous_inbox.codec import MAX_RECORD_SIZE
+from nous_inbox.commands import ToolSpec
 from nous_inbox.events import (
     Event,
     MessageSent,
@@ -36,7 +37,7 @@ from nous_inbox.events import (
     Warned,
 )
 from nous_inbox.inbox import Target
-from nous_inbox.loop import CONTINUATION, ToolSpec
+from nous_inbox.loop import CONTINUATION
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner import LocalSession, Runner, SessionPort, Tool, tool
 from nous_inbox.runner.port import JournalPort, check_port

@@ -30,6 +30,7 @@ from nous_inbox import (
     ToolCall,
     replay,
 )
+from nous_inbox.commands import CallModel, Claim, EndTurn, RunTools
 from nous_inbox.events import (
     EVENT_TYPES,
     CancelRequested,
@@ -53,20 +54,15 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.loop import (
-    CallModel,
+from nous_inbox.happenings import (
     Cancelled,
-    Claim,
     ClaimAnswered,
-    EndTurn,
     Happening,
     ModelAnswered,
-    RunTools,
     ToolsFinished,
     TurnOpened,
-    advance,
-    new_state,
 )
+from nous_inbox.loop import advance, new_state
 
 TURN, STEP = Target.NEXT_TURN, Target.NEXT_STEP
 STRESS = max(1, int(os.environ.get("NOUS_INBOX_STRESS", "1") or 1))

@@ -33,7 +33,6 @@ PRIVATE_IMPORTS_ALLOWED = {
     ("mailbox/mailbox.py", "nous_inbox.mailbox.owner_link", "_is_owned"): "the mailbox's own rework",
 }
 FOREIGN_EXPORTS_ALLOWED = {
-    ("loop.py", "is_blank"): "the loop's own rework",
     ("runner/port.py", "sent_event"): "the send verbs' rework",
     ("runner/runner.py", "LocalSession"): "the runner's own rework",
     ("runner/runner.py", "SessionPort"): "the runner's own rework",
@@ -43,10 +42,7 @@ FOREIGN_EXPORTS_ALLOWED = {
     ("adapters/aimu.py", "ORDER_KEY"): "the aimu adapter's own rework",
 }
 LONG_MODULES_ALLOWED = {
-    "loop.py": "split by the loop's own rework",
     "runner/runner.py": "split by the runner's own rework",
-    "mailbox/mailbox.py": "split by the mailbox's own rework",
-    "mailbox/state.py": "split by the mailbox's own rework",
 }
 
 

@@ -38,9 +38,13 @@ each, the agent's own and the shared queue are merged in send order. Each queued
 its send position as ``metadata["nous_inbox.order"]``, which is what that merge sorts by, and
 all it is used for: which followups a run is owed is decided from the queues themselves.
 
-Design notes. The routing decisions below (addresses, the send clock, which followups a run is
-owed) live beside it, in :mod:`nous_inbox.adapters.aimu_routing`; this adapter is aimu's face
-over them and over a journal per address.
+Design notes. What a drain claims, and whether what it takes is worth a round, is the loop's
+(:func:`~nous_inbox.commands.round_claims`, :func:`~nous_inbox.commands.worth_a_round`): a drain
+is a round boundary that aimu does not name, so its first claims what a turn's opening does
+(``next_turn``, then ``next_step``) and each later one what a step boundary does. The routing
+decisions (addresses, the send clock, which followups a run is owed) live beside it, in
+:mod:`nous_inbox.adapters.aimu_routing`; this adapter is aimu's face over them and over a journal
+per address.
 
 * A run is owed the followups queued when it opened its reader: ``reader()`` first reads what
   other writers appended to the store, then notes, per address, which ``next_turn`` entries are
@@ -67,11 +71,12 @@ over them and over a journal per address.
   the run at its next boundary), and ``pending``, ``wants_wake`` and ``inbox`` (so a host
   deciding whether a run is owed sees the other processes' messages and claims too). A change
   that lost a race with another writer catches up and is worked out again on the new value.
-* aimu does not say at which boundary it drains, so an ``inject`` pending at what would be the
-  final answer extends the run like a ``steer``; the wake flag matters to a host deciding whether
-  to start a run (``wants_wake``). A blank message (whitespace, or invisible characters only)
-  is never handed to aimu on its own, where it would make a round (ruling 4): it stays queued
-  until a drain has something worth a round to deliver with it. And aimu drains first *after*
+* aimu does not say at which boundary it drains, so the loop's claims there are plain, never the
+  wake-only claim of a would-be final answer (ruling 2): an ``inject`` pending at what would be
+  the final answer extends the run like a ``steer``; the wake flag matters to a host deciding
+  whether to start a run (``wants_wake``). A blank message (whitespace, or invisible characters
+  only) is never handed to aimu on its own, where it would make a round (ruling 4): it stays
+  queued until a drain has something worth a round to deliver with it. And aimu drains first *after*
   the run's first reply, so a followup reaches the next run at its first round boundary, not in
   its first request.
 * A message that lands after a run's last drain (or in a run that ends on its round budget,
@@ -100,8 +105,9 @@ from nous_inbox.adapters.aimu_routing import (
     claim_for_run,
     order_of,
 )
+from nous_inbox.commands import OPENING, round_claims, worth_a_round
 from nous_inbox.events import Event, MessageSent
-from nous_inbox.inbox import Entry, Inbox, Target, is_blank
+from nous_inbox.inbox import Entry, Inbox, Target
 from nous_inbox.message import Message
 from nous_inbox.session import Session
 from nous_inbox.store.journal import Journal, Log
@@ -116,6 +122,8 @@ STREAM_PREFIX: Final = "aimu:"
 _EMPTY: Final = Inbox()
 _TURN: Final = Target.NEXT_TURN
 _STEP: Final = Target.NEXT_STEP
+_CLAIM_ORDER: Final = tuple(dict.fromkeys(claim.target for claim in OPENING))
+"""The order a drain hands out what its claims took: a turn's opening order (followups first)."""
 _T = TypeVar("_T")
 
 
@@ -279,8 +287,10 @@ class AimuInbox:
         return _RunDrain(self, name, owed)
 
     def _drain(self, agent: str | None, owed_turn: dict[str | None, Sequence[Entry]]) -> list[str]:
-        turns: list[list[Message]] = []
-        steps: list[list[Message]] = []
+        """A round boundary of the run: make the claims the loop names for it on each address
+        (the first drain of an address makes the turn's opening claims), when what they take is
+        worth a round; the messages in claim order, each claim's merged in send order."""
+        by_target: dict[Target, list[list[Message]]] = {}
         failure: Exception | None = None
         names = addresses(agent)
         with self._lock:
@@ -290,31 +300,34 @@ class AimuInbox:
                 try:
                     if self._store is not None:
                         self._journal(name).catch_up()
-                    claim = partial(claim_for_run, owed_turn=owed_turn.get(name))
-                    turn, step = self._commit(name, claim)
+                    claims = round_claims(first=name in owed_turn)
+                    claim = partial(claim_for_run, claims=claims, owed_turn=owed_turn.get(name))
+                    taken = self._commit(name, claim)
                 except Exception as exc:
                     # The other address may still deliver; what it claims must not be dropped.
                     failure = failure or exc
                     continue
                 owed_turn.pop(name, None)
-                turns.append(turn)
-                steps.append(step)
+                for made, messages in zip(claims, taken, strict=True):
+                    by_target.setdefault(made.target, []).append(messages)
         if failure is not None:
-            if not any(turns) and not any(steps):
+            if not any(m for lists in by_target.values() for m in lists):
                 raise failure
             logger.warning("AimuInbox: part of a drain failed; delivering the rest", exc_info=failure)
-        merged = [*heapq.merge(*turns, key=order_of), *heapq.merge(*steps, key=order_of)]
+        merged = [message for target in _CLAIM_ORDER
+                  for message in heapq.merge(*by_target.get(target, ()), key=order_of)]
         return [message.content for message in merged]
 
     def _worth_a_round(
         self, names: Iterable[str | None], owed_turn: dict[str | None, Sequence[Entry]]
     ) -> bool:
-        """Whether a drain now would hand the run a message worth a model round (ruling 4).
+        """Whether a drain now would hand the run a message worth a model round, as the loop
+        rules it (:func:`~nous_inbox.commands.worth_a_round`, ruling 4).
 
         aimu makes a round of any text a drain returns (one more request at what would be its
         final answer, or in place of its nudge, with its budget refilled), and strips only
-        whitespace itself. So a drain that would return only blank messages (whitespace, or
-        invisible characters only) claims nothing: they stay queued, owe no run
+        whitespace itself. So a drain whose claims would take only blank messages (whitespace,
+        or invisible characters only) claims nothing: they stay queued, owe no run
         (:meth:`wants_wake`), and ride along with the next drain that delivers something.
         Called with the lock held.
         """
@@ -324,8 +337,9 @@ class AimuInbox:
                     self._journal(name).catch_up()
                 except Exception:
                     return True  # the drain reads again and says what failed
-            _, _, (turn, step) = claim_for_run(self._box(name), owed_turn.get(name))
-            if not (is_blank(turn) and is_blank(step)):
+            claims = round_claims(first=name in owed_turn)
+            _, _, taken = claim_for_run(self._box(name), claims, owed_turn.get(name))
+            if worth_a_round(message for messages in taken for message in messages):
                 return True
         return False
 

@@ -13,16 +13,18 @@ does) needs three decisions, made here once so an adapter is only a face over th
   positions later than every one it made or saw, else the wall clock in nanoseconds, so a
   restarted or second process never sorts a new message before an older one.
 * **What a run is owed.** A run is owed the followups queued when it opened (noted as entries);
-  followups that arrive later wait for the next run. :func:`claim_for_run` claims one address's
-  share of a drain: the owed followups (the oldest entries, leaving the late ones queued) and
-  every step message.
+  followups that arrive later wait for the next run. :func:`claim_for_run` carries out on one
+  address the claims the loop names for a drain (:func:`~nous_inbox.commands.round_claims`): a
+  claim of ``next_turn`` takes only the owed followups (the oldest entries, leaving the late
+  ones queued), a claim of ``next_step`` every step message.
 
+>>> from nous_inbox.commands import round_claims
 >>> from nous_inbox.inbox import Inbox
 >>> clock = SendClock()
 >>> box = Inbox().followup(stamped(Message.user("owed"), clock.next()))
 >>> owed = box.entries("next_turn")                  # what the run is owed, as it opens
 >>> box = box.followup(stamped(Message.user("late"), clock.next()))
->>> box, events, (turn, step) = claim_for_run(box, owed)
+>>> box, events, (turn, step) = claim_for_run(box, round_claims(first=True), owed)
 >>> [m.content for m in turn], box.count("next_turn"), events[0].rest
 (['owed'], 1, 1)
 """
@@ -36,6 +38,7 @@ from typing import Final
 
 import msgspec
 
+from nous_inbox.commands import Claim
 from nous_inbox.events import Event
 from nous_inbox.inbox import Entry, Inbox, Target
 from nous_inbox.message import Message
@@ -61,7 +64,6 @@ SHARED: Final = "*"
 """The name the shared address (``None``) has in a stream name."""
 
 _TURN: Final = Target.NEXT_TURN
-_STEP: Final = Target.NEXT_STEP
 
 
 def check_agent(agent: object, where: str) -> str | None:
@@ -163,22 +165,32 @@ def split_owed(
 
 
 def claim_for_run(
-    box: Inbox, owed_turn: Sequence[Entry] | None
-) -> tuple[Inbox, list[Event], tuple[list[Message], list[Message]]]:
-    """One address's share of a drain: the followups owed to the run (``owed_turn``: the
-    ``next_turn`` entries queued when it opened; ``None`` once its first drain is done), then
-    everything on ``next_step``, in one append. Returns the new value, the events recording it,
-    the messages. Each claim is built by the one claim path, :func:`~nous_inbox.store.journal.claim_event`.
+    box: Inbox, claims: Sequence[Claim], owed_turn: Sequence[Entry] | None
+) -> tuple[Inbox, list[Event], list[list[Message]]]:
+    """Carry out ``claims`` (the loop's, for this boundary) on one address, in one append: a
+    claim of ``next_turn`` takes the followups owed to the run (``owed_turn``: the ``next_turn``
+    entries queued when it opened) and nothing else, a claim of ``next_step`` the queue as the
+    claim says. Returns the new value, the events recording it, and what each claim took, in
+    order. Each claim is built by the one claim path,
+    :func:`~nous_inbox.store.journal.claim_event`.
     """
     events: list[Event] = []
-    turn: list[Message] = []
-    if owed_turn and box.has_pending(_TURN):
-        owed, _ = split_owed(box.entries(_TURN), owed_turn)
-        if owed:
-            # The owed entries are the oldest (claims take the oldest; sends join the end), so a
-            # claim of that many leaves the late ones queued, for the next run, untouched.
-            turn, event, box = claim_event(box, _TURN, limit=len(owed))
-            events.extend([event] if event is not None else [])
-    step, event, box = claim_event(box, _STEP)
-    events.extend([event] if event is not None else [])
-    return box, events, (turn, step)
+    taken: list[list[Message]] = []
+    for claim in claims:
+        limit: int | None = None
+        if claim.target == _TURN:
+            owed: list[Message] = []
+            if owed_turn and box.has_pending(_TURN):
+                owed, _ = split_owed(box.entries(_TURN), owed_turn)
+            if not owed:
+                taken.append([])
+                continue
+            # The owed entries are the oldest (claims take the oldest; sends join the end), so
+            # a claim of that many leaves the late ones queued, for the next run, untouched.
+            limit = len(owed)
+        messages, event, box = claim_event(box, claim.target, wake_only=claim.wake_only,
+                                           limit=limit)
+        if event is not None:
+            events.append(event)
+        taken.append(messages)
+    return box, events, taken

@@ -5,9 +5,10 @@ withdraw, replies), durable in the store's one event vocabulary.
 handle an agent acts through (its answers and errors are :mod:`nous_inbox.mailbox.answers`);
 :mod:`nous_inbox.mailbox.tools` the tools a model reads and answers its mail with; :mod:`nous_inbox.mailbox.rules`
 its rules (message classes, who may wake whom, settling, bounds, what a notice says and when it
-is due); :mod:`nous_inbox.mailbox.state` the fold its events make; and
-:mod:`nous_inbox.mailbox.owner_link` the link to the owners that run its agents, through which
-notices are delivered.
+is due); :mod:`nous_inbox.mailbox.changes` the events each verb that writes appends;
+:mod:`nous_inbox.mailbox.state` the fold its events make, and :mod:`nous_inbox.mailbox.records`
+what that fold keeps; and :mod:`nous_inbox.mailbox.owner_link` the link to the owners that run
+its agents, through which notices are delivered.
 """
 
 from nous_inbox.mailbox.answers import (

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 if TYPE_CHECKING:
-    from nous_inbox.mailbox.state import Mail
+    from nous_inbox.mailbox.records import Mail
 
 __all__ = ["AskTimeoutError", "Letter", "MailboxFullError", "Receipt", "ThreadSummary", "letter",
            "not_yours"]

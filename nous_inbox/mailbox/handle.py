@@ -49,6 +49,7 @@ from nous_inbox.mailbox.answers import (
     letter,
     not_yours,
 )
+from nous_inbox.mailbox.changes import receipt
 
 if TYPE_CHECKING:
     from nous_inbox.mailbox.mailbox import Mailbox
@@ -188,16 +189,16 @@ def _answer(box: Mailbox, asker: str, id: str) -> Letter | None:
     """The reply that answered ``asker``'s message ``id`` (marked read), or None yet."""
     with box._lock:
         box._catch_up()
-        receipt = box._receipt(box._state, id)
-        if receipt is None:
+        found = receipt(box.state, id)
+        if found is None:
             raise LookupError(f"ask of {asker!r}: message {id!r} was forgotten unanswered")
-        if receipt.answer is None:
-            if receipt.state in ("withdrawn", "dropped", "received", "released"):
-                raise LookupError(f"ask of {asker!r}: message {id!r} was {receipt.state} "
+        if found.answer is None:
+            if found.state in ("withdrawn", "dropped", "received", "released"):
+                raise LookupError(f"ask of {asker!r}: message {id!r} was {found.state} "
                                   "unanswered")
             return None
-        letter = _message(box, asker, receipt.answer)
-        mail = box._state.mail(receipt.answer)
+        letter = _message(box, asker, found.answer)
+        mail = box.state.mail(found.answer)
         if mail is not None and not mail.read:
             box._commit(lambda state: ([MailRead(recipient=asker, ids=(letter.id,),
                                                   at=box._clock())], None))

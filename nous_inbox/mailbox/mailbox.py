@@ -56,30 +56,35 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Literal, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from nous_inbox.events import (
     Event,
     MailAgent,
     MailAnswered,
-    MailDropped,
     MailRead,
-    MailReceived,
     MailSent,
-    MailWithdrawn,
 )
 from nous_inbox.frozen import freeze_json
 from nous_inbox.mailbox._named import NamedVerbs, send_names, text
 from nous_inbox.mailbox.answers import (
     Letter,
-    MailboxFullError,
     Receipt,
     ThreadSummary,
     letter,
-    not_yours,
+)
+from nous_inbox.mailbox.changes import (
+    Bound,
+    Overflow,
+    checked_body,
+    receipt,
+    received,
+    sent,
+    withdrawn,
 )
 from nous_inbox.mailbox.handle import _GIVEN, AgentHandle
 from nous_inbox.mailbox.owner_link import NoticeDelivery, _is_owned
+from nous_inbox.mailbox.records import Thread
 from nous_inbox.mailbox.rules import (
     DEBOUNCE,
     KIND_ALIASES,
@@ -91,7 +96,7 @@ from nous_inbox.mailbox.rules import (
     kind_of,
     preview,
 )
-from nous_inbox.mailbox.state import MailboxState, Thread
+from nous_inbox.mailbox.state import MailboxState
 from nous_inbox.owner.group_commit import GroupCommit, commit_in_threads
 from nous_inbox.store import Store, open_store
 from nous_inbox.store.journal import Journal
@@ -103,16 +108,8 @@ logger: Final = logging.getLogger("nous_inbox.mailbox")
 STREAM: Final = "mailbox"
 """The store stream a mailbox keeps its events in, unless told another."""
 
-Overflow = Literal["refuse", "drop_oldest"]
 Subscriber = Callable[[MailSent], None]
 _T = TypeVar("_T")
-
-
-def _body(body: Any, where: str) -> Any:
-    """``body`` frozen and checked (plain ASCII text, the commonest body, needs neither)."""
-    if type(body) is str and body.isascii():
-        return body
-    return freeze_json(body, f"{where}: body")
 
 
 class Mailbox(NoticeDelivery, NamedVerbs):
@@ -145,7 +142,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         self._store: Store | None = open_store(store) if isinstance(store, str) else store
         self._stream = stream
         self._max_queue = max_queue
-        self._overflow = overflow
+        self._bound = Bound(max_queue, overflow)
         self._clock = clock
         self._lock = threading.RLock()
         self._state = MailboxState(retain, remember)
@@ -208,7 +205,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
                 or (correlation_id is not None and type(correlation_id) is not str)):
             recipient, sender, thread, correlation_id = send_names(recipient, sender, thread,
                                                                    correlation_id)
-        body = _body(body, f"send to {recipient!r}")
+        body = checked_body(body, f"send to {recipient!r}")
         cls = KIND_ALIASES.get(kind) if type(kind) is str else None
         if cls is None:
             cls = kind_of(kind, f"send to {recipient!r}")  # raises, naming the kinds
@@ -285,37 +282,9 @@ class Mailbox(NoticeDelivery, NamedVerbs):
     def _sent(
         self, event: MailSent, given: bool, state: MailboxState
     ) -> tuple[Sequence[Event], Receipt]:
-        """The events a send appends: none for an id already sent, a drop first at the bound."""
-        if given:
-            seen = self._receipt(state, event.id)
-            if seen is not None:
-                # The same message again, or another (whose, it must not say: ids are guessable).
-                kept = state.mail(event.id)
-                if kept is None:  # let go: only its parties are remembered
-                    same = state.parties(event.id) == (event.sender, event.recipient)
-                else:
-                    same = ((kept.event.sender, kept.event.recipient, kept.event.body)
-                            == (event.sender, event.recipient, event.body))
-                if not same:
-                    raise ValueError(
-                        f"send to {event.recipient!r}: id {event.id!r} names another message; "
-                        "an id names one message: use a new id")
-                return [], seen
-        recipient = event.recipient
-        box = state.boxes.get(recipient)
-        sent: list[Event] = [event]
-        if self._worked(state, recipient):  # it had a turn: no longer its first work
-            sent.insert(0, MailAgent(agent=recipient, worked=True, at=event.at))
-        if box is None or box.queued < self._max_queue:
-            return sent, Receipt(event.id, "queued")
-        if self._overflow == "refuse":
-            raise MailboxFullError(
-                f"send to {recipient!r}: {self._max_queue} messages already queued "
-                "(max_queue); nothing was queued (receive some, or use overflow='drop_oldest')"
-            )
-        (oldest,) = state.oldest_queued(recipient, 1)
-        return ([MailDropped(id=oldest.id, recipient=recipient, at=event.at), *sent],
-                Receipt(event.id, "queued"))
+        """What a send appends (:func:`~nous_inbox.mailbox.changes.sent`), by this mailbox's
+        bound and its attached agents' turns."""
+        return sent(event, given, self._bound, self._worked(state, event.recipient), state)
 
     def _worked(self, state: MailboxState, agent: str) -> bool:
         """Whether attached ``agent`` had a turn its mailbox has not recorded yet."""
@@ -356,7 +325,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         where = f"reply of {agent!r} in thread {thread!r}"
         if to is not None:
             to = text(to, "to", where)
-        body = _body(body, where)
+        body = checked_body(body, where)
         cls = kind_of(kind, where)
         given = id is not None
         id = self._prefix + str(next(self._counter)) if id is None else text(id, "id", where)
@@ -395,28 +364,9 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         is unsent), ``"retracted"`` if one did or one on its way does (it stays in its thread,
         marked retracted). A message already gone answers what became of it. Another agent's
         message is refused, saying no more than that it is not ``sender``'s."""
-        where = f"withdraw by {sender!r}"
-        id = text(id, "id", where)
-
-        def change(state: MailboxState) -> tuple[list[Event], str]:
-            parties = state.parties(id)
-            if parties is None:
-                raise LookupError(f"{where}: no message {id!r}")
-            if parties[0] != sender:
-                raise not_yours(where, id)
-            mail = state.mail(id)
-            if mail is None:
-                gone = state.outcome(id)
-                assert gone is not None  # (it has parties, and is not kept)
-                return [], gone[0]
-            if mail.retracted:
-                return [], "retracted"
-            retract = mail.noticed or mail.read or self._carried(mail)
-            return [MailWithdrawn(id=id, recipient=mail.event.recipient, retracted=retract,
-                                  at=self._clock())], ("retracted" if retract else "withdrawn")
-
+        id = text(id, "id", f"withdraw by {sender!r}")
         with self._lock:
-            _, answer = self._commit(change)
+            _, answer = self._commit(withdrawn, id, sender, self._clock(), self._carried)
         return answer
 
     # -- receiving --------------------------------------------------------------------------------
@@ -429,17 +379,8 @@ class Mailbox(NoticeDelivery, NamedVerbs):
             raise ValueError(f"receive for {agent!r}: limit must be an int >= 0, got {limit!r}")
 
         with self._lock:
-            _, taken = self._commit(self._received, agent, limit)
+            _, taken = self._commit(received, agent, limit, self._clock())
         return taken
-
-    def _received(self, agent: str, limit: int,
-                  state: MailboxState) -> tuple[list[Event], list[MailSent]]:
-        """The event a receive appends: the ``limit`` oldest queued messages leave."""
-        taken = state.oldest_queued(agent, limit)
-        if not taken:
-            return [], []
-        return [MailReceived(recipient=agent, ids=tuple([m.id for m in taken]),
-                             at=self._clock())], taken
 
     def subscribe(self, agent: str, callback: Subscriber) -> None:
         """Call ``callback(message)`` for every message sent to ``agent`` from now on.
@@ -472,8 +413,8 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         id = text(id, "id", "status")
         with self._lock:
             self._catch_up()
-            receipt = self._receipt(self._state, id)
-        return None if receipt is None else receipt.state
+            answer = receipt(self._state, id)
+        return None if answer is None else answer.state
 
     def _threads(self, agent: str) -> list[ThreadSummary]:
         """``agent``'s threads, the most recent first."""
@@ -523,15 +464,6 @@ class Mailbox(NoticeDelivery, NamedVerbs):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _receipt(self, state: MailboxState, id: str) -> Receipt | None:
-        mail = state.mail(id)
-        if mail is not None:
-            return Receipt(id, mail.state, True, mail.answered_by)
-        gone = state.outcome(id)
-        if gone is not None:
-            return Receipt(id, gone[0], True, gone[1])
-        return None
 
     def _thread(self, agent: str, thread: str, where: str) -> Thread:
         found = self._state.thread(agent, thread)

@@ -45,12 +45,13 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
-from nous_inbox.boundary import Boundary as RunBoundary
+from nous_inbox.boundary import Boundary, BoundaryKind
 from nous_inbox.events import Event, MailNoticed, QueueClaimed
 from nous_inbox.inbox import Target
 from nous_inbox.mailbox._named import text
-from nous_inbox.mailbox.rules import DEBOUNCE, MAX_WAIT, NOTICE, Boundary, compose, plan
-from nous_inbox.mailbox.state import Mail, MailboxState
+from nous_inbox.mailbox.records import Mail
+from nous_inbox.mailbox.rules import DEBOUNCE, MAX_WAIT, NOTICE, compose, plan
+from nous_inbox.mailbox.state import MailboxState
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
 from nous_inbox.owner.sends import Refused
@@ -63,8 +64,6 @@ _TURN: Final = Target.NEXT_TURN
 _HOW: Final = {"steer": (Target.NEXT_STEP, True), "inject": (Target.NEXT_STEP, False),
                "join": (_TURN, False), "followup": (_TURN, True)}
 """Each way a notice goes, as the queue it joins and whether it wakes."""
-_AT: Final[dict[str, Boundary]] = {"turn_opening": "turn_opening", "step": "step", "stop": "stop"}
-"""The boundaries the rules plan for (at ``"turn_ended"`` an idle agent's rules apply)."""
 _T = TypeVar("_T")
 
 
@@ -86,7 +85,7 @@ class Recipient(Protocol):
     def listen(self, callback: Callable[[Event], None]) -> None:
         """Call ``callback`` with every event the session records from now on."""
 
-    def on_boundary(self, callback: Callable[[RunBoundary], object]) -> Callable[[], None]:
+    def on_boundary(self, callback: Callable[[Boundary], object]) -> Callable[[], None]:
         """Call ``callback`` at each boundary of a run, before its claim; returns the undo."""
 
 
@@ -300,14 +299,13 @@ class NoticeDelivery(abc.ABC):
                 self._due.notify_all()  # the timer thread may need to wake sooner
         return due
 
-    def _at_boundary(self, link: AttachedAgent, boundary: RunBoundary) -> None:
+    def _at_boundary(self, link: AttachedAgent, boundary: Boundary) -> None:
         """The owner's run reached ``boundary`` (on its thread, holding its lock): what came since
         the last one goes in now, as one notice; after a turn, an idle agent's rules apply."""
         if self._attached.get(link.agent) is link:
-            kind = "stop" if boundary.kind == "step" and boundary.wake_only else boundary.kind
-            self._deliver(link, self._clock(), kind)
+            self._deliver(link, self._clock(), boundary.kind)
 
-    def _deliver(self, link: AttachedAgent, now: float, boundary: str | None = None,
+    def _deliver(self, link: AttachedAgent, now: float, boundary: BoundaryKind | None = None,
                  ) -> float | None:
         """Send ``link``'s notice if one is due; else return when to look again (or None).
 
@@ -339,7 +337,7 @@ class NoticeDelivery(abc.ABC):
         finally:
             lock.release()
 
-    def _decide(self, link: AttachedAgent, now: float, boundary: str | None,
+    def _decide(self, link: AttachedAgent, now: float, boundary: BoundaryKind | None,
                 ) -> tuple[str | None, float | None, Message | None]:
         """Under the mailbox's lock: how to send ``link``'s notice and the notice, now in flight;
         or no way, with when to look again (None: not at all, one is in flight or the agent left)."""
@@ -351,7 +349,8 @@ class NoticeDelivery(abc.ABC):
                 return None, when, None
             return how, when, self._compose(link)
 
-    def _deliver_unlocked(self, link: AttachedAgent, now: float, boundary: str | None,
+    def _deliver_unlocked(self, link: AttachedAgent, now: float,
+                          boundary: BoundaryKind | None,
                           ) -> float | None:
         """:meth:`_deliver` for a recipient with no lock to offer: decide, then look again
         right before sending, so an FYI's steer never starts a turn and no notice goes ahead of
@@ -407,14 +406,12 @@ class NoticeDelivery(abc.ABC):
                 self._deliverer.start()
             self._due.notify_all()
 
-    def _plan(self, link: AttachedAgent, now: float, boundary: str | None,
+    def _plan(self, link: AttachedAgent, now: float, boundary: BoundaryKind | None,
               ) -> tuple[str | None, float | None]:
         owner = link.owner
         session = owner.session
-        ended = boundary == "turn_ended"  # the run is over: an idle agent's rules
-        return plan(self._state, link.agent, now,
-                    boundary=None if boundary is None else _AT.get(boundary),
-                    running=not ended and (owner.running or session.running),
+        return plan(self._state, link.agent, now, boundary=boundary,
+                    running=owner.running or session.running,
                     # A turn will open for what waits only if the core finds it worth a round.
                     prompt_waiting=session.inbox.worth_waking(_TURN),
                     debounce=self._debounce, max_wait=self._max_wait)

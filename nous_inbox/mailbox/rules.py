@@ -57,11 +57,13 @@ import json
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Final, Literal
 
+from nous_inbox.boundary import BoundaryKind
 from nous_inbox.frozen import thaw_json
 from nous_inbox.message import Message
 
 if TYPE_CHECKING:
-    from nous_inbox.mailbox.state import Mail, MailboxState
+    from nous_inbox.mailbox.records import Mail
+    from nous_inbox.mailbox.state import MailboxState
 
 __all__ = [
     "DEBOUNCE",
@@ -74,7 +76,6 @@ __all__ = [
     "PREVIEW",
     "REMEMBER",
     "RETAIN",
-    "Boundary",
     "Plan",
     "check_options",
     "compose",
@@ -123,11 +124,6 @@ PREVIEW: Final = 120
 
 Plan = tuple[Literal["steer", "inject", "join", "followup"] | None, float | None]
 """How to deliver a notice now (``None``: not now) and, if not now, when to look again."""
-
-Boundary = Literal["turn_opening", "step", "stop"]
-"""The boundaries of a run at which a notice goes in (the owner tells them, before its claim);
-``"stop"`` is a step boundary where the run stops unless a waking message comes."""
-
 
 def check_options(*, max_queue: int, overflow: str, retain: int, remember: int,
                   debounce: float, max_wait: float) -> None:
@@ -247,20 +243,21 @@ def compose(state: MailboxState, agent: str, notice_id: str) -> tuple[Message, t
 
 
 def plan(
-    state: MailboxState, agent: str, now: float, *, boundary: Boundary | None = None,
+    state: MailboxState, agent: str, now: float, *, boundary: BoundaryKind | None = None,
     running: bool, prompt_waiting: bool, debounce: float = DEBOUNCE, max_wait: float = MAX_WAIT,
 ) -> Plan:
     """Whether to deliver a notice to ``agent`` now, and how; else when to look again.
 
-    At a ``boundary`` of its run, everything new is one notice: joining the turn that opens
-    (``"join"``: next turn, no wake, claimed right after), or at a step boundary a ``"steer"``
-    when any of it may wake the agent, else an ``"inject"``; at a ``"stop"`` (the run stops
-    unless a waking message comes) a ``"steer"`` or nothing: an FYI alone never extends a run,
-    ruling 2, and waits as an idle agent's would. None at a step while a person's prompt waits:
-    it joins that prompt's turn. Between boundaries a running agent hears nothing: its next boundary brings
-    everything at once. An idle agent gets a ``"followup"`` (a turn) ``debounce`` seconds after
-    the first message that may wake it, ``max_wait`` after the oldest when none may, or at once
-    when a prompt waits (it joins that prompt's turn).
+    At a ``boundary`` of its run (:data:`~nous_inbox.boundary.BoundaryKind`, as its owner tells
+    it), everything new is one notice: joining the turn that opens (``"join"``: next turn, no
+    wake, claimed right after), or at a ``"step"`` a ``"steer"`` when any of it may wake the
+    agent, else an ``"inject"``; at a ``"stop"`` (the run stops unless a waking message comes) a
+    ``"steer"`` or nothing: an FYI alone never extends a run, ruling 2, and waits as an idle
+    agent's would. None at a step while a person's prompt waits: it joins that prompt's turn.
+    Between boundaries a running agent hears nothing: its next boundary brings everything at
+    once. An idle agent (and one whose turn just ended, ``"turn_ended"``) gets a ``"followup"``
+    (a turn) ``debounce`` seconds after the first message that may wake it, ``max_wait`` after
+    the oldest when none may, or at once when a prompt waits (it joins that prompt's turn).
 
     >>> from nous_inbox.events import MailSent
     >>> from nous_inbox.mailbox.state import MailboxState
@@ -287,7 +284,7 @@ def plan(
         if prompt_waiting or (boundary == "stop" and waking is None):
             return None, None
         return ("steer" if waking is not None else "inject"), None
-    if running:
+    if running and boundary != "turn_ended":
         return None, None
     if prompt_waiting:
         return "followup", None

@@ -2,8 +2,8 @@
 
 Every fact of the mailbox is an event (``nous_inbox.events``: ``MailSent``, ``MailDropped``,
 ``MailReceived``, ``MailNoticed``, ``MailRead``, ``MailAnswered``, ``MailWithdrawn``, and
-``MailAgent`` for a declared parent or a first turn), and this
-fold is the only place they change anything. A live mailbox folds each event it appends; a
+``MailAgent`` for a declared parent or a first turn), and this fold is the only place they change
+anything. A live mailbox folds each event it appends; a
 restarted one folds the stored stream from the start and holds an equal state: the same queues,
 threads, unread and noticed marks, counts and outcomes. What an event means (who may wake whom,
 what settles a message) is asked of :mod:`nous_inbox.mailbox.rules`.
@@ -19,28 +19,23 @@ what settles a message) is asked of :mod:`nous_inbox.mailbox.rules`.
 >>> state.pending("dev"), state.mail("m1").state
 (1, 'read')
 
-The records. Each kept message is a :class:`Mail` (its event and how far it got). Each recipient
-has an :class:`AgentMail`: its queued messages in send order, the new ones (no notice carried
-them) and those that may wake it, each a queue read from the front, where a message that left it
-(taken, read, withdrawn) is dropped when it gets there; and the messages it keeps but no longer
-has queued (read, retracted). Messages and outcomes are found by id in dicts built when an id is
-first looked up, so a send and a receive (which takes from the front) touch no dict. Every event
-costs O(messages it names), never O(queue length), O(recipients) or O(threads); threads are
-grouped when asked for.
+The records (a kept message, a recipient's share, a thread, what a message let go leaves) are
+:mod:`nous_inbox.mailbox.records`. Messages and outcomes are found by id in dicts built when an
+id is first looked up, so a send and a receive (which takes from the front) touch no dict. Every
+event costs O(messages it names), never O(queue length), O(recipients) or O(threads); threads
+are grouped when asked for.
 
 What the state keeps is bounded by what is kept, not by what was ever sent. Retention
 (``retain`` messages per recipient) lets go only of settled messages, in the order they became
 so. A message let go (received, withdrawn, dropped, released) leaves only its id, outcome and
-two parties behind (:class:`Gone`), for a resend of its id, ``status`` and its parties' look-ups,
-until ``remember`` more messages were sent; then it is forgotten, and a resend of its id is a new message. ``remember`` and
-``retain`` are therefore part of the fold: every process sharing a stream must use the same
-values. Equality compares :meth:`MailboxState.snapshot`, a plain structure of everything
-observable.
+two parties behind (a :class:`~nous_inbox.mailbox.records.Gone`), for a resend of its id,
+``status`` and its parties' look-ups, until ``remember`` more messages were sent; then it is
+forgotten, and a resend of its id is a new message. ``remember`` and ``retain`` are therefore
+part of the fold: every process sharing a stream must use the same values. Equality compares
+:meth:`MailboxState.snapshot`, a plain structure of everything observable.
 
 The fold is mutable, kept under its mailbox's lock: a send is the hot path, and a persistent
-value per send would cost several times a few appends. Its records hold no reference back to
-anything, so they are not tracked by the cyclic collector (``gc=False``): thousands of queued
-messages never make a collection walk them.
+value per send would cost several times a few appends.
 """
 
 from __future__ import annotations
@@ -48,9 +43,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 from itertools import islice
-from typing import Any, Final, Literal
-
-import msgspec
+from typing import Any, Final
 
 from nous_inbox.events import (
     MailAgent,
@@ -64,137 +57,15 @@ from nous_inbox.events import (
 )
 from nous_inbox.frozen import thaw_json
 from nous_inbox.mailbox import rules
+from nous_inbox.mailbox.records import AgentMail, Gone, Mail, Outcome, Thread
 from nous_inbox.mailbox.rules import REMEMBER, RETAIN, gives_work, wakes
 
-__all__ = ["AgentMail", "Gone", "Mail", "MailboxState", "Outcome", "Thread"]
-
-Outcome = Literal["received", "withdrawn", "dropped", "released"]
-"""What became of a message the mailbox no longer keeps."""
+__all__ = ["MailboxState"]
 
 _TIDY: Final = 64
 """Slack for work done in batches: a recipient's queues are rebuilt without the messages that
 left them once they hold this many more than four times what is still queued, and outcomes are
 forgotten once this many more sends are due, so each is paid for by many events."""
-
-
-class Mail(msgspec.Struct, gc=False):
-    """One message the mailbox keeps: its event, its send ``order`` (1, 2, ... over the stream's
-    life, where an id, once forgotten, may come again) and how far it got."""
-
-    event: MailSent
-    order: int
-    wakes: bool = False  # it may wake its idle recipient
-    queued: bool = True  # not taken by receive nor read nor withdrawn
-    fresh: bool = True  # no notice carried it, and it was not read nor taken
-    noticed: bool = False
-    read: bool = False
-    retracted: bool = False
-    answered_by: str | None = None
-    settled: bool = False  # it owes nothing more: retention may let it go
-    kept: bool = True  # not let go yet
-    indexed: bool = False  # in the state's index by id
-
-    @property
-    def id(self) -> str:
-        """The message's id."""
-        return self.event.id
-
-    @property
-    def thread(self) -> str:
-        """Its thread: the one its sender named, else the sender."""
-        return self.event.thread or self.event.sender
-
-    @property
-    def state(self) -> str:
-        """The furthest it got: retracted, answered, read, noticed or queued."""
-        if self.retracted:
-            return "retracted"
-        if self.answered_by is not None:
-            return "answered"
-        if self.read:
-            return "read"
-        return "noticed" if self.noticed else "queued"
-
-
-class Gone(msgspec.Struct, frozen=True, gc=False):
-    """What a message let go left behind: its ``outcome``, the reply that answered it, how many
-    messages had been sent when it was let go (it is forgotten ``remember`` sends later), and its
-    ``sender`` and ``recipient``, the only agents its outcome is told to."""
-
-    id: str
-    outcome: Outcome
-    answered_by: str | None
-    sends: int
-    sender: str
-    recipient: str
-
-
-class Thread:
-    """One thread of a recipient's messages, grouped on demand: kept messages in send order."""
-
-    __slots__ = ("key", "mails")
-
-    def __init__(self, key: str, mails: list[Mail]) -> None:
-        self.key = key
-        self.mails = mails
-
-    @property
-    def senders(self) -> tuple[str, ...]:
-        """Who wrote in it, first writer first."""
-        return tuple(dict.fromkeys(m.event.sender for m in self.mails))
-
-    @property
-    def unread(self) -> int:
-        """How many of its messages are not read yet."""
-        return sum(1 for m in self.mails if not m.read)
-
-    @property
-    def new(self) -> int:
-        """How many of its messages no notice carried yet."""
-        return sum(1 for m in self.mails if m.fresh)
-
-    @property
-    def newest(self) -> Mail:
-        """Its newest message."""
-        return self.mails[-1]
-
-
-class AgentMail:
-    """One recipient's share of the mailbox, and who it works with."""
-
-    __slots__ = ("dropped", "fresh", "gave_work", "held", "parent", "queue", "queued",
-                 "settled", "started", "waking")
-
-    def __init__(self) -> None:
-        self.queue: deque[Mail] = deque()  # queued messages in send order (and some that left)
-        self.fresh: deque[Mail] = deque()  # new ones, oldest first (and some no longer new)
-        self.waking: deque[Mail] = deque()  # new ones that may wake it (and some no longer)
-        self.queued = 0  # how many of ``queue`` are still queued
-        self.held: dict[str, Mail] = {}  # kept but no longer queued (read, retracted)
-        self.settled: deque[Mail] = deque()  # settled ones, in the order they became so
-        self.dropped = 0
-        self.parent: str | None = None  # the agent declared to have started it
-        self.started = False  # whether it has had a turn or taken any message yet
-        self.gave_work: set[str] = set()  # the agents it gave work to
-
-    @property
-    def kept(self) -> int:
-        """How many of its messages are kept: queued ones and held ones."""
-        return self.queued + len(self.held)
-
-
-def _first_queued(queue: deque[Mail]) -> Mail | None:
-    """The first of ``queue`` still queued, dropping those before it that left."""
-    while queue and not queue[0].queued:
-        queue.popleft()
-    return queue[0] if queue else None
-
-
-def _first_fresh(waiting: deque[Mail]) -> Mail | None:
-    """The first of ``waiting`` still new, dropping those before it that are not."""
-    while waiting and not waiting[0].fresh:
-        waiting.popleft()
-    return waiting[0] if waiting else None
 
 
 _NOBODY: Final = AgentMail()
@@ -276,7 +147,7 @@ class MailboxState:
         if box is None or not box.queued or limit <= 0:
             return []
         queue = box.queue
-        _first_queued(queue)
+        box.first_queued()
         if len(queue) == box.queued:  # no message left from the middle: the first are taken
             return [mail.event for mail in islice(queue, limit)]
         found: list[MailSent] = []
@@ -290,7 +161,7 @@ class MailboxState:
     def fresh(self, agent: str) -> Iterator[Mail]:
         """The messages ``agent`` has not heard of yet (no notice carried them), oldest first."""
         box = self.boxes.get(agent)
-        if box is None or _first_fresh(box.fresh) is None:
+        if box is None or box.first_fresh() is None:
             return iter(())
         return (mail for mail in list(box.fresh) if mail.fresh)
 
@@ -299,7 +170,7 @@ class MailboxState:
         box = self.boxes.get(agent)
         if box is None:
             return None
-        return _first_fresh(box.waking if waking else box.fresh)
+        return box.first_fresh(waking)
 
     def kept(self, agent: str) -> list[Mail]:
         """The messages ``agent`` still has, in send order."""
@@ -368,7 +239,7 @@ class MailboxState:
             box = self._box(event.recipient)
             box.started = True
             queue, ids = box.queue, event.ids
-            _first_queued(queue)
+            box.first_queued()
             taken = list(islice(queue, len(ids))) if len(queue) == box.queued else []
             if [mail.event.id for mail in taken] != list(ids):  # not simply the oldest queued
                 taken = self._kept(ids)

@@ -178,10 +178,10 @@ class OwnerBody(Generic[R, H], abc.ABC):
         ...         _ = owner.inject("read this first")   # lands in the claim that follows
         >>> unsubscribe = owner.on_boundary(at)
         >>> _ = owner.steer("go")
-        >>> owner.wait_idle(timeout=5)   # the second step: where the run would stop (ruling 2)
+        >>> owner.wait_idle(timeout=5)   # a stop: where the run would stop (ruling 2)
         turn_opening 1
         step 1
-        step 1
+        stop 1
         turn_ended 1
         True
         >>> [m.content for m in owner.transcript]

@@ -60,7 +60,7 @@ import attrs
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, ToolReturned, TurnEnded, Warned
-from nous_inbox.loop import interrupted_result, open_calls
+from nous_inbox.happenings import interrupted_result, open_calls
 from nous_inbox.session import Session
 
 __all__ = ["OwnerCore", "Stop", "Turn"]

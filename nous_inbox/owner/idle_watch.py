@@ -1,20 +1,25 @@
-"""How an asyncio owner watches its store: itself while it runs, and while idle through one watch
-for every idle asyncio owner of a loop and store, instead of one look each.
+"""How an owner watches its store: the one step both owners' watchers take, and, for an asyncio
+owner, one watch while idle shared by every idle owner of a loop and store, instead of one look
+each.
 
 An owner notices what another process appended to its session (a steer from the command line, a
-send from another host) by looking at the store's version of its stream. While a run goes, an
-:class:`~nous_inbox.owner.async_owner.AsyncOwner`'s :class:`OwnerWatch` looks itself, every
-``poll_interval`` or when its store hints (PostgreSQL's NOTIFY), so a steer reaches the run at
-its next step. An idle owner needs far less, and a host holding a thousand idle sessions must
-keep neither a thousand looks a second nor a thread each to make them. So an idle owner joins
-the one watch of its event loop and store, which looks at every member's stream together, in
-one job on one thread of its own (a :class:`~nous_inbox.owner.store_worker.LingeringThread`; on the
-loop for ``memory:``), every :data:`IDLE_LOOK` seconds (a member whose store hints: when
-hinted), and wakes each member whose look says its stream moved; the owner then folds in what
-was appended, as its own look would.
+send from another host) by looking at the store's version of its stream. Both owners' watchers
+take the same step (:func:`watch_step`): a lease taken over stops the watcher (the owner loses it, for
+good); otherwise what others appended is folded in, and a look that fails is logged and tried
+again. Both subscribe the same way (:func:`subscription`): a store that hints (PostgreSQL's
+NOTIFY) is waited on, and one whose subscription fails is polled. Only their waiting differs: the
+threaded :class:`~nous_inbox.owner.Owner` waits on a thread of its own, every ``poll_interval``
+or at each hint; an :class:`~nous_inbox.owner.async_owner.AsyncOwner`'s :class:`OwnerWatch` does
+the same while a run goes, so a steer reaches the run at its next step. An idle owner needs far
+less, and a host holding a thousand idle sessions must keep neither a thousand looks a second
+nor a thread each to make them. So an idle asyncio owner joins the one watch of its event loop
+and store, which looks at every member's stream together, in one job on one thread of its own
+(a :class:`~nous_inbox.owner.store_worker.LingeringThread`; on the loop for ``memory:``), every
+:data:`IDLE_LOOK` seconds (a member whose store hints: when hinted), and wakes each member whose
+look says its stream moved; the owner then takes its own step.
 
-A send another process makes to an idle owner is so noticed within ``IDLE_LOOK`` seconds (or
-the owner's ``every``, if longer) plus the time of one job. One look that stalls (a store
+A send another process makes to an idle asyncio owner is so noticed within ``IDLE_LOOK`` seconds
+(or the owner's ``every``, if longer) plus the time of one job. One look that stalls (a store
 reconnecting) delays the others with it, as a store that stalls would delay them all alike.
 
 >>> import asyncio
@@ -45,7 +50,7 @@ from nous_inbox.errors import LeaseLostError
 from nous_inbox.owner.store_worker import LingeringThread, StoreWorker
 from nous_inbox.store import Store
 
-__all__ = ["IDLE_LOOK", "Member", "OwnerWatch", "watch_idle"]
+__all__ = ["IDLE_LOOK", "Member", "OwnerWatch", "subscription", "watch_idle", "watch_step"]
 
 IDLE_LOOK: Final = 0.5
 """Seconds between two looks of the shared watch at its members' streams."""
@@ -54,6 +59,44 @@ logger: Final = logging.getLogger("nous_inbox.owner")
 
 Look = Callable[[], bool]
 """A member's look, on the watch's thread (store I/O): whether its owner must look itself."""
+
+
+def subscription(store: Store, stream: str, hint: Callable[[], object],
+                 ) -> Callable[[], object] | None:
+    """The store's hints for ``stream``, if it gives them: ``hint()`` is called (on the store's
+    thread) each time the stream may have changed, and the watcher waits for that instead of
+    polling. Returns the call that unsubscribes, or ``None`` to poll: a store without
+    ``subscribe(stream, callback)``, or one whose subscription failed (logged)."""
+    subscribe = getattr(store, "subscribe", None)
+    if not callable(subscribe):
+        return None
+    try:
+        unsubscribe = subscribe(stream, hint)
+    except Exception:
+        logger.exception("could not subscribe to session %r; polling", stream)
+        return None
+    return unsubscribe if callable(unsubscribe) else None
+
+
+def watch_step(stream: str, lost: Callable[[], LeaseLostError | None],
+               lose: Callable[[LeaseLostError], object], catch_up: Callable[[], object]) -> bool:
+    """One look of an owner's watcher at its store, made where the owner makes its store calls;
+    whether to watch on. A lease taken over (``lost()`` says how) stops the watcher: the owner
+    ``lose``s it and stops for good. Otherwise ``catch_up()`` folds in what other writers
+    appended; one that fails is logged, and the next look tries again.
+
+    >>> watch_step("s", lost=lambda: None, lose=print, catch_up=lambda: None)
+    True
+    """
+    error = lost()
+    if error is not None:
+        lose(error)
+        return False
+    try:
+        catch_up()
+    except Exception:
+        logger.exception("watching session %r failed; retrying", stream)
+    return True
 
 
 class Member:
@@ -189,13 +232,12 @@ def _looked(members: list[Member]) -> list[Member]:
 class OwnerWatch:
     """One asyncio owner's watch of its store, a task on the loop (``task``) from the owner's
     open to its close. While ``running()`` it looks itself, every ``every`` seconds or, when
-    the store hints (``store.subscribe``: the subscription is ``io``'s, so giving the stream
-    back drops it), at each hint. While idle it waits in its loop's shared watch
-    (:func:`watch_idle`), which makes the look ``behind()`` for it and wakes it when that says
-    the stream moved. Each of its own looks asks ``lost()`` first (a lease taken over: ``lose``
-    it and stop), then runs ``catch_up`` where ``io`` runs store calls, to fold in what others
-    appended. Every call is made on the loop. When to look is the watch's; what a look finds
-    and does stays the owner's, through these callbacks."""
+    the store hints (:func:`subscription`, made where ``io`` runs store calls, and ``io``'s to
+    hold, so giving the stream back drops it), at each hint. While idle it waits in its loop's
+    shared watch (:func:`watch_idle`), which makes the look ``behind()`` for it and wakes it
+    when that says the stream moved. Each of its own looks is the step both owners take
+    (:func:`watch_step`: ``lost``, ``lose``, ``catch_up``), where ``io`` runs store calls. When to look
+    is the watch's; what a look finds and does stays the owner's, through these callbacks."""
 
     def __init__(
         self, io: StoreWorker, store: Store, stream: str, every: float, *,
@@ -227,37 +269,28 @@ class OwnerWatch:
             await asyncio.wait((self.task,))
 
     async def _watch(self) -> None:
-        loop, look, io = asyncio.get_running_loop(), asyncio.Event(), self._io
-        self._look = look
+        loop, woken, io = asyncio.get_running_loop(), asyncio.Event(), self._io
+        self._look = woken
 
         def hinted() -> None:  # the store's hint, from its thread
             with contextlib.suppress(RuntimeError):  # the loop is gone
-                loop.call_soon_threadsafe(lambda: look.set() if idle is None else idle.hint())
+                loop.call_soon_threadsafe(lambda: woken.set() if idle is None else idle.hint())
 
         idle: Member | None = None
-        if callable(subscribe := getattr(self._store, "subscribe", None)):
-            try:
-                await io.subscribe(subscribe, self._stream, hinted)
-            except Exception:
-                logger.exception("could not subscribe to session %r; polling", self._stream)
+        await io.subscribe(subscription, self._store, self._stream, hinted)
         while True:
             if not self._running():
-                idle = watch_idle(self._store, self._behind, look.set,
+                idle = watch_idle(self._store, self._behind, woken.set,
                                   every=None if io.subscribed else self._every)
                 try:
-                    await look.wait()
+                    await woken.wait()
                 finally:
                     idle.leave()
                     idle = None
             elif io.subscribed:
-                await look.wait()
+                await woken.wait()
             else:
                 await asyncio.sleep(self._every)
-            look.clear()
-            if (lost := self._lost()) is not None:
-                self._lose(lost)
+            woken.clear()
+            if not await io.call(watch_step, self._stream, self._lost, self._lose, self._catch_up):
                 return
-            try:
-                await io.call(self._catch_up)
-            except Exception:
-                logger.exception("watching session %r failed; retrying", self._stream)

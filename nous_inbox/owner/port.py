@@ -19,8 +19,9 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequenc
 from typing import Any, Final, Protocol
 
 from nous_inbox.boundary import Boundaries
+from nous_inbox.commands import Claim
 from nous_inbox.events import CancelRequested, Event, QueueClaimed
-from nous_inbox.inbox import Target
+from nous_inbox.inbox import Target, as_target
 from nous_inbox.message import Message
 from nous_inbox.runner.port import JournalPort
 from nous_inbox.session import Session
@@ -206,9 +207,8 @@ class OwnerPort(JournalPort):
 
     def reaching(self, target: Target | str, turn: int, *, wake_only: bool = False) -> None:
         """The run of ``turn`` is about to claim ``target`` (``wake_only``: where it would stop):
-        tell the boundary subscribers, under the owner's lock, so what they send commits at
-        once and joins that claim."""
+        tell the boundary subscribers which boundary that claim is (the loop's table names it),
+        under the owner's lock, so what they send commits at once and joins that claim."""
         if self._boundaries:
             with self._lock:
-                self._boundaries.tell("turn_opening" if target == _TURN else "step", turn,
-                                      wake_only)
+                self._boundaries.tell(Claim(as_target(target), wake_only).boundary, turn)

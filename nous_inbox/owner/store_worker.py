@@ -175,9 +175,11 @@ class StoreWorker:
             self.shutdown()
             raise
 
-    async def subscribe(self, subscribe: Callable[..., Callable[[], object]], *args: Any) -> None:
-        """``subscribe(*args)`` where store calls run; the job keeps the unsubscribe itself, so
-        a :meth:`give_back` or :meth:`drop_subscription` queued after it finds it."""
+    async def subscribe(self, subscribe: Callable[..., Callable[[], object] | None],
+                        *args: Any) -> None:
+        """``subscribe(*args)`` where store calls run; the job keeps the unsubscribe it returns
+        itself (``None``: no subscription, the watcher polls), so a :meth:`give_back` or
+        :meth:`drop_subscription` queued after it finds it."""
         def job() -> None:
             self._unsubscribe = subscribe(*args)
         await self.call(job)

@@ -79,6 +79,7 @@ from nous_inbox.message import Message
 from nous_inbox.owner.body import Listener, OwnerBody
 from nous_inbox.owner.core import Stop
 from nous_inbox.owner.group_commit import GroupCommit, commit_in_threads
+from nous_inbox.owner.idle_watch import subscription, watch_step
 from nous_inbox.owner.port import TurnRunner
 from nous_inbox.owner.turn_result import TurnHandle, TurnResult, pump
 from nous_inbox.store import Store
@@ -323,11 +324,10 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
             self._changed.notify_all()
 
     def _watch(self) -> None:
-        # A store with ``subscribe(stream, callback) -> unsubscribe`` (PostgreSQL: LISTEN/NOTIFY,
-        # with its own slow poll as the backstop) calls back when the stream may have changed,
-        # and the watcher waits for that instead of polling.
-        subscribe = getattr(self._store, "subscribe", None)
-        unsubscribe = subscribe(self._stream, self._nudge.set) if callable(subscribe) else None
+        """The watcher thread: poll every ``poll_interval``, or wait for the store's hints when
+        it gives them, and take the watcher's step (:func:`~nous_inbox.owner.idle_watch.watch_step`)
+        each time, until the owner closes or its lease is lost."""
+        unsubscribe = subscription(self._store, self._stream, self._nudge.set)
         try:
             while True:
                 if unsubscribe is None:
@@ -338,14 +338,9 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
                     self._nudge.clear()
                     if self._halt.is_set():
                         return
-                lost = self._taken_over(self._lease)
-                if lost is not None:
-                    self._lose(lost)
+                if not watch_step(self._stream, lambda: self._taken_over(self._lease),
+                                  self._lose, self._catch_up):
                     return
-                try:
-                    self._catch_up()
-                except Exception:
-                    logger.exception("watching session %r failed; retrying", self._stream)
         finally:
             if unsubscribe is not None:
                 unsubscribe()

@@ -13,7 +13,7 @@ in-memory :class:`LocalSession`, or an owner's port over a durable log. Tools ar
 'hello'
 """
 
-from nous_inbox.loop import ToolSpec
+from nous_inbox.commands import ToolSpec
 from nous_inbox.runner.port import LocalSession, SessionPort
 from nous_inbox.runner.runner import Runner
 from nous_inbox.runner.tools import Tool, tool

@@ -108,27 +108,20 @@ import attrs
 from msgspec.structs import replace
 
 from nous_inbox.codec import MAX_RECORD_SIZE, MAX_STREAM_NAME, Record, encode_record
+from nous_inbox.commands import CallModel, Claim, EndTurn, ToolSpec
 from nous_inbox.events import Event, ToolReturned, TurnEnded, Warned
-from nous_inbox.loop import (
-    Advance,
-    CallModel,
+from nous_inbox.happenings import (
     Cancelled,
-    Claim,
     ClaimAnswered,
-    EndTurn,
     Failed,
     Happening,
-    LoopState,
     ModelAnswered,
-    Phase,
     ToolsFinished,
-    ToolSpec,
     TurnOpened,
-    advance,
     cancelled_result,
     interrupted_result,
-    new_state,
 )
+from nous_inbox.loop import Advance, LoopState, Phase, advance, new_state
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner.port import ClaimGuard, LocalSession, SessionPort, check_port, describe_error
 from nous_inbox.runner.tools import Tool, tool

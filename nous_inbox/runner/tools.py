@@ -42,8 +42,8 @@ from typing import Any, Final
 import attrs
 import msgspec
 
+from nous_inbox.commands import ToolSpec
 from nous_inbox.frozen import thaw_json
-from nous_inbox.loop import ToolSpec
 
 __all__ = ["Tool", "tool"]
 

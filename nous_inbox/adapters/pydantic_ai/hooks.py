@@ -62,28 +62,23 @@ from nous_inbox.adapters.pydantic_ai.transcript import (
     to_model_messages,
     trailing_parts,
 )
+from nous_inbox.commands import CallModel, Claim, EndTurn
 from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
 from nous_inbox.frozen import freeze_json
-from nous_inbox.loop import (
-    Advance,
-    CallModel,
+from nous_inbox.happenings import (
     Cancelled,
-    Claim,
     ClaimAnswered,
-    EndTurn,
     Failed,
     Happening,
-    LoopState,
     ModelAnswered,
-    Phase,
     Retried,
     ToolsFinished,
     TurnOpened,
-    advance,
     cancelled_result,
     interrupted_result,
     open_calls,
 )
+from nous_inbox.loop import Advance, LoopState, Phase, advance
 from nous_inbox.message import Message
 from nous_inbox.runner.port import ClaimGuard, JournalPort, SessionPort, describe_error
 from nous_inbox.session import Session

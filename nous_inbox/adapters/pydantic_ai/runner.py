@@ -33,7 +33,8 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from nous_inbox.adapters.pydantic_ai.hooks import InboxHooks, TurnOver
 from nous_inbox.events import Event
-from nous_inbox.loop import Cancelled, Failed, new_state
+from nous_inbox.happenings import Cancelled, Failed
+from nous_inbox.loop import new_state
 from nous_inbox.message import Message
 from nous_inbox.runner.port import SessionPort, check_port, describe_error
 

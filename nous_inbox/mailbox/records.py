@@ -1,0 +1,154 @@
+"""The mailbox's records: what its fold keeps for each message, thread and recipient.
+
+Each kept message is a :class:`Mail` (its event and how far it got). Each recipient has an
+:class:`AgentMail`: its queued messages in send order, the new ones (no notice carried them) and
+those that may wake it, each a queue read from the front, where a message that left it (taken,
+read, withdrawn) is dropped when it gets there; and the messages it keeps but no longer has
+queued (read, retracted). A message let go leaves only a :class:`Gone` behind (its id, outcome and
+two parties). A :class:`Thread` is grouped from a recipient's kept messages when asked for. The
+fold that keeps them is :class:`~nous_inbox.mailbox.state.MailboxState`.
+
+The records hold no reference back to anything, so they are not tracked by the cyclic collector
+(``gc=False``): thousands of queued messages never make a collection walk them.
+
+>>> from nous_inbox.events import MailSent
+>>> box = AgentMail()
+>>> box.queue.append(Mail(MailSent(id="m1", sender="lead", recipient="dev", body="hi"), 1))
+>>> box.first_queued().thread, box.first_fresh()
+('lead', None)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Literal
+
+import msgspec
+
+from nous_inbox.events import MailSent
+
+__all__ = ["AgentMail", "Gone", "Mail", "Outcome", "Thread"]
+
+Outcome = Literal["received", "withdrawn", "dropped", "released"]
+"""What became of a message the mailbox no longer keeps."""
+
+
+class Mail(msgspec.Struct, gc=False):
+    """One message the mailbox keeps: its event, its send ``order`` (1, 2, ... over the stream's
+    life, where an id, once forgotten, may come again) and how far it got."""
+
+    event: MailSent
+    order: int
+    wakes: bool = False  # it may wake its idle recipient
+    queued: bool = True  # not taken by receive nor read nor withdrawn
+    fresh: bool = True  # no notice carried it, and it was not read nor taken
+    noticed: bool = False
+    read: bool = False
+    retracted: bool = False
+    answered_by: str | None = None
+    settled: bool = False  # it owes nothing more: retention may let it go
+    kept: bool = True  # not let go yet
+    indexed: bool = False  # in the state's index by id
+
+    @property
+    def id(self) -> str:
+        """The message's id."""
+        return self.event.id
+
+    @property
+    def thread(self) -> str:
+        """Its thread: the one its sender named, else the sender."""
+        return self.event.thread or self.event.sender
+
+    @property
+    def state(self) -> str:
+        """The furthest it got: retracted, answered, read, noticed or queued."""
+        if self.retracted:
+            return "retracted"
+        if self.answered_by is not None:
+            return "answered"
+        if self.read:
+            return "read"
+        return "noticed" if self.noticed else "queued"
+
+
+class Gone(msgspec.Struct, frozen=True, gc=False):
+    """What a message let go left behind: its ``outcome``, the reply that answered it, how many
+    messages had been sent when it was let go (it is forgotten ``remember`` sends later), and its
+    ``sender`` and ``recipient``, the only agents its outcome is told to."""
+
+    id: str
+    outcome: Outcome
+    answered_by: str | None
+    sends: int
+    sender: str
+    recipient: str
+
+
+class Thread:
+    """One thread of a recipient's messages, grouped on demand: kept messages in send order."""
+
+    __slots__ = ("key", "mails")
+
+    def __init__(self, key: str, mails: list[Mail]) -> None:
+        self.key = key
+        self.mails = mails
+
+    @property
+    def senders(self) -> tuple[str, ...]:
+        """Who wrote in it, first writer first."""
+        return tuple(dict.fromkeys(m.event.sender for m in self.mails))
+
+    @property
+    def unread(self) -> int:
+        """How many of its messages are not read yet."""
+        return sum(1 for m in self.mails if not m.read)
+
+    @property
+    def new(self) -> int:
+        """How many of its messages no notice carried yet."""
+        return sum(1 for m in self.mails if m.fresh)
+
+    @property
+    def newest(self) -> Mail:
+        """Its newest message."""
+        return self.mails[-1]
+
+
+class AgentMail:
+    """One recipient's share of the mailbox, and who it works with."""
+
+    __slots__ = ("dropped", "fresh", "gave_work", "held", "parent", "queue", "queued",
+                 "settled", "started", "waking")
+
+    def __init__(self) -> None:
+        self.queue: deque[Mail] = deque()  # queued messages in send order (and some that left)
+        self.fresh: deque[Mail] = deque()  # new ones, oldest first (and some no longer new)
+        self.waking: deque[Mail] = deque()  # new ones that may wake it (and some no longer)
+        self.queued = 0  # how many of ``queue`` are still queued
+        self.held: dict[str, Mail] = {}  # kept but no longer queued (read, retracted)
+        self.settled: deque[Mail] = deque()  # settled ones, in the order they became so
+        self.dropped = 0
+        self.parent: str | None = None  # the agent declared to have started it
+        self.started = False  # whether it has had a turn or taken any message yet
+        self.gave_work: set[str] = set()  # the agents it gave work to
+
+    @property
+    def kept(self) -> int:
+        """How many of its messages are kept: queued ones and held ones."""
+        return self.queued + len(self.held)
+
+    def first_queued(self) -> Mail | None:
+        """The first of its queue still queued, dropping those before it that left."""
+        queue = self.queue
+        while queue and not queue[0].queued:
+            queue.popleft()
+        return queue[0] if queue else None
+
+    def first_fresh(self, waking: bool = False) -> Mail | None:
+        """The first of its new messages still new (of those that may wake it, if ``waking``),
+        dropping those before it that are not."""
+        waiting = self.waking if waking else self.fresh
+        while waiting and not waiting[0].fresh:
+            waiting.popleft()
+        return waiting[0] if waiting else None
