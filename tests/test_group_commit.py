@@ -23,6 +23,7 @@ from nous_inbox.owner.store_worker import StoreWorker
 from nous_inbox.runner import Runner
 from nous_inbox.store import Store, open_store
 from nous_inbox.store.journal import Journal, sent_event
+from tests.helpers import wait_until
 
 WAIT = 30.0  # seconds: a bound for a wait that should end at once, never a sync sleep
 
@@ -80,16 +81,6 @@ def _queued(owner: Owner) -> int:
     return owner._group.queued  # type: ignore[union-attr]
 
 
-def _until(predicate: Callable[[], bool]) -> bool:
-    """Wait for ``predicate`` (a state another thread reaches), up to WAIT seconds."""
-    ready = threading.Event()
-    for _ in range(int(WAIT * 1000)):
-        if predicate():
-            return True
-        ready.wait(0.001)
-    return predicate()
-
-
 class _Senders:
     """One thread per message, each sending it once; outcomes by message."""
 
@@ -128,7 +119,7 @@ def _hold_then_queue(store: _HeldStore, owner: Owner, texts: Sequence[str]) -> _
     assert store.entered.wait(WAIT)
     others = _Senders(owner, texts)
     others.start()
-    assert _until(lambda: _queued(owner) == len(texts))
+    wait_until(lambda: _queued(owner) == len(texts), what="the other senders queued", timeout=WAIT)
     return _merge(first, others)
 
 
@@ -260,7 +251,7 @@ def test_the_last_sender_a_gathering_leader_waits_for_takes_the_batch_over(
     with owner:
         senders = _hold_then_queue(store, owner, ["a"])
         store.release.set()
-        assert _until(lambda: "first" in senders.results)
+        wait_until(lambda: "first" in senders.results, what="the first send returned", timeout=WAIT)
         again = _Senders(owner, ["second"])
         again.start()
         again.join()
@@ -292,7 +283,8 @@ def test_concurrent_senders_on_every_store_share_transactions_and_lose_nothing(
 
         def release_when_all_queued() -> None:
             assert counting.entered.wait(WAIT)
-            assert _until(lambda: _queued(owner) == senders - 1)
+            wait_until(lambda: _queued(owner) == senders - 1, what="every other sender queued",
+                       timeout=WAIT)
             counting.release.set()
 
         releaser = threading.Thread(target=release_when_all_queued, daemon=True)

@@ -9,9 +9,7 @@ import asyncio
 import gc
 import logging
 import threading
-import time
 import weakref
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +24,7 @@ from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.owner.idle_watch import IDLE_LOOK, Member, watch_idle, watch_step
 from nous_inbox.runner import Runner
 from nous_inbox.store import Store, open_store
-
-WAIT = 20.0  # seconds: a bound for what should happen soon, never a sleep to synchronise
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {WAIT} s: {what}")
-        await asyncio.sleep(0.01)
+from tests.helpers import WAIT, async_wait_until
 
 
 def echo(transcript: list[Message], tools: object) -> Message:
@@ -73,13 +62,13 @@ def test_every_idle_member_is_looked_at_off_the_loop_and_woken_when_its_look_say
     async def main() -> None:
         looks = [Looks() for _ in range(20)]
         members = [watch_idle(store, one.look, one.wake) for one in looks]
-        await until(lambda: all(one.count >= 2 for one in looks), "every member looked at twice")
+        await async_wait_until(lambda: all(one.count >= 2 for one in looks), what="every member looked at twice")
         threads = set().union(*(one.threads for one in looks))
         assert threading.current_thread() not in threads
         assert {thread.name for thread in threads} == {"nous-inbox idle watch"}
         assert not any(one.woken for one in looks)
         looks[3].moved = True
-        await until(lambda: looks[3].woken > 0, "the member whose look said moved was woken")
+        await async_wait_until(lambda: looks[3].woken > 0, what="the member whose look said moved was woken")
         assert [one.woken > 0 for one in looks].count(True) == 1
         for member in members:
             member.leave()
@@ -95,10 +84,10 @@ def test_a_member_that_waits_for_hints_is_looked_at_only_once_hinted() -> None:
         hinted.moved = True
         members = [watch_idle(store, polled.look, polled.wake),
                    watch_idle(store, hinted.look, hinted.wake, every=None)]
-        await until(lambda: polled.count >= 3, "the polled member looked at three times")
+        await async_wait_until(lambda: polled.count >= 3, what="the polled member looked at three times")
         assert hinted.count == 0
         members[1].hint()
-        await until(lambda: hinted.woken == 1, "the hinted member looked at, and woken")
+        await async_wait_until(lambda: hinted.woken == 1, what="the hinted member looked at, and woken")
         assert hinted.count == 1
         assert hinted.threads == {threading.current_thread()}  # memory: looked at on the loop
         for member in members:
@@ -165,13 +154,13 @@ def test_many_idle_owners_share_one_thread_and_each_still_hears_another_writer(
                 await owner.__aenter__()
             try:
                 # Each owner's worker lets its thread go once idle; the shared watch keeps one.
-                await until(lambda: threading.active_count() <= before + 1,
-                            "thirty idle owners down to one thread between them")
+                await async_wait_until(lambda: threading.active_count() <= before + 1,
+                            what="thirty idle owners down to one thread between them")
                 for i in (0, 13, 29):
                     steer_from_elsewhere(elsewhere, f"s{i}", f"wake {i}")
                 for i in (0, 13, 29):
-                    await until(lambda i=i: len(owners[i].transcript) == 2,  # type: ignore[misc]
-                                f"owner s{i} heard the steer and answered it")
+                    await async_wait_until(lambda i=i: len(owners[i].transcript) == 2,  # type: ignore[misc]
+                                what=f"owner s{i} heard the steer and answered it")
                     assert owners[i].transcript[-1].content == f"heard: wake {i}"
                 assert all(owner.transcript == [] for owner in owners[1:13])
             finally:

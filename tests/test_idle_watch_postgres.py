@@ -11,7 +11,8 @@ from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
 from tests import postgres_server
-from tests.test_idle_watch import echo, steer_from_elsewhere, until
+from tests.helpers import async_wait_until
+from tests.test_idle_watch import echo, steer_from_elsewhere
 
 postgres_server.require_psycopg()  # skipped without psycopg, failed in CI; then imported:
 
@@ -26,7 +27,7 @@ def test_an_idle_async_owner_is_woken_by_the_notification_of_another_writers_ste
         async def main() -> None:
             async with AsyncOwner(store, "s", Runner(echo), poll_interval=3600) as owner:
                 steer_from_elsewhere(elsewhere, "s", "wake up")
-                await until(lambda: len(owner.transcript) == 2, "the idle owner answered")
+                await async_wait_until(lambda: len(owner.transcript) == 2, what="the idle owner answered")
                 assert [m.content for m in owner.transcript] == ["wake up", "heard: wake up"]
 
         asyncio.run(main())
@@ -41,7 +42,7 @@ def test_an_idle_async_owner_learns_of_a_takeover_from_its_lease_renewal(
                 await asyncio.to_thread(
                     sql, postgres_url, "UPDATE \"SCHEMA\".nous_inbox_streams SET holder = "
                     "'someone else', epoch = epoch + 1 WHERE stream = %s", "s")
-                await until(lambda: owner.lost is not None, "the idle owner heard of it")
+                await async_wait_until(lambda: owner.lost is not None, what="the idle owner heard of it")
                 assert isinstance(owner.lost, LeaseLostError)  # with no send to be refused
                 assert owner.closed
 

@@ -10,7 +10,7 @@ are queued behind it. Timing is measured in ``bench/``, never here.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ import pytest
 from nous_inbox.events import MailSent
 from nous_inbox.mailbox import Mailbox, MailboxFullError, MailboxState, Receipt
 from nous_inbox.store import Store
+from tests.helpers import wait_until
 
 WAIT = 10.0  # seconds: a bound for a wait that should end at once, never a sync sleep
 
@@ -50,16 +51,6 @@ class _Held:
         return getattr(self.inner, name)
 
 
-def _until(predicate: Callable[[], bool]) -> bool:
-    """Wait for ``predicate`` (a state another thread reaches), up to WAIT seconds."""
-    ready = threading.Event()
-    for _ in range(int(WAIT * 1000)):
-        if predicate():
-            return True
-        ready.wait(0.001)
-    return predicate()
-
-
 def _queued(box: Mailbox) -> int:
     # Private, read-only: how many sends wait in the mailbox's group commit, the one way to know
     # a batch has formed behind the held commit without a sleep.
@@ -86,7 +77,7 @@ def _burst(store: Store, sends: Sequence[tuple[str, str]], **options: Any,
     threads += [threading.Thread(target=send, args=s, daemon=True) for s in sends]
     for thread in threads[1:]:
         thread.start()
-    assert _until(lambda: _queued(box) == len(sends))
+    wait_until(lambda: _queued(box) == len(sends), what="the other sends queued", timeout=WAIT)
     held.release.set()
     for thread in threads:
         thread.join(WAIT)

@@ -28,6 +28,7 @@ from nous_inbox.events import SCHEMA_VERSION, Warned
 from nous_inbox.store import open_store
 from nous_inbox.store.journal import Journal
 from tests import postgres_server
+from tests.helpers import wait_until
 
 postgres_server.require_psycopg()  # skipped without psycopg, failed in CI; then imported:
 
@@ -444,16 +445,6 @@ def expiry(url: str, stream: str) -> Any:
                stream)[0][0]
 
 
-def until(condition: Any) -> bool:
-    """Whether ``condition()`` comes true within ``WAIT`` seconds (checked every 20 ms)."""
-    pause = threading.Event()  # never set: a bounded wait
-    for _ in range(WAIT * 50):
-        if condition():
-            return True
-        pause.wait(0.02)
-    return False
-
-
 def waiting_on_a_lock(url: str, store: PostgresStore) -> bool:
     assert store._db is not None
     pid = store._db.info.backend_pid
@@ -471,9 +462,11 @@ def test_a_call_stalled_on_a_row_lock_does_not_stop_the_renewal_of_other_leases(
         try:
             appender = threading.Thread(target=b.append, args=("s", [Warned(text="b")]))
             appender.start()
-            assert until(lambda: waiting_on_a_lock(postgres_url, b))
+            wait_until(lambda: waiting_on_a_lock(postgres_url, b), what="the append waits on the row lock",
+                       timeout=WAIT)
             before = expiry(postgres_url, "t")
-            assert until(lambda: expiry(postgres_url, "t") > before)  # renewed meanwhile
+            wait_until(lambda: expiry(postgres_url, "t") > before,  # renewed meanwhile
+                       what="the lease of t renewed", timeout=WAIT)
             with pytest.raises(StreamOwnedError):
                 c.own("t")
         finally:
@@ -519,8 +512,9 @@ def test_a_transaction_left_open_by_a_host_cut_off_is_ended_by_the_server(postgr
                        f"FOR UPDATE", ("s",))
         pid = orphan.info.backend_pid
         try:
-            assert until(lambda: not sql(postgres_url,
-                                         "SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid))
+            wait_until(lambda: not sql(postgres_url,
+                                       "SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid),
+                       what="the orphaned connection is gone", timeout=WAIT)
             assert b.own("s").epoch == 2
         finally:
             orphan.close()
@@ -539,7 +533,8 @@ def test_a_reconnect_loop_neither_holds_the_connection_nor_stops_the_renewals(po
     with PostgresStore(postgres_url, lease=1, reconnect=60) as b, \
             PostgresStore(postgres_url, lease=1) as c:
         b.own("t")
-        assert until(lambda: b._background is not None and b._background.ready)
+        wait_until(lambda: b._background is not None and b._background.ready,
+                   what="the renewals began", timeout=WAIT)
         good = b._conninfo
         b._conninfo = "postgresql://nobody@127.0.0.1:1/none"  # the server is out of reach ...
         sql(postgres_url, "SELECT pg_terminate_backend(%s)", b._connection().info.backend_pid)
@@ -549,7 +544,8 @@ def test_a_reconnect_loop_neither_holds_the_connection_nor_stops_the_renewals(po
             # ... for the main connection only: renewals go on, and other threads get the
             # connection's lock between the append's reconnect attempts.
             before = expiry(postgres_url, "t")
-            assert until(lambda: expiry(postgres_url, "t") > before)
+            wait_until(lambda: expiry(postgres_url, "t") > before, what="the lease of t renewed",
+                       timeout=WAIT)
             with pytest.raises(StreamOwnedError):
                 c.own("t")
             assert b._lock.acquire(timeout=WAIT)
@@ -775,11 +771,8 @@ def test_an_idle_owner_learns_of_a_takeover_from_its_lease_renewal(postgres_url)
         owner = Owner(here, "s", Runner(_model, []), start=False)
         sql(postgres_url, "UPDATE \"SCHEMA\".nous_inbox_streams "
                           "SET holder = 'someone else', epoch = epoch + 1 WHERE stream = %s", "s")
-        pause = threading.Event()  # never set: a bounded wait while the watcher hears of it
-        for _ in range(WAIT * 100):
-            if owner.lost is not None:
-                break
-            pause.wait(0.01)
+        wait_until(lambda: owner.lost is not None, what="the idle owner heard of the takeover",
+                   timeout=WAIT)
         assert isinstance(owner.lost, LeaseLostError)  # with no send to be refused
         with pytest.raises(LeaseLostError):
             owner.wait_idle(WAIT)
@@ -866,11 +859,7 @@ def test_a_shared_batch_whose_connection_dropped_is_written_once_for_every_sende
         threads = [threading.Thread(target=send, args=(t,)) for t in texts]
         for t in threads:
             t.start()
-        pause = threading.Event()  # never set: a bounded wait for the queue to fill
-        for _ in range(WAIT * 100):
-            if owner._group.queued == 7:  # private, read-only: the sends in the group commit
-                break
-            pause.wait(0.01)
+        wait_until(lambda: owner._group.queued == 7, what="seven sends queued", timeout=WAIT)
         held.release.set()
         for t in [first, *threads]:
             t.join(WAIT)
@@ -922,7 +911,7 @@ def test_an_event_too_large_in_a_shared_batch_fails_only_its_sender(postgres_url
         threads = [threading.Thread(target=send, args=(t,)) for t in texts]
         for t in threads:
             t.start()
-        assert until(lambda: owner._group.queued == 4)  # private, read-only: as above
+        wait_until(lambda: owner._group.queued == 4, what="four sends queued", timeout=WAIT)
         held.release.set()
         for t in [first, *threads]:
             t.join(WAIT)
@@ -960,9 +949,11 @@ def test_behind_a_transaction_pooler_a_stuck_row_does_not_stop_the_renewal_of_ot
         stuck = stuck_writer(b, "s")
         try:
             before = expiry(postgres_url, "t")
-            assert until(lambda: expiry(postgres_url, "t") > before)
+            wait_until(lambda: expiry(postgres_url, "t") > before, what="the lease of t renewed",
+                       timeout=WAIT)
             again = expiry(postgres_url, "t")
-            assert until(lambda: expiry(postgres_url, "t") > again)  # round after round
+            wait_until(lambda: expiry(postgres_url, "t") > again,  # round after round
+                       what="the lease of t renewed again", timeout=WAIT)
         finally:
             stuck.rollback()
             stuck.close()

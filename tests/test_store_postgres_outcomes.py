@@ -24,7 +24,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ import pytest
 from nous_inbox import OutcomeUnknownError, StoreError, StreamOwnedError
 from nous_inbox.events import Warned
 from tests import postgres_server
+from tests.helpers import wait_until
 
 postgres_server.require_psycopg()  # skipped without psycopg, failed in CI; then imported:
 
@@ -203,16 +203,6 @@ def _holding_the_row(db: psycopg.Connection[Any], schema: str) -> bool:
                                 or (row[0] == "active" and row[1] == "ClientRead"))
 
 
-def _until(condition: Callable[[], bool], seconds: float, pace: float = 0.02) -> bool:
-    deadline = time.monotonic() + seconds
-    ticks = threading.Event()  # never set: the pace of a bounded poll
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        ticks.wait(pace)
-    return True
-
-
 def test_a_host_paused_holding_its_streams_row_is_taken_over_and_resumed_writes_nothing(
     postgres_url: str,
 ) -> None:
@@ -251,7 +241,8 @@ def test_a_host_paused_holding_its_streams_row_is_taken_over_and_resumed_writes_
                 os.kill(writer.pid, signal.SIGCONT)
                 return False
 
-            assert _until(caught, WAIT, pace=0), "never caught the writer holding its stream's row"
+            wait_until(caught, what="the writer caught holding its stream's row", timeout=WAIT,
+                       pace=0)
             paused = stopped[0]
             taken: list[Any] = []
 
@@ -262,8 +253,8 @@ def test_a_host_paused_holding_its_streams_row_is_taken_over_and_resumed_writes_
                     return False
                 return True
 
-            assert _until(take, lease + 2 - (time.monotonic() - paused)), (
-                "the paused host kept its session past its lease + 2 s")
+            wait_until(take, what="the paused host's session taken within its lease + 2 s",
+                       timeout=lease + 2 - (time.monotonic() - paused), pace=0.02)
             assert taken[0].epoch == 2
             winner.append("s", [Warned(text="from the new owner")])
             os.kill(writer.pid, signal.SIGCONT)
@@ -332,6 +323,7 @@ def test_a_delete_whose_commit_answer_was_lost_never_says_nothing_was_done(
                 assert relay.cut.is_set()
                 assert "nothing was done" not in str(caught.value), caught.value
                 assert "not known" in str(caught.value), caught.value
-                assert _until(lambda: other.version("s") == 0, WAIT)  # it was done
+                wait_until(lambda: other.version("s") == 0, what="the delete was done",
+                           timeout=WAIT)
     finally:
         relay.close()

@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,9 @@ from nous_inbox import LeaseLostError, Message, StreamOwnedError, ToolCall, repl
 from nous_inbox.events import Warned
 from nous_inbox.owner import Owner
 from nous_inbox.runner import Runner
-from nous_inbox.store import open_store
+from nous_inbox.store import OwnerLease, open_store
 from tests import postgres_server
+from tests.helpers import wait_until
 
 postgres_server.require_psycopg()  # skipped without psycopg, failed in CI; then imported:
 
@@ -51,17 +51,17 @@ def spawn(script: str, *args: str, stdin: bool = False) -> subprocess.Popen[str]
 
 def take_when_free(url: str, stream: str, runner: Runner) -> Owner:
     """An owner of ``stream``, as soon as the previous holder's lease has expired."""
-    deadline = time.monotonic() + WAIT
-    while True:
+
+    def take() -> Owner | None:
         store = open_store(url)
         try:
             return Owner(store, stream, runner)
         except StreamOwnedError:
             store.close()
-            if time.monotonic() > deadline:
-                raise
-            with PostgresStore(url) as look, look.connect() as db:  # wait on the server's clock
-                db.execute("SELECT pg_sleep(0.1)")
+            return None
+
+    return wait_until(take, what=f"the previous holder's lease of {stream} expired",
+                      timeout=WAIT, pace=0.1)
 
 
 def model(transcript: Any, tools: Any) -> Message:
@@ -242,15 +242,15 @@ def test_a_paused_owner_whose_lease_was_taken_over_is_fenced_and_writes_nothing(
     os.kill(stale.pid, signal.SIGSTOP)  # a GC pause, a frozen VM, a partition
     try:
         with PostgresStore(url) as winner:
-            deadline = time.monotonic() + WAIT
-            while True:
+
+            def take() -> OwnerLease | None:
                 try:
-                    lease = winner.own("s")
-                    break
+                    return winner.own("s")
                 except StreamOwnedError:
-                    assert time.monotonic() < deadline
-                    with winner.connect() as db:
-                        db.execute("SELECT pg_sleep(0.1)")
+                    return None
+
+            lease = wait_until(take, what="the paused owner's lease expired", timeout=WAIT,
+                               pace=0.1)
             assert lease.epoch == 2
             winner.append("s", [Warned(text="from the new owner")])
             os.kill(stale.pid, signal.SIGCONT)

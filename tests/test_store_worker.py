@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,19 +20,9 @@ from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.owner.store_worker import LingeringThread
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
+from tests.helpers import WAIT, async_wait_until, wait_until
 
 _T = TypeVar("_T")
-
-WAIT = 20.0  # seconds: a bound for what should happen soon, never a sleep to synchronise
-
-
-def eventually(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {WAIT} s: {what}")
-        time.sleep(0.01)
-
 
 def alive(name: str) -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name == name]
@@ -80,7 +69,7 @@ def test_jobs_run_in_the_order_they_came_never_side_by_side_even_as_threads_come
 def test_the_thread_goes_once_idle_for_its_linger_and_the_next_job_starts_another() -> None:
     worker = LingeringThread("lingering test worker", linger=0.05)
     first = worker.submit(threading.current_thread).result(WAIT)
-    eventually(lambda: not alive("lingering test worker"), "the idle thread went")
+    wait_until(lambda: not alive("lingering test worker"), what="the idle thread went")
     assert not first.is_alive()
     second = worker.submit(threading.current_thread).result(WAIT)
     assert second is not first and second.name == "lingering test worker"
@@ -134,8 +123,8 @@ def test_an_idle_async_owner_over_a_blocking_store_holds_no_thread_and_a_send_st
         async def main() -> None:
             async with AsyncOwner(store, "s", Runner(echo)) as owner:
                 # (its worker's thread is named for the session: the store worker's docs say so)
-                await asyncio.to_thread(eventually, lambda: not alive("nous-inbox io s"),
-                                        "the idle owner's worker let its thread go")
+                await async_wait_until(lambda: not alive("nous-inbox io s"),
+                                       what="the idle owner's worker let its thread go")
                 sent = await owner.steer("wake up")
                 assert store.version("s") >= sent.seq  # committed
                 assert await owner.wait_idle(WAIT)

@@ -30,6 +30,7 @@ from nous_inbox.runner import Runner  # noqa: E402
 from nous_inbox.safe_json import event_json  # noqa: E402
 from nous_inbox.store import Store, open_store  # noqa: E402
 from nous_inbox.web import SessionHost, create_app  # noqa: E402
+from tests.helpers import async_wait_until  # noqa: E402
 
 TOKEN = "test-token-1234"
 WAIT = 20.0  # seconds: a bound for what should happen at once, never a sleep to synchronise
@@ -511,10 +512,9 @@ async def test_a_client_that_stops_reading_and_leaves_leaves_no_task_behind(api:
     await asyncio.wait_for(first_event.wait(), 20)
     leave.set()
     await asyncio.wait_for(served, 20)
-    deadline = asyncio.get_running_loop().time() + 20
-    while left := {t for t in asyncio.all_tasks() - before if t is not asyncio.current_task()}:
-        assert asyncio.get_running_loop().time() < deadline, f"still running: {left}"
-        await asyncio.sleep(0.01)
+    await async_wait_until(
+        lambda: not {t for t in asyncio.all_tasks() - before if t is not asyncio.current_task()},
+        what="every task the stream began has ended")
 
 
 async def test_an_idle_stream_sends_keep_alive_comments(api: Api) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,20 +21,11 @@ from nous_inbox.runner import Runner
 from nous_inbox.session import replay
 from nous_inbox.store import Store, open_store
 from nous_inbox.web.host import SessionHost
-
-WAIT = 20.0  # seconds: a bound for what should happen soon, never a sleep to synchronise
+from tests.helpers import WAIT, async_wait_until
 
 
 def echo(session: str) -> Runner:
     return Runner(lambda transcript, tools: Message.assistant(f"{session} heard {transcript[-1].content}"))
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {WAIT} s: {what}")
-        await asyncio.sleep(0.01)
 
 
 def answered(store: Store, session: str) -> bool:
@@ -68,7 +58,7 @@ def test_the_scan_takes_a_session_that_wants_a_wake_and_runs_it(tmp_path: Path) 
 
         async def main() -> None:
             async with SessionHost(store, echo, scan_interval=0.01) as host:
-                await until(lambda: answered(store, "waiting"), "the waiting session ran")
+                await async_wait_until(lambda: answered(store, "waiting"), what="the waiting session ran")
                 assert host.held == ["waiting"]  # an injection alone wakes nothing (ruling 9)
 
         run(main)
@@ -85,7 +75,7 @@ def test_one_host_runs_many_sessions_each_with_its_own_agent(tmp_path: Path) -> 
                 sent = await asyncio.gather(*(host.send(n, "prompt", f"task {n}") for n in names))
                 assert [event.seq for event in sent] == [1] * len(names)
                 assert host.held == sorted(names)
-                await until(lambda: all(answered(store, n) for n in names), "every session ran")
+                await async_wait_until(lambda: all(answered(store, n) for n in names), what="every session ran")
 
         run(main)
         for name in names:
@@ -99,15 +89,15 @@ def test_an_idle_session_is_let_go_and_its_lease_given_back(tmp_path: Path) -> N
         async def main() -> None:
             async with SessionHost(store, echo, idle_timeout=0.05, scan_interval=0.01) as host:
                 await host.send("s1", "prompt", "hello")
-                await until(lambda: answered(store, "s1"), "the prompt was answered")
-                await until(lambda: host.held == [], "the idle session was let go")
-                await until(lambda: lease_is_free(other, "s1"), "its lease was given back")
+                await async_wait_until(lambda: answered(store, "s1"), what="the prompt was answered")
+                await async_wait_until(lambda: host.held == [], what="the idle session was let go")
+                await async_wait_until(lambda: lease_is_free(other, "s1"), what="its lease was given back")
                 shown = await host.session("s1")
                 assert shown is not None and shown.transcript[-1].content == "s1 heard hello"
                 steer_from_elsewhere(store, "s1", "again")
-                await until(lambda: host.held == ["s1"], "a new wake took it back")
-                await until(lambda: replay(store.read("s1")).transcript[-1].content ==
-                            "s1 heard again", "the steer was answered")
+                await async_wait_until(lambda: host.held == ["s1"], what="a new wake took it back")
+                await async_wait_until(lambda: replay(store.read("s1")).transcript[-1].content ==
+                            "s1 heard again", what="the steer was answered")
 
         run(main)
 
@@ -132,7 +122,7 @@ def test_at_its_cap_a_host_queues_the_send_in_the_log_and_takes_it_when_a_slot_f
                 assert host.held == ["a", "b"]  # both running, so c waits in the log
                 assert [str(e.target) for e in store.read("c")] == ["next_turn"]
                 gate.set()
-                await until(lambda: all(answered(store, n) for n in "abc"), "all three ran")
+                await async_wait_until(lambda: all(answered(store, n) for n in "abc"), what="all three ran")
                 assert len(host.held) <= 2
 
         run(main)
@@ -146,7 +136,7 @@ def test_a_session_another_owner_holds_gets_the_send_through_the_log(tmp_path: P
             async with mine, SessionHost(store, echo, scan_interval=0.01) as host:
                 sent = await host.send("theirs", "steer", "from the web")
                 assert host.held == []
-                await until(lambda: answered(store, "theirs"), "its owner answered it")
+                await async_wait_until(lambda: answered(store, "theirs"), what="its owner answered it")
                 assert mine.transcript[0].content == "from the web"
                 assert sent.seq == 1
 
@@ -164,11 +154,11 @@ def test_held_idle_sessions_keep_no_thread_each_and_still_hear_another_process(
                 for i in range(20):
                     await host.send(f"s{i}", "inject", "for later")
                 # the host's store thread, and the one watch its idle owners share
-                await until(lambda: threading.active_count() <= before + 2,
-                            "twenty held idle sessions down to two threads in all")
+                await async_wait_until(lambda: threading.active_count() <= before + 2,
+                            what="twenty held idle sessions down to two threads in all")
                 assert len(host.held) == 20
                 steer_from_elsewhere(elsewhere, "s7", "from the command line")
-                await until(lambda: answered(store, "s7"), "the held idle session answered")
+                await async_wait_until(lambda: answered(store, "s7"), what="the held idle session answered")
                 owner = host.hosted("s7")
                 assert owner is not None
                 assert [m.content for m in owner.transcript] == [
@@ -223,7 +213,7 @@ def test_a_session_that_cannot_be_opened_does_not_keep_the_scan_from_the_others(
 
         async def main() -> None:
             async with SessionHost(store, picky, scan_interval=0.01) as host:
-                await until(lambda: answered(store, "b-fine"), "the fine session ran")
+                await async_wait_until(lambda: answered(store, "b-fine"), what="the fine session ran")
                 assert host.held == ["b-fine"]
 
         run(main)
@@ -257,14 +247,14 @@ def test_an_owner_whose_open_ends_after_the_host_closed_gives_its_lease_back(tmp
             # Opened by hand so that it is closed once, the way ``serve`` closes it.
             await host.__aenter__()
             sending = asyncio.ensure_future(host.send("s1", "inject", "hi"))
-            await until(gated.asked.is_set, "the send began opening the session")
+            await async_wait_until(gated.asked.is_set, what="the send began opening the session")
             closing = asyncio.ensure_future(host.aclose())
-            await until(host.stopping.is_set, "the host began closing")
+            await async_wait_until(host.stopping.is_set, what="the host began closing")
             gated.go.set()
             await closing
             await asyncio.gather(sending, return_exceptions=True)  # stored or refused: either
             assert host.held == []
-            await until(lambda: lease_is_free(other, "s1"), "the late owner gave its lease back")
+            await async_wait_until(lambda: lease_is_free(other, "s1"), what="the late owner gave its lease back")
 
         run(main)
 
@@ -277,7 +267,7 @@ def test_a_send_that_gives_up_while_its_session_opens_leaves_the_open_to_the_nex
         async def main() -> None:
             async with SessionHost(gated, echo, scan_interval=None) as host:  # type: ignore[arg-type]
                 first = asyncio.ensure_future(host.send("s1", "inject", "one"))
-                await until(gated.asked.is_set, "the first send began opening the session")
+                await async_wait_until(gated.asked.is_set, what="the first send began opening the session")
                 second = asyncio.ensure_future(host.send("s1", "inject", "two"))
                 first.cancel()  # its client went away
                 gated.go.set()
@@ -317,7 +307,7 @@ def test_a_cancelled_session_is_not_woken_by_being_let_go_and_taken_back(tmp_pat
                 assert [e.reason for e in store.read("s") if isinstance(e, TurnStarted)] == ["prompt"]
                 steer_from_elsewhere(store, "s", "a real send")
                 await host.scan()
-                await until(lambda: replay(store.read("s")).transcript[-1].content == "answered a real send",
-                            "the next real send woke it")
+                await async_wait_until(lambda: replay(store.read("s")).transcript[-1].content == "answered a real send",
+                            what="the next real send woke it")
 
         run(main)

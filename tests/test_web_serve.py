@@ -10,8 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +23,12 @@ from nous_inbox.__main__ import main  # noqa: E402
 from nous_inbox.events import TurnEnded  # noqa: E402
 from nous_inbox.safe_json import event_json  # noqa: E402
 from nous_inbox.store import open_store  # noqa: E402
+from tests.helpers import wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 30.0  # seconds: a bound for what should happen soon, never a sleep to synchronise
 TOKEN = "serve-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def wait_for(condition: Callable[[], Any], what: str, within: float = WAIT) -> Any:
-    """Poll ``condition`` until it gives something true, and return that; fail, naming ``what``,
-    once ``within`` seconds have passed."""
-    deadline = time.monotonic() + within
-    while not (found := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:g} s: {what}")
-        time.sleep(0.02)
-    return found
 
 
 class Served:
@@ -121,15 +110,18 @@ def test_a_stream_cut_at_random_points_and_resumed_sees_every_event_once_in_orde
     with server.client() as client:
         sent = client.post("/api/sessions/s1/messages", json={"mode": "prompt", "text": "survey the logs"})
         assert sent.status_code == 202
-        deadline = time.monotonic() + WAIT
         steered = False
-        while not any('"turn_ended"' in data for _, data in seen):
-            assert time.monotonic() < deadline, f"the run did not end; saw {len(seen)} events"
+
+        def read_on() -> bool:
+            nonlocal steered
             last = seen[-1][0] if seen else 0
-            seen += read_cut(client, "s1", last, rng.randint(1, 1500))
+            seen.extend(read_cut(client, "s1", last, rng.randint(1, 1500)))
             if not steered and len(seen) > 10:  # a person speaks while it works
                 steered = client.post("/api/sessions/s1/messages",
                                       json={"mode": "steer", "text": "read db.log next"}).is_success
+            return any('"turn_ended"' in data for _, data in seen)
+
+        wait_until(read_on, what="the run ended, read in cut streams", timeout=WAIT, pace=0)
     with open_store(store_url, read_only=True) as store:
         stored = list(store.read("s1", 0))
     assert [seq for seq, _ in seen] == list(range(1, len(seen) + 1))
