@@ -1,4 +1,5 @@
-"""What the tests share: a bounded wait for a state another thread, task or process reaches.
+"""What the tests share: a bounded wait for a state another thread, task or process reaches, and
+an async owner's log read through its public event stream.
 
 A test never sleeps a guessed time to let something happen: it polls for the state it needs, up to
 a deadline far above any healthy run, and fails naming what it waited for when the deadline
@@ -9,6 +10,9 @@ every wait reads the same and fails the same way::
     await async_wait_until(lambda: host.held == [], what="the idle session was let go")
 
 Each returns what the predicate last gave (when true), so a wait can also fetch what it waited for.
+
+``await events_so_far(owner)`` is what an ``AsyncOwner`` has recorded up to now, read as a host
+reads it (``owner.events()``, which otherwise follows the log until the owner closes).
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["WAIT", "async_wait_until", "wait_until"]
+from nous_inbox.events import Event
+from nous_inbox.owner.async_owner import AsyncOwner
+
+__all__ = ["WAIT", "async_wait_until", "events_so_far", "wait_until"]
 
 _T = TypeVar("_T")
 
@@ -52,3 +59,16 @@ async def async_wait_until(predicate: Callable[[], _T], *, what: str, timeout: f
             raise AssertionError(f"not within {timeout:g} s: {what}")
         await asyncio.sleep(pace)
     return found
+
+
+async def events_so_far(owner: AsyncOwner, after: int = 0) -> list[Event]:
+    """The events ``owner`` has recorded with ``seq > after``, up to its session's version now."""
+    last = owner.session.version
+    events: list[Event] = []
+    if last <= after:
+        return events
+    async for event in owner.events(after):
+        events.append(event)
+        if event.seq >= last:
+            break
+    return events

@@ -55,6 +55,7 @@ from nous_inbox.owner import Owner
 from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.runner.port import LocalSession
 from nous_inbox.store import open_store
+from tests.helpers import events_so_far
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 30  # seconds; a generous bound for a wait that should end at once, never a sync sleep
@@ -142,7 +143,7 @@ async def run_owner(script: Script, body: Callable[[AsyncOwner], Awaitable[None]
     async with owner:
         await body(owner)
         assert await owner.wait_idle(WAIT)
-        assert owner.session == replay(list(owner._store.read(owner.stream)))
+        assert owner.session == replay(await events_so_far(owner))
         holder["session"] = owner.session  # type: ignore[assignment]
     return owner
 
@@ -199,7 +200,7 @@ def test_a_steer_at_a_final_answer_extends_the_run_by_one_request() -> None:
         holder["owner"] = owner
         await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
-        events.extend(list(owner._store.read(owner.stream)))
+        events.extend(await events_so_far(owner))
 
     asyncio.run(run_owner(script, body))
     assert len(script.requests) == 2
@@ -217,7 +218,7 @@ def test_a_followup_sent_mid_run_waits_for_the_next_run() -> None:
     async def body(owner: AsyncOwner) -> None:
         await owner.prompt("build").stored()
         assert await owner.wait_idle(WAIT)
-        events.extend(list(owner._store.read(owner.stream)))
+        events.extend(await events_so_far(owner))
 
     asyncio.run(run_owner(script, body, during))
     assert all(("user", "and then deploy") not in r for r in script.requests[:2])
@@ -237,7 +238,7 @@ def test_cancel_ends_the_run_at_its_next_boundary_and_wakes_nothing() -> None:
     async def body(owner: AsyncOwner) -> None:
         await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
-        events.extend(list(owner._store.read(owner.stream)))
+        events.extend(await events_so_far(owner))
         assert owner.inbox.wants_wake()  # the steer waits for the next real wake
 
     asyncio.run(run_owner(script, body, during))
@@ -260,7 +261,7 @@ def test_the_replayed_transcript_is_what_the_model_was_shown() -> None:
     async def body(owner: AsyncOwner) -> None:
         await owner.prompt("go").stored()
         assert await owner.wait_idle(WAIT)
-        session["transcript"] = list(replay(list(owner._store.read(owner.stream))).transcript)
+        session["transcript"] = list(replay(await events_so_far(owner)).transcript)
 
     asyncio.run(run_owner(script, body, during))
     seen_last = script.requests[-1]
@@ -543,7 +544,7 @@ def test_killed_mid_run_nothing_is_lost_or_doubled_and_replay_is_what_the_model_
         async with AsyncOwner(store, "s", AgentRunner(make_agent(script))) as owner:
             await owner.steer("carry on")
             assert await owner.wait_idle(WAIT)
-            ended = [e for e in list(owner._store.read(owner.stream)) if isinstance(e, TurnEnded)]
+            ended = [e for e in await events_so_far(owner) if isinstance(e, TurnEnded)]
             assert ended[0].reason == "error"
 
     asyncio.run(reopen())
@@ -604,8 +605,14 @@ def test_a_model_request_is_recorded_in_two_appends_the_boundary_and_the_reply()
 
 def test_each_model_request_says_how_many_messages_it_showed() -> None:
     script = Script("tool", "tool", "done")
-    owner = asyncio.run(run_owner(script, lambda owner: owner.prompt("go")))
-    events = list(owner._store.read(owner.stream))
+    events: list[Any] = []
+
+    async def body(owner: AsyncOwner) -> None:
+        await owner.prompt("go").stored()
+        assert await owner.wait_idle(WAIT)
+        events.extend(await events_so_far(owner))
+
+    asyncio.run(run_owner(script, body))
     for i, event in enumerate(events):
         if type(event).__name__ == "ModelRequested":
             assert event.count == len(replay(events[:i]).transcript)
@@ -640,7 +647,7 @@ def test_a_tool_that_finished_before_a_cancel_keeps_its_result_and_the_next_turn
             ("user", "go"), ("call", "work"), ("tool", "result 0")]
         await owner.prompt("next").stored()
         assert await owner.wait_idle(WAIT)
-        log.extend(owner._store.read(owner.stream))
+        log.extend(await events_so_far(owner))
 
     asyncio.run(run_owner(script, body, during))
     assert script.requests[-1] == [
@@ -663,7 +670,7 @@ def test_calls_a_cancel_leaves_unrun_are_answered_as_cancelled_as_the_built_in_r
         assert await owner.wait_idle(WAIT)
         await owner.prompt("next").stored()
         assert await owner.wait_idle(WAIT)
-        log.extend(owner._store.read(owner.stream))
+        log.extend(await events_so_far(owner))
 
     asyncio.run(run_owner(script, body))
     cancelled = cancelled_result(ToolCall("c0", "work"))
@@ -803,7 +810,7 @@ def test_a_structured_answer_over_two_turns_is_replayed_as_the_model_saw_it() ->
             assert await owner.wait_idle(WAIT)
             await owner.prompt("second").stored()
             assert await owner.wait_idle(WAIT)
-            log.extend(owner._store.read(owner.stream))
+            log.extend(await events_so_far(owner))
 
     asyncio.run(main())
     assert len(requests) == 2
@@ -825,7 +832,7 @@ def test_a_steer_at_a_structured_answer_follows_the_output_tools_return() -> Non
             holder["owner"] = owner
             await owner.prompt("first").stored()
             assert await owner.wait_idle(WAIT)
-            log.extend(owner._store.read(owner.stream))
+            log.extend(await events_so_far(owner))
 
     asyncio.run(main())
     assert len(requests) == 2 and requests[1][-1] == ("user", "one more thing")
