@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
+
 import msgspec
 import pytest
 
-from nous_inbox import _log_reader, codec
+from nous_inbox import codec
 from nous_inbox.codec import (
     Header,
     Record,
@@ -16,16 +18,16 @@ from nous_inbox.codec import (
     encode_header,
     encode_record,
     frame,
+    get_format,
     iter_events,
     iter_records,
     json_lines,
     msgpack_frames,
-    read_events,
-    read_records,
 )
 from nous_inbox.errors import DecodeError, RecordTooLargeError
 from nous_inbox.events import (
     SCHEMA_VERSION,
+    Event,
     MessageSent,
     ModelReplied,
     ModelRequested,
@@ -113,17 +115,28 @@ def test_records_of_a_multi_stream_log_decode(fmt):
     assert [r for _, _, r in iter_records(data, fmt)] == records
 
 
+class Trickle(io.BytesIO):
+    """A file that gives at most ``piece`` bytes a read, as a pipe may: every record is split."""
+
+    def __init__(self, data: bytes, piece: int) -> None:
+        super().__init__(data)
+        self.piece = piece
+
+    def read(self, size: int | None = -1) -> bytes:
+        return super().read(self.piece if size is None or size < 0 else min(size, self.piece))
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_files_are_read_in_chunks_with_the_same_result(fmt, tmp_path, monkeypatch):
-    monkeypatch.setattr(_log_reader, "_CHUNK", 97)  # private: a small chunk splits records
+def test_files_are_read_in_chunks_with_the_same_result(fmt):
     events = every_kind() * 3
     data = json_lines(events) if fmt == "json" else msgpack_frames(events)
-    path = tmp_path / f"log.{fmt}"
-    path.write_bytes(data)
-    assert list(read_events(path, fmt)) == list(iter_events(data, fmt))
+    size = codec.MAX_RECORD_SIZE
+    read = get_format(fmt).read_file(Trickle(data, 97), "log", Event, size)
+    assert list(read) == list(iter_events(data, fmt))
     records = [Record(stream="a", event=e) for e in events]
-    path.write_bytes(json_lines(records) if fmt == "json" else msgpack_frames(records))
-    assert [r for _, _, r in read_records(path, fmt)] == records
+    data = json_lines(records) if fmt == "json" else msgpack_frames(records)
+    read = get_format(fmt).read_file(Trickle(data, 97), "log", Record, size)
+    assert [r for _, _, r in read] == records
 
 
 def test_empty_input_is_an_empty_log():
@@ -206,12 +219,11 @@ def test_the_default_size_limit_is_16_mib():
     assert codec.MAX_RECORD_SIZE == 16 * 1024 * 1024
 
 
-def test_an_endless_line_in_a_file_is_refused_without_reading_it_all(tmp_path, monkeypatch):
-    monkeypatch.setattr(_log_reader, "_CHUNK", 64)  # private: a small chunk splits the line
-    path = tmp_path / "log.jsonl"
-    path.write_bytes(encode_header() + b"x" * 10_000)
+def test_an_endless_line_in_a_file_is_refused_without_reading_it_all():
+    log = Trickle(encode_header() + b"x" * 10_000, 64)
     with pytest.raises(RecordTooLargeError, match="line 2"):
-        list(read_events(path, max_record_size=1000))
+        list(get_format("json").read_file(log, "log", Event, 1000))
+    assert log.tell() < 2000  # refused once past the limit, not at the end
 
 
 def test_a_newer_schema_version_is_refused_clearly():

@@ -1369,18 +1369,18 @@ def test_the_largest_result_the_runner_lets_through_fits_the_longest_stream_name
     kind: str, tmp_path: Any
 ) -> None:
     from nous_inbox.events import ToolReturned
-    from nous_inbox.runner.runner import _tool_message
+    from nous_inbox.runner.runner import tool_message
 
     limit = 8192
     call = ToolCall("c1", "dump")
     low, high = 0, limit  # the largest text the runner passes, found by bisection
     while low < high:
         middle = (low + high + 1) // 2
-        if "error" in _tool_message(call, "\x01" * middle, limit).metadata:
+        if "error" in tool_message(call, "\x01" * middle, limit).metadata:
             high = middle - 1
         else:
             low = middle
-    message = _tool_message(call, "\x01" * low, limit)
+    message = tool_message(call, "\x01" * low, limit)
     assert "error" not in message.metadata
     store = (FileStore(tmp_path / "log.jsonl", max_record_size=limit) if kind == "file"
              else SqliteStore(tmp_path / "log.db", max_record_size=limit))

@@ -372,7 +372,7 @@ class Runner:
             return cancelled_result(call)
         if value is _CUT_OFF:
             return interrupted_result(call, "the turn was cancelled")
-        return _tool_message(call, value, limit)
+        return tool_message(call, value, limit)
 
 
 # -- the two pumps --------------------------------------------------------------------------------
@@ -586,7 +586,7 @@ def _fitting_error(call: ToolCall, kind: str, text: str, limit: int) -> Message:
     """:func:`_error_result`, its text cut short when the record would be above ``limit`` (the
     store's record limit): a tool that raised with a long message, under a store with a small
     limit, must still answer its call rather than end the turn with a store error."""
-    # As in _tool_message: a character takes at most 6 bytes in a record.
+    # As in tool_message: a character takes at most 6 bytes in a record.
     fixed = (len(call.id) + len(call.name) + len(kind)) * 6 + _ENVELOPE + _FIXED
     if len(text) * 6 + fixed <= limit or _record_size(
             _error_result(call, kind, text)) + _ENVELOPE <= limit:
@@ -618,11 +618,18 @@ def _record_size(message: Message) -> int:
     return len(encode_record(Record(stream="", event=event)))
 
 
-def _tool_message(call: ToolCall, value: object, limit: int) -> Message:
+def tool_message(call: ToolCall, value: object, limit: int) -> Message:
     """A tool's return value as its tool message, or an error message when the log cannot hold
     it: text with a lone surrogate, or a record above ``limit``, the size limit of the
     store the port records into. The transcript stays well-formed either way: every call gets
-    its answer (unless the call's own id and name are beyond the limit: then no answer fits)."""
+    its answer (unless the call's own id and name are beyond the limit: then no answer fits).
+
+    The runner answers each call through it; a loop of one's own can too, to record what the
+    runner would::
+
+        >>> tool_message(ToolCall("c1", "dump"), "x" * 9000, 8192).metadata["error"]
+        'result_too_large'
+    """
     try:
         if isinstance(value, str):
             text = value
