@@ -25,7 +25,7 @@ import pytest
 from nous_inbox.errors import ConcurrencyError, StreamOwnedError
 from nous_inbox.events import Warned
 from nous_inbox.store import OwnerLease, open_store
-from nous_inbox.store.lease import _take
+from nous_inbox.store.lease import take_lock_file
 
 STRESS = int(os.environ.get("NOUS_INBOX_STRESS", "1") or 1)
 ROOT = Path(__file__).resolve().parent.parent
@@ -200,12 +200,12 @@ def test_a_lock_on_a_file_unlinked_or_replaced_meanwhile_does_not_count(tmp_path
                 path.unlink()
                 if replace:
                     path.write_text("")
-                assert _take(fd, directory, "x.lock") is False
+                assert take_lock_file(fd, directory, "x.lock") is False
             finally:
                 os.close(fd)
         fd = os.open(path, os.O_RDWR)
         try:
-            assert _take(fd, directory, "x.lock") is True
+            assert take_lock_file(fd, directory, "x.lock") is True
         finally:
             os.close(fd)
     finally:

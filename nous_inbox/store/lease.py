@@ -180,7 +180,7 @@ class Leases:
         while True:
             fd = open_lock_file(self._url, directory_fd, name, path)
             try:
-                if _take(fd, directory_fd, name):
+                if take_lock_file(fd, directory_fd, name):
                     os.ftruncate(fd, 0)
                     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
                     return fd
@@ -194,8 +194,14 @@ class Leases:
             os.close(fd)  # locked a file a releasing owner had just unlinked: again
 
 
-def _take(fd: int, directory_fd: int, name: str) -> bool:
-    """Lock ``fd``; ``False`` when the file was unlinked or replaced meanwhile (try again)."""
+def take_lock_file(fd: int, directory_fd: int, name: str) -> bool:
+    """Lock ``fd``, the lock file ``name`` in ``directory_fd``; ``False`` when the file was
+    unlinked or replaced meanwhile (open it again and retry).
+
+    A releasing owner unlinks its lock file, so a lock taken on the old file would guard nothing:
+    only the file the directory still names counts. Raises ``BlockingIOError`` when another
+    holds the lock. A store of one's own that keeps lock files beside its log takes them so.
+    """
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     try:
         now = os.stat(name, dir_fd=directory_fd, follow_symlinks=False)
