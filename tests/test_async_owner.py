@@ -603,7 +603,7 @@ class Counting:
     blocking = True
 
     def __init__(self) -> None:
-        self._inner = open_store("memory:")
+        self.inner = open_store("memory:")
         self.appends = 0
         self.refuse: Exception | None = None
         self.lose_answer = False
@@ -612,14 +612,14 @@ class Counting:
         self.appends += 1
         if self.refuse is not None:
             raise self.refuse
-        stored = self._inner.append(stream, events, expected_version)
+        stored = self.inner.append(stream, events, expected_version)
         if self.lose_answer and len(events) > 1:
             self.lose_answer = False
             raise StoreError("lost the connection and could not get it back within 10s")
         return stored
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        return getattr(self.inner, name)
 
 
 async def _held(owner: AsyncOwner) -> tuple[threading.Event, asyncio.Future[Any]]:
@@ -696,7 +696,7 @@ def test_a_batch_whose_outcome_is_unknown_is_not_written_again_and_every_sender_
             outcomes = await asyncio.gather(*sends, return_exceptions=True)
             assert all(isinstance(o, StoreError) for o in outcomes)  # nothing acknowledged
             assert store.appends == 1
-            assert sent_texts(store._inner) == ["a", "b", "c"]  # once each
+            assert sent_texts(store.inner) == ["a", "b", "c"]  # once each
 
     asyncio.run(main())
 

@@ -9,6 +9,8 @@
 - A name is imported from the module that defines it (or a package's face), so a name has one
   home and nothing keeps an old one alive.
 - A module stays at most about 500 lines, so it can be read whole.
+- A test drives public names only: it reads no private attribute of another object and imports no
+  private name or module of the library, so what it proves holds for a user's code too.
 
 A known exception is listed below with the reason it stands; one that no longer applies fails
 the test, so the list only shrinks.
@@ -43,6 +45,96 @@ FOREIGN_EXPORTS_ALLOWED = {
 }
 LONG_MODULES_ALLOWED = {
     "runner/runner.py": "split by the runner's own rework",
+}
+
+#: A test's private read that stands, by file and expression, with why.
+TEST_PRIVATES_ALLOWED: dict[tuple[str, str], str] = {
+    ("tests/owner_faces.py", "self._face._lock"):
+        "a listener's sync send on the loop holds the AsyncOwner's lock, as a subscriber's does: no public way to send from there yet",
+    ("tests/test_async_owner.py", "owner._io"):
+        "holds the AsyncOwner's store worker busy so sends queue: no public hook yet",
+    ("tests/test_cli_send.py", "parser._actions"):
+        "argparse has no public walk of a parser's arguments",
+    ("tests/test_cli_send.py", "argparse._SubParsersAction"):
+        "argparse has no public walk of a parser's arguments",
+    ("tests/test_cli_send.py", "action._choices_actions"):
+        "argparse has no public walk of a parser's arguments",
+    ("tests/test_compat_aimu.py", "client._record_tool_calls"):
+        "a stand-in for aimu's model call records as aimu's own client does",
+    ("tests/test_compat_aimu.py", "client._append_message"):
+        "a stand-in for aimu's model call records as aimu's own client does",
+    ("tests/test_compat_praisonai.py", "drop_in.mailbox._clock"):
+        "the same clock on both sides: no public way to give the drop-in's mailbox one yet",
+    ("tests/test_compat_praisonai.py", "whole._clock"):
+        "the same clock on both sides: no public way to give the drop-in's mailbox one yet",
+    ("tests/test_compat_praisonai.py", "drop_in.mailbox._prefix"):
+        "the same generated ids on both sides: random per mailbox by design",
+    ("tests/test_compat_praisonai.py", "whole._prefix"):
+        "the same generated ids on both sides: random per mailbox by design",
+    ("tests/test_mailbox.py", "plain._prefix"):
+        "the same generated ids on both sides: random per mailbox by design",
+    ("tests/test_mailbox.py", "recorded._prefix"):
+        "the same generated ids on both sides: random per mailbox by design",
+    ("tests/test_group_commit.py", "owner._group"):
+        "how many sends wait in the group commit: no public count yet",
+    ("tests/test_owner.py", "owner._group"):
+        "whether another thread leads a commit: no public state yet",
+    ("tests/test_store_postgres.py", "owner._group"):
+        "how many sends wait in the group commit: no public count yet",
+    ("tests/test_mailbox_durable.py", "box._group"):
+        "how many sends wait in the mailbox's group commit: no public count yet",
+    ("tests/test_log_bench_smoke.py", "log_bench._ours"):
+        "the benchmark's own helpers, not the library's",
+    ("tests/test_log_bench_smoke.py", "log_bench._stores"):
+        "the benchmark's own helpers, not the library's",
+    ("tests/test_log_bench_smoke.py", "log_bench._from_store"):
+        "the benchmark's own helpers, not the library's",
+    ("tests/test_mailbox.py", "box._lock"):
+        "a notice committed as an attached owner's claim commits it, without an owner per step",
+    ("tests/test_mailbox.py", "box._commit"):
+        "a notice committed as an attached owner's claim commits it, without an owner per step",
+    ("tests/test_mailbox_notices.py", "a._lock"):
+        "the owners' locks are what this guarantee is about",
+    ("tests/test_mailbox_notices.py", "b._lock"):
+        "the owners' locks are what this guarantee is about",
+    ("tests/test_owner.py", "owner._lock"):
+        "a run's worker's place inside record, which a listener's send meets",
+    ("tests/test_snapshot.py", "owner._journal"):
+        "how many events the owner replayed past its snapshot: no public count yet",
+    ("tests/test_store_file_cache.py", "store._scan"):
+        "counts the file store's scans of its log: no public count yet",
+    ("tests/test_store_file_open.py", "reader._streams"):
+        "the bound on the file store's cached streams: no public view yet",
+    ("tests/test_store_postgres.py", "store._reconnect"):
+        "the PostgreSQL store's reconnect, broken on purpose",
+    ("tests/test_store_postgres.py", "store._background"):
+        "the PostgreSQL store's renewal thread: no public state yet",
+    ("tests/test_store_postgres.py", "background._thread"):
+        "the PostgreSQL store's renewal thread: no public state yet",
+    ("tests/test_store_postgres.py", "holder._background"):
+        "the PostgreSQL store's renewal thread: no public state yet",
+    ("tests/test_store_postgres.py", "watcher._background"):
+        "the PostgreSQL store's renewal thread: no public state yet",
+    ("tests/test_store_postgres.py", "b._background"):
+        "the PostgreSQL store's renewal thread: no public state yet",
+    ("tests/test_store_postgres.py", "background._renew"):
+        "a renewal that hears a notification mid-round, staged",
+    ("tests/test_store_postgres.py", "pg._connection"):
+        "the PostgreSQL store's live connection, cut on purpose",
+    ("tests/test_store_postgres.py", "store._connection"):
+        "the PostgreSQL store's live connection, cut on purpose",
+    ("tests/test_store_postgres.py", "b._connection"):
+        "the PostgreSQL store's live connection, cut on purpose",
+    ("tests/test_store_postgres.py", "store._db"):
+        "the backend of the store's live connection",
+    ("tests/test_store_postgres.py", "store._conninfo"):
+        "points the store at a server out of reach",
+    ("tests/test_store_postgres.py", "b._conninfo"):
+        "points the store at a server out of reach",
+    ("tests/test_store_postgres.py", "b._lock"):
+        "other threads get the connection's lock between reconnect attempts",
+    ("tests/test_store_postgres_processes.py", "old_store._background"):
+        "pauses a store's renewals, as a paused host does",
 }
 
 
@@ -175,3 +267,34 @@ def test_every_module_is_at_most_500_lines() -> None:
         if lines > MAX_LINES:
             found[relative] = f"{relative} has {lines} lines"
     held_to(found, dict(LONG_MODULES_ALLOWED), f"a module has at most {MAX_LINES} lines")
+
+
+#: Private-looking names that are public API: a named tuple's own methods.
+NAMED_TUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
+
+
+def private_reads(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """Where ``tree`` reads a private attribute of an object other than its own (``self``,
+    ``cls``, ``super()``), or imports a private name or module of the library."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            owner = node.value
+            own = (isinstance(owner, ast.Name) and owner.id in ("self", "cls")) or (
+                isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name)
+                and owner.func.id == "super")
+            if not own and node.attr not in NAMED_TUPLE_API:
+                yield node.lineno, ast.unparse(node)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nous_inbox"):
+            module = node.module or ""
+            for alias in node.names:
+                if is_private(alias.name) or any(map(is_private, module.split("."))):
+                    yield node.lineno, f"from {module} import {alias.name}"
+
+
+def test_tests_read_no_private_attribute() -> None:
+    found: dict[object, str] = {}
+    for path in sorted((PACKAGE.parent / "tests").rglob("*.py")):
+        relative = path.relative_to(PACKAGE.parent).as_posix()
+        for line, read in private_reads(parsed(path)):
+            found[(relative, read)] = f"{relative}:{line} reads {read}"
+    held_to(found, dict(TEST_PRIVATES_ALLOWED), "a test drives public names only")
