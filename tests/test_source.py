@@ -59,9 +59,9 @@ TEST_PRIVATES_ALLOWED: dict[tuple[str, str], str] = {
         "argparse has no public walk of a parser's arguments",
     ("tests/test_cli_send.py", "action._choices_actions"):
         "argparse has no public walk of a parser's arguments",
-    ("tests/test_compat_aimu.py", "client._record_tool_calls"):
+    ("tests/aimu_kit.py", "client._record_tool_calls"):
         "a stand-in for aimu's model call records as aimu's own client does",
-    ("tests/test_compat_aimu.py", "client._append_message"):
+    ("tests/aimu_kit.py", "client._append_message"):
         "a stand-in for aimu's model call records as aimu's own client does",
     ("tests/test_compat_praisonai.py", "drop_in.mailbox._clock"):
         "the same clock on both sides: no public way to give the drop-in's mailbox one yet",
