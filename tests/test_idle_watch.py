@@ -10,6 +10,7 @@ import gc
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -226,9 +227,9 @@ def test_an_owner_whose_store_cannot_hint_polls_and_still_hears_another_writer(
         else:
             async def main() -> list[str]:
                 async with AsyncOwner(store, "s", Runner(echo), poll_interval=0.01) as owner:
-                    await until(store.asked.is_set, "the owner asked for hints")
+                    await async_wait_until(store.asked.is_set, what="the owner asked for hints")
                     steer_from_elsewhere(store.inner, "s", "wake up")
-                    await until(lambda: len(owner.transcript) == 2, "the owner heard the steer")
+                    await async_wait_until(lambda: len(owner.transcript) == 2, what="the owner heard the steer")
                     return [m.content for m in owner.transcript]
 
             heard = asyncio.run(main())
