@@ -76,7 +76,7 @@ from nous_inbox.store.snapshot import (
     save_snapshot,
 )
 
-__all__ = ["ATTEMPTS", "Change", "Journal", "Log", "claim_event", "sent_event"]
+__all__ = ["ATTEMPTS", "Change", "Journal", "Log", "claim_event", "send_to", "sent_event"]
 
 T = TypeVar("T")
 
@@ -129,6 +129,25 @@ def sent_event(
     message = as_message(message)
     return MessageSent(target=as_target(target), wakeup=as_wakeup(wakeup), message=message,
                        seq=seq, at=at)
+
+
+def send_to(log: Log, stream: str, message: Message | str, target: Target | str,
+            wakeup: bool) -> MessageSent:
+    """Append one send to ``stream`` from a writer that does not hold its session (the command
+    line; a web host whose session another process holds); returns it as stored.
+
+    The event is :func:`sent_event`'s, so its parts are checked before anything is written, and
+    the append is :func:`~nous_inbox.store.base.append_once`, as a journal's own are: an append
+    whose outcome the store could not learn is made again with its identity, so the send is
+    stored once whichever way it went. No expected version: a send joins its queue whatever came
+    before it, and the session's holder folds it in when it next reads the log.
+
+    >>> from nous_inbox.store import open_store
+    >>> send_to(open_store("memory:"), "s", "go", "next_step", True).seq
+    1
+    """
+    (stored,) = append_once(log, stream, [sent_event(message, target, wakeup)])
+    return stored  # type: ignore[return-value]  # the MessageSent built above
 
 
 class Journal:

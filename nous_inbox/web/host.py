@@ -50,6 +50,7 @@ from nous_inbox.owner.turn_result import AsyncTurnHandle
 from nous_inbox.session import Session, replay
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
+from nous_inbox.store.journal import send_to
 from nous_inbox.store.snapshot import load_session
 from nous_inbox.verbs import as_verb
 
@@ -191,7 +192,9 @@ class SessionHost:
 
         Held here (or taken now): the owner's verb. Held elsewhere, or this host is full: the send
         is appended to the log as it is (a prompt as a followup, a turn of its own only for the
-        owner that opens it), and the holder's watcher picks it up.
+        owner that opens it) by :func:`~nous_inbox.store.journal.send_to`, which stores it once
+        even when the store could not learn an append's outcome, and the holder's watcher picks
+        it up.
         """
         check_stream(session)
         verb = as_verb(mode, "mode")
@@ -209,10 +212,7 @@ class SessionHost:
                 if not owner.closed:
                     raise
                 self._drop(session, owner)
-        event = MessageSent(target=verb.target, wakeup=verb.wakeup, message=message)
-        (stored,) = await self.call(self.store.append, session, [event])
-        assert isinstance(stored, MessageSent)
-        return stored
+        return await self.call(send_to, self.store, session, message, verb.target, verb.wakeup)
 
     async def cancel(self, session: str) -> bool:
         """Cancel ``session``'s run wherever it is held: here, by the owner's ``cancel()``;
