@@ -63,6 +63,10 @@ _NO_ENTRIES: Final[PVector[Any]] = pvector()
 _first: Final = itemgetter(0)
 _TURN: Final = Target.NEXT_TURN
 _STEP: Final = Target.NEXT_STEP
+# Each preset's queue and wake, read from the verb table once: a preset is the hottest send.
+_STEER_AT, _STEER_WAKES = STEER.target, STEER.wakeup
+_INJECT_AT, _INJECT_WAKES = INJECT.target, INJECT.wakeup
+_FOLLOWUP_AT, _FOLLOWUP_WAKES = FOLLOWUP.target, FOLLOWUP.wakeup
 
 
 def as_target(target: object) -> Target:
@@ -281,12 +285,12 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
                      self._step_flags)
 
     def followup(self, message: Message | str) -> Inbox:
-        """The ``followup`` verb: next **turn**, waking an idle agent, "answer this after you finish"."""
-        return self.send(message, FOLLOWUP.target, FOLLOWUP.wakeup)
+        """The ``followup`` verb: next **turn**, wakes, "answer this after you finish"."""
+        return self.send(message, _FOLLOWUP_AT, _FOLLOWUP_WAKES)
 
     def steer(self, message: Message | str) -> Inbox:
-        """The ``steer`` verb: next **step**, waking an idle agent, "read this before your next request"."""
-        return self.send(message, STEER.target, STEER.wakeup)
+        """The ``steer`` verb: next **step**, wakes, "read this before your next request"."""
+        return self.send(message, _STEER_AT, _STEER_WAKES)
 
     def inject(self, message: Message | str) -> Inbox:
         """The ``inject`` verb: next **step** without waking, context for a request the agent
@@ -295,7 +299,7 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
         >>> Inbox().inject("fyi").wants_wake()
         False
         """
-        return self.send(message, INJECT.target, INJECT.wakeup)
+        return self.send(message, _INJECT_AT, _INJECT_WAKES)
 
     # -- claiming --------------------------------------------------------------------------------
 

@@ -5,19 +5,18 @@ combinations worth a name are the verbs, and every place that offers them reads 
 inbox value's presets, a session port's, the owners', the command line's commands, the web face's
 modes, the mailbox's notices), so a verb means the same wherever it is said:
 
-============  =============  ======  ========  =======================================================
-verb          queue          wakes   own turn  meaning
-============  =============  ======  ========  =======================================================
-``steer``     ``next_step``  yes     no        read this before your next model request
-``inject``    ``next_step``  no      no        have this to hand if you make another request
-``followup``  ``next_turn``  yes     no        answer this after you finish what you are doing
-``prompt``    ``next_turn``  yes     yes       a person's prompt: a turn of its own, after any turn
-                                               in progress
-============  =============  ======  ========  =======================================================
+============  =============  =====  ===============================================================
+verb          queue          wakes  meaning
+============  =============  =====  ===============================================================
+``steer``     ``next_step``  yes    read this before your next model request
+``inject``    ``next_step``  no     have this to hand if you make another request
+``followup``  ``next_turn``  yes    answer this after you finish what you are doing
+``prompt``    ``next_turn``  yes    a person's prompt: a turn of its own, after any turn in progress
+============  =============  =====  ===============================================================
 
 A prompt waits like a followup and the log stores it as one (a send has one form); what makes it
-a turn of its own is the owner that takes it, which opens the turn it wakes as a prompt's
-(``TurnStarted.reason == "prompt"``). Any other send is the primitive,
+a turn of its own (``Verb.own_turn``) is the owner that takes it, which opens the turn it wakes
+as a prompt's (``TurnStarted.reason == "prompt"``). Any other send is the primitive,
 ``send(message, target, wakeup)``: a next-turn message that wakes nothing (the mailbox's notice
 joining the turn that opens) has no verb.
 
@@ -70,8 +69,10 @@ class Verb(msgspec.Struct, frozen=True):
     takes it (the log stores the send as it stores a followup); ``meaning`` the verb in a
     sentence, as the command line's help says it.
 
-    >>> PROMPT.own_turn, FOLLOWUP.own_turn, (PROMPT.target, PROMPT.wakeup) == (FOLLOWUP.target, FOLLOWUP.wakeup)
-    (True, False, True)
+    >>> PROMPT.own_turn, FOLLOWUP.own_turn
+    (True, False)
+    >>> (PROMPT.target, PROMPT.wakeup) == (FOLLOWUP.target, FOLLOWUP.wakeup)
+    True
     """
 
     name: VerbName
