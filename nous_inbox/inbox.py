@@ -53,7 +53,7 @@ from nous_inbox.errors import DecodeError
 from nous_inbox.message import Message, enc_hook
 from nous_inbox.verbs import FOLLOWUP, INJECT, STEER, Target
 
-__all__ = ["Claimed", "Entry", "Inbox", "Target", "as_message", "as_target", "as_wakeup", "is_blank"]
+__all__ = ["Claimed", "Entry", "Inbox", "as_message", "as_target", "as_wakeup", "is_blank"]
 
 
 Entry = tuple[Message, bool]

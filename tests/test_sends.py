@@ -15,7 +15,7 @@ from typing import Any, get_args
 import pytest
 
 from nous_inbox.__main__ import main
-from nous_inbox.cli.main import build_parser
+from nous_inbox.cli.parser import build_parser
 from nous_inbox.cli.render import format_event
 from nous_inbox.cli.style import Style
 from nous_inbox.errors import OutcomeUnknownError

@@ -64,7 +64,7 @@ from pyrsistent import pvector
 from nous_inbox.codec import MAX_RECORD_SIZE
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Claimed, Inbox, Target, as_message, as_target, as_wakeup
+from nous_inbox.inbox import Claimed, Inbox, as_message, as_target, as_wakeup
 from nous_inbox.message import Message
 from nous_inbox.session import Session
 from nous_inbox.store.base import append_once
@@ -75,6 +75,7 @@ from nous_inbox.store.snapshot import (
     load_session,
     save_snapshot,
 )
+from nous_inbox.verbs import Target
 
 __all__ = ["ATTEMPTS", "Change", "Journal", "Log", "claim_event", "send_to", "sent_event"]
 
