@@ -88,10 +88,10 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.session import Session, replay
 from nous_inbox.store import open_store
+from nous_inbox.verbs import Target
 
 __all__ = ["FOLD_TARGET", "RAW_TARGET", "SHAPES", "hand_fold", "main", "make_log", "run"]
 

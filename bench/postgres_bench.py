@@ -47,11 +47,11 @@ from pathlib import Path
 from bench._common import all_at_once
 from bench.owner_bench import _NoRun, _owner
 from nous_inbox.events import Event, QueueClaimed, Warned
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
+from nous_inbox.verbs import Target
 
 __all__ = ["Figures", "measure", "render", "run", "main"]
 

@@ -42,9 +42,9 @@ import msgspec
 from nous_inbox import Message, ToolCall
 from nous_inbox.commands import ToolSpec
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Target
 from nous_inbox.runner import LocalSession, Runner, Tool
 from nous_inbox.session import Session
+from nous_inbox.verbs import Target
 
 __all__ = ["Row", "main", "measure", "render", "run"]
 

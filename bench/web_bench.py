@@ -252,7 +252,7 @@ def _idle_table(server: _Server, n: int, settle: float) -> str:
 
 def _inject(text: str) -> Any:
     from nous_inbox.events import MessageSent
-    from nous_inbox.inbox import Target
+    from nous_inbox.verbs import Target
 
     return MessageSent(target=Target.NEXT_STEP, wakeup=False, message=Message.user(text))
 

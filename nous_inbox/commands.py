@@ -26,8 +26,9 @@ from pyrsistent import PVector
 from nous_inbox.boundary import BoundaryKind
 from nous_inbox.events import TurnEndReason
 from nous_inbox.frozen import freeze_json
-from nous_inbox.inbox import Target, is_blank
+from nous_inbox.inbox import is_blank
 from nous_inbox.message import Message, ToolCall
+from nous_inbox.verbs import Target
 
 __all__ = [
     "CLAIMS",

@@ -38,8 +38,8 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message, ToolCall
+from nous_inbox.verbs import Target
 
 __all__ = [
     "EVENT_TYPES",

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message, ToolCall
+from nous_inbox.verbs import Target
 
 __all__ = [
     "Cancelled",

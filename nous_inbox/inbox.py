@@ -5,15 +5,10 @@ run, or it cancels the work. An inbox is the third way. A run claims from it at 
 once when a turn opens (``next_turn``) and again at every step boundary, right before the model
 request (``next_step``), so a message that arrives mid-run joins the *next* request.
 
-``send(message, target, wakeup)`` is the primitive; three presets name the useful combinations:
-
-=============  =============  =====================  ===============================================
-preset         target         wakes an idle agent?   meaning
-=============  =============  =====================  ===============================================
-``followup``   ``next_turn``  yes                    answer this after you finish what you are doing
-``steer``      ``next_step``  yes                    read this before your next model request
-``inject``     ``next_step``  no                     have this to hand *if* you make another request
-=============  =============  =====================  ===============================================
+``send(message, target, wakeup)`` is the primitive; the presets ``steer``, ``inject`` and
+``followup`` are the send verbs of :mod:`nous_inbox.verbs`, whose table says the queue each joins
+and whether it wakes an idle agent (``steer``: next step, wakes; ``inject``: next step, no wake;
+``followup``: next turn, wakes).
 
 >>> inbox = Inbox().inject("recall: the deploy is frozen").steer("stop and summarize")
 >>> inbox.wants_wake()
@@ -47,7 +42,6 @@ Every claim decision lives here, pure: ``claim(target)`` at a turn or step bound
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, Final, overload
@@ -57,18 +51,9 @@ from pyrsistent import PVector, pvector
 
 from nous_inbox.errors import DecodeError
 from nous_inbox.message import Message, enc_hook
+from nous_inbox.verbs import FOLLOWUP, INJECT, STEER, Target
 
-__all__ = ["Claimed", "Entry", "Inbox", "Target", "as_message", "as_target", "as_wakeup", "is_blank"]
-
-
-class Target(enum.StrEnum):
-    """Which boundary a message waits for. Plain strings ``"next_turn"``/``"next_step"`` work too."""
-
-    NEXT_TURN = "next_turn"
-    NEXT_STEP = "next_step"
-
-    def __str__(self) -> str:
-        return self.value
+__all__ = ["Claimed", "Entry", "Inbox", "as_message", "as_target", "as_wakeup", "is_blank"]
 
 
 Entry = tuple[Message, bool]
@@ -78,6 +63,10 @@ _NO_ENTRIES: Final[PVector[Any]] = pvector()
 _first: Final = itemgetter(0)
 _TURN: Final = Target.NEXT_TURN
 _STEP: Final = Target.NEXT_STEP
+# Each preset's queue and wake, read from the verb table once: a preset is the hottest send.
+_STEER_AT, _STEER_WAKES = STEER.target, STEER.wakeup
+_INJECT_AT, _INJECT_WAKES = INJECT.target, INJECT.wakeup
+_FOLLOWUP_AT, _FOLLOWUP_WAKES = FOLLOWUP.target, FOLLOWUP.wakeup
 
 
 def as_target(target: object) -> Target:
@@ -296,20 +285,21 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
                      self._step_flags)
 
     def followup(self, message: Message | str) -> Inbox:
-        """Queue for the next **turn**, waking an idle agent: "answer this after you finish"."""
-        return self.send(message, _TURN, True)
+        """The ``followup`` verb: next **turn**, wakes, "answer this after you finish"."""
+        return self.send(message, _FOLLOWUP_AT, _FOLLOWUP_WAKES)
 
     def steer(self, message: Message | str) -> Inbox:
-        """Queue for the next **step**, waking an idle agent: "read this before your next request"."""
-        return self.send(message, _STEP, True)
+        """The ``steer`` verb: next **step**, wakes, "read this before your next request"."""
+        return self.send(message, _STEER_AT, _STEER_WAKES)
 
     def inject(self, message: Message | str) -> Inbox:
-        """Queue for the next **step** without waking: context for a request the agent makes anyway.
+        """The ``inject`` verb: next **step** without waking, context for a request the agent
+        makes anyway.
 
         >>> Inbox().inject("fyi").wants_wake()
         False
         """
-        return self.send(message, _STEP, False)
+        return self.send(message, _INJECT_AT, _INJECT_WAKES)
 
     # -- claiming --------------------------------------------------------------------------------
 

@@ -13,8 +13,9 @@ reads as it would in a functional language. Same checks, same errors, same value
 
 from __future__ import annotations
 
-from nous_inbox.inbox import Claimed, Inbox, Target
+from nous_inbox.inbox import Claimed, Inbox
 from nous_inbox.message import Message
+from nous_inbox.verbs import Target
 
 __all__ = [
     "claim", "count", "followup", "has_pending", "inject", "send", "steer", "wants_wake",

@@ -48,9 +48,9 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.store import open_store
+from nous_inbox.verbs import Target
 
 #: Where the run's clock starts: every event's ``at`` is this plus its seq, so a fixture is the
 #: same bytes whenever it is written.

@@ -15,13 +15,13 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from nous_inbox.events import Event, MessageSent
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
 from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.owner.sends import Stored
 from nous_inbox.owner.turn_result import AsyncTurnHandle, TurnHandle
 from nous_inbox.store import Store
+from nous_inbox.verbs import Target
 
 __all__ = ["FACES", "AsyncOwnerFromThreads", "build"]
 

@@ -41,8 +41,8 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message, ToolCall
+from nous_inbox.verbs import Target
 
 FORMATS = ["json", "msgpack"]
 

@@ -39,10 +39,11 @@ from nous_inbox.adapters.aimu import AimuInbox, stream_name
 from nous_inbox.adapters.aimu_routing import ORDER_KEY
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Inbox, Target
+from nous_inbox.inbox import Inbox
 from nous_inbox.message import Message, enc_hook
 from nous_inbox.session import replay
 from nous_inbox.store import open_store
+from nous_inbox.verbs import Target
 from tests.aimu_kit import Reply, aimu_kit, call, said
 
 _STRESS = max(1, int(os.environ.get("NOUS_INBOX_STRESS", "1")))

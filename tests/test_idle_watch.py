@@ -18,13 +18,13 @@ import pytest
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import MessageSent, TurnEnded
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner import Owner
 from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.owner.idle_watch import IDLE_LOOK, Member, watch_idle, watch_step
 from nous_inbox.runner import Runner
 from nous_inbox.store import Store, open_store
+from nous_inbox.verbs import Target
 from tests.helpers import WAIT, async_wait_until
 
 

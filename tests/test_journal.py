@@ -17,9 +17,9 @@ from nous_inbox import (
     replay,
 )
 from nous_inbox.events import Event
-from nous_inbox.inbox import Target
 from nous_inbox.store import StoreLockedError, open_store
 from nous_inbox.store.journal import ATTEMPTS, Journal, sent_event
+from nous_inbox.verbs import Target
 
 
 def sent(text: str, wakeup: bool = True) -> MessageSent:

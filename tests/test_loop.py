@@ -39,9 +39,10 @@ from nous_inbox.happenings import (
     TurnOpened,
     interrupted_result,
 )
-from nous_inbox.inbox import Target, is_blank
+from nous_inbox.inbox import is_blank
 from nous_inbox.loop import CONTINUATION, LoopState, Phase, accepts, advance, new_state
 from nous_inbox.message import Message, ToolCall
+from nous_inbox.verbs import Target
 
 TURN, STEP = Target.NEXT_TURN, Target.NEXT_STEP
 PROMPT = Message.user("tidy the staging logs")

@@ -21,7 +21,6 @@ from nous_inbox.events import (
     TurnEnded,
     TurnStarted,
 )
-from nous_inbox.inbox import Target
 from nous_inbox.mailbox import DEBOUNCE, NOTICE, Mailbox, compose, plan
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.owner import Owner
@@ -29,6 +28,7 @@ from nous_inbox.runner import Runner
 from nous_inbox.session import Session
 from nous_inbox.store import Store, open_store
 from nous_inbox.store.journal import claim_event
+from nous_inbox.verbs import Target
 
 # These tests drive the mailbox's deprecated name-taking verbs, which share their bodies with
 # the handles' (tests/test_mailbox_handles.py drives the handles).

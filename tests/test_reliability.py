@@ -50,10 +50,11 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.inbox import Inbox, Target
+from nous_inbox.inbox import Inbox
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
 from nous_inbox.store import FileStore, MemoryStore, SqliteStore, open_store
+from nous_inbox.verbs import Target
 
 STRESS = int(os.environ.get("NOUS_INBOX_STRESS", "1") or 1)
 ROOT = Path(__file__).resolve().parent.parent

@@ -36,7 +36,6 @@ from nous_inbox.events import (
     TurnEnded,
     Warned,
 )
-from nous_inbox.inbox import Target
 from nous_inbox.loop import CONTINUATION
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner import LocalSession, Runner, SessionPort, Tool, tool
@@ -46,6 +45,7 @@ from nous_inbox.store import open_store
 from nous_inbox.store.file import FileStore
 from nous_inbox.store.journal import Journal, sent_event
 from nous_inbox.store.sqlite import SqliteStore
+from nous_inbox.verbs import Target
 from tests.owner_faces import FACES
 from tests.owner_faces import build as build_owner
 

@@ -39,7 +39,6 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.inbox import Target
 from nous_inbox.session import Session, replay
 from nous_inbox.store import open_store
 from nous_inbox.store.journal import Journal
@@ -53,6 +52,7 @@ from nous_inbox.store.snapshot import (
     load_session,
     save_snapshot,
 )
+from nous_inbox.verbs import Target
 
 STRESS = max(1, int(os.environ.get("NOUS_INBOX_STRESS", "1") or 1))
 STEP, TURN = Target.NEXT_STEP, Target.NEXT_TURN

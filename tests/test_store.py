@@ -12,7 +12,6 @@ import pytest
 from nous_inbox.codec import MAX_RECORD_SIZE, Record, encode_header, json_lines
 from nous_inbox.errors import ConcurrencyError, DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import MessageSent, QueueClaimed, Warned
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.session import replay
 from nous_inbox.store import (
@@ -25,6 +24,7 @@ from nous_inbox.store import (
     default_store_url,
     open_store,
 )
+from nous_inbox.verbs import Target
 
 
 def sent(text: str, target: Target = Target.NEXT_STEP, wakeup: bool = True) -> MessageSent:

@@ -31,11 +31,11 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.store import open_store
 from nous_inbox.store.base import StoreBase
 from nous_inbox.store.lease import Leases
+from nous_inbox.verbs import Target
 
 STRESS = int(os.environ.get("NOUS_INBOX_STRESS", "1") or 1)
 

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from nous_inbox.codec import JSON_LINES, MSGPACK
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed, Warned
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.store import open_store
 from nous_inbox.store.base.proof import reads_back
+from nous_inbox.verbs import Target
 
 _anything = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6),

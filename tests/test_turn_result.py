@@ -22,7 +22,6 @@ from nous_inbox.events import (
     TurnEnded,
     TurnStarted,
 )
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.owner import Owner
 from nous_inbox.owner.async_owner import AsyncOwner
@@ -35,6 +34,7 @@ from nous_inbox.owner.turn_result import (
 )
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
+from nous_inbox.verbs import Target
 from tests.owner_faces import FACES, build
 
 WAIT = 30  # seconds; a generous bound for a wait that should end at once, never a sync sleep

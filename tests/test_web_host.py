@@ -14,12 +14,12 @@ import pytest
 
 from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import MessageSent, TurnEnded, TurnStarted
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.runner import Runner
 from nous_inbox.session import replay
 from nous_inbox.store import Store, open_store
+from nous_inbox.verbs import Target
 from nous_inbox.web.host import SessionHost
 from tests.helpers import WAIT, async_wait_until
 

@@ -107,10 +107,11 @@ from nous_inbox.adapters.aimu_routing import (
 )
 from nous_inbox.commands import OPENING, round_claims, worth_a_round
 from nous_inbox.events import Event, MessageSent
-from nous_inbox.inbox import Entry, Inbox, Target
+from nous_inbox.inbox import Entry, Inbox
 from nous_inbox.message import Message
 from nous_inbox.session import Session
-from nous_inbox.store.journal import Journal, Log
+from nous_inbox.store.journal import Journal, Log, sent_event
+from nous_inbox.verbs import FOLLOWUP, INJECT, STEER, Target, Verb
 
 __all__ = ["ORDER_KEY", "STREAM_PREFIX", "AimuInbox", "EventStore", "stream_name"]
 
@@ -227,14 +228,14 @@ class AimuInbox:
         The way to redirect a run in progress; it also tells a host that an idle agent is owed a
         run (``wants_wake``).
         """
-        self._send(text, agent, _STEP, True, "AimuInbox.steer")
+        self._send(text, agent, STEER)
 
     def inject(self, text: str | Message, agent: str | None = None) -> None:
         """Queue ``text`` for the next round boundary without asking for a run of its own.
 
         Context for a run that is going anyway: ``wants_wake`` stays False for it.
         """
-        self._send(text, agent, _STEP, False, "AimuInbox.inject")
+        self._send(text, agent, INJECT)
 
     def followup(self, text: str | Message, agent: str | None = None) -> None:
         """Queue ``text`` for ``agent``'s *next* run: no run already in progress receives it.
@@ -242,9 +243,10 @@ class AimuInbox:
         "Answer this after you finish": the next run's first drain delivers it, before any step
         message.
         """
-        self._send(text, agent, _TURN, True, "AimuInbox.followup")
+        self._send(text, agent, FOLLOWUP)
 
-    def _send(self, text: object, agent: object, target: Target, wakeup: bool, where: str) -> None:
+    def _send(self, text: object, agent: object, verb: Verb) -> None:
+        where = f"AimuInbox.{verb.name}"
         name = check_agent(agent, where)
         message = _check_text(text, where)
 
@@ -252,8 +254,8 @@ class AimuInbox:
             # Stamped here, not once up front: a retry after a lost race has just read the other
             # writer's messages, and this one must sort after them.
             stamped = routing.stamped(message, self._clock.next())
-            sent = MessageSent(target=target, wakeup=wakeup, message=stamped, at=time.time())
-            return box.send(stamped, target, wakeup), [sent], None
+            sent = sent_event(stamped, verb.target, verb.wakeup, at=time.time())
+            return box.send(stamped, verb.target, verb.wakeup), [sent], None
 
         with self._lock:
             self._commit(name, change)

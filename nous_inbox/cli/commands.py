@@ -24,28 +24,22 @@ from nous_inbox.cli.text import message_text
 from nous_inbox.cli.tour import run_tour
 from nous_inbox.cli.usage import UsageError
 from nous_inbox.errors import StoreError, StreamOwnedError
-from nous_inbox.events import Event, MessageSent
+from nous_inbox.events import Event
 from nous_inbox.frozen import thaw_json
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner.port import request_cancel
 from nous_inbox.runner.scripted import MAX_STEPS
 from nous_inbox.safe_json import event_json, json_safe
 from nous_inbox.session import Session
-from nous_inbox.store import Store, append_once, default_store_url, open_store
+from nous_inbox.store import Store, default_store_url, open_store
+from nous_inbox.store.journal import send_to
 from nous_inbox.store.snapshot import load_session, save_snapshot
+from nous_inbox.verbs import as_verb
 
 __all__ = [
     "FOLLOW_POLL_SECONDS", "MAX_STEP_SECONDS", "cancel", "demo", "log", "rm", "run", "send", "sessions",
     "show", "snapshot", "tour",
 ]
-
-_MODES = {
-    "steer": (Target.NEXT_STEP, True),
-    "inject": (Target.NEXT_STEP, False),
-    "followup": (Target.NEXT_TURN, True),
-    "prompt": (Target.NEXT_TURN, True),  # the log has one form for a prompt and a followup
-}
 
 #: How often ``log --follow`` looks for new events.
 FOLLOW_POLL_SECONDS: Final = 0.2
@@ -133,13 +127,14 @@ def _check_exists(args: argparse.Namespace, hint: str = _LISTS) -> None:
 
 
 def send(args: argparse.Namespace, out: IO[str]) -> int:
-    """Append one send (steer, inject, followup or prompt) to a session's log.
+    """Append one send, with the verb the command names (:data:`~nous_inbox.verbs.VERBS`), to a
+    session's log.
 
     A session with no events is refused unless ``--create``: a mistyped name must not quietly
     start a log nobody runs. The check opens the store read-only, so a mistyped ``--store``
     creates nothing either.
     """
-    target, wakeup = _MODES[args.command]
+    verb = as_verb(args.command, "command")
     stdin = sys.stdin.buffer if sys.stdin is not None else None  # None: started without one
     text = message_text(args.file, args.text, stdin)
     if not args.create:
@@ -147,9 +142,10 @@ def send(args: argparse.Namespace, out: IO[str]) -> int:
             _check_exists(args, "nothing was sent; --create sends anyway and starts its log")
         except StoreError as exc:
             raise StoreError(f"{exc}; nothing was sent (--create starts the store)") from None
-    event = MessageSent(target=target, wakeup=wakeup, message=Message.user(text))
     with _open(args) as store:
-        (stored,) = append_once(store, args.session, [event])
+        # The log has one form for a prompt and a followup: a prompt is a turn of its own only
+        # for an owner that takes it from its own verb.
+        stored = send_to(store, args.session, text, verb.target, verb.wakeup)
     out.write(f"{args.command} queued for {args.session!r} as event #{stored.seq}\n")
     return 0
 

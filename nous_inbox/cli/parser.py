@@ -2,8 +2,9 @@
 
 A command is two functions: one here that declares its arguments (every one with a help text) and
 names its handler, and the handler in ``nous_inbox.cli.commands`` that runs it. Adding a command
-is adding those two and one entry to ``COMMANDS``; nothing else changes. The parser imports none of
-the library, so ``nous-inbox --help`` stays instant.
+is adding those two and one entry to ``COMMANDS``; nothing else changes. The send commands are the
+core's verb table (:mod:`nous_inbox.verbs`), one command a verb; beyond that table, loaded with the
+package anyway, the parser imports none of the library, so ``nous-inbox --help`` stays instant.
 
 >>> args = build_parser().parse_args(["steer", "incident-7", "-"])
 >>> args.handler, args.session, args.text, args.create
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any, Final, NamedTuple, NoReturn, TypeAlias
 
 from nous_inbox.cli.terminal import one_line
+from nous_inbox.verbs import VERBS, Verb
 
 __all__ = ["COMMANDS", "Extra", "build_parser"]
 
@@ -85,19 +87,21 @@ def _run(sub: _Sub) -> None:
                      help="the prompt that starts the run (default: %(default)r)")
 
 
-#: The sends: (command, what it does). ``prompt`` is stored as a followup: the log has one form.
-SENDS: Final = (
-    ("steer", "read before the agent's next model request; wakes an idle agent"),
-    ("inject", "have to hand at the agent's next request; wakes nothing"),
-    ("followup", "answer after the current turn; wakes an idle agent"),
-    ("prompt", "a person's prompt: a turn of its own after any turn in progress "
-               "(stored as a followup)"),
-)
+def _send_help(verb: Verb) -> str:
+    """What a send command does, from its verb: ``prompt`` is stored as a followup (a send has
+    one form in the log).
+
+    >>> _send_help(VERBS["inject"])
+    '"have this to hand if you make another request"; wakes nothing'
+    """
+    wakes = "wakes an idle agent" if verb.wakeup else "wakes nothing"
+    stored = " (stored as a followup)" if verb.own_turn else ""
+    return f'"{verb.meaning}"; {wakes}{stored}'
 
 
 def _sends(sub: _Sub) -> None:
-    for mode, text in SENDS:
-        send = _command(sub, mode, text, "send")
+    for verb in VERBS.values():
+        send = _command(sub, verb.name, _send_help(verb), "send")
         _store(send)
         _session(send, "the session to send to; it must have events, unless --create")
         send.add_argument("text", metavar="TEXT", nargs="?", default=None,

@@ -48,6 +48,7 @@ from nous_inbox.events import (
 )
 from nous_inbox.frozen import thaw_json
 from nous_inbox.message import enc_hook
+from nous_inbox.verbs import name_of
 
 __all__ = ["FINAL_LIMIT", "LIMIT", "format_event", "short"]
 
@@ -55,13 +56,6 @@ __all__ = ["FINAL_LIMIT", "LIMIT", "format_event", "short"]
 #: since it is what the run was for (the demo's summary runs to some 400 characters).
 LIMIT: Final = 100
 FINAL_LIMIT: Final = 500
-
-_SEND_MODE = {
-    ("next_step", True): "steer",
-    ("next_step", False): "inject",
-    ("next_turn", True): "followup",
-    ("next_turn", False): "send(next_turn, no wake)",
-}
 
 
 def short(text: str, limit: int = LIMIT) -> str:
@@ -92,7 +86,8 @@ def format_event(event: Event, style: Style, *, with_time: bool = True) -> str:
 
 def _body(event: Event, style: Style) -> str:
     if isinstance(event, MessageSent):
-        mode = _SEND_MODE[(str(event.target), event.wakeup)]
+        mode = name_of(event.target, event.wakeup) or (
+            f"send({event.target}, {'wakes' if event.wakeup else 'no wake'})")
         return f"{style.paint(f'{mode:<9}', 'magenta', 'bold')} {event.message.role}: {short(event.message.content)}"
     if isinstance(event, QueueClaimed):
         return style.paint(f"claimed   {event.count} from {printable(event.target)}", "green")

@@ -47,7 +47,6 @@ from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 from nous_inbox.boundary import Boundary, BoundaryKind
 from nous_inbox.events import Event, MailNoticed, QueueClaimed
-from nous_inbox.inbox import Target
 from nous_inbox.mailbox._named import text
 from nous_inbox.mailbox.records import Mail
 from nous_inbox.mailbox.rules import DEBOUNCE, MAX_WAIT, NOTICE, compose, plan
@@ -56,14 +55,19 @@ from nous_inbox.message import Message
 from nous_inbox.owner import Owner
 from nous_inbox.owner.sends import Refused
 from nous_inbox.session import Session
+from nous_inbox.verbs import FOLLOWUP, INJECT, STEER, Target
 
 __all__ = ["AttachedAgent", "InFlight", "NoticeDelivery", "Recipient"]
 
 logger: Final = logging.getLogger("nous_inbox.mailbox")
 _TURN: Final = Target.NEXT_TURN
-_HOW: Final = {"steer": (Target.NEXT_STEP, True), "inject": (Target.NEXT_STEP, False),
-               "join": (_TURN, False), "followup": (_TURN, True)}
-"""Each way a notice goes, as the queue it joins and whether it wakes."""
+_HOW: Final[dict[str, tuple[Target, bool]]] = {
+    **{verb.name: (verb.target, verb.wakeup) for verb in (STEER, INJECT, FOLLOWUP)},
+    "join": (_TURN, False),
+}
+"""Each way a notice goes, as the queue it joins and whether it wakes: the send verbs' (a notice
+is never a person's prompt), and ``"join"``, the send no verb names (next turn, no wake), for a
+notice that joins the turn opening now and so needs no wake of its own."""
 _T = TypeVar("_T")
 
 

@@ -42,7 +42,6 @@ from typing import Any, TypeVar
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner.body import OwnerBody
 from nous_inbox.owner.core import Stop
@@ -55,6 +54,7 @@ from nous_inbox.owner.turn_result import AsyncTurnHandle, Steps, TurnEnds, TurnR
 from nous_inbox.store import Store
 from nous_inbox.store.journal import sent_event
 from nous_inbox.store.snapshot import SNAPSHOT_EVERY
+from nous_inbox.verbs import Target, Verb
 
 __all__ = ["AsyncOwner"]
 
@@ -220,10 +220,10 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
             raise
         return io.send(event, self._core.unprompt if prompt else None)  # type: ignore[return-value]
 
-    def _turn_send(self, message: Message | str, prompt: bool,
+    def _turn_send(self, message: Message | str, verb: Verb,
                    options: dict[str, Any] | None) -> AsyncTurnHandle:
-        return AsyncTurnHandle(self._store_send(message, Target.NEXT_TURN, True, prompt, options),
-                               self._result)
+        return AsyncTurnHandle(self._store_send(message, verb.target, verb.wakeup, verb.own_turn,
+                                                options), self._result)
 
     def _refused(self, error: Exception) -> Coroutine[Any, Any, MessageSent]:
         return Refused(error)  # raised where it is awaited, as an awaitable's failure is

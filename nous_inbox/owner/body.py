@@ -41,7 +41,7 @@ from typing import Any, ClassVar, Final, Generic, TypeVar
 from nous_inbox.boundary import Boundaries, Boundary
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent
-from nous_inbox.inbox import Inbox, Target, as_message
+from nous_inbox.inbox import Inbox, as_message
 from nous_inbox.message import Message
 from nous_inbox.owner.core import OwnerCore, Stop
 from nous_inbox.owner.group_commit import refused_unwritten
@@ -52,6 +52,7 @@ from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
 from nous_inbox.store.journal import Journal
 from nous_inbox.store.snapshot import SNAPSHOT_EVERY, check_snapshot_every
+from nous_inbox.verbs import FOLLOWUP, INJECT, PROMPT, STEER, Target, Verb
 
 __all__ = ["Listener", "OwnerBody"]
 
@@ -60,9 +61,6 @@ logger: Final = logging.getLogger("nous_inbox.owner")
 R = TypeVar("R")
 H = TypeVar("H")
 Listener = Callable[[Event], None]
-
-_STEP: Final = Target.NEXT_STEP
-_TURN: Final = Target.NEXT_TURN
 
 
 class OwnerBody(Generic[R, H], abc.ABC):
@@ -211,22 +209,23 @@ class OwnerBody(Generic[R, H], abc.ABC):
             return self._refused(exc)
 
     def steer(self, message: Message | str) -> R:
-        """Next step, wakes: "read this before your next model request"."""
-        return self.send(message, _STEP, True)
+        """The ``steer`` verb: next step, wakes, "read this before your next model request"."""
+        return self.send(message, STEER.target, STEER.wakeup)
 
     def inject(self, message: Message | str) -> R:
-        """Next step, no wake: "have this to hand if you make another request"."""
-        return self.send(message, _STEP, False)
+        """The ``inject`` verb: next step, no wake, "have this to hand if you make another
+        request"."""
+        return self.send(message, INJECT.target, INJECT.wakeup)
 
     def followup(self, message: Message | str, **run_options: Any) -> H:
-        """Next turn, wakes: "answer this after you finish what you are doing". Returns a handle
-        on the turn that will answer it; ``run_options`` and a blank message as for
-        :meth:`prompt`."""
-        return self._turn(message, False, run_options)
+        """The ``followup`` verb: next turn, wakes, "answer this after you finish what you are
+        doing". Returns a handle on the turn that will answer it; ``run_options`` and a blank
+        message as for :meth:`prompt`."""
+        return self._turn(message, FOLLOWUP, run_options)
 
     def prompt(self, text: Message | str, **run_options: Any) -> H:
-        """A person's prompt: a turn of its own (recorded as ``"prompt"``), after any turn in
-        progress. It waits in ``next_turn`` with a wake, like a followup.
+        """The ``prompt`` verb: a person's prompt, a turn of its own (recorded as ``"prompt"``),
+        after any turn in progress. It waits in ``next_turn`` with a wake, like a followup.
 
         Returns a handle on the turn it starts (or joins, with what was queued beside it):
         ``sent`` is the stored send, and the handle's result is the turn's
@@ -247,24 +246,24 @@ class OwnerBody(Generic[R, H], abc.ABC):
         ...
         ValueError: prompt: the message is blank, and a blank message never opens a turn ...
         """
-        return self._turn(text, True, run_options)
+        return self._turn(text, PROMPT, run_options)
 
-    def _turn(self, message: Message | str, prompt: bool, run_options: dict[str, Any]) -> H:
-        """A prompt or followup, checked, then the pump's send of it (or its refusal)."""
+    def _turn(self, message: Message | str, verb: Verb, run_options: dict[str, Any]) -> H:
+        """A prompt or followup (``verb``), checked, then the pump's send of it (or its refusal)."""
         try:
             checked = as_message(self._deliverable(message))
             if checked.blank:
-                raise ValueError(f"{'prompt' if prompt else 'followup'}: the message is blank, "
-                                 f"and a blank message never opens a turn (ruling 4), so no "
-                                 f"turn would answer it; nothing was sent")
-            return self._turn_send(checked, prompt, RunOptions.checked(self._runner, run_options))
+                raise ValueError(f"{verb.name}: the message is blank, and a blank message never "
+                                 f"opens a turn (ruling 4), so no turn would answer it; nothing "
+                                 f"was sent")
+            return self._turn_send(checked, verb, RunOptions.checked(self._runner, run_options))
         except Exception as exc:
             return self._turn_refused(exc)
 
     @abc.abstractmethod
-    def _turn_send(self, message: Message | str, prompt: bool,
+    def _turn_send(self, message: Message | str, verb: Verb,
                    options: dict[str, Any] | None) -> H:
-        """The pump's send of a prompt or followup, answered by a handle on its turn."""
+        """The pump's send of a prompt or followup (``verb``), answered by a handle on its turn."""
 
     @abc.abstractmethod
     def _refused(self, error: Exception) -> R:

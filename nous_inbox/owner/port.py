@@ -21,13 +21,14 @@ from typing import Any, Final, Protocol
 from nous_inbox.boundary import Boundaries
 from nous_inbox.commands import Claim
 from nous_inbox.events import CancelRequested, Event, QueueClaimed
-from nous_inbox.inbox import Target, as_target
+from nous_inbox.inbox import as_target
 from nous_inbox.message import Message
 from nous_inbox.runner.port import JournalPort
 from nous_inbox.session import Session
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
 from nous_inbox.store.journal import Journal
+from nous_inbox.verbs import Target
 
 __all__ = [
     "AsyncTurnRunner", "OwnerPort", "RunOptions", "TurnRunner", "cancel_open_turn",

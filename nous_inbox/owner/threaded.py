@@ -74,7 +74,6 @@ import time
 from typing import Any, Final
 
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner.body import Listener, OwnerBody
 from nous_inbox.owner.core import Stop
@@ -85,6 +84,7 @@ from nous_inbox.owner.turn_result import TurnHandle, TurnResult, pump
 from nous_inbox.store import Store
 from nous_inbox.store.journal import sent_event
 from nous_inbox.store.snapshot import SNAPSHOT_EVERY
+from nous_inbox.verbs import Target, Verb
 
 __all__ = ["Owner"]
 
@@ -174,9 +174,10 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
             self._sent_failed(exc, prompt)
             raise
 
-    def _turn_send(self, message: Message | str, prompt: bool,
+    def _turn_send(self, message: Message | str, verb: Verb,
                    options: dict[str, Any] | None) -> TurnHandle:
-        return TurnHandle(self._send(message, Target.NEXT_TURN, True, prompt, options), self._result)
+        return TurnHandle(self._send(message, verb.target, verb.wakeup, verb.own_turn, options),
+                          self._result)
 
     def _refused(self, error: Exception) -> MessageSent:
         raise error  # at the call: the send returns the stored event, not an awaitable

@@ -56,10 +56,10 @@ from nous_inbox.events import (
     TurnStarted,
 )
 from nous_inbox.frozen import thaw_json
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.owner.sends import Refused
 from nous_inbox.session import Session
+from nous_inbox.verbs import Target
 
 __all__ = [
     "AsyncTurnHandle", "Steps", "TurnAnswers", "TurnCancelled", "TurnEnds",

@@ -52,10 +52,10 @@ from typing import Final, Protocol, TypeVar, runtime_checkable
 
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed, Warned
-from nous_inbox.inbox import Target
 from nous_inbox.message import Message
 from nous_inbox.session import Session, replay
 from nous_inbox.store.journal import Change, Journal, sent_event
+from nous_inbox.verbs import FOLLOWUP, INJECT, STEER, Target
 
 __all__ = [
     "ClaimGuard", "JournalPort", "LocalSession", "SendPresets", "SessionPort", "check_port",
@@ -261,23 +261,24 @@ def describe_error(exc: BaseException) -> str:
 
 
 class SendPresets(abc.ABC):
-    """``steer``, ``inject`` and ``followup`` defined once, over a class's own ``send``."""
+    """``steer``, ``inject`` and ``followup`` over a class's own ``send``, each as the verb table
+    (:mod:`nous_inbox.verbs`) says it."""
 
     @abc.abstractmethod
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
         """Queue ``message`` on ``target`` (the primitive); returns the recorded ``MessageSent``."""
 
     def steer(self, message: Message | str) -> MessageSent:
-        """Next step, wakes: "read this before your next model request"."""
-        return self.send(message, Target.NEXT_STEP, True)
+        """The ``steer`` verb: next step, wakes, "read this before your next model request"."""
+        return self.send(message, STEER.target, STEER.wakeup)
 
     def inject(self, message: Message | str) -> MessageSent:
-        """Next step, no wake: "have this to hand if you make another request"."""
-        return self.send(message, Target.NEXT_STEP, False)
+        """The ``inject`` verb: next step, no wake, "have this to hand if you make another request"."""
+        return self.send(message, INJECT.target, INJECT.wakeup)
 
     def followup(self, message: Message | str) -> MessageSent:
-        """Next turn, wakes: "answer this after you finish what you are doing"."""
-        return self.send(message, Target.NEXT_TURN, True)
+        """The ``followup`` verb: next turn, wakes, "answer this after you finish"."""
+        return self.send(message, FOLLOWUP.target, FOLLOWUP.wakeup)
 
 
 class JournalPort:

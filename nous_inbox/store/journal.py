@@ -64,7 +64,7 @@ from pyrsistent import pvector
 from nous_inbox.codec import MAX_RECORD_SIZE
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Claimed, Inbox, Target, as_message, as_target, as_wakeup
+from nous_inbox.inbox import Claimed, Inbox, as_message, as_target, as_wakeup
 from nous_inbox.message import Message
 from nous_inbox.session import Session
 from nous_inbox.store.base import append_once
@@ -75,8 +75,9 @@ from nous_inbox.store.snapshot import (
     load_session,
     save_snapshot,
 )
+from nous_inbox.verbs import Target
 
-__all__ = ["ATTEMPTS", "Change", "Journal", "Log", "claim_event", "sent_event"]
+__all__ = ["ATTEMPTS", "Change", "Journal", "Log", "claim_event", "send_to", "sent_event"]
 
 T = TypeVar("T")
 
@@ -129,6 +130,25 @@ def sent_event(
     message = as_message(message)
     return MessageSent(target=as_target(target), wakeup=as_wakeup(wakeup), message=message,
                        seq=seq, at=at)
+
+
+def send_to(log: Log, stream: str, message: Message | str, target: Target | str,
+            wakeup: bool) -> MessageSent:
+    """Append one send to ``stream`` from a writer that does not hold its session (the command
+    line; a web host whose session another process holds); returns it as stored.
+
+    The event is :func:`sent_event`'s, so its parts are checked before anything is written, and
+    the append is :func:`~nous_inbox.store.base.append_once`, as a journal's own are: an append
+    whose outcome the store could not learn is made again with its identity, so the send is
+    stored once whichever way it went. No expected version: a send joins its queue whatever came
+    before it, and the session's holder folds it in when it next reads the log.
+
+    >>> from nous_inbox.store import open_store
+    >>> send_to(open_store("memory:"), "s", "go", "next_step", True).seq
+    1
+    """
+    (stored,) = append_once(log, stream, [sent_event(message, target, wakeup)])
+    return stored  # type: ignore[return-value]  # the MessageSent built above
 
 
 class Journal:

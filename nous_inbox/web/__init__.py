@@ -8,12 +8,12 @@ when ``create_app`` is first asked for, so the command line works without the ex
 
 from typing import TYPE_CHECKING, Any
 
-from nous_inbox.web.host import MODES, AgentFactory, Mode, SessionHost, checked_text
+from nous_inbox.web.host import AgentFactory, SessionHost, checked_text
 
 if TYPE_CHECKING:
     from nous_inbox.web.app import create_app
 
-__all__ = ["MODES", "AgentFactory", "Mode", "SessionHost", "checked_text", "create_app"]
+__all__ = ["AgentFactory", "SessionHost", "checked_text", "create_app"]
 
 
 def __getattr__(name: str) -> Any:

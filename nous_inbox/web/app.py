@@ -65,7 +65,8 @@ from nous_inbox.events import Event
 from nous_inbox.frozen import thaw_json
 from nous_inbox.safe_json import event_json, json_safe
 from nous_inbox.store.base import check_stream
-from nous_inbox.web.host import MODES, Mode, SessionHost, checked_text
+from nous_inbox.verbs import VERBS, Verb, VerbName
+from nous_inbox.web.host import SessionHost, checked_text
 
 __all__ = ["MAX_BODY", "create_app"]
 
@@ -84,6 +85,17 @@ _PAGE_HEADERS: Final = {
     "Cache-Control": "no-store",
 }
 logger: Final = logging.getLogger("nous_inbox.web")
+
+
+def _verb_button(verb: Verb) -> str:
+    wakes = "wakes it" if verb.wakeup else "wakes nothing"
+    return (f'<button type="button" data-mode="{verb.name}" data-target="{verb.target}" '
+            f'data-wakeup="{str(verb.wakeup).lower()}" '
+            f'title="{html.escape(verb.meaning, quote=True)}; {wakes}">{verb.name}</button>')
+
+
+# The page's send buttons, one a verb of the table: the page reads a stored send's verb from them.
+_VERB_BUTTONS: Final = "\n        ".join(_verb_button(verb) for verb in VERBS.values())
 
 
 class _AnySession(PathConvertor):
@@ -118,7 +130,7 @@ class _Json(JSONResponse):
 class _Send(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The body of ``POST /api/sessions/{id}/messages``."""
 
-    mode: Mode
+    mode: VerbName
     text: str
 
 
@@ -131,7 +143,7 @@ _Body = TypeVar("_Body", _Send, _Cancel)
 # What each body looks like, for the error that refuses another. Decoding into its Struct checks
 # every field's type (and refuses a field it does not know) in one place.
 _SHAPES: Final[Mapping[type[msgspec.Struct], str]] = {
-    _Send: '{"mode": ' + " | ".join(f'"{mode}"' for mode in MODES) + ', "text": "..."}',
+    _Send: '{"mode": ' + " | ".join(f'"{mode}"' for mode in VERBS) + ', "text": "..."}',
     _Cancel: "no body, or {}",
 }
 
@@ -223,7 +235,8 @@ def create_app(
     async def page(request: Request) -> Response:
         # Where the app is mounted, so the page's links and calls go to it.
         root = html.escape(request.scope.get("root_path", "").rstrip("/"), quote=True)
-        text = (_STATIC / "page.html").read_text("utf-8").replace("{{root}}", root)
+        text = (_STATIC / "page.html").read_text("utf-8").replace("{{root}}", root).replace(
+            "{{verbs}}", _VERB_BUTTONS)
         return Response(text, media_type="text/html; charset=utf-8", headers=_PAGE_HEADERS)
 
     def static(file: str, media_type: str) -> Endpoint:

@@ -38,11 +38,11 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final, Literal, TypeVar, get_args
+from typing import Any, Final, TypeVar
 
 from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import Event, MessageSent
-from nous_inbox.inbox import Target, is_blank
+from nous_inbox.inbox import is_blank
 from nous_inbox.message import Message
 from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.owner.port import AsyncTurnRunner, request_cancel
@@ -50,25 +50,15 @@ from nous_inbox.owner.turn_result import AsyncTurnHandle
 from nous_inbox.session import Session, replay
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
+from nous_inbox.store.journal import send_to
 from nous_inbox.store.snapshot import load_session
+from nous_inbox.verbs import as_verb
 
-__all__ = ["MODES", "AgentFactory", "Mode", "SessionHost", "checked_text"]
+__all__ = ["AgentFactory", "SessionHost", "checked_text"]
 
 logger: Final = logging.getLogger("nous_inbox.web")
 
 _T = TypeVar("_T")
-
-Mode = Literal["steer", "inject", "followup", "prompt"]
-"""The four ways to send, as the owner names them."""
-
-#: Where each way to send lands and whether it wakes.
-MODES: Final[dict[str, tuple[Target, bool]]] = {
-    "steer": (Target.NEXT_STEP, True),
-    "inject": (Target.NEXT_STEP, False),
-    "followup": (Target.NEXT_TURN, True),
-    "prompt": (Target.NEXT_TURN, True),
-}
-assert tuple(MODES) == get_args(Mode)
 
 AgentFactory = Callable[[str], AsyncTurnRunner]
 """Makes the runner for a session, given its name: ``factory("s1") -> Runner(...)``."""
@@ -196,26 +186,25 @@ class SessionHost:
         return loaded.session if loaded.session.version else None
 
     async def send(self, session: str, mode: str, text: object) -> MessageSent:
-        """Send ``text`` to ``session`` in ``mode`` (steer, inject, followup, prompt); returns the
-        event once it is stored. Bad input raises before anything is written.
+        """Send ``text`` to ``session`` with the verb called ``mode`` (one of
+        :data:`~nous_inbox.verbs.VERBS`: steer, inject, followup, prompt); returns the event once
+        it is stored. Bad input raises before anything is written.
 
         Held here (or taken now): the owner's verb. Held elsewhere, or this host is full: the send
         is appended to the log as it is (a prompt as a followup, a turn of its own only for the
-        owner that opens it), and the holder's watcher picks it up.
+        owner that opens it) by :func:`~nous_inbox.store.journal.send_to`, which stores it once
+        even when the store could not learn an append's outcome, and the holder's watcher picks
+        it up.
         """
         check_stream(session)
-        if type(mode) is not str:  # a list or a dict would not even hash
-            raise TypeError(f"mode must be a string (one of {', '.join(MODES)}), got "
-                            f"{type(mode).__name__}")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        verb = as_verb(mode, "mode")
         message = checked_text(text)
         owner = await self.take(session)
         if owner is not None:
             try:
-                verb = getattr(owner, mode)(message)  # prompt, followup: a turn's handle
-                sent: MessageSent = await (verb.stored() if isinstance(verb, AsyncTurnHandle)
-                                           else verb)
+                sending = getattr(owner, verb.name)(message)  # prompt, followup: a turn's handle
+                sent: MessageSent = await (sending.stored() if isinstance(sending, AsyncTurnHandle)
+                                           else sending)
                 return sent
             except RuntimeError:
                 # Closed meanwhile (let go as idle, or its lease taken over): refused before
@@ -223,11 +212,7 @@ class SessionHost:
                 if not owner.closed:
                     raise
                 self._drop(session, owner)
-        target, wakeup = MODES[mode]
-        event = MessageSent(target=target, wakeup=wakeup, message=message)
-        (stored,) = await self.call(self.store.append, session, [event])
-        assert isinstance(stored, MessageSent)
-        return stored
+        return await self.call(send_to, self.store, session, message, verb.target, verb.wakeup)
 
     async def cancel(self, session: str) -> bool:
         """Cancel ``session``'s run wherever it is held: here, by the owner's ``cancel()``;

@@ -16,8 +16,8 @@ from typing import Any, Final
 import msgspec
 
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Target
 from nous_inbox.message import ROLES, Message
+from nous_inbox.verbs import Target
 
 __all__ = ["PROVEN_FIELDS", "check_proof", "reads_back"]
 

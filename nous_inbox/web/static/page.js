@@ -6,8 +6,13 @@
 
 const root = document.body.dataset.root || "";
 const $ = (id) => document.getElementById(id);
-const SEND_MODE = { "next_step true": "steer", "next_step false": "inject",
-                    "next_turn true": "followup", "next_turn false": "send(next_turn, no wake)" };
+// What a stored send reads as: the first verb button (the server writes one per verb of its
+// table) with the send's queue and wake, so a stored prompt reads as the followup it is stored as.
+const SEND_MODE = {};
+for (const button of document.querySelectorAll("button[data-mode]")) {
+  const key = `${button.dataset.target} ${button.dataset.wakeup}`;
+  if (!(key in SEND_MODE)) SEND_MODE[key] = button.dataset.mode;
+}
 
 function token() {
   const match = /(?:^#|&)token=([^&]+)/.exec(location.hash);
@@ -84,7 +89,7 @@ function bodyText(body) {
 // reads these names and checks them against nous_inbox.events, so a new type cannot go unshown.
 const LINES = {
   message_sent: (e) => {
-    const mode = SEND_MODE[`${e.target} ${e.wakeup}`] || "send";
+    const mode = SEND_MODE[`${e.target} ${e.wakeup}`] || `send(${e.target}, ${e.wakeup ? "wakes" : "no wake"})`;
     return [[mode.padEnd(9), "send"], [` ${e.message.role}: ${short(e.message.content)}`]];
   },
   queue_claimed: (e) => [[`claimed   ${e.count} from ${e.target}`, "claim"]],
