@@ -857,9 +857,8 @@ def test_a_wake_only_that_is_not_a_bool_is_a_type_error(wake_only: Any) -> None:
         Inbox().steer("a").claim(STEP, wake_only=wake_only)
 
 
-def test_the_blank_test_is_the_loops_and_the_inboxs() -> None:
-    from nous_inbox import inbox, loop
+def test_the_blank_test_is_the_inboxs() -> None:
+    from nous_inbox import inbox
 
-    assert loop.is_blank is inbox.is_blank
     assert inbox.is_blank([]) and inbox.is_blank([Message.user(" "), Message.user("\t")])
     assert not inbox.is_blank([Message.user(" "), Message.user("go")])

@@ -32,7 +32,8 @@ from nous_inbox.events import SCHEMA_VERSION, Event, MailSent, MessageSent, Tool
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.store import open_store
 from tests import fixture_logs
-from tests.test_web_serve import ROOT, WAIT, Served, start_serve, wait_for
+from tests.helpers import wait_until
+from tests.test_web_serve import ROOT, WAIT, Served, start_serve
 
 #: Where the screenshot goes: the docs' picture is refreshed with
 #: ``NOUS_INBOX_SCREENSHOT=docs/img/web-session.png pytest tests/test_web_page.py``; otherwise a
@@ -104,14 +105,16 @@ def test_a_steer_typed_while_the_agent_works_lands_at_its_next_step(
     text = browser.find_element(By.ID, "text")
     text.send_keys("survey the logs from this morning's incident")
     browser.find_element(By.CSS_SELECTOR, "button[data-mode=prompt]").click()
-    wait_for(lambda: any(kind == "tool_called" for kind, _ in lines(browser)), "the agent works")
+    wait_until(lambda: any(kind == "tool_called" for kind, _ in lines(browser)),
+        what="the agent works")
 
     steer = "the cdn.log matters most, read it next"
     text.send_keys(steer)
     browser.find_element(By.CSS_SELECTOR, "button[data-mode=steer]").click()
-    wait_for(lambda: "steer stored as event #" in browser.find_element(By.ID, "sent").text,
-          "the steer was acknowledged")
-    wait_for(lambda: any(kind == "turn_ended" for kind, _ in lines(browser)), "the run ended")
+    wait_until(lambda: "steer stored as event #" in browser.find_element(By.ID, "sent").text,
+        what="the steer was acknowledged")
+    wait_until(lambda: any(kind == "turn_ended" for kind, _ in lines(browser)),
+        what="the run ended")
 
     shown = lines(browser)
     sent_at = next(i for i, (kind, line) in enumerate(shown)
@@ -123,7 +126,8 @@ def test_a_steer_typed_while_the_agent_works_lands_at_its_next_step(
     replies = [line for kind, line in shown[claimed_at:] if kind == "model_replied"]
     assert f"Noted: '{steer}'" in replies[0]  # the agent's very next reply heard it
     assert 'read_log(name="cdn.log")' in replies[0]
-    wait_for(lambda: "idle" in browser.find_element(By.ID, "status").text, "the status says idle")
+    wait_until(lambda: "idle" in browser.find_element(By.ID, "status").text,
+        what="the status says idle")
 
     screenshot = Path(os.environ.get(SCREENSHOT_VARIABLE) or tmp_path / "web-session.png")
     screenshot.parent.mkdir(parents=True, exist_ok=True)
@@ -135,8 +139,8 @@ def test_a_steer_typed_while_the_agent_works_lands_at_its_next_step(
     assert browser.save_screenshot(str(screenshot))
 
     browser.get(token + "/")
-    wait_for(lambda: "incident-42" in browser.find_element(By.ID, "sessions").text,
-          "the list shows the session")
+    wait_until(lambda: "incident-42" in browser.find_element(By.ID, "sessions").text,
+        what="the list shows the session")
 
 
 def test_text_from_a_message_is_shown_as_text_never_as_markup(browser: Any, served: Served) -> None:
@@ -147,8 +151,8 @@ def test_text_from_a_message_is_shown_as_text_never_as_markup(browser: Any, serv
         assert client.post("/api/sessions/x/messages",
                            json={"mode": "inject", "text": markup}).status_code == 202
     browser.get(f"{served.url.rstrip('/')}/sessions/x#token=serve-test-token")
-    line = wait_for(lambda: [text for kind, text in lines(browser) if kind == "message_sent"],
-                 "the message is shown")
+    line = wait_until(lambda: [text for kind, text in lines(browser) if kind == "message_sent"],
+        what="the message is shown")
     assert markup in line[0]
     assert browser.find_elements(By.CSS_SELECTOR, "#events img, #events b") == []
     assert browser.title != "owned"
@@ -158,12 +162,12 @@ def test_without_the_token_the_page_asks_for_it(browser: Any, served: Served) ->
     from selenium.webdriver.common.by import By
 
     browser.get(served.url)
-    form = wait_for(lambda: (f := browser.find_element(By.ID, "token-form")).is_displayed() and f,
-                 "the token form is shown")
+    form = wait_until(lambda: (f := browser.find_element(By.ID, "token-form")).is_displayed() and f,
+        what="the token form is shown")
     form.find_element(By.ID, "token-input").send_keys("serve-test-token")
     form.find_element(By.TAG_NAME, "button").click()
-    wait_for(lambda: browser.find_element(By.ID, "no-sessions").is_displayed(),
-          "with the token the (empty) list shows")
+    wait_until(lambda: browser.find_element(By.ID, "no-sessions").is_displayed(),
+        what="with the token the (empty) list shows")
 
 
 # -- every event type has its line -----------------------------------------------------------
@@ -199,8 +203,8 @@ def fixture_served(tmp_path: Path) -> Iterator[tuple[Served, str]]:
 def shows_as_log_prints(browser: Any, served: Served, stream: str, events: list[Event]) -> None:
     """The page of ``stream`` shows ``events``, each as the line ``nous-inbox log`` prints."""
     browser.get(f"{served.url.rstrip('/')}/sessions/{stream}#token=serve-test-token")
-    shown = wait_for(lambda: (got := lines(browser)) and len(got) == len(events) and got,
-                     f"the {stream} events are shown")
+    shown = wait_until(lambda: (got := lines(browser)) and len(got) == len(events) and got,
+        what=f"the {stream} events are shown")
     for event, (kind, text) in zip(events, shown, strict=True):
         assert kind == type(event).__struct_config__.tag
         # The page's line is the log's, with the time (hh:mm:ss and a space) after the seq.

@@ -18,7 +18,8 @@ from nous_inbox.events import TurnEnded, TurnStarted
 from nous_inbox.session import replay
 from nous_inbox.store import open_store
 from tests import postgres_server
-from tests.test_web_serve import WAIT, Served, start_serve, wait_for
+from tests.helpers import wait_until
+from tests.test_web_serve import WAIT, Served, start_serve
 
 postgres_server.require_psycopg()
 
@@ -56,7 +57,7 @@ def test_a_killed_host_is_taken_over_by_the_other_within_the_lease_and_loses_not
     with first.client() as client:
         assert client.post("/api/sessions/s/messages",
                            json={"mode": "prompt", "text": "survey the logs"}).status_code == 202
-    running = wait_for(lambda: holder([first, second], "s"), "one host runs the session")
+    running = wait_until(lambda: holder([first, second], "s"), what="one host runs the session")
     survivor = second if running is first else first
 
     acknowledged: list[str] = []
@@ -83,7 +84,8 @@ def test_a_killed_host_is_taken_over_by_the_other_within_the_lease_and_loses_not
         talking = threading.Thread(target=person)
         talking.start()
         try:
-            wait_for(lambda: store.version("s") > 40 and len(acknowledged) > 4, "the run is well on")
+            wait_until(lambda: store.version("s") > 40 and len(acknowledged) > 4,
+                what="the run is well on")
             running.process.kill()  # SIGKILL, mid-run
             running.process.wait()
             before = store.version("s")
@@ -92,9 +94,10 @@ def test_a_killed_host_is_taken_over_by_the_other_within_the_lease_and_loses_not
                 later = list(store.read("s", before))
                 return any(isinstance(e, TurnStarted) for e in later)
 
-            wait_for(carried_on, "the other host took the session over and ran it", LEASE + 2)
+            wait_until(carried_on,
+                what="the other host took the session over and ran it", timeout=LEASE + 2)
             assert holder([survivor], "s") is survivor
-            wait_for(lambda: len(acknowledged) > 10, "more sends, through the survivor")
+            wait_until(lambda: len(acknowledged) > 10, what="more sends, through the survivor")
         finally:
             stop.set()
             talking.join(WAIT)
@@ -103,7 +106,7 @@ def test_a_killed_host_is_taken_over_by_the_other_within_the_lease_and_loses_not
             session = replay(store.read("s"))
             return not session.running and not session.inbox.worth_waking()
 
-        wait_for(finished, "the survivor answered everything")
+        wait_until(finished, what="the survivor answered everything")
         events = list(store.read("s"))
     session = replay(events)
     interrupted = [e for e in events if isinstance(e, TurnEnded) and e.reason == "error"]

@@ -46,7 +46,7 @@ from nous_inbox.message import Message
 from nous_inbox.owner.body import OwnerBody
 from nous_inbox.owner.core import Stop
 from nous_inbox.owner.event_readers import EventReaders
-from nous_inbox.owner.idle_watch import OwnerWatch
+from nous_inbox.owner.idle_watch import OwnerWatch, taken_over
 from nous_inbox.owner.port import AsyncTurnRunner
 from nous_inbox.owner.sends import QueuedSend, Refused, Stored
 from nous_inbox.owner.store_worker import SendTicket, StoreWorker
@@ -126,7 +126,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         if self._watch_others:
             self._watcher = OwnerWatch(
                 io, self._store, self._stream, self._poll_interval, running=lambda: self.running,
-                behind=lambda: self._behind(io.lease), lost=lambda: self._taken_over(io.lease),
+                behind=lambda: self._behind(io.lease), lost=lambda: taken_over(io.lease, self._stream),
                 lose=self._lose, catch_up=self._catch_up)
         if self._start:
             io.drain()  # what the resume recorded, before the first decision

@@ -13,20 +13,11 @@ owner adds only its pump: how a run is started and waited for, how a send waits 
 and how a wait for a turn's end waits. What crosses the owner's edge (the port its runs use,
 the runner protocols, a cancel from another process) is :mod:`nous_inbox.owner.port`'s.
 
-One send path: a verb is one line over ``_send(message, target, wakeup)``, which commits the
-send at once (a store that does not block, or a thread that already holds the owner's lock: a
-listener, a boundary subscriber) with :meth:`Journal.send <nous_inbox.store.journal.Journal.send>`,
-or queues it for the next group commit (:mod:`nous_inbox.owner.group_commit`), whose batch goes to
-the store in one :meth:`Journal.append <nous_inbox.store.journal.Journal.append>`. The parts of a send
-are checked once on either path, before anything is written.
-
-Cancel from anywhere: a cancel is a ``CancelRequested`` in the log, recorded only while a turn is
-open (:meth:`Session.cancel <nous_inbox.session.Session.cancel>` decides), by an owner's
-``cancel()`` from any thread or by :func:`~nous_inbox.owner.port.request_cancel` from any
-process. The holder of the session folds it in as it folds another writer's steer (its watcher,
-or the catch-up of its next append) and the core (:meth:`OwnerCore.cancel_asked
-<nous_inbox.owner.core.OwnerCore.cancel_asked>`) ends the run at its turn's next boundary;
-nothing wakes for it (ruling 9).
+One send path: every verb is one line over ``_send``, which commits at once (a store that does
+not block, or a thread that already holds the owner's lock) or queues the send for the next group
+commit (:mod:`nous_inbox.owner.group_commit`); the parts of a send are checked once, before
+anything is written. A cancel is a ``CancelRequested`` in the log, from any thread or process
+(:mod:`nous_inbox.owner.port`), folded in as another writer's steer; it wakes nothing (ruling 9).
 """
 
 from __future__ import annotations
@@ -45,6 +36,7 @@ from nous_inbox.inbox import Inbox, as_message
 from nous_inbox.message import Message
 from nous_inbox.owner.core import OwnerCore, Stop
 from nous_inbox.owner.group_commit import refused_unwritten
+from nous_inbox.owner.idle_watch import check_poll_interval, taken_over
 from nous_inbox.owner.port import OwnerPort, RunOptions, cancel_open_turn
 from nous_inbox.owner.turn_result import TurnAnswers
 from nous_inbox.session import Session
@@ -79,22 +71,17 @@ class OwnerBody(Generic[R, H], abc.ABC):
         who = self._who
         if not callable(getattr(runner, self._run_method, None)):
             raise TypeError(f"{who}: runner must have {self._run_method}(port, *, reason, cancel) "
-                            f"(a nous_inbox.Runner), got {type(runner).__name__}")
+                            f"(a nous_inbox.runner.Runner), got {type(runner).__name__}")
         if not isinstance(stream, str):
             raise TypeError(f"{who}: stream must be a str, got {type(stream).__name__}")
         check_stream(stream)
         for name, value in (("watch", watch), ("start", start), ("freeze_gc", freeze_gc)):
             if type(value) is not bool:
                 raise TypeError(f"{who}: {name} must be a bool, got {type(value).__name__}")
-        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)):
-            raise TypeError(f"{who}: poll_interval must be a number of seconds, "
-                            f"got {type(poll_interval).__name__}")
-        if not 0 < poll_interval < float("inf"):
-            raise ValueError(f"{who}: poll_interval must be a positive number of seconds, "
-                             f"got {float(poll_interval)!r}")
+        interval = check_poll_interval(poll_interval, who)
         check_snapshot_every(snapshot_every, who)
         self._store, self._stream, self._runner = store, stream, runner
-        self._watch_others, self._poll_interval, self._start = watch, float(poll_interval), start
+        self._watch_others, self._poll_interval, self._start = watch, interval, start
         self._snapshot_every, self._freeze_gc = snapshot_every, freeze_gc
         self._lock = threading.RLock()  # guards the journal, wherever it is called from
         self._core = OwnerCore()  # every decision
@@ -170,10 +157,8 @@ class OwnerBody(Generic[R, H], abc.ABC):
         >>> from nous_inbox.owner import Owner
         >>> from nous_inbox.store import open_store
         >>> owner = Owner(open_store("memory:"), "demo", Runner(lambda transcript, tools: "ok"))
-        >>> def at(boundary):
+        >>> def at(boundary):   # what it sends joins the claim that follows
         ...     print(boundary.kind, boundary.turn)
-        ...     if boundary.kind == "turn_opening":
-        ...         _ = owner.inject("read this first")   # lands in the claim that follows
         >>> unsubscribe = owner.on_boundary(at)
         >>> _ = owner.steer("go")
         >>> owner.wait_idle(timeout=5)   # a stop: where the run would stop (ruling 2)
@@ -182,8 +167,6 @@ class OwnerBody(Generic[R, H], abc.ABC):
         stop 1
         turn_ended 1
         True
-        >>> [m.content for m in owner.transcript]
-        ['go', 'read this first', 'ok']
         >>> owner.close()
         """
         with self._lock:
@@ -500,20 +483,11 @@ class OwnerBody(Generic[R, H], abc.ABC):
     def _halted(self) -> None:
         """The owner is over (a lost lease): wake its waiters, stop its watcher."""
 
-    def _taken_over(self, lease: object) -> LeaseLostError | None:
-        """The watcher's look at the lease: the error to stop with when a renewal found it
-        taken over by another owner, else ``None``."""
-        if getattr(lease, "lost", False) is not True:
-            return None
-        return LeaseLostError(f"stream {self._stream!r}: this owner's lease was taken over by "
-                              f"another owner", stream=self._stream,
-                              epoch=getattr(lease, "epoch", 0))
-
     def _behind(self, lease: object) -> bool:
         """The look an idle owner's shared watch makes for it (store I/O, without the lock):
         whether the store holds events this owner has not folded, or its lease was taken over
         (either way the owner must look itself)."""
-        return (self._taken_over(lease) is not None
+        return (taken_over(lease, self._stream) is not None
                 or self._store.version(self._stream) != self._opened().session.version)
 
     def _catch_up(self) -> None:

@@ -50,7 +50,10 @@ from nous_inbox.errors import LeaseLostError
 from nous_inbox.owner.store_worker import LingeringThread, StoreWorker
 from nous_inbox.store import Store
 
-__all__ = ["IDLE_LOOK", "Member", "OwnerWatch", "subscription", "watch_idle", "watch_step"]
+__all__ = [
+    "IDLE_LOOK", "Member", "OwnerWatch", "check_poll_interval", "subscription", "taken_over",
+    "watch_idle", "watch_step",
+]
 
 IDLE_LOOK: Final = 0.5
 """Seconds between two looks of the shared watch at its members' streams."""
@@ -76,6 +79,33 @@ def subscription(store: Store, stream: str, hint: Callable[[], object],
         logger.exception("could not subscribe to session %r; polling", stream)
         return None
     return unsubscribe if callable(unsubscribe) else None
+
+
+def check_poll_interval(value: object, who: str) -> float:
+    """``value`` as the seconds between an owner's own looks at its store, refused naming
+    ``who`` unless it is a positive, finite number.
+
+    >>> check_poll_interval(0, "Owner")
+    Traceback (most recent call last):
+    ...
+    ValueError: Owner: poll_interval must be a positive number of seconds, got 0.0
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{who}: poll_interval must be a number of seconds, "
+                        f"got {type(value).__name__}")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{who}: poll_interval must be a positive number of seconds, "
+                         f"got {float(value)!r}")
+    return float(value)
+
+
+def taken_over(lease: object, stream: str) -> LeaseLostError | None:
+    """The watcher's look at an owner's ``lease``: the error to stop with when a renewal found
+    it taken over by another owner, else ``None``."""
+    if getattr(lease, "lost", False) is not True:
+        return None
+    return LeaseLostError(f"stream {stream!r}: this owner's lease was taken over by another owner",
+                          stream=stream, epoch=getattr(lease, "epoch", 0))
 
 
 def watch_step(stream: str, lost: Callable[[], LeaseLostError | None],

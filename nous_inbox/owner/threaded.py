@@ -78,7 +78,7 @@ from nous_inbox.message import Message
 from nous_inbox.owner.body import Listener, OwnerBody
 from nous_inbox.owner.core import Stop
 from nous_inbox.owner.group_commit import GroupCommit, commit_in_threads
-from nous_inbox.owner.idle_watch import subscription, watch_step
+from nous_inbox.owner.idle_watch import subscription, taken_over, watch_step
 from nous_inbox.owner.port import TurnRunner
 from nous_inbox.owner.turn_result import TurnHandle, TurnResult, pump
 from nous_inbox.store import Store
@@ -339,7 +339,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
                     self._nudge.clear()
                     if self._halt.is_set():
                         return
-                if not watch_step(self._stream, lambda: self._taken_over(self._lease),
+                if not watch_step(self._stream, lambda: taken_over(self._lease, self._stream),
                                   self._lose, self._catch_up):
                     return
         finally:
