@@ -79,7 +79,6 @@ class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True, repr_omit_defaul
         return {"name": self.name, "description": self.description, "parameters": parameters}
 
 
-
 class Claim(msgspec.Struct, frozen=True, repr_omit_defaults=True):
     """The command: claim ``target`` and report ``ClaimAnswered``. With ``wake_only``, claim
     only if an entry on it asked for a wake and is worth a model round (``Inbox.claim(target,

@@ -349,8 +349,6 @@ def check_text(value: str, where: str) -> None:
             ) from None
 
 
-
-
 def freeze_mapping(value: object, where: str) -> FrozenDict:
     """A JSON object (a mapping at the top) frozen, as a message's ``metadata`` and a tool call's
     ``arguments`` are: :data:`EMPTY` for an empty one, else :func:`freeze_json`'s tree; anything
@@ -370,4 +368,3 @@ def freeze_mapping(value: object, where: str) -> FrozenDict:
             pass
     frozen: FrozenDict = _freeze(value, where, ())
     return frozen
-

@@ -104,7 +104,6 @@ Happening = (TurnOpened | ClaimAnswered | ModelAnswered | ToolsFinished | Retrie
              | Failed)
 
 
-
 def cancelled_result(call: ToolCall) -> Message:
     """The tool message that answers a call the turn ended before running."""
     return Message.tool(
@@ -143,4 +142,3 @@ def open_calls(transcript: Sequence[Message], answered: Iterable[str] = ()) -> l
         if message.role == "tool" and message.tool_call_id is not None:
             done.add(message.tool_call_id)
     return []
-

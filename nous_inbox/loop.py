@@ -7,7 +7,7 @@ module decides everything about that and does nothing: no I/O, no threads, no cl
 happened. Events leave here with ``seq`` 0; whoever records them numbers them.
 
 >>> from nous_inbox.happenings import ClaimAnswered, ModelAnswered, TurnOpened
->>> from nous_inbox.inbox import Target
+>>> from nous_inbox.verbs import Target
 >>> from nous_inbox.message import Message
 >>> state = new_state(max_steps=5)
 >>> state, command, events = advance(state, TurnOpened(turn=1, transcript=[Message.user("hi")]))
@@ -146,7 +146,6 @@ CONTINUATION: Final = Message.user(
 """The loop's own nudge after a degenerate reply; its provenance tag marks it as the loop's words."""
 
 
-
 class Phase(enum.StrEnum):
     """What the loop is waiting for."""
 
@@ -159,7 +158,6 @@ class Phase(enum.StrEnum):
     MODEL = "model"  # the model's reply
     TOOLS = "tools"  # the tool results
     ENDED = "ended"  # nothing: the turn is over
-
 
 
 class LoopState(msgspec.Struct, frozen=True):
@@ -221,7 +219,6 @@ def new_state(
         if not isinstance(spec, ToolSpec):
             raise TypeError(f"tools[{i}] must be a ToolSpec, got {type(spec).__name__}")
     return LoopState(max_steps, structured, specs, added_only)
-
 
 
 _replace = msgspec.structs.replace
@@ -460,15 +457,18 @@ def _close(state: LoopState, reason: TurnEndReason, error: str | None,
            answered: Sequence[Message] = ()) -> Advance:
     """End the turn from any open phase, answering tool calls left pending: with the driver's
     ``answered`` results where it has them, else as cancelled."""
-    running = {call.id for call in state.calls}
-    by_id = {m.tool_call_id: m for m in answered
-             if isinstance(m, Message) and m.role == "tool" and m.tool_call_id in running}
-    if len(by_id) != len(answered):
+    left = list(answered)  # matched to the calls in order: a model may repeat an id
+    results = []
+    for call in state.calls:
+        match = next((m for m in left if isinstance(m, Message) and m.role == "tool"
+                      and m.tool_call_id == call.id), None)
+        results.append(cancelled_result(call) if match is None else left.pop(left.index(match)))
+    if left:
         raise ValueError(f"Cancelled.results must be tool Messages answering calls the loop is "
-                         f"running ({sorted(running)}), got {list(answered)!r}")
+                         f"running ({[c.id for c in state.calls]}), also got "
+                         f"{[getattr(m, 'tool_call_id', type(m).__name__) for m in left]}")
     events: list[Event] = []
     if state.phase is Phase.TOOLS:
-        results = [by_id.get(call.id) or cancelled_result(call) for call in state.calls]
         events.extend(ToolReturned(turn=state.turn, step=state.step, message=m) for m in results)
         state = _replace(state, transcript=state.transcript.extend(results), calls=())
     if state.phase is Phase.MODEL or state.phase is Phase.TOOLS:

@@ -6,7 +6,7 @@ start; ``session.apply(event)`` folds one more. There is no second format: whate
 in memory, replaying its log gives back an equal ``Session``.
 
 >>> from nous_inbox.events import MessageSent, QueueClaimed
->>> from nous_inbox.inbox import Target
+>>> from nous_inbox.verbs import Target
 >>> from nous_inbox.message import Message
 >>> events = [
 ...     MessageSent(seq=1, target=Target.NEXT_STEP, wakeup=False, message=Message.user("fyi")),

@@ -453,6 +453,17 @@ def test_a_cancel_keeps_the_answers_the_driver_has_and_a_tool_cut_off_is_interru
     assert cut.content == "interrupted: the turn was cancelled before this tool answered"
 
 
+def test_a_cancel_answers_calls_that_share_an_id_each_in_call_order() -> None:
+    # a model may repeat a call's id; the driver has the first one's answer when it is cancelled
+    twin = ToolCall(CALL.id, CALL.name, {"again": True})
+    state, _ = first_request()
+    state, _, _ = advance(state, ModelAnswered(Message.assistant(tool_calls=[CALL, twin])))
+    state, _command, events = advance(state, Cancelled([RESULT]))
+    assert names(events) == ["ToolReturned", "ToolReturned", "StepEnded", "TurnEnded"]
+    first, second = (e.message for e in events[:2] if isinstance(e, ToolReturned))
+    assert first == RESULT and second.metadata["error"] == "cancelled"
+
+
 def test_a_cancel_refuses_answers_to_calls_the_loop_is_not_running() -> None:
     state, _ = first_request()
     with pytest.raises(ValueError, match="must be tool Messages answering calls"):
