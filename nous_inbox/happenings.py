@@ -79,7 +79,8 @@ class Retried(msgspec.Struct, frozen=True):
     own nudge: a retry after an empty reply or a refused answer) and will ask the model again.
 
     The request is one the run makes anyway, so the claim before it is a plain one: a pending
-    message joins the framework's words (rulings 1 and 3); the budget still counts (ruling 5).
+    message joins the framework's words (rulings 1 and 3). It is the framework's own request, so
+    a budget of added requests only (``added_only``, ruling 5) does not spend on it.
     """
 
     message: Message

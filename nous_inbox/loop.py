@@ -411,7 +411,7 @@ def _tools_finished(state: LoopState, finished: ToolsFinished) -> Advance:
 
 def _retried(state: LoopState, retried: Retried) -> Advance:
     """A claim phase after a step + Retried: the framework's nudge joins the transcript, and
-    the request it makes claims plainly, within the budget (rulings 3 and 5)."""
+    the request it makes claims plainly (ruling 3), the framework's own (ruling 5)."""
     message = retried.message
     if not isinstance(message, Message) or message.role != "user":
         raise ValueError(f"Retried needs a user Message, got {message!r}")

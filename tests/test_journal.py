@@ -268,7 +268,6 @@ def test_every_way_to_send_checks_the_parts_in_one_order_so_one_error_wins(bad: 
     # message, then target, then wakeup: a send with several bad parts raises the same error
     # whether the inbox, a journal, its sent_event or the port's takes it.
     from nous_inbox.inbox import Inbox
-    from nous_inbox.runner import port
 
     def error(send: Any) -> str:
         with pytest.raises((TypeError, ValueError)) as caught:
@@ -277,7 +276,6 @@ def test_every_way_to_send_checks_the_parts_in_one_order_so_one_error_wins(bad: 
 
     journal = Journal(open_store("memory:"), "s")
     assert error(journal.send) == error(sent_event) == error(Inbox().send)
-    assert error(port.sent_event) == error(sent_event)
     assert journal.session.version == 0
 
 

@@ -35,7 +35,6 @@ PRIVATE_IMPORTS_ALLOWED = {
     ("mailbox/mailbox.py", "nous_inbox.mailbox.owner_link", "_is_owned"): "the mailbox's own rework",
 }
 FOREIGN_EXPORTS_ALLOWED = {
-    ("runner/port.py", "sent_event"): "the send verbs' rework",
     ("runner/runner.py", "LocalSession"): "the runner's own rework",
     ("runner/runner.py", "SessionPort"): "the runner's own rework",
     ("runner/runner.py", "Tool"): "the runner's own rework",

@@ -165,4 +165,5 @@ def _ids(ids: tuple[str, ...]) -> str:
 
 
 def _args(arguments: Any) -> str:
-    return ", ".join(f"{printable(k)}={json.dumps(v)}" for k, v in thaw_json(arguments).items())
+    return ", ".join(f"{printable(k)}={printable(json.dumps(v))}"
+                     for k, v in thaw_json(arguments).items())

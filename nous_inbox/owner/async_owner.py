@@ -26,8 +26,8 @@ A send verb checks its input (and an inline send stores) when called, and return
 the stored event. Under the owner's lock (a boundary subscriber) or off the loop (another thread)
 it commits at once; on the loop it is queued for the store worker, and a sync callback there (a
 listener) may drop the coroutine unawaited: the send is stored all the same. A verb never raises
-at the call: a send refused before anything is written (bad input, a closed owner) raises where
-it is awaited (:class:`~nous_inbox.owner.sends.Refused`). ``prompt`` and
+at the call: a send that fails (refused before anything is written, or an inline commit whose
+outcome is unknown) raises where it is awaited (:class:`~nous_inbox.owner.sends.Refused`). ``prompt`` and
 ``followup`` return an :class:`~nous_inbox.owner.turn_result.AsyncTurnHandle` instead:
 ``await owner.prompt(text)`` is the :class:`~nous_inbox.owner.turn_result.TurnResult` of the turn that
 answers it, and ``await handle.stored()`` the stored send alone. Every folded batch is told on

@@ -183,8 +183,9 @@ class OwnerBody(Generic[R, H], abc.ABC):
         """Queue ``message`` on ``target`` durably, then wake if it asks to and nothing runs.
 
         Bad input is refused before anything is written, and so is a message the runner says it
-        cannot deliver (its ``check_message``): the threaded owner raises at the call, an
-        ``AsyncOwner`` when what it returned is awaited. Returns the event as stored, once it is.
+        cannot deliver (its ``check_message``). A failure (a refusal, or a commit whose outcome
+        is unknown) is raised by the threaded owner at the call, by an ``AsyncOwner`` when what
+        it returned is awaited. Returns the event as stored, once it is.
         """
         try:
             return self._send(self._deliverable(message), target, wakeup)

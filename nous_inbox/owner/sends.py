@@ -57,9 +57,10 @@ class Stored(Coroutine[Any, Any, _T], Generic[_T]):
 
 
 class Refused(Coroutine[Any, Any, _T], Generic[_T]):
-    """A coroutine of a send refused when it was made (bad input, a record too large, a closed
-    owner): nothing was written, and awaiting it raises ``error``, as an awaitable reports its
-    failure when awaited. So ``asyncio.gather(..., return_exceptions=True)`` over sends gives
+    """A coroutine of a send that failed when it was made: refused before anything was written
+    (bad input, a record too large, a closed owner), or an inline commit that failed (an
+    ``OutcomeUnknownError`` says the send may be stored). Awaiting it raises ``error``, as an
+    awaitable reports its failure when awaited. So ``asyncio.gather(..., return_exceptions=True)`` over sends gives
     each one's error beside the others' events. One never awaited (a sync callback's send) has
     its error logged when it is dropped, as asyncio logs a future's exception nobody retrieved.
 

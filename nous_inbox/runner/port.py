@@ -59,7 +59,7 @@ from nous_inbox.verbs import FOLLOWUP, INJECT, STEER, Target
 
 __all__ = [
     "ClaimGuard", "JournalPort", "LocalSession", "SendPresets", "SessionPort", "check_port",
-    "describe_error", "sent_event",
+    "describe_error",
 ]
 
 logger: Final = logging.getLogger("nous_inbox.runner.port")

@@ -324,8 +324,13 @@ def _field_error(reason: str) -> str:
     """
     what, at, path = reason.rpartition(" - at `$")
     if at and path.startswith(".") and path.endswith("`"):
-        return f"{path[1:-1]}: {what}"
-    return reason if "field `" in reason else f"the body: {reason}"
+        return f"{_cut(path[1:-1])}: {what}"
+    return _cut(reason, 200) if "field `" in reason else f"the body: {reason}"
+
+
+def _cut(text: str, limit: int = 40) -> str:
+    """A name the client sent, cut to ``limit`` characters: a body may hold 64 KiB of it."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 class _EventStream(StreamingResponse):
