@@ -55,7 +55,10 @@ from nous_inbox.runner import LocalSession, Runner, Tool
 from nous_inbox.session import Session
 from nous_inbox.verbs import Target
 
-__all__ = ["FLOOR", "FloorRow", "Row", "main", "measure", "measure_floor", "render", "render_floor", "run"]
+__all__ = [
+    "FLOOR", "FloorRow", "Row", "async_runner", "main", "measure", "measure_floor", "render",
+    "render_floor", "run",
+]
 
 CALL = Message.assistant(tool_calls=[ToolCall("c1", "add", {"a": 2, "b": 3})])
 FINAL = Message.assistant("the sum is 5")
@@ -175,14 +178,15 @@ def _session() -> LocalSession:
 class BarePort:
     """The least a port can be: a session folded in memory, no store, no lock, no proof.
 
-    Measured beside ``LocalSession`` (a journal over a ``memory:`` store, which validates and
-    proves every event it appends) to tell the runner's own cost from its port's.
+    Measured beside ``LocalSession`` (a journal over an in-memory list, which numbers, times and
+    folds every event it appends under a lock) to tell the runner's own cost from its port's.
     """
 
     def __init__(self) -> None:
         self.session = Session()
         self.events: list[Event] = []
-        self.record(MessageSent(target=Target.NEXT_TURN, wakeup=True, message=Message.user(PROMPT)))
+        self.record([MessageSent(target=Target.NEXT_TURN, wakeup=True,
+                                 message=Message.user(PROMPT))])
 
     def claim(
         self, target: Target, *, wake_only: bool = False
@@ -190,13 +194,17 @@ class BarePort:
         claimed, _ = self.session.inbox.claim(target, wake_only=wake_only)
         if not claimed:
             return (), None
-        event = self.record(QueueClaimed(target=target, count=len(claimed)))
+        (event,) = self.record([QueueClaimed(target=target, count=len(claimed))])
         return tuple(claimed), event  # type: ignore[return-value]
 
-    def record(self, event: Event) -> Event:
-        stamped = msgspec.structs.replace(event, seq=self.session.version + 1, at=time.time())
-        self.session = self.session.apply(stamped)
-        self.events.append(stamped)
+    def record(self, events: Sequence[Event]) -> list[Event]:
+        stamped = []
+        now = time.time()
+        for event in events:
+            event = msgspec.structs.replace(event, seq=self.session.version + 1, at=now)
+            self.session = self.session.apply(event)
+            stamped.append(event)
+        self.events += stamped
         return stamped
 
 
@@ -223,11 +231,16 @@ def time_async_hand_written(steps: int, latency: float = 0.0) -> float:
     return asyncio.run(turn())
 
 
+def async_runner(steps: int, latency: float = 0.0) -> Runner:
+    """The runner of the async model and tool, the tool by the name the model calls."""
+    return Runner(make_amodel(steps, latency), [Tool(aadd, name="add")], max_steps=steps + 1)
+
+
 def time_async_runner(
     steps: int, latency: float = 0.0, *, native: bool, offload: bool = True
 ) -> float:
     if native:
-        runner = Runner(make_amodel(steps, latency), [aadd], max_steps=steps + 1)
+        runner = async_runner(steps, latency)
     else:
         runner = Runner(make_model(steps), [add], max_steps=steps + 1, offload=offload)
     local = _session()
