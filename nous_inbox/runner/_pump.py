@@ -65,6 +65,10 @@ CUT_OFF: Final = Abandoned()
 outcome unknown."""
 
 
+_PLAIN: Final = frozenset({Message, str, int, float, bool, type(None), dict, list, tuple})
+"""What a model or a tool commonly returns and is never awaitable: not asked whether it is."""
+
+
 def _what(tool_call: ToolCall | None) -> str:
     return "the model" if tool_call is None else f"tool {tool_call.name!r}"
 
@@ -83,7 +87,7 @@ def pump(turn: Generator[Request, Any, None]) -> Iterator[Event]:
             yield from events
             try:
                 value = fn(*args, **kwargs)
-                if type(value) is not Message and inspect.isawaitable(value):
+                if type(value) not in _PLAIN and inspect.isawaitable(value):
                     raise _awaitable(value, tool_call)
             except Exception as exc:
                 request = turn.throw(exc)
@@ -199,7 +203,7 @@ async def _acall(fn: Callable[..., Any], is_async: bool, args: tuple[Any, ...],
         value = fn(*args, **kwargs)
     else:
         value = await asyncio.to_thread(fn, *args, **kwargs)
-    if inspect.isawaitable(value):
+    if type(value) not in _PLAIN and inspect.isawaitable(value):
         value = await value
     return value
 
