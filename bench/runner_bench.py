@@ -21,7 +21,15 @@ awaiting the same async model and tool, and, with the same sync callables, inlin
 (``offload=False``) and in worker threads (the default).
 
 Variants run alternately in one process; each figure is the minimum of the repeats, per step.
-Run with ``python -m bench.runner_bench`` (``--quick`` for a rough pass that only shows it works).
+
+The floor (a second table) is the turn a user runs: a model that takes 1 ms (a fast local one;
+hosted models take far longer), one tool call in every step, 20 steps a turn, ``Runner.run_turn``
+over a ``LocalSession`` against the hand-written loop calling the same model and tool, and
+``Runner.arun_turn`` against the hand-written asyncio loop awaiting the same async model and
+tool. Turns of the two sides alternate in one process; each side's figure is the median of its
+turns, and the ratio is the median of the ratios of each pair run back to back (floor: at most
+1.05x). Run with ``python -m bench.runner_bench`` (``--quick`` for a rough pass that only shows
+it works).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import platform
+import statistics
 import threading
 import time
 from collections import deque
@@ -46,7 +55,10 @@ from nous_inbox.runner import LocalSession, Runner, Tool
 from nous_inbox.session import Session
 from nous_inbox.verbs import Target
 
-__all__ = ["Row", "main", "measure", "render", "run"]
+__all__ = [
+    "FLOOR", "FloorRow", "Row", "async_runner", "main", "measure", "measure_floor", "render",
+    "render_floor", "run",
+]
 
 CALL = Message.assistant(tool_calls=[ToolCall("c1", "add", {"a": 2, "b": 3})])
 FINAL = Message.assistant("the sum is 5")
@@ -80,13 +92,21 @@ def make_model(
     return model
 
 
-def make_amodel(steps: int) -> Callable[..., Any]:
+def make_amodel(steps: int, latency: float = 0.0) -> Callable[..., Any]:
+    """:func:`make_model`, async: it awaits ``asyncio.sleep(latency)`` when given one."""
     sync = make_model(steps)
 
     async def model(transcript: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
+        if latency:
+            await asyncio.sleep(latency)
         return sync(transcript, tools)
 
     return model
+
+
+SPECS = [Tool(add).spec]
+"""What the hand-written loops tell the model about ``add``: worked out once, as the runner
+works out its own when it is built, so neither side pays for it in a turn."""
 
 
 # -- the baselines --------------------------------------------------------------------------------
@@ -98,7 +118,7 @@ def hand_written(
     """The loop a user writes: model, tools, append, until the model stops calling tools."""
     model = make_model(steps, latency)
     tools = {"add": add}
-    specs = [Tool(add).spec]
+    specs = SPECS
     transcript = [Message.user(PROMPT)]
     while True:
         if drain is not None:
@@ -112,11 +132,11 @@ def hand_written(
             transcript.append(Message.tool(str(value), call.id, name=call.name))
 
 
-async def ahand_written(steps: int) -> list[Message]:
+async def ahand_written(steps: int, latency: float = 0.0) -> list[Message]:
     """The async loop a user writes, awaiting an async model and tool."""
-    model = make_amodel(steps)
+    model = make_amodel(steps, latency)
     tools = {"add": aadd}
-    specs = [Tool(add).spec]
+    specs = SPECS
     transcript = [Message.user(PROMPT)]
     while True:
         reply = await model(transcript, specs)
@@ -158,14 +178,15 @@ def _session() -> LocalSession:
 class BarePort:
     """The least a port can be: a session folded in memory, no store, no lock, no proof.
 
-    Measured beside ``LocalSession`` (a journal over a ``memory:`` store, which validates and
-    proves every event it appends) to tell the runner's own cost from its port's.
+    Measured beside ``LocalSession`` (a journal over an in-memory list, which numbers, times and
+    folds every event it appends under a lock) to tell the runner's own cost from its port's.
     """
 
     def __init__(self) -> None:
         self.session = Session()
         self.events: list[Event] = []
-        self.record(MessageSent(target=Target.NEXT_TURN, wakeup=True, message=Message.user(PROMPT)))
+        self.record([MessageSent(target=Target.NEXT_TURN, wakeup=True,
+                                 message=Message.user(PROMPT))])
 
     def claim(
         self, target: Target, *, wake_only: bool = False
@@ -173,13 +194,17 @@ class BarePort:
         claimed, _ = self.session.inbox.claim(target, wake_only=wake_only)
         if not claimed:
             return (), None
-        event = self.record(QueueClaimed(target=target, count=len(claimed)))
+        (event,) = self.record([QueueClaimed(target=target, count=len(claimed))])
         return tuple(claimed), event  # type: ignore[return-value]
 
-    def record(self, event: Event) -> Event:
-        stamped = msgspec.structs.replace(event, seq=self.session.version + 1, at=time.time())
-        self.session = self.session.apply(stamped)
-        self.events.append(stamped)
+    def record(self, events: Sequence[Event]) -> list[Event]:
+        stamped = []
+        now = time.time()
+        for event in events:
+            event = msgspec.structs.replace(event, seq=self.session.version + 1, at=now)
+            self.session = self.session.apply(event)
+            stamped.append(event)
+        self.events += stamped
         return stamped
 
 
@@ -197,18 +222,25 @@ def time_runner(steps: int, latency: float = 0.0, *, bare: bool = False) -> floa
     return time.perf_counter() - start
 
 
-def time_async_hand_written(steps: int) -> float:
+def time_async_hand_written(steps: int, latency: float = 0.0) -> float:
     async def turn() -> float:
         start = time.perf_counter()
-        await ahand_written(steps)
+        await ahand_written(steps, latency)
         return time.perf_counter() - start
 
     return asyncio.run(turn())
 
 
-def time_async_runner(steps: int, *, native: bool, offload: bool = True) -> float:
+def async_runner(steps: int, latency: float = 0.0) -> Runner:
+    """The runner of the async model and tool, the tool by the name the model calls."""
+    return Runner(make_amodel(steps, latency), [Tool(aadd, name="add")], max_steps=steps + 1)
+
+
+def time_async_runner(
+    steps: int, latency: float = 0.0, *, native: bool, offload: bool = True
+) -> float:
     if native:
-        runner = Runner(make_amodel(steps), [aadd], max_steps=steps + 1)
+        runner = async_runner(steps, latency)
     else:
         runner = Runner(make_model(steps), [add], max_steps=steps + 1, offload=offload)
     local = _session()
@@ -276,24 +308,75 @@ def measure(quick: bool = False) -> list[Row]:
             ("Runner.arun_turn, sync callables in threads", "async hand-written loop"),
         ]
         rows += [Row(v, b, steps, best[v], best[b]) for v, b in pairs]
-    if not quick:
-        # The same comparison with a model that takes 1 ms (a fast local model; hosted ones
-        # take 100 ms and more): how much of a real run the runner's own cost is.
-        steps, latency = 50, 0.001
-        runner_s = baseline_s = float("inf")
-        for _ in range(7):
-            baseline_s = min(baseline_s, time_hand_written(steps, latency=latency) / steps)
-            runner_s = min(runner_s, time_runner(steps, latency) / steps)
-        rows.append(
-            Row(
-                "Runner.run_turn, 1 ms model",
-                "hand-written loop, 1 ms model",
-                steps,
-                runner_s,
-                baseline_s,
-            )
-        )
     return rows
+
+
+#: The most the runner may take over the hand-written loop, per turn, with the 1 ms model.
+FLOOR = 1.05
+
+
+@dataclass(frozen=True)
+class FloorRow:
+    """The floor's comparison for one driver: the median seconds per step of each side over
+    alternating turns, and the median of the paired ratios."""
+
+    variant: str
+    baseline_name: str
+    steps: int
+    variant_s: float
+    baseline_s: float
+    ratio: float
+    pairs: int
+
+
+def measure_floor(quick: bool = False, steps: int = 20, latency: float = 0.001) -> list[FloorRow]:
+    """The turn a user runs (see the module docstring): each driver against its hand-written
+    loop, a turn of each side in turn, ``pairs`` times after a warm-up pair."""
+    pairs = 3 if quick else 41
+    sides = (
+        ("Runner.run_turn", "hand-written loop",
+         lambda: time_runner(steps, latency), lambda: time_hand_written(steps, latency=latency)),
+        ("Runner.arun_turn", "async hand-written loop",
+         lambda: time_async_runner(steps, latency, native=True),
+         lambda: time_async_hand_written(steps, latency)),
+    )
+    rows = []
+    for variant, baseline_name, timed, baseline in sides:
+        timed(), baseline()  # warm up
+        ours: list[float] = []
+        theirs: list[float] = []
+        for i in range(pairs):
+            # Which side goes first alternates, so neither always runs right after the other.
+            if i % 2:
+                ours.append(timed())
+                theirs.append(baseline())
+            else:
+                theirs.append(baseline())
+                ours.append(timed())
+        ratio = statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
+        rows.append(FloorRow(variant, baseline_name, steps, statistics.median(ours) / steps,
+                             statistics.median(theirs) / steps, ratio, pairs))
+    return rows
+
+
+def render_floor(rows: list[FloorRow], latency: float = 0.001) -> str:
+    """The floor's table: each driver against its hand-written loop, per step."""
+    lines = [
+        f"| driver, {latency * 1e3:g} ms model, one tool a step | baseline | steps per turn "
+        f"| driver / baseline (median of pairs) | µs per step (driver / baseline) "
+        f"| the runner's own µs per step | floor |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        verdict = "met" if r.ratio <= FLOOR else "NOT met"
+        lines.append(
+            f"| {r.variant} | {r.baseline_name} | {r.steps} | {r.ratio:.3f}x "
+            f"| {_us(r.variant_s)} / {_us(r.baseline_s)} | {_us(r.variant_s - r.baseline_s)} "
+            f"| at most {FLOOR:.2f}x: {verdict} |"
+        )
+    pairs = rows[0].pairs if rows else 0
+    lines += ["", f"Medians of {pairs} turns of each side, alternating in one process."]
+    return "\n".join(lines)
 
 
 def _us(seconds: float) -> str:
@@ -322,8 +405,9 @@ def render(rows: list[Row], quick: bool = False) -> str:
 
 
 def run(quick: bool = False) -> str:
-    """Measure and return the markdown report (what ``main`` prints)."""
-    return render(measure(quick), quick)
+    """Measure and return the markdown report (what ``main`` prints): the floor, then the
+    trivial model's table (the loop's cost alone)."""
+    return render_floor(measure_floor(quick)) + "\n\n" + render(measure(quick), quick)
 
 
 def main(argv: list[str] | None = None) -> None:

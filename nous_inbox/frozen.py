@@ -201,6 +201,10 @@ def _too_deep(root: str, trail: tuple[str | int, ...]) -> None:
     )
 
 
+_SCALARS: Final = (str, int, float, bool, type(None))
+"""What a frozen tree holds as it is: thawing one is handing it back."""
+
+
 def thaw_json(value: Any) -> Any:
     """Turn a frozen JSON tree back into plain dicts and lists (for printing or ``json.dumps``).
 
@@ -211,7 +215,7 @@ def thaw_json(value: Any) -> Any:
     if kind is str or kind is int or kind is float or kind is bool or value is None:
         return value
     if kind is FrozenDict or kind is dict or isinstance(value, Mapping):
-        return {key: item if type(item) is str else thaw_json(item)
+        return {key: item if type(item) in _SCALARS else thaw_json(item)
                 for key, item in value.items()}
     if isinstance(value, (list, tuple, PVector)):
         return [thaw_json(item) for item in value]

@@ -377,7 +377,8 @@ def _answered(state: LoopState, answered: ModelAnswered) -> Advance:
         return _end(state, "final", events)
     if message.tool_calls:
         calls = message.tool_calls
-        events.extend(ToolCalled(turn=turn, step=step, call=call) for call in calls)
+        for call in calls:
+            events.append(ToolCalled(turn=turn, step=step, call=call))
         return Advance(_replace(state, phase=Phase.TOOLS, calls=calls), RunTools(calls),
                        tuple(events))
     events.append(StepEnded(turn=turn, step=step))
@@ -394,16 +395,16 @@ def _tools_finished(state: LoopState, finished: ToolsFinished) -> Advance:
         raise ValueError(
             f"ToolsFinished has {len(results)} result(s) for {len(calls)} tool call(s)"
         )
-    for i, (call, result) in enumerate(zip(calls, results, strict=True)):
-        if not isinstance(result, Message) or result.role != "tool" or (
-            result.tool_call_id != call.id
-        ):
+    turn, step = state.turn, state.step
+    events: list[Event] = []
+    for i, result in enumerate(results):
+        call = calls[i]
+        if not isinstance(result, Message) or result.role != "tool" or result.tool_call_id != call.id:
             raise ValueError(
                 f"ToolsFinished.results[{i}] must be a tool Message answering call {call.id!r}, "
                 f"got {result!r}"
             )
-    turn, step = state.turn, state.step
-    events: list[Event] = [ToolReturned(turn=turn, step=step, message=m) for m in results]
+        events.append(ToolReturned(turn=turn, step=step, message=result))
     events.append(StepEnded(turn=turn, step=step))
     state = _replace(state, transcript=state.transcript.extend(results), calls=())
     return _boundary(state, Phase.CLAIM_FINAL if finished.final else Phase.CLAIM_STEP, events)

@@ -371,11 +371,11 @@ class FailsOnce:
     def claim(self, target: str, *, wake_only: bool = False) -> Any:
         return self.local.claim(target, wake_only=wake_only)
 
-    def record(self, event: Any) -> Any:
-        if isinstance(event, StepStarted) and not self.failed:
+    def record(self, events: Any) -> Any:
+        if any(isinstance(event, StepStarted) for event in events) and not self.failed:
             self.failed = True
             raise OSError("disk full")
-        return self.local.record(event)
+        return self.local.record(events)
 
 
 @pytest.mark.parametrize("driven", ["async", "thread"])
@@ -846,7 +846,7 @@ def test_a_call_an_older_log_left_unanswered_is_recorded_as_the_model_is_shown_i
                       tool_calls=[ToolCall("c9", "work")])),
                   ToolCalled(turn=1, step=1, call=ToolCall("c9", "work")),
                   StepEnded(turn=1, step=1), TurnEnded(turn=1, steps=1, reason="cancelled")):
-        local.record(event)
+        local.append(event)
     local.followup("go on")
     script = Script("ok")
 

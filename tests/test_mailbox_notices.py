@@ -780,7 +780,7 @@ class OpensInOneAppend:
 
         stored, turn = port.commit(opening)
         yield from stored
-        yield port.record(TurnEnded(turn=turn, steps=1, reason="final"))
+        yield from port.record([TurnEnded(turn=turn, steps=1, reason="final")])
 
 
 def _two_queues_at_once(owner: Owner, box: Mailbox, clock: Clock) -> None:

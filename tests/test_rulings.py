@@ -529,8 +529,8 @@ class Misbehaving:
             raise self.answer
         return self.answer
 
-    def record(self, event: Event) -> Event:
-        return self.local.record(event)
+    def record(self, events: Sequence[Event]) -> Sequence[Event]:
+        return self.local.record(events)
 
 
 @pytest.mark.parametrize("driver", drivers(aimu=AIMU_GUARDS_ITS_DRAIN))

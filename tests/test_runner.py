@@ -467,8 +467,8 @@ def test_a_source_that_answers_in_the_wrong_shape_is_logged_and_ignored(
 class NoClaim:
     session = Session()
 
-    def record(self, event: Event) -> Event:
-        return event
+    def record(self, events: Sequence[Event]) -> Sequence[Event]:
+        return events
 
 
 class ZeroArgClaim(NoClaim):
@@ -507,7 +507,7 @@ class RecordTwoArgs:
         (TargetOnlyClaim(), ["TargetOnlyClaim.claim(target", "wake_only as a keyword",
                              "`def claim(self, target, *, wake_only=False)`"]),
         (SessionMethod(), ["SessionMethod.session is a method", "@property"]),
-        (RecordTwoArgs(), ["RecordTwoArgs.record(event", "where", "`def record(self, event)`"]),
+        (RecordTwoArgs(), ["RecordTwoArgs.record(event", "where", "`def record(self, events)`"]),
     ],
 )
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -1104,8 +1104,8 @@ class NoLimitPort:
     def claim(self, target: Target, *, wake_only: bool = False) -> Any:
         return self.inner.claim(target, wake_only=wake_only)
 
-    def record(self, event: Event) -> Event:
-        return self.inner.record(event)
+    def record(self, events: Sequence[Event]) -> Sequence[Event]:
+        return self.inner.record(events)
 
 
 def test_a_port_that_names_no_record_limit_is_checked_against_the_default() -> None:
@@ -1252,9 +1252,11 @@ def test_local_session_refuses_what_does_not_fold_and_stays_unchanged() -> None:
     local = LocalSession()
     before = local.session
     with pytest.raises(ValueError, match="claim of next_step records 1"):
-        local.record(QueueClaimed(target=Target.NEXT_STEP, count=1))
+        local.record([QueueClaimed(target=Target.NEXT_STEP, count=1)])
     with pytest.raises(TypeError, match="record needs an event"):
-        local.record("hello")  # type: ignore[arg-type]
+        local.record(["hello"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="record takes a sequence of events, got one Warned"):
+        local.record(Warned(text="one"))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="wakeup must be a bool"):
         local.send("hi", "next_step", 1)  # type: ignore[arg-type]
     assert local.session == before and local.events == ()
@@ -1305,13 +1307,13 @@ class ThreadPoolPort(LocalSession):
     def call_io(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
         return self.loop.run_in_executor(None, fn, *args)
 
-    def record(self, event: Event) -> Event:
-        if type(event).__name__ == "ModelReplied":
+    def record(self, events: Sequence[Event]) -> list[Event]:
+        if any(type(event).__name__ == "ModelReplied" for event in events):
             self.loop.call_soon_threadsafe(self.holding.set)
             self.gate.wait(WAIT)
-        if isinstance(event, TurnEnded):
+        if any(isinstance(event, TurnEnded) for event in events):
             self.ended_on = threading.current_thread()
-        return super().record(event)
+        return super().record(events)
 
 
 def test_cancelling_a_turn_whose_stretch_runs_on_a_thread_pool_ends_it_cleanly() -> None:
@@ -1369,7 +1371,7 @@ def test_the_largest_result_the_runner_lets_through_fits_the_longest_stream_name
     kind: str, tmp_path: Any
 ) -> None:
     from nous_inbox.events import ToolReturned
-    from nous_inbox.runner.runner import tool_message
+    from nous_inbox.runner.results import tool_message
 
     limit = 8192
     call = ToolCall("c1", "dump")

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 import nous_inbox
-import nous_inbox.runner.runner
+import nous_inbox.runner
 from nous_inbox.message import ToolCall
 from nous_inbox.runner.tools import Tool, parameters_schema, tool
 

@@ -8,8 +8,9 @@ ruling 6) and returns ``(messages, event)``: the messages in send order and the 
 it recorded, or ``((), None)`` when nothing was claimed (an empty claim records nothing). With
 ``wake_only`` it claims only when a waking message worth a model round is queued: the question a
 run asks where it would otherwise stop (ruling 2), answered by the pure core
-(:meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`). ``record(event)`` durably appends one event
-and returns it as recorded, ``seq`` and ``at`` set. A port may also say, as
+(:meth:`Inbox.claim <nous_inbox.inbox.Inbox.claim>`). ``record(events)`` durably appends events
+in one atomic append (a step's events are recorded together: never half of them) and returns
+them as recorded, ``seq`` and ``at`` set. A port may also say, as
 ``max_record_size``, the largest record it can store (a :class:`JournalPort` gives its store's);
 a runner holds a tool's result to it, and a port that says nothing to the codec's default.
 
@@ -47,6 +48,7 @@ import inspect
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Protocol, TypeVar, runtime_checkable
 
@@ -83,8 +85,9 @@ class SessionPort(Protocol):
         """Drain ``target`` and record the claim atomically; ``((), None)`` if nothing was
         claimed. ``wake_only``: claim only if a waking message worth a round is queued."""
 
-    def record(self, event: Event) -> Event:
-        """Durably append ``event``; return it as recorded (``seq`` and ``at`` set)."""
+    def record(self, events: Sequence[Event]) -> Sequence[Event]:
+        """Durably append ``events``, in order, in one atomic append; return them as recorded
+        (``seq`` and ``at`` set)."""
 
     # Optional, so not a member here (an ``isinstance`` check would then refuse the ports that
     # leave it out): ``max_record_size``, an int, the largest record ``record`` can store, in
@@ -95,7 +98,7 @@ class SessionPort(Protocol):
 
 _PORT_FIX: Final = (
     "A session port needs `session` (a property holding the folded Session), "
-    "`claim(self, target, *, wake_only=False)` and `record(self, event)`; see "
+    "`claim(self, target, *, wake_only=False)` and `record(self, events)`; see "
     "nous_inbox.runner.port.SessionPort."
 )
 
@@ -111,13 +114,33 @@ def check_port(port: object) -> None:
     ...     session = Session()
     ...     def claim(self):
     ...         return (), None
-    ...     def record(self, event):
-    ...         return event
+    ...     def record(self, events):
+    ...         return events
     >>> check_port(Drain())
     Traceback (most recent call last):
     ...
     TypeError: Drain.claim() cannot be called the way the runner calls it: claim(target, wake_only=True), with the queue to claim as one positional argument and wake_only as a keyword. Widen the signature in the class body: `def claim(self, target, *, wake_only=False)`.
     """
+    kind = type(port)
+    members = (getattr(kind, "session", None), getattr(kind, "claim", None),
+               getattr(kind, "record", None))
+    own = getattr(port, "__dict__", None)
+    # The rehearsal reads signatures, which costs a turn's worth of steps: its verdict is kept
+    # per class, while the class holds the same members and the port does not shadow them.
+    plain = not own or own.keys().isdisjoint(_MEMBERS)
+    if plain and _PASSED.get(kind) == members:
+        return
+    _rehearse(port)
+    if plain:
+        _PASSED[kind] = members
+
+
+_MEMBERS: Final = frozenset({"session", "claim", "record"})
+_PASSED: Final[weakref.WeakKeyDictionary[type, tuple[object, ...]]] = weakref.WeakKeyDictionary()
+"""The port classes that passed :func:`check_port`, with the members they passed with."""
+
+
+def _rehearse(port: object) -> None:
     cls = type(port).__name__
     for name in ("session", "claim", "record"):
         try:
@@ -146,8 +169,8 @@ def check_port(port: object) -> None:
             )
             kwargs = {"wake_only": True}
         else:
-            call, what, fix = "record(event)", "the event to record as one positional argument", (
-                "def record(self, event)")
+            call, what, fix = "record(events)", "the events to record as one positional argument", (
+                "def record(self, events)")
             kwargs = {}
         try:
             signature.bind(Target.NEXT_STEP, **kwargs)
@@ -209,8 +232,8 @@ class ClaimGuard:
         text = (f"message source failed: {type(self.port).__name__}.{problem}; the run goes on "
                 "without it for this turn")
         logger.warning(text)
-        self.warning = warning = self.port.record(Warned(text=text))
-        return (), [warning]
+        (self.warning,) = self.port.record([Warned(text=text)])
+        return (), [self.warning]
 
 
 def _claim_shape_problem(result: object, target: Target) -> str | None:
@@ -220,7 +243,9 @@ def _claim_shape_problem(result: object, target: Target) -> str | None:
             return f"returned the str {result[:40]!r}, {expected} (a str is not iterated)"
         return f"returned {type(result).__name__}, {expected}"
     messages, event = result
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+    # A tuple (what a journal's claim answers) is a sequence: the general test only for others.
+    if type(messages) is not tuple and (
+            isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)):
         return f"returned messages of type {type(messages).__name__}, {expected}"
     for i, message in enumerate(messages):
         if not isinstance(message, Message):
@@ -334,18 +359,28 @@ class JournalPort:
             messages, event = self._journal.claim(target, wake_only=wake_only)
             return (tuple(messages), event) if event is not None else ((), None)
 
-    def record(self, event: Event) -> Event:
-        """Append ``event``, numbered and timed; returns it as recorded.
+    def record(self, events: Sequence[Event]) -> list[Event]:
+        """Append ``events`` in one atomic append, numbered and timed; returns them as recorded.
 
         An event that does not fold (a claim count the inbox cannot meet) raises ``ReplayError``
         and nothing changes.
         """
-        _check_event(event)
+        if type(events) is not list and type(events) is not tuple:
+            _check_sequence(events)
+        for event in events:
+            if type(event) not in _EVENT_TYPES:
+                _check_event(event)
         with self._lock:
-            (stored,) = self._journal.append([event])
-            return stored
+            return self._journal.append(events)
 
-    append = record
+    def append(self, event: Event) -> Event:
+        """:meth:`record` of one event: the event as recorded.
+
+        >>> LocalSession().append(sent_event("go", "next_step", True)).seq
+        1
+        """
+        (stored,) = self.record((event,))
+        return stored
 
     def commit(self, change: Change[T]) -> tuple[list[Event], T]:
         """Append the events ``change`` computes from the session (other writers' events read
@@ -362,6 +397,14 @@ class JournalPort:
         with self._lock:
             self._journal.catch_up()
             return self._journal.commit(change)
+
+
+def _check_sequence(events: object) -> None:
+    if isinstance(events, EVENT_TYPES):
+        raise TypeError(f"record takes a sequence of events, got one {type(events).__name__}: "
+                        "pass [event]")
+    if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
+        raise TypeError(f"record takes a sequence of events, got {type(events).__name__}")
 
 
 def _check_event(event: object) -> None:

@@ -224,8 +224,11 @@ class Tool:
         kwargs: dict[str, Any] = thaw_json(given)
         for name, hint in self._hints:
             if name in kwargs:
+                value = kwargs[name]
+                if type(value) is hint:  # what a conversion would hand back, unchanged
+                    continue
                 try:
-                    kwargs[name] = msgspec.convert(kwargs[name], hint)
+                    kwargs[name] = msgspec.convert(value, hint)
                 except msgspec.ValidationError as exc:
                     raise TypeError(f"tool {self.name!r}, argument {name!r}: {exc}") from None
         return kwargs

@@ -308,9 +308,12 @@ class Journal:
         >>> [type(e).__name__ for e in stored], stored[0].seq, result
         (['QueueClaimed'], 3, 'claimed')
         """
-        lost: ConcurrencyError | None = None
+        return self._retried(change, ATTEMPTS)
+
+    def _retried(self, change: Change[T], attempts: int,
+                 lost: ConcurrencyError | None = None) -> tuple[list[Event], T]:
         looked = False  # whether a change that computed nothing has read other writers yet
-        for _ in range(ATTEMPTS):
+        for _ in range(attempts):
             events, result = change(self._session)
             if not events:
                 # Nothing to write cannot lose a race: read others once (a steer sent from
@@ -327,28 +330,36 @@ class Journal:
                     raise
                 lost = exc
                 continue
-            # Stored: from here on nothing is a lost race, so what on_events raises is raised.
-            if self._on_events is not None:
-                self._on_events(stored)
-            if self._session.version >= self._due:
-                self._checkpoint()
-            return stored, result
+            return self._stored(stored), result
         raise ConcurrencyError(
             f"stream {self._stream!r}: other writers kept appending; gave up after {ATTEMPTS} "
             "attempts (nothing was written)"
         ) from lost
 
     def append(self, events: Sequence[Event]) -> list[Event]:
-        """Append ``events`` as they are (numbered and timed here), then fold them in: a
-        :meth:`commit` whose change does not depend on the session (a run's record).
-        Returns the events as stored (``[]`` for none).
+        """Append ``events`` (numbered and timed here) and fold them in: a :meth:`commit` whose
+        change does not depend on the session (a run's record). Returns them as stored.
 
-        >>> from nous_inbox.events import Warned
-        >>> from nous_inbox.store import open_store
-        >>> [e.seq for e in Journal(open_store("memory:"), "s").append([Warned(text="hi")])]
-        [1]
+        >>> Journal(None, "s").append([sent_event("go", "next_step", True)])[0].seq
+        1
         """
-        return self.commit(lambda session: (events, None))[0]
+        if not events:
+            return self.commit(lambda session: (events, None))[0]
+        try:  # the first attempt outside commit's loop, which costs more than the append
+            stored = self._append(events)
+        except ConcurrencyError as exc:
+            if not self.catch_up():
+                raise
+            return self._retried(lambda session: (events, None), ATTEMPTS - 1, exc)[0]
+        return self._stored(stored)
+
+    def _stored(self, stored: list[Event]) -> list[Event]:
+        # Stored: from here on nothing is a lost race, so what on_events raises is raised.
+        if self._on_events is not None:
+            self._on_events(stored)
+        if self._session.version >= self._due:
+            self._checkpoint()
+        return stored
 
     def send(self, message: Message | str, target: Target | str, wakeup: bool) -> MessageSent:
         """Queue ``message`` on ``target``: append one ``MessageSent`` (built by
@@ -397,9 +408,8 @@ class Journal:
         (['fyi'], 1, 2)
         """
         def claiming(session: Session) -> tuple[Sequence[Event], Claimed | None]:
-            claimed, event, _ = session.claim(
-                target, at=float(self._clock()), wake_only=wake_only, limit=limit
-            )
+            claimed, event, _ = session.claim(target, at=float(self._clock()),
+                                              wake_only=wake_only, limit=limit)
             return ([], None) if event is None else ([event], claimed)
 
         stored, claimed = self.commit(claiming)
@@ -426,9 +436,8 @@ class Journal:
         if not self._keep_transcript:
             folded = _without_transcript(folded)
         store = self._store
-        stored = stamped if store is None else append_once(
-            store, self._stream, stamped, self._session.version
-        )
+        stored = (stamped if store is None
+                  else append_once(store, self._stream, stamped, self._session.version))
         self._writes += 1
         self._session = folded
         return stored

@@ -204,7 +204,7 @@ class InboxHooks(AbstractCapability[Any]):
                 return messages
 
             walked = _walk(self.adv, parts, claim,
-                           lambda event: self.recorded.append(self.port.record(self._finished(event))))
+                           lambda event: self.recorded.extend(self.port.record([self._finished(event)])))
         self.adv, deliver = walked
         for event in self.recorded[before:]:
             if isinstance(event, Warned) and event is not self.claims.warning:
