@@ -68,6 +68,17 @@ def test_the_growth_table_compares_both_sides_for_each_query(report: str) -> Non
     ]
 
 
+def test_the_floor_table_sets_steer_against_the_mutable_send_with_the_collector_off_and_on(
+    report: str,
+) -> None:
+    header, *rows = _table(report, 2)
+    assert header[0].startswith("steer of ") and "built messages in a row" in header[0]
+    assert [row[0] for row in rows] == ["collector off", "collector on"]
+    for row in rows:
+        assert re.fullmatch(r"[0-9.]+x", row[1]), row
+        assert re.fullmatch(r"at most 1\.3x: (met|NOT met)", row[3]), row
+
+
 def test_the_report_says_how_it_was_measured(report: str) -> None:
     assert "quick pass" in report
     assert "msgspec" in report and "pyrsistent" in report
