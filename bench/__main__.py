@@ -13,6 +13,7 @@ import time
 from importlib import import_module
 
 SUITES = (
+    ("Importing the core against the libraries it is made of", "bench.import_bench"),
     ("The inbox value against a deque + Lock inbox", "bench.inbox_bench"),
     ("Event log: replay, decoding and durable appends", "bench.log_bench"),
     ("Runner overhead per step against a hand-written loop", "bench.runner_bench"),
