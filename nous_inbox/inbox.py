@@ -140,9 +140,6 @@ _WAKE: Final = 1
 _WORTH: Final = 2
 """A queue's flag: an entry on it asked for a wake and is worth a model round (not blank)."""
 _WAKE_WORTH: Final = _WAKE | _WORTH
-_STEER_ON_STEP: Final = _STEER_AT is _STEP
-_STEER_WORTH, _STEER_BLANK = (_WAKE_WORTH, _WAKE) if _STEER_WAKES else (0, 0)
-"""A steer's queue, and the flags it sets for a message worth a round and for a blank one."""
 
 
 def _flags_of(entries: Iterable[Entry]) -> int:
@@ -293,16 +290,7 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
 
     def steer(self, message: Message | str) -> Inbox:
         """The ``steer`` verb: next **step**, wakes, "read this before your next request"."""
-        # send's body for the verb's queue and wake, read from the table at import: a steer
-        # is what an owner receives most, and the call and the checks of send cost a third.
-        if type(message) is not Message:
-            message = as_message(message)
-        flags = _STEER_BLANK if message.blank else _STEER_WORTH
-        if _STEER_ON_STEP:
-            return Inbox(self._turn, self._step.append((message, _STEER_WAKES)), self._turn_flags,
-                         self._step_flags | flags)
-        return Inbox(self._turn.append((message, _STEER_WAKES)), self._step,
-                     self._turn_flags | flags, self._step_flags)
+        return self.send(message, _STEER_AT, _STEER_WAKES)
 
     def inject(self, message: Message | str) -> Inbox:
         """The ``inject`` verb: next **step** without waking, context for a request the agent
