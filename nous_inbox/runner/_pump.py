@@ -135,9 +135,10 @@ async def apump(
             events, fn, is_async, args, kwargs, _ = call
             for event in events:
                 yield event
-            work = _acall(fn, is_async, args, kwargs, offload)
             step: Callable[[Any], Request]
             try:
+                # An async callable's coroutine is the work; a sync one is called in _acall.
+                work = fn(*args, **kwargs) if is_async else _acall(fn, args, kwargs, offload)
                 value = await (work if cancel is None else unless_cancelled(work, cancel))
             except Exception as exc:
                 step, value = turn.throw, exc
@@ -197,12 +198,14 @@ def _stepped(advance_body: Callable[[Any], Request], value: Any) -> Any:
         return _FINISHED
 
 
-async def _acall(fn: Callable[..., Any], is_async: bool, args: tuple[Any, ...],
-                 kwargs: Mapping[str, Any], offload: bool) -> Any:
-    if is_async or not offload:
-        value = fn(*args, **kwargs)
-    else:
+async def _acall(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                 offload: bool) -> Any:
+    """A sync callable's call: in a worker thread when ``offload``; what it returns awaited if
+    it is awaitable."""
+    if offload:
         value = await asyncio.to_thread(fn, *args, **kwargs)
+    else:
+        value = fn(*args, **kwargs)
     if type(value) not in _PLAIN and inspect.isawaitable(value):
         value = await value
     return value
