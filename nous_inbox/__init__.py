@@ -35,8 +35,9 @@ from nous_inbox.errors import (
     UnexpectedHappeningError,
 )
 from nous_inbox.events import SCHEMA_VERSION, Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Claimed, Entry, Inbox
+from nous_inbox.inbox import Inbox
 from nous_inbox.message import Message, Role, ToolCall
+from nous_inbox.queued import Claimed, Entry
 from nous_inbox.session import Session, replay
 from nous_inbox.verbs import Target
 

@@ -31,9 +31,11 @@ entries arrive and are reset by the claim that empties the queue. So ``count``, 
 vector itself behind a read-only view: none of them grows with the queue. The wake intent belongs
 to each entry, not to the inbox, because it must survive being queued: a steer that lands after a
 run's last claim is still pending when the run ends, and that entry is what says a new run is
-owed. An inbox is built with ``gc=False``: it holds only messages, which hold only JSON-able
-values, so it can never be part of a reference cycle, and leaving it out of the cyclic
-collector's bookkeeping makes every send cheaper.
+owed. An inbox and each queued entry are built with ``gc=False``: they hold only messages,
+which hold only JSON-able values, so they can never be part of a reference cycle. That matters
+for a send's cost, not only its size: an entry the cyclic collector tracked would make it walk
+the whole young vector at each of its passes, so a send would cost more the longer the queue.
+:meth:`Inbox.entries` shows the entries as ``(message, wakeup)`` pairs.
 
 Every claim decision lives here, pure: ``claim(target)`` at a turn or step boundary, and
 ``claim(target, wake_only=True)`` where a run would otherwise stop, which claims only when
@@ -42,25 +44,21 @@ Every claim decision lives here, pure: ``claim(target)`` at a turn or step bound
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from operator import itemgetter
-from typing import Any, Final, overload
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
 
 import msgspec
 from pyrsistent import PVector, pvector
 
 from nous_inbox.errors import DecodeError
 from nous_inbox.message import Message, enc_hook
+from nous_inbox.queued import NO_ENTRIES, Claimed, Entries, Entry, Queued
 from nous_inbox.verbs import FOLLOWUP, INJECT, STEER, Target
 
-__all__ = ["Claimed", "Entry", "Inbox", "as_message", "as_target", "as_wakeup", "is_blank"]
+__all__ = ["Inbox", "as_message", "as_target", "as_wakeup", "is_blank"]
 
 
-Entry = tuple[Message, bool]
-"""One queued message plus the wake intent of the send that queued it."""
-
-_NO_ENTRIES: Final[PVector[Any]] = pvector()
-_first: Final = itemgetter(0)
+_NOTHING_CLAIMED: Final = Claimed()
 _TURN: Final = Target.NEXT_TURN
 _STEP: Final = Target.NEXT_STEP
 # Each preset's queue and wake, read from the verb table once: a preset is the hottest send.
@@ -142,12 +140,12 @@ _WORTH: Final = 2
 _WAKE_WORTH: Final = _WAKE | _WORTH
 
 
-def _flags_of(entries: Iterable[Entry]) -> int:
+def _flags_of(entries: Iterable[Queued]) -> int:
     """A queue's flags, worked out from its entries (a send keeps them up to date instead)."""
     flags = 0
-    for message, wakeup in entries:
-        if wakeup:
-            flags |= _WAKE if message.blank else _WAKE_WORTH
+    for entry in entries:
+        if entry.wakeup:
+            flags |= _WAKE if entry.message.blank else _WAKE_WORTH
     return flags
 
 
@@ -158,70 +156,9 @@ def _check_limit(limit: int) -> None:
         raise ValueError(f"limit must be >= 0, got {limit}")
 
 
-class Claimed(Sequence[Message]):
-    """The messages one claim took, in send order: a read-only sequence.
-
-    It wraps the drained queue without copying it, which is why a claim costs the same whether
-    one message or a hundred thousand were waiting. It compares equal to any sequence holding
-    the same messages.
-
-    Claiming: ``loop.Claim`` asks, ``loop.ClaimAnswered`` answers, ``events.QueueClaimed`` is
-    recorded, ``Claimed`` is the view.
-
-    >>> claimed, _ = Inbox().steer("a").steer("b").claim("next_step")
-    >>> len(claimed), claimed[0].content, claimed == [Message.user("a"), Message.user("b")]
-    (2, 'a', True)
-    """
-
-    __slots__ = ("_entries",)
-
-    def __init__(self, entries: PVector[Any] = _NO_ENTRIES) -> None:
-        self._entries = entries
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @overload
-    def __getitem__(self, index: int) -> Message: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Message]: ...
-
-    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
-        if isinstance(index, slice):
-            return Claimed(self._entries[index])
-        message: Message = self._entries[index][0]
-        return message
-
-    def __iter__(self) -> Iterator[Message]:
-        # map/itemgetter iterates in C: reading a large claim costs what copying a list would.
-        return map(_first, self._entries)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Claimed):
-            return [m for m, _ in self._entries] == [m for m, _ in other._entries]
-        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
-            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"Claimed({list(self)!r})"
-
-
-_NOTHING_CLAIMED: Final = Claimed()
-
-
-class _WireEntry(msgspec.Struct, frozen=True):
-    message: Message
-    wakeup: bool
-
-
 class _WireInbox(msgspec.Struct, frozen=True):
-    next_turn: list[_WireEntry] = []
-    next_step: list[_WireEntry] = []
+    next_turn: list[Queued] = []
+    next_step: list[Queued] = []
 
 
 _json_encoder: Final = msgspec.json.Encoder(enc_hook=enc_hook)
@@ -241,8 +178,8 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
     (1, 2, 1)
     """
 
-    _turn: PVector[Any] = _NO_ENTRIES
-    _step: PVector[Any] = _NO_ENTRIES
+    _turn: PVector[Any] = NO_ENTRIES
+    _step: PVector[Any] = NO_ENTRIES
     _turn_flags: int = 0  # _WAKE | _WORTH, of the entries on next_turn
     _step_flags: int = 0
 
@@ -279,10 +216,10 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
             as_wakeup(wakeup)  # raises
         flags = (_WAKE if message.blank else _WAKE_WORTH) if wakeup else 0
         if step:
-            return Inbox(self._turn, self._step.append((message, wakeup)), self._turn_flags,
+            return Inbox(self._turn, self._step.append(Queued(message, wakeup)), self._turn_flags,
                          self._step_flags | flags)
-        return Inbox(self._turn.append((message, wakeup)), self._step, self._turn_flags | flags,
-                     self._step_flags)
+        return Inbox(self._turn.append(Queued(message, wakeup)), self._step,
+                     self._turn_flags | flags, self._step_flags)
 
     def followup(self, message: Message | str) -> Inbox:
         """The ``followup`` verb: next **turn**, wakes, "answer this after you finish"."""
@@ -348,10 +285,10 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
         if where is _STEP:
             if not self._step:
                 return _NOTHING_CLAIMED, self
-            return Claimed(self._step), Inbox(self._turn, _NO_ENTRIES, self._turn_flags, 0)
+            return Claimed(self._step), Inbox(self._turn, NO_ENTRIES, self._turn_flags, 0)
         if not self._turn:
             return _NOTHING_CLAIMED, self
-        return Claimed(self._turn), Inbox(_NO_ENTRIES, self._step, 0, self._step_flags)
+        return Claimed(self._turn), Inbox(NO_ENTRIES, self._step, 0, self._step_flags)
 
     def _claim_oldest(self, where: Target, limit: int) -> tuple[Claimed, Inbox]:
         _check_limit(limit)
@@ -421,22 +358,19 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
         """The ``(message, wakeup)`` entries queued on ``target``, in send order, without claiming.
 
         >>> Inbox().inject("a").steer("b").entries("next_step")
-        pvector([(Message(role='user', content='a'), False), (Message(role='user', content='b'), True)])
+        [(Message(role='user', content='a'), False), (Message(role='user', content='b'), True)]
         """
-        entries: Sequence[Entry] = self._step if as_target(target) is _STEP else self._turn
-        return entries
+        return Entries(self._step if as_target(target) is _STEP else self._turn)
 
     def __repr__(self) -> str:
-        turn = [(m.content, w) for m, w in self._turn]
-        step = [(m.content, w) for m, w in self._step]
+        turn = [(e.message.content, e.wakeup) for e in self._turn]
+        step = [(e.message.content, e.wakeup) for e in self._step]
         return f"Inbox(next_turn={turn!r}, next_step={step!r})"
 
     # -- serialization ---------------------------------------------------------------------------
 
     def _wire(self) -> _WireInbox:
-        return _WireInbox(
-            [_WireEntry(m, w) for m, w in self._turn], [_WireEntry(m, w) for m, w in self._step]
-        )
+        return _WireInbox(list(self._turn), list(self._step))
 
     def to_json(self) -> bytes:
         """Serialize to JSON bytes; ``Inbox.from_json`` gives back an equal inbox, wake flags too.
@@ -480,8 +414,7 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
             raise DecodeError(f"invalid inbox {fmt}: nested too deeply") from None
         except (msgspec.DecodeError, TypeError, ValueError) as exc:
             raise DecodeError(f"invalid inbox {fmt}: {exc}") from None
-        turn = pvector([(e.message, e.wakeup) for e in wire.next_turn])
-        step = pvector([(e.message, e.wakeup) for e in wire.next_step])
+        turn, step = pvector(wire.next_turn), pvector(wire.next_step)
         return cls(turn, step, _flags_of(turn), _flags_of(step))
 
 

@@ -13,8 +13,9 @@ reads as it would in a functional language. Same checks, same errors, same value
 
 from __future__ import annotations
 
-from nous_inbox.inbox import Claimed, Inbox
+from nous_inbox.inbox import Inbox
 from nous_inbox.message import Message
+from nous_inbox.queued import Claimed
 from nous_inbox.verbs import Target
 
 __all__ = [

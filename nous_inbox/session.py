@@ -55,8 +55,9 @@ from nous_inbox.events import (
     TurnStarted,
     Warned,
 )
-from nous_inbox.inbox import Claimed, Inbox, as_target
+from nous_inbox.inbox import Inbox, as_target
 from nous_inbox.message import Message
+from nous_inbox.queued import Claimed
 from nous_inbox.verbs import Target
 
 __all__ = ["Session", "replay"]

@@ -107,8 +107,9 @@ from nous_inbox.adapters.aimu_routing import (
 )
 from nous_inbox.commands import OPENING, round_claims, worth_a_round
 from nous_inbox.events import Event, MessageSent
-from nous_inbox.inbox import Entry, Inbox
+from nous_inbox.inbox import Inbox
 from nous_inbox.message import Message
+from nous_inbox.queued import Entry
 from nous_inbox.session import Session
 from nous_inbox.store.journal import Journal, Log, sent_event
 from nous_inbox.verbs import FOLLOWUP, INJECT, STEER, Target, Verb

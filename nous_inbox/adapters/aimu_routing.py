@@ -40,8 +40,9 @@ import msgspec
 
 from nous_inbox.commands import Claim
 from nous_inbox.events import Event
-from nous_inbox.inbox import Entry, Inbox
+from nous_inbox.inbox import Inbox
 from nous_inbox.message import Message
+from nous_inbox.queued import Entry
 from nous_inbox.store.journal import claim_event
 from nous_inbox.verbs import Target
 

@@ -20,9 +20,8 @@ write a journal makes (:meth:`~Journal.commit`, :meth:`~Journal.append`, :meth:`
 >>> [m.content for m, _ in journal.session.inbox.entries("next_step")], journal.session.version
 (['go', 'fyi', 'go'], 3)
 
-A journal is not locked: its holder serializes calls (the owner and the adapter each hold a lock
-around every use). ``store=None`` keeps the session in memory only: changes are folded and
-numbered but written nowhere, so a host without a store keeps no growing log.
+A journal is not locked: its holder serializes calls (the owner and the adapter lock around each
+use). ``store=None`` keeps the session in memory: folded and numbered, written nowhere.
 
 Long sessions. Opening starts from the stream's newest usable snapshot and replays only the
 events after it (:func:`~nous_inbox.store.snapshot.load_session`, equal to a full replay). The journal
@@ -64,8 +63,9 @@ from pyrsistent import pvector
 from nous_inbox.codec import MAX_RECORD_SIZE
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
-from nous_inbox.inbox import Claimed, Inbox, as_message, as_target, as_wakeup
+from nous_inbox.inbox import Inbox, as_message, as_target, as_wakeup
 from nous_inbox.message import Message
+from nous_inbox.queued import Claimed
 from nous_inbox.session import Session
 from nous_inbox.store.base import append_once
 from nous_inbox.store.snapshot import (
