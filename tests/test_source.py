@@ -34,9 +34,7 @@ PRIVATE_IMPORTS_ALLOWED = {
     ("mailbox/mailbox.py", "nous_inbox.mailbox.handle", "_GIVEN"): "the mailbox's own rework",
     ("mailbox/mailbox.py", "nous_inbox.mailbox.owner_link", "_is_owned"): "the mailbox's own rework",
 }
-FOREIGN_EXPORTS_ALLOWED = {
-    ("adapters/aimu.py", "ORDER_KEY"): "the aimu adapter's own rework",
-}
+FOREIGN_EXPORTS_ALLOWED: dict[tuple[str, str], str] = {}
 LONG_MODULES_ALLOWED: dict[str, str] = {}
 
 #: A test's private read that stands, by file and expression, with why.
