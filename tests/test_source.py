@@ -39,10 +39,6 @@ LONG_MODULES_ALLOWED: dict[str, str] = {}
 
 #: A test's private read that stands, by file and expression, with why.
 TEST_PRIVATES_ALLOWED: dict[tuple[str, str], str] = {
-    ("tests/owner_faces.py", "self._face._lock"):
-        "a listener's sync send on the loop holds the AsyncOwner's lock, as a subscriber's does: no public way to send from there yet",
-    ("tests/test_async_owner.py", "owner._io"):
-        "holds the AsyncOwner's store worker busy so sends queue: no public hook yet",
     ("tests/test_cli_send.py", "parser._actions"):
         "argparse has no public walk of a parser's arguments",
     ("tests/test_cli_send.py", "argparse._SubParsersAction"):
@@ -65,12 +61,6 @@ TEST_PRIVATES_ALLOWED: dict[tuple[str, str], str] = {
         "the same generated ids on both sides: random per mailbox by design",
     ("tests/test_mailbox.py", "recorded._prefix"):
         "the same generated ids on both sides: random per mailbox by design",
-    ("tests/test_group_commit.py", "owner._group"):
-        "how many sends wait in the group commit: no public count yet",
-    ("tests/test_owner.py", "owner._group"):
-        "whether another thread leads a commit: no public state yet",
-    ("tests/test_store_postgres.py", "owner._group"):
-        "how many sends wait in the group commit: no public count yet",
     ("tests/test_mailbox_durable.py", "box._group"):
         "how many sends wait in the mailbox's group commit: no public count yet",
     ("tests/test_log_bench_smoke.py", "log_bench._ours"):
@@ -87,8 +77,6 @@ TEST_PRIVATES_ALLOWED: dict[tuple[str, str], str] = {
         "the owners' locks are what this guarantee is about",
     ("tests/test_mailbox_notices.py", "b._lock"):
         "the owners' locks are what this guarantee is about",
-    ("tests/test_owner.py", "owner._lock"):
-        "a run's worker's place inside record, which a listener's send meets",
     ("tests/test_snapshot.py", "owner._journal"):
         "how many events the owner replayed past its snapshot: no public count yet",
     ("tests/test_store_file_cache.py", "store._scan"):

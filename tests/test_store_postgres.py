@@ -25,6 +25,7 @@ from nous_inbox import (
     replay,
 )
 from nous_inbox.events import SCHEMA_VERSION, Warned
+from nous_inbox.owner import GroupCommitState
 from nous_inbox.store import open_store
 from nous_inbox.store.journal import Journal
 from tests import postgres_server
@@ -859,7 +860,8 @@ def test_a_shared_batch_whose_connection_dropped_is_written_once_for_every_sende
         threads = [threading.Thread(target=send, args=(t,)) for t in texts]
         for t in threads:
             t.start()
-        wait_until(lambda: owner._group.queued == 7, what="seven sends queued", timeout=WAIT)
+        wait_until(lambda: owner.group_commit == GroupCommitState(queued=7, committing=True, senders=1),
+                   what="seven sends queued behind the held commit", timeout=WAIT)
         held.release.set()
         for t in [first, *threads]:
             t.join(WAIT)
@@ -911,7 +913,8 @@ def test_an_event_too_large_in_a_shared_batch_fails_only_its_sender(postgres_url
         threads = [threading.Thread(target=send, args=(t,)) for t in texts]
         for t in threads:
             t.start()
-        wait_until(lambda: owner._group.queued == 4, what="four sends queued", timeout=WAIT)
+        wait_until(lambda: owner.group_commit == GroupCommitState(queued=4, committing=True, senders=1),
+                   what="four sends queued behind the held commit", timeout=WAIT)
         held.release.set()
         for t in [first, *threads]:
             t.join(WAIT)
