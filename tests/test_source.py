@@ -77,8 +77,6 @@ TEST_PRIVATES_ALLOWED: dict[tuple[str, str], str] = {
         "the owners' locks are what this guarantee is about",
     ("tests/test_mailbox_notices.py", "b._lock"):
         "the owners' locks are what this guarantee is about",
-    ("tests/test_snapshot.py", "owner._journal"):
-        "how many events the owner replayed past its snapshot: no public count yet",
     ("tests/test_store_file_cache.py", "store._scan"):
         "counts the file store's scans of its log: no public count yet",
     ("tests/test_store_file_open.py", "reader._streams"):

@@ -181,7 +181,9 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False, options: dict[str, Any] | None = None) -> MessageSent:
         self._check_open()
-        self._prompting(prompt)
+        if prompt:
+            with self._lock:
+                self._core.prompt()
         try:
             if options is not None or self._group is None or self._holds_lock():
                 return self._sent_now(message, target, wakeup, options)
