@@ -77,10 +77,6 @@ TEST_PRIVATES_ALLOWED: dict[tuple[str, str], str] = {
         "the owners' locks are what this guarantee is about",
     ("tests/test_mailbox_notices.py", "b._lock"):
         "the owners' locks are what this guarantee is about",
-    ("tests/test_store_file_cache.py", "store._scan"):
-        "counts the file store's scans of its log: no public count yet",
-    ("tests/test_store_file_open.py", "reader._streams"):
-        "the bound on the file store's cached streams: no public view yet",
     ("tests/test_store_postgres.py", "store._reconnect"):
         "the PostgreSQL store's reconnect, broken on purpose",
     ("tests/test_store_postgres.py", "store._background"):
