@@ -77,36 +77,14 @@ TEST_PRIVATES_ALLOWED: dict[tuple[str, str], str] = {
         "the owners' locks are what this guarantee is about",
     ("tests/test_mailbox_notices.py", "b._lock"):
         "the owners' locks are what this guarantee is about",
-    ("tests/test_store_postgres.py", "store._reconnect"):
-        "the PostgreSQL store's reconnect, broken on purpose",
-    ("tests/test_store_postgres.py", "store._background"):
-        "the PostgreSQL store's renewal thread: no public state yet",
-    ("tests/test_store_postgres.py", "background._thread"):
-        "the PostgreSQL store's renewal thread: no public state yet",
     ("tests/test_store_postgres.py", "holder._background"):
-        "the PostgreSQL store's renewal thread: no public state yet",
+        "stops a store's renewals, as a paused host's stop: no user has a reason to, so no hook",
     ("tests/test_store_postgres.py", "watcher._background"):
-        "the PostgreSQL store's renewal thread: no public state yet",
-    ("tests/test_store_postgres.py", "b._background"):
-        "the PostgreSQL store's renewal thread: no public state yet",
+        "stages a notification inside a renewal's round trip: no public moment to do it at",
     ("tests/test_store_postgres.py", "background._renew"):
-        "a renewal that hears a notification mid-round, staged",
-    ("tests/test_store_postgres.py", "pg._connection"):
-        "the PostgreSQL store's live connection, cut on purpose",
-    ("tests/test_store_postgres.py", "store._connection"):
-        "the PostgreSQL store's live connection, cut on purpose",
-    ("tests/test_store_postgres.py", "b._connection"):
-        "the PostgreSQL store's live connection, cut on purpose",
-    ("tests/test_store_postgres.py", "store._db"):
-        "the backend of the store's live connection",
-    ("tests/test_store_postgres.py", "store._conninfo"):
-        "points the store at a server out of reach",
-    ("tests/test_store_postgres.py", "b._conninfo"):
-        "points the store at a server out of reach",
-    ("tests/test_store_postgres.py", "b._lock"):
-        "other threads get the connection's lock between reconnect attempts",
+        "stages a notification inside a renewal's round trip: no public moment to do it at",
     ("tests/test_store_postgres_processes.py", "old_store._background"):
-        "pauses a store's renewals, as a paused host does",
+        "stops a store's renewals, as a paused host's stop: no user has a reason to, so no hook",
 }
 
 
