@@ -60,10 +60,9 @@ class AsyncOwnerFromThreads:
     def _verb(self, verb: str, *args: Any) -> MessageSent:
         if not self._on_loop():
             return self._do(getattr(self._face, verb)(*args))
-        # A listener runs on the loop, where a sync callback cannot await: it sends holding the
-        # owner's lock, as a boundary subscriber does, so the verb commits at once (private: the
-        # lock a run's claim holds, which a subscriber's send relies on).
-        with self._face._lock:
+        # A listener runs on the loop, where a sync callback cannot await: its send commits at
+        # once, as the threaded owner's listener's does.
+        with self._face.at_once():
             sent = getattr(self._face, verb)(*args)
         assert isinstance(sent, Stored)  # done already: nothing to await
         return sent.value
@@ -80,7 +79,7 @@ class AsyncOwnerFromThreads:
     def _turn_verb(self, verb: str, *args: Any, **options: Any) -> TurnHandle:
         """A prompt or followup: the threaded owner's handle, over the AsyncOwner's."""
         if self._on_loop():
-            with self._face._lock:  # commits at once, as _verb's (see there)
+            with self._face.at_once():  # as _verb's (see there)
                 handle: AsyncTurnHandle = getattr(self._face, verb)(*args, **options)
         else:
             async def stored() -> AsyncTurnHandle:
@@ -114,6 +113,9 @@ class AsyncOwnerFromThreads:
         return TurnHandle(handle.sent, result)
 
     def cancel(self) -> bool:
+        if self._on_loop():  # a listener's: the loop is this thread
+            return self._face.cancel()
+
         async def cancel() -> bool:
             return self._face.cancel()
         return self._do(cancel())

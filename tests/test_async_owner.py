@@ -598,7 +598,8 @@ def test_the_watcher_notices_a_lease_taken_over_and_the_run_stops() -> None:
 class Counting:
     """A store whose calls block, counting appends; ``refuse`` makes each append raise the given
     error before writing, ``lose_answer`` makes the next multi-event append commit and then raise
-    ``StoreError`` (PostgreSQL losing the answer to its COMMIT)."""
+    ``StoreError`` (PostgreSQL losing the answer to its COMMIT); with a ``gate``, the next append
+    says it ``entered`` and waits until the gate is set, as one to a slow disk would."""
 
     blocking = True
 
@@ -607,9 +608,15 @@ class Counting:
         self.appends = 0
         self.refuse: Exception | None = None
         self.lose_answer = False
+        self.gate: threading.Event | None = None
+        self.entered = threading.Event()
 
     def append(self, stream: str, events: Sequence[Any], expected_version: Any = None) -> Any:
         self.appends += 1
+        gate, self.gate = self.gate, None
+        if gate is not None:
+            self.entered.set()
+            assert gate.wait(WAIT)
         if self.refuse is not None:
             raise self.refuse
         stored = self.inner.append(stream, events, expected_version)
@@ -622,10 +629,12 @@ class Counting:
         return getattr(self.inner, name)
 
 
-async def _held(owner: AsyncOwner) -> tuple[threading.Event, asyncio.Future[Any]]:
-    """Keep the owner's worker busy until the returned gate is set: sends queue meanwhile."""
-    gate = threading.Event()
-    busy = owner._io.call_io(gate.wait, WAIT)  # type: ignore[union-attr]  # private: the one way to hold the worker busy
+async def _held(owner: AsyncOwner, store: Counting) -> tuple[threading.Event, asyncio.Future[Any]]:
+    """Keep the owner's store worker busy until the returned gate is set: a send of "first"
+    whose append waits at the store's gate; sends made meanwhile queue for the next batch."""
+    gate = store.gate = threading.Event()
+    busy = asyncio.ensure_future(owner.inject("first"))
+    assert await asyncio.to_thread(store.entered.wait, WAIT)
     return gate, busy
 
 
@@ -638,13 +647,13 @@ def test_a_send_cancelled_before_the_worker_took_it_is_not_written() -> None:
 
     async def main() -> None:
         async with AsyncOwner(store, "s", Runner(echo), watch=False, start=False) as owner:  # type: ignore[arg-type]
-            gate, busy = await _held(owner)
+            gate, busy = await _held(owner, store)
             with pytest.raises(TimeoutError):  # the caller gives up: the send is taken back
                 await asyncio.wait_for(owner.inject("once"), 0.05)
             gate.set()
             await busy
-            assert (await owner.inject("after")).seq == 1
-            assert sent_texts(store) == ["after"]  # a retry of "once" would not double it
+            assert (await owner.inject("after")).seq == 2
+            assert sent_texts(store) == ["first", "after"]  # "once" was not written
 
     asyncio.run(main())
 
@@ -668,7 +677,7 @@ def test_a_send_the_store_refuses_in_a_shared_batch_fails_only_its_own_sender() 
     async def main() -> None:
         async with AsyncOwner(store, "s", Runner(echo), watch=False, start=False) as owner:  # type: ignore[arg-type]
             limit = store.max_record_size
-            gate, busy = await _held(owner)
+            gate, busy = await _held(owner, store)
             sends = [asyncio.ensure_future(owner.inject(text))
                      for text in ("a", "x" * (limit + 1), "c")]
             await asyncio.sleep(0)  # all three queued for one batch
@@ -677,7 +686,7 @@ def test_a_send_the_store_refuses_in_a_shared_batch_fails_only_its_own_sender() 
             outcomes = await asyncio.gather(*sends, return_exceptions=True)
             assert isinstance(outcomes[1], ValueError) and "limit" in str(outcomes[1])
             assert [o.message.content for o in (outcomes[0], outcomes[2])] == ["a", "c"]  # type: ignore[union-attr]
-            assert sent_texts(store) == ["a", "c"]
+            assert sent_texts(store) == ["first", "a", "c"]
 
     asyncio.run(main())
 
@@ -687,7 +696,7 @@ def test_a_batch_whose_outcome_is_unknown_is_not_written_again_and_every_sender_
 
     async def main() -> None:
         async with AsyncOwner(store, "s", Runner(echo), watch=False, start=False) as owner:  # type: ignore[arg-type]
-            gate, busy = await _held(owner)
+            gate, busy = await _held(owner, store)
             store.lose_answer = True
             sends = [asyncio.ensure_future(owner.inject(text)) for text in "abc"]
             await asyncio.sleep(0)
@@ -695,8 +704,8 @@ def test_a_batch_whose_outcome_is_unknown_is_not_written_again_and_every_sender_
             await busy
             outcomes = await asyncio.gather(*sends, return_exceptions=True)
             assert all(isinstance(o, StoreError) for o in outcomes)  # nothing acknowledged
-            assert store.appends == 1
-            assert sent_texts(store.inner) == ["a", "b", "c"]  # once each
+            assert store.appends == 2  # "first", then the shared batch, once
+            assert sent_texts(store.inner) == ["first", "a", "b", "c"]  # once each
 
     asyncio.run(main())
 
@@ -894,7 +903,7 @@ def test_each_sender_of_a_failed_batch_hears_its_own_error_caused_by_the_shared_
 
     async def main() -> None:
         async with AsyncOwner(store, "s", Runner(echo), watch=False, start=False) as owner:  # type: ignore[arg-type]
-            gate, busy = await _held(owner)
+            gate, busy = await _held(owner, store)
             store.lose_answer = True
             sends = [asyncio.ensure_future(owner.inject(text)) for text in "abc"]
             await asyncio.sleep(0)

@@ -17,7 +17,7 @@ import pytest
 
 from nous_inbox import Message, MessageSent, StoreError, replay
 from nous_inbox.events import Warned
-from nous_inbox.owner import Owner
+from nous_inbox.owner import GroupCommitState, Owner
 from nous_inbox.owner.group_commit import GroupCommit, Ticket, settle
 from nous_inbox.owner.store_worker import StoreWorker
 from nous_inbox.runner import Runner
@@ -76,9 +76,11 @@ def _contents(owner: Owner) -> list[str]:
 
 
 def _queued(owner: Owner) -> int:
-    # Private, read-only: how many sends wait in the owner's group commit, the one way to know
-    # a batch has formed behind the held commit without a sleep.
-    return owner._group.queued  # type: ignore[union-attr]
+    """How many sends wait in the owner's group commit: a batch has formed behind the held
+    commit once they all do."""
+    state = owner.group_commit
+    assert state is not None  # a store that blocks
+    return state.queued
 
 
 class _Senders:
@@ -270,7 +272,7 @@ def test_a_lone_sender_never_waits_for_company() -> None:
         for i in range(5):
             owner.inject(f"m{i}")
         assert store.sizes == [1] * 5
-        assert owner._group.senders == 1  # type: ignore[union-attr]  # private, read-only: whom the next leader waits for
+        assert owner.group_commit == GroupCommitState(queued=0, committing=False, senders=1)
 
 
 @pytest.mark.parametrize("senders", [8, 32])

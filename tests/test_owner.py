@@ -20,9 +20,10 @@ import pytest
 from nous_inbox import Message, MessageSent, QueueClaimed, ToolCall, replay
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import ModelRequested, StepEnded, StepStarted, TurnEnded, TurnStarted
-from nous_inbox.owner import Owner
+from nous_inbox.owner import GroupCommitState, Owner
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
+from tests.helpers import wait_until
 from tests.owner_faces import FACES, build
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,9 +72,7 @@ def owner_face(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = metafunc.function.__code__.co_names
-    # A test that holds the threaded owner's lock from its own thread is about that face's
-    # internals (the asyncio face would wait on it from the loop thread): threaded only.
-    if ("make_owner" in names or "build" in names) and "_lock" not in names:
+    if "make_owner" in names or "build" in names:
         metafunc.parametrize("owner_face", FACES, indirect=True)
 
 
@@ -612,13 +611,26 @@ def test_the_same_words_steered_again_after_the_last_claim_still_get_their_run()
 
 def test_cancel_right_after_a_waking_send_is_honoured_before_the_turn_starts() -> None:
     model = ScriptedModel()
-    with make_owner(model) as owner:
-        with owner._lock:  # the woken worker waits on this lock: cancel() lands before its turn
-            owner.steer("go")
-            assert owner.cancel() is True
+    holder: dict[str, Owner] = {}
+    cancelled: list[bool] = []
+
+    def on_event(event: Any) -> None:
+        # A listener's sends commit at once, and the run its steer wakes starts its turn only
+        # once the listener returned: the cancel lands between the two.
+        if isinstance(event, MessageSent) and event.message.content == "hold":
+            holder["owner"].steer("go")
+            cancelled.append(holder["owner"].cancel())
+
+    # Threaded only: an AsyncOwner tells its listeners after the fold, so there the steer's
+    # run starts after the listener returns (test_async_owner.py has that owner's case).
+    owner = Owner(open_store("memory:"), "s", Runner(model), start=False, listen=on_event)
+    holder["owner"] = owner
+    with owner:
+        owner.inject("hold")
         assert owner.wait_idle(WAIT)
+        assert cancelled == [True]  # a run was going
         assert model.requests == []
-        assert [m.content for m, _ in owner.inbox.entries("next_step")] == ["go"]
+        assert [m.content for m, _ in owner.inbox.entries("next_step")] == ["hold", "go"]
 
 
 class _LockedStore:
@@ -871,24 +883,30 @@ def test_a_send_from_a_thread_holding_the_owner_lock_commits_at_once_beside_a_gr
 ) -> None:
     # The run's worker holds the owner's lock inside ``record`` while its listeners run; a
     # listener's send must not queue behind a leader that is itself waiting for that lock.
-    owner = Owner(_Blocking(), "s", Runner(ScriptedModel()), watch=False)  # type: ignore[arg-type]
+    steered, listened = threading.Event(), threading.Event()
     leader = threading.Thread(target=lambda: owner.inject("from the leader"), daemon=True)
 
-    def worker_listener_sends() -> None:
-        with owner._lock:  # private: the position of a run's worker inside record (the mailbox takes it too)
-            leader.start()
-            # Private, read-only: the other thread now leads, and waits for the lock this one
-            # holds (the one way to know it without a sleep).
-            while not owner._group.committing:  # type: ignore[union-attr]
-                assert leader.is_alive()
-            owner.inject("from a listener")
+    def on_event(event: Any) -> None:
+        if not isinstance(event, TurnStarted):
+            return
+        assert steered.wait(WAIT)  # on the run's worker, inside record; the steer's commit over
+        leader.start()
+        # The other thread has taken its batch and commits it: it waits for this thread's lock.
+        wait_until(lambda: owner.group_commit == GroupCommitState(0, committing=True, senders=1),
+                   what="the other thread leads a commit", timeout=WAIT)
+        owner.inject("from a listener")
+        listened.set()
 
-    assert _finishes(worker_listener_sends)  # (not closed if it hangs: close would too)
-    leader.join(WAIT)
-    assert not leader.is_alive()
+    owner = Owner(_Blocking(), "s", Runner(ScriptedModel()), watch=False,  # type: ignore[arg-type]
+                  listen=on_event)
+    owner.steer("go")
+    steered.set()
+    assert listened.wait(WAIT)  # (not closed if it hangs: close would too)
     with owner:
-        logged = [e.message.content for e in owner.events()]  # type: ignore[attr-defined]
-        assert logged == ["from a listener", "from the leader"]
+        leader.join(WAIT)
+        assert owner.wait_idle(WAIT)
+        sent = [e.message.content for e in owner.events() if isinstance(e, MessageSent)]
+        assert sent == ["go", "from a listener", "from the leader"]
 
 
 # -- options: checked before anything happens -------------------------------------------------------

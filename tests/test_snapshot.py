@@ -662,10 +662,34 @@ def test_an_owner_reopens_from_its_snapshot(tmp_path: Path) -> None:
         assert store.load_snapshot("s")[0] == 20
     with open_store(url) as store:
         owner = Owner(store, "s", runner, snapshot_every=10, watch=False, start=False)
-        # (private: an owner does not say how its journal opened; the journal's count does)
-        assert owner._journal.replayed == 3
+        assert owner.replayed == 3  # past the snapshot at 20
         assert owner.session == replay(store.read("s"))
         owner.close()
+
+
+def test_an_async_owner_reopens_from_its_snapshot(tmp_path: Path) -> None:
+    import asyncio
+
+    from nous_inbox.owner import AsyncOwner
+    from nous_inbox.runner import Runner
+
+    url = f"sqlite:{tmp_path / 'inbox.sqlite'}"
+    runner = Runner(lambda transcript, tools: "ok")
+
+    async def main() -> None:
+        with open_store(url) as store:
+            async with AsyncOwner(store, "s", runner, snapshot_every=10, watch=False,
+                                  start=False) as owner:
+                assert owner.replayed == 0  # a new stream: nothing to replay
+                for i in range(23):
+                    await owner.inject(f"fyi {i}")
+        with open_store(url) as store:
+            async with AsyncOwner(store, "s", runner, snapshot_every=10, watch=False,
+                                  start=False) as owner:
+                assert owner.replayed == 3  # past the snapshot at 20
+                assert owner.session == replay(store.read("s"))
+
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("bad", [-1, 2.0])

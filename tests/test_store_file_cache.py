@@ -8,9 +8,6 @@ out of the cache must not decode the file again (each would otherwise rescan it 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from nous_inbox.events import Warned
 from nous_inbox.session import replay
@@ -21,33 +18,21 @@ from nous_inbox.store.file.index import CACHED_STREAMS
 STREAMS = CACHED_STREAMS + 6
 
 
-def _counting_scans(store: FileStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    scanned: list[str] = []
-    scan = store._scan
-
-    def counted(stream: str) -> Any:
-        scanned.append(stream)
-        return scan(stream)
-
-    monkeypatch.setattr(store, "_scan", counted)
-    return scanned
-
-
 def test_appends_round_robin_over_more_streams_than_the_cache_decode_nothing_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     with open_store(f"file:{tmp_path / 'log.jsonl'}") as store:
         assert isinstance(store, FileStore)
         names = [f"s{i}" for i in range(STREAMS)]
         for name in names:
             store.append(name, [Warned(text="first"), Warned(text="second")])
-        scanned = _counting_scans(store, monkeypatch)
+        scans = store.scans
         for round_ in range(3):
             for name in names:
                 stored = store.append(name, [Warned(text=f"round {round_}")], 2 + round_)
                 assert stored[0].seq == 3 + round_
                 assert store.version(name) == 3 + round_
-        assert scanned == []
+        assert store.scans == scans  # no stream was searched for again
     with open_store(f"file:{tmp_path / 'log.jsonl'}") as store:  # what a fresh open reads
         for name in names:
             texts = [event.text for event in store.read(name)]  # type: ignore[attr-defined]

@@ -206,14 +206,13 @@ def test_a_store_keeps_only_the_streams_touched_last_decoded(tmp_path, monkeypat
     with FileStore(path, read_only=True) as reader, FileStore(path) as writer:
         for name in names:
             assert reader.version(name) == 1
-        assert len(reader._streams) == 3  # the bound (a private detail, checked here only)
-        assert list(reader._streams) == names[-3:]
+        assert reader.cached_streams == names[-3:]  # the bound: the last three touched
         writer.append("session-0", [Warned(text="session-0 late")])
         counter = CountingDecoder()
         monkeypatch.setattr(file_module, "RECORD_DECODER", counter)
         assert [e.text for e in reader.read("session-0")] == ["session-0 first", "session-0 late"]
         assert counter.calls >= 2  # let go of before: read from the file again
-        assert list(reader._streams) == [*names[-2:], "session-0"]
+        assert reader.cached_streams == [*names[-2:], "session-0"]
         calls = counter.calls
         assert [e.text for e in reader.read("session-5")] == ["session-5 first"]
         assert counter.calls == calls  # still kept: nothing decoded

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +25,7 @@ from nous_inbox import (
     replay,
 )
 from nous_inbox.events import SCHEMA_VERSION, Warned
+from nous_inbox.owner import GroupCommitState
 from nous_inbox.store import open_store
 from nous_inbox.store.journal import Journal
 from tests import postgres_server
@@ -51,6 +52,22 @@ def sql(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
     with PostgresStore(url, read_only=True) as store, store.connect() as db:
         cursor = db.execute(query.replace("SCHEMA", store.schema), params)
         return cursor.fetchall() if cursor.description else []
+
+
+class OutOfReach(PostgresStore):
+    """A store whose new connections are refused while ``refused()`` says so, as when its
+    server is out of reach (the connections it has stay up); ``attempts`` counts the refusals."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.refused: Callable[[], bool] = lambda: False
+        self.attempts = 0
+        super().__init__(*args, **kwargs)
+
+    def connect(self) -> psycopg.Connection[Any]:
+        if self.refused():
+            self.attempts += 1
+            raise psycopg.OperationalError("connection refused: the server is out of reach")
+        return super().connect()
 
 
 def expire(url: str, stream: str, holder: PostgresStore) -> None:
@@ -109,12 +126,12 @@ def test_parameters_reach_the_store_and_not_libpq(postgres_url):
 
 def test_reconnect_is_a_parameter_and_zero_means_no_retry(postgres_url):
     with open_store(f"{postgres_url}&reconnect=2.5") as store:
-        assert store._reconnect == 2.5
+        assert store.reconnect == 2.5
     for zero in ("0", "0.0", "0e0"):
         with open_store(f"{postgres_url}&reconnect={zero}") as store:
-            assert store._reconnect == 0
+            assert store.reconnect == 0
     with PostgresStore(f"{postgres_url}&reconnect=2.5", reconnect=4) as store:
-        assert store._reconnect == 4  # the keyword wins
+        assert store.reconnect == 4  # the keyword wins
 
 
 def test_the_urls_own_connect_timeout_reaches_libpq_and_the_keyword_wins(postgres_url):
@@ -131,10 +148,11 @@ def test_closing_releases_the_leases_and_stops_the_background_thread(postgres_ur
     store = PostgresStore(postgres_url)
     store.own("s")
     store.subscribe("s", lambda: None)
-    background = store._background
-    assert background is not None
+    wait_until(lambda: store.listening, what="the renewals began", timeout=WAIT)
     store.close()
-    assert not background._thread.is_alive()  # joined: nothing renews or nudges after close
+    assert not store.listening
+    # Joined: nothing renews or nudges after close.
+    assert not [t for t in threading.enumerate() if t.name == f"nous-inbox {store.url}"]
     assert sql(postgres_url, 'SELECT holder FROM "SCHEMA".nous_inbox_streams') == [(None,)]
     with pytest.raises(ValueError, match="closed"):
         store.own("t")
@@ -255,11 +273,10 @@ def test_streams_sort_as_python_sorts_them(pg):
 def test_a_transaction_pooler_gets_no_prepared_statements(postgres_url):
     for pooler, prepared in (("transaction", False), ("session", True)):
         with PostgresStore(f"{postgres_url}&pooler={pooler}") as store:
-            for i in range(10):
-                store.append("s", [Warned(text=f"{i}")])
-                store.version("s")
-            db = store._connection()
-            count = db.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+            with store.connect() as db:  # how every connection of the store is made
+                for i in range(10):
+                    db.execute("SELECT %s::text", (f"{i}",))
+                count = db.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
             assert (count is not None and count[0] > 0) is prepared
 
 
@@ -332,18 +349,18 @@ def test_an_append_whose_connection_dropped_before_commit_is_made_once(pg, monke
 
 def test_a_terminated_backend_is_reconnected_and_the_append_made(pg, postgres_url):
     pg.append("s", [Warned(text="a")])
-    pid = pg._connection().info.backend_pid
+    pid = pg.backend_pid
     sql(postgres_url, "SELECT pg_terminate_backend(%s)", pid)
     pg.append("s", [Warned(text="b")])
     assert [e.text for e in pg.read("s")] == ["a", "b"]
-    assert pg._connection().info.backend_pid != pid
+    assert pg.backend_pid not in (pid, None)
 
 
 def test_a_lost_connection_that_does_not_come_back_is_a_store_error(postgres_url):
-    with PostgresStore(postgres_url, reconnect=0.01) as store:
+    with OutOfReach(postgres_url, reconnect=0.01) as store:
         store.append("s", [Warned(text="a")])
-        store._conninfo = "postgresql://nobody@127.0.0.1:1/none"  # the server is gone for good
-        sql(postgres_url, "SELECT pg_terminate_backend(%s)", store._connection().info.backend_pid)
+        store.refused = lambda: True  # the server is gone for good
+        sql(postgres_url, "SELECT pg_terminate_backend(%s)", store.backend_pid)
         with pytest.raises(StoreError, match=r"could not get it back within 0.01s"):
             store.append("s", [Warned(text="b")])
 
@@ -446,8 +463,8 @@ def expiry(url: str, stream: str) -> Any:
 
 
 def waiting_on_a_lock(url: str, store: PostgresStore) -> bool:
-    assert store._db is not None
-    pid = store._db.info.backend_pid
+    pid = store.backend_pid
+    assert pid is not None
     rows = sql(url, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", pid)
     return rows == [("Lock",)]
 
@@ -530,29 +547,27 @@ def test_the_stores_connections_keep_tcp_alive(postgres_url):
 
 
 def test_a_reconnect_loop_neither_holds_the_connection_nor_stops_the_renewals(postgres_url):
-    with PostgresStore(postgres_url, lease=1, reconnect=60) as b, \
+    with OutOfReach(postgres_url, lease=1, reconnect=60) as b, \
             PostgresStore(postgres_url, lease=1) as c:
         b.own("t")
-        wait_until(lambda: b._background is not None and b._background.ready,
-                   what="the renewals began", timeout=WAIT)
-        good = b._conninfo
-        b._conninfo = "postgresql://nobody@127.0.0.1:1/none"  # the server is out of reach ...
-        sql(postgres_url, "SELECT pg_terminate_backend(%s)", b._connection().info.backend_pid)
+        wait_until(lambda: b.listening, what="the renewals began", timeout=WAIT)
         appender = threading.Thread(target=b.append, args=("s", [Warned(text="a")]))
+        b.refused = lambda: threading.current_thread() is appender  # out of its reach ...
+        sql(postgres_url, "SELECT pg_terminate_backend(%s)", b.backend_pid)
         appender.start()
-        try:
-            # ... for the main connection only: renewals go on, and other threads get the
-            # connection's lock between the append's reconnect attempts.
-            before = expiry(postgres_url, "t")
-            wait_until(lambda: expiry(postgres_url, "t") > before, what="the lease of t renewed",
-                       timeout=WAIT)
-            with pytest.raises(StreamOwnedError):
-                c.own("t")
-            assert b._lock.acquire(timeout=WAIT)
-            b._lock.release()
-            assert appender.is_alive()
-        finally:
-            b._conninfo = good
+        # ... for the main connection only: renewals go on, and other threads get the
+        # connection's lock between the append's reconnect attempts.
+        before = expiry(postgres_url, "t")
+        wait_until(lambda: expiry(postgres_url, "t") > before, what="the lease of t renewed",
+                   timeout=WAIT)
+        with pytest.raises(StreamOwnedError):
+            c.own("t")
+        assert b.attempts and appender.is_alive()  # retrying
+        versions: list[int] = []
+        other = threading.Thread(target=lambda: versions.append(b.version("s")), daemon=True)
+        other.start()
+        other.join(WAIT)
+        assert versions == [0]  # made its call between two attempts (and the connection again)
         appender.join(WAIT)
         assert [e.text for e in b.read("s")] == ["a"]
 
@@ -589,13 +604,13 @@ def test_an_append_that_never_sent_its_commit_is_a_definite_failure(postgres_url
 
 def test_reconnect_is_shorter_than_the_lease_unless_given(postgres_url):
     with PostgresStore(postgres_url) as store:
-        assert 0 < store._reconnect < store.lease
+        assert 0 < store.reconnect < store.lease
     with PostgresStore(postgres_url, lease=1) as store:
-        assert 0 < store._reconnect < 1
+        assert 0 < store.reconnect < 1
     with PostgresStore(postgres_url, lease=60) as store:
-        assert store._reconnect == 10
+        assert store.reconnect == 10
     with PostgresStore(postgres_url, lease=1, reconnect=30) as store:
-        assert store._reconnect == 30  # the caller's choice
+        assert store.reconnect == 30  # the caller's choice
 
 
 def test_appending_needs_no_lease_and_is_not_fenced_by_anothers(postgres_url):
@@ -859,7 +874,8 @@ def test_a_shared_batch_whose_connection_dropped_is_written_once_for_every_sende
         threads = [threading.Thread(target=send, args=(t,)) for t in texts]
         for t in threads:
             t.start()
-        wait_until(lambda: owner._group.queued == 7, what="seven sends queued", timeout=WAIT)
+        wait_until(lambda: owner.group_commit == GroupCommitState(queued=7, committing=True, senders=1),
+                   what="seven sends queued behind the held commit", timeout=WAIT)
         held.release.set()
         for t in [first, *threads]:
             t.join(WAIT)
@@ -911,7 +927,8 @@ def test_an_event_too_large_in_a_shared_batch_fails_only_its_sender(postgres_url
         threads = [threading.Thread(target=send, args=(t,)) for t in texts]
         for t in threads:
             t.start()
-        wait_until(lambda: owner._group.queued == 4, what="four sends queued", timeout=WAIT)
+        wait_until(lambda: owner.group_commit == GroupCommitState(queued=4, committing=True, senders=1),
+                   what="four sends queued behind the held commit", timeout=WAIT)
         held.release.set()
         for t in [first, *threads]:
             t.join(WAIT)
@@ -927,7 +944,7 @@ def test_an_event_too_large_in_a_shared_batch_fails_only_its_sender(postgres_url
 def test_a_store_with_reconnect_zero_raises_at_once_when_its_connection_drops(postgres_url):
     with PostgresStore(postgres_url, reconnect=0) as store:
         store.append("s", [Warned(text="a")])
-        sql(postgres_url, "SELECT pg_terminate_backend(%s)", store._connection().info.backend_pid)
+        sql(postgres_url, "SELECT pg_terminate_backend(%s)", store.backend_pid)
         connects: list[int] = []
         real = store.connect
         store.connect = lambda: (connects.append(1), real())[1]  # type: ignore[method-assign]

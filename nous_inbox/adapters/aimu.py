@@ -35,7 +35,8 @@ if you route: aimu generates an unguessable name for an agent built without ``na
 Order. ``steer`` and ``inject`` queue on ``next_step``, ``followup`` on ``next_turn``. A drain
 returns the turn messages first (the first drain of a run only), then the step messages; within
 each, the agent's own and the shared queue are merged in send order. Each queued message carries
-its send position as ``metadata["nous_inbox.order"]``, which is what that merge sorts by, and
+its send position as ``metadata[ORDER_KEY]`` (``"nous_inbox.order"``; the name's home is
+:mod:`nous_inbox.adapters.aimu_routing`), which is what that merge sorts by, and
 all it is used for: which followups a run is owed is decided from the queues themselves.
 
 Design notes. What a drain claims, and whether what it takes is worth a round, is the loop's
@@ -98,7 +99,6 @@ import attrs
 
 from nous_inbox.adapters import aimu_routing as routing
 from nous_inbox.adapters.aimu_routing import (
-    ORDER_KEY,
     SendClock,
     addresses,
     check_agent,
@@ -114,7 +114,7 @@ from nous_inbox.session import Session
 from nous_inbox.store.journal import Journal, Log, sent_event
 from nous_inbox.verbs import FOLLOWUP, INJECT, STEER, Target, Verb
 
-__all__ = ["ORDER_KEY", "STREAM_PREFIX", "AimuInbox", "EventStore", "stream_name"]
+__all__ = ["STREAM_PREFIX", "AimuInbox", "EventStore", "stream_name"]
 
 logger = logging.getLogger(__name__)
 

@@ -4,9 +4,11 @@
 Both share one body of rules (:mod:`nous_inbox.owner.body`). A prompt or followup answers with a
 handle on the turn that answers it (:class:`TurnHandle`, :class:`AsyncTurnHandle`), whose result is
 a :class:`TurnResult`; :func:`request_cancel` asks a session's open turn to end from any process.
+An owner's ``group_commit`` is a :class:`GroupCommitState`: its send backlog.
 """
 
 from nous_inbox.owner.async_owner import AsyncOwner
+from nous_inbox.owner.group_commit import GroupCommitState
 from nous_inbox.owner.port import request_cancel
 from nous_inbox.owner.threaded import Owner
 from nous_inbox.owner.turn_result import (
@@ -21,6 +23,7 @@ from nous_inbox.owner.turn_result import (
 __all__ = [
     "AsyncOwner",
     "AsyncTurnHandle",
+    "GroupCommitState",
     "Owner",
     "TurnCancelled",
     "TurnError",

@@ -37,7 +37,8 @@ the loop, in log order.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from nous_inbox.errors import LeaseLostError
@@ -46,6 +47,7 @@ from nous_inbox.message import Message
 from nous_inbox.owner.body import OwnerBody
 from nous_inbox.owner.core import Stop
 from nous_inbox.owner.event_readers import EventReaders
+from nous_inbox.owner.group_commit import GroupCommitState
 from nous_inbox.owner.idle_watch import OwnerWatch, taken_over
 from nous_inbox.owner.port import AsyncTurnRunner
 from nous_inbox.owner.sends import QueuedSend, Refused, Stored
@@ -186,6 +188,37 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         queued for it, in order. Closing the iterator stops listening.
         """
         return self._readers.read(after, self._stored, self._check_open)
+
+    @property
+    def group_commit(self) -> GroupCommitState | None:
+        """The store worker's group commit now, as :attr:`Owner.group_commit
+        <nous_inbox.owner.Owner.group_commit>`: ``None`` before the owner is open and when its
+        store calls run inline (``memory:``), where each send commits at once."""
+        return None if self._io is None else self._io.group_commit
+
+    @contextlib.contextmanager
+    def at_once(self) -> Iterator[None]:
+        """Within it, a send this thread makes commits at once, as a boundary subscriber's does:
+        stored, folded and answered before the verb returns, which then returns a
+        :class:`~nous_inbox.owner.sends.Stored` (its ``value`` is the stored event; a prompt's
+        handle has its ``sent``). For sync code on the loop (a listener, a UI callback) that
+        must have its send stored before it goes on, where the send would otherwise wait for
+        the store worker. The price: the thread, the loop's included, waits for the commit.
+
+        >>> import asyncio
+        >>> from nous_inbox.runner import Runner
+        >>> from nous_inbox.store import open_store
+        >>> async def main():
+        ...     async with AsyncOwner(open_store("memory:"), "s", Runner(lambda t, tools: "ok"),
+        ...                           start=False) as owner:
+        ...         with owner.at_once():
+        ...             sent = owner.inject("noted")
+        ...         return sent.value.seq
+        >>> asyncio.run(main())
+        1
+        """
+        with self._lock:  # a send from the thread holding it commits at once (_store_send)
+            yield
 
     def _stored(self, after: int) -> Awaitable[list[Event]]:
         """The stored events with ``seq > after``, read where store calls run."""

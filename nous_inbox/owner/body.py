@@ -123,6 +123,12 @@ class OwnerBody(Generic[R, H], abc.ABC):
         return list(self.session.transcript)
 
     @property
+    def replayed(self) -> int:
+        """How many events the open replayed past the session's snapshot (all, with none): what
+        ``snapshot_every`` saves a reopen. 23 events, a snapshot every 10: it opens with 3."""
+        return self._opened().replayed
+
+    @property
     def lost(self) -> LeaseLostError | None:
         """The ``LeaseLostError`` that stopped this owner for good (another owner took the
         stream over), or ``None``; from then on its sends and waits raise it."""
@@ -364,11 +370,6 @@ class OwnerBody(Generic[R, H], abc.ABC):
         """Whether this thread holds the owner's lock (a listener, a boundary subscriber, a run
         inside a claim): a send from it commits at once, as queueing would wait for itself."""
         return bool(self._lock._is_owned())  # type: ignore[attr-defined]
-
-    def _prompting(self, prompt: bool) -> None:
-        if prompt:
-            with self._lock:
-                self._core.prompt()
 
     def _sent_failed(self, error: BaseException, prompt: bool) -> None:
         """A send raised ``error``: a lost lease ends the owner; a prompt that cannot be in the

@@ -34,11 +34,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final, Generic, TypeVar
 
+import attrs
+
 from nous_inbox.errors import LeaseLostError, OutcomeUnknownError
 from nous_inbox.events import Event
 
 __all__ = [
-    "GATHER_MAX_SECONDS", "GATHER_SECONDS", "GroupCommit", "Outcome", "Ticket",
+    "GATHER_MAX_SECONDS", "GATHER_SECONDS", "GroupCommit", "GroupCommitState", "Outcome", "Ticket",
     "commit_in_threads", "copy_for_sender", "interrupted", "refused_unwritten", "settle",
 ]
 
@@ -80,6 +82,23 @@ class Ticket(Generic[W]):
         return self.stored
 
 
+@attrs.frozen
+class GroupCommitState:
+    """A group commit at one moment, as a host watches it: ``queued``, the sends waiting for a
+    transaction to take them (a send backlog); ``committing``, whether a leader is gathering or
+    committing (a send made now waits for it); ``senders``, how many senders the next leader
+    waits for (those of the last round: one, and a lone sender never waits for company).
+    An owner's :attr:`~nous_inbox.owner.Owner.group_commit` gives it.
+
+    >>> GroupCommit().state()
+    GroupCommitState(queued=0, committing=False, senders=1)
+    """
+
+    queued: int
+    committing: bool
+    senders: int
+
+
 class GroupCommit(Generic[W]):
     """The queue of a group commit and its decisions; not locked (its pump holds a lock).
 
@@ -118,6 +137,11 @@ class GroupCommit(Generic[W]):
     def senders(self) -> int:
         """How many senders the next leader waits for (those of the last round)."""
         return self._senders
+
+    def state(self) -> GroupCommitState:
+        """What :attr:`queued`, :attr:`committing` and :attr:`senders` say now, as one value
+        (read it under the lock its pump holds, so the three agree)."""
+        return GroupCommitState(len(self._pending), self._committing, self._senders)
 
     def queue(self, ticket: Ticket[W]) -> bool:
         """Queue ``ticket``; whether its sender is to lead the next commit: none is under way,

@@ -40,6 +40,7 @@ from typing import Any, Final, ParamSpec, TypeVar
 from nous_inbox.events import Event
 from nous_inbox.owner.group_commit import (
     GroupCommit,
+    GroupCommitState,
     Outcome,
     Ticket,
     copy_for_sender,
@@ -303,6 +304,14 @@ class StoreWorker:
     def inline(self) -> bool:
         """Whether store calls run inline on the loop (the store does not block)."""
         return self._io is None
+
+    @property
+    def group_commit(self) -> GroupCommitState | None:
+        """The sends' group commit now; ``None`` inline, where each send commits at once."""
+        if self._io is None:
+            return None
+        with self._queue_lock:
+            return self._group.state()
 
     async def call(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)`` where store calls belong: inline, or on the worker."""

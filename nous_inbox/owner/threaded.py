@@ -77,7 +77,7 @@ from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.message import Message
 from nous_inbox.owner.body import Listener, OwnerBody
 from nous_inbox.owner.core import Stop
-from nous_inbox.owner.group_commit import GroupCommit, commit_in_threads
+from nous_inbox.owner.group_commit import GroupCommit, GroupCommitState, commit_in_threads
 from nous_inbox.owner.idle_watch import subscription, taken_over, watch_step
 from nous_inbox.owner.port import TurnRunner
 from nous_inbox.owner.turn_result import TurnHandle, TurnResult, pump
@@ -158,12 +158,32 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         """The session's stored events with ``seq > after``, read back from the store."""
         return self._read(after)
 
+    @property
+    def group_commit(self) -> GroupCommitState | None:
+        """The owner's group commit now: how many sends wait for the next transaction, whether
+        one is under way (:class:`~nous_inbox.owner.group_commit.GroupCommitState`); ``None``
+        over a store that does not block (``memory:``), where each send commits at once. A host
+        watches it as its send backlog, and a test waits on it rather than sleep.
+
+        >>> from nous_inbox.runner import Runner
+        >>> from nous_inbox.store import open_store
+        >>> with Owner(open_store("memory:"), "s", Runner(lambda transcript, tools: "ok")) as owner:
+        ...     owner.group_commit is None
+        True
+        """
+        if self._group is None:
+            return None
+        with self._queue_lock:
+            return self._group.state()
+
     # -- what a host says -----------------------------------------------------------------------
 
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False, options: dict[str, Any] | None = None) -> MessageSent:
         self._check_open()
-        self._prompting(prompt)
+        if prompt:
+            with self._lock:
+                self._core.prompt()
         try:
             if options is not None or self._group is None or self._holds_lock():
                 return self._sent_now(message, target, wakeup, options)

@@ -71,6 +71,8 @@ class StreamIndex(LogFile):
     ``CACHED_STREAMS``), the counts and names ``streams()`` found, and the lines that are
     not in the usual form; kept up with the file by :meth:`_catch_up`."""
 
+    _scans = 0  # how many times the file was searched for one stream's records
+
     def _reset(self) -> None:
         """Know nothing of the file yet: what a store just opened knows."""
         super()._reset()
@@ -200,6 +202,7 @@ class StreamIndex(LogFile):
         log = streams.pop(stream, None)
         if log is None:
             if self._end > self._header:
+                self._scans += 1
                 with collector_paused():
                     log = self._scan(stream)
             else:

@@ -65,6 +65,43 @@ class FileStore(StreamIndex, StoreBase):
         mode = ", read_only=True" if self.read_only else ""
         return f"FileStore({self.path!r}{mode})"
 
+    @property
+    def cached_streams(self) -> list[str]:
+        """The streams this store keeps decoded, the one touched longest ago first: at most
+        :data:`~nous_inbox.store.file.index.CACHED_STREAMS`, so a store serving many sessions
+        stays bounded; one that is not here is read from the file again when it is read.
+
+        >>> import tempfile, os
+        >>> from nous_inbox.events import Warned
+        >>> with FileStore(os.path.join(tempfile.mkdtemp(), "inbox.jsonl")) as store:
+        ...     _ = store.append("s1", [Warned(text="a")])
+        ...     _ = store.append("s2", [Warned(text="b")])
+        ...     store.cached_streams
+        ['s1', 's2']
+        """
+        with self._lock:
+            return list(self._streams)
+
+    @property
+    def scans(self) -> int:
+        """How many times this store searched its file for one stream's records: a stream read
+        for the first time, or again once it left the cache (:attr:`cached_streams`). What
+        touching a session costs beyond a ``fstat``: a host that sees it grow with every
+        append serves more sessions than the cache holds, and an append must never scan.
+
+        >>> import tempfile, os
+        >>> from nous_inbox.events import Warned
+        >>> path = os.path.join(tempfile.mkdtemp(), "inbox.jsonl")
+        >>> with FileStore(path) as store:
+        ...     _ = store.append("s1", [Warned(text="a")])
+        >>> with FileStore(path) as store:   # a store opened on it reads s1 when touched ...
+        ...     _ = store.append("s1", [Warned(text="b")], 1)
+        ...     _ = store.append("s1", [Warned(text="c")], 2)   # ... once: then it is kept
+        ...     store.scans
+        1
+        """
+        return self._scans
+
     # -- the hooks (called with the lock held) ---------------------------------------------------
 
     def _check_open(self) -> None:

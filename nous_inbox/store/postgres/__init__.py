@@ -46,6 +46,8 @@ they survive a pooler handing out other connections.
 Connections. One for the store's calls, shared by its threads behind a lock, plus one for the
 background thread once it owns or is subscribed to a stream. No pool: writes to one stream
 serialise on its row anyway, and the owner's group commit already joins concurrent sends.
+``store.backend_pid`` is the main connection's server process (find it in ``pg_stat_activity``);
+``store.listening`` says whether the background connection is up, renewing and listening.
 
 URL query parameters read by this store (libpq never sees them): ``schema`` (``public`` by
 default), ``lease`` (seconds, 5), ``poll`` (seconds, 2), ``pooler`` (``transaction`` or

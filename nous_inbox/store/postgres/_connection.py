@@ -36,7 +36,7 @@ class Connecting:
     _conninfo: str
     _libpq_keys: frozenset[str]
     _connect_timeout: float | None
-    _reconnect: float
+    reconnect: float
     _closed: bool
     _db: psycopg.Connection[Any] | None
     _lock: threading.Lock | threading.RLock
@@ -76,6 +76,22 @@ class Connecting:
                 db.close()
                 raise
         return db
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process of the store's main connection (``pg_stat_activity.pid``), or
+        ``None`` while it has none (closed, or lost and not made again yet). An operator finds
+        the store's session by it: what it waits on, or ``pg_terminate_backend`` to cut it. It
+        waits for nothing, not even a call stalled on the connection. With a connection of
+        your own, ``admin``::
+
+            admin.execute("SELECT wait_event_type, query FROM pg_stat_activity WHERE pid = %s",
+                          (store.backend_pid,))
+        """
+        db = self._db  # (one read: a call may replace it meanwhile)
+        if db is None or db.closed or db.broken:
+            return None
+        return db.info.backend_pid
 
     @property
     def _idle_limit_ms(self) -> int:
@@ -148,10 +164,10 @@ class Connecting:
                                          ) from exc
                     self._drop(db)
                     if not lost:
-                        deadline = self._local.deadline = time.monotonic() + self._reconnect
+                        deadline = self._local.deadline = time.monotonic() + self.reconnect
                     if time.monotonic() + pause > deadline:
                         reason = (f"lost the connection and could not get it back within "
-                                  f"{self._reconnect:g}s: {first_line(exc)}")
+                                  f"{self.reconnect:g}s: {first_line(exc)}")
                         error = unknown(reason) if unknown is not None else None
                         if error is not None:
                             raise error from exc

@@ -190,6 +190,20 @@ class Leasing(Connecting):
 
         return unsubscribe
 
+    @property
+    def listening(self) -> bool:
+        """Whether the store's background connection is up: renewing the leases the store
+        holds and listening for its subscribers' streams (behind a transaction pooler:
+        connected, its subscribers polled). ``False`` until a lease or a subscription starts
+        it, while it reconnects, and once the store is closed: what a health check reads, and
+        how to know a subscription is live before relying on its wake-ups::
+
+            unsubscribe = store.subscribe("s", woken.set)
+            healthy = store.listening  # False: no lease is renewed, no notification heard
+        """
+        with self._state:
+            return self._background is not None and self._background.ready
+
     def _start_background(self) -> None:
         if self._background is None:
             self._background = Background(self)

@@ -65,7 +65,7 @@ class PostgresStore(Leasing, StoreBase):
     the parameters :mod:`nous_inbox.store.postgres` lists; the keyword arguments win over them.
     ``read_only=True`` opens an existing store without writing to it. ``reconnect`` bounds how
     long a call keeps retrying a lost connection (4/5 of ``lease``, at most 10 s, by default;
-    0: one try). ``connect_timeout`` bounds each connection attempt (libpq's own URL parameter
+    0: one try); ``lease``, ``poll`` and ``reconnect`` read back as the store uses them. ``connect_timeout`` bounds each connection attempt (libpq's own URL parameter
     or ``PGCONNECT_TIMEOUT`` is respected; 5 s when none says).
     """
 
@@ -91,7 +91,7 @@ class PostgresStore(Leasing, StoreBase):
             raise ValueError(f"{self.url}: pooler must be 'transaction' or 'session', "
                              f"got {self.pooler!r}")
         given = reconnect if reconnect is not None else ours.get("reconnect")
-        self._reconnect = reconnect_seconds(given, default_reconnect(self.lease), self.url)
+        self.reconnect = reconnect_seconds(given, default_reconnect(self.lease), self.url)
         # The user's connect_timeout (URL or environment) is libpq's to read: only the keyword
         # overrides it, and only when none says is ours given.
         self._connect_timeout: float | None = None
@@ -165,7 +165,7 @@ class PostgresStore(Leasing, StoreBase):
                     db.execute(f"SELECT 1 FROM {self.tables.streams} WHERE stream = %s "
                                f"FOR UPDATE", (stream,))
             except psycopg.errors.LockNotAvailable as exc:
-                reason = f"the lost attempt still held the stream {self._reconnect:g}s later"
+                reason = f"the lost attempt still held the stream {self.reconnect:g}s later"
                 raise unknown(reason) or StoreError(
                     f"{self.url}: append to stream {stream!r} failed: {reason}; nothing was "
                     f"written") from exc
