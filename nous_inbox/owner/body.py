@@ -148,8 +148,8 @@ class OwnerBody(Generic[R, H], abc.ABC):
     def listen(self, callback: Listener) -> None:
         """Call ``callback(event)`` for every event recorded from now on, in order (the owner's
         own and those another process appended). Keep it quick; one that raises is logged and
-        stops neither the others nor the run. A callback may send with the owner's verbs: the
-        send commits at once."""
+        stops neither the others nor the run. A callback may send with the owner's verbs (an
+        ``AsyncOwner``'s is queued, unless made inside ``owner.at_once()``)."""
         if not callable(callback):
             raise TypeError(f"listen needs a callable, got {type(callback).__name__}")
         with self._lock:
