@@ -37,6 +37,7 @@ and holds at most one unread delta per run of text between two events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
@@ -104,10 +105,8 @@ class Feed:
             if not waiter.done():
                 waiter.set_result(None)
             return
-        try:
+        with contextlib.suppress(RuntimeError):  # its loop is closed: nobody reads any more
             self._loop.call_soon_threadsafe(_settle, waiter)
-        except RuntimeError:
-            pass  # its loop is closed: nobody reads any more
 
     async def aget(self) -> Item:
         """The next item, waiting for it on the loop."""

@@ -385,7 +385,7 @@ async def _sse(host: SessionHost, name: str, after: int, keepalive: float, *,
                 event, getting = getting.result(), None
                 if event is None:  # the host stopped, or reading the session failed
                     return
-                if type(event) is TextDelta:
+                if isinstance(event, TextDelta):
                     yield f"event: delta\ndata: {_delta_json(event)}\n\n".encode()
                 else:
                     yield f"id: {event.seq}\ndata: {event_json(event)}\n\n".encode()

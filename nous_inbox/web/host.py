@@ -243,7 +243,7 @@ class SessionHost:
             if owner is not None:
                 with contextlib.suppress(RuntimeError):  # closed meanwhile: read the store
                     async for item in owner.events(last, deltas=deltas):
-                        if type(item) is not TextDelta:
+                        if not isinstance(item, TextDelta):
                             last = item.seq
                         yield item
                 continue
