@@ -206,7 +206,7 @@ def test_a_reply_shows_as_the_model_writes_it_and_the_logged_reply_replaces_it(
             what="the run ended")
         shown = lines(browser)
         assert not any(kind == "text_delta" for kind, _ in shown)  # the logged reply replaced it
-        assert [text for kind, text in shown if kind == "model_replied"][0].endswith(FIRST + REST)
+        assert next(text for kind, text in shown if kind == "model_replied").endswith(FIRST + REST)
     finally:
         server.stop()
 
