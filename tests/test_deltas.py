@@ -25,7 +25,8 @@ from nous_inbox.adapters.pydantic_ai import AgentRunner
 from nous_inbox.events import Event, ModelReplied, ModelRequested, TurnEnded, Warned
 from nous_inbox.owner import AsyncOwner, Owner
 from nous_inbox.owner.event_readers import Feed
-from nous_inbox.runner.deltas import Deltas, TextDelta
+from nous_inbox.runner import LocalSession
+from nous_inbox.runner.deltas import Deltas, TextDelta, deltas_of
 from nous_inbox.store import open_store
 from tests.helpers import WAIT
 
@@ -250,3 +251,11 @@ def test_say_refuses_what_is_not_text_only_when_someone_listens() -> None:
     deltas.subscribe(lambda delta: None)
     with pytest.raises(TypeError, match="text must be a str, got int"):
         deltas.say(42)  # type: ignore[arg-type]
+
+
+def test_a_port_without_an_outlet_gives_a_silent_one_nobody_can_subscribe_to() -> None:
+    silent = deltas_of(LocalSession())
+    silent.say("nobody hears this")
+    assert not silent.listening
+    with pytest.raises(TypeError, match="this port has no text-delta outlet"):
+        silent.subscribe(lambda delta: None)

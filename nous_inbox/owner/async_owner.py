@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
@@ -177,6 +177,11 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 self._readers.end()
 
     # -- what a host reads and says ---------------------------------------------------------------
+
+    @overload
+    def events(self, after: int = 0, *, deltas: Literal[False] = False) -> AsyncIterator[Event]: ...
+    @overload
+    def events(self, after: int = 0, *, deltas: bool) -> AsyncIterator[Event | TextDelta]: ...
 
     def events(self, after: int = 0, *, deltas: bool = False) -> AsyncIterator[Event | TextDelta]:
         """Every event with ``seq > after``: the stored ones, then each as it is recorded, until

@@ -72,7 +72,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import Any, Final, Literal, overload
 
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.message import Message
@@ -161,6 +161,13 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
     def events(self, after: int = 0) -> list[Event]:
         """The session's stored events with ``seq > after``, read back from the store."""
         return self._read(after)
+
+    @overload
+    def follow(self, after: int = 0, *, deltas: Literal[False] = False,
+               timeout: float | None = None) -> Iterator[Event]: ...
+    @overload
+    def follow(self, after: int = 0, *, deltas: bool,
+               timeout: float | None = None) -> Iterator[Event | TextDelta]: ...
 
     def follow(self, after: int = 0, *, deltas: bool = False,
                timeout: float | None = None) -> Iterator[Event | TextDelta]:

@@ -118,7 +118,17 @@ class Deltas:
         return unsubscribe
 
 
-SILENT: Final = Deltas()
+class _Silent(Deltas):
+    """The outlet of a port that has none: nobody can listen, so nothing said goes anywhere."""
+
+    __slots__ = ()
+
+    def subscribe(self, reader: Reader) -> Callable[[], None]:
+        raise TypeError("this port has no text-delta outlet: nobody can read its deltas "
+                        "(an owner's port has one)")
+
+
+SILENT: Final[Deltas] = _Silent()
 """The outlet of a port that has none: nobody ever listens, so nothing said goes anywhere."""
 
 
