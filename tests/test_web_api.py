@@ -212,7 +212,7 @@ ENDPOINTS = [
     ("GET", "/api/sessions/s1", ("offset", "limit")),
     ("POST", "/api/sessions/s1/messages", ()),
     ("POST", "/api/sessions/s1/cancel", ()),
-    ("GET", "/api/sessions/s1/events", ("after",)),
+    ("GET", "/api/sessions/s1/events", ("after", "deltas")),
 ]
 POSTS = [(path, {"mode": "steer", "text": "x"} if path.endswith("messages") else {})
          for method, path, _ in ENDPOINTS if method == "POST"]

@@ -88,11 +88,11 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 
 def lines(browser: Any) -> list[tuple[str, str]]:
-    """(type, text) of each event line on the page."""
-    from selenium.webdriver.common.by import By
-
-    return [(li.get_attribute("data-type"), li.text)
-            for li in browser.find_elements(By.CSS_SELECTOR, "#events li")]
+    """(type, text) of each event line on the page, read at one moment (a live line goes as its
+    reply is logged, so lines are not read one call each)."""
+    return [(kind, text) for kind, text in browser.execute_script(
+        "return Array.from(document.querySelectorAll('#events li'),"
+        " (li) => [li.dataset.type, li.innerText]);")]
 
 
 def test_a_steer_typed_while_the_agent_works_lands_at_its_next_step(
@@ -180,6 +180,35 @@ def page_lines_table() -> set[str]:
     table = source[source.index("const LINES = {"):]
     table = table[:table.index("\n};\n")]
     return set(re.findall(r"^  ([a-z_]+): \(e\) =>", table, re.MULTILINE))
+
+
+def test_a_reply_shows_as_the_model_writes_it_and_the_logged_reply_replaces_it(
+        browser: Any, tmp_path: Path) -> None:
+    pytest.importorskip("pydantic_ai")
+    from selenium.webdriver.common.by import By
+
+    from tests.streaming_agent import FIRST, REST
+
+    release = tmp_path / "release"
+    server = start_serve(f"sqlite:{tmp_path / 'log.sqlite'}", "--agent",
+                         "tests.streaming_agent:agent",
+                         env={"NOUS_INBOX_TEST_RELEASE": str(release)})
+    try:
+        browser.get(f"{server.url.rstrip('/')}/sessions/live#token=serve-test-token")
+        browser.find_element(By.ID, "text").send_keys("what happened this morning?")
+        browser.find_element(By.CSS_SELECTOR, "button[data-mode=prompt]").click()
+        live = wait_until(lambda: [text for kind, text in lines(browser) if kind == "text_delta"],
+            what="the first words show while the model writes")
+        assert FIRST.strip() in live[0]
+        assert not any(kind == "model_replied" for kind, _ in lines(browser))  # not logged yet
+        release.touch()  # the model writes the rest
+        wait_until(lambda: any(kind == "turn_ended" for kind, _ in lines(browser)),
+            what="the run ended")
+        shown = lines(browser)
+        assert not any(kind == "text_delta" for kind, _ in shown)  # the logged reply replaced it
+        assert next(text for kind, text in shown if kind == "model_replied").endswith(FIRST + REST)
+    finally:
+        server.stop()
 
 
 def test_the_page_has_a_line_for_every_event_type_of_the_vocabulary() -> None:

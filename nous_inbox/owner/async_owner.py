@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
@@ -53,6 +53,7 @@ from nous_inbox.owner.port import AsyncTurnRunner
 from nous_inbox.owner.sends import QueuedSend, Refused, Stored
 from nous_inbox.owner.store_worker import SendTicket, StoreWorker
 from nous_inbox.owner.turn_result import AsyncTurnHandle, Steps, TurnEnds, TurnResult, apump
+from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.store import Store
 from nous_inbox.store.journal import sent_event
 from nous_inbox.store.snapshot import SNAPSHOT_EVERY
@@ -179,15 +180,29 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
 
     # -- what a host reads and says ---------------------------------------------------------------
 
-    def events(self, after: int = 0) -> AsyncIterator[Event]:
+    @overload
+    def events(self, after: int = 0, *, deltas: Literal[False] = False) -> AsyncIterator[Event]: ...
+    @overload
+    def events(self, after: int = 0, *, deltas: bool) -> AsyncIterator[Event | TextDelta]: ...
+
+    def events(self, after: int = 0, *, deltas: bool = False) -> AsyncIterator[Event | TextDelta]:
         """Every event with ``seq > after``: the stored ones, then each as it is recorded, until
         the owner closes. Resume a stream by passing the last ``seq`` you saw.
 
         The reader listens before it reads the store, so an event recorded meanwhile is in one
         or both (the repeat is dropped by ``seq``); a reader that falls behind has its events
         queued for it, in order. Closing the iterator stops listening.
+
+        ``deltas=True`` adds the model's text as it streams, as
+        :class:`~nous_inbox.runner.deltas.TextDelta` items in order with the events (each
+        before the ``ModelReplied`` that holds its reply), from a runner that streams (the
+        pydantic-ai adapter). Deltas are never stored: a resumed reader reads events only, and
+        the unread deltas of a slow reader are joined, so it never slows the run.
         """
-        return self._readers.read(after, self._stored, self._check_open)
+        if type(deltas) is not bool:
+            raise TypeError(f"events: deltas must be a bool, got {type(deltas).__name__}")
+        return self._readers.read(after, self._stored, self._check_open,
+                                  self._port.deltas if deltas and self._port else None)
 
     @property
     def group_commit(self) -> GroupCommitState | None:

@@ -23,6 +23,7 @@ from nous_inbox.commands import Claim
 from nous_inbox.events import CancelRequested, Event, QueueClaimed
 from nous_inbox.inbox import as_target
 from nous_inbox.message import Message
+from nous_inbox.runner.deltas import Deltas
 from nous_inbox.runner.port import JournalPort
 from nous_inbox.session import Session
 from nous_inbox.store import Store
@@ -160,9 +161,11 @@ class OwnerPort(JournalPort):
     tells the boundary subscribers, under that lock, so what they send joins the claim.
     ``call_io``: how a runner reaches an ``AsyncOwner``'s store worker (``None``: call inline).
     ``options`` and ``limit`` are the owner's: the open turn's run options, and how much of a
-    queue a claim may take now (see :attr:`turn_options`, :meth:`claim_limit`)."""
+    queue a claim may take now (see :attr:`turn_options`, :meth:`claim_limit`). ``deltas``: the
+    session's outlet for the model's text as it streams (:mod:`nous_inbox.runner.deltas`), which
+    the owner's live readers subscribe to."""
 
-    __slots__ = ("_boundaries", "_limit", "_options", "call_io")
+    __slots__ = ("_boundaries", "_limit", "_options", "call_io", "deltas")
 
     def __init__(self, journal: Journal, lock: threading.RLock, boundaries: Boundaries,
                  call_io: Callable[..., Any] | None = None, *,
@@ -171,6 +174,7 @@ class OwnerPort(JournalPort):
         super().__init__(journal, lock)
         self._boundaries = boundaries
         self.call_io = call_io
+        self.deltas = Deltas(lambda: (journal.session.turn, journal.session.step))
         self._options = options
         self._limit = limit
 

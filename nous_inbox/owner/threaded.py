@@ -71,16 +71,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Final
+from collections.abc import Iterator
+from typing import Any, Final, Literal, overload
 
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.message import Message
 from nous_inbox.owner.body import Listener, OwnerBody
 from nous_inbox.owner.core import Stop
+from nous_inbox.owner.event_readers import EventReaders
 from nous_inbox.owner.group_commit import GroupCommit, GroupCommitState, commit_in_threads
 from nous_inbox.owner.idle_watch import subscription, taken_over, watch_step
 from nous_inbox.owner.port import TurnRunner
 from nous_inbox.owner.turn_result import TurnHandle, TurnResult, pump
+from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.store import Store
 from nous_inbox.store.journal import sent_event
 from nous_inbox.store.snapshot import SNAPSHOT_EVERY
@@ -141,6 +144,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         self._group: GroupCommit[threading.Lock] | None = (
             GroupCommit() if getattr(store, "blocking", True) else None)
         self._queue_lock = threading.Lock()  # the group commit's; never held across I/O
+        self._readers = EventReaders()  # the follow() readers
         self._lease = self._open_session()
         self._watcher: threading.Thread | None = None
         if watch:
@@ -175,6 +179,38 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
             return None
         with self._queue_lock:
             return self._group.state()
+
+    @overload
+    def follow(self, after: int = 0, *, deltas: Literal[False] = False,
+               timeout: float | None = None) -> Iterator[Event]: ...
+    @overload
+    def follow(self, after: int = 0, *, deltas: bool,
+               timeout: float | None = None) -> Iterator[Event | TextDelta]: ...
+
+    def follow(self, after: int = 0, *, deltas: bool = False,
+               timeout: float | None = None) -> Iterator[Event | TextDelta]:
+        """Every event with ``seq > after``, live: the stored ones, then each as it is
+        recorded, until the owner closes; a thread's reader, as ``AsyncOwner.events`` is a
+        loop's. A wait longer than ``timeout`` seconds for the next one raises
+        ``TimeoutError``; closing the iterator stops listening.
+
+        ``deltas=True`` adds the model's text as it streams
+        (:class:`~nous_inbox.runner.deltas.TextDelta`, in order with the events, never stored);
+        the unread deltas of a slow reader are joined, so it never slows the run.
+
+        >>> from nous_inbox.runner import Runner
+        >>> from nous_inbox.store import open_store
+        >>> owner = Owner(open_store("memory:"), "demo", Runner(lambda transcript, tools: "ok"))
+        >>> reader = owner.follow(timeout=5)
+        >>> _ = owner.steer("go")
+        >>> [type(next(reader)).__name__ for _ in range(2)]
+        ['MessageSent', 'TurnStarted']
+        >>> owner.close()
+        """
+        if type(deltas) is not bool:
+            raise TypeError(f"follow: deltas must be a bool, got {type(deltas).__name__}")
+        return self._readers.follow(after, self._read, self._check_open,
+                                    self._port.deltas if deltas and self._port else None, timeout)
 
     # -- what a host says -----------------------------------------------------------------------
 
@@ -281,6 +317,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         else:
             logger.warning("the run of session %r did not stop within %s s; keeping its lease",
                            self._stream, timeout)
+        self._readers.end()  # after the run's last events: every follow() reader ends
 
     def __enter__(self) -> Owner:
         return self
@@ -291,12 +328,14 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
     # -- the pump -------------------------------------------------------------------------------
 
     def _deliver(self, events: Any) -> None:
+        self._readers.tell(events)
         self._tell(events)
         self._changed.notify_all()
 
     def _halted(self) -> None:
         with self._lock:
             self._changed.notify_all()
+        self._readers.end()
         self._halt.set()
         self._nudge.set()
 

@@ -9,7 +9,10 @@ Endpoints (every ``/api`` call needs ``Authorization: Bearer TOKEN``)::
     POST /api/sessions/{id}/cancel             {"cancelled": bool}: a run was going here, or a
                                                cancel was recorded for one held elsewhere
     GET  /api/sessions/{id}/events?after=N     Server-Sent Events: id = seq, data = the event as
-                                               ``nous-inbox log --json`` prints it
+                                               ``nous-inbox log --json`` prints it; with
+                                               ``&deltas=1``, also the model's text as it
+                                               streams: ``event: delta``, no id, data =
+                                               {"type": "text_delta", "text", "turn", "step"}
     GET  /  and  /sessions/{id}                the list page and a session's page
 
 Mount it in a Starlette or FastAPI app (``app.mount("/agents", create_app(host, token=...))``)
@@ -63,6 +66,7 @@ from starlette.types import Receive, Scope, Send
 
 from nous_inbox.events import Event
 from nous_inbox.frozen import thaw_json
+from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.safe_json import event_json, json_safe
 from nous_inbox.store.base import check_stream
 from nous_inbox.verbs import VERBS, Verb, VerbName
@@ -230,7 +234,9 @@ def create_app(
         last_id = request.headers.get("last-event-id")
         if last_id is not None:
             after = _whole(last_id, "Last-Event-ID must be an event seq")
-        return _EventStream(_sse(host, name, after, keepalive))
+        if query["deltas"] not in (0, 1):
+            raise _Refused(400, f"deltas must be 0 or 1, got {query['deltas']}")
+        return _EventStream(_sse(host, name, after, keepalive, deltas=query["deltas"] == 1))
 
     async def page(request: Request) -> Response:
         # Where the app is mounted, so the page's links and calls go to it.
@@ -249,7 +255,7 @@ def create_app(
         Route("/api/sessions", api(list_sessions)),
         Route("/api/sessions/{session:nous_session}/messages", api(post_message), methods=["POST"]),
         Route("/api/sessions/{session:nous_session}/cancel", api(cancel), methods=["POST"]),
-        Route("/api/sessions/{session:nous_session}/events", api(events, after=0)),
+        Route("/api/sessions/{session:nous_session}/events", api(events, after=0, deltas=0)),
         Route("/api/sessions/{session:nous_session}", api(show, offset=0, limit=100)),
         Route("/", page),
         Route("/sessions/{session:nous_session}", page),
@@ -349,14 +355,17 @@ class _EventStream(StreamingResponse):
             await self._events.aclose()
 
 
-async def _sse(host: SessionHost, name: str, after: int, keepalive: float) -> AsyncGenerator[bytes, None]:
-    """The event stream: each event as ``id: seq`` and ``data: json``; a comment after each
+async def _sse(host: SessionHost, name: str, after: int, keepalive: float, *,
+               deltas: bool = False) -> AsyncGenerator[bytes, None]:
+    """The event stream: each event as ``id: seq`` and ``data: json``; with ``deltas``, each
+    piece of the model's text as it streams as ``event: delta`` and ``data: json``, with no
+    ``id`` (so ``Last-Event-ID`` stays the last event's seq); a comment after each
     ``keepalive`` idle seconds; ends when the host stops or the client leaves."""
-    queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=256)
+    queue: asyncio.Queue[Event | TextDelta | None] = asyncio.Queue(maxsize=256)
 
     async def pump() -> None:
         try:
-            async for event in host.events(name, after):
+            async for event in host.events(name, after, deltas=deltas):
                 await queue.put(event)
         except Exception:
             logger.warning("the event stream of session %r failed", name, exc_info=True)
@@ -365,7 +374,7 @@ async def _sse(host: SessionHost, name: str, after: int, keepalive: float) -> As
     loop = asyncio.get_running_loop()
     feeding = loop.create_task(pump())
     stopping = loop.create_task(host.stopping.wait())
-    getting: asyncio.Task[Event | None] | None = None
+    getting: asyncio.Task[Event | TextDelta | None] | None = None
     try:
         yield b": events of this session follow\n\n"
         while not host.stopping.is_set():  # checked after each event too: a backlog waits
@@ -376,7 +385,10 @@ async def _sse(host: SessionHost, name: str, after: int, keepalive: float) -> As
                 event, getting = getting.result(), None
                 if event is None:  # the host stopped, or reading the session failed
                     return
-                yield f"id: {event.seq}\ndata: {event_json(event)}\n\n".encode()
+                if isinstance(event, TextDelta):
+                    yield f"event: delta\ndata: {_delta_json(event)}\n\n".encode()
+                else:
+                    yield f"id: {event.seq}\ndata: {event_json(event)}\n\n".encode()
             elif stopping not in done:
                 yield b": keep-alive\n\n"
     finally:
@@ -384,3 +396,12 @@ async def _sse(host: SessionHost, name: str, after: int, keepalive: float) -> As
         for task in waiting:
             task.cancel()
         await asyncio.gather(*waiting, return_exceptions=True)
+
+
+def _delta_json(delta: TextDelta) -> str:
+    """A text delta as one JSON line, escaped as an event's line is (:func:`event_json`).
+
+    >>> _delta_json(TextDelta(text="Hel\\u202elo", turn=1, step=2))
+    '{"type":"text_delta","text":"Hel\\\\u202elo","turn":1,"step":2}'
+    """
+    return json_safe(msgspec.json.encode(delta).decode())

@@ -47,6 +47,7 @@ from nous_inbox.message import Message
 from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.owner.port import AsyncTurnRunner, request_cancel
 from nous_inbox.owner.turn_result import AsyncTurnHandle
+from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.session import Session, replay
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
@@ -128,6 +129,7 @@ class SessionHost:
         self._scanner: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
         """Set when the host stops: every event stream ends."""
+        self._taken = asyncio.Event()  # set (and replaced) when a session is taken or the host stops
 
     # -- opening and closing ----------------------------------------------------------------------
 
@@ -143,6 +145,7 @@ class SessionHost:
     async def aclose(self) -> None:
         """End every event stream, stop scanning, close every owner (their leases go back)."""
         self.stopping.set()
+        self._taken.set()
         if self._scanner is not None:
             self._scanner.cancel()
             await asyncio.gather(self._scanner, return_exceptions=True)
@@ -225,9 +228,12 @@ class SessionHost:
             return owner.cancel()
         return await self.call(request_cancel, self.store, session) is not None
 
-    async def events(self, session: str, after: int = 0) -> AsyncIterator[Event]:
+    async def events(self, session: str, after: int = 0, *,
+                     deltas: bool = False) -> AsyncIterator[Event | TextDelta]:
         """Every event of ``session`` with ``seq > after``, live, until the host stops: from the
-        owner while it is held here, else read from the store every ``poll_interval``."""
+        owner while it is held here, else read from the store every ``poll_interval`` (or at
+        once when this host takes the session). ``deltas``: the model's text as it streams
+        too, while the session is held here (see ``AsyncOwner.events``)."""
         check_stream(session)
         if type(after) is not int or after < 0:
             raise ValueError(f"after must be an int >= 0 (a seq), got {after!r}")
@@ -236,17 +242,19 @@ class SessionHost:
             owner = self.hosted(session)
             if owner is not None:
                 with contextlib.suppress(RuntimeError):  # closed meanwhile: read the store
-                    async for event in owner.events(last):
-                        last = event.seq
-                        yield event
+                    async for item in owner.events(last, deltas=deltas):
+                        if not isinstance(item, TextDelta):
+                            last = item.seq
+                        yield item
                 continue
+            taken = self._taken
             events = await self.call(_read, self.store, session, last)
             for event in events:
                 last = event.seq
                 yield event
             if not events:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stopping.wait(), self._poll_interval)
+                    await asyncio.wait_for(taken.wait(), self._poll_interval)
 
     async def take(self, session: str) -> AsyncOwner | None:
         """The owner of ``session``, opened here if its lease is free and a slot is; ``None``
@@ -278,6 +286,8 @@ class SessionHost:
         self._owners[session] = owner
         self._known.pop(session, None)
         self._seen[session] = (-1, time.monotonic())
+        self._taken.set()  # an event stream of it reads from its owner now, deltas and all
+        self._taken = asyncio.Event()
         return owner
 
     def _drop(self, session: str, owner: AsyncOwner) -> None:

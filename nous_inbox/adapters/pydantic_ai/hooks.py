@@ -56,6 +56,7 @@ from pydantic_ai.messages import (
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
+from nous_inbox.adapters.pydantic_ai.streaming import streamed
 from nous_inbox.adapters.pydantic_ai.transcript import (
     as_request_part,
     from_model_response,
@@ -80,6 +81,7 @@ from nous_inbox.happenings import (
 )
 from nous_inbox.loop import Advance, LoopState, Phase, advance
 from nous_inbox.message import Message
+from nous_inbox.runner.deltas import deltas_of
 from nous_inbox.runner.port import ClaimGuard, JournalPort, SessionPort, describe_error
 from nous_inbox.session import Session
 from nous_inbox.store.journal import claim_event
@@ -168,6 +170,11 @@ class InboxHooks(AbstractCapability[Any]):
     @classmethod
     def get_serialization_name(cls) -> str | None:
         return None  # built in code, never from a spec
+
+    def get_wrapper_model(self, model: Any) -> Any:
+        """While someone reads the session's text deltas, the model is asked to stream, and
+        each piece of its reply is said to them (:mod:`~nous_inbox.adapters.pydantic_ai.streaming`)."""
+        return streamed(model, deltas_of(self.port))
 
     def _write(self, *parts: _Part) -> list[Message]:
         """Record a boundary (see :func:`_walk`): one atomic append when the port can

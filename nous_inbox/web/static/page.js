@@ -149,11 +149,51 @@ function render(e) {
 
 // -- a session: its events, live, resumed from the last seq after a cut ------------------------
 
-async function follow(id, onEvent) {
+// The model's words as it writes them: one live line per reply, grown by each delta, and
+// replaced by the reply's own line once it is logged (a delta is never stored: after a cut the
+// page reads the logged events only).
+function liveLine(delta) {
+  const key = `${delta.turn}/${delta.step}`;
+  let line = document.querySelector(`#events li.live[data-key="${key}"]`);
+  if (!line) {
+    line = el("li", undefined, "live");
+    line.dataset.type = "text_delta";
+    line.dataset.key = key;
+    line.append(el("span", "       ", "seq"), el("span", "  model    ", "model"), el("span", ""));
+    $("events").append(line);
+  }
+  return line;
+}
+
+const liveText = new Map();  // a live line's key -> the reply's text so far
+
+function showDelta(delta) {
+  const line = liveLine(delta);
+  const raw = (liveText.get(line.dataset.key) || "") + delta.text;
+  liveText.set(line.dataset.key, raw);
+  // Flattened as the reply's logged line is; a long reply shows its newest words.
+  const flat = printable(raw.split(SPACES).filter(Boolean).join(" "));
+  line.lastChild.textContent = (flat.length > 500 ? "…" + flat.slice(-499) : flat) + " ▍";
+  const list = $("events");
+  if (list.scrollTop + list.clientHeight >= list.scrollHeight - 40) list.scrollTop = list.scrollHeight;
+}
+
+function endLive(e) {
+  // The reply is logged (or its turn ended without one: cancelled, failed): its live line goes.
+  const lines = document.querySelectorAll("#events li.live");
+  for (const line of lines) {
+    if (e.type === "turn_ended" || line.dataset.key === `${e.turn}/${e.step}`) {
+      liveText.delete(line.dataset.key);
+      line.remove();
+    }
+  }
+}
+
+async function follow(id, onEvent, onDelta) {
   let last = 0;
   for (;;) {
     try {
-      const response = await api(`/sessions/${encodeURIComponent(id)}/events`,
+      const response = await api(`/sessions/${encodeURIComponent(id)}/events?deltas=1`,
                                  { headers: { "Last-Event-ID": String(last) } });
       if (response.status === 401) return;
       const reader = response.body.getReader();
@@ -167,12 +207,15 @@ async function follow(id, onEvent) {
         while ((end = buffer.indexOf("\n\n")) >= 0) {
           const block = buffer.slice(0, end);
           buffer = buffer.slice(end + 2);
-          let seq = null, data = null;
+          let seq = null, data = null, kind = null;
           for (const line of block.split("\n")) {
             if (line.startsWith("id: ")) seq = Number(line.slice(4));
             else if (line.startsWith("data: ")) data = line.slice(6);
+            else if (line.startsWith("event: ")) kind = line.slice(7);
           }
-          if (seq !== null && data !== null && seq > last) {
+          if (kind === "delta" && data !== null) {
+            onDelta(JSON.parse(data));
+          } else if (seq !== null && data !== null && seq > last) {
             last = seq;
             onEvent(JSON.parse(data));
           }
@@ -210,9 +253,10 @@ function showSession(id) {
   document.title = id + " · nous-inbox";
   refreshStatus(id);
   follow(id, (e) => {
+    if (e.type === "model_replied" || e.type === "turn_ended") endLive(e);
     render(e);
     if (statusTimer === null) statusTimer = setTimeout(() => refreshStatus(id), 200);
-  });
+  }, showDelta);
   const text = $("text");
   const sent = $("sent");
   async function send(mode) {
