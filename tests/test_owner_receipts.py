@@ -228,7 +228,7 @@ def test_an_async_wait_on_a_message_still_queued_times_out_saying_so() -> None:
     async def main() -> None:
         async with AsyncOwner(open_store("memory:"), "s", Runner(amodel)) as owner:
             sent = owner.inject("fyi")
-            with pytest.raises(TimeoutError, match="was still queued after 0.01 s"):
+            with pytest.raises(TimeoutError, match=r"was still queued after 0\.01 s"):
                 await sent.delivered(timeout=0.01)
 
     asyncio.run(main())
