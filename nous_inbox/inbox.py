@@ -22,7 +22,9 @@ False
 The value is immutable and persistent: every operation returns a new inbox and leaves the old one
 usable, and equal contents mean equal values and equal hashes.
 
-Design notes. Each queue is a ``pyrsistent.pvector`` of ``(message, wakeup)`` entries, and the
+Design notes. Each queue is a ``pyrsistent.pvector`` of ``Queued(message, wakeup, seq)``
+entries (``seq``: the number of the send that queued it, what :meth:`Inbox.withdraw` names it
+by; 0 on a bare inbox), and the
 inbox also keeps, per queue, two flags: an entry asked for a wake, and one of those is worth a
 model round (not blank, ruling 4: the message decided that when it was built,
 :attr:`Message.blank <nous_inbox.message.Message.blank>`). The flags only ever turn on as
