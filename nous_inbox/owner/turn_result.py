@@ -9,7 +9,7 @@ from the events, so a new owner answers for a send an old one took (the log is t
 :class:`TurnLedger` is that reading, done once for every owner: a fold over the events that
 keeps, per turn, which sends it claimed and how it ended. Sends to ``next_turn`` are claimed
 oldest first, so a turn's claim is one range of them: the ledger keeps the newest seq each
-turn claimed and finds a send's turn by bisection.
+turn claimed and finds a send's turn by bisection (a withdrawn send, kept apart, has none).
 
 >>> from nous_inbox.events import MessageSent, ModelReplied, QueueClaimed, TurnEnded, TurnStarted
 >>> from nous_inbox.message import Message
@@ -151,7 +151,6 @@ class TurnLedger:
     def __init__(self, session: Session | None = None) -> None:
         start = Session() if session is None else session
         self._since = start.version
-        # The seqs of next_turn sends still queued, oldest first (the session's entries know theirs).
         self._queued: collections.deque[int] = collections.deque(start.inbox.seqs(_TURN))
         self._withdrawn: dict[int, int] = {}  # a withdrawn next_turn send's seq -> its withdraw's
         self._claims: list[tuple[int, int]] = []  # (the newest seq a claim took, its turn)
@@ -173,8 +172,7 @@ class TurnLedger:
 
     @property
     def queued(self) -> Iterable[int]:
-        """The seqs of the ``next_turn`` sends still queued, oldest first; read it before the
-        next fold."""
+        """The seqs of the ``next_turn`` sends still queued, oldest first (before the next fold)."""
         return self._queued
 
     @property
@@ -242,10 +240,9 @@ class TurnLedger:
     def result_of(self, seq: int, load_output: OutputLoader | None = None) -> TurnResult | None:
         """The result of the send at ``seq``: its turn's, once that ended, else ``None``.
         ``TurnError`` when its message was claimed outside any turn, or withdrawn."""
-        withdrawn = self._withdrawn.get(seq)
-        if withdrawn is not None:
-            raise TurnError(f"the message sent at seq {seq} was withdrawn (event #{withdrawn}), "
-                            f"so no turn answers it")
+        if seq in self._withdrawn:
+            raise TurnError(f"the message sent at seq {seq} was withdrawn (event "
+                            f"#{self._withdrawn[seq]}), so no turn answers it")
         turn = self.turn_of(seq)
         if turn is None:
             return None
@@ -316,9 +313,8 @@ class TurnEnds:
 class TurnAnswers:
     """What an owner answers about its session's turns, whichever pump waits: from the ledger of
     the turns it folded, else from the log behind it (``read(after)``: the stored events with
-    ``seq > after``; a turn an earlier owner ran). ``load_output`` is the runner's. It keeps
-    the owner's :class:`~nous_inbox.owner.receipts.SendReceipts` too (``receipts``): where each
-    send went, whose waiters it wakes alike.
+    ``seq > after``; a turn an earlier owner ran). ``load_output`` is the runner's; ``receipts``
+    says where each send went (:class:`~nous_inbox.owner.receipts.SendReceipts`).
 
     >>> log = [MessageSent(seq=1, target="next_turn", wakeup=True, message=Message.user("hi")),
     ...        TurnStarted(seq=2, turn=1), QueueClaimed(seq=3, target="next_turn", count=1),
@@ -343,13 +339,10 @@ class TurnAnswers:
         self.receipts.start(session)
 
     def fold(self, events: Sequence[Event]) -> bool:
-        """Fold ``events`` into the ledger and the receipts; whether a turn ended among them or
-        a send someone waits for settled (either way, waiters look again)."""
-        settled = self.receipts.fold(events)
-        if not self.ledger.fold(events):
-            return settled
-        self.ended += 1
-        return True
+        """Fold ``events`` in; whether a turn ended or a send someone waits for settled."""
+        settled, ended = self.receipts.fold(events), self.ledger.fold(events)
+        self.ended += ended
+        return ended or settled
 
     def of_turn(self, turn: int) -> Steps[TurnResult]:
         """How ``turn`` ended (settled); ``LookupError`` for a turn that has not ended."""
@@ -397,12 +390,15 @@ class TurnAnswers:
 # -- the handles --------------------------------------------------------------------------------
 
 
+def _unfollowed(*_: object) -> Any:
+    raise RuntimeError("this handle has no owner to follow its send")
+
+
 class TurnHandle:
     """The turn a threaded :class:`~nous_inbox.owner.Owner`'s prompt or followup starts or
     joins. ``sent`` is the stored send (``seq`` its seq); :meth:`result` waits for the turn.
 
-    ``wait(seq, timeout)`` is the owner's: it returns the settled result or raises;
-    ``follow(seq, timeout)`` too (:meth:`Owner.delivered <nous_inbox.owner.Owner.delivered>`).
+    ``wait(seq, timeout)`` and ``follow(seq, timeout)`` are the owner's.
     """
 
     __slots__ = ("_follow", "_wait", "sent")
@@ -414,11 +410,9 @@ class TurnHandle:
         self._follow = follow
 
     def delivered(self, timeout: float | None = None) -> Receipt:
-        """Wait until a turn claims the message (or it is withdrawn) and say where it went:
-        a :class:`~nous_inbox.receipts.Receipt`. ``TimeoutError`` after ``timeout`` seconds."""
-        if self._follow is None:
-            raise RuntimeError("this handle has no owner to follow its send")
-        return self._follow(self.sent.seq, timeout)
+        """Wait until a turn claims the message (or it is withdrawn) and say where it went
+        (:meth:`Owner.delivered <nous_inbox.owner.Owner.delivered>`)."""
+        return _unfollowed() if self._follow is None else self._follow(self.sent.seq, timeout)
 
     @property
     def seq(self) -> int:
@@ -461,13 +455,10 @@ class AsyncTurnHandle:
         self._follow = follow
 
     async def delivered(self, timeout: float | None = None) -> Receipt:
-        """Once the send is stored, wait until a turn claims its message (or it is withdrawn)
-        and say where it went (:meth:`AsyncOwner.delivered
+        """Once the send is stored, where its message went (:meth:`AsyncOwner.delivered
         <nous_inbox.owner.async_owner.AsyncOwner.delivered>`)."""
-        if self._follow is None:
-            raise RuntimeError("this handle has no owner to follow its send")
         sent = await self.stored()
-        return await self._follow(sent.seq, timeout)
+        return await (self._follow or _unfollowed)(sent.seq, timeout)
 
     async def stored(self) -> MessageSent:
         """The send as stored, once it is."""
