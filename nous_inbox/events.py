@@ -10,9 +10,11 @@ assigned by the store that appends it) and the wall-clock time ``at`` it happene
 >>> msgspec.json.encode(event)
 b'{"type":"message_sent","target":"next_step","wakeup":true,"message":{"role":"user","content":"go"},"seq":1}'
 
-Two events change the inbox: ``MessageSent`` and ``QueueClaimed``. A claim records how many
-messages it took so replay can check itself, and it *is* the transcript entry those messages
-become: a crash can leave a message queued or in the transcript, never both, never neither.
+Three events change the inbox: ``MessageSent``, ``QueueClaimed`` and ``MessageWithdrawn``. A
+claim records how many messages it took so replay can check itself, and it *is* the transcript
+entry those messages become: a crash can leave a message queued or in the transcript, never
+both, never neither. A withdraw names the send it takes back by that send's ``seq``, the number
+its acknowledgement carried.
 
 The rest are the runner's bookkeeping, in one vocabulary so a UI, the log and replay agree: a turn
 opens (``TurnStarted``), each step asks the model (``StepStarted``, ``ModelRequested``,
@@ -57,6 +59,7 @@ __all__ = [
     "MailSent",
     "MailWithdrawn",
     "MessageSent",
+    "MessageWithdrawn",
     "ModelReplied",
     "ModelRequested",
     "Nudged",
@@ -71,12 +74,12 @@ __all__ = [
     "Warned",
 ]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The version of the event schema this library writes; it reads every version up to it.
 
 1: the first. 2: ``ModelRequested.messages`` is renamed ``count`` (it always held a count).
 3: new event types ``cancel_requested`` and ``mail_agent``; ``TurnEnded`` gains ``output`` and
-``usage``.
+``usage``. 4: new event type ``message_withdrawn``.
 """
 
 
@@ -100,6 +103,19 @@ class MessageSent(_Base, tag="message_sent", frozen=True):
     target: Target
     wakeup: bool
     message: Message
+
+
+class MessageWithdrawn(_Base, tag="message_withdrawn", frozen=True):
+    """The message the send at seq ``sent`` queued on ``target`` was taken back before any
+    claim took it: it never reaches the model.
+
+    Recorded only while that message is still queued (:meth:`Session.withdraw
+    <nous_inbox.session.Session.withdraw>` decides), so replay checks it: a withdraw of a
+    message that is not waiting on ``target`` is a ``ReplayError``.
+    """
+
+    sent: Annotated[int, msgspec.Meta(ge=1)]
+    target: Target
 
 
 class QueueClaimed(_Base, tag="queue_claimed", frozen=True):
@@ -346,6 +362,7 @@ MAIL_EVENT_TYPES: Final[tuple[type[_Base], ...]] = (
 Event = (
     MessageSent
     | QueueClaimed
+    | MessageWithdrawn
     | TurnStarted
     | StepStarted
     | ModelRequested
@@ -364,6 +381,7 @@ Event = (
 EVENT_TYPES: Final[tuple[type[_Base], ...]] = (
     MessageSent,
     QueueClaimed,
+    MessageWithdrawn,
     TurnStarted,
     StepStarted,
     ModelRequested,

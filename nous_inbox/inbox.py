@@ -22,7 +22,9 @@ False
 The value is immutable and persistent: every operation returns a new inbox and leaves the old one
 usable, and equal contents mean equal values and equal hashes.
 
-Design notes. Each queue is a ``pyrsistent.pvector`` of ``(message, wakeup)`` entries, and the
+Design notes. Each queue is a ``pyrsistent.pvector`` of ``Queued(message, wakeup, seq)``
+entries (``seq``: the number of the send that queued it, what :meth:`Inbox.withdraw` names it
+by; 0 on a bare inbox), and the
 inbox also keeps, per queue, two flags: an entry asked for a wake, and one of those is worth a
 model round (not blank, ruling 4: the message decided that when it was built,
 :attr:`Message.blank <nous_inbox.message.Message.blank>`). The flags only ever turn on as
@@ -149,6 +151,13 @@ def _flags_of(entries: Iterable[Queued]) -> int:
     return flags
 
 
+def _check_seq(seq: object, least: int) -> None:
+    if type(seq) is not int:
+        raise TypeError(f"seq must be an int, got {type(seq).__name__}")
+    if seq < least:
+        raise ValueError(f"seq must be an int >= {least}, got {seq}")
+
+
 def _check_limit(limit: int) -> None:
     if type(limit) is not int:
         raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
@@ -190,12 +199,15 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
 
     # -- sending ---------------------------------------------------------------------------------
 
-    def send(self, message: Message | str, target: Target | str, wakeup: bool) -> Inbox:
+    def send(self, message: Message | str, target: Target | str, wakeup: bool,
+             seq: int = 0) -> Inbox:
         """Queue ``message`` on ``target``, recording whether it should wake an idle agent.
 
         The primitive behind the presets. A ``str`` becomes ``Message.user(str)``; a ``Message``
         passes through untouched. A bad target is a ``ValueError``; a non-bool ``wakeup`` or a
         message of another type is a ``TypeError``. On error the inbox is unchanged (it always is).
+        ``seq`` numbers the entry (the seq of the send's event, which a session's fold passes):
+        what :meth:`withdraw` takes it back by; 0, the default, leaves it unnumbered.
 
         >>> Inbox().send("hi", "next_step", False).wants_wake()
         False
@@ -214,11 +226,13 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
             as_target(target)  # raises the ValueError naming the choices
         if type(wakeup) is not bool:
             as_wakeup(wakeup)  # raises
+        if type(seq) is not int or seq < 0:
+            _check_seq(seq, 0)
         flags = (_WAKE if message.blank else _WAKE_WORTH) if wakeup else 0
         if step:
-            return Inbox(self._turn, self._step.append(Queued(message, wakeup)), self._turn_flags,
-                         self._step_flags | flags)
-        return Inbox(self._turn.append(Queued(message, wakeup)), self._step,
+            return Inbox(self._turn, self._step.append(Queued(message, wakeup, seq)),
+                         self._turn_flags, self._step_flags | flags)
+        return Inbox(self._turn.append(Queued(message, wakeup, seq)), self._step,
                      self._turn_flags | flags, self._step_flags)
 
     def followup(self, message: Message | str) -> Inbox:
@@ -303,6 +317,53 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
             return Claimed(taken), Inbox(self._turn, kept, self._turn_flags, flags)
         return Claimed(taken), Inbox(kept, self._step, flags, self._step_flags)
 
+    # -- withdrawing -----------------------------------------------------------------------------
+
+    def withdraw(self, seq: int) -> tuple[Target | None, Inbox]:
+        """Take back the entry numbered ``seq``, wherever it waits: the queue it left and the
+        inbox without it, or ``(None, self)`` when no entry is numbered ``seq`` (never queued
+        here, or claimed or withdrawn already). The entries behind it keep their order, and
+        the queue's wake flags are worked out again from what stays (a withdrawn steer no
+        longer wakes anyone). ``seq`` is an ``int >= 1``, else a ``TypeError`` or ``ValueError``.
+
+        >>> inbox = Inbox().send("a", "next_step", True, seq=1).send("b", "next_step", False, seq=2)
+        >>> where, rest = inbox.withdraw(1)
+        >>> where, [m.content for m, _ in rest.entries("next_step")], rest.wants_wake()
+        (<Target.NEXT_STEP: 'next_step'>, ['b'], False)
+        >>> rest.withdraw(1) == (None, rest)
+        True
+        """
+        _check_seq(seq, 1)
+        where = self.holds(seq)
+        if where is None:
+            return None, self
+        queue = self._step if where is _STEP else self._turn
+        kept = queue.delete(next(i for i, entry in enumerate(queue) if entry.seq == seq))
+        if where is _STEP:
+            return where, Inbox(self._turn, kept or NO_ENTRIES, self._turn_flags, _flags_of(kept))
+        return where, Inbox(kept or NO_ENTRIES, self._step, _flags_of(kept), self._step_flags)
+
+    def holds(self, seq: int) -> Target | None:
+        """The queue where the entry numbered ``seq`` waits, or ``None`` if none does.
+
+        >>> Inbox().send("a", "next_turn", True, seq=4).holds(4), Inbox().holds(4)
+        (<Target.NEXT_TURN: 'next_turn'>, None)
+        """
+        _check_seq(seq, 1)
+        for where, queue in ((_STEP, self._step), (_TURN, self._turn)):
+            for entry in queue:
+                if entry.seq == seq:
+                    return where
+        return None
+
+    def seqs(self, target: Target | str) -> list[int]:
+        """The numbers of the entries queued on ``target``, in send order (0: unnumbered).
+
+        >>> Inbox().send("a", "next_step", True, seq=3).inject("b").seqs("next_step")
+        [3, 0]
+        """
+        return [entry.seq for entry in (self._step if as_target(target) is _STEP else self._turn)]
+
     # -- asking ----------------------------------------------------------------------------------
 
     def wants_wake(self, target: Target | str | None = None) -> bool:
@@ -363,8 +424,9 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
         return Entries(self._step if as_target(target) is _STEP else self._turn)
 
     def __repr__(self) -> str:
-        turn = [(e.message.content, e.wakeup) for e in self._turn]
-        step = [(e.message.content, e.wakeup) for e in self._step]
+        # A numbered entry shows its seq: two inboxes that differ only there are not equal.
+        turn = [(e.message.content, e.wakeup, e.seq)[:3 if e.seq else 2] for e in self._turn]
+        step = [(e.message.content, e.wakeup, e.seq)[:3 if e.seq else 2] for e in self._step]
         return f"Inbox(next_turn={turn!r}, next_step={step!r})"
 
     # -- serialization ---------------------------------------------------------------------------

@@ -28,11 +28,16 @@ Entry = tuple[Message, bool]
 """One queued message plus the wake intent of the send that queued it."""
 
 
-class Queued(msgspec.Struct, frozen=True, gc=False):
-    """A queued entry as the inbox keeps it (and writes it): left out of the cyclic collector."""
+class Queued(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """A queued entry as the inbox keeps it (and writes it): left out of the cyclic collector.
+
+    ``seq`` is the seq of the ``MessageSent`` that queued it (0 for a send made on a bare
+    inbox, outside any log): the handle a withdraw and a receipt name it by.
+    """
 
     message: Message
     wakeup: bool
+    seq: int = 0
 
 
 NO_ENTRIES: Final[PVector[Any]] = pvector()

@@ -43,6 +43,7 @@ from nous_inbox.events import (
     CancelRequested,
     Event,
     MessageSent,
+    MessageWithdrawn,
     ModelReplied,
     ModelRequested,
     Nudged,
@@ -132,6 +133,26 @@ class Session(msgspec.Struct, frozen=True, gc=False):
         event = QueueClaimed(target=where, count=count, rest=rest, seq=seq, at=at)
         return claimed, event, _took(self, claimed, inbox, seq)
 
+    def withdraw(self, sent: int, *, at: float = 0.0) -> MessageWithdrawn | None:
+        """The event that takes back the message the send at seq ``sent`` queued (numbered
+        next, timed ``at``), or ``None`` when that message is not queued: it was claimed or
+        withdrawn already, or ``sent`` is no send of this session. The one place that decides
+        whether a withdraw is recorded; where a message that is gone went is
+        :func:`nous_inbox.receipts.receipt`'s answer, read from the log.
+
+        >>> session = replay([MessageSent(seq=1, target="next_step", wakeup=True,
+        ...                               message=Message.user("go"))])
+        >>> event = session.withdraw(1)
+        >>> event.sent, event.target, session.apply(event).inbox.has_pending()
+        (1, <Target.NEXT_STEP: 'next_step'>, False)
+        >>> print(session.apply(event).withdraw(1))        # gone already: nothing to record
+        None
+        """
+        where = self.inbox.holds(sent)
+        if where is None:
+            return None
+        return MessageWithdrawn(sent=sent, target=where, seq=self.version + 1, at=at)
+
     def cancel(self, *, at: float = 0.0) -> CancelRequested | None:
         """The request that cancels the open turn (numbered next, timed ``at``), or ``None``:
         no turn is open, or its cancel was asked already. The one place that decides whether a
@@ -155,9 +176,17 @@ class Session(msgspec.Struct, frozen=True, gc=False):
 
 def _sent(session: Session, sent: MessageSent, seq: int, stream: str) -> Session:
     return Session(
-        session.inbox.send(sent.message, sent.target, sent.wakeup),
+        session.inbox.send(sent.message, sent.target, sent.wakeup, seq),
         session.transcript, seq, session.turn, session.step, session.running, session.cancelling,
     )
+
+
+def _withdrawn(session: Session, taken: MessageWithdrawn, seq: int, stream: str) -> Session:
+    where, inbox = session.inbox.withdraw(taken.sent)
+    if where is None or where != taken.target:
+        raise _not_queued(stream, seq, taken)
+    return Session(inbox, session.transcript, seq, session.turn, session.step, session.running,
+                   session.cancelling)
 
 
 def _claimed(session: Session, claim: QueueClaimed, seq: int, stream: str) -> Session:
@@ -216,6 +245,7 @@ def _count_only(session: Session, _: Event, seq: int, stream: str) -> Session:
 _Fold = Callable[[Session, Any, int, str], Session]
 _APPLY: Final[Mapping[type, _Fold]] = MappingProxyType({
     MessageSent: _sent,
+    MessageWithdrawn: _withdrawn,
     QueueClaimed: _claimed,
     ModelReplied: _joined,
     ToolReturned: _joined,
@@ -269,8 +299,10 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
     # the start inbox's own entries (older) are claimed from it first.
     step_messages: list[Any] = []
     step_wakes: list[bool] = []
+    step_seqs: list[int] = []
     turn_messages: list[Any] = []
     turn_wakes: list[bool] = []
+    turn_seqs: list[int] = []
     older = {_STEP: inbox.count(_STEP), _TURN: inbox.count(_TURN)}
     added: list[Any] = []
     join = added.append
@@ -300,21 +332,24 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
             if target is _STEP:
                 step_messages.append(message)
                 step_wakes.append(wakeup)
+                step_seqs.append(version)
             elif target is _TURN:
                 turn_messages.append(message)
                 turn_wakes.append(wakeup)
+                turn_seqs.append(version)
             else:
                 message, target, wakeup = _checked_send(message, target, wakeup)
-                messages, wakes = ((step_messages, step_wakes) if target is _STEP
-                                   else (turn_messages, turn_wakes))
+                messages, wakes, seqs = ((step_messages, step_wakes, step_seqs) if target is _STEP
+                                         else (turn_messages, turn_wakes, turn_seqs))
                 messages.append(message)
                 wakes.append(wakeup)
+                seqs.append(version)
         elif kind is QueueClaimed:
             target = event.target
             if target is not _STEP and target is not _TURN:
                 target = as_target(target)
-            messages, wakes = ((step_messages, step_wakes) if target is _STEP
-                               else (turn_messages, turn_wakes))
+            messages, wakes, seqs = ((step_messages, step_wakes, step_seqs) if target is _STEP
+                                     else (turn_messages, turn_wakes, turn_seqs))
             count = event.count
             if not count and not event.rest and not messages and not older[target]:
                 continue  # the commonest claim: nothing queued, nothing taken
@@ -331,10 +366,24 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
                 added.extend(messages)
                 messages.clear()
                 wakes.clear()
+                seqs.clear()
             elif count:
                 added.extend(messages[:count])
                 del messages[:count]
                 del wakes[:count]
+                del seqs[:count]
+        elif kind is MessageWithdrawn:
+            target = as_target(event.target)
+            messages, wakes, seqs = ((step_messages, step_wakes, step_seqs) if target is _STEP
+                                     else (turn_messages, turn_wakes, turn_seqs))
+            if event.sent in seqs:
+                at = seqs.index(event.sent)
+                del messages[at], wakes[at], seqs[at]
+            else:  # sent before this replay began, or not queued at all (refused there)
+                where, inbox = inbox.withdraw(event.sent)
+                if where is not target:
+                    raise _not_queued(stream, version, event)
+                older[target] -= 1
         elif kind is TurnStarted:
             turn, step, running, cancelling = event.turn, 0, True, False
         elif kind is TurnEnded:
@@ -343,10 +392,10 @@ def _replay(events: Iterable[Event], start: Session | None, stream: str) -> Sess
             join(event.message)
         elif kind is CancelRequested:
             cancelling = cancelling or (running and event.turn == turn)
-    for message, wakeup in zip(turn_messages, turn_wakes, strict=True):
-        inbox = inbox.send(message, _TURN, wakeup)
-    for message, wakeup in zip(step_messages, step_wakes, strict=True):
-        inbox = inbox.send(message, _STEP, wakeup)
+    for message, wakeup, sent in zip(turn_messages, turn_wakes, turn_seqs, strict=True):
+        inbox = inbox.send(message, _TURN, wakeup, sent)
+    for message, wakeup, sent in zip(step_messages, step_wakes, step_seqs, strict=True):
+        inbox = inbox.send(message, _STEP, wakeup, sent)
     transcript = session.transcript.extend(added) if added else session.transcript
     return Session(inbox, transcript, version, turn, step, running, cancelling)
 
@@ -367,6 +416,14 @@ def _miscount(
     return ReplayError(
         f"{where}seq {seq}: claim of {target.value} records {claim.count} "
         f"message(s){left} but {queued} were queued"
+    )
+
+
+def _not_queued(stream: str, seq: int, taken: MessageWithdrawn) -> ReplayError:
+    where = f"stream {stream!r} " if stream else ""
+    return ReplayError(
+        f"{where}seq {seq}: withdraw of the message sent at seq {taken.sent} from "
+        f"{as_target(taken.target).value}, but no such message is queued there"
     )
 
 

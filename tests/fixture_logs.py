@@ -2,7 +2,8 @@
 
 ``sample(version)`` is that run in the event vocabulary of ``version``: a session ``run`` (a
 followup, a turn of two steps with a tool call and a steer that arrived during the tool, then a
-turn that a nudge carries on and a cancel ends) and the mailbox's stream ``mailbox`` (mail sent,
+turn that a nudge carries on and a cancel ends; from schema 4, a followup then withdrawn) and
+the mailbox's stream ``mailbox`` (mail sent,
 noticed, read, answered, received, withdrawn and dropped), each append as it was batched.
 From schema 2 on, the run holds every event type of its version, so the newest fixtures show
 every record this version writes.
@@ -36,6 +37,7 @@ from nous_inbox.events import (
     MailSent,
     MailWithdrawn,
     MessageSent,
+    MessageWithdrawn,
     ModelReplied,
     ModelRequested,
     Nudged,
@@ -100,6 +102,11 @@ def sample(version: int) -> dict[str, list[list[Event]]]:
         [ModelReplied(turn=2, step=2, message=Message.assistant("stopping")),
          StepEnded(turn=2, step=2), TurnEnded(turn=2, steps=2, reason="cancelled")],
     ]
+    if version >= 4:  # a followup sent after the cancel, then taken back before any turn
+        sent = sum(map(len, run)) + 1
+        run += [[MessageSent(target=Target.NEXT_TURN, wakeup=True,
+                             message=Message.user("one more thing"))],
+                [MessageWithdrawn(sent=sent, target=Target.NEXT_TURN)]]
     mailbox: list[list[Event]] = [
         *([[MailAgent(agent="dev", parent="lead")]] if new else []),
         [MailSent(id="m1", sender="lead", recipient="dev", body={"task": "tidy", "logs": ["a.log"]},

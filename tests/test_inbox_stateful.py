@@ -1,8 +1,9 @@
 """The inbox against the plainest model of it that could work: two lists of (message, wakeup).
 
 Hypothesis drives random sequences of sends (every target and wake flag, as plain strings and as
-``Target``, blank messages among them), the three presets, claims (whole, of the oldest few, and
-wake-only), JSON and MessagePack round trips and returns to an earlier value. After every step it
+``Target``, blank messages among them, numbered by a seq or not), the three presets, claims (whole,
+of the oldest few, and wake-only), withdraws (of a queued entry, and of a seq no entry holds),
+JSON and MessagePack round trips and returns to an earlier value. After every step it
 checks that the ``Inbox`` agrees with the model on ``count``, ``has_pending``, ``wants_wake``,
 ``worth_waking`` (each per queue and overall) and the queued entries, and that equal contents give an equal value
 with an equal hash. The value is persistent, so no operation may change an inbox another came from:
@@ -37,7 +38,7 @@ from nous_inbox import Inbox, Message, Target
 
 TURN, STEP = "next_turn", "next_step"
 TargetName = str
-ModelEntry = tuple[Message, bool]
+ModelEntry = tuple[Message, bool, int]  # (message, wakeup, seq: 0 when unnumbered)
 
 _STRESS = max(1, int(os.environ.get("NOUS_INBOX_STRESS", "1")))
 
@@ -93,7 +94,7 @@ def _as_message(sendable: Message | str) -> Message:
 
 @dataclass(frozen=True)
 class _Model:
-    """The reference: two tuples of (message, wakeup), in send order."""
+    """The reference: two tuples of (message, wakeup, seq), in send order."""
 
     turn: tuple[ModelEntry, ...] = ()
     step: tuple[ModelEntry, ...] = ()
@@ -101,13 +102,20 @@ class _Model:
     def queue(self, target: TargetName) -> tuple[ModelEntry, ...]:
         return self.step if target == STEP else self.turn
 
-    def send(self, message: Message, target: TargetName, wakeup: bool) -> _Model:
+    def send(self, message: Message, target: TargetName, wakeup: bool, seq: int = 0) -> _Model:
         if target == STEP:
-            return _Model(self.turn, (*self.step, (message, wakeup)))
-        return _Model((*self.turn, (message, wakeup)), self.step)
+            return _Model(self.turn, (*self.step, (message, wakeup, seq)))
+        return _Model((*self.turn, (message, wakeup, seq)), self.step)
+
+    def withdraw(self, seq: int) -> tuple[TargetName | None, _Model]:
+        for target in (TURN, STEP):
+            kept = tuple(entry for entry in self.queue(target) if entry[2] != seq)
+            if len(kept) != len(self.queue(target)):
+                return target, (_Model(self.turn, kept) if target == STEP else _Model(kept, self.step))
+        return None, self
 
     def claim(self, target: TargetName) -> tuple[list[Message], _Model]:
-        taken = [m for m, _ in self.queue(target)]
+        taken = [m for m, _, _ in self.queue(target)]
         return taken, (_Model(self.turn, ()) if target == STEP else _Model((), self.step))
 
     def worth_waking(self, target: TargetName) -> bool:
@@ -115,7 +123,7 @@ class _Model:
         (not whitespace, not only zero-width or other format characters), or calls a tool."""
         return any(
             wakeup and (_visible(m.content) or bool(m.tool_calls))
-            for m, wakeup in self.queue(target)
+            for m, wakeup, _ in self.queue(target)
         )
 
     def claim_wake_only(self, target: TargetName) -> tuple[list[Message], _Model]:
@@ -126,14 +134,15 @@ def _agrees(inbox: Inbox, model: _Model) -> None:
     """Everything the inbox can be asked, asked, and compared with the model's answer."""
     for target in (TURN, STEP):
         queue = model.queue(target)
-        assert list(inbox.entries(target)) == list(queue)
+        assert list(inbox.entries(target)) == [(m, w) for m, w, _ in queue]
+        assert inbox.seqs(target) == [seq for _, _, seq in queue]
         assert inbox.count(target) == len(queue)
         assert inbox.has_pending(target) is bool(queue)
-        assert inbox.wants_wake(target) is any(w for _, w in queue)
+        assert inbox.wants_wake(target) is any(w for _, w, _ in queue)
         assert inbox.worth_waking(target) is model.worth_waking(target)
     assert inbox.count() == len(model.turn) + len(model.step)
     assert inbox.has_pending() is bool(model.turn or model.step)
-    assert inbox.wants_wake() is any(w for _, w in model.turn + model.step)
+    assert inbox.wants_wake() is any(w for _, w, _ in model.turn + model.step)
     assert inbox.worth_waking() is (model.worth_waking(TURN) or model.worth_waking(STEP))
 
 
@@ -145,6 +154,7 @@ class InboxMachine(RuleBasedStateMachine):
         self.inbox = Inbox()
         self.model = _Model()
         self.history: list[tuple[Inbox, _Model]] = []
+        self.seq = 0  # the last seq a numbered send took: as a log numbers its events
 
     def _became(self, inbox: Inbox, model: _Model) -> None:
         self.history.append((self.inbox, self.model))
@@ -153,10 +163,27 @@ class InboxMachine(RuleBasedStateMachine):
     # -- rules ------------------------------------------------------------------------------------
 
     # (``target`` is a reserved keyword of ``@rule``, hence ``where``.)
-    @rule(message=_sendable, where=_targets, wakeup=st.booleans())
-    def send(self, message: Message | str, where: Target | str, wakeup: bool) -> None:
-        inbox = self.inbox.send(message, where, wakeup)
-        self._became(inbox, self.model.send(_as_message(message), str(where), wakeup))
+    @rule(message=_sendable, where=_targets, wakeup=st.booleans(), numbered=st.booleans())
+    def send(self, message: Message | str, where: Target | str, wakeup: bool,
+             numbered: bool) -> None:
+        seq = 0
+        if numbered:
+            self.seq += 1
+            seq = self.seq
+        inbox = self.inbox.send(message, where, wakeup, seq)
+        self._became(inbox, self.model.send(_as_message(message), str(where), wakeup, seq))
+
+    @rule(data=st.data())
+    def withdraw(self, data: Any) -> None:
+        queued = [seq for _, _, seq in self.model.turn + self.model.step if seq]
+        seq = data.draw(st.sampled_from(queued) if queued and data.draw(st.booleans())
+                        else st.integers(1, self.seq + 2), label="seq")
+        where, inbox = self.inbox.withdraw(seq)
+        expected, model = self.model.withdraw(seq)
+        assert (where, inbox.holds(seq)) == (expected, None)
+        if expected is None:
+            assert inbox is self.inbox
+        self._became(inbox, model)
 
     @rule(message=_sendable)
     def followup(self, message: Message | str) -> None:
@@ -197,7 +224,7 @@ class InboxMachine(RuleBasedStateMachine):
         queue = self.model.queue(str(where))
         taken, kept = queue[:limit], queue[limit:]
         model = _Model(self.model.turn, kept) if str(where) == STEP else _Model(kept, self.model.step)
-        assert list(claimed) == [m for m, _ in taken]
+        assert list(claimed) == [m for m, _, _ in taken]
         self._became(inbox, model)
 
     @rule(fmt=st.sampled_from(["json", "msgpack"]))
@@ -224,10 +251,10 @@ class InboxMachine(RuleBasedStateMachine):
     @invariant()
     def equal_contents_give_an_equal_value_and_hash(self) -> None:
         rebuilt = Inbox.new()
-        for message, wakeup in self.model.turn:
-            rebuilt = rebuilt.send(message, TURN, wakeup)
-        for message, wakeup in self.model.step:
-            rebuilt = rebuilt.send(message, STEP, wakeup)
+        for message, wakeup, seq in self.model.turn:
+            rebuilt = rebuilt.send(message, TURN, wakeup, seq)
+        for message, wakeup, seq in self.model.step:
+            rebuilt = rebuilt.send(message, STEP, wakeup, seq)
         assert rebuilt == self.inbox
         assert hash(rebuilt) == hash(self.inbox)
 

@@ -6,7 +6,8 @@ kind of store: the ``file:`` store's JSON Lines (``schemaN.jsonl``), a framed Me
 Schema 1's run is a followup and a turn of two steps with a tool call and a steer that arrived
 during the tool; from schema 2 on the run (``tests.fixture_logs``) holds every event type of its
 version. Schema 2 renamed ``ModelRequested.messages`` to ``count``; schema 3 added
-``cancel_requested``, ``mail_agent`` and ``TurnEnded``'s ``output`` and ``usage``. Each test copies
+``cancel_requested``, ``mail_agent`` and ``TurnEnded``'s ``output`` and ``usage``; schema 4,
+``message_withdrawn``. Each test copies
 a fixture before opening it, so the checked-in bytes never change.
 
 The event vocabulary is pinned here, version by version: a new event type fails
@@ -60,7 +61,8 @@ _SCHEMA_1 = frozenset({
 _SCHEMA_2 = _SCHEMA_1 | {"mail_sent", "mail_dropped", "mail_received", "mail_noticed", "mail_read",
                          "mail_answered", "mail_withdrawn"}
 #: The event types each schema version knows.
-VOCABULARY = {1: _SCHEMA_1, 2: _SCHEMA_2, 3: _SCHEMA_2 | {"cancel_requested", "mail_agent"}}
+_SCHEMA_3 = _SCHEMA_2 | {"cancel_requested", "mail_agent"}
+VOCABULARY = {1: _SCHEMA_1, 2: _SCHEMA_2, 3: _SCHEMA_3, 4: _SCHEMA_3 | {"message_withdrawn"}}
 
 
 def _copy(tmp_path: Path, name: str) -> Path:

@@ -43,6 +43,7 @@ from nous_inbox.events import (
     MailReceived,
     MailSent,
     MailWithdrawn,
+    MessageWithdrawn,
     ModelReplied,
     ModelRequested,
     Nudged,
@@ -85,7 +86,7 @@ def fold(*events: Event) -> Session:
 
 def test_a_sent_message_joins_its_queue_with_its_wake_flag() -> None:
     session = fold(MessageSent(target=STEP, wakeup=False, message=Message.user("fyi")))
-    assert session.inbox == Inbox().inject("fyi")
+    assert session.inbox == Inbox().send("fyi", STEP, False, seq=1)  # numbered by its send
     assert list(session.transcript) == [] and session.version == 1
 
 
@@ -96,7 +97,7 @@ def test_a_claim_moves_the_queue_into_the_transcript() -> None:
         QueueClaimed(target=STEP, count=1),
     )
     assert [m.content for m in session.transcript] == ["a"]
-    assert session.inbox == Inbox().followup("b")
+    assert session.inbox == Inbox().send("b", TURN, True, seq=2)
 
 
 @settings(max_examples=300, deadline=None)
@@ -167,7 +168,8 @@ def test_a_request_a_tool_call_a_step_end_and_a_warning_change_only_the_version(
 def test_every_event_type_of_the_vocabulary_folds_and_agrees_with_replay() -> None:
     samples: dict[type, Event] = {
         MessageSent: MessageSent(target=STEP, wakeup=True, message=Message.user("a")),
-        QueueClaimed: QueueClaimed(target=STEP, count=1),
+        MessageWithdrawn: MessageWithdrawn(sent=1, target=STEP),
+        QueueClaimed: QueueClaimed(target=STEP, count=0),
         TurnStarted: TurnStarted(turn=1),
         StepStarted: StepStarted(turn=1, step=1),
         ModelRequested: ModelRequested(turn=1, step=1, count=1),

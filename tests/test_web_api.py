@@ -213,6 +213,8 @@ ENDPOINTS = [
     ("POST", "/api/sessions/s1/messages", ()),
     ("POST", "/api/sessions/s1/cancel", ()),
     ("GET", "/api/sessions/s1/events", ("after", "deltas")),
+    ("GET", "/api/sessions/s1/messages/1", ()),
+    ("POST", "/api/sessions/s1/messages/1/withdraw", ()),
 ]
 POSTS = [(path, {"mode": "steer", "text": "x"} if path.endswith("messages") else {})
          for method, path, _ in ENDPOINTS if method == "POST"]
@@ -222,6 +224,7 @@ WRONG_TYPES: dict[str, Any] = {"a list": ["steer"], "an object": {"steer": "x"},
 
 async def test_the_walks_below_cover_every_endpoint_of_the_app(api: Api) -> None:
     routes = {route.path.replace("{session:nous_session}", "s1")  # type: ignore[attr-defined]
+              .replace("{seq:int}", "1")
               for route in api.app.routes if route.path.startswith("/api")}  # type: ignore[attr-defined]
     assert routes == {path for _, path, _ in ENDPOINTS}
 
@@ -565,3 +568,47 @@ async def test_the_page_allows_only_its_own_script_and_style(api: Api) -> None:
         assert response.status_code == 200, path
         assert "script-src 'self'" in response.headers["content-security-policy"]
         assert response.headers["x-content-type-options"] == "nosniff"
+
+
+# -- receipts and withdraw ---------------------------------------------------------------------
+
+
+async def test_a_send_is_followed_to_the_turn_and_step_that_claimed_it(api: Api) -> None:
+    seq = (await api.post("s1", {"mode": "steer", "text": "go"})).json()["seq"]
+    owner = api.host.hosted("s1")
+    assert owner is not None
+    await owner.wait_idle()
+    answer = (await api.client.get(f"/api/sessions/s1/messages/{seq}", headers=AUTH)).json()
+    assert (answer["sent"], answer["state"], answer["turn"], answer["step"]) == (seq, "claimed", 1, 1)
+    withdrawn = await api.client.post(f"/api/sessions/s1/messages/{seq}/withdraw", headers=AUTH)
+    assert (withdrawn.status_code, withdrawn.json()) == (200, answer)  # where it went
+
+
+async def test_a_queued_send_is_withdrawn_and_says_so(api: Api) -> None:
+    seq = (await api.post("s1", {"mode": "inject", "text": "fyi"})).json()["seq"]
+    url = f"/api/sessions/s1/messages/{seq}"
+    assert (await api.client.get(url, headers=AUTH)).json()["state"] == "queued"
+    withdrawn = await api.client.post(url + "/withdraw", headers=AUTH, json={})
+    assert withdrawn.status_code == 200 and withdrawn.json()["state"] == "withdrawn"
+    assert (await api.client.get(url, headers=AUTH)).json() == withdrawn.json()
+    shown = (await api.client.get("/api/sessions/s1", headers=AUTH)).json()
+    assert shown["inbox"]["next_step"] == 0
+
+
+async def test_a_send_to_a_session_held_elsewhere_is_withdrawn_through_the_log(api: Api) -> None:
+    api.store.append("elsewhere", [MessageSent(target="next_turn", wakeup=True,
+                                               message=Message.user("queued"))])
+    url = "/api/sessions/elsewhere/messages/1"
+    assert (await api.client.post(url + "/withdraw", headers=AUTH)).json()["state"] == "withdrawn"
+    assert api.host.hosted("elsewhere") is None and api.store.version("elsewhere") == 2
+
+
+async def test_a_receipt_of_no_send_is_404_or_400_saying_why(api: Api) -> None:
+    missing = await api.client.get("/api/sessions/s1/messages/3", headers=AUTH)
+    assert missing.status_code == 404 and "no event at seq 3" in missing.json()["error"]
+    await api.post("s1", {"mode": "steer", "text": "go"})
+    owner = api.host.hosted("s1")
+    assert owner is not None
+    await owner.wait_idle()
+    not_a_send = await api.client.post("/api/sessions/s1/messages/2/withdraw", headers=AUTH)
+    assert not_a_send.status_code == 400 and "not a send" in not_a_send.json()["error"]

@@ -88,11 +88,22 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 
 def lines(browser: Any) -> list[tuple[str, str]]:
-    """(type, text) of each event line on the page, read at one moment (a live line goes as its
-    reply is logged, so lines are not read one call each)."""
+    """(type, text) of each event line on the page, without a send's receipt mark, read at one
+    moment (a live line goes as its reply is logged, so lines are not read one call each)."""
     return [(kind, text) for kind, text in browser.execute_script(
-        "return Array.from(document.querySelectorAll('#events li'),"
-        " (li) => [li.dataset.type, li.innerText]);")]
+        "return Array.from(document.querySelectorAll('#events li'), (li) => {"
+        " let text = li.innerText;"
+        " for (const mark of li.querySelectorAll('.receipt')) {"
+        "   if (text.endsWith(mark.innerText)) text = text.slice(0, text.length - mark.innerText.length);"
+        "   text = text.trimEnd(); }"
+        " return [li.dataset.type, text]; });")]
+
+
+def receipt_marks(browser: Any) -> list[str]:
+    """The receipt mark of each send on the page, in order."""
+    from selenium.webdriver.common.by import By
+
+    return [mark.text for mark in browser.find_elements(By.CSS_SELECTOR, "#events .receipt")]
 
 
 def test_a_steer_typed_while_the_agent_works_lands_at_its_next_step(
@@ -128,6 +139,9 @@ def test_a_steer_typed_while_the_agent_works_lands_at_its_next_step(
     assert 'read_log(name="cdn.log")' in replies[0]
     wait_until(lambda: "idle" in browser.find_element(By.ID, "status").text,
         what="the status says idle")
+    # Each send is marked with where it went: the steer, delivered to turn 1's next step.
+    wait_until(lambda: all("delivered: turn 1, step" in m for m in receipt_marks(browser)),
+        what="both sends are marked delivered")
 
     screenshot = Path(os.environ.get(SCREENSHOT_VARIABLE) or tmp_path / "web-session.png")
     screenshot.parent.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,8 @@ from nous_inbox.events import Event
 from nous_inbox.frozen import thaw_json
 from nous_inbox.message import Message
 from nous_inbox.owner.port import request_cancel
+from nous_inbox.owner.receipts import receipt_in, request_withdraw
+from nous_inbox.receipts import Deliveries, Receipt
 from nous_inbox.runner.scripted import MAX_STEPS
 from nous_inbox.safe_json import event_json, json_safe
 from nous_inbox.session import Session
@@ -38,7 +40,7 @@ from nous_inbox.verbs import as_verb
 
 __all__ = [
     "FOLLOW_POLL_SECONDS", "MAX_STEP_SECONDS", "cancel", "demo", "log", "rm", "run", "send", "sessions",
-    "show", "snapshot", "tour",
+    "show", "snapshot", "tour", "withdraw",
 ]
 
 #: How often ``log --follow`` looks for new events.
@@ -135,6 +137,10 @@ def send(args: argparse.Namespace, out: IO[str]) -> int:
     creates nothing either.
     """
     verb = as_verb(args.command, "command")
+    if args.timeout is not None and (not args.wait or not math.isfinite(args.timeout)
+                                     or args.timeout < 0):
+        raise UsageError(f"--timeout must be a number of seconds >= 0 given with --wait, got "
+                         f"{args.timeout}")
     stdin = sys.stdin.buffer if sys.stdin is not None else None  # None: started without one
     text = message_text(args.file, args.text, stdin)
     if not args.create:
@@ -146,8 +152,50 @@ def send(args: argparse.Namespace, out: IO[str]) -> int:
         # The log has one form for a prompt and a followup: a prompt is a turn of its own only
         # for an owner that takes it from its own verb.
         stored = send_to(store, args.session, text, verb.target, verb.wakeup)
-    out.write(f"{args.command} queued for {args.session!r} as event #{stored.seq}\n")
-    return 0
+        out.write(f"{args.command} queued for {args.session!r} as event #{stored.seq}\n")
+        if not args.wait:
+            return 0
+        out.flush()
+        found = _delivered(store, args.session, stored.seq, args.timeout)
+    out.write(f"{found}\n")
+    return 0 if found.state == "claimed" else 1
+
+
+def _delivered(store: Store, stream: str, sent: int, timeout: float | None) -> Receipt:
+    """Wait until the send at ``sent`` is claimed or withdrawn (polling the store's version, as
+    ``log --follow`` does), folding only what is new; its receipt, or the one saying it is still
+    queued once ``timeout`` seconds passed. Ctrl-C stops the wait, not the message."""
+    opened = load_session(store, stream).session
+    deliveries = Deliveries(opened)
+    if deliveries.queued(sent) is None:  # settled before the wait began: the log says where
+        return receipt_in(store, stream, sent)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    after = opened.version
+    while True:
+        events = list(store.read(stream, after))
+        for found in deliveries.fold(events):
+            if found.sent == sent:
+                return found
+        after = events[-1].seq if events else after
+        if deadline is not None and time.monotonic() >= deadline:
+            queued = deliveries.queued(sent)
+            assert queued is not None
+            return queued
+        while store.version(stream) <= after and (
+                deadline is None or time.monotonic() < deadline):
+            time.sleep(FOLLOW_POLL_SECONDS)
+
+
+def withdraw(args: argparse.Namespace, out: IO[str]) -> int:
+    """Take back a message no run has claimed yet, by the event # its send was queued as: its
+    owner, in whichever process, folds the ``MessageWithdrawn`` in and the message never
+    reaches the model. A message already claimed answers which turn and step took it (status
+    1: it was not withdrawn); one withdrawn already says so (status 0)."""
+    _check_exists(args)
+    with _open(args) as store:
+        found = request_withdraw(store, args.session, args.seq)
+    out.write((json.dumps(found.to_dict()) if args.json else str(found)) + "\n")
+    return 0 if found.state == "withdrawn" else 1
 
 
 def _entry_dict(message: Message, wakeup: bool) -> dict[str, Any]:

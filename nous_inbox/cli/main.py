@@ -152,6 +152,6 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None,
         quiet_broken_pipe(out)  # the reader left: nothing to say, and nowhere to say it
         return 0
     # sqlite3.Error is not an OSError; listed so a store the engine refuses is one line, too.
-    except (ValueError, OSError, RuntimeError, TypeError, sqlite3.Error) as exc:
+    except (ValueError, LookupError, OSError, RuntimeError, TypeError, sqlite3.Error) as exc:
         sys.stderr.write(f"nous-inbox {args.command}: {one_line(str(exc))}\n")
         return 1

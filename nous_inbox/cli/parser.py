@@ -110,6 +110,11 @@ def _sends(sub: _Sub) -> None:
                           help="read the message from PATH instead of TEXT")
         send.add_argument("--create", action="store_true",
                           help="send even if SESSION has no events yet (it starts its log)")
+        send.add_argument("--wait", action="store_true",
+                          help="wait until a run claims the message (or it is withdrawn) and "
+                               "say which turn and step took it")
+        send.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                          help="with --wait: give up after SECONDS (the message stays queued)")
 
 
 def _show(sub: _Sub) -> None:
@@ -153,6 +158,17 @@ def _cancel(sub: _Sub) -> None:
     _session(cancel, "the session whose turn to cancel")
 
 
+def _withdraw(sub: _Sub) -> None:
+    withdraw = _command(sub, "withdraw", "take back a message no run has claimed yet, by the "
+                        "event # its send was queued as; one already claimed says where it went",
+                        "withdraw")
+    _store(withdraw)
+    _session(withdraw, "the session the message was sent to")
+    withdraw.add_argument("seq", metavar="SEQ", type=int,
+                          help="the event # the send was queued as (what the send printed)")
+    _json(withdraw, "print the receipt as one JSON object")
+
+
 def _rm(sub: _Sub) -> None:
     rm = _command(sub, "rm", "delete SESSION and its log (refused while an owner holds it)", "rm")
     _store(rm)
@@ -176,7 +192,7 @@ class Extra(NamedTuple):
 
 #: Every command, in the order ``--help`` lists them.
 COMMANDS: Final[tuple[Callable[[_Sub], None], ...]] = (
-    _demo, _tour, _run, _sends, _show, _log, _sessions, _snapshot, _cancel, _rm,
+    _demo, _tour, _run, _sends, _show, _log, _sessions, _snapshot, _cancel, _withdraw, _rm,
 )
 
 

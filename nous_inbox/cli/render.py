@@ -34,6 +34,7 @@ from nous_inbox.events import (
     MailSent,
     MailWithdrawn,
     MessageSent,
+    MessageWithdrawn,
     ModelReplied,
     ModelRequested,
     Nudged,
@@ -89,6 +90,9 @@ def _body(event: Event, style: Style) -> str:
         mode = name_of(event.target, event.wakeup) or (
             f"send({event.target}, {'wakes' if event.wakeup else 'no wake'})")
         return f"{style.paint(f'{mode:<9}', 'magenta', 'bold')} {event.message.role}: {short(event.message.content)}"
+    if isinstance(event, MessageWithdrawn):
+        return style.paint(f"withdrawn the message sent at #{event.sent} from "
+                           f"{printable(event.target)}", "magenta")
     if isinstance(event, QueueClaimed):
         return style.paint(f"claimed   {event.count} from {printable(event.target)}", "green")
     if isinstance(event, TurnStarted):

@@ -53,6 +53,7 @@ from nous_inbox.owner.port import AsyncTurnRunner
 from nous_inbox.owner.sends import QueuedSend, Refused, Stored
 from nous_inbox.owner.store_worker import SendTicket, StoreWorker
 from nous_inbox.owner.turn_result import AsyncTurnHandle, Steps, TurnEnds, TurnResult, apump
+from nous_inbox.receipts import Receipt
 from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.store import Store
 from nous_inbox.store.journal import sent_event
@@ -243,7 +244,9 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     def _send(self, message: Message | str, target: Target | str, wakeup: bool,
               prompt: bool = False) -> Coroutine[Any, Any, MessageSent]:
         stored = self._store_send(message, target, wakeup, prompt)
-        return Stored(stored) if type(stored) is MessageSent else QueuedSend(stored)  # type: ignore[arg-type]
+        follow = self.delivered
+        return (Stored(stored, follow) if type(stored) is MessageSent
+                else QueuedSend(stored, follow))  # type: ignore[arg-type]
 
     def _store_send(self, message: Message | str, target: Target | str, wakeup: bool, prompt: bool,
                     options: dict[str, Any] | None = None) -> MessageSent | asyncio.Future[MessageSent]:
@@ -271,7 +274,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     def _turn_send(self, message: Message | str, verb: Verb,
                    options: dict[str, Any] | None) -> AsyncTurnHandle:
         return AsyncTurnHandle(self._store_send(message, verb.target, verb.wakeup, verb.own_turn,
-                                                options), self._result)
+                                                options), self._result, self.delivered)
 
     def _refused(self, error: Exception) -> Coroutine[Any, Any, MessageSent]:
         return Refused(error)  # raised where it is awaited, as an awaitable's failure is
@@ -288,7 +291,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         """A handle on the turn of the prompt or followup stored at ``seq`` (see
         :meth:`Owner.turn_handle <nous_inbox.owner.Owner.turn_handle>`)."""
         self._check_open()
-        return AsyncTurnHandle(await self._pumped(self._answers.sent(seq)), self._result)
+        return AsyncTurnHandle(await self._pumped(self._answers.sent(seq)), self._result,
+                               self.delivered)
 
     async def _result(self, seq: int, timeout: float | None) -> TurnResult:
         """Wait for the turn of the send at ``seq`` (a handle's result); after ``timeout``
@@ -310,6 +314,67 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         """The body's ``steps``, each log read on the store worker, each wait for a turn's end."""
         assert self._io is not None
         return await apump(steps, self._io.call, self._turn_over.wait)
+
+    # -- where sends went ----------------------------------------------------------------------
+
+    async def receipt(self, seq: int) -> Receipt:
+        """Where the send stored at ``seq`` went (see :meth:`Owner.receipt
+        <nous_inbox.owner.Owner.receipt>`), read from the log on the store worker when this
+        owner did not see it settle."""
+        receipts = self._answers.receipts
+        found = receipts.now(self._opened().session, seq)
+        if found is None:
+            assert self._io is not None
+            found = await self._io.call(receipts.logged, seq)
+        return found
+
+    async def delivered(self, seq: int, timeout: float | None = None) -> Receipt:
+        """Wait until the message the send at ``seq`` queued is claimed or withdrawn, and say
+        where it went (see :meth:`Owner.delivered <nous_inbox.owner.Owner.delivered>`);
+        ``TimeoutError`` after ``timeout`` seconds while it is still queued."""
+        receipts = self._answers.receipts
+        waiting = asyncio.timeout(timeout)
+        receipts.watch(seq)
+        try:
+            async with waiting:
+                while True:
+                    moved = asyncio.ensure_future(self._turn_over.wait())  # before the look
+                    try:
+                        found = await self.receipt(seq)
+                        if found.settled:
+                            return found
+                        self._raise_if_lost()
+                        if self._closed:
+                            raise RuntimeError(f"AsyncOwner of session {self._stream!r} closed "
+                                               f"while the message sent at seq {seq} was still "
+                                               f"queued")
+                        await moved
+                    finally:
+                        moved.cancel()
+        except TimeoutError:
+            if not waiting.expired():
+                raise
+            raise TimeoutError(f"the message sent at seq {seq} of session {self._stream!r} was "
+                               f"still queued after {timeout} s (wait again, or withdraw it)") from None
+        finally:
+            receipts.unwatch(seq)
+
+    async def withdraw(self, seq: int) -> Receipt:
+        """Take back the message the send at ``seq`` queued, if no claim took it yet (see
+        :meth:`Owner.withdraw <nous_inbox.owner.Owner.withdraw>`); the commit runs on the store
+        worker."""
+        journal = self._check_open()
+        assert self._io is not None
+
+        def withdrawn() -> Receipt:
+            with self._lock:
+                return self._answers.receipts.withdraw(journal, seq)
+
+        try:
+            return await self._io.call(withdrawn)
+        except LeaseLostError as exc:
+            self._lose(exc)
+            raise
 
     def _turn_ended(self) -> None:
         self._on_loop(self._turn_over.ended)  # every handle waiting for its turn looks again

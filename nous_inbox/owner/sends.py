@@ -6,7 +6,10 @@ A send is stored at once (an inline store, a caller under the owner's lock or of
 future :meth:`StoreWorker.send <nous_inbox.owner.store_worker.StoreWorker.send>` answers), or refused
 before anything was written (:class:`Refused`, which raises where it is awaited, as any
 awaitable reports its failure). Each is a real ``Coroutine``: ``await`` it, or hand it to
-``asyncio.gather``, ``create_task`` or ``asyncio.run``.
+``asyncio.gather``, ``create_task`` or ``asyncio.run``. Each can be followed to where its message
+went too: ``await send.delivered()`` waits, once the send is stored, until a claim takes the
+message into a run (or it is withdrawn), and answers the owner's
+:class:`~nous_inbox.receipts.Receipt`.
 
 >>> import asyncio
 >>> async def main():
@@ -21,14 +24,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Generator
-from typing import Any, Final, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
-__all__ = ["QueuedSend", "Refused", "Stored", "awaited"]
+if TYPE_CHECKING:
+    from nous_inbox.receipts import Receipt
+
+__all__ = ["Follow", "QueuedSend", "Refused", "Stored", "awaited"]
 
 _T = TypeVar("_T")
 
 logger: Final = logging.getLogger("nous_inbox.owner")
+
+Follow = Callable[[int, "float | None"], Awaitable["Receipt"]]
+"""An owner's wait for where the send at a seq went (``AsyncOwner.delivered``)."""
+
+
+async def _followed(send: Awaitable[Any], follow: Follow | None, timeout: float | None) -> Receipt:
+    if follow is None:
+        raise RuntimeError("this send has no owner to follow it")
+    sent = await send
+    return await follow(sent.seq, timeout)
 
 
 class Stored(Coroutine[Any, Any, _T], Generic[_T]):
@@ -36,10 +52,15 @@ class Stored(Coroutine[Any, Any, _T], Generic[_T]):
     running it, returns ``value`` at once, and one never awaited is no error (the send a sync
     callback makes)."""
 
-    __slots__ = ("value",)
+    __slots__ = ("_follow", "value")
 
-    def __init__(self, value: _T) -> None:
+    def __init__(self, value: _T, follow: Follow | None = None) -> None:
         self.value = value
+        self._follow = follow
+
+    def delivered(self, timeout: float | None = None) -> Coroutine[Any, Any, Receipt]:
+        """Where the stored send's message went, once a claim took it (or it was withdrawn)."""
+        return _followed(self, self._follow, timeout)
 
     def send(self, _: Any) -> Any:
         raise StopIteration(self.value)
@@ -71,6 +92,10 @@ class Refused(Coroutine[Any, Any, _T], Generic[_T]):
     def __init__(self, error: BaseException) -> None:
         self.error = error
         self._heard = False
+
+    def delivered(self, timeout: float | None = None) -> Coroutine[Any, Any, Receipt]:
+        """Raises the send's error where it is awaited: a refused send went nowhere."""
+        return _followed(self, _unreachable, timeout)
 
     def send(self, _: Any) -> Any:
         self._heard = True
@@ -105,10 +130,16 @@ class QueuedSend(Coroutine[Any, Any, _T], Generic[_T]):
     listener, a mailbox's notice) may send without awaiting, and the send is stored all the
     same (where :class:`Stored` is the coroutine of a send already stored)."""
 
-    __slots__ = ("_future", "_steps")
+    __slots__ = ("_follow", "_future", "_steps")
 
-    def __init__(self, future: asyncio.Future[_T]) -> None:
+    def __init__(self, future: asyncio.Future[_T], follow: Follow | None = None) -> None:
         self._future, self._steps = future, future.__await__()
+        self._follow = follow
+
+    async def delivered(self, timeout: float | None = None) -> Receipt:
+        """Where the send's message went, once it is stored and a claim took it (or it was
+        withdrawn); cancelling this wait does not take the send back."""
+        return await _followed(asyncio.shield(self._future), self._follow, timeout)
 
     def __await__(self) -> Generator[Any, None, _T]:
         return self._future.__await__()
@@ -124,6 +155,10 @@ class QueuedSend(Coroutine[Any, Any, _T], Generic[_T]):
     def close(self) -> None:
         """Stop waiting; the send stays queued unless its wait was cancelled."""
         self._steps.close()
+
+
+async def _unreachable(seq: int, timeout: float | None) -> Receipt:
+    raise AssertionError("a refused send raises before it is followed")
 
 
 async def awaited(future: asyncio.Future[_T]) -> _T:

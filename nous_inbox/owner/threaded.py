@@ -74,6 +74,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Final, Literal, overload
 
+from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.message import Message
 from nous_inbox.owner.body import Listener, OwnerBody
@@ -83,6 +84,7 @@ from nous_inbox.owner.group_commit import GroupCommit, GroupCommitState, commit_
 from nous_inbox.owner.idle_watch import subscription, taken_over, watch_step
 from nous_inbox.owner.port import TurnRunner
 from nous_inbox.owner.turn_result import TurnHandle, TurnResult, pump
+from nous_inbox.receipts import Receipt
 from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.store import Store
 from nous_inbox.store.journal import sent_event
@@ -233,7 +235,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
     def _turn_send(self, message: Message | str, verb: Verb,
                    options: dict[str, Any] | None) -> TurnHandle:
         return TurnHandle(self._send(message, verb.target, verb.wakeup, verb.own_turn, options),
-                          self._result)
+                          self._result, self.delivered)
 
     def _refused(self, error: Exception) -> MessageSent:
         raise error  # at the call: the send returns the stored event, not an awaitable
@@ -252,7 +254,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         """A handle on the turn of the prompt or followup stored at ``seq`` (one this owner or
         an earlier one took: the log says which turn answered it); ``ValueError`` if ``seq``
         is not such a send."""
-        return TurnHandle(pump(self._answers.sent(seq)), self._result)
+        return TurnHandle(pump(self._answers.sent(seq)), self._result, self.delivered)
 
     def _result(self, seq: int, timeout: float | None) -> TurnResult:
         """Wait for the turn of the send at ``seq`` (a handle's ``result``): the body's steps,
@@ -269,6 +271,65 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
 
         with self._changed:
             return pump(self._answers.of_send(seq, self._unanswered), wait)
+
+    # -- where sends went ----------------------------------------------------------------------
+
+    def receipt(self, seq: int) -> Receipt:
+        """Where the send stored at ``seq`` went: still queued, claimed (by which turn, for
+        which step) or withdrawn (a :class:`~nous_inbox.receipts.Receipt`); ``LookupError`` or
+        ``ValueError`` when ``seq`` is no send of this session."""
+        with self._lock:
+            return self._answers.receipts.answer(self._opened().session, seq)
+
+    def delivered(self, seq: int, timeout: float | None = None) -> Receipt:
+        """Wait until the message the send at ``seq`` queued is claimed or withdrawn, and say
+        where it went (:meth:`receipt`); ``TimeoutError`` after ``timeout`` seconds while it is
+        still queued (it stays queued: wait again, or :meth:`withdraw` it).
+
+        >>> from nous_inbox.runner import Runner
+        >>> from nous_inbox.store import open_store
+        >>> with Owner(open_store("memory:"), "s", Runner(lambda transcript, tools: "ok")) as owner:
+        ...     print(owner.delivered(owner.steer("go").seq, timeout=5))
+        the message sent at seq 1 was claimed by turn 1 for step 1 (event #3)
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        receipts = self._answers.receipts
+        with self._changed:
+            receipts.watch(seq)
+            try:
+                while not (found := receipts.answer(self._opened().session, seq)).settled:
+                    self._raise_if_lost()
+                    if self._closed:
+                        raise RuntimeError(f"Owner of session {self._stream!r} closed while the "
+                                           f"message sent at seq {seq} was still queued")
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"the message sent at seq {seq} of session "
+                                           f"{self._stream!r} was still queued after {timeout} s "
+                                           f"(wait again, or withdraw it)")
+                    self._changed.wait(left)
+            finally:
+                receipts.unwatch(seq)
+        return found
+
+    def withdraw(self, seq: int) -> Receipt:
+        """Take back the message the send at ``seq`` queued, if no claim took it yet: a
+        ``MessageWithdrawn`` is recorded and the receipt says ``"withdrawn"``. A message
+        already claimed answers which turn and step took it; one withdrawn already says so.
+
+        >>> from nous_inbox.runner import Runner
+        >>> from nous_inbox.store import open_store
+        >>> with Owner(open_store("memory:"), "s", Runner(lambda transcript, tools: "ok")) as owner:
+        ...     print(owner.withdraw(owner.inject("never mind").seq))
+        the message sent at seq 1 was withdrawn (event #2)
+        """
+        with self._lock:
+            journal = self._check_open()
+            try:
+                return self._answers.receipts.withdraw(journal, seq)
+            except LeaseLostError as exc:
+                self._lose(exc)
+                raise
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.

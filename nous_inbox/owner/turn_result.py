@@ -9,7 +9,7 @@ from the events, so a new owner answers for a send an old one took (the log is t
 :class:`TurnLedger` is that reading, done once for every owner: a fold over the events that
 keeps, per turn, which sends it claimed and how it ended. Sends to ``next_turn`` are claimed
 oldest first, so a turn's claim is one range of them: the ledger keeps the newest seq each
-turn claimed and finds a send's turn by bisection.
+turn claimed and finds a send's turn by bisection (a withdrawn send, kept apart, has none).
 
 >>> from nous_inbox.events import MessageSent, ModelReplied, QueueClaimed, TurnEnded, TurnStarted
 >>> from nous_inbox.message import Message
@@ -41,7 +41,7 @@ import asyncio
 import bisect
 import collections
 import functools
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -49,6 +49,7 @@ import attrs
 from nous_inbox.events import (
     Event,
     MessageSent,
+    MessageWithdrawn,
     ModelReplied,
     QueueClaimed,
     TurnEnded,
@@ -57,7 +58,9 @@ from nous_inbox.events import (
 )
 from nous_inbox.frozen import thaw_json
 from nous_inbox.message import Message
+from nous_inbox.owner.receipts import SendReceipts
 from nous_inbox.owner.sends import Refused
+from nous_inbox.receipts import Receipt
 from nous_inbox.session import Session
 from nous_inbox.verbs import Target
 
@@ -143,13 +146,13 @@ class TurnLedger:
     """
 
     __slots__ = ("_claimed_now", "_claims", "_ended", "_first", "_queued", "_reply", "_since",
-                 "_turn")
+                 "_turn", "_withdrawn")
 
     def __init__(self, session: Session | None = None) -> None:
         start = Session() if session is None else session
         self._since = start.version
-        # The seqs of next_turn sends still queued, oldest first (0: sent before ``since``).
-        self._queued: collections.deque[int] = collections.deque([0] * start.inbox.count(_TURN))
+        self._queued: collections.deque[int] = collections.deque(start.inbox.seqs(_TURN))
+        self._withdrawn: dict[int, int] = {}  # a withdrawn next_turn send's seq -> its withdraw's
         self._claims: list[tuple[int, int]] = []  # (the newest seq a claim took, its turn)
         self._ended: dict[int, tuple[TurnEnded, int, Message | None]] = {}
         self._turn, self._first = start.turn, 0
@@ -169,8 +172,7 @@ class TurnLedger:
 
     @property
     def queued(self) -> Iterable[int]:
-        """The seqs of the ``next_turn`` sends still queued, oldest first (0: one folded before
-        this ledger started); read it before the next fold."""
+        """The seqs of the ``next_turn`` sends still queued, oldest first (before the next fold)."""
         return self._queued
 
     @property
@@ -192,6 +194,10 @@ class TurnLedger:
             elif kind is QueueClaimed:
                 if event.target == _TURN:
                     self._claimed(event.count)
+            elif kind is MessageWithdrawn:
+                if event.target == _TURN and event.sent in self._queued:
+                    self._queued.remove(event.sent)
+                    self._withdrawn[event.sent] = event.seq
             elif kind is TurnStarted:
                 self._turn, self._first, self._reply = event.turn, event.seq, None
                 self._claimed_now = []
@@ -233,7 +239,10 @@ class TurnLedger:
 
     def result_of(self, seq: int, load_output: OutputLoader | None = None) -> TurnResult | None:
         """The result of the send at ``seq``: its turn's, once that ended, else ``None``.
-        ``TurnError`` when its message was claimed outside any turn."""
+        ``TurnError`` when its message was claimed outside any turn, or withdrawn."""
+        if seq in self._withdrawn:
+            raise TurnError(f"the message sent at seq {seq} was withdrawn (event "
+                            f"#{self._withdrawn[seq]}), so no turn answers it")
         turn = self.turn_of(seq)
         if turn is None:
             return None
@@ -304,7 +313,8 @@ class TurnEnds:
 class TurnAnswers:
     """What an owner answers about its session's turns, whichever pump waits: from the ledger of
     the turns it folded, else from the log behind it (``read(after)``: the stored events with
-    ``seq > after``; a turn an earlier owner ran). ``load_output`` is the runner's.
+    ``seq > after``; a turn an earlier owner ran). ``load_output`` is the runner's; ``receipts``
+    says where each send went (:class:`~nous_inbox.owner.receipts.SendReceipts`).
 
     >>> log = [MessageSent(seq=1, target="next_turn", wakeup=True, message=Message.user("hi")),
     ...        TurnStarted(seq=2, turn=1), QueueClaimed(seq=3, target="next_turn", count=1),
@@ -314,24 +324,25 @@ class TurnAnswers:
     (4, 1)
     """
 
-    __slots__ = ("_load_output", "_read", "_stream", "ended", "ledger")
+    __slots__ = ("_load_output", "_read", "_stream", "ended", "ledger", "receipts")
 
     def __init__(self, stream: str, read: Callable[[int], Iterable[Event]],
                  load_output: OutputLoader | None = None) -> None:
         self._stream, self._read, self._load_output = stream, read, load_output
         self.ledger = TurnLedger()  # which turn took each prompt, and how each turn ended
         self.ended = 0  # turns the ledger saw end: a waiter looks again when it moves
+        self.receipts = SendReceipts(read)
 
     def start(self, session: Session) -> None:
         """The owner opened on ``session``: its ledger answers for what is folded from now on."""
         self.ledger = TurnLedger(session)
+        self.receipts.start(session)
 
-    def fold(self, events: Iterable[Event]) -> bool:
-        """Fold ``events`` into the ledger; whether a turn ended among them."""
-        if not self.ledger.fold(events):
-            return False
-        self.ended += 1
-        return True
+    def fold(self, events: Sequence[Event]) -> bool:
+        """Fold ``events`` in; whether a turn ended or a send someone waits for settled."""
+        settled, ended = self.receipts.fold(events), self.ledger.fold(events)
+        self.ended += ended
+        return ended or settled
 
     def of_turn(self, turn: int) -> Steps[TurnResult]:
         """How ``turn`` ended (settled); ``LookupError`` for a turn that has not ended."""
@@ -379,18 +390,29 @@ class TurnAnswers:
 # -- the handles --------------------------------------------------------------------------------
 
 
+def _unfollowed(*_: object) -> Any:
+    raise RuntimeError("this handle has no owner to follow its send")
+
+
 class TurnHandle:
     """The turn a threaded :class:`~nous_inbox.owner.Owner`'s prompt or followup starts or
     joins. ``sent`` is the stored send (``seq`` its seq); :meth:`result` waits for the turn.
 
-    ``wait(seq, timeout)`` is the owner's: it returns the settled result or raises.
+    ``wait(seq, timeout)`` and ``follow(seq, timeout)`` are the owner's.
     """
 
-    __slots__ = ("_wait", "sent")
+    __slots__ = ("_follow", "_wait", "sent")
 
-    def __init__(self, sent: MessageSent, wait: Callable[[int, float | None], TurnResult]) -> None:
+    def __init__(self, sent: MessageSent, wait: Callable[[int, float | None], TurnResult],
+                 follow: Callable[[int, float | None], Receipt] | None = None) -> None:
         self.sent = sent
         self._wait = wait
+        self._follow = follow
+
+    def delivered(self, timeout: float | None = None) -> Receipt:
+        """Wait until a turn claims the message (or it is withdrawn) and say where it went
+        (:meth:`Owner.delivered <nous_inbox.owner.Owner.delivered>`)."""
+        return _unfollowed() if self._follow is None else self._follow(self.sent.seq, timeout)
 
     @property
     def seq(self) -> int:
@@ -423,12 +445,20 @@ class AsyncTurnHandle:
     stored takes the send back, if no commit took it yet. A send refused when it was made (bad
     input, a closed owner) raises its error from either await."""
 
-    __slots__ = ("_stored", "_wait")
+    __slots__ = ("_follow", "_stored", "_wait")
 
     def __init__(self, stored: MessageSent | asyncio.Future[MessageSent] | Refused[MessageSent],
-                 wait: Callable[[int, float | None], Awaitable[TurnResult]]) -> None:
+                 wait: Callable[[int, float | None], Awaitable[TurnResult]],
+                 follow: Callable[[int, float | None], Awaitable[Receipt]] | None = None) -> None:
         self._stored = stored
         self._wait = wait
+        self._follow = follow
+
+    async def delivered(self, timeout: float | None = None) -> Receipt:
+        """Once the send is stored, where its message went (:meth:`AsyncOwner.delivered
+        <nous_inbox.owner.async_owner.AsyncOwner.delivered>`)."""
+        sent = await self.stored()
+        return await (self._follow or _unfollowed)(sent.seq, timeout)
 
     async def stored(self) -> MessageSent:
         """The send as stored, once it is."""

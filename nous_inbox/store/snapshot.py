@@ -121,7 +121,8 @@ logger: Final = logging.getLogger("nous_inbox.store.snapshot")
 
 SNAPSHOT_FORMAT: Final = "nous-inbox-snapshot"
 #: The snapshot format this library writes and reads; any other is ignored (and replayed past).
-SNAPSHOT_VERSION: Final = 2
+#: 3: each queued entry keeps the seq of its send (what a withdraw names it by).
+SNAPSHOT_VERSION: Final = 3
 #: How many of the log's last events up to a snapshot's seq its tip digests (all, when fewer).
 TIP_EVENTS: Final = 16
 #: Save a snapshot after this many events folded since the last one (0: never save).

@@ -6,6 +6,11 @@ Endpoints (every ``/api`` call needs ``Authorization: Bearer TOKEN``)::
     GET  /api/sessions/{id}?offset=&limit=     counts, running, turn, step, a transcript page
     POST /api/sessions/{id}/messages           {"mode": "steer"|"inject"|"followup"|"prompt",
                                                "text": "..."} -> 202 {"seq", "mode"} once stored
+    GET  /api/sessions/{id}/messages/{seq}     where the send at seq went: {"sent", "target",
+                                               "state": "queued"|"claimed"|"withdrawn", "turn",
+                                               "step", "by"} (a nous_inbox.receipts.Receipt)
+    POST /api/sessions/{id}/messages/{seq}/withdraw   take it back if no claim took it yet:
+                                               the receipt, "withdrawn", or where it went
     POST /api/sessions/{id}/cancel             {"cancelled": bool}: a run was going here, or a
                                                cancel was recorded for one held elsewhere
     GET  /api/sessions/{id}/events?after=N     Server-Sent Events: id = seq, data = the event as
@@ -66,6 +71,7 @@ from starlette.types import Receive, Scope, Send
 
 from nous_inbox.events import Event
 from nous_inbox.frozen import thaw_json
+from nous_inbox.receipts import Receipt
 from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.safe_json import event_json, json_safe
 from nous_inbox.store.base import check_stream
@@ -142,13 +148,18 @@ class _Cancel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The body of ``POST /api/sessions/{id}/cancel``: none, or an empty object."""
 
 
-_Body = TypeVar("_Body", _Send, _Cancel)
+class _Withdraw(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The body of ``POST /api/sessions/{id}/messages/{seq}/withdraw``: none, or ``{}``."""
+
+
+_Body = TypeVar("_Body", _Send, _Cancel, _Withdraw)
 
 # What each body looks like, for the error that refuses another. Decoding into its Struct checks
 # every field's type (and refuses a field it does not know) in one place.
 _SHAPES: Final[Mapping[type[msgspec.Struct], str]] = {
     _Send: '{"mode": ' + " | ".join(f'"{mode}"' for mode in VERBS) + ', "text": "..."}',
     _Cancel: "no body, or {}",
+    _Withdraw: "no body, or {}",
 }
 
 
@@ -225,6 +236,13 @@ def create_app(
         sent = await host.send(name, body.mode, body.text)
         return _Json({"seq": sent.seq, "mode": body.mode}, 202)
 
+    async def receipt(request: Request, name: str, _: dict[str, int]) -> Response:
+        return _receipt(await _answered(host.receipt(name, request.path_params["seq"])))
+
+    async def withdraw(request: Request, name: str, _: dict[str, int]) -> Response:
+        await _json_body(request, _Withdraw, max_body, optional=True)
+        return _receipt(await _answered(host.withdraw(name, request.path_params["seq"])))
+
     async def cancel(request: Request, name: str, _: dict[str, int]) -> Response:
         await _json_body(request, _Cancel, max_body, optional=True)
         return _Json({"cancelled": await host.cancel(name)})
@@ -254,6 +272,9 @@ def create_app(
     routes = [
         Route("/api/sessions", api(list_sessions)),
         Route("/api/sessions/{session:nous_session}/messages", api(post_message), methods=["POST"]),
+        Route("/api/sessions/{session:nous_session}/messages/{seq:int}", api(receipt)),
+        Route("/api/sessions/{session:nous_session}/messages/{seq:int}/withdraw", api(withdraw),
+              methods=["POST"]),
         Route("/api/sessions/{session:nous_session}/cancel", api(cancel), methods=["POST"]),
         Route("/api/sessions/{session:nous_session}/events", api(events, after=0, deltas=0)),
         Route("/api/sessions/{session:nous_session}", api(show, offset=0, limit=100)),
@@ -269,6 +290,20 @@ def create_app(
     app = Starlette(routes=routes, middleware=middleware)
     app.state.host = host
     return app
+
+
+async def _answered(asked: Awaitable[Receipt]) -> Receipt:
+    """A receipt, or the 4xx saying why there is none: no such event (404), not a send (400)."""
+    try:
+        return await asked
+    except LookupError as exc:
+        raise _Refused(404, str(exc)) from None
+    except (TypeError, ValueError) as exc:
+        raise _Refused(400, str(exc)) from None
+
+
+def _receipt(found: Receipt) -> Response:
+    return _Json(found.to_dict())
 
 
 def _query(request: Request, takes: Mapping[str, int]) -> dict[str, int]:

@@ -46,7 +46,9 @@ from nous_inbox.inbox import is_blank
 from nous_inbox.message import Message
 from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.owner.port import AsyncTurnRunner, request_cancel
+from nous_inbox.owner.receipts import receipt_in, request_withdraw
 from nous_inbox.owner.turn_result import AsyncTurnHandle
+from nous_inbox.receipts import Receipt
 from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.session import Session, replay
 from nous_inbox.store import Store
@@ -227,6 +229,31 @@ class SessionHost:
         if owner is not None and not owner.closed:
             return owner.cancel()
         return await self.call(request_cancel, self.store, session) is not None
+
+    async def receipt(self, session: str, seq: int) -> Receipt:
+        """Where the send at ``seq`` of ``session`` went (:mod:`nous_inbox.receipts`): from the
+        owner while it is held here, else from the store's log. ``LookupError`` when the session
+        has no event at ``seq``; ``ValueError`` when the event there is not a send."""
+        check_stream(session)
+        owner = self.hosted(session)
+        if owner is not None and not owner.closed:
+            return await owner.receipt(seq)
+        return await self.call(receipt_in, self.store, session, seq)
+
+    async def withdraw(self, session: str, seq: int) -> Receipt:
+        """Take back the message the send at ``seq`` queued, wherever ``session`` is held
+        (here: the owner's ``withdraw``; elsewhere: a ``MessageWithdrawn`` in the log its holder
+        folds in, :func:`~nous_inbox.owner.receipts.request_withdraw`); a message already
+        claimed answers where it went."""
+        check_stream(session)
+        owner = self.hosted(session)
+        if owner is not None:
+            try:
+                return await owner.withdraw(seq)
+            except RuntimeError:
+                if not owner.closed:  # closed meanwhile: the log takes it, as a send's does
+                    raise
+        return await self.call(request_withdraw, self.store, session, seq)
 
     async def events(self, session: str, after: int = 0, *,
                      deltas: bool = False) -> AsyncIterator[Event | TextDelta]:

@@ -93,6 +93,7 @@ const LINES = {
     return [[mode.padEnd(9), "send"], [` ${e.message.role}: ${short(e.message.content)}`]];
   },
   queue_claimed: (e) => [[`claimed   ${e.count} from ${e.target}`, "claim"]],
+  message_withdrawn: (e) => [[`withdrawn the message sent at #${e.sent} from ${e.target}`, "send"]],
   turn_started: (e) => [[`turn ${e.turn} opened (${e.reason || "wake"})`, "turn"]],
   step_started: (e) => [[`  step ${e.step}`, "step"]],
   model_requested: (e) => [[`  model    asked with ${e.count} messages`, "dim"]],
@@ -228,6 +229,56 @@ async function follow(id, onEvent, onDelta) {
   }
 }
 
+// -- receipts: each send marked queued, delivered (which turn and step) or withdrawn ------------
+// Where a send went is the server's answer (GET .../messages/{seq}, nous_inbox.receipts): the page
+// asks it for the sends still marked queued whenever a claim or a withdraw is recorded.
+
+const queuedSends = new Map();  // seq -> the mark on its line, while it is queued
+let receiptTimer = null;
+
+function receiptText(r) {
+  if (r.state === "claimed") return r.turn ? `delivered: turn ${r.turn}, step ${r.step}` : "delivered";
+  return r.state;
+}
+
+function showReceipt(mark, r) {
+  mark.textContent = "";
+  mark.className = "receipt " + r.state;
+  mark.append(el("span", ` [${receiptText(r)}]`));
+  if (r.state !== "queued") {
+    queuedSends.delete(r.sent);
+    return;
+  }
+  const button = el("button", "withdraw", "withdraw");
+  button.type = "button";
+  button.onclick = async () => {
+    const response = await api(`/sessions/${encodeURIComponent(mark.dataset.session)}/messages/${r.sent}/withdraw`,
+                               { method: "POST" });
+    if (response.ok) showReceipt(mark, await response.json());
+  };
+  mark.append(button);
+}
+
+async function refreshReceipts(id) {
+  receiptTimer = null;
+  for (const [seq, mark] of [...queuedSends]) {
+    const response = await api(`/sessions/${encodeURIComponent(id)}/messages/${seq}`);
+    if (response.ok) showReceipt(mark, await response.json());
+  }
+}
+
+function markReceipt(id, e) {
+  if (e.type === "message_sent") {
+    const mark = el("span", undefined, "receipt queued");
+    mark.dataset.session = id;
+    $("events").lastElementChild.append(mark);
+    queuedSends.set(e.seq, mark);
+    showReceipt(mark, { sent: e.seq, state: "queued" });
+  } else if ((e.type === "queue_claimed" || e.type === "message_withdrawn") && receiptTimer === null) {
+    receiptTimer = setTimeout(() => refreshReceipts(id), 200);
+  }
+}
+
 let statusTimer = null;
 
 async function refreshStatus(id) {
@@ -255,6 +306,7 @@ function showSession(id) {
   follow(id, (e) => {
     if (e.type === "model_replied" || e.type === "turn_ended") endLive(e);
     render(e);
+    markReceipt(id, e);
     if (statusTimer === null) statusTimer = setTimeout(() => refreshStatus(id), 200);
   }, showDelta);
   const text = $("text");
