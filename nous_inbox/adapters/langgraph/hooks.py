@@ -117,7 +117,7 @@ class GraphTurn:
                     filled.append(result)
                 finished.append(result)
             parts.append(ToolsFinished(finished))
-        parts.extend(Retried(Message.user(m.text)) for m in new if isinstance(m, HumanMessage))
+        parts.extend(Retried(Message.user(str(m.text))) for m in new if isinstance(m, HumanMessage))
         return parts, filled
 
     async def before_model(self, messages: Sequence[BaseMessage]) -> dict[str, Any] | None:

@@ -184,7 +184,7 @@ class GraphRunner:
                                                             stream_mode=self._modes):
                     if mode == "messages":
                         if isinstance(chunk[0], AIMessageChunk):
-                            self.text_delta(port, chunk[0].text)
+                            self.text_delta(port, str(chunk[0].text))
                         continue
                     values = chunk
                     for event in bridge.take():

@@ -69,7 +69,7 @@ def from_lc_message(message: BaseMessage) -> Message:
     >>> from_lc_message(AIMessage("looking", tool_calls=[{"name": "ls", "args": {"d": "."}, "id": "c1"}]))
     Message(role='assistant', content='looking', tool_calls=(ToolCall(id='c1', name='ls', arguments={'d': '.'}),))
     """
-    text = message.text
+    text = str(message.text)  # a str subclass of LangChain's; ours are plain
     if isinstance(message, AIMessage):
         calls = [ToolCall(call.get("id") or "", call["name"], dict(call.get("args") or {}))
                  for call in message.tool_calls]
