@@ -65,3 +65,17 @@ def shown(messages: Sequence[BaseMessage]) -> Seen:
         elif isinstance(m, HumanMessage):
             out.append(("user", m.text))
     return out
+
+
+def agent(session: str) -> Any:
+    """A ``serve --agent tests.langgraph_kit:agent`` factory: a ``create_agent`` graph with the
+    inbox's middleware over a model that answers each request with what it was last told."""
+    from langchain.agents import create_agent
+
+    from nous_inbox.adapters.langgraph import GraphRunner, InboxMiddleware
+
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        return AIMessage(f"{session} heard {messages[-1].text}")
+
+    return GraphRunner(create_agent(ScriptedChatModel(reply=reply),
+                                    middleware=[InboxMiddleware()]))
