@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import msgspec
+from pyrsistent import pvector
 
 from nous_inbox.commands import CallModel, Claim
 from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
@@ -94,7 +95,7 @@ class TurnBridge:
     def __init__(self, port: SessionPort, start: LoopState) -> None:
         self.port = port
         self.start = start
-        self.adv = Advance(start, CallModel(()), ())
+        self.adv = Advance(start, CallModel(pvector()), ())
         self.claims = ClaimGuard(port)
         self.recorded: list[Event] = []
         self.usage: dict[str, int | float] = {}
@@ -102,7 +103,6 @@ class TurnBridge:
         #: How many transcript entries came before this turn: what a graph's thread holds.
         self.prior = 0
 
-    @property
     def phase(self) -> Phase:
         """Where the loop stands."""
         return self.adv.state.phase
@@ -201,11 +201,11 @@ class TurnBridge:
         ``stopped`` inside the graph (a tool may have started), else as cancelled, as the
         built-in runner does (ruling 9); nothing is claimed. Returns those answers, for the
         graph's own state."""
-        if self.phase is Phase.ENDED:
+        if self.phase() is Phase.ENDED:
             return []
         parts: list[Part] = []
         answers: list[Message] = []
-        if self.phase is Phase.TOOLS:
+        if self.phase() is Phase.TOOLS:
             by_id = {m.tool_call_id: m for m in results}
             why = "the turn was cancelled" if type(ending) is Cancelled else "the run failed"
             finished: list[Message] = []

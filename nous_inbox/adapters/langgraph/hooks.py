@@ -108,7 +108,7 @@ class GraphTurn:
         results = {m.tool_call_id: from_lc_message(m) for m in new if isinstance(m, ToolMessage)}
         parts: list[Part] = []
         filled: list[Message] = []
-        if self.bridge.phase is Phase.TOOLS:
+        if self.bridge.phase() is Phase.TOOLS:
             finished = []
             for call in self.bridge.adv.state.calls:
                 result = results.get(call.id)
@@ -129,14 +129,14 @@ class GraphTurn:
             results = [from_lc_message(m) for m in new if isinstance(m, ToolMessage)]
             answers = await self.call(lambda: bridge.close(Cancelled(), results))
             return {"messages": self.deliver(answers), "jump_to": "end"}
-        if bridge.phase is Phase.MODEL:
+        if bridge.phase() is Phase.MODEL:
             return None  # the opening's request, or one the loop added: claimed already
         parts, filled = self._happenings(new)
         deliver = await self.call(lambda: bridge.write(*parts, CLAIMS))
         update: dict[str, Any] = {}
         if filled or deliver:
             update["messages"] = self.deliver([*filled, *deliver])
-        if bridge.phase is Phase.ENDED:
+        if bridge.phase() is Phase.ENDED:
             update["jump_to"] = "end"
         return update or None
 
@@ -163,7 +163,7 @@ class GraphTurn:
             answers = await self.call(cancel)
             return {"messages": self.deliver(answers), "jump_to": "end"}
         deliver = await self.call(lambda: bridge.write(answered, CLAIMS))
-        if bridge.phase is Phase.MODEL:  # the loop extended the run: one more request
+        if bridge.phase() is Phase.MODEL:  # the loop extended the run: one more request
             return {"messages": self.deliver(deliver), "jump_to": "model"}
         return None
 
@@ -249,9 +249,9 @@ def route_after_model(state: Any) -> str:
     turn = current_turn()
     messages = state["messages"]
     last = messages[-1] if messages else None
-    if turn is not None and turn.bridge.phase is Phase.MODEL:
+    if turn is not None and turn.bridge.phase() is Phase.MODEL:
         return "model"
-    if turn is not None and turn.bridge.phase is not Phase.TOOLS:
+    if turn is not None and turn.bridge.phase() is not Phase.TOOLS:
         return END
     if isinstance(last, AIMessage) and last.tool_calls:
         return "tools"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import queue
 import threading
@@ -30,8 +31,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Final
 
 from langchain_core.messages import AIMessageChunk, BaseMessage, RemoveMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.pregel import Pregel
+from langgraph.types import StreamMode
 
 from nous_inbox.adapters.langgraph.bridge import CLAIMS, TurnBridge
 from nous_inbox.adapters.langgraph.hooks import TURN_KEY, GraphTurn
@@ -103,7 +106,7 @@ class GraphRunner:
             raise TypeError("GraphRunner sets configurable itself (the thread and the turn); "
                             "do not pass it")
         self.on_text = on_text
-        self._modes = ["values", "messages"] if on_text is not None else ["values"]
+        self._modes: list[StreamMode] = ["values", "messages"] if on_text else ["values"]
 
     def thread_of(self, port: SessionPort) -> str:
         """The graph thread of ``port``'s session: its stream's, named by ``thread_id``."""
@@ -149,7 +152,7 @@ class GraphRunner:
         check_port(port)
         return self._arun(port, reason, cancel)
 
-    async def _input(self, config: dict[str, Any], turn: GraphTurn, transcript: Sequence[Message],
+    async def _input(self, config: RunnableConfig, turn: GraphTurn, transcript: Sequence[Message],
                      prior: int) -> dict[str, Any]:
         """What the graph is given: the messages after the first ``prior`` when its thread's
         checkpoint holds those, as the model was shown them; else the whole transcript, in
@@ -169,8 +172,8 @@ class GraphRunner:
         bridge = TurnBridge(port, self._start)
         call = _caller(port, self.offload)
         turn = GraphTurn(bridge, call, cancels)
-        config: dict[str, Any] = {
-            **self.config, "configurable": {"thread_id": self.thread_of(port), TURN_KEY: turn}}
+        config = RunnableConfig(**self.config)  # type: ignore[typeddict-item]
+        config["configurable"] = {"thread_id": self.thread_of(port), TURN_KEY: turn}
         values: dict[str, Any] = {}
         ending: Cancelled | Failed | None = None
         try:
@@ -178,7 +181,7 @@ class GraphRunner:
             prior = bridge.prior
             for event in bridge.take():
                 yield event
-            while bridge.phase is Phase.MODEL:
+            while bridge.phase() is Phase.MODEL:
                 graph_input = await self._input(config, turn, transcript, prior)
                 async for mode, chunk in self.graph.astream(graph_input, config,
                                                             stream_mode=self._modes):
@@ -186,24 +189,23 @@ class GraphRunner:
                         if isinstance(chunk[0], AIMessageChunk):
                             self.text_delta(port, str(chunk[0].text))
                         continue
-                    values = chunk
+                    values = chunk if isinstance(chunk, dict) else {}
                     for event in bridge.take():
                         yield event
                     if turn.halted:
                         break  # the loop ended the turn before a model node of the graph's
-                if bridge.phase is not Phase.TOOLS or turn.halted:
+                if bridge.phase() is not Phase.TOOLS or turn.halted:
                     break
                 # The graph ended on its tools (a tool that returns directly): their results
                 # are the would-be final answer, where a pending steer goes on (ruling 2).
-                results = _results(turn, values)
+                finished = ToolsFinished(_answering(bridge, _results(turn, values)), final=True)
                 turn.learn(values.get("messages") or [])
-                deliver = await call(lambda: bridge.write(
-                    ToolsFinished(_answering(bridge, results), final=True), CLAIMS))
+                deliver = await call(functools.partial(bridge.write, finished, CLAIMS))
                 for event in bridge.take():
                     yield event
                 transcript = list(bridge.adv.state.transcript)
                 prior = len(transcript) - len(deliver)
-            if bridge.phase is not Phase.ENDED:
+            if bridge.phase() is not Phase.ENDED:
                 ending = Failed("the graph ended its run before the model answered: the inbox's "
                                 "hooks are not on its path to the model")
         except (asyncio.CancelledError, GeneratorExit):
@@ -211,8 +213,8 @@ class GraphRunner:
                                                            stopped=True)))
             raise
         except Exception as exc:
-            await call(lambda: bridge.close(Failed(describe_error(exc)), _results(turn, values),
-                                            stopped=True))
+            failed = Failed(describe_error(exc))
+            await call(lambda: bridge.close(failed, _results(turn, values), stopped=True))
             for event in bridge.take():
                 yield event
             raise
