@@ -36,10 +36,12 @@ Where each ruling meets the graph:
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
-from langchain.agents.middleware import AgentMiddleware, hook_config
+from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware.types import ExtendedModelResponse, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.graph import END
@@ -145,11 +147,12 @@ class GraphTurn:
         """The reply, and every tool call it asks for, recorded before any tool runs; at a
         would-be final answer, the loop's claim says whether the run goes on (``jump_to:
         "model"`` with what it claimed), or ends."""
-        new = self.learn(messages)
-        replies = [m for m in new if isinstance(m, AIMessage)]
-        if not replies:
-            return None
-        reply = replies[-1]
+        replies = [m for m in self.learn(messages) if isinstance(m, AIMessage)]
+        return await self.answered(replies[-1], structured) if replies else None
+
+    async def answered(self, reply: AIMessage, structured: Any = None) -> dict[str, Any] | None:
+        """The model's ``reply`` (its ``structured`` response, when it has one) told to the
+        loop, as :meth:`after_model` tells it."""
         bridge = self.bridge
         bridge.add_usage(reply.usage_metadata)
         if structured is not None:
@@ -166,6 +169,41 @@ class GraphTurn:
         if bridge.phase() is Phase.MODEL:  # the loop extended the run: one more request
             return {"messages": self.deliver(deliver), "jump_to": "model"}
         return None
+
+    async def model_call(self, messages: Sequence[BaseMessage], structured: bool,
+                         handler: Callable[[list[BaseMessage]], Awaitable[tuple[list[BaseMessage], Any]]],
+                         ) -> tuple[list[BaseMessage], Any, bool]:
+        """One model node, the inbox inside it: what :meth:`before_model` delivers, the model's
+        reply (``handler`` runs the request), what :meth:`answered` delivers after it, and
+        while the loop extends the run, the next request and its reply, all in the one node.
+        Returns what the node adds to the graph's ``messages``, in order, the last structured
+        response, and whether the run ends here."""
+        added: list[BaseMessage] = []
+        output: Any = None
+        update = await self.before_model(messages)
+        while True:
+            if update is not None:
+                added.extend(update.get("messages") or ())
+                if update.get("jump_to") == "end":
+                    return added, output, True
+            result, output = await handler([*messages, *added])
+            for message in result:
+                if message.id is None:  # known by its id from here on, as the graph keeps it
+                    message.id = uuid.uuid4().hex
+            added.extend(result)
+            replies = [m for m in result if isinstance(m, AIMessage)]
+            # The reply is known; a tool result the reply came with (a structured-output
+            # call's answer) stays new, for the next boundary to record as that call's answer.
+            self.known.update(m.id for m in replies if m.id is not None)
+            update = await self.answered(replies[-1], output if structured else None) if replies \
+                else None
+            if update is None or update.get("jump_to") != "model":
+                if update is not None:
+                    added.extend(update.get("messages") or ())
+                return added, output, update is not None and update.get("jump_to") == "end"
+            added.extend(update["messages"])
+            # The extended request's boundary: a cancel set meanwhile ends the run here.
+            update = await self.before_model([*messages, *added])
 
 
 def _jsonable(value: Any) -> Any:
@@ -187,22 +225,44 @@ def current_turn() -> GraphTurn | None:
 class InboxMiddleware(AgentMiddleware[Any, Any, Any]):
     """The inbox in a LangChain ``create_agent`` graph: ``middleware=[InboxMiddleware()]``.
 
-    Put it first in the list, so what it delivers is what the other middleware see. It holds
-    no state of its own: each hook serves the turn :class:`GraphRunner` put in the run's
-    config, so one compiled agent serves every session.
+    It joins the graph inside its model node (``awrap_model_call``), adding no node of its
+    own: a hook node is one more graph step on every request, which alone costs more than the
+    inbox's own bookkeeping. The node's update is what the inbox claimed, then the reply, in
+    order (and, when a waking message meets a would-be final answer, that message and the next
+    reply, in the same node), so the graph's checkpointer keeps them all, in place.
+
+    Put it first in the list (the outermost wrap), so what it delivers is what the other
+    middleware's model wraps see. It holds no state of its own: each call serves the turn
+    :class:`GraphRunner` put in the run's config, so one compiled agent serves every session;
+    outside a turn (``agent.invoke`` by hand) the model is called as it is.
     """
 
-    @hook_config(can_jump_to=["end"])
-    async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        turn = current_turn()
-        return None if turn is None else await turn.before_model(state["messages"])
-
-    @hook_config(can_jump_to=["model", "end"])
-    async def aafter_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+    async def awrap_model_call(self, request: ModelRequest[Any],
+                               handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+                               ) -> ExtendedModelResponse[Any] | ModelResponse[Any]:
         turn = current_turn()
         if turn is None:
-            return None
-        return await turn.after_model(state["messages"], state.get("structured_response"))
+            return await handler(request)
+
+        async def call_model(messages: list[BaseMessage]) -> tuple[list[BaseMessage], Any]:
+            response = await handler(request.override(messages=messages))  # type: ignore[arg-type]
+            return list(response.result), response.structured_response
+
+        added, output, end = await turn.model_call(
+            request.messages, request.response_format is not None, call_model)
+        response = ModelResponse(result=added, structured_response=output)
+        if not end:
+            return response
+        return ExtendedModelResponse(model_response=response,
+                                     command=Command(update={"jump_to": "end"}))
+
+    def wrap_model_call(self, request: ModelRequest[Any],
+                        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+                        ) -> ModelResponse[Any]:
+        if current_turn() is not None:
+            raise RuntimeError("GraphRunner runs a graph with astream: InboxMiddleware has no "
+                               "synchronous turn to serve")
+        return handler(request)
 
 
 async def before_model_node(state: Any) -> dict[str, Any]:
