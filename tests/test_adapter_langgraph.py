@@ -372,3 +372,103 @@ def test_a_sqlite_checkpoint_and_the_log_hold_one_conversation_across_a_restart(
     asyncio.run(session("two"))  # a new process: a new owner, a new saver on the same files
     assert script.requests[-1][-2:] == [("text", "first answer"), ("user", "two")]
     assert [m.id for m in script.sent[-1][:len(first)]] == first  # the thread kept, not rewritten
+
+
+def _plain(transcript: Any) -> list[Message]:
+    return [Message(m.role, m.content, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id,
+                    name=m.name) for m in transcript]
+
+
+def _held(graph: Any, runner: GraphRunner, local: LocalSession) -> list[Message]:
+    state = graph.get_state({"configurable": {"thread_id": runner.thread_of(local)}})
+    return [from_lc_message(m) for m in state.values["messages"]]
+
+
+def test_the_middleware_adds_no_node_to_a_create_agent_graph() -> None:
+    # Each node is a graph step on every request: the inbox joins inside the model node.
+    def work(n: int) -> str:
+        """Do a piece of work."""
+        return ""
+
+    model = ScriptedChatModel(reply=lambda m: AIMessage("x"))
+    bare = create_agent(model, [work])
+    with_inbox = create_agent(model, [work], middleware=[InboxMiddleware()])
+    assert set(with_inbox.get_graph().nodes) == set(bare.get_graph().nodes)
+
+
+def test_a_steer_at_a_final_answer_extends_the_run_and_the_checkpoint_keeps_it_in_place() -> None:
+    script = Script("tool", "answer", "summary")
+    local = LocalSession()
+
+    def work(n: int) -> str:
+        """Do a piece of work."""
+        local.steer("check b.py too")
+        return f"result {n}"
+
+    def steer_at_answer(messages: list[BaseMessage]) -> AIMessage:
+        if len(script.requests) == 1:
+            local.steer("and summarize")
+        return script.reply(messages)
+
+    graph = create_agent(ScriptedChatModel(reply=steer_at_answer), [work],
+                         middleware=[InboxMiddleware()], checkpointer=InMemorySaver())
+    runner = GraphRunner(graph, offload=False)
+    local.followup("go")
+    events = turn(runner, local)
+    assert script.requests[1][-2:] == [("tool", "result 0"), ("user", "check b.py too")]
+    assert script.requests[2][-2:] == [("text", "answer"), ("user", "and summarize")]
+    assert events[-1].reason == "final"
+    transcript = replay(local.events).transcript
+    assert [(m.role, m.content) for m in transcript[-5:]] == [
+        ("tool", "result 0"), ("user", "check b.py too"), ("assistant", "answer"),
+        ("user", "and summarize"), ("assistant", "summary")]
+    assert _held(graph, runner, local) == _plain(transcript)
+
+
+def test_a_cancel_set_at_a_final_answer_ends_the_run_before_the_request_it_would_extend() -> None:
+    cancel = threading.Event()
+    local = LocalSession()
+    script = Script("answer", "never asked")
+
+    def steer_then_cancel(messages: list[BaseMessage]) -> AIMessage:
+        local.steer("one more thing")
+        cancel.set()
+        return script.reply(messages)
+
+    graph = create_agent(ScriptedChatModel(reply=steer_then_cancel),
+                         middleware=[InboxMiddleware()], checkpointer=InMemorySaver())
+    runner = GraphRunner(graph, offload=False)
+    local.followup("go")
+    events = turn(runner, local, cancel=cancel)
+    assert events[-1].reason == "cancelled" and len(script.requests) == 1
+    assert _held(graph, runner, local) == _plain(local.session.transcript)
+
+
+def test_a_structured_response_is_the_turns_output_and_the_checkpoint_holds_its_answer() -> None:
+    from langchain.agents.structured_output import ToolStrategy
+    from pydantic import BaseModel
+
+    class Verdict(BaseModel):
+        ok: bool
+
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        return call("Verdict", "v1", ok=True)
+
+    graph = create_agent(ScriptedChatModel(reply=reply), middleware=[InboxMiddleware()],
+                         response_format=ToolStrategy(Verdict), checkpointer=InMemorySaver())
+    runner = GraphRunner(graph, offload=False)
+    local = LocalSession()
+    local.followup("is it ok?")
+    events = turn(runner, local)
+    assert events[-1].reason == "final" and events[-1].output == {"ok": True}
+    transcript = replay(local.events).transcript
+    assert transcript[-1].role == "tool" and transcript[-1].tool_call_id == "v1"
+    assert _held(graph, runner, local) == _plain(transcript)
+
+
+def test_outside_a_turn_the_agent_runs_bare_sync_or_async() -> None:
+    graph = create_agent(ScriptedChatModel(reply=lambda m: AIMessage("plain")),
+                         middleware=[InboxMiddleware()])
+    assert graph.invoke({"messages": [("user", "hi")]})["messages"][-1].text == "plain"
+    done = asyncio.run(graph.ainvoke({"messages": [("user", "hi")]}))
+    assert done["messages"][-1].text == "plain"
