@@ -324,8 +324,10 @@ def test_bad_arguments_are_refused_with_the_reason() -> None:
         GraphRunner(object())  # type: ignore[arg-type]
     graph = create_agent(ScriptedChatModel(reply=lambda m: AIMessage("x")),
                          middleware=[InboxMiddleware()])
-    with pytest.raises(TypeError, match="configurable"):
-        GraphRunner(graph, config={"configurable": {}})
+    with pytest.raises(TypeError, match=r"configurable\['thread_id'\]"):
+        GraphRunner(graph, config={"configurable": {"thread_id": "mine"}})
+    with pytest.raises(TypeError, match="not deps"):
+        GraphRunner.check_run_options({"deps": 1})
     with pytest.raises(ValueError, match="'assistant' message"):
         GraphRunner(graph).check_message(Message.assistant("hi"))
 

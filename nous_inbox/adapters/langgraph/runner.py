@@ -52,6 +52,8 @@ logger: Final = logging.getLogger("nous_inbox.adapters.langgraph")
 _DONE: Final = object()
 _NO_CALL_IO: Final = object()
 
+_OURS: Final = ("thread_id", "checkpoint_id", "checkpoint_ns", TURN_KEY)
+
 _UNDELIVERABLE: Final = {
     "tool": "it takes a tool result only as the answer to a call of its own run",
     "assistant": "it takes the model's words only from the model",
@@ -71,6 +73,11 @@ def _caller(port: SessionPort, offload: bool) -> Callable[[Callable[[], Any]], A
     return _inline if call_io is None else call_io
 
 
+def _options(port: SessionPort) -> dict[str, Any]:
+    """The run options the prompt this turn claimed came with (an owner's port keeps them)."""
+    return dict(getattr(port, "turn_options", None) or {})
+
+
 class GraphRunner:
     """Runs turns of a compiled LangGraph graph over a session port: one graph run per turn.
 
@@ -83,16 +90,18 @@ class GraphRunner:
     stream name; by default the stream name itself), so a checkpointer keeps one thread per
     session. ``max_steps`` is the inbox's budget (ruling 5): it bounds only the requests the
     inbox adds; the graph bounds its own with its ``recursion_limit``. ``config`` is merged
-    into every run's config (``recursion_limit``, callbacks, ...); ``on_text`` hears the
-    model's text as it streams (see :meth:`text_delta`). A port that says where its calls
-    belong (``call_io``) is called there; any other in a thread, or inline with
-    ``offload=False``.
+    into every run's config (``recursion_limit``, callbacks, ``configurable`` values of your
+    own, ...) and ``context`` is every run's LangGraph runtime context; a prompt's own
+    (``owner.prompt(text, context=..., config={...})``) win for its turn (see
+    :meth:`check_run_options`). ``on_text`` hears the model's text as it streams (see
+    :meth:`text_delta`). A port that says where its calls belong (``call_io``) is called
+    there; any other in a thread, or inline with ``offload=False``.
     """
 
     def __init__(
         self, graph: Pregel[Any, Any, Any, Any], *, max_steps: int = 10, offload: bool = True,
         thread_id: Callable[[str], str] | None = None, config: dict[str, Any] | None = None,
-        on_text: Callable[[str], object] | None = None,
+        context: Any = None, on_text: Callable[[str], object] | None = None,
     ) -> None:
         if not isinstance(graph, Pregel):
             raise TypeError(f"GraphRunner needs a compiled LangGraph graph (graph.compile(), "
@@ -101,12 +110,54 @@ class GraphRunner:
         self.graph = graph
         self.offload = bool(offload)
         self.thread_id = thread_id
+        self.check_run_options({"config": config or {}})
         self.config = dict(config or {})
-        if "configurable" in self.config:
-            raise TypeError("GraphRunner sets configurable itself (the thread and the turn); "
-                            "do not pass it")
+        self.context = context
         self.on_text = on_text
         self._modes: list[StreamMode] = ["values", "messages"] if on_text else ["values"]
+
+    @staticmethod
+    def check_run_options(options: dict[str, Any]) -> None:
+        """Refuse run options this runner does not take: a ``TypeError`` naming the option. A
+        prompt's turn takes ``context`` (the graph's runtime context, ``Runtime.context``) and
+        ``config`` (merged into the run's config, ``configurable`` and ``metadata`` entry by
+        entry), never the thread or the checkpoint a run resumes from, which the runner sets
+        from the session. An owner asks this before anything is written.
+
+        >>> GraphRunner.check_run_options({"config": {"configurable": {"thread_id": "t"}}})
+        Traceback (most recent call last):
+        ...
+        TypeError: GraphRunner sets configurable['thread_id'] itself (each turn runs on the session's thread, named by GraphRunner(thread_id=...), from its latest checkpoint); do not pass it
+        """
+        for name in options:
+            if name not in ("context", "config"):
+                raise TypeError(f"GraphRunner takes context= and config= per prompt, not {name}")
+        config = options.get("config")
+        if config is None:
+            return
+        if not isinstance(config, dict):
+            raise TypeError(f"GraphRunner's config is a dict (a RunnableConfig), got "
+                            f"{type(config).__name__}")
+        configurable = config.get("configurable") or {}
+        if not isinstance(configurable, dict):
+            raise TypeError(f"GraphRunner's config['configurable'] is a dict, got "
+                            f"{type(configurable).__name__}")
+        for key in _OURS:
+            if key in configurable:
+                raise TypeError(f"GraphRunner sets configurable[{key!r}] itself (each turn runs "
+                                f"on the session's thread, named by GraphRunner(thread_id=...), "
+                                f"from its latest checkpoint); do not pass it")
+
+    def _config(self, turn: GraphTurn, port: SessionPort, options: dict[str, Any]) -> RunnableConfig:
+        """A turn's run config: the runner's, the prompt's over it, then the thread and turn."""
+        mine, theirs = self.config, options.get("config") or {}
+        config: dict[str, Any] = {**mine, **theirs}
+        for key in ("configurable", "metadata"):
+            if key in mine and key in theirs:
+                config[key] = {**mine[key], **theirs[key]}
+        config["configurable"] = {**(config.get("configurable") or {}),
+                                  "thread_id": self.thread_of(port), TURN_KEY: turn}
+        return config  # type: ignore[return-value]
 
     def thread_of(self, port: SessionPort) -> str:
         """The graph thread of ``port``'s session: its stream's, named by ``thread_id``."""
@@ -172,18 +223,18 @@ class GraphRunner:
         bridge = TurnBridge(port, self._start)
         call = _caller(port, self.offload)
         turn = GraphTurn(bridge, call, cancels)
-        config = RunnableConfig(**self.config)  # type: ignore[typeddict-item]
-        config["configurable"] = {"thread_id": self.thread_of(port), TURN_KEY: turn}
         values: dict[str, Any] = {}
         ending: Cancelled | Failed | None = None
         try:
-            transcript = await call(lambda: bridge.open(reason))
+            transcript, options = await call(lambda: (bridge.open(reason), _options(port)))
+            config = self._config(turn, port, options)
+            context = options.get("context", self.context)
             prior = bridge.prior
             for event in bridge.take():
                 yield event
             while bridge.phase() is Phase.MODEL:
                 graph_input = await self._input(config, turn, transcript, prior)
-                async for mode, chunk in self.graph.astream(graph_input, config,
+                async for mode, chunk in self.graph.astream(graph_input, config, context=context,
                                                             stream_mode=self._modes):
                     if mode == "messages":
                         if isinstance(chunk[0], AIMessageChunk):
