@@ -16,15 +16,19 @@ pytest.importorskip("langchain")
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_config
 from langgraph.runtime import get_runtime
+from langgraph.types import interrupt
 
-from nous_inbox.adapters.langgraph import GraphRunner, InboxMiddleware
+from nous_inbox import Message, replay
+from nous_inbox.adapters.langgraph import GraphRunner, InboxMiddleware, from_lc_message
 from nous_inbox.owner import Owner
 from nous_inbox.owner.async_owner import AsyncOwner
+from nous_inbox.runner.port import LocalSession
 from nous_inbox.store import open_store
-from tests.helpers import WAIT
-from tests.langgraph_kit import ScriptedChatModel
+from tests.helpers import WAIT, async_wait_until
+from tests.langgraph_kit import ScriptedChatModel, Seen, call, shown
 
 FACES = ("async", "threaded")
 
@@ -71,3 +75,128 @@ def test_options_a_graph_run_does_not_take_are_refused_before_anything_is_writte
                     await owner.prompt("go", config={"configurable": {"checkpoint_id": "x"}})
         asyncio.run(main())
     assert list(store.read("s")) == []
+
+
+class Graph:
+    """A ``create_agent`` graph with the inbox over a scripted model (``replies``: a reply or a
+    list of tool calls, each ``(name, id)``) and a checkpointer; ``requests`` keeps what each
+    request showed, ``ran`` the tools that ran."""
+
+    def __init__(self, replies: list[Any], tools: list[Any]) -> None:
+        self.replies = replies
+        self.requests: list[Seen] = []
+        self.sent: list[list[BaseMessage]] = []
+        self.graph = create_agent(ScriptedChatModel(reply=self.reply), tools,
+                                  middleware=[InboxMiddleware()], checkpointer=InMemorySaver())
+        self.runner = GraphRunner(self.graph, offload=False)
+        self.local = LocalSession()
+        self.config = {"configurable": {"thread_id": self.runner.thread_of(self.local)}}
+
+    def reply(self, messages: list[BaseMessage]) -> AIMessage:
+        self.requests.append(shown(messages))
+        self.sent.append(list(messages))
+        n = len(self.requests) - 1
+        answer = self.replies[n] if n < len(self.replies) else "done"
+        if isinstance(answer, str):
+            return AIMessage(answer)
+        return AIMessage("", tool_calls=[{"name": name, "args": {}, "id": cid,
+                                          "type": "tool_call"} for name, cid in answer])
+
+    def turn(self, text: str) -> list[Any]:
+        self.local.followup(text)
+
+        async def go() -> list[Any]:
+            return [e async for e in self.runner.arun_turn(self.local)]
+        return asyncio.run(go())
+
+    def held(self) -> list[Message]:
+        return [from_lc_message(m) for m in self.graph.get_state(self.config).values["messages"]]
+
+    def logged(self) -> list[Message]:
+        return [Message(m.role, m.content, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id,
+                        name=m.name) for m in replay(self.local.events).transcript]
+
+
+def test_a_run_stopped_inside_a_tool_leaves_the_next_turn_clean() -> None:
+    ran: list[str] = []
+
+    def fast() -> str:
+        """Answer at once."""
+        ran.append("fast")
+        return "fast answer"
+
+    async def slow() -> str:
+        """Take forever."""
+        ran.append("slow")
+        # The fast tool's answer is in the checkpoint (its pending write) before the stop.
+        await async_wait_until(lambda: any(t.result for t in g.graph.get_state(g.config).tasks),
+                               what="the fast tool's write in the checkpoint")
+        await asyncio.Event().wait()
+        return "never"
+
+    g = Graph([[("fast", "c1"), ("slow", "c2")], "first answer", "second answer"], [fast, slow])
+    g.local.followup("go")
+
+    async def stopped() -> None:
+        run = asyncio.ensure_future(_drain(g.runner.arun_turn(g.local)))
+        await async_wait_until(lambda: "slow" in ran, what="the slow tool running")
+        await async_wait_until(lambda: any(t.result for t in g.graph.get_state(g.config).tasks),
+                               what="the fast tool done")
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+    asyncio.run(stopped())
+    assert g.graph.get_state(g.config).next == ("tools",)  # the slow call, pending in LangGraph
+    kept = g.logged()
+    assert [(m.role, m.content[:12]) for m in kept[-2:]] == [
+        ("tool", "fast answer"), ("tool", "interrupted:")]  # the result that ran is kept
+    first_ids = [m.id for m in g.sent[0]]
+    g.turn("next")
+    assert sorted(ran) == ["fast", "slow"]  # the stopped run's tasks are not run again
+    assert g.requests[1] == [("user", "go"), ("call", "fast"), ("call", "slow"),
+                             ("tool", "fast answer"), ("tool", kept[-1].content), ("user", "next")]
+    assert [m.id for m in g.sent[1][:len(first_ids)]] == first_ids  # the thread kept, not rewritten
+    assert g.graph.get_state(g.config).next == ()
+    assert g.held() == g.logged()
+
+
+async def _drain(events: Any) -> None:
+    async for _ in events:
+        pass
+
+
+def test_a_graph_stopped_at_its_own_interrupt_ends_the_turn_waiting_with_its_value() -> None:
+    ran: list[Any] = []
+
+    def deploy() -> str:
+        """Deploy, once a person approves."""
+        ran.append(interrupt({"question": "deploy to production?"}))
+        return "deployed"
+
+    g = Graph([[("deploy", "c1")], "it waits for you", "understood"], [deploy])
+    events = g.turn("ship it")
+    assert events[-1].reason == "final" and events[-1].error is None
+    waiting = g.logged()[-1]
+    assert waiting.role == "tool" and waiting.tool_call_id == "c1"
+    assert waiting.content.startswith("waiting: the graph stopped for a person")
+    assert "deploy to production?" in waiting.content
+    g.turn("yes, go ahead")  # the next prompt answers, from the log: the graph starts afresh
+    assert g.requests[1][-2:] == [("tool", waiting.content), ("user", "yes, go ahead")]
+    assert ran == []  # the waiting tool was not resumed
+    assert g.graph.get_state(g.config).next == ()
+    assert g.held() == g.logged()
+
+
+def test_a_steer_waiting_when_the_graph_stops_at_its_interrupt_goes_on_with_the_run() -> None:
+    g: Graph
+
+    def deploy() -> str:
+        """Deploy, once a person approves."""
+        g.local.steer("actually, deploy to staging")
+        return str(interrupt("deploy to production?"))
+
+    g = Graph([[("deploy", "c1")], "staging it is"], [deploy])
+    events = g.turn("ship it")
+    assert g.requests[1][-1] == ("user", "actually, deploy to staging")
+    assert events[-1].reason == "final" and g.logged()[-1].content == "staging it is"
+    assert g.held() == g.logged()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import queue
 import threading
@@ -42,7 +43,7 @@ from nous_inbox.adapters.langgraph.transcript import from_lc_message, same_as_sh
 from nous_inbox.events import Event
 from nous_inbox.happenings import Cancelled, Failed, ToolsFinished, cancelled_result
 from nous_inbox.loop import Phase, new_state
-from nous_inbox.message import Message
+from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner.port import JournalPort, SessionPort, check_port, describe_error
 
 __all__ = ["GraphRunner"]
@@ -205,25 +206,47 @@ class GraphRunner:
 
     async def _input(self, config: RunnableConfig, turn: GraphTurn, transcript: Sequence[Message],
                      prior: int) -> dict[str, Any]:
-        """What the graph is given: the messages after the first ``prior`` when its thread's
-        checkpoint holds those, as the model was shown them; else the whole transcript, in
-        place of whatever the thread held (the log is what the model was shown)."""
+        """What the graph is given: what its thread's checkpoint does not hold when it holds the
+        start of the transcript, as the model was shown it; else the whole transcript, in place
+        of whatever the thread held (the log is what the model was shown). A run stopped
+        inside its tools or at its own ``interrupt()`` left tasks pending on the thread: a new
+        input makes LangGraph drop them, so none runs in a later turn."""
         if self.graph.checkpointer:
             snapshot = await self.graph.aget_state(config)
-            held: list[BaseMessage] = list((snapshot.values or {}).get("messages") or [])
-            if not snapshot.next and same_as_shown(held, transcript[:prior]):
+            # Its values show the writes of tasks that finished in a step the run stopped in;
+            # the new input drops those with the tasks, so they are not the thread's.
+            pending = {m.id for m in _written(snapshot.tasks)}
+            held = [m for m in (snapshot.values or {}).get("messages") or []
+                    if m.id is None or m.id not in pending]
+            if len(held) <= prior and same_as_shown(held, transcript[:len(held)]):
                 turn.learn(held)
-                return {"messages": turn.deliver(transcript[prior:])}
+                return {"messages": turn.deliver(transcript[len(held):])}
             if held:
                 return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES),
                                      *turn.deliver(transcript)]}
         return {"messages": turn.deliver(transcript)}
+
+    async def _left_over(self, config: RunnableConfig | None, turn: GraphTurn,
+                         values: dict[str, Any]) -> list[Message]:
+        """The tool results of a stopped run that the log does not hold: in the graph's last
+        values, and (with a checkpointer) those of tasks that finished in the step it stopped
+        in, which LangGraph keeps as the checkpoint's pending writes."""
+        results = _results(turn, values)
+        if config is not None and self.graph.checkpointer:
+            snapshot = await self.graph.aget_state(config)
+            have = {m.tool_call_id for m in results}
+            for message in _written(snapshot.tasks):
+                if isinstance(message, ToolMessage) and message.tool_call_id not in have:
+                    have.add(message.tool_call_id)
+                    results.append(from_lc_message(message))
+        return results
 
     async def _arun(self, port: SessionPort, reason: str, *cancels: Any) -> AsyncIterator[Event]:
         bridge = TurnBridge(port, self._start)
         call = _caller(port, self.offload)
         turn = GraphTurn(bridge, call, cancels)
         values: dict[str, Any] = {}
+        config: RunnableConfig | None = None
         ending: Cancelled | Failed | None = None
         try:
             transcript, options = await call(lambda: (bridge.open(reason), _options(port)))
@@ -245,27 +268,38 @@ class GraphRunner:
                         yield event
                     if turn.halted:
                         break  # the loop ended the turn before a model node of the graph's
+                waiting = _waiting(values)
                 if bridge.phase() is not Phase.TOOLS or turn.halted:
+                    if waiting and bridge.phase() is not Phase.ENDED:
+                        ending = Failed(f"the graph stopped for a person before the model "
+                                        f"answered, asking {waiting}: GraphRunner resumes no "
+                                        f"interrupt; the next prompt runs the graph afresh")
                     break
-                # The graph ended on its tools (a tool that returns directly): their results
-                # are the would-be final answer, where a pending steer goes on (ruling 2).
-                finished = ToolsFinished(_answering(bridge, _results(turn, values)), final=True)
+                # The graph ended on its tools: a tool that returns directly, or one that (or a
+                # hook before it) stopped at the graph's own interrupt() to wait for a person.
+                # Their answers are the would-be final answer, where a pending steer goes on
+                # (ruling 2); else the turn ends, and the next prompt answers from the log.
+                left = await self._left_over(config, turn, values)
+                finished = ToolsFinished(_answering(bridge, left, waiting), final=True)
                 turn.learn(values.get("messages") or [])
                 deliver = await call(functools.partial(bridge.write, finished, CLAIMS))
                 for event in bridge.take():
                     yield event
                 transcript = list(bridge.adv.state.transcript)
                 prior = len(transcript) - len(deliver)
-            if bridge.phase() is not Phase.ENDED:
+            if bridge.phase() is not Phase.ENDED and ending is None:
                 ending = Failed("the graph ended its run before the model answered: the inbox's "
                                 "hooks are not on its path to the model")
         except (asyncio.CancelledError, GeneratorExit):
-            await asyncio.shield(call(lambda: bridge.close(Cancelled(), _results(turn, values),
-                                                           stopped=True)))
+            async def stop() -> None:
+                left = await self._left_over(config, turn, values)
+                await call(lambda: bridge.close(Cancelled(), left, stopped=True))
+            await asyncio.shield(stop())
             raise
         except Exception as exc:
             failed = Failed(describe_error(exc))
-            await call(lambda: bridge.close(failed, _results(turn, values), stopped=True))
+            left = await self._left_over(config, turn, values)
+            await call(lambda: bridge.close(failed, left, stopped=True))
             for event in bridge.take():
                 yield event
             raise
@@ -334,6 +368,33 @@ def _results(turn: GraphTurn, values: dict[str, Any]) -> list[Message]:
             if isinstance(m, ToolMessage) and m.id not in turn.known]
 
 
-def _answering(bridge: TurnBridge, results: Sequence[Message]) -> list[Message]:
+def _written(tasks: Sequence[Any]) -> list[BaseMessage]:
+    """The messages the finished tasks of a step that did not finish wrote (a checkpoint's
+    pending writes, as ``StateSnapshot.tasks`` shows them)."""
+    written: list[BaseMessage] = []
+    for task in tasks:
+        messages = task.result.get("messages") if isinstance(task.result, dict) else None
+        if isinstance(messages, list):
+            written.extend(m for m in messages if isinstance(m, BaseMessage))
+    return written
+
+
+def _waiting(values: dict[str, Any]) -> str:
+    """What a graph that stopped at its own ``interrupt()`` asks, as JSON (``""``: it did not)."""
+    asked = [getattr(i, "value", i) for i in values.get("__interrupt__") or ()]
+    return "; ".join(json.dumps(value, default=str, ensure_ascii=False) for value in asked)
+
+
+def _answering(bridge: TurnBridge, results: Sequence[Message], waiting: str = "") -> list[Message]:
+    """An answer to each call the loop waits for: its result, else (the graph waits for a
+    person) what the graph asks, else cancelled."""
     by_id = {m.tool_call_id: m for m in results}
-    return [by_id.get(c.id) or cancelled_result(c) for c in bridge.adv.state.calls]
+    return [by_id.get(c.id) or (_waiting_result(c, waiting) if waiting else cancelled_result(c))
+            for c in bridge.adv.state.calls]
+
+
+def _waiting_result(call: ToolCall, asked: str) -> Message:
+    """The answer to a call the graph stopped in to wait for a person, asking ``asked``."""
+    return Message.tool(f"waiting: the graph stopped for a person, asking {asked}, before this "
+                        f"tool answered", call.id, name=call.name,
+                        metadata={"error": "interrupted"})
