@@ -200,3 +200,60 @@ def test_a_steer_waiting_when_the_graph_stops_at_its_interrupt_goes_on_with_the_
     assert g.requests[1][-1] == ("user", "actually, deploy to staging")
     assert events[-1].reason == "final" and g.logged()[-1].content == "staging it is"
     assert g.held() == g.logged()
+
+
+def _checkpoint_url(postgres_url: str) -> str:
+    """The test's schema, as a libpq URL the checkpointer connects to (it searches there)."""
+    import psycopg
+
+    base, _, schema = postgres_url.rpartition("schema=")
+    base = base.rstrip("?&")
+    with psycopg.connect(base, autocommit=True) as db:
+        db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    return f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{schema}"
+
+
+def test_a_postgres_checkpoint_and_the_log_hold_one_conversation_across_a_restart(
+        postgres_url: str) -> None:
+    pytest.importorskip("langgraph.checkpoint.postgres")
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    checkpoints = _checkpoint_url(postgres_url)
+    requests: list[Seen] = []
+    sent: list[list[BaseMessage]] = []
+    steered: list[bool] = []
+
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        requests.append(shown(messages))
+        sent.append(list(messages))
+        return call("work", f"c{len(requests)}") if len(requests) == 1 else AIMessage(
+            f"answer {len(requests)}")
+
+    async def session(text: str) -> None:
+        async with AsyncPostgresSaver.from_conn_string(checkpoints) as saver:
+            await saver.setup()
+            holder: dict[str, AsyncOwner] = {}
+
+            async def work() -> str:
+                """Do a piece of work."""
+                if not steered:
+                    steered.append(True)
+                    await holder["owner"].steer("and check b.py")
+                return "result"
+
+            graph = create_agent(ScriptedChatModel(reply=reply), [work],
+                                 middleware=[InboxMiddleware()], checkpointer=saver)
+            async with AsyncOwner(open_store(postgres_url), "s", GraphRunner(graph)) as owner:
+                holder["owner"] = owner
+                await owner.prompt(text)
+                logged = [(m.role, m.content, m.tool_call_id) for m in owner.transcript]
+            held = await graph.aget_state({"configurable": {"thread_id": "s"}})
+            assert [(m.role, m.content, m.tool_call_id) for m in
+                    (from_lc_message(m) for m in held.values["messages"])] == logged
+
+    asyncio.run(session("one"))
+    assert requests[1][-2:] == [("tool", "result"), ("user", "and check b.py")]
+    first = [m.id for m in sent[-1]]
+    asyncio.run(session("two"))  # a new process: a new owner, a new saver on the same server
+    assert requests[-1][-2:] == [("text", "answer 2"), ("user", "two")]
+    assert [m.id for m in sent[-1][:len(first)]] == first  # the thread kept, not rewritten
