@@ -92,8 +92,13 @@ class GraphTurn:
         return any(flag.is_set() for flag in self.cancels)
 
     def learn(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        """The messages the log does not hold yet, now known."""
-        new = [m for m in messages if m.id not in self.known]
+        """The messages the log does not hold yet, now known: those after the last known one
+        (a graph's ``messages`` grow at their end), so a boundary costs what is new, not the
+        length of the conversation."""
+        start = len(messages)
+        while start and (messages[start - 1].id is None or messages[start - 1].id not in self.known):
+            start -= 1
+        new = list(messages[start:])
         self.known.update(m.id for m in new if m.id is not None)
         return new
 
