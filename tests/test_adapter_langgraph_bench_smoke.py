@@ -19,5 +19,6 @@ from bench import langgraph_bench  # noqa: E402
 
 def test_the_bench_reports_the_ratio_against_the_bare_graph_and_the_steer_latencies() -> None:
     report = langgraph_bench.run(quick=True)
-    assert "| bare graph | GraphRunner | ratio | floor |" in report
+    assert "| bare graph | GraphRunner | ratio | pairs: median (range) | CPU ratio | floor |" in report
+    assert "at most 1.1x: met" in report or "at most 1.1x: NOT met" in report
     assert "| p50 | p99 |" in report

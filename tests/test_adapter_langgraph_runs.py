@@ -257,3 +257,26 @@ def test_a_postgres_checkpoint_and_the_log_hold_one_conversation_across_a_restar
     asyncio.run(session("two"))  # a new process: a new owner, a new saver on the same server
     assert requests[-1][-2:] == [("text", "answer 2"), ("user", "two")]
     assert [m.id for m in sent[-1][:len(first)]] == first  # the thread kept, not rewritten
+
+
+def test_langchains_human_in_the_loop_middleware_ends_the_turn_waiting_for_approval() -> None:
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    ran: list[str] = []
+
+    def deploy() -> str:
+        """Deploy."""
+        ran.append("deploy")
+        return "deployed"
+
+    g = Graph([[("deploy", "c1")], "not deployed: approve it first"], [deploy])
+    g.graph = create_agent(ScriptedChatModel(reply=g.reply), [deploy],
+                           middleware=[InboxMiddleware(),
+                                       HumanInTheLoopMiddleware(interrupt_on={"deploy": True})],
+                           checkpointer=InMemorySaver())
+    g.runner = GraphRunner(g.graph, offload=False)
+    events = g.turn("ship it")
+    assert events[-1].reason == "final" and ran == []
+    assert g.logged()[-1].content.startswith("waiting: the graph stopped for a person")
+    g.turn("no, wait")
+    assert ran == [] and g.held() == g.logged()

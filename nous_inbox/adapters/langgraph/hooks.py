@@ -2,14 +2,16 @@
 
 Three ways to put the inbox in a graph, one logic behind them (:class:`GraphTurn`):
 
-- ``create_agent`` (LangChain 1.x): ``middleware=[InboxMiddleware()]``. Its ``before_model``
-  returns the claimed messages as a state update, so the graph's checkpointer keeps them;
-  its ``after_model`` records the reply and, when a waking message waits at a final answer,
-  returns it with ``jump_to: "model"`` (ruling 2).
+- ``create_agent`` (LangChain 1.x): ``middleware=[InboxMiddleware()]``. It joins inside the
+  model node (``awrap_model_call``): the claimed messages go into the request and, with the
+  reply, into the node's update, so the graph's checkpointer keeps them, in place; when a
+  waking message waits at a final answer it is added and the model asked again, in the same
+  node (ruling 2). No node of its own: each node is a graph step on every request.
 - the prebuilt ``create_react_agent``: ``pre_model_hook=before_model_node`` and
   ``post_model_hook=post_model_hook``.
 - a plain ``StateGraph``: :func:`before_model_node` as a node before the model node and
-  :func:`after_model_node` after it, routed with :func:`route_after_model`.
+  :func:`after_model_node` after it, routed with :func:`route_after_model`. For these two a node
+  before and after the model is the only place the inbox can join.
 
 Every message the inbox delivers persists in the graph's ``messages`` (none goes to the model
 alone, as ``llm_input_messages``): a claim is a transcript entry (ruling 6), which the model is
@@ -28,9 +30,9 @@ Where each ruling meets the graph:
   2); after a blank reply, a pending message or the loop's nudge follows (rulings 3 and 4).
   These added requests are what the step budget counts (ruling 5: the graph bounds its own with
   its ``recursion_limit``).
-- A cancel ends the run at its next model boundary, by the graph's own jump to its end: the
-  results of tools that ran are kept, and calls left unrun are answered as cancelled in the log
-  and in the graph's state alike (ruling 9).
+- A cancel ends the run at its next model boundary, by the graph's own jump to its end
+  (``jump_to: "end"``): the results of tools that ran are kept, and calls left unrun are
+  answered as cancelled in the log and in the graph's state alike (ruling 9).
 """
 
 from __future__ import annotations
