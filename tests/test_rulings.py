@@ -1,5 +1,5 @@
-"""The loop's rulings, run by every driver: the built-in ``Runner``, the pydantic-ai adapter and
-the aimu adapter.
+"""The loop's rulings, run by every driver: the built-in ``Runner``, the pydantic-ai adapter, the
+LangGraph adapter and the aimu adapter.
 
 Each test is one ruling as a scripted turn: the model's replies are scripted, a message is sent
 while the model thinks or a tool runs (a person typing while the agent works, no sleeps), and the
@@ -49,7 +49,7 @@ from nous_inbox.runner.port import LocalSession
 from nous_inbox.store import open_store
 from tests.aimu_kit import aimu_kit, call
 
-DRIVERS = ("runner", "pydantic-ai", "aimu")
+DRIVERS = ("runner", "pydantic-ai", "langgraph", "aimu")
 AGENT = "worker"  # the aimu agent's name, and its address in the AimuInbox
 
 
@@ -86,6 +86,9 @@ AIMU_GUARDS_ITS_DRAIN = (
     "goes on without it (test_compat_aimu)")
 AIMU_RUNS_ON_NO_OWNER = "an AimuInbox is no owner's port: there are no boundary subscribers"
 AIMU_HAS_NO_CANCEL = "aimu offers no way to cancel a run in progress"
+LANGGRAPH_BOUNDS_ITS_OWN_STEPS = (
+    "a graph bounds its own steps (its recursion_limit): the budget counts only the requests "
+    "the inbox adds (test_under_langgraph_the_graphs_own_requests_never_spend_the_budget)")
 PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS = (
     "pydantic-ai bounds its own requests (usage_limits): its budget counts only the requests "
     "the inbox adds (test_under_pydantic_ai_the_agents_own_requests_never_spend_the_budget)")
@@ -231,10 +234,37 @@ class Turn:
 
         if self.name == "runner":
             return Runner(runner_model, [self.work], max_steps=max_steps, offload=False)
+        if self.name == "langgraph":
+            return self._langgraph(max_steps)
         assert self.name == "pydantic-ai", self.name
         agent: Agent[None, str] = Agent(FunctionModel(pydantic_model))
         agent.tool_plain(self.work)
         return AgentRunner(agent, max_steps=max_steps, offload=False)
+
+    def _langgraph(self, max_steps: int) -> Any:
+        pytest.importorskip("langgraph")
+        pytest.importorskip("langchain")
+        from langchain.agents import create_agent
+        from langchain_core.messages import AIMessage
+
+        from nous_inbox.adapters.langgraph import GraphRunner, InboxMiddleware
+        from tests.langgraph_kit import ScriptedChatModel, shown
+        from tests.langgraph_kit import call as lc_call
+
+        def reply(messages: list[Any]) -> Any:
+            text = self._next(shown(messages))
+            n = len(self.requests) - 1
+            return lc_call("work", f"c{n}", n=n) if text == "tool" else AIMessage(text)
+
+        def work(n: int) -> str:
+            """Do a piece of work."""
+            if n in self.working:
+                self.working[n](self.host)
+            return f"result {n}"
+
+        graph = create_agent(ScriptedChatModel(reply=reply), [work],
+                             middleware=[InboxMiddleware()])
+        return GraphRunner(graph, max_steps=max_steps, offload=False)
 
     def run(self, max_steps: int = 10, port: object = None) -> None:
         if self.aimu is not None:
@@ -426,6 +456,7 @@ def test_a_blank_steer_rides_along_with_the_next_message_worth_a_round(driver: s
 
 
 @pytest.mark.parametrize("driver", drivers(pydantic_ai=PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS,
+                                           langgraph=LANGGRAPH_BOUNDS_ITS_OWN_STEPS,
                                            aimu=AIMU_HAS_ITS_OWN_BUDGET))
 @pytest.mark.parametrize("blank", ["  \n", "\u200b"])
 def test_a_blank_steer_never_refills_the_budget(driver: str, blank: str) -> None:
@@ -438,6 +469,7 @@ def test_a_blank_steer_never_refills_the_budget(driver: str, blank: str) -> None
 
 
 @pytest.mark.parametrize("driver", drivers(pydantic_ai=PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS,
+                                           langgraph=LANGGRAPH_BOUNDS_ITS_OWN_STEPS,
                                            aimu=AIMU_HAS_ITS_OWN_BUDGET))
 def test_a_run_never_messaged_ends_after_max_steps_requests(driver: str) -> None:
     turn = Turn(driver, *["tool"] * 10)
@@ -448,6 +480,7 @@ def test_a_run_never_messaged_ends_after_max_steps_requests(driver: str) -> None
 
 
 @pytest.mark.parametrize("driver", drivers(pydantic_ai=PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS,
+                                           langgraph=LANGGRAPH_BOUNDS_ITS_OWN_STEPS,
                                            aimu=AIMU_HAS_ITS_OWN_BUDGET))
 def test_the_budget_counts_from_the_last_delivered_message(driver: str) -> None:
     turn = Turn(driver, *["tool"] * 10, working={1: steer("one more file")})
@@ -458,6 +491,7 @@ def test_the_budget_counts_from_the_last_delivered_message(driver: str) -> None:
 
 
 @pytest.mark.parametrize("driver", drivers(pydantic_ai=PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS,
+                                           langgraph=LANGGRAPH_BOUNDS_ITS_OWN_STEPS,
                                            aimu=AIMU_HAS_ITS_OWN_BUDGET))
 def test_refills_are_capped_with_one_warning(driver: str) -> None:
     # A source that delivers at every boundary: every tool call sends a steer.
@@ -479,6 +513,16 @@ def test_under_pydantic_ai_the_agents_own_requests_never_spend_the_budget() -> N
     assert "Warned" not in kinds(turn.events)
 
 
+def test_under_langgraph_the_graphs_own_requests_never_spend_the_budget() -> None:
+    # The same under LangGraph, whose recursion_limit (25 steps by default) bounds the graph.
+    turn = Turn("langgraph", *["tool"] * 10, "all done")
+    turn.host.followup("go")
+    turn.run(max_steps=2)
+    assert turn.ended == "final" and len(turn.requests) == 11
+    assert turn.local.session.transcript[-1] == Message.assistant("all done")
+    assert "Warned" not in kinds(turn.events)
+
+
 @pytest.mark.parametrize("driver", drivers(aimu=AIMU_HAS_ITS_OWN_BUDGET))
 def test_the_budget_bounds_how_far_steers_extend_a_run_with_refills_capped(driver: str) -> None:
     # A person who steers at every answer: each steer extends the run (ruling 2), until the
@@ -489,7 +533,7 @@ def test_the_budget_bounds_how_far_steers_extend_a_run_with_refills_capped(drive
     turn.host.followup("go")
     turn.run(max_steps=2)
     assert turn.ended == "final"
-    assert len(turn.requests) == {"runner": 4, "pydantic-ai": 5}[driver]
+    assert len(turn.requests) == {"runner": 4, "pydantic-ai": 5, "langgraph": 5}[driver]
     assert kinds(turn.events).count("Warned") == 1
     last = len(turn.requests) - 1
     assert queued(turn) == [f"and {last}"]  # for the owner's wake check: a turn of its own
