@@ -58,3 +58,20 @@ def scripted_agent(reply: Callable[[Seen, ModelCall], list[Any]], *,
 def tool(fn: Callable[..., Any]) -> FunctionTool:
     """``fn`` as the SDK's function tool."""
     return function_tool(fn)
+
+
+def served_agent(session: str) -> Any:
+    """A factory for ``nous-inbox serve --agent tests.openai_agents_kit:served_agent``: an Agents
+    SDK agent that runs its tool once, then says what it heard last."""
+    from nous_inbox.adapters.openai_agents import AgentRunner
+
+    def survey() -> str:
+        """Survey the logs."""
+        return "3 errors"
+
+    def reply(seen: Seen, call: ModelCall) -> list[Any]:
+        if seen[-1][0] == "user":
+            return reply_with("tool", len(seen), tool="survey")
+        return [assistant_message(f"heard: {seen[-1][1]}")]
+
+    return AgentRunner(scripted_agent(reply, tools=[tool(survey)]), tracing_disabled=True)

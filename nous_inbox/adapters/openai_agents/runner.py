@@ -206,10 +206,11 @@ class AgentRunner:
     async def _arun(self, port: SessionPort, reason: str,
                     *cancels: _Flag | None) -> AsyncIterator[Event]:
         bridge = TurnBridge(port, _caller(port, self.offload), self._start, cancels)
-        options = dict(getattr(port, "turn_options", None) or {})
-        opening = asyncio.ensure_future(bridge.call(lambda: bridge.open(reason)))
+        opening = asyncio.ensure_future(bridge.call(
+            lambda: (bridge.open(reason), dict(getattr(port, "turn_options", None) or {}))))
         try:
-            run_input = await asyncio.shield(opening)
+            # The options are those of the prompts this opening claimed (an owner's port).
+            run_input, options = await asyncio.shield(opening)
         except asyncio.CancelledError:
             while not opening.done():
                 with contextlib.suppress(asyncio.CancelledError):
