@@ -26,7 +26,7 @@ from nous_inbox.events import TurnEnded
 from nous_inbox.owner import AsyncOwner, Owner, TurnCancelled
 from nous_inbox.runner.port import LocalSession
 from nous_inbox.store import open_store
-from tests.openai_agents_kit import Seen, pairs_of_input, reply_with, scripted_agent, tool
+from tests.openai_agents_kit import Seen, reply_with, scripted_agent, tool
 
 WAIT = 20.0
 
@@ -258,3 +258,36 @@ def test_a_handoff_is_recorded_as_the_call_and_result_the_model_saw() -> None:
     run_local(AgentRunner(agent, offload=False, tracing_disabled=True), local)
     assert [m.role for m in local.session.transcript] == ["user", "assistant", "tool", "assistant"]
     assert local.session.transcript[-1].content == "the specialist answers"
+
+
+def test_serve_hosts_it(tmp_path: Path) -> None:
+    pytest.importorskip("uvicorn")
+    from tests.helpers import wait_until
+    from tests.test_web_serve import start_serve
+
+    url = f"sqlite:{tmp_path / 'log.sqlite'}"
+    server = start_serve(url, "--agent", "tests.openai_agents_kit:served_agent")
+    try:
+        with server.client() as client:
+            sent = client.post("/api/sessions/s1/messages",
+                               json={"mode": "prompt", "text": "survey the logs"})
+            assert sent.status_code == 202
+
+            def answered() -> list[str]:
+                events = store_events(url)
+                if not any(isinstance(e, TurnEnded) for e in events):
+                    return []
+                return [m.content for m in replay(events).transcript]
+
+            said = wait_until(answered, what="the hosted agent answered")
+        assert said == ["survey the logs", "", "3 errors", "heard: 3 errors"]
+        assert server.stop() == 0
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait()
+
+
+def store_events(url: str) -> list[Any]:
+    with open_store(url, read_only=True) as store:
+        return list(store.read("s1"))

@@ -28,7 +28,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final, Protocol, TypeVar
 
-from agents import Agent, RunConfig, Runner
+from agents import Agent, AgentOutputSchemaBase, RunConfig, Runner
 from agents.stream_events import RawResponsesStreamEvent
 from openai.types.responses import ResponseTextDeltaEvent
 from pydantic import TypeAdapter
@@ -158,9 +158,10 @@ class AgentRunner:
         """
         if self._output_adapter is _NO_ADAPTER:
             kind = self.agent.output_type
-            try:
-                self._output_adapter = (None if kind is None or kind is str
-                                        else TypeAdapter(kind))
+            try:  # a custom AgentOutputSchemaBase is given back as recorded
+                self._output_adapter = (
+                    None if kind is None or kind is str or isinstance(kind, AgentOutputSchemaBase)
+                    else TypeAdapter(kind))
             except Exception:
                 self._output_adapter = None
         if self._output_adapter is None:
