@@ -31,6 +31,7 @@ next turn opens.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -142,6 +143,8 @@ class TurnBridge:
         self.started: set[str] = set()  # the calls whose tools started
         self.returned: dict[str, str] = {}  # what tools returned, heard before any call shows it
         self.hooks = _Hooks(self)
+        self.fresh = asyncio.Event()  # set when something was recorded since the last take
+        self.result: Any = None  # the last run's result
         self.new_run()
 
     def new_run(self) -> None:
@@ -307,6 +310,7 @@ class TurnBridge:
                 raise RunStopped(base[self.shown:])
             parts = self._happenings(base[self.shown:])
             deliver = await self.call(lambda: self._write(*parts, _CLAIMS))
+            self.fresh.set()
             if type(self.adv.command) is EndTurn:
                 raise RunStopped(())
         self.shown = len(base)
@@ -332,6 +336,7 @@ class TurnBridge:
             self.usage.add(response.usage)
         message = from_model_response(response)
         await self.call(lambda: self._write(ModelAnswered(message)))
+        self.fresh.set()
 
 
 class _Hooks(RunHooks[Any]):

@@ -233,6 +233,7 @@ class AgentRunner:
         ending: Cancelled | Failed | None = Cancelled()
         shown: list[Any] = []
         agent: Agent[Any] = self.agent
+        result: Any = None
         try:
             for event in bridge.take():
                 yield event
@@ -241,17 +242,24 @@ class AgentRunner:
                                 "ends with the model's reply")
                 run_input = None
             while run_input is not None:
-                result = Runner.run_streamed(agent, run_input, hooks=bridge.hooks,
-                                             run_config=config, **kwargs)
-                try:
-                    async for sdk_event in result.stream_events():
-                        for event in bridge.take():
-                            yield event
-                        if self.on_text_delta is not None:
+                if self.on_text_delta is None:
+                    running = Runner.run(agent, run_input, hooks=bridge.hooks, run_config=config,
+                                         **kwargs)
+                    async for event in self._as_recorded(bridge, running):
+                        yield event
+                    result = bridge.result
+                else:
+                    streamed = Runner.run_streamed(agent, run_input, hooks=bridge.hooks,
+                                                   run_config=config, **kwargs)
+                    try:
+                        async for sdk_event in streamed.stream_events():
+                            for event in bridge.take():
+                                yield event
                             self._heard(sdk_event)
-                finally:
-                    if not result.is_complete:
-                        result.cancel()  # the SDK's own cancel: its run stops at once
+                    finally:
+                        if not streamed.is_complete:
+                            streamed.cancel()  # the SDK's own cancel: its run stops at once
+                    result = streamed
                 for event in bridge.take():
                     yield event
                 if any(flag is not None and flag.is_set() for flag in cancels):
@@ -282,6 +290,27 @@ class AgentRunner:
             await bridge.call(functools.partial(bridge.close, ending))
         for event in bridge.take():
             yield event
+
+    @staticmethod
+    async def _as_recorded(bridge: TurnBridge, run: Any) -> AsyncIterator[Event]:
+        """Drive ``run`` (``Runner.run``'s coroutine) to its end, yielding what the bridge
+        records as it is recorded; the run's result is left in ``bridge.result``. A consumer
+        that stops reading cancels the run (a tool in flight is then interrupted)."""
+        task = asyncio.ensure_future(run)
+        try:
+            while not task.done():
+                recorded = asyncio.ensure_future(bridge.fresh.wait())
+                await asyncio.wait((task, recorded), return_when=asyncio.FIRST_COMPLETED)
+                recorded.cancel()
+                bridge.fresh.clear()
+                for event in bridge.take():
+                    yield event
+            bridge.result = task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
 
     def _heard(self, sdk_event: Any) -> None:
         """Where the SDK's text deltas reach the adapter: each piece of a reply's text as the
