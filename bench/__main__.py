@@ -20,6 +20,8 @@ SUITES = (
     ("Owner send-to-claim against a deque + Lock inbox", "bench.owner_bench"),
     ("AsyncOwner against an asyncio.Queue inbox; the pydantic-ai adapter against the bare agent",
      "bench.async_bench"),
+    ("The OpenAI Agents SDK adapter against the bare Runner.run; steer to model request",
+     "bench.openai_agents_bench"),
     ("Mailbox against PraisonAI's InProcessMailbox", "bench.mailbox_bench"),
     ("PostgreSQL against SQLite: appends, owners, senders, cross-process steers",
      "bench.postgres_bench"),
