@@ -291,3 +291,43 @@ def test_serve_hosts_it(tmp_path: Path) -> None:
 def store_events(url: str) -> list[Any]:
     with open_store(url, read_only=True) as store:
         return list(store.read("s1"))
+
+
+def test_a_run_stopped_inside_a_tool_answers_that_call_as_interrupted() -> None:
+    # An owner closing past its timeout, or serve stopping, cancels the turn's task: the SDK's
+    # run stops at once, and the tool it cut off is answered as interrupted (it started; what it
+    # did is unknown), so the next turn shows the model a well-formed transcript.
+    local = LocalSession()
+    local.followup("deploy")
+
+    async def main() -> None:
+        started = asyncio.Event()
+
+        @function_tool
+        async def deploy() -> str:
+            """Deploy, for a long time."""
+            started.set()
+            await asyncio.Event().wait()
+            return "never"
+
+        def reply(seen: Seen, call: ModelCall) -> list[Any]:
+            return reply_with("tool", 0, tool="deploy")
+
+        runner = AgentRunner(scripted_agent(reply, tools=[deploy]), offload=False,
+                             tracing_disabled=True)
+
+        async def turn() -> None:
+            async for _ in runner.arun_turn(local):
+                pass
+
+        task = asyncio.ensure_future(turn())
+        await asyncio.wait_for(started.wait(), WAIT)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    last = local.session.transcript[-1]
+    assert last.role == "tool" and last.content.startswith("interrupted: the turn was cancelled")
+    ends = [e.reason for e in local.events if isinstance(e, TurnEnded)]
+    assert ends == ["cancelled"] and replay(local.events) == local.session
