@@ -2,8 +2,8 @@
 
 Two tables, each measured side by side in one run.
 
-**Adapter overhead per model request.** One ``Agent`` whose model is the SDK's own
-``ScriptedModel``, answering after 1 ms (``asyncio.sleep(0.001)``), that calls a trivial tool
+**Adapter overhead per model request.** One ``Agent`` whose model (a plain ``Model`` subclass,
+scripted) answers after 1 ms (``asyncio.sleep(0.001)``) and calls a trivial tool
 ``S - 1`` times before answering, so a run is ``S`` model requests. Sides, one conversation of
 ``R`` runs each: the agent run directly (``Runner.run``, the conversation carried on with
 ``result.to_input_list()`` and the next prompt, tracing off); the same agent through
