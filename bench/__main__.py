@@ -22,6 +22,8 @@ SUITES = (
      "bench.async_bench"),
     ("The LangGraph adapter against the bare graph; steer to model request",
      "bench.langgraph_bench"),
+    ("The OpenAI Agents SDK adapter against the bare Runner.run; steer to model request",
+     "bench.openai_agents_bench"),
     ("Mailbox against PraisonAI's InProcessMailbox", "bench.mailbox_bench"),
     ("PostgreSQL against SQLite: appends, owners, senders, cross-process steers",
      "bench.postgres_bench"),

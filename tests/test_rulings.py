@@ -1,5 +1,5 @@
 """The loop's rulings, run by every driver: the built-in ``Runner``, the pydantic-ai adapter, the
-LangGraph adapter and the aimu adapter.
+LangGraph adapter, the OpenAI Agents SDK adapter and the aimu adapter.
 
 Each test is one ruling as a scripted turn: the model's replies are scripted, a message is sent
 while the model thinks or a tool runs (a person typing while the agent works, no sleeps), and the
@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import pytest
 
 pytest.importorskip("pydantic_ai")
+pytest.importorskip("agents")
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
@@ -38,6 +39,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from nous_inbox import Message, ToolCall, replay
 from nous_inbox.adapters.aimu import AimuInbox, stream_name
+from nous_inbox.adapters.openai_agents import AgentRunner as SdkRunner
 from nous_inbox.adapters.pydantic_ai import AgentRunner
 from nous_inbox.commands import ToolSpec
 from nous_inbox.events import Event, TurnEnded
@@ -48,8 +50,9 @@ from nous_inbox.runner import Runner
 from nous_inbox.runner.port import LocalSession
 from nous_inbox.store import open_store
 from tests.aimu_kit import aimu_kit, call
+from tests.openai_agents_kit import reply_with, scripted_agent, tool
 
-DRIVERS = ("runner", "pydantic-ai", "langgraph", "aimu")
+DRIVERS = ("runner", "pydantic-ai", "langgraph", "openai-agents", "aimu")
 AGENT = "worker"  # the aimu agent's name, and its address in the AimuInbox
 
 
@@ -92,6 +95,9 @@ LANGGRAPH_BOUNDS_ITS_OWN_STEPS = (
 PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS = (
     "pydantic-ai bounds its own requests (usage_limits): its budget counts only the requests "
     "the inbox adds (test_under_pydantic_ai_the_agents_own_requests_never_spend_the_budget)")
+OPENAI_AGENTS_BOUNDS_ITS_OWN_CALLS = (
+    "the Agents SDK bounds its own model calls (max_turns): its budget counts only the calls "
+    "the inbox adds (test_under_the_agents_sdk_the_agents_own_calls_never_spend_the_budget)")
 
 Seen = list[tuple[str, str]]
 
@@ -216,7 +222,7 @@ class Turn:
         return f"result {n}"
 
     def driver(self, max_steps: int = 10) -> Any:
-        """The runner or the pydantic-ai adapter over this script."""
+        """The runner, the pydantic-ai adapter or the Agents SDK adapter over this script."""
 
         async def runner_model(transcript: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
             reply = self._next(pairs_of_messages(transcript))
@@ -236,6 +242,13 @@ class Turn:
             return Runner(runner_model, [self.work], max_steps=max_steps, offload=False)
         if self.name == "langgraph":
             return self._langgraph(max_steps)
+        if self.name == "openai-agents":
+            def sdk_reply(seen: Seen, call: object) -> list[Any]:
+                reply = self._next(seen)
+                return reply_with(reply, len(self.requests) - 1)
+
+            return SdkRunner(scripted_agent(sdk_reply, tools=[tool(self.work)]),
+                             max_steps=max_steps, offload=False, tracing_disabled=True)
         assert self.name == "pydantic-ai", self.name
         agent: Agent[None, str] = Agent(FunctionModel(pydantic_model))
         agent.tool_plain(self.work)
@@ -457,6 +470,7 @@ def test_a_blank_steer_rides_along_with_the_next_message_worth_a_round(driver: s
 
 @pytest.mark.parametrize("driver", drivers(pydantic_ai=PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS,
                                            langgraph=LANGGRAPH_BOUNDS_ITS_OWN_STEPS,
+                                           openai_agents=OPENAI_AGENTS_BOUNDS_ITS_OWN_CALLS,
                                            aimu=AIMU_HAS_ITS_OWN_BUDGET))
 @pytest.mark.parametrize("blank", ["  \n", "\u200b"])
 def test_a_blank_steer_never_refills_the_budget(driver: str, blank: str) -> None:
@@ -470,6 +484,7 @@ def test_a_blank_steer_never_refills_the_budget(driver: str, blank: str) -> None
 
 @pytest.mark.parametrize("driver", drivers(pydantic_ai=PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS,
                                            langgraph=LANGGRAPH_BOUNDS_ITS_OWN_STEPS,
+                                           openai_agents=OPENAI_AGENTS_BOUNDS_ITS_OWN_CALLS,
                                            aimu=AIMU_HAS_ITS_OWN_BUDGET))
 def test_a_run_never_messaged_ends_after_max_steps_requests(driver: str) -> None:
     turn = Turn(driver, *["tool"] * 10)
@@ -481,6 +496,7 @@ def test_a_run_never_messaged_ends_after_max_steps_requests(driver: str) -> None
 
 @pytest.mark.parametrize("driver", drivers(pydantic_ai=PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS,
                                            langgraph=LANGGRAPH_BOUNDS_ITS_OWN_STEPS,
+                                           openai_agents=OPENAI_AGENTS_BOUNDS_ITS_OWN_CALLS,
                                            aimu=AIMU_HAS_ITS_OWN_BUDGET))
 def test_the_budget_counts_from_the_last_delivered_message(driver: str) -> None:
     turn = Turn(driver, *["tool"] * 10, working={1: steer("one more file")})
@@ -492,6 +508,7 @@ def test_the_budget_counts_from_the_last_delivered_message(driver: str) -> None:
 
 @pytest.mark.parametrize("driver", drivers(pydantic_ai=PYDANTIC_AI_BOUNDS_ITS_OWN_REQUESTS,
                                            langgraph=LANGGRAPH_BOUNDS_ITS_OWN_STEPS,
+                                           openai_agents=OPENAI_AGENTS_BOUNDS_ITS_OWN_CALLS,
                                            aimu=AIMU_HAS_ITS_OWN_BUDGET))
 def test_refills_are_capped_with_one_warning(driver: str) -> None:
     # A source that delivers at every boundary: every tool call sends a steer.
@@ -500,6 +517,17 @@ def test_refills_are_capped_with_one_warning(driver: str) -> None:
     turn.run(max_steps=2)
     assert turn.ended == "budget" and len(turn.requests) == 4
     assert kinds(turn.events).count("Warned") == 1
+
+
+def test_under_the_agents_sdk_the_agents_own_calls_never_spend_the_budget() -> None:
+    # Eight tool rounds and an answer, with a budget of two: the SDK would finish this run (its
+    # max_turns is 10), so the adapter does.
+    turn = Turn("openai-agents", *["tool"] * 8, "all done")
+    turn.host.followup("go")
+    turn.run(max_steps=2)
+    assert turn.ended == "final" and len(turn.requests) == 9
+    assert turn.local.session.transcript[-1] == Message.assistant("all done")
+    assert "Warned" not in kinds(turn.events)
 
 
 def test_under_pydantic_ai_the_agents_own_requests_never_spend_the_budget() -> None:
@@ -533,7 +561,8 @@ def test_the_budget_bounds_how_far_steers_extend_a_run_with_refills_capped(drive
     turn.host.followup("go")
     turn.run(max_steps=2)
     assert turn.ended == "final"
-    assert len(turn.requests) == {"runner": 4, "pydantic-ai": 5, "langgraph": 5}[driver]
+    assert len(turn.requests) == {"runner": 4, "pydantic-ai": 5, "langgraph": 5,
+                                  "openai-agents": 5}[driver]
     assert kinds(turn.events).count("Warned") == 1
     last = len(turn.requests) - 1
     assert queued(turn) == [f"and {last}"]  # for the owner's wake check: a turn of its own

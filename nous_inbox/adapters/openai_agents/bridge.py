@@ -1,0 +1,379 @@
+"""The bridge: where an OpenAI Agents SDK run meets the inbox, at the run's own model calls.
+
+The SDK calls ``RunConfig.call_model_input_filter`` right before every model call, with the input
+it rebuilt for that call: the run's input, then the items the run generated so far (replies,
+tool calls, tool results), and nothing a filter returned before. One :class:`TurnBridge`, built
+per turn by :class:`~nous_inbox.adapters.openai_agents.runner.AgentRunner`, is that filter and a
+set of run hooks: it tells the loop (:mod:`nous_inbox.loop`) what the SDK did and carries out what
+the loop says, deciding nothing of its own.
+
+- A turn opens: the loop claims ``next_turn`` then ``next_step`` (ruling 1); the run starts from
+  the loop's first request, the whole transcript as its input list.
+- Every later call, in the filter: the tool results the SDK shows are the loop's
+  ``ToolsFinished``; what the loop then claims joins that very call, after them, so a steer sent
+  during a tool call lands after that tool's result. The SDK keeps nothing a filter returns, so
+  every message the inbox delivered in this run is placed again, at its position (after the
+  items the call it joined had), on every later call of the run.
+- The run ends (a final output): the loop's wake-only claim extends the turn for a pending steer
+  (ruling 2), and after a blank reply its plain claim delivers a pending message or its nudge
+  (rulings 3 and 4), by a new SDK run that starts from the transcript as it now stands (the run
+  that ended cannot take input: the SDK refuses input to a finished run's state). Those added
+  runs are what the step budget counts (ruling 5, ``new_state(added_only=True)``); the SDK's
+  ``max_turns`` bounds each run's own calls.
+- A cancel ends the run at its next model call, before it is made, recorded as ``"cancelled"``
+  (ruling 9): the results of the tools that ran are recorded, and calls left unrun are answered
+  as cancelled. A run stopped inside a tool (its task cancelled) answers that call as interrupted.
+
+Each reply is recorded in ``on_llm_end``, which the SDK awaits before it runs any tool the reply
+asks for, so a crash inside a tool leaves the call in the log, answered as interrupted when the
+next turn opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import msgspec
+from agents import RunHooks
+from agents.items import ModelResponse
+from agents.run_config import CallModelData, ModelInputData
+from agents.usage import Usage
+from pydantic_core import to_jsonable_python
+
+from nous_inbox.adapters.openai_agents.transcript import (
+    as_input_item,
+    from_model_response,
+    to_input_items,
+    tool_outputs,
+)
+from nous_inbox.commands import CallModel, Claim, EndTurn
+from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
+from nous_inbox.frozen import freeze_json
+from nous_inbox.happenings import (
+    Cancelled,
+    ClaimAnswered,
+    Failed,
+    Happening,
+    ModelAnswered,
+    ToolsFinished,
+    TurnOpened,
+    cancelled_result,
+    interrupted_result,
+    open_calls,
+)
+from nous_inbox.loop import Advance, LoopState, Phase, advance
+from nous_inbox.message import Message
+from nous_inbox.runner.port import ClaimGuard, JournalPort, SessionPort, describe_error
+from nous_inbox.session import Session
+from nous_inbox.store.journal import claim_event
+
+__all__ = ["INTERRUPTED", "RunStopped", "TurnBridge"]
+
+logger: Final = logging.getLogger("nous_inbox.adapters.openai_agents")
+
+#: What the model is shown for a call an earlier turn left open (its process stopped in the tool).
+INTERRUPTED: Final = "interrupted: the run stopped before this tool answered"
+
+
+class RunStopped(Exception):
+    """Raised from the filter to end the run before the call it would make: a cancel, or the
+    loop ending the turn there. ``shown`` are the SDK's items the call would have shown."""
+
+    def __init__(self, shown: Sequence[Any]) -> None:
+        super().__init__("the turn stopped before this model call")
+        self.shown = list(shown)
+
+
+_CLAIMS: Final = object()
+"""A boundary part: make the claims the loop asks for now, until it asks for something else."""
+
+_Part = Event | Happening | object
+
+
+def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequence[Message]],
+          emit: Callable[[Any], None]) -> tuple[Advance, list[Message]]:
+    """Advance the loop through ``parts``, emitting every event in order, and at ``_CLAIMS``
+    making each claim the loop asks for. Returns where the loop stands and what the next call
+    must carry that the SDK does not put there itself (the claimed messages, the loop's nudge)."""
+    deliver: list[Message] = []
+    for part in parts:
+        if isinstance(part, Happening):
+            if adv.state.phase is not Phase.ENDED:
+                adv = advance(adv.state, part)
+                for event in adv.events:
+                    emit(event)
+            continue
+        if part is not _CLAIMS:
+            emit(part)
+            continue
+        while isinstance(adv.command, Claim):
+            command = adv.command
+            messages = claim(command)
+            deliver.extend(messages)
+            adv = advance(adv.state, ClaimAnswered(command.target, messages))
+            for event in adv.events:
+                emit(event)
+                if type(event) is Nudged:
+                    deliver.append(event.message)
+    return adv, deliver
+
+
+class TurnBridge:
+    """One turn's bridge between the SDK's runs and a session port.
+
+    ``call`` is where the port's calls go (the owner's store worker, a thread, or inline);
+    ``cancels`` are the flags that end the run at its next model call. The run's filter is
+    :meth:`filter`; its hooks are :attr:`hooks`.
+    """
+
+    def __init__(self, port: SessionPort, call: Callable[[Callable[[], Any]], Any],
+                 start: LoopState, cancels: Sequence[Any]) -> None:
+        self.port = port
+        self.call = call
+        self.start = start
+        self.cancels = [flag for flag in cancels if flag is not None]
+        self.adv: Advance = Advance(start, EndTurn("final"), ())
+        self.claims = ClaimGuard(port)
+        self.recorded: list[Event] = []
+        self.usage = Usage()  # every run's, summed: what the turn's end records
+        self.output: Any = None
+        self.started: set[str] = set()  # the calls whose tools started
+        self.returned: dict[str, str] = {}  # what tools returned, heard before any call shows it
+        self.hooks = _Hooks(self)
+        self.fresh = asyncio.Event()  # set when something was recorded since the last take
+        self.result: Any = None  # the last run's result
+        self.new_run()
+
+    def new_run(self) -> None:
+        """Forget the run that ended: the next one starts from the transcript afresh."""
+        self.first = True
+        self.shown = 0  # how many of the SDK's own items the last call showed
+        self.placed: list[tuple[int, list[dict[str, Any]]]] = []  # (after how many, what)
+
+    # -- recording --------------------------------------------------------------------------------
+
+    def _write(self, *parts: _Part) -> list[Message]:
+        """Record a boundary: one atomic append when the port can, one port call each otherwise.
+        Returns what the next call must carry."""
+        before = len(self.recorded)
+        if isinstance(self.port, JournalPort):
+            if getattr(self.port, "heard", False) and any(p is _CLAIMS for p in parts):
+                self._reaching(parts)
+            limit_of = getattr(self.port, "claim_limit", None)
+
+            def boundary(session: Session) -> tuple[list[Event], tuple[Advance, list[Message]]]:
+                events: list[Event] = []
+                inbox = session.inbox
+
+                def claim(command: Claim) -> Sequence[Message]:
+                    nonlocal inbox
+                    messages, event, inbox = claim_event(
+                        inbox, command.target, wake_only=command.wake_only,
+                        limit=None if limit_of is None else limit_of(command.target))
+                    if event is not None:
+                        events.append(event)
+                    return messages
+
+                return events, _walk(self.adv, parts, claim,
+                                     lambda event: events.append(self._finished(event)))
+
+            stored, walked = self.port.commit(boundary)
+            self.recorded.extend(stored)
+        else:
+            def claim(command: Claim) -> Sequence[Message]:
+                messages, events = self.claims.claim(command.target, wake_only=command.wake_only)
+                self.recorded.extend(events)
+                return messages
+
+            walked = _walk(self.adv, parts, claim, lambda event: self.recorded.extend(
+                self.port.record([self._finished(event)])))
+        self.adv, deliver = walked
+        for event in self.recorded[before:]:
+            if isinstance(event, Warned) and event is not self.claims.warning:
+                logger.warning(event.text)
+        return deliver
+
+    def _reaching(self, parts: Sequence[_Part]) -> None:
+        """Tell the owner's boundary subscribers of each claim this boundary will make, before
+        the one commit that makes them: worked out on a dry walk that claims nothing."""
+        reaching = self.port.reaching  # type: ignore[attr-defined]
+        claims: list[Claim] = []
+
+        def claim(command: Claim) -> Sequence[Message]:
+            claims.append(command)
+            return ()
+
+        _walk(self.adv, parts, claim, lambda event: None)
+        for command in claims:
+            reaching(command.target, self.adv.state.turn, wake_only=command.wake_only)
+
+    def _finished(self, event: Any) -> Any:
+        """A turn's end with what the runs reported: the output (as JSON; only when it is more
+        than the final reply's text) and the usage (the counts the model reported)."""
+        if type(event) is not TurnEnded:
+            return event
+        usage = usage_counts(self.usage)
+        output = self.output
+        reply = self.adv.state.transcript[-1] if self.adv.state.transcript else None
+        if isinstance(output, str) and reply is not None and reply.content == output:
+            output = None
+        if output is None and usage is None:
+            return event
+        if output is not None:
+            output = freeze_json(to_jsonable_python(output), "the run's output")
+        return msgspec.structs.replace(event, output=output, usage=usage)
+
+    def take(self) -> list[Event]:
+        taken, self.recorded = self.recorded, []
+        return taken
+
+    # -- the turn's boundaries --------------------------------------------------------------------
+
+    def open(self, reason: str) -> list[dict[str, Any]] | None:
+        """The turn's opening: ``TurnStarted``, the answers to calls an earlier turn left open,
+        then the loop's claims. Returns the first run's input, or ``None`` when the loop ended
+        the turn there."""
+        session = self.port.session
+        answers = [Message.tool(INTERRUPTED, call.id, name=call.name,
+                                metadata={"error": "interrupted"})
+                   for call in open_calls(session.transcript)]
+        turn = session.turn + 1
+        opened = advance(self.start, TurnOpened(turn, reason, [*session.transcript, *answers]))
+        self.adv = opened._replace(events=())
+        self._write(*opened.events, *(ToolReturned(turn=turn, step=0, message=m) for m in answers),
+                    _CLAIMS)
+        return self.next_input()
+
+    def next_input(self) -> list[dict[str, Any]] | None:
+        """The input of the run the loop asks for now (the transcript it shows), else ``None``."""
+        command = self.adv.command
+        return to_input_items(command.transcript) if type(command) is CallModel else None
+
+    def run_ended(self, items: Sequence[Any], output: Any) -> list[dict[str, Any]] | None:
+        """A run gave its final output; ``items`` are its input list as the SDK keeps it. The
+        loop's claim at the would-be end decides whether the turn goes on: the next run's input,
+        or ``None`` when the turn is over."""
+        self.output = output
+        parts = self._happenings(items[self.shown:], final=True)
+        self._write(*parts, _CLAIMS)
+        self.new_run()
+        return self.next_input()
+
+    def close(self, ending: Cancelled | Failed, shown: Sequence[Any] = ()) -> None:
+        """End the turn, unless the loop ended it: the tool results the run holds but never
+        showed are recorded first (``shown``, else what the hooks heard), every call still open
+        is answered as interrupted if its tool started, else as cancelled (ruling 9)."""
+        if self.adv.state.phase is Phase.ENDED:
+            return
+        why = "the turn was cancelled" if type(ending) is Cancelled else "the run failed"
+        heard = tool_outputs(shown) or {
+            call.id: self.returned[call.id] for call in self.adv.state.calls
+            if call.id in self.returned}
+        self._write(*self._results(heard, stopped=why), ending)
+
+    def end_opening(self, failure: BaseException | None) -> None:
+        """End a turn whose opening was cut short, if it recorded the turn's start."""
+        if self.recorded:
+            self.close(Cancelled() if failure is None else Failed(describe_error(failure)))
+
+    def _happenings(self, shown: Sequence[Any], final: bool = False) -> list[_Part]:
+        return self._results(tool_outputs(shown), final=final)
+
+    def _results(self, by_id: dict[str, str], final: bool = False,
+                 stopped: str = "") -> list[_Part]:
+        """The results of the calls the loop waits for, as its ``ToolsFinished``: what the SDK
+        shows (or returned), else interrupted (a tool that started, when the run ``stopped``)
+        or cancelled."""
+        if self.adv.state.phase is not Phase.TOOLS:
+            return []
+        results = [
+            Message.tool(by_id[call.id], call.id, name=call.name) if call.id in by_id
+            else interrupted_result(call, stopped) if stopped and call.id in self.started
+            else cancelled_result(call)
+            for call in self.adv.state.calls]
+        return [ToolsFinished(results, final=final)]
+
+    # -- what the SDK calls -----------------------------------------------------------------------
+
+    async def filter(self, data: CallModelData[Any]) -> ModelInputData:
+        """Right before every model call: the tool results it shows and the loop's claim into
+        this very call, then every message delivered in this run placed again where it joined."""
+        base = data.model_data.input
+        deliver: list[Message] = []
+        if self.first:
+            self.first = False  # the opening (or the run's start) claimed already
+        else:
+            if any(flag.is_set() for flag in self.cancels):
+                raise RunStopped(base[self.shown:])
+            parts = self._happenings(base[self.shown:])
+            deliver = await self.call(lambda: self._write(*parts, _CLAIMS))
+            self.fresh.set()
+            if type(self.adv.command) is EndTurn:
+                raise RunStopped(())
+        self.shown = len(base)
+        if deliver:
+            self.placed.append((len(base), [as_input_item(m) for m in deliver]))
+        return ModelInputData(input=self._placed(base), instructions=data.model_data.instructions)
+
+    def _placed(self, base: list[Any]) -> list[Any]:
+        if not self.placed:
+            return base
+        out: list[Any] = []
+        done = 0
+        for after, items in self.placed:
+            out.extend(base[done:after])
+            out.extend(items)
+            done = after
+        out.extend(base[done:])
+        return out
+
+    async def answered(self, response: ModelResponse) -> None:
+        """The reply, and every tool call it asks for, recorded before any tool runs."""
+        if response.usage is not None:
+            self.usage.add(response.usage)
+        message = from_model_response(response)
+        await self.call(lambda: self._write(ModelAnswered(message)))
+        self.fresh.set()
+
+
+class _Hooks(RunHooks[Any]):
+    """The run hooks a turn adds: the reply recorded, and which tools started and returned."""
+
+    def __init__(self, bridge: TurnBridge) -> None:
+        self.bridge = bridge
+
+    async def on_llm_end(self, context: Any, agent: Any, response: ModelResponse) -> None:
+        await self.bridge.answered(response)
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        call_id = getattr(context, "tool_call_id", None)
+        if call_id is not None:
+            self.bridge.started.add(call_id)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        call_id = getattr(context, "tool_call_id", None)
+        if call_id is not None:
+            self.bridge.returned[call_id] = result if isinstance(result, str) else str(result)
+
+
+def usage_counts(usage: Usage | None) -> dict[str, int | float] | None:
+    """The SDK's usage as the counts a turn's end records: its non-zero numbers (requests,
+    tokens) and those of its details; ``None`` when the model reported nothing.
+
+    >>> usage_counts(Usage(requests=2, input_tokens=10, output_tokens=3, total_tokens=13))
+    {'requests': 2, 'input_tokens': 10, 'output_tokens': 3, 'total_tokens': 13}
+    """
+    if usage is None:
+        return None
+    counts: dict[str, int | float] = {}
+    for name, value in vars(usage).items():
+        if type(value) in (int, float) and value:
+            counts[name] = value
+        elif name.endswith("_details") and value is not None:
+            for detail, number in vars(value).items():
+                if type(number) in (int, float) and number:
+                    counts.setdefault(detail, number)
+    return counts or None

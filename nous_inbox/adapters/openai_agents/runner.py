@@ -1,0 +1,375 @@
+"""The agent wrapper: :class:`AgentRunner` runs each turn as the SDK's ``Runner.run_streamed`` of
+an ``Agent``, with the turn's :class:`~nous_inbox.adapters.openai_agents.bridge.TurnBridge` as its
+model-input filter and run hooks.
+
+The runner decides only what is its own: where the port's calls go (the owner's store worker, a
+thread, or inline), the options each run takes (``context=`` per prompt), how a turn that stopped
+is ended in the log, and how a threaded owner drives an asyncio run.
+
+>>> from agents import Agent
+>>> from agents.testing import ScriptedModel, assistant_message
+>>> from nous_inbox.runner.port import LocalSession
+>>> local = LocalSession()
+>>> _ = local.followup("hello")
+>>> agent = Agent("greeter", model=ScriptedModel([[assistant_message("hi")]]))
+>>> [type(e).__name__ for e in AgentRunner(agent, tracing_disabled=True).run_turn(local)][-1]
+'TurnEnded'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Final, Protocol, TypeVar
+
+from agents import Agent, AgentOutputSchemaBase, RunConfig, Runner
+from agents.stream_events import RawResponsesStreamEvent
+from openai.types.responses import ResponseTextDeltaEvent
+from pydantic import TypeAdapter
+
+from nous_inbox.adapters.openai_agents.bridge import RunStopped, TurnBridge
+from nous_inbox.events import Event
+from nous_inbox.happenings import Cancelled, Failed
+from nous_inbox.loop import Phase, new_state
+from nous_inbox.message import Message
+from nous_inbox.runner.port import SessionPort, check_port, describe_error
+
+__all__ = ["AgentRunner"]
+
+logger: Final = logging.getLogger("nous_inbox.adapters.openai_agents")
+
+_T = TypeVar("_T")
+_DONE: Final = object()
+_NO_CALL_IO: Final = object()
+_NO_ADAPTER: Final = object()
+
+#: Run options the adapter sets itself, and why each cannot be given.
+_OWN: Final = {
+    "input": "the inbox and the transcript are the run's input",
+    "starting_agent": "the runner's agent starts every turn",
+    "hooks": "the adapter's run hooks record each reply",
+    "session": "the log is the session: an SDK Session would hold the conversation a second "
+               "time, without the messages the inbox delivered (the SDK keeps nothing a "
+               "call_model_input_filter adds)",
+    "conversation_id": "the log is the session: a server-managed conversation would hold it "
+                       "a second time",
+    "previous_response_id": "the log is the session: a server-managed conversation would hold "
+                            "it a second time",
+    "auto_previous_response_id": "the log is the session: a server-managed conversation would "
+                                 "hold it a second time",
+}
+
+_UNDELIVERABLE: Final = {
+    "tool": "it takes a tool result only as the answer to a call of its own run",
+    "assistant": "it takes the model's words only from the model",
+}
+
+
+class _Flag(Protocol):
+    def is_set(self) -> bool:
+        """Whether the turn should end at its next model call."""
+
+
+def _caller(port: SessionPort, offload: bool) -> Callable[[Callable[[], Any]], Any]:
+    """How this turn calls ``port``: through the port's own ``call_io`` when it has one (an
+    ``AsyncOwner``'s store worker; ``None``: inline), else in a thread when ``offload``, else
+    inline."""
+    call_io: Any = getattr(port, "call_io", _NO_CALL_IO)
+    if call_io is _NO_CALL_IO:
+        return asyncio.to_thread if offload else _inline
+    return _inline if call_io is None else call_io
+
+
+async def _inline(fn: Callable[[], _T]) -> _T:
+    return fn()
+
+
+class AgentRunner:
+    """Runs turns of an OpenAI Agents SDK ``agent`` over a session port: one SDK run per turn
+    (and one more for each time the inbox extends it past its final output).
+
+    Give it to an owner (``AsyncOwner(store, stream, AgentRunner(agent))``, or the threaded
+    ``Owner``). The agent's own model calls are bounded by the SDK's ``max_turns`` (10 by
+    default), as in a bare run; ``max_steps`` is the inbox's budget (ruling 5): it bounds only
+    the runs the inbox adds past a final output. ``run_kwargs`` pass through to
+    ``Runner.run_streamed`` (``context``, ``max_turns``, ``run_config``, ...), and so do the
+    options given with a prompt, for its turn (``owner.prompt(text, context=...)``: they win).
+    ``tracing_disabled`` is a shorthand for ``run_config=RunConfig(tracing_disabled=True)``.
+    ``on_text_delta``, when given, hears each piece of text the model streams, as it comes (not
+    logged: the final reply is).
+    """
+
+    def __init__(
+        self, agent: Agent[Any], *, max_steps: int = 10, offload: bool = True,
+        tracing_disabled: bool = False, on_text_delta: Callable[[str], object] | None = None,
+        **run_kwargs: Any,
+    ) -> None:
+        if not isinstance(agent, Agent):
+            raise TypeError(f"AgentRunner needs an agents.Agent, got {type(agent).__name__}")
+        self.check_run_options(run_kwargs)
+        self._start = new_state(max_steps, added_only=True)
+        self.agent = agent
+        self.offload = bool(offload)
+        if tracing_disabled:
+            run_kwargs["run_config"] = dataclasses.replace(
+                run_kwargs.get("run_config") or RunConfig(), tracing_disabled=True)
+        self.run_kwargs = run_kwargs
+        self.on_text_delta = on_text_delta
+        self._output_adapter: Any = _NO_ADAPTER
+
+    @staticmethod
+    def check_run_options(options: dict[str, Any]) -> None:
+        """Refuse run options this runner sets itself: a ``TypeError`` naming the option and
+        why. An owner asks this of the options given with a prompt, before anything is written.
+
+        >>> AgentRunner.check_run_options({"session": object()})
+        Traceback (most recent call last):
+        ...
+        TypeError: AgentRunner sets session itself (the log is the session: an SDK Session would hold the conversation a second time, without the messages the inbox delivered (the SDK keeps nothing a call_model_input_filter adds)); do not pass it
+        """
+        for name, why in _OWN.items():
+            if name in options:
+                raise TypeError(f"AgentRunner sets {name} itself ({why}); do not pass it")
+        config = options.get("run_config")
+        if config is not None:
+            if not isinstance(config, RunConfig):
+                raise TypeError(f"run_config must be an agents.RunConfig, got "
+                                f"{type(config).__name__}")
+            if config.call_model_input_filter is not None:
+                raise TypeError("run_config.call_model_input_filter is the adapter's own (where "
+                                "the inbox joins each model call); do not set it")
+
+    def load_output(self, data: Any) -> Any:
+        """A turn's output, recorded as JSON, rebuilt as the agent's ``output_type`` (with
+        pydantic): what a turn's result gives, live or read back after a restart. An output type
+        pydantic cannot rebuild gives the JSON as recorded.
+
+        >>> from pydantic import BaseModel
+        >>> class Answer(BaseModel):
+        ...     value: int
+        >>> AgentRunner(Agent("a", output_type=Answer)).load_output({"value": 4})
+        Answer(value=4)
+        """
+        if self._output_adapter is _NO_ADAPTER:
+            kind = self.agent.output_type
+            try:  # a custom AgentOutputSchemaBase is given back as recorded
+                self._output_adapter = (
+                    None if kind is None or kind is str or isinstance(kind, AgentOutputSchemaBase)
+                    else TypeAdapter(kind))
+            except Exception:
+                self._output_adapter = None
+        if self._output_adapter is None:
+            return data
+        try:
+            return self._output_adapter.validate_python(data)
+        except Exception:
+            logger.warning("the recorded output does not fit the agent's output type; "
+                           "giving it as recorded", exc_info=True)
+            return data
+
+    def check_message(self, message: Message) -> None:
+        """Refuse a message this runner cannot deliver to the model as it is: a ``ValueError``
+        naming the role. The SDK takes a user or system message as input; a tool result only as
+        the answer to a call of its own run, and an assistant message only from the model.
+
+        >>> AgentRunner(Agent("a")).check_message(Message.tool("42", "c1"))
+        Traceback (most recent call last):
+        ...
+        ValueError: AgentRunner cannot deliver a 'tool' message to an Agents SDK run (it takes a tool result only as the answer to a call of its own run); send it as a 'user' or 'system' message
+        """
+        why = _UNDELIVERABLE.get(message.role)
+        if why is not None:
+            raise ValueError(
+                f"AgentRunner cannot deliver a {message.role!r} message to an Agents SDK run "
+                f"({why}); send it as a 'user' or 'system' message")
+
+    def arun_turn(
+        self, port: SessionPort, *, reason: str = "wake",
+        cancel: asyncio.Event | threading.Event | None = None,
+    ) -> AsyncIterator[Event]:
+        """Run one turn on ``port`` under asyncio, yielding each event as it is recorded.
+
+        Setting ``cancel`` ends the run before its next model call, as ``"cancelled"``; so does
+        closing the iterator early or cancelling its task (the SDK's run is then cancelled at
+        once, a tool in flight answered as interrupted). A failing model, or a port that fails
+        once the turn has started, ends the turn as ``"error"``, recorded, and the exception is
+        re-raised.
+        """
+        check_port(port)
+        return self._arun(port, reason, cancel)
+
+    async def _arun(self, port: SessionPort, reason: str,
+                    *cancels: _Flag | None) -> AsyncIterator[Event]:
+        bridge = TurnBridge(port, _caller(port, self.offload), self._start, cancels)
+        opening = asyncio.ensure_future(bridge.call(
+            lambda: (bridge.open(reason), dict(getattr(port, "turn_options", None) or {}))))
+        try:
+            # The options are those of the prompts this opening claimed (an owner's port).
+            run_input, options = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            while not opening.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait((opening,))
+            failure = None if opening.cancelled() else opening.exception()
+            try:
+                await asyncio.shield(bridge.call(lambda: bridge.end_opening(failure)))
+            except BaseException:
+                logger.exception("could not record the end of a cancelled turn")
+            raise
+        except Exception as exc:
+            await bridge.call(functools.partial(bridge.end_opening, exc))
+            for event in bridge.take():
+                yield event
+            raise
+        kwargs = {**self.run_kwargs, **options}
+        config = dataclasses.replace(kwargs.pop("run_config", None) or RunConfig(),
+                                     call_model_input_filter=bridge.filter)
+        ending: Cancelled | Failed | None = Cancelled()
+        shown: list[Any] = []
+        agent: Agent[Any] = self.agent
+        result: Any = None
+        try:
+            for event in bridge.take():
+                yield event
+            if run_input and bridge.adv.command.transcript[-1].role == "assistant":  # type: ignore[union-attr]
+                ending = Failed("nothing to answer: the turn claimed nothing and the transcript "
+                                "ends with the model's reply")
+                run_input = None
+            while run_input is not None:
+                if self.on_text_delta is None:
+                    running = Runner.run(agent, run_input, hooks=bridge.hooks, run_config=config,
+                                         **kwargs)
+                    async for event in self._as_recorded(bridge, running):
+                        yield event
+                    result = bridge.result
+                else:
+                    streamed = Runner.run_streamed(agent, run_input, hooks=bridge.hooks,
+                                                   run_config=config, **kwargs)
+                    try:
+                        async for sdk_event in streamed.stream_events():
+                            for event in bridge.take():
+                                yield event
+                            self._heard(sdk_event)
+                    finally:
+                        if not streamed.is_complete:
+                            streamed.cancel()  # the SDK's own cancel: its run stops at once
+                    result = streamed
+                for event in bridge.take():
+                    yield event
+                if any(flag is not None and flag.is_set() for flag in cancels):
+                    shown = result.to_input_list(mode="normalized")[bridge.shown:]
+                    break
+                agent = result.last_agent
+                run_input = await bridge.call(functools.partial(
+                    bridge.run_ended, result.to_input_list(mode="normalized"),
+                    result.final_output))
+                for event in bridge.take():
+                    yield event
+            else:
+                ending = None if bridge.adv.state.phase is Phase.ENDED else ending
+        except RunStopped as stop:
+            shown = stop.shown
+        except Exception as exc:
+            await bridge.call(functools.partial(bridge.close, Failed(describe_error(exc))))
+            for event in bridge.take():
+                yield event
+            raise
+        finally:
+            if type(ending) is Cancelled:
+                try:
+                    await bridge.call(functools.partial(bridge.close, Cancelled(), shown))
+                except BaseException:
+                    logger.exception("could not record the end of a cancelled turn")
+        if ending is not None and type(ending) is not Cancelled:
+            await bridge.call(functools.partial(bridge.close, ending))
+        for event in bridge.take():
+            yield event
+
+    @staticmethod
+    async def _as_recorded(bridge: TurnBridge, run: Any) -> AsyncIterator[Event]:
+        """Drive ``run`` (``Runner.run``'s coroutine) to its end, yielding what the bridge
+        records as it is recorded; the run's result is left in ``bridge.result``. A consumer
+        that stops reading cancels the run (a tool in flight is then interrupted)."""
+        task = asyncio.ensure_future(run)
+        try:
+            while not task.done():
+                recorded = asyncio.ensure_future(bridge.fresh.wait())
+                await asyncio.wait((task, recorded), return_when=asyncio.FIRST_COMPLETED)
+                recorded.cancel()
+                bridge.fresh.clear()
+                for event in bridge.take():
+                    yield event
+            bridge.result = task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+    def _heard(self, sdk_event: Any) -> None:
+        """Where the SDK's text deltas reach the adapter: each piece of a reply's text as the
+        model streams it, handed to ``on_text_delta``. Not logged (the final reply is), and a
+        listener that fails is logged and the run goes on."""
+        if isinstance(sdk_event, RawResponsesStreamEvent) and isinstance(
+                sdk_event.data, ResponseTextDeltaEvent):
+            try:
+                self.on_text_delta(sdk_event.data.delta)  # type: ignore[misc]
+            except Exception:
+                logger.exception("on_text_delta failed")
+
+    def run_turn(self, port: SessionPort, *, reason: str = "wake",
+                 cancel: threading.Event | None = None) -> Iterator[Event]:
+        """The same turn for a thread (the threaded ``Owner``'s worker): an event loop of its
+        own. Events are yielded as the turn records them, in order."""
+        check_port(port)
+        return self._run(port, reason, cancel)
+
+    def _run(self, port: SessionPort, reason: str,
+             cancel: threading.Event | None) -> Iterator[Event]:
+        # The SDK's run lives in one task: the turn runs whole on a loop in a thread of its own
+        # and hands each event over as it is recorded.
+        handed: queue.SimpleQueue[object] = queue.SimpleQueue()
+        failure: list[BaseException] = []
+        stop = threading.Event()  # set when the consumer stops reading
+        running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
+
+        async def pump() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            running.append((asyncio.get_running_loop(), task))
+            async for event in self._arun(port, reason, cancel, stop):
+                handed.put(event)
+
+        def drive() -> None:
+            try:
+                asyncio.run(pump())
+            except BaseException as exc:
+                failure.append(exc)
+            finally:
+                handed.put(_DONE)
+
+        thread = threading.Thread(target=drive, name="nous-inbox openai-agents turn", daemon=True)
+        thread.start()
+        finished = False
+        try:
+            while (item := handed.get()) is not _DONE:
+                yield item  # type: ignore[misc]
+            finished = True
+        finally:
+            if not finished:
+                stop.set()
+                for loop, task in running:
+                    with contextlib.suppress(RuntimeError):
+                        loop.call_soon_threadsafe(task.cancel)
+            thread.join()
+        if failure and finished:
+            raise failure[0]
+
+    def __repr__(self) -> str:
+        return f"AgentRunner({self.agent!r})"
