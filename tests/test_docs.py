@@ -123,7 +123,8 @@ def test_a_fragment_becomes_a_line_of_the_next_release_above_the_last(tmp_path: 
     assert done.returncode == 0, done.stdout + done.stderr
     changelog = (tmp_path / "CHANGELOG.md").read_text()
     release = changelog.split("## 9.9.9 (2099-01-01)\n", 1)[1].split("\n## ", 1)[0]
-    assert "### Added\n\n- You can frob an inbox.\n" in release
-    assert "### Fixed\n\n- Frobbing is quick again.\n" in release
+    sections = {part.split("\n", 1)[0]: part for part in release.split("### ")[1:]}
+    assert "- You can frob an inbox.\n" in sections["Added"]  # beside the fragments already here
+    assert "- Frobbing is quick again.\n" in sections["Fixed"]
     assert changelog.index("## 9.9.9") < changelog.index("## 0.1.0")
     assert not (tmp_path / "changes" / "+frob.added.md").exists()

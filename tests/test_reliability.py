@@ -575,14 +575,17 @@ def test_the_replayed_inbox_equals_the_live_one_in_every_store(ops):
                     for event in store.append("s", batch, expected_version=session.version):
                         session = session.apply(event, "s")
                 replayed = replay(store.read("s"), stream="s")
-                assert replayed.inbox == live
+                for target in Target:  # the same messages and wake intents, in order (the
+                    # replayed entries also know their sends' seqs, which a value built by hand lacks)
+                    assert list(replayed.inbox.entries(target)) == list(live.entries(target))
                 assert replayed == session  # the fast fold == one apply at a time
         finally:
             for store in stores:
                 store.close()
         # The file store's log also replays, from a fresh reader.
         with FileStore(Path(tmp) / "log.jsonl", read_only=True) as reader:
-            assert replay(reader.read("s")).inbox == live
+            replayed = replay(reader.read("s")).inbox
+            assert [list(replayed.entries(t)) for t in Target] == [list(live.entries(t)) for t in Target]
 
 
 @fuzz_settings(100)
