@@ -176,8 +176,8 @@ class OwnerCore:
 
     def prompt(self) -> None:
         """A person's prompt is about to be sent. Until its send settles (:meth:`prompted`),
-        the next turn to open is taken for the prompt's: the run the prompt
-        wakes may open that turn before the send has returned its seq."""
+        the next turn to open is taken for the prompt's: the run the prompt wakes may open that
+        turn before the send has returned its seq."""
         self._sending += 1
         self._unseen += 1
 
