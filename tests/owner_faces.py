@@ -20,6 +20,7 @@ from nous_inbox.owner import Owner
 from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.owner.sends import Stored
 from nous_inbox.owner.turn_result import AsyncTurnHandle, TurnHandle
+from nous_inbox.receipts import Receipt
 from nous_inbox.store import Store
 from nous_inbox.verbs import Target
 
@@ -111,6 +112,12 @@ class AsyncOwnerFromThreads:
             return self._do(handle.result(timeout))
 
         return TurnHandle(handle.sent, result)
+
+    def withdraw(self, seq: int) -> Receipt:
+        return self._do(self._face.withdraw(seq))
+
+    def delivered(self, seq: int, timeout: float | None = None) -> Receipt:
+        return self._do(self._face.delivered(seq, timeout))
 
     def cancel(self) -> bool:
         if self._on_loop():  # a listener's: the loop is this thread

@@ -85,6 +85,54 @@ def test_a_prompt_opens_its_turn_as_a_prompt_once() -> None:
     assert core.next_turn(STEERED, True) == Turn("wake")
 
 
+PROMPTED = Session(inbox=Inbox().send("summarize", "next_turn", True, seq=1))
+
+
+def test_a_prompts_turn_is_the_one_that_opens_while_the_prompt_is_queued() -> None:
+    core = OwnerCore()
+    core.prompt()
+    core.prompted(1)
+    core.wake(PROMPTED)
+    assert core.next_turn(PROMPTED, None) == Turn("prompt")
+    claimed = Session(inbox=PROMPTED.inbox.claim("next_turn")[1].steer("more"))
+    assert core.next_turn(claimed, True) == Turn("wake")
+
+
+def test_a_withdrawn_prompt_leaves_the_next_turn_a_wake_whoever_withdrew_it() -> None:
+    core = OwnerCore()
+    core.prompt()
+    core.prompted(1)
+    withdrawn = Session(inbox=PROMPTED.inbox.withdraw(1)[1].steer("something else"))
+    core.wake(withdrawn)
+    assert core.next_turn(withdrawn, None) == Turn("wake")
+
+
+def test_a_prompt_stored_after_a_turn_opened_still_opens_its_own_turn_as_a_prompt() -> None:
+    core = OwnerCore()
+    core.prompt()  # the run it wakes opens a turn before the send returns
+    core.wake(STEERED)
+    assert core.next_turn(STEERED, None) == Turn("prompt")
+    core.prompted(1)  # ... and that turn claimed before the prompt was stored
+    assert core.next_turn(PROMPTED, True) == Turn("prompt")
+
+
+def test_a_prompt_refused_unwritten_opens_no_turn_as_a_prompt() -> None:
+    core = OwnerCore()
+    core.prompt()
+    core.prompted(None)
+    core.wake(STEERED)
+    assert core.next_turn(STEERED, None) == Turn("wake")
+
+
+def test_a_prompt_that_may_be_stored_opens_the_next_turn_as_a_prompt_once() -> None:
+    core = OwnerCore()
+    core.prompt()
+    core.prompted(None, maybe_stored=True)
+    core.wake(STEERED)
+    assert core.next_turn(STEERED, None) == Turn("prompt")
+    assert core.next_turn(STEERED, True) == Turn("wake")
+
+
 def test_cancel_wakes_nothing_even_with_a_steer_queued() -> None:
     core = OwnerCore()
     assert not core.cancel()  # nothing is going

@@ -257,19 +257,39 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         if io is None or self._journal is None or self.closed:
             self._check_open()  # raises, saying why
         assert io is not None
-        if prompt:
-            self._core.prompt()  # before the send: the run it wakes starts before it returns
+        if prompt:  # before the send: the run it wakes starts before it returns
+            self._on_loop(self._core.prompt)
         try:
             if io.inline or self._holds_lock() or not io.on_loop():
-                return self._sent_now(message, target, wakeup, options)
-            if options is not None:  # (a failure, heard on the loop, is a failed send's)
-                return io.soon(lambda: self._sent_now(message, target, wakeup, options),
-                               lambda error: self._sent_failed(error, prompt))
+                sent = self._sent_now(message, target, wakeup, options)
+                if prompt:
+                    self._prompt_settled(sent.seq)
+                return sent
+            if options is not None:  # (its outcome, heard on the loop, is a send's)
+                stored = io.soon(lambda: self._sent_now(message, target, wakeup, options))
+                stored.add_done_callback(lambda done: self._options_sent(done, prompt))
+                return stored
             event = sent_event(message, target, wakeup)
         except BaseException as exc:
             self._sent_failed(exc, prompt)
             raise
-        return io.send(event, self._core.unprompt if prompt else None)  # type: ignore[return-value]
+        settled = (lambda stored, unwritten: self._prompt_settled(
+            None if stored is None else stored.seq, not unwritten)) if prompt else None
+        return io.send(event, settled)  # type: ignore[return-value]
+
+    def _options_sent(self, done: asyncio.Future[MessageSent], prompt: bool) -> None:
+        """On the loop: a send with run options, committed on its own, settled (a cancelled
+        wait may have let it commit)."""
+        if done.cancelled():
+            if prompt:
+                self._prompt_settled(None, True)
+        elif (error := done.exception()) is not None:
+            self._sent_failed(error, prompt)
+        elif prompt:
+            self._prompt_settled(done.result().seq)
+
+    def _prompt_settled(self, seq: int | None, maybe_stored: bool = False) -> None:
+        self._on_loop(lambda: self._core.prompted(seq, maybe_stored=maybe_stored))
 
     def _turn_send(self, message: Message | str, verb: Verb,
                    options: dict[str, Any] | None) -> AsyncTurnHandle:

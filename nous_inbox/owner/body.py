@@ -376,15 +376,19 @@ class OwnerBody(Generic[R, H], abc.ABC):
         log opens no turn as a prompt (one whose commit may have landed still does)."""
         if isinstance(error, LeaseLostError):
             self._lose(error)
-        if prompt and refused_unwritten(error):
-            with self._lock:
-                self._core.unprompt()
+        if prompt:
+            self._prompt_settled(None, not refused_unwritten(error))
+
+    @abc.abstractmethod
+    def _prompt_settled(self, seq: int | None, maybe_stored: bool = False) -> None:
+        """A prompt's send settled: the core hears it (``OwnerCore.prompted``) where it decides."""
 
     def _folded(self, events: Sequence[Event]) -> None:
         """The journal folded ``events`` in (under the lock, on the thread that appended or
         caught up): hand them on, then tell the boundary subscribers of a turn that ended.
         Never raises: the events are stored, and the group commit counts on that."""
         try:
+            self._run_options.fold(events)  # a withdrawn send's options: no turn will read them
             if self._answers.fold(events):
                 self._turn_ended()
             self._deliver(events)

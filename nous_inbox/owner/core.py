@@ -29,6 +29,10 @@ The rules:
   a turn's recorded end and the run's last decision is as wide as the runner makes it (a
   pydantic-ai turn hands its events over from a thread of its own), so the rule cannot rest on
   it being short;
+* **a prompt's turn is the one that takes it**: a turn opens as ``"prompt"`` while a prompt the
+  owner stored (:meth:`OwnerCore.prompted`, by its seq) is still queued, read from the session
+  each time, so one withdrawn by anyone (a ``MessageWithdrawn`` folded in) leaves nothing behind;
+  and while a prompt's send has not settled yet, as the run it wakes may open its turn first;
 * **resume from the log**: :meth:`OwnerCore.resume` closes a turn the log shows as open (the
   process died mid-run) as ``"error"``, answering its open tool calls as interrupted;
 * **a lost lease ends the owner**: after :meth:`OwnerCore.lease_lost` (the store said another
@@ -62,9 +66,11 @@ from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, ToolReturned, TurnEnded, Warned
 from nous_inbox.happenings import interrupted_result, open_calls
 from nous_inbox.session import Session
+from nous_inbox.verbs import Target
 
 __all__ = ["OwnerCore", "Stop", "Turn"]
 
+_TURN = Target.NEXT_TURN
 _NO_PROGRESS = ("a turn claimed none of the messages that woke it; "
                 "not waking again until a new send")
 
@@ -96,7 +102,9 @@ class OwnerCore:
 
     _running: bool = False
     _cancelled: bool = False
-    _prompted: bool = False
+    _sending: int = 0  # prompts whose send has not settled (stored, refused or unknown) yet
+    _unseen: int = 0  # of those, the ones no turn has opened for since they were sent
+    _prompts: set[int] = attrs.Factory(set)  # the seqs of stored prompts, while still queued
     _closed: bool = False
     _lost: LeaseLostError | None = None
     _again: bool = False  # a waking send arrived while the run was stopping (see ``arrived``)
@@ -167,12 +175,38 @@ class OwnerCore:
         return True
 
     def prompt(self) -> None:
-        """A person's prompt was (or is about to be) sent: the next turn opens as ``"prompt"``."""
-        self._prompted = True
+        """A person's prompt is about to be sent. Until its send settles (:meth:`prompted`),
+        the next turn to open is taken for the prompt's: the run the prompt wakes may open that
+        turn before the send has returned its seq."""
+        self._sending += 1
+        self._unseen += 1
 
-    def unprompt(self) -> None:
-        """The prompt's send failed (nothing was stored): the next turn is not a prompt's."""
-        self._prompted = False
+    def prompted(self, seq: int | None, *, maybe_stored: bool = False) -> None:
+        """The prompt's send settled. Stored at ``seq``: a turn opens as ``"prompt"`` while the
+        session still holds it on ``next_turn``; once a turn claimed it, or anyone withdrew it
+        (this owner, or another process whose ``MessageWithdrawn`` was folded in), it counts no
+        more. Not stored (``seq`` ``None``): no turn is a prompt's on its account, unless
+        ``maybe_stored`` (a commit whose answer was lost): the next turn to open then still
+        counts as its, as the prompt may be what that turn claims.
+
+        >>> from nous_inbox.inbox import Inbox
+        >>> core, queued = OwnerCore(), Session(inbox=Inbox().send("hi", "next_turn", True, seq=1))
+        >>> core.prompt(); core.prompted(1)
+        >>> withdrawn = Session(inbox=queued.inbox.withdraw(1)[1].steer("go"))
+        >>> core.wake(withdrawn), core.next_turn(withdrawn, None)
+        (True, Turn(reason='wake'))
+        """
+        self._sending = max(self._sending - 1, 0)
+        if seq is not None:
+            self._prompts.add(seq)
+        if seq is not None or not maybe_stored:
+            self._unseen = min(self._unseen, self._sending)
+
+    def _forget_gone(self, session: Session) -> None:
+        """Forget the stored prompts ``session`` no longer holds: claimed, or withdrawn."""
+        if self._prompts:
+            holds = session.inbox.holds
+            self._prompts = {seq for seq in self._prompts if holds(seq) is _TURN}
 
     def cancel(self) -> bool:
         """Cancel the current run; whether one was going (the driver then cancels its turn).
@@ -208,13 +242,15 @@ class OwnerCore:
         turn). A turn that claimed none of the messages that woke it (a runner that never
         claims) stops the run with a warning: waking again would spin forever on them.
         """
+        self._forget_gone(session)
         if self._closed or self._cancelled or not session.inbox.worth_waking():
             return self._stop()
         if took is False:
             return self._stop(Warned(text=_NO_PROGRESS))
-        reason = "prompt" if self._prompted else "wake"
-        self._prompted = self._again = False
-        return Turn(reason)
+        prompted = bool(self._unseen or self._prompts)  # a prompt queued, or one being sent
+        self._unseen = 0
+        self._again = False
+        return Turn("prompt" if prompted else "wake")
 
     def failed(self, session: Session, error: BaseException) -> Stop:
         """The run died (a failing model, a store that failed): stop, ending its open turn.

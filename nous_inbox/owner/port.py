@@ -20,7 +20,7 @@ from typing import Any, Final, Protocol
 
 from nous_inbox.boundary import Boundaries
 from nous_inbox.commands import Claim
-from nous_inbox.events import CancelRequested, Event, QueueClaimed
+from nous_inbox.events import CancelRequested, Event, MessageWithdrawn, QueueClaimed
 from nous_inbox.inbox import as_target
 from nous_inbox.message import Message
 from nous_inbox.runner.deltas import Deltas
@@ -103,15 +103,16 @@ def _no_limit(target: Target | str) -> int | None:
 class RunOptions:
     """The run options an owner keeps for the prompts and followups sent with some (``deps``,
     ``model_settings``, ...: never logged), by the seq of their send, until the turn that claims
-    one reads them. Options are never merged: a send with options gets a turn of its own, so a
-    turn's claim of ``next_turn`` stops short of it, or takes it alone (:meth:`limit`).
+    one reads them, or the send is withdrawn (:meth:`fold`). Options are never merged: a send
+    with options gets a turn of its own, so a turn's claim of ``next_turn`` stops short of it,
+    or takes it alone (:meth:`limit`).
 
     >>> options = RunOptions()
     >>> options.keep(2, {"deps": "ada"})
     >>> options.limit("next_turn", [1, 2, 3]), options.limit("next_turn", [2, 3])
     (1, 1)
-    >>> options.of_turn([2]), options.of_turn([2])      # handed over once
-    ({'deps': 'ada'}, {})
+    >>> options.of_turn([2]), options.of_turn([2]), len(options)     # handed over once
+    ({'deps': 'ada'}, {}, 0)
     """
 
     __slots__ = ("_by_seq",)
@@ -135,6 +136,26 @@ class RunOptions:
     def keep(self, seq: int, options: dict[str, Any]) -> None:
         """Keep the ``options`` the send stored at ``seq`` came with."""
         self._by_seq[seq] = options
+
+    def __len__(self) -> int:
+        """How many sends' options are kept (each until its turn reads them, or it is withdrawn)."""
+        return len(self._by_seq)
+
+    def fold(self, events: Iterable[Event]) -> None:
+        """Forget the options of each send withdrawn among ``events`` (every batch the owner
+        folds in, its own withdraws and another process's alike): no turn will claim it.
+
+        >>> from nous_inbox.events import MessageWithdrawn
+        >>> options = RunOptions()
+        >>> options.keep(2, {"deps": "ada"})
+        >>> options.fold([MessageWithdrawn(seq=3, sent=2, target="next_turn")])
+        >>> len(options), options.limit("next_turn", [4])
+        (0, None)
+        """
+        if self._by_seq:
+            for event in events:
+                if type(event) is MessageWithdrawn:
+                    self._by_seq.pop(event.sent, None)
 
     def of_turn(self, claimed: Iterable[int]) -> dict[str, Any]:
         """The options of the one send (if any) among the ``claimed`` seqs a turn took, handed

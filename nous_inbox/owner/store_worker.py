@@ -351,12 +351,13 @@ class StoreWorker:
         if self._io is not None:
             self._io.shutdown(wait=False)
 
-    def send(self, event: Event, unwritten: Callable[[], object] | None = None,
+    def send(self, event: Event, settled: Callable[[Event | None, bool], object] | None = None,
              ) -> asyncio.Future[Event]:
         """Queue ``event`` for the next group commit (the worker's only); a future of it as
         stored. Cancelling the future takes the send back, if no batch took it yet.
-        ``unwritten`` is called (on the loop) when the send surely wrote nothing: taken back,
-        or refused before anything was written."""
+        ``settled`` hears (on the loop, once) how the send ended: ``(stored, False)``, or
+        ``(None, unwritten)``, ``unwritten`` saying whether it surely wrote nothing (taken
+        back, or refused before anything was written) rather than perhaps."""
         assert self._io is not None, "an inline store commits a send at once"
         ticket: SendTicket = Ticket(event, self.loop.create_future())
         with self._queue_lock:
@@ -368,10 +369,14 @@ class StoreWorker:
             if future.cancelled():
                 with self._queue_lock:
                     taken_back, _ = self._group.withdraw(ticket)
-                if taken_back and unwritten is not None:
-                    unwritten()
-            elif unwritten is not None and refused_unwritten(future.exception() or Exception()):
-                unwritten()
+                if settled is not None:
+                    settled(None, taken_back)
+            elif settled is not None:
+                error = future.exception()
+                if error is None:
+                    settled(future.result(), False)
+                else:
+                    settled(None, refused_unwritten(error))
 
         ticket.waiter.add_done_callback(done)
         return ticket.waiter

@@ -224,13 +224,21 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
                 self._core.prompt()
         try:
             if options is not None or self._group is None or self._holds_lock():
-                return self._sent_now(message, target, wakeup, options)
-            event = sent_event(message, target, wakeup)
-            return commit_in_threads(self._group, self._queue_lock, event,  # type: ignore[return-value]
-                                     self._commit)
+                sent = self._sent_now(message, target, wakeup, options)
+            else:
+                event = sent_event(message, target, wakeup)
+                sent = commit_in_threads(self._group, self._queue_lock, event,  # type: ignore[assignment]
+                                         self._commit)
         except BaseException as exc:
             self._sent_failed(exc, prompt)
             raise
+        if prompt:
+            self._prompt_settled(sent.seq)
+        return sent
+
+    def _prompt_settled(self, seq: int | None, maybe_stored: bool = False) -> None:
+        with self._lock:
+            self._core.prompted(seq, maybe_stored=maybe_stored)
 
     def _turn_send(self, message: Message | str, verb: Verb,
                    options: dict[str, Any] | None) -> TurnHandle:
