@@ -22,16 +22,13 @@ they were built for), and calls its store where :mod:`nous_inbox.owner.store_wor
 >>> asyncio.run(main())
 (1, ['summarize', 'heard: summarize'])
 
-A send verb checks its input (and an inline send stores) when called, and returns a coroutine of
-the stored event. Under the owner's lock (a boundary subscriber) or off the loop (another thread)
-it commits at once; on the loop it is queued for the store worker, and a sync callback there (a
-listener) may drop the coroutine unawaited: the send is stored all the same. A verb never raises
-at the call: a send that fails (refused before anything is written, or an inline commit whose
-outcome is unknown) raises where it is awaited (:class:`~nous_inbox.owner.sends.Refused`). ``prompt`` and
-``followup`` return an :class:`~nous_inbox.owner.turn_result.AsyncTurnHandle` instead:
-``await owner.prompt(text)`` is the :class:`~nous_inbox.owner.turn_result.TurnResult` of the turn that
-answers it, and ``await handle.stored()`` the stored send alone. Every folded batch is told on
-the loop, in log order.
+A send verb checks its input when called and returns a coroutine of the stored event: under the
+owner's lock or off the loop it commits at once; on the loop it is queued for the store worker
+(a listener may drop the coroutine unawaited: the send is stored all the same). A failed send
+raises where it is awaited (:class:`~nous_inbox.owner.sends.Refused`), never at the call.
+``prompt`` and ``followup`` return an :class:`~nous_inbox.owner.turn_result.AsyncTurnHandle`:
+awaited, the :class:`~nous_inbox.owner.turn_result.TurnResult` of the turn that answers it
+(``await handle.stored()``: the send alone). Batches are told on the loop, in log order.
 """
 
 from __future__ import annotations
@@ -72,9 +69,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     ``runner`` has ``arun_turn(port, *, reason, cancel)`` (a :class:`~nous_inbox.runner.Runner`,
     a pydantic-ai :class:`~nous_inbox.adapters.pydantic_ai.AgentRunner`). ``offload``: whether
     store calls go to the worker thread (default: ``store.blocking``). The other options are
-    :class:`~nous_inbox.owner.Owner`'s, ``freeze_gc`` included (off by default; on, an asyncio
-    task or future caught in a reference cycle at a freeze is never collected). They are
-    checked here, before anything is opened.
+    :class:`~nous_inbox.owner.Owner`'s, checked before anything is opened; ``freeze_gc`` is off by
+    default (on, an asyncio task or future in a reference cycle at a freeze is never collected).
 
     ``watch``: while a run goes the owner looks for other processes' sends every
     ``poll_interval`` (or when its store hints: PostgreSQL's NOTIFY), so a steer reaches the run
@@ -349,9 +345,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         return found
 
     async def delivered(self, seq: int, timeout: float | None = None) -> Receipt:
-        """Wait until the message the send at ``seq`` queued is claimed or withdrawn, and say
-        where it went (see :meth:`Owner.delivered <nous_inbox.owner.Owner.delivered>`);
-        ``TimeoutError`` after ``timeout`` seconds while it is still queued."""
+        """Wait until the message sent at ``seq`` is claimed or withdrawn and say where it went
+        (:meth:`Owner.delivered <nous_inbox.owner.Owner.delivered>`); else ``TimeoutError``."""
         receipts = self._answers.receipts
         waiting = asyncio.timeout(timeout)
         receipts.watch(seq)
@@ -365,9 +360,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                             return found
                         self._raise_if_lost()
                         if self._closed:
-                            raise RuntimeError(f"AsyncOwner of session {self._stream!r} closed "
-                                               f"while the message sent at seq {seq} was still "
-                                               f"queued")
+                            raise RuntimeError(f"AsyncOwner of session {self._stream!r} closed; "
+                                               f"the message sent at seq {seq} is still queued")
                         await moved
                     finally:
                         moved.cancel()

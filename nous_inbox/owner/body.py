@@ -1,17 +1,13 @@
 """The body both owners share: what an owner is, with neither its threads nor its event loop.
 
-An owner holds one session and decides when to run. Its decisions are
-:class:`~nous_inbox.owner.core.OwnerCore`'s; around them, everything that is the same whether the
-turns run on a worker thread (:class:`~nous_inbox.owner.Owner`) or as an asyncio task
-(:class:`~nous_inbox.owner.async_owner.AsyncOwner`) lives here once: the options and their checks,
-the read-only views, opening the session (lease, journal, resume), the send verbs over one send
-path, the listener fan-out, the boundary hook (:mod:`nous_inbox.boundary`), the refused-prompt
-undo, a run's failure and its last record, a lost lease, closing, and what the watcher does on
-each look at the store. What an owner answers about its turns is
-:class:`~nous_inbox.owner.turn_result.TurnAnswers`', written as steps each pump runs its way. Each
-owner adds only its pump: how a run is started and waited for, how a send waits for its commit,
-and how a wait for a turn's end waits. What crosses the owner's edge (the port its runs use,
-the runner protocols, a cancel from another process) is :mod:`nous_inbox.owner.port`'s.
+An owner holds one session and decides when to run; its decisions are
+:class:`~nous_inbox.owner.core.OwnerCore`'s. What is the same whether the turns run on a worker
+thread (:class:`~nous_inbox.owner.Owner`) or as an asyncio task
+(:class:`~nous_inbox.owner.async_owner.AsyncOwner`) lives here once: options and checks, views,
+opening (lease, journal, resume), the send verbs over one path, listeners, the boundary hook
+(:mod:`nous_inbox.boundary`), a refused prompt's undo, a run's failure, a lost lease, closing,
+and the watcher's look. Turn answers are :class:`~nous_inbox.owner.turn_result.TurnAnswers`'.
+Each owner adds only its pump; what crosses its edge is :mod:`nous_inbox.owner.port`'s.
 
 One send path: every verb is one line over ``_send``, which commits at once (a store that does
 not block, or a thread that already holds the owner's lock) or queues the send for the next group
