@@ -40,7 +40,6 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from nous_inbox.events import MailRead, MailSent
-from nous_inbox.mailbox._named import text
 from nous_inbox.mailbox.answers import (
     AskTimeoutError,
     Letter,
@@ -50,28 +49,33 @@ from nous_inbox.mailbox.answers import (
     not_yours,
 )
 from nous_inbox.mailbox.changes import receipt
+from nous_inbox.mailbox.names import text
 
 if TYPE_CHECKING:
     from nous_inbox.mailbox.mailbox import Mailbox
 
 __all__ = ["AgentHandle"]
 
-_GIVEN: Final = object()
-"""What only :meth:`Mailbox.agent` passes to make a handle."""
-
 POLL: Final = 0.05
 """Seconds between looks at the store for a reply another process wrote."""
 
 
 class AgentHandle:
-    """Agent ``name``'s verbs on ``mailbox``; see the module. Get one from ``box.agent(name)``."""
+    """Agent ``name``'s verbs on ``mailbox``; see the module. Get one from ``box.agent(name)``.
+
+    A mailbox gives out each agent's handle once, whichever way it is asked: a second, by
+    ``box.agent`` or by this class, is a ``ValueError`` and changes nothing.
+    """
 
     __slots__ = ("_mailbox", "_name")
 
-    def __init__(self, mailbox: Mailbox, name: str, given: object = None) -> None:
-        if given is not _GIVEN:
-            raise TypeError(f"AgentHandle: get a handle from the mailbox, box.agent({name!r}), "
-                            "which gives out each agent's once")
+    def __init__(self, mailbox: Mailbox, name: str) -> None:
+        name = text(name, "name", "agent")
+        with mailbox._lock:
+            if name in mailbox._handles:
+                raise ValueError(f"agent {name!r}: its handle was already given out; pass that "
+                                 f"handle (box.agent({name!r})) to whoever acts as it")
+            mailbox._handles[name] = self
         self._mailbox = mailbox  # (private: holding a handle gives no way to other agents)
         self._name = name
 
@@ -221,7 +225,7 @@ class _Asking:
         # thread of its own (named by its id) is answered by its own reply only, never by a late
         # one to an earlier question.
         box = self.box
-        id = None if thread is not None else box._prefix + str(next(box._counter))
+        id = None if thread is not None else box._new_id()
         self.id = handle.send(to, body, kind=kind, thread=id if thread is None else thread,
                               id=id).id
 
