@@ -27,13 +27,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nous_inbox"
 MAX_LINES = 500
 
 # Files other work is changing at the same time; each entry goes when that work lands.
-DEPRECATED_ALLOWED = {
-    "mailbox/_named.py": "the name-taking mailbox verbs: the mailbox's own rework removes them",
-}
-PRIVATE_IMPORTS_ALLOWED = {
-    ("mailbox/mailbox.py", "nous_inbox.mailbox.handle", "_GIVEN"): "the mailbox's own rework",
-    ("mailbox/mailbox.py", "nous_inbox.mailbox.owner_link", "_is_owned"): "the mailbox's own rework",
-}
+DEPRECATED_ALLOWED: dict[str, str] = {}
+PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str, str], str] = {}
 FOREIGN_EXPORTS_ALLOWED = {
     ("adapters/aimu.py", "ORDER_KEY"): "the aimu adapter's own rework",
 }
@@ -55,26 +50,12 @@ TEST_PRIVATES_ALLOWED: dict[tuple[str, str], str] = {
         "a stand-in for aimu's model call records as aimu's own client does",
     ("tests/aimu_kit.py", "client._append_message"):
         "a stand-in for aimu's model call records as aimu's own client does",
-    ("tests/test_compat_praisonai.py", "drop_in.mailbox._clock"):
-        "the same clock on both sides: no public way to give the drop-in's mailbox one yet",
-    ("tests/test_compat_praisonai.py", "whole._clock"):
-        "the same clock on both sides: no public way to give the drop-in's mailbox one yet",
-    ("tests/test_compat_praisonai.py", "drop_in.mailbox._prefix"):
-        "the same generated ids on both sides: random per mailbox by design",
-    ("tests/test_compat_praisonai.py", "whole._prefix"):
-        "the same generated ids on both sides: random per mailbox by design",
-    ("tests/test_mailbox.py", "plain._prefix"):
-        "the same generated ids on both sides: random per mailbox by design",
-    ("tests/test_mailbox.py", "recorded._prefix"):
-        "the same generated ids on both sides: random per mailbox by design",
     ("tests/test_group_commit.py", "owner._group"):
         "how many sends wait in the group commit: no public count yet",
     ("tests/test_owner.py", "owner._group"):
         "whether another thread leads a commit: no public state yet",
     ("tests/test_store_postgres.py", "owner._group"):
         "how many sends wait in the group commit: no public count yet",
-    ("tests/test_mailbox_durable.py", "box._group"):
-        "how many sends wait in the mailbox's group commit: no public count yet",
     ("tests/test_log_bench_smoke.py", "log_bench._ours"):
         "the benchmark's own helpers, not the library's",
     ("tests/test_log_bench_smoke.py", "log_bench._stores"):

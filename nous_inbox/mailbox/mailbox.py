@@ -64,7 +64,6 @@ from nous_inbox.events import (
     MailRead,
     MailSent,
 )
-from nous_inbox.frozen import freeze_json
 from nous_inbox.mailbox.answers import (
     Letter,
     Receipt,
