@@ -747,7 +747,7 @@ def test_a_restarted_mailbox_rebuilds_every_state_by_replay(store: Store) -> Non
     assert again.state == live.state
     assert again.state.snapshot()["boxes"]["ops"]["counts"] == (3, 3, 2)
     assert again.pending("dev") == live.pending("dev")
-    assert [t.thread for t in again.threads("dev")] == [t.thread for t in dev.threads()]
+    assert [t.thread for t in again.agent("dev").threads()] == [t.thread for t in dev.threads()]
 
 
 def test_replay_of_the_stored_events_equals_the_live_state(store: Store) -> None:

@@ -124,7 +124,7 @@ class InProcessMailbox:
     def _as(self, name: object, what: str, verb: str) -> AgentHandle:
         """The handle of agent ``name`` (the argument ``what`` of ``verb``), taken the first time;
         ``PermissionError`` if someone else was given it."""
-        handle = self._agents.get(name) if type(name) is str else None  # type: ignore[arg-type]
+        handle = self._agents.get(name) if type(name) is str else None
         if handle is not None:
             return handle
         plain = text(name, what, verb)

@@ -73,8 +73,8 @@ class AgentHandle:
         name = text(name, "name", "agent")
         with mailbox._lock:
             if name in mailbox._handles:
-                raise ValueError(f"agent {name!r}: its handle was already given out; pass that "
-                                 f"handle (box.agent({name!r})) to whoever acts as it")
+                raise ValueError(f"agent {name!r}: its handle was already given out; "
+                                 "pass that handle to whoever acts as it")
             mailbox._handles[name] = self
         self._mailbox = mailbox  # (private: holding a handle gives no way to other agents)
         self._name = name
