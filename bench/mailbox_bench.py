@@ -28,7 +28,8 @@ Durable: acknowledged sends per second through agents' handles on ``sqlite:`` wi
 sender threads, against the raw batched limit (one thread inserting the same rows with
 ``sqlite3`` under the store's pragmas, ``RAW_ROWS`` per transaction: what 8 senders share at
 best, as the owner benchmark measures it) and raw unbatched (one transaction per row). Run
-``python -m bench.mailbox_bench`` (``--quick``: small and fast).
+``python -m bench.mailbox_bench`` (``--quick``: small and fast; ``--floors``: only the drop-in's
+floors, median and spread of alternating samples).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ from nous_inbox.adapters.praisonai import InProcessMailbox
 from nous_inbox.events import MailNoticed
 from nous_inbox.mailbox import AgentHandle, Mailbox, compose
 
-__all__ = ["durable", "growth", "memory", "render", "retained", "run", "throughput", "main"]
+__all__ = ["durable", "floors", "growth", "memory", "render", "retained", "run", "throughput",
+           "main"]
 
 BURST = 100
 SMALL_DICT = {"task": "review", "file": "auth.py", "priority": 2}
@@ -133,6 +135,23 @@ def throughput(quick: bool = False) -> dict[str, tuple[float, float]]:
                 rates.setdefault(side, []).append(rate)
                 ratios.setdefault(side, []).append(rate / rates[against][-1])
     return {side: (max(rates[side]), statistics.median(ratios[side])) for side in rates}
+
+
+def floors(samples: int = 15, n: int = 20_000) -> dict[str, tuple[float, float, float]]:
+    """Only the drop-in's two floors, quickly: per content (``"str"``, ``"dict"``), the median,
+    lowest and highest of ``samples`` ratios, each the drop-in's rate over PraisonAI's measured
+    just before it (the sides alternate, so a change of load hits both)."""
+    baseline = _praisonai()
+    found: dict[str, tuple[float, float, float]] = {}
+    for content, body in (("str", "findings"), ("dict", SMALL_DICT)):
+        ratios = []
+        for _ in range(samples):
+            gc.collect()
+            theirs = _rate(baseline(), n, body)
+            gc.collect()
+            ratios.append(_rate(InProcessMailbox(), n, body) / theirs)
+        found[content] = (statistics.median(ratios), min(ratios), max(ratios))
+    return found
 
 
 def _bytes_per_message(make: Callable[[], Any], n: int) -> float:
@@ -324,7 +343,15 @@ def run(quick: bool = False) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
+    parser.add_argument("--floors", action="store_true",
+                        help="only the drop-in's floors against PraisonAI: median (lowest-highest)")
     args = parser.parse_args(argv)
+    if args.floors:
+        for content, (median, low, high) in floors().items():
+            floor = FLOOR_STR if content == "str" else FLOOR_DICT
+            print(f"drop-in vs PraisonAI, {content} content: {median:.2f}x ({low:.2f}-{high:.2f}; "
+                  f"floor {floor}x: {'met' if median >= floor else 'NOT met'})")
+        return
     print(run(args.quick))
 
 

@@ -52,12 +52,26 @@ class Bound(NamedTuple):
     overflow: Overflow = "refuse"
 
 
-def checked_body(body: Any, where: str) -> Any:
-    """``body`` frozen and checked, or the error naming ``where`` (plain ASCII text, the
-    commonest body, needs neither)."""
+def checked_body(body: Any, where: str, *names: object) -> Any:
+    """``body`` frozen and checked, or the error naming the place: ``where`` formatted with
+    ``names``, only when there is an error to name (plain ASCII text, the commonest body, needs
+    no check at all).
+
+    >>> checked_body({"v": [1]}, "send to {!r}", "dev") == {"v": [1]}
+    True
+    >>> checked_body({1: 2}, "send to {!r}", "dev")
+    Traceback (most recent call last):
+    ...
+    TypeError: send to 'dev': body: key 1 is int, keys must be str
+    """
     if type(body) is str and body.isascii():
         return body
-    return freeze_json(body, f"{where}: body")
+    try:
+        return freeze_json(body, "body")
+    except (TypeError, ValueError):
+        # Checked again with the place named in full: an error is rare, a send is not.
+        freeze_json(body, f"{where.format(*names) if names else where}: body")
+        raise
 
 
 def receipt(state: MailboxState, id: str) -> Receipt | None:

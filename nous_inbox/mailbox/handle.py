@@ -100,8 +100,7 @@ class AgentHandle:
              correlation_id: str | None = None, id: str | None = None) -> Receipt:
         """Send ``body`` to agent ``to``, of class ``kind``, in ``thread`` (default: this agent's
         name); ``id`` makes the send idempotent."""
-        return self._mailbox._send(to, body, sender=self.name, kind=kind, thread=thread,
-                                  correlation_id=correlation_id, id=id)
+        return self._mailbox._send(self._name, to, body, kind, thread, correlation_id, id)
 
     def reply(self, thread: str, body: Any, *, to: str | None = None, kind: str = "reply",
               id: str | None = None) -> Receipt:
@@ -109,32 +108,32 @@ class AgentHandle:
         it marks what ``to`` (default: the newest other writer) wrote there answered. ``kind``
         other than ``"reply"`` makes it that class too: a counter-question as a ``"blocker"``
         wakes the asker, and still answers it."""
-        return self._mailbox._reply(self.name, thread, body, to=to, kind=kind, id=id)
+        return self._mailbox._reply(self._name, thread, body, to=to, kind=kind, id=id)
 
     def withdraw(self, id: str) -> str:
         """Take back message ``id`` this agent sent: ``"withdrawn"`` if no notice carried it yet,
         else ``"retracted"`` (it stays in its thread, marked so, and shows there as new)."""
-        return self._mailbox._withdraw(id, sender=self.name)
+        return self._mailbox._withdraw(id, sender=self._name)
 
     def receive(self, *, limit: int = 50) -> list[MailSent]:
         """Take up to ``limit`` of this agent's queued messages, oldest first."""
-        return self._mailbox._receive(self.name, limit=limit)
+        return self._mailbox._receive(self._name, limit=limit)
 
     def threads(self) -> list[ThreadSummary]:
         """This agent's threads, the most recent first."""
-        return self._mailbox._threads(self.name)
+        return self._mailbox._threads(self._name)
 
     def read(self, thread: str) -> list[Letter]:
         """Read this agent's ``thread`` whole and mark it read."""
-        return self._mailbox._read_thread(self.name, thread)
+        return self._mailbox._read_thread(self._name, thread)
 
     def pending(self) -> int:
         """How many messages wait for this agent."""
-        return self._mailbox.pending(self.name)
+        return self._mailbox.pending(self._name)
 
     def message(self, id: str) -> Letter:
         """Message ``id``, if this agent sent or received it (``PermissionError`` otherwise)."""
-        return _message(self._mailbox, self.name, id)
+        return _message(self._mailbox, self._name, id)
 
     def ask(self, to: str, body: Any, *, timeout: float | None = None, kind: str = "question",
             thread: str | None = None) -> Letter:

@@ -202,19 +202,19 @@ class Mailbox(NoticeDelivery):
 
     # -- sending ----------------------------------------------------------------------------------
 
-    def _send(self, recipient: str, body: Any, *, sender: str, correlation_id: str | None = None,
-              thread: str | None = None, kind: str = "action", id: str | None = None) -> Receipt:
-        """Queue ``body`` for ``recipient`` from ``sender``; see the module's rules.
+    def _send(self, sender: str, recipient: str, body: Any, kind: str, thread: str | None,
+              correlation_id: str | None, id: str | None) -> Receipt:
+        """Queue ``body`` for ``recipient`` from ``sender`` (a handle's name: checked when the
+        handle was made); see the module's rules.
 
         Raises ``TypeError``/``ValueError`` for bad input and :class:`MailboxFullError` at the
         bound (default policy), leaving everything unchanged.
         """
-        if (type(recipient) is not str or not recipient or type(sender) is not str or not sender
+        if (type(recipient) is not str or not recipient
                 or (thread is not None and (type(thread) is not str or not thread))
                 or (correlation_id is not None and type(correlation_id) is not str)):
-            recipient, sender, thread, correlation_id = send_names(recipient, sender, thread,
-                                                                   correlation_id)
-        body = checked_body(body, f"send to {recipient!r}")
+            recipient, thread, correlation_id = send_names(recipient, thread, correlation_id)
+        body = checked_body(body, "send to {!r}", recipient)
         cls = KIND_ALIASES.get(kind) if type(kind) is str else None
         if cls is None:
             cls = kind_of(kind, f"send to {recipient!r}")  # raises, naming the kinds
@@ -223,8 +223,8 @@ class Mailbox(NoticeDelivery):
             id = self._new_id()
         elif type(id) is not str or not id:
             id = text(id, "id", f"send to {recipient!r}")
-        event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
-                         thread=thread or "", correlation_id=correlation_id, at=self._clock())
+        event = MailSent(id, sender, recipient, body, cls, thread or "", correlation_id,
+                         at=self._clock())
         if self._journal is None and not given:
             # Nothing to append nor to look up by id: with room in the queue and the recipient
             # not attached, what :func:`~nous_inbox.mailbox.changes.sent` computes is the
@@ -365,9 +365,8 @@ class Mailbox(NoticeDelivery):
     # -- receiving --------------------------------------------------------------------------------
 
     def _receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
-        """Take up to ``limit`` of ``agent``'s queued messages, oldest first; they leave the mailbox."""
-        if type(agent) is not str or not agent:
-            agent = text(agent, "agent", "receive")
+        """Take up to ``limit`` of ``agent``'s queued messages, oldest first; they leave the
+        mailbox. ``agent`` is a handle's name (checked when the handle was made)."""
         if type(limit) is not int or limit < 0:
             raise ValueError(f"receive for {agent!r}: limit must be an int >= 0, got {limit!r}")
 
@@ -495,5 +494,5 @@ class Mailbox(NoticeDelivery):
 def _counted(prefix: str) -> Callable[[], str]:
     """Ids ``prefix`` + 1, 2, 3, ...: the prefix random per mailbox, so processes sharing a
     store never make up the same id."""
-    count = itertools.count(1)
-    return lambda: prefix + str(next(count))
+    # Built of C callables (no Python frame per id): a send makes one.
+    return map(prefix.__add__, map(str, itertools.count(1))).__next__

@@ -31,13 +31,12 @@ def text(value: object, what: str, where: str) -> str:
     return plain
 
 
-def send_names(recipient: object, sender: object, thread: object,
-               correlation: object) -> tuple[str, str, str | None, str | None]:
-    """A send's names (its ``recipient``, ``sender``, ``thread`` and ``correlation`` id) as
-    plain ``str`` s, or the error naming the part that is not what it must be."""
+def send_names(recipient: object, thread: object,
+               correlation: object) -> tuple[str, str | None, str | None]:
+    """A send's names (its ``recipient``, ``thread`` and ``correlation`` id) as plain ``str`` s,
+    or the error naming the part that is not what it must be."""
     recipient = text(recipient, "recipient", "send")
     where = f"send to {recipient!r}"
-    sender = text(sender, "sender", where)
     if thread is not None:
         thread = text(thread, "thread", where)
     if correlation is not None:
@@ -45,4 +44,4 @@ def send_names(recipient: object, sender: object, thread: object,
             raise TypeError(f"{where}: correlation_id must be a str or None, "
                             f"got {correlation!r}")
         correlation = str.__str__(correlation)
-    return recipient, sender, thread, correlation
+    return recipient, thread, correlation
