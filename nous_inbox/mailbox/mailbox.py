@@ -214,7 +214,8 @@ class Mailbox(NoticeDelivery):
                 or (thread is not None and (type(thread) is not str or not thread))
                 or (correlation_id is not None and type(correlation_id) is not str)):
             recipient, thread, correlation_id = send_names(recipient, thread, correlation_id)
-        body = checked_body(body, "send to {!r}", recipient)
+        if type(body) is not str or not body.isascii():  # (plain ASCII text needs no check)
+            body = checked_body(body, "send to {!r}", recipient)
         cls = KIND_ALIASES.get(kind) if type(kind) is str else None
         if cls is None:
             cls = kind_of(kind, f"send to {recipient!r}")  # raises, naming the kinds

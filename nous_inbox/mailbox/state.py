@@ -74,6 +74,7 @@ _NOBODY: Final = AgentMail()
 
 # Read by C callables, so a batch is checked or tidied without a Python frame per message.
 _ID: Final = attrgetter("event.id")
+_EVENT: Final = attrgetter("event")
 _QUEUED: Final = attrgetter("queued")
 _FRESH: Final = attrgetter("fresh")
 _KEPT: Final = attrgetter("kept")
@@ -162,7 +163,7 @@ class MailboxState:
         queue = box.queue
         box.first_queued()
         if len(queue) == box.queued:  # no message left from the middle: the first are taken
-            return [mail.event for mail in islice(queue, limit)]
+            return list(map(_EVENT, islice(queue, limit)))
         found: list[MailSent] = []
         for mail in queue:
             if mail.queued:
@@ -391,7 +392,7 @@ class MailboxState:
             self._tidy(box)
 
     def _tidy(self, box: AgentMail) -> None:
-        box.queue = deque(compress(box.queue, map(_QUEUED, box.queue)))
+        box.queue = deque(compress(box.queue, map(_QUEUED, box.queue))) if box.queued else deque()
         box.fresh = deque(compress(box.fresh, map(_FRESH, box.fresh)))
         box.waking = deque(compress(box.waking, map(_FRESH, box.waking)))
 
