@@ -187,6 +187,25 @@ def test_a_message_let_go_is_refused_to_others_and_its_outcome_told_to_its_own(
             own.message(sent.id)
 
 
+def test_each_message_one_receive_lets_go_keeps_its_own_parties_and_answer(
+        box: Mailbox) -> None:
+    lead, qa, dev = box.agent("lead"), box.agent("qa"), box.agent("dev")
+    lead.send("dev", "ship it?", id="l-1")
+    qa.send("dev", "tests are green", id="q-1")
+    lead.send("dev", "and tag it", id="l-2")
+    answer = dev.reply("lead", "yes, both")  # answers lead's two, still queued
+    assert [m.id for m in dev.receive()] == ["l-1", "q-1", "l-2"]  # one receive lets all go
+    assert lead.send("dev", "ship it?", id="l-1").answer == answer.id
+    assert qa.send("dev", "tests are green", id="q-1").answer is None
+    assert lead.send("dev", "and tag it", id="l-2").answer == answer.id
+    for own, other, id in ((lead, qa, "l-1"), (qa, lead, "q-1"), (lead, qa, "l-2")):
+        with pytest.raises(LookupError, match=r"no longer kept \(received\)"):
+            own.message(id)
+        with pytest.raises(PermissionError, match="is not yours"):
+            other.message(id)
+    assert [box.status(id) for id in ("l-1", "q-1", "l-2")] == ["received"] * 3
+
+
 @pytest.mark.parametrize("let_go", [False, True])
 def test_a_withdraw_of_another_agents_message_is_refused_without_its_sender(
         box: Mailbox, let_go: bool) -> None:
