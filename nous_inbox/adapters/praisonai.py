@@ -142,8 +142,11 @@ class InProcessMailbox:
     def send(self, recipient: str, body: Any, *, sender: str,
              correlation_id: str | None = None) -> str:
         """Send ``body`` to the agent named ``recipient``; returns the message's id."""
-        return self._as(sender, "sender", "send").send(recipient, body,
-                                                       correlation_id=correlation_id).id
+        # The handle taken before, found without a call to _as: a send is the commonest call.
+        handle = self._agents.get(sender) if type(sender) is str else None
+        if handle is None:
+            handle = self._as(sender, "sender", "send")
+        return handle.send(recipient, body, correlation_id=correlation_id).id
 
     def receive(self, agent_id: str, *, limit: int = 50) -> list[AgentMessage]:
         """Take up to ``limit`` pending messages for ``agent_id``, oldest first."""

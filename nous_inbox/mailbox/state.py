@@ -42,7 +42,7 @@ value per send would cost several times a few appends.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress, islice
 from operator import attrgetter
 from typing import Any, Final
@@ -75,6 +75,8 @@ _NOBODY: Final = AgentMail()
 # Read by C callables, so a batch is checked or tidied without a Python frame per message.
 _ID: Final = attrgetter("event.id")
 _EVENT: Final = attrgetter("event")
+_SENDER: Final = attrgetter("event.sender")
+_ANSWER: Final = attrgetter("answered_by")
 _QUEUED: Final = attrgetter("queued")
 _FRESH: Final = attrgetter("fresh")
 _KEPT: Final = attrgetter("kept")
@@ -355,38 +357,27 @@ class MailboxState:
             if mail.kept and mail.settled:
                 self._let_go((mail,), "released", box)
 
-    def _let_go(self, mails: Iterable[Mail], outcome: Outcome, box: AgentMail,
+    def _let_go(self, mails: Sequence[Mail], outcome: Outcome, box: AgentMail,
                 ids: tuple[str, ...] | None = None) -> None:
         """Stop keeping ``mails`` (of ``box``, with ``ids`` when the caller has them): only their
         outcome stays, in one record, for ``remember`` sends."""
-        index, queued, recipient = self._mails, 0, ""
-        named: list[str] = []
-        senders: list[str] = []
-        answers: list[str | None] | None = None
+        index, queued = self._mails, 0
         for mail in mails:
-            event = mail.event
             if mail.queued:
-                mail.queued = mail.fresh = False
+                mail.queued = mail.fresh = mail.kept = False
                 queued += 1
             else:
-                del box.held[event.id]
-            mail.kept = False
+                del box.held[mail.event.id]
+                mail.kept = False
             if mail.indexed:
-                del index[event.id]
-            if ids is None:
-                named.append(event.id)
-            if mail.answered_by is not None and answers is None:
-                answers = [None] * len(senders)
-            if answers is not None:
-                answers.append(mail.answered_by)
-            senders.append(event.sender)
-            recipient = event.recipient
-        if senders:
-            self._forget.append(Gone(tuple(named) if ids is None else ids, tuple(senders),
-                                     outcome, recipient, self.sends,
-                                     None if answers is None else tuple(answers)))
+                del index[mail.event.id]
+        if mails:
+            self._forget.append(Gone(
+                tuple(map(_ID, mails)) if ids is None else ids, tuple(map(_SENDER, mails)),
+                outcome, mails[0].event.recipient, self.sends,
+                tuple(map(_ANSWER, mails)) if any(map(_ANSWER, mails)) else None))
             self._gone_unindexed += 1
-            self._kept_count -= len(senders)
+            self._kept_count -= len(mails)
         box.queued -= queued
         if not box.queued:  # nothing queued: only a retraction of a read message may be new
             self._tidy(box)
