@@ -541,9 +541,15 @@ def test_for_an_owner_the_look_and_the_send_are_one_step() -> None:
     owner.close()
 
 
+def _says(event: Event, text: str) -> bool:
+    """Whether ``event`` sends a message saying ``text``."""
+    return isinstance(event, MessageSent) and event.message.content == text
+
+
 def test_a_listener_of_one_owner_mailing_another_busy_one_does_not_wait_for_it() -> None:
     # Two owners' threads each holding their own lock and mailing the other must not wait for
-    # each other: the second lock is only tried, and the notice goes once it is free.
+    # each other: the second lock is only tried, and the notice goes once it is free. A listener
+    # runs holding its owner's lock, so each owner's lock is held here by a listener of it.
     box = Mailbox(clock=Clock(), debounce=0.0)
     a_agent = box.agent("a")
     a = Owner(open_store("memory:"), "a", Runner(Model()), watch=False, start=False)
@@ -551,24 +557,31 @@ def test_a_listener_of_one_owner_mailing_another_busy_one_does_not_wait_for_it()
     box.attach("a", a)
     box.attach("b", b)
     holding, release, delivered = threading.Event(), threading.Event(), threading.Event()
-    b.listen(lambda event: delivered.set() if isinstance(event, MessageSent) else None)
+    sent: list[str] = []
 
-    def hold_b() -> None:
-        with b._lock:  # (private: the owners' locks are what this guarantee is about)
+    def hold(event: Event) -> None:  # b's lock stays held until released
+        if _says(event, "hold"):
             holding.set()
             release.wait(WAIT)
 
-    holder = threading.Thread(target=hold_b)
+    def mail_b(event: Event) -> None:  # a's lock is held as this mails b
+        if _says(event, "mail b"):
+            sent.append(a_agent.send("b", "which branch?", kind="blocker").id)
+
+    b.listen(hold)
+    b.listen(lambda event: delivered.set() if isinstance(event, MessageSent)
+             and notices([event.message]) else None)
+    a.listen(mail_b)
+    holder = threading.Thread(target=b.send, args=("hold", Target.NEXT_TURN, False))
     holder.start()
     assert holding.wait(WAIT)
-    with a._lock:  # as a listener of ``a`` runs (private: the owner's lock is the subject)
-        sent = a_agent.send("b", "which branch?", kind="blocker")
-    assert not delivered.is_set() and box.status(sent.id) == "queued"
+    a.send("mail b", Target.NEXT_TURN, False)
+    assert not delivered.is_set() and box.status(sent[0]) == "queued"
     release.set()
     holder.join()
     assert delivered.wait(WAIT)  # the delivery thread sent it once b's lock was free
     assert b.wait_idle(WAIT)
-    assert box.status(sent.id) == "noticed"
+    assert box.status(sent[0]) == "noticed"
     a.close()
     b.close()
     box.close()
