@@ -66,10 +66,6 @@ TEST_PRIVATES_ALLOWED: dict[tuple[str, str], str] = {
         "a notice committed as an attached owner's claim commits it, without an owner per step",
     ("tests/test_mailbox.py", "box._commit"):
         "a notice committed as an attached owner's claim commits it, without an owner per step",
-    ("tests/test_mailbox_notices.py", "a._lock"):
-        "the owners' locks are what this guarantee is about",
-    ("tests/test_mailbox_notices.py", "b._lock"):
-        "the owners' locks are what this guarantee is about",
     ("tests/test_owner.py", "owner._lock"):
         "a run's worker's place inside record, which a listener's send meets",
     ("tests/test_snapshot.py", "owner._journal"):
