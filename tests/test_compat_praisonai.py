@@ -6,8 +6,10 @@ durable store.
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,6 +24,12 @@ from nous_inbox.store import open_store
 messaging = pytest.importorskip("praisonaiagents.messaging")
 Real = messaging.InProcessMailbox
 RealMessage = messaging.AgentMessage
+
+
+def _counted() -> Callable[[], str]:
+    """Ids m1, m2, ...: two mailboxes given these make up the same ids."""
+    count = itertools.count(1)
+    return lambda: f"m{next(count)}"
 
 
 def both() -> list[Any]:
@@ -195,8 +203,16 @@ def test_once_an_agent_has_a_handle_the_drop_in_cannot_act_as_it() -> None:
     with pytest.raises(PermissionError, match="'writer' acts only through its handle"):
         box.send("researcher", "forged", sender="writer")
     assert writer.pending() == 1 and box.pending("researcher") == 0
-    box.send("editor", "still a name verb for the others", sender="researcher")
-    assert [m.body for m in box.receive("editor")] == ["still a name verb for the others"]
+    box.send("editor", "the others still act by name", sender="researcher")
+    assert [m.body for m in box.receive("editor")] == ["the others still act by name"]
+
+
+def test_an_agent_the_drop_in_acted_as_gets_no_second_handle() -> None:
+    box = InProcessMailbox()
+    box.send("writer", "need a title", sender="researcher")
+    with pytest.raises(ValueError, match="'researcher': its handle was already given out"):
+        box.mailbox.agent("researcher")
+    assert [m.sender for m in box.receive("writer")] == ["researcher"]
 
 
 @pytest.mark.parametrize("bound", [True, 1.5, "10"])
@@ -243,13 +259,10 @@ _sends = st.lists(st.tuples(
 def test_the_drop_ins_send_folds_exactly_what_the_mailboxs_send_folds(
     ops: list[tuple[str, str, Any]]
 ) -> None:
-    # The drop-in's send folds a plain send as it builds it (no store, no listener, room in the
-    # queue); anything else goes the whole way through ``Mailbox.send``. Both must leave the
-    # same state, at the bound and with a subscriber included.
-    drop_in = InProcessMailbox(max_inbox=3)
-    whole = Mailbox(max_queue=3, overflow="drop_oldest", clock=lambda: 5.0)
-    drop_in.mailbox._clock = whole._clock  # (private: the same clock and generated ids on
-    drop_in.mailbox._prefix = whole._prefix  # both sides; both are the mailbox's own)
+    # The drop-in acts through the agents' handles: it must leave the state a handle's sends
+    # and receives leave, at the bound and with a subscriber included.
+    drop_in = InProcessMailbox(max_inbox=3, clock=lambda: 5.0, ids=_counted())
+    whole = Mailbox(max_queue=3, overflow="drop_oldest", clock=lambda: 5.0, ids=_counted())
     handles: dict[str, AgentHandle] = {}
 
     def handle(name: str) -> AgentHandle:

@@ -51,12 +51,6 @@ class _Held:
         return getattr(self.inner, name)
 
 
-def _queued(box: Mailbox) -> int:
-    # Private, read-only: how many sends wait in the mailbox's group commit, the one way to know
-    # a batch has formed behind the held commit without a sleep.
-    return box._group.queued  # type: ignore[union-attr]
-
-
 def _burst(store: Store, sends: Sequence[tuple[str, str]], **options: Any,
            ) -> tuple[_Held, Mailbox, dict[str, Receipt | BaseException]]:
     """A first send held in its commit, then ``sends`` (recipient, text) from a thread each."""
@@ -77,7 +71,7 @@ def _burst(store: Store, sends: Sequence[tuple[str, str]], **options: Any,
     threads += [threading.Thread(target=send, args=s, daemon=True) for s in sends]
     for thread in threads[1:]:
         thread.start()
-    wait_until(lambda: _queued(box) == len(sends), what="the other sends queued", timeout=WAIT)
+    wait_until(lambda: box.sends_waiting == len(sends), what="the other sends queued", timeout=WAIT)
     held.release.set()
     for thread in threads:
         thread.join(WAIT)

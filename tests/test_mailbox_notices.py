@@ -30,10 +30,6 @@ from nous_inbox.store import Store, open_store
 from nous_inbox.store.journal import claim_event
 from nous_inbox.verbs import Target
 
-# These tests drive the mailbox's deprecated name-taking verbs, which share their bodies with
-# the handles' (tests/test_mailbox_handles.py drives the handles).
-pytestmark = pytest.mark.filterwarnings("ignore:Mailbox.*deprecated:DeprecationWarning")
-
 WAIT = 30  # seconds: a bound for a wait that should end at once, never a synchronisation sleep
 
 
@@ -92,14 +88,16 @@ def make(
 
 def test_an_fyi_never_wakes_an_idle_agent() -> None:
     box = Mailbox(clock=Clock())
-    box.send("dev", "fyi", sender="qa", kind="fyi")
+    qa = box.agent("qa")
+    qa.send("dev", "fyi", kind="fyi")
     assert box.state.oldest_fresh("dev", waking=True) is None
 
 
 def test_a_blocker_may_wake() -> None:
     box = Mailbox()
-    box.send("dev", "fyi", sender="qa", kind="fyi")
-    box.send("dev", "which branch?", sender="stranger", kind="question")
+    qa, stranger = box.agent("qa"), box.agent("stranger")
+    qa.send("dev", "fyi", kind="fyi")
+    stranger.send("dev", "which branch?", kind="question")
     woken = box.state.oldest_fresh("dev", waking=True)
     assert woken is not None and woken.event.kind == "blocker"
 
@@ -177,9 +175,10 @@ def test_a_result_gives_out_no_work_so_results_never_wake_each_other_back() -> N
 def test_a_waking_burst_waits_the_debounce_then_is_one_notice() -> None:
     clock = Clock()
     box = Mailbox(clock=clock)
-    box.send("dev", "q1", sender="lead", kind="blocker")
+    lead, qa = box.agent("lead"), box.agent("qa")
+    lead.send("dev", "q1", kind="blocker")
     clock.now += 1.5
-    box.send("dev", "q2", sender="qa", kind="blocker")
+    qa.send("dev", "q2", kind="blocker")
     assert plan(box.state, "dev", clock.now, running=False, prompt_waiting=False) == (
         None, 1002.0)
     assert plan(box.state, "dev", 1002.0, running=False, prompt_waiting=False)[0] == "followup"
@@ -187,22 +186,25 @@ def test_a_waking_burst_waits_the_debounce_then_is_one_notice() -> None:
 
 def test_the_debounce_and_the_bounded_wait_are_configurable() -> None:
     box = Mailbox(clock=Clock())
-    box.send("dev", "fyi", sender="qa", kind="fyi")
-    box.send("dev", "q", sender="qa", kind="blocker")
+    qa = box.agent("qa")
+    qa.send("dev", "fyi", kind="fyi")
+    qa.send("dev", "q", kind="blocker")
     assert plan(box.state, "dev", 1000.0, running=False, prompt_waiting=False, debounce=5.0,
                 max_wait=3.0) == (None, 1003.0)
 
 
 def test_messages_that_cannot_wake_wait_at_most_the_bounded_time() -> None:
     box = Mailbox(clock=Clock())
-    box.send("dev", "fyi", sender="qa", kind="fyi")
+    qa = box.agent("qa")
+    qa.send("dev", "fyi", kind="fyi")
     assert plan(box.state, "dev", 1599.0, running=False, prompt_waiting=False) == (None, 1600.0)
     assert plan(box.state, "dev", 1600.0, running=False, prompt_waiting=False)[0] == "followup"
 
 
 def test_in_a_running_turn_a_notice_waits_for_the_next_boundary() -> None:
     box = Mailbox(clock=Clock())
-    box.send("dev", "fyi", sender="qa", kind="fyi")
+    qa = box.agent("qa")
+    qa.send("dev", "fyi", kind="fyi")
     assert plan(box.state, "dev", 1000.0, running=True, prompt_waiting=False) == (None, None)
     assert plan(box.state, "dev", 1000.0, boundary="turn_opening", running=True,
                 prompt_waiting=False)[0] == "join"
@@ -210,19 +212,21 @@ def test_in_a_running_turn_a_notice_waits_for_the_next_boundary() -> None:
 
 def test_at_a_step_boundary_a_notice_steers_only_when_something_in_it_may_wake() -> None:
     box = Mailbox(clock=Clock())
-    box.send("dev", "fyi", sender="qa", kind="fyi")
+    qa = box.agent("qa")
+    qa.send("dev", "fyi", kind="fyi")
     def at_step() -> str | None:
         return plan(box.state, "dev", 1000.0, boundary="step", running=True,
                     prompt_waiting=False)[0]
 
     assert at_step() == "inject"  # an FYI alone never extends a run
-    box.send("dev", "which branch?", sender="qa", kind="blocker")
+    qa.send("dev", "which branch?", kind="blocker")
     assert at_step() == "steer"
 
 
 def test_with_a_prompt_waiting_a_notice_joins_that_prompts_turn() -> None:
     box = Mailbox(clock=Clock())
-    box.send("dev", "fyi", sender="qa", kind="fyi")
+    qa = box.agent("qa")
+    qa.send("dev", "fyi", kind="fyi")
     assert plan(box.state, "dev", 1000.0, boundary="step", running=True,
                 prompt_waiting=True) == (None, None)
     assert plan(box.state, "dev", 1000.0, running=False, prompt_waiting=True)[0] == "followup"
@@ -237,11 +241,12 @@ def test_nothing_new_plans_nothing() -> None:
 
 def test_a_notice_has_one_line_per_thread_blockers_first_newest_next() -> None:
     box = Mailbox()
-    box.send("dev", "old news", sender="qa", kind="fyi")
-    box.send("dev", "more news", sender="qa", kind="fyi")
-    box.send("dev", "which branch?", sender="lead", thread="release", kind="blocker")
-    box.send("dev", "deploy is frozen", sender="ops", kind="fyi")
-    box.send("dev", "me too", sender="pm", thread="release")
+    qa, lead, ops, pm = box.agent("qa"), box.agent("lead"), box.agent("ops"), box.agent("pm")
+    qa.send("dev", "old news", kind="fyi")
+    qa.send("dev", "more news", kind="fyi")
+    lead.send("dev", "which branch?", thread="release", kind="blocker")
+    ops.send("dev", "deploy is frozen", kind="fyi")
+    pm.send("dev", "me too", thread="release")
     message, ids = compose(box.state, "dev", "n1")
     head, *lines = message.content.split("\n")
     assert head.startswith("5 new messages")
@@ -255,7 +260,8 @@ def test_a_notice_has_one_line_per_thread_blockers_first_newest_next() -> None:
 
 def test_a_notice_shows_the_newest_first_line_cut_to_120_characters() -> None:
     box = Mailbox()
-    box.send("dev", "x" * 300 + "\nsecond line", sender="qa")
+    qa = box.agent("qa")
+    qa.send("dev", "x" * 300 + "\nsecond line")
     message, _ = compose(box.state, "dev", "n1")
     line = message.content.split("\n")[1]
     preview = line.split(": ", 2)[2]
@@ -264,7 +270,8 @@ def test_a_notice_shows_the_newest_first_line_cut_to_120_characters() -> None:
 
 def test_a_notice_is_tagged_as_the_mailboxs_not_anyones_words() -> None:
     box = Mailbox()
-    box.send("dev", "hi", sender="qa")
+    qa = box.agent("qa")
+    qa.send("dev", "hi")
     message, ids = compose(box.state, "dev", "n1")
     assert message.metadata["provenance"] == NOTICE
     assert message.metadata["notice"] == "n1"
@@ -278,8 +285,9 @@ def test_a_notice_is_tagged_as_the_mailboxs_not_anyones_words() -> None:
 def test_an_idle_agent_is_woken_once_for_a_burst_after_the_debounce() -> None:
     model = Model()
     box, owner, clock = make(model)
+    lead = box.agent("lead")
     for i in range(300):
-        box.send("dev", f"question {i}", sender="lead", kind="blocker")
+        lead.send("dev", f"question {i}", kind="blocker")
     assert box.tick() == 1002.0
     assert owner.session.turn == 0
     clock.now = 1002.0
@@ -295,7 +303,8 @@ def test_an_idle_agent_is_woken_once_for_a_burst_after_the_debounce() -> None:
 def test_an_fyi_is_brought_by_a_notice_after_the_bounded_wait() -> None:
     model = Model()
     box, owner, clock = make(model)
-    box.send("dev", "fyi", sender="qa", kind="fyi")
+    qa = box.agent("qa")
+    qa.send("dev", "fyi", kind="fyi")
     clock.now += 599
     box.tick()
     assert owner.wait_idle(WAIT) and owner.session.turn == 0
@@ -314,7 +323,8 @@ def test_messages_are_marked_noticed_only_once_the_notice_was_claimed() -> None:
         if seen:
             return
         box = holder["box"]
-        sent = box.send("dev", "fyi", sender="qa", kind="fyi")
+        qa = box.agent("qa")
+        sent = qa.send("dev", "fyi", kind="fyi")
         holder["id"] = sent.id
         box.tick()  # the notice is queued in the session as a steer, not yet claimed
         seen.append(box.status(sent.id))
@@ -333,8 +343,9 @@ def test_a_notice_refused_by_the_owner_leaves_the_messages_new(
 ) -> None:
     model = Model()
     box, owner, clock = make(model)
+    lead = box.agent("lead")
     owner.close()  # a closed owner refuses sends
-    sent = box.send("dev", "q", sender="lead", kind="blocker")
+    sent = lead.send("dev", "q", kind="blocker")
     clock.now += 2
     box.tick()
     assert box.status(sent.id) == "queued"
@@ -363,8 +374,9 @@ def test_a_recipient_failing_for_another_reason_stays_attached_and_is_tried_agai
             return lambda: None
 
     box = Mailbox(clock=Clock(), debounce=0.0)
+    lead = box.agent("lead")
     box.attach("dev", Refusing())
-    sent = box.send("dev", "q", sender="lead", kind="blocker")
+    sent = lead.send("dev", "q", kind="blocker")
     assert box.status(sent.id) == "queued"
     assert "delivering a notice to 'dev' failed" in caplog.text
     with pytest.raises(ValueError, match="already attached"):
@@ -374,8 +386,9 @@ def test_a_recipient_failing_for_another_reason_stays_attached_and_is_tried_agai
 def test_a_detached_agent_hears_of_nothing_and_may_be_attached_again() -> None:
     model = Model()
     box, owner, clock = make(model)
+    lead = box.agent("lead")
     assert box.detach("dev") and not box.detach("dev")
-    box.send("dev", "q", sender="lead", kind="blocker")
+    lead.send("dev", "q", kind="blocker")
     clock.now += 2
     box.tick()
     assert owner.wait_idle(WAIT) and owner.session.turn == 0
@@ -415,17 +428,16 @@ def test_attach_listens_before_it_reads_the_session() -> None:
 
 def test_in_a_running_turn_the_notice_is_a_steer_read_at_the_next_step() -> None:
     model = Model(tool_steps=2)
-    holder: dict[str, Mailbox] = {}
+    holder: dict[str, Any] = {}
     sent_during: list[str] = []
 
     def during_tool() -> None:
         if not sent_during:
-            sent_during.append(holder["box"].send("dev", "fyi mid-run", sender="qa",
-                                                  kind="fyi").id)
+            sent_during.append(holder["qa"].send("dev", "fyi mid-run", kind="fyi").id)
             holder["box"].tick()
 
     box, owner, _ = make(model, during_tool)
-    holder["box"] = box
+    holder.update(box=box, qa=box.agent("qa"))
     owner.prompt("work twice")
     assert owner.wait_idle(WAIT)
     assert owner.session.turn == 1  # the notice made no turn of its own
@@ -441,13 +453,13 @@ def test_a_burst_during_a_tool_call_is_one_notice_at_the_next_step() -> None:
 
     def during_tool() -> None:
         if "ids" not in holder:
-            box = holder["box"]
-            holder["ids"] = [box.send("dev", text, sender=who, kind=kind).id for text, who, kind
-                             in [("a", "qa", "fyi"), ("b", "lead", "blocker"), ("c", "qa", "fyi")]]
+            box, qa, lead = holder["box"], holder["qa"], holder["lead"]
+            holder["ids"] = [who.send("dev", text, kind=kind).id for text, who, kind
+                             in [("a", qa, "fyi"), ("b", lead, "blocker"), ("c", qa, "fyi")]]
             box.tick()  # a tick between boundaries changes nothing
 
     box, owner, _ = make(model, during_tool)
-    holder["box"] = box
+    holder.update(box=box, qa=box.agent("qa"), lead=box.agent("lead"))
     owner.prompt("go")
     assert owner.wait_idle(WAIT)
     assert owner.session.turn == 1 and len(model.requests) == 2  # no request for nothing
@@ -463,14 +475,13 @@ def test_each_step_hears_what_came_during_the_tool_before_it() -> None:
     holder: dict[str, Any] = {}
 
     def during_tool() -> None:
-        box = holder["box"]
         if "a" not in holder:
-            holder["a"] = box.send("dev", "a", sender="qa", kind="fyi").id
+            holder["a"] = holder["qa"].send("dev", "a", kind="fyi").id
         else:
-            holder["b"] = box.send("dev", "which branch?", sender="lead", kind="blocker").id
+            holder["b"] = holder["lead"].send("dev", "which branch?", kind="blocker").id
 
     box, owner, _ = make(model, during_tool)
-    holder["box"] = box
+    holder.update(qa=box.agent("qa"), lead=box.agent("lead"))
     owner.prompt("go")
     assert owner.wait_idle(WAIT)
     assert owner.session.turn == 1 and len(model.requests) == 3
@@ -517,10 +528,11 @@ def test_for_an_owner_the_look_and_the_send_are_one_step() -> None:
     # No run can end and no prompt arrive between the mailbox's look and its send: from the look
     # until the notice is sent, no other thread can take the owner's lock.
     box = Mailbox(clock=Clock(), debounce=0.0)
+    lead = box.agent("lead")
     owner = _Probed(open_store("memory:"), "dev", Runner(Model()), watch=False, start=False)
     owner.probes = []
     box.attach("dev", owner)
-    box.send("dev", "which branch?", sender="lead", kind="blocker")
+    lead.send("dev", "which branch?", kind="blocker")
     assert owner.wait_idle(WAIT)
     probes, owner.probes = owner.probes, None  # type: ignore[assignment]
     assert [what for what, _ in probes][:2] == ["look", "send"]  # (then its run's boundaries)
@@ -529,33 +541,47 @@ def test_for_an_owner_the_look_and_the_send_are_one_step() -> None:
     owner.close()
 
 
+def _says(event: Event, text: str) -> bool:
+    """Whether ``event`` sends a message saying ``text``."""
+    return isinstance(event, MessageSent) and event.message.content == text
+
+
 def test_a_listener_of_one_owner_mailing_another_busy_one_does_not_wait_for_it() -> None:
     # Two owners' threads each holding their own lock and mailing the other must not wait for
-    # each other: the second lock is only tried, and the notice goes once it is free.
+    # each other: the second lock is only tried, and the notice goes once it is free. A listener
+    # runs holding its owner's lock, so each owner's lock is held here by a listener of it.
     box = Mailbox(clock=Clock(), debounce=0.0)
+    a_agent = box.agent("a")
     a = Owner(open_store("memory:"), "a", Runner(Model()), watch=False, start=False)
     b = Owner(open_store("memory:"), "b", Runner(Model()), watch=False, start=False)
     box.attach("a", a)
     box.attach("b", b)
     holding, release, delivered = threading.Event(), threading.Event(), threading.Event()
-    b.listen(lambda event: delivered.set() if isinstance(event, MessageSent) else None)
+    sent: list[str] = []
 
-    def hold_b() -> None:
-        with b._lock:  # (private: the owners' locks are what this guarantee is about)
+    def hold(event: Event) -> None:  # b's lock stays held until released
+        if _says(event, "hold"):
             holding.set()
             release.wait(WAIT)
 
-    holder = threading.Thread(target=hold_b)
+    def mail_b(event: Event) -> None:  # a's lock is held as this mails b
+        if _says(event, "mail b"):
+            sent.append(a_agent.send("b", "which branch?", kind="blocker").id)
+
+    b.listen(hold)
+    b.listen(lambda event: delivered.set() if isinstance(event, MessageSent)
+             and notices([event.message]) else None)
+    a.listen(mail_b)
+    holder = threading.Thread(target=b.send, args=("hold", Target.NEXT_TURN, False))
     holder.start()
     assert holding.wait(WAIT)
-    with a._lock:  # as a listener of ``a`` runs (private: the owner's lock is the subject)
-        sent = box.send("b", "which branch?", sender="a", kind="blocker")
-    assert not delivered.is_set() and box.status(sent.id) == "queued"
+    a.send("mail b", Target.NEXT_TURN, False)
+    assert not delivered.is_set() and box.status(sent[0]) == "queued"
     release.set()
     holder.join()
     assert delivered.wait(WAIT)  # the delivery thread sent it once b's lock was free
     assert b.wait_idle(WAIT)
-    assert box.status(sent.id) == "noticed"
+    assert box.status(sent[0]) == "noticed"
     a.close()
     b.close()
     box.close()
@@ -569,11 +595,11 @@ def test_a_notice_never_goes_ahead_of_a_waiting_prompt() -> None:
         if "done" not in holder:
             holder["done"] = True
             holder["owner"].prompt("the person's next question")
-            holder["box"].send("dev", "fyi", sender="qa", kind="fyi")
+            holder["qa"].send("dev", "fyi", kind="fyi")
             holder["box"].tick()
 
     box, owner, _ = make(model, during_tool)
-    holder.update(box=box, owner=owner)
+    holder.update(box=box, owner=owner, qa=box.agent("qa"))
     owner.prompt("first")
     assert owner.wait_idle(WAIT)
     contents = [m.content for m in owner.transcript if m.role == "user"]
@@ -588,11 +614,12 @@ def test_a_notice_never_goes_ahead_of_a_waiting_prompt() -> None:
 def test_a_withdraw_after_the_notice_retracts() -> None:
     model = Model()
     box, owner, clock = make(model)
-    sent = box.send("dev", "q", sender="lead", kind="blocker")
+    lead = box.agent("lead")
+    sent = lead.send("dev", "q", kind="blocker")
     clock.now += 2
     box.tick()
     assert owner.wait_idle(WAIT)
-    assert box.withdraw(sent.id, sender="lead") == "retracted"
+    assert lead.withdraw(sent.id) == "retracted"
     owner.close()
 
 
@@ -602,27 +629,28 @@ def test_a_withdraw_before_the_next_boundary_unsends() -> None:
 
     def during_tool() -> None:
         if "answer" not in holder:
-            box = holder["box"]
-            box.send("dev", "wrong key, ignore", sender="qa", id="m1")
-            holder["answer"] = box.withdraw("m1", sender="qa")
+            qa = holder["qa"]
+            qa.send("dev", "wrong key, ignore", id="m1")
+            holder["answer"] = qa.withdraw("m1")
 
     box, owner, _ = make(model, during_tool)
-    holder["box"] = box
+    qa = holder["qa"] = box.agent("qa")
     owner.prompt("go")
     assert owner.wait_idle(WAIT)
     assert holder["answer"] == "withdrawn" and notices(owner.transcript) == []
-    assert box.send("dev", "wrong key, ignore", sender="qa", id="m1").state == "withdrawn"
+    assert qa.send("dev", "wrong key, ignore", id="m1").state == "withdrawn"
     owner.close()
 
 
 def test_a_withdraw_while_its_notice_is_on_its_way_retracts() -> None:
     box = Mailbox(clock=Clock(), debounce=0.0)
+    qa, dev = box.agent("qa"), box.agent("dev")
     recipient = _Ending(running=[False])
     box.attach("dev", recipient)
-    box.send("dev", "wrong key, ignore", sender="qa", id="m1", kind="blocker")
+    qa.send("dev", "wrong key, ignore", id="m1", kind="blocker")
     assert recipient.sent == ["followup"]  # on its way: not claimed yet
-    assert box.withdraw("m1", sender="qa") == "retracted"
-    assert [m.state for m in box.read_thread("dev", "qa")] == ["retracted"]
+    assert qa.withdraw("m1") == "retracted"
+    assert [m.state for m in dev.read("qa")] == ["retracted"]
     recipient.owner.close()
 
 
@@ -631,7 +659,8 @@ def test_a_restarted_mailbox_knows_which_notices_went_in(tmp_path: Any) -> None:
     store = open_store(url)
     model = Model()
     box, owner, clock = make(model, store=store)
-    sent = box.send("dev", "q", sender="lead", kind="blocker")
+    lead = box.agent("lead")
+    sent = lead.send("dev", "q", kind="blocker")
     clock.now += 2
     box.tick()
     assert owner.wait_idle(WAIT)
@@ -647,14 +676,16 @@ def test_attaching_reconciles_a_notice_claimed_before_a_crash() -> None:
     store = open_store("memory:")
     model = Model()
     box, owner, clock = make(model, store=store)
-    sent = box.send("dev", "q", sender="lead", kind="blocker")
+    lead = box.agent("lead")
+    sent = lead.send("dev", "q", kind="blocker")
     clock.now += 2
     box.tick()
     assert owner.wait_idle(WAIT)
     owner.close()
     # A mailbox that never saw the claim (its MailNoticed was lost): attaching reads the session.
     fresh = Mailbox()
-    fresh.send("dev", "q", sender="lead", kind="blocker", id=sent.id)
+    lead_agent = fresh.agent("lead")
+    lead_agent.send("dev", "q", kind="blocker", id=sent.id)
     again = Owner(store, "dev", Runner(model), watch=False, start=False)
     fresh.attach("dev", again)
     assert fresh.status(sent.id) == "noticed"
@@ -677,7 +708,8 @@ def test_autotick_delivers_a_due_notice_without_anyone_calling_tick() -> None:
             return super().__call__(transcript, tools)
 
     box, owner, _ = make(Waking(), debounce=0.0, autotick=True)
-    box.send("dev", "which branch?", sender="lead", kind="blocker")
+    lead = box.agent("lead")
+    lead.send("dev", "which branch?", kind="blocker")
     assert woke.wait(WAIT)
     assert owner.wait_idle(WAIT)
     assert notices(owner.transcript)
@@ -691,10 +723,10 @@ def test_a_send_to_a_running_agent_is_noticed_at_its_next_step_without_a_tick() 
 
     def during_tool() -> None:
         if "id" not in holder:
-            holder["id"] = holder["box"].send("dev", "fyi", sender="qa", kind="fyi").id
+            holder["id"] = holder["qa"].send("dev", "fyi", kind="fyi").id
 
     box, owner, _ = make(model, during_tool)
-    holder["box"] = box
+    holder.update(box=box, qa=box.agent("qa"))
     owner.prompt("go")
     assert owner.wait_idle(WAIT)
     assert notices(model.requests[1])
@@ -733,8 +765,9 @@ class _Ending:
 
 def test_a_run_that_starts_between_the_plan_and_the_send_gets_no_second_turn() -> None:
     box = Mailbox(clock=Clock(), debounce=0.0)
+    qa = box.agent("qa")
     recipient = _Ending(running=[False, True])  # idle when planned; running when looked again
-    box.send("dev", "which branch?", sender="qa", kind="blocker")
+    qa.send("dev", "which branch?", kind="blocker")
     box.attach("dev", recipient)
     assert recipient.sent == []  # its next boundary brings it
     recipient.owner.close()
@@ -752,8 +785,9 @@ class _Prompted(_Ending):
 
 def test_a_prompt_that_came_before_the_send_gets_the_notice_behind_it() -> None:
     box = Mailbox(clock=Clock(), debounce=0.0)
+    qa = box.agent("qa")
     recipient = _Prompted(running=[False])
-    box.send("dev", "which branch?", sender="qa", kind="blocker")
+    qa.send("dev", "which branch?", kind="blocker")
     box.attach("dev", recipient)
     assert recipient.sent == ["followup"]  # next turn: behind the prompt, in its turn
     recipient.owner.close()
@@ -786,12 +820,13 @@ class OpensInOneAppend:
 def _two_queues_at_once(owner: Owner, box: Mailbox, clock: Clock) -> None:
     """A person's note waits in next_step, then a blocker's notice joins next_turn: the run it
     wakes claims both in one append; the notice is heard, and so is the next one."""
+    lead = box.agent("lead")
     box.attach("dev", owner)
     owner.inject("a person's note")  # never wakes: it waits for the next step
-    first = box.send("dev", "which branch?", sender="lead", kind="blocker")
+    first = lead.send("dev", "which branch?", kind="blocker")
     assert owner.wait_idle(WAIT)
     assert box.status(first.id) == "noticed"
-    second = box.send("dev", "and the tag?", sender="lead", kind="blocker")
+    second = lead.send("dev", "and the tag?", kind="blocker")
     clock.now += 2
     box.tick()
     assert owner.wait_idle(WAIT)
@@ -830,17 +865,18 @@ def test_an_agent_run_by_pydantic_ai_keeps_hearing_of_its_mail() -> None:
 def test_an_id_sent_again_once_forgotten_gets_a_notice_of_its_own() -> None:
     clock = Clock()
     box = Mailbox(clock=clock, debounce=0.0, remember=0)
+    lead, dev, r, w = box.agent("lead"), box.agent("dev"), box.agent("r"), box.agent("w")
     owner = Owner(open_store("memory:"), "dev", Runner(Model()), watch=False, start=False)
     box.attach("dev", owner)
-    box.send("dev", "daily check", sender="lead", kind="blocker", id="daily")
+    lead.send("dev", "daily check", kind="blocker", id="daily")
     assert owner.wait_idle(WAIT)
-    box.receive("dev")
+    dev.receive()
     for _ in range(9000):  # enough to compact: the first "daily" is forgotten
-        box.send("w", "x", sender="r")
-        box.receive("w")
+        r.send("w", "x")
+        w.receive()
     assert box.status("daily") is None
     box.detach("dev")
-    assert box.send("dev", "daily check", sender="lead", kind="blocker", id="daily").state == "queued"
+    assert lead.send("dev", "daily check", kind="blocker", id="daily").state == "queued"
     box.attach("dev", owner)  # the transcript's notice carried the first "daily", not this one
     assert owner.wait_idle(WAIT)
     assert box.status("daily") == "noticed"
@@ -849,8 +885,9 @@ def test_an_id_sent_again_once_forgotten_gets_a_notice_of_its_own() -> None:
 
 def test_a_notice_names_each_message_with_its_order() -> None:
     box = Mailbox()
-    box.send("dev", "a", sender="qa", kind="fyi", id="a")
-    box.send("dev", "b", sender="lead", id="b")
+    qa, lead = box.agent("qa"), box.agent("lead")
+    qa.send("dev", "a", kind="fyi", id="a")
+    lead.send("dev", "b", id="b")
     message, ids = compose(box.state, "dev", "n1")
     assert ids == ("a", "b")
     assert list(message.metadata["orders"]) == [1, 2]
@@ -864,8 +901,9 @@ def test_a_notice_that_names_no_orders_is_reconciled_by_id_as_before() -> None:
     owner.followup(old)  # written by a version whose notices named no orders
     assert owner.wait_idle(WAIT)
     box = Mailbox(clock=Clock())
-    box.send("dev", "earlier", sender="qa", kind="fyi")
-    box.send("dev", "q", sender="lead", kind="blocker", id="q-1")  # another order than any
+    qa, lead = box.agent("qa"), box.agent("lead")
+    qa.send("dev", "earlier", kind="fyi")
+    lead.send("dev", "q", kind="blocker", id="q-1")  # another order than any
     box.attach("dev", owner)
     assert box.status("q-1") == "noticed"
     owner.close()

@@ -27,13 +27,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nous_inbox"
 MAX_LINES = 500
 
 # Files other work is changing at the same time; each entry goes when that work lands.
-DEPRECATED_ALLOWED = {
-    "mailbox/_named.py": "the name-taking mailbox verbs: the mailbox's own rework removes them",
-}
-PRIVATE_IMPORTS_ALLOWED = {
-    ("mailbox/mailbox.py", "nous_inbox.mailbox.handle", "_GIVEN"): "the mailbox's own rework",
-    ("mailbox/mailbox.py", "nous_inbox.mailbox.owner_link", "_is_owned"): "the mailbox's own rework",
-}
+DEPRECATED_ALLOWED: dict[str, str] = {}
+PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str, str], str] = {}
 FOREIGN_EXPORTS_ALLOWED: dict[tuple[str, str], str] = {}
 LONG_MODULES_ALLOWED: dict[str, str] = {}
 
@@ -49,20 +44,6 @@ TEST_PRIVATES_ALLOWED: dict[tuple[str, str], str] = {
         "a stand-in for aimu's model call records as aimu's own client does",
     ("tests/aimu_kit.py", "client._append_message"):
         "a stand-in for aimu's model call records as aimu's own client does",
-    ("tests/test_compat_praisonai.py", "drop_in.mailbox._clock"):
-        "the same clock on both sides: no public way to give the drop-in's mailbox one yet",
-    ("tests/test_compat_praisonai.py", "whole._clock"):
-        "the same clock on both sides: no public way to give the drop-in's mailbox one yet",
-    ("tests/test_compat_praisonai.py", "drop_in.mailbox._prefix"):
-        "the same generated ids on both sides: random per mailbox by design",
-    ("tests/test_compat_praisonai.py", "whole._prefix"):
-        "the same generated ids on both sides: random per mailbox by design",
-    ("tests/test_mailbox.py", "plain._prefix"):
-        "the same generated ids on both sides: random per mailbox by design",
-    ("tests/test_mailbox.py", "recorded._prefix"):
-        "the same generated ids on both sides: random per mailbox by design",
-    ("tests/test_mailbox_durable.py", "box._group"):
-        "how many sends wait in the mailbox's group commit: no public count yet",
     ("tests/test_log_bench_smoke.py", "log_bench._ours"):
         "the benchmark's own helpers, not the library's",
     ("tests/test_log_bench_smoke.py", "log_bench._stores"):
@@ -73,10 +54,6 @@ TEST_PRIVATES_ALLOWED: dict[tuple[str, str], str] = {
         "a notice committed as an attached owner's claim commits it, without an owner per step",
     ("tests/test_mailbox.py", "box._commit"):
         "a notice committed as an attached owner's claim commits it, without an owner per step",
-    ("tests/test_mailbox_notices.py", "a._lock"):
-        "the owners' locks are what this guarantee is about",
-    ("tests/test_mailbox_notices.py", "b._lock"):
-        "the owners' locks are what this guarantee is about",
     ("tests/test_store_postgres.py", "holder._background"):
         "stops a store's renewals, as a paused host's stop: no user has a reason to, so no hook",
     ("tests/test_store_postgres.py", "watcher._background"):

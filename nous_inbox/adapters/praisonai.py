@@ -28,13 +28,16 @@ restart: a new ``InProcessMailbox`` on the same store has the same queues.
 
 What differs, on purpose: a ``body`` must be JSON-able (the library never queues what it could
 not write down), so a send of anything else is a ``TypeError`` naming it, and nothing is queued;
-and a received ``body`` is an equal copy of what was sent, not the same object. Once an agent's
-handle was given out (``mailbox.agent(name)`` underneath), ``send`` as it and ``receive`` for it
-are refused with ``PermissionError``: it acts only through its handle.
+and a received ``body`` is an equal copy of what was sent, not the same object. PraisonAI's
+calls name the agent they act as, so the drop-in acts as each agent through its handle on the
+mailbox underneath, taken the first time it sends as or receives for that agent: an agent whose
+handle was given out before (``mailbox.agent(name)``) acts only through it, and the drop-in's
+``send`` as it and ``receive`` for it are refused with ``PermissionError``.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -44,7 +47,8 @@ import msgspec
 
 from nous_inbox.events import MailSent
 from nous_inbox.frozen import thaw_json
-from nous_inbox.mailbox import Mailbox
+from nous_inbox.mailbox import AgentHandle, Mailbox
+from nous_inbox.mailbox.names import text
 from nous_inbox.store import Store
 
 __all__ = ["STREAM", "AgentMessage", "InProcessMailbox"]
@@ -98,35 +102,61 @@ def _message(event: MailSent) -> AgentMessage:
 
 
 class InProcessMailbox:
-    """PraisonAI's addressed mailbox, durable when given a ``store``; see the module notes."""
+    """PraisonAI's addressed mailbox, durable when given a ``store``; see the module notes.
+
+    ``clock`` and ``ids`` are the mailbox's underneath (:class:`~nous_inbox.mailbox.Mailbox`):
+    what stamps each message's ``ts``, and what makes up its ``id``.
+    """
 
     def __init__(self, *, max_inbox: int = 1000, store: Store | str | None = None,
-                 stream: str = STREAM) -> None:
+                 stream: str = STREAM, clock: Callable[[], float] = time.time,
+                 ids: Callable[[], str] | None = None) -> None:
         if type(max_inbox) is not int:
             raise TypeError(f"InProcessMailbox: max_inbox must be an int, got {max_inbox!r}")
         if max_inbox <= 0:
             raise ValueError("max_inbox must be greater than zero")
         self._max_inbox = max_inbox
         self._mailbox = Mailbox(store, stream=stream, max_queue=max_inbox,
-                                overflow="drop_oldest")
-        if type(self).send is InProcessMailbox.send:  # a subclass's own send is kept
-            # The mailbox's send of PraisonAI's shape, bound here: one call, not two.
-            self.send = self._mailbox._post  # type: ignore[method-assign]
+                                overflow="drop_oldest", clock=clock, ids=ids)
+        self._agents: dict[str, AgentHandle] = {}  # the handles this drop-in acts through
+        self._taking = threading.Lock()
+
+    def _as(self, name: object, what: str, verb: str) -> AgentHandle:
+        """The handle of agent ``name`` (the argument ``what`` of ``verb``), taken the first time;
+        ``PermissionError`` if someone else was given it."""
+        handle = self._agents.get(name) if type(name) is str else None
+        if handle is not None:
+            return handle
+        plain = text(name, what, verb)
+        with self._taking:
+            handle = self._agents.get(plain)
+            if handle is None:
+                try:
+                    handle = self._mailbox.agent(plain)
+                except ValueError:
+                    raise PermissionError(f"{verb}: {plain!r} acts only through its handle "
+                                          f"(mailbox.agent({plain!r}) was given out)") from None
+                self._agents[plain] = handle
+        return handle
 
     def send(self, recipient: str, body: Any, *, sender: str,
              correlation_id: str | None = None) -> str:
         """Send ``body`` to the agent named ``recipient``; returns the message's id."""
-        return self._mailbox._post(recipient, body, sender=sender, correlation_id=correlation_id)
+        # The handle taken before, found without a call to _as: a send is the commonest call.
+        handle = self._agents.get(sender) if type(sender) is str else None
+        if handle is None:
+            handle = self._as(sender, "sender", "send")
+        return handle.send(recipient, body, correlation_id=correlation_id).id
 
     def receive(self, agent_id: str, *, limit: int = 50) -> list[AgentMessage]:
         """Take up to ``limit`` pending messages for ``agent_id``, oldest first."""
-        agent = self._mailbox._as_agent(agent_id, "receive")
+        handle = self._as(agent_id, "agent", "receive")
         if limit <= 0:
             return []
         return [AgentMessage(e.sender, e.recipient,
                              e.body if type(e.body) is str else thaw_json(e.body), e.id, e.at,
                              e.correlation_id)
-                for e in self._mailbox._receive(agent, limit=limit)]
+                for e in handle.receive(limit=limit)]
 
     def subscribe(self, agent_id: str, callback: Callable[[AgentMessage], None]) -> None:
         """Call ``callback(message)`` for each message delivered to ``agent_id`` from now on."""

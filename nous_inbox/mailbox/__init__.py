@@ -2,7 +2,7 @@
 withdraw, replies), durable in the store's one event vocabulary.
 
 :mod:`nous_inbox.mailbox.mailbox` is the mailbox, :mod:`nous_inbox.mailbox.handle` the
-handle an agent acts through (its answers and errors are :mod:`nous_inbox.mailbox.answers`);
+handle an agent acts through (:mod:`nous_inbox.mailbox.names` how its name is read) (its answers and errors are :mod:`nous_inbox.mailbox.answers`);
 :mod:`nous_inbox.mailbox.tools` the tools a model reads and answers its mail with; :mod:`nous_inbox.mailbox.rules`
 its rules (message classes, who may wake whom, settling, bounds, what a notice says and when it
 is due); :mod:`nous_inbox.mailbox.changes` the events each verb that writes appends;

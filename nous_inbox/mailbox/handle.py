@@ -40,7 +40,6 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from nous_inbox.events import MailRead, MailSent
-from nous_inbox.mailbox._named import text
 from nous_inbox.mailbox.answers import (
     AskTimeoutError,
     Letter,
@@ -50,28 +49,33 @@ from nous_inbox.mailbox.answers import (
     not_yours,
 )
 from nous_inbox.mailbox.changes import receipt
+from nous_inbox.mailbox.names import text
 
 if TYPE_CHECKING:
     from nous_inbox.mailbox.mailbox import Mailbox
 
 __all__ = ["AgentHandle"]
 
-_GIVEN: Final = object()
-"""What only :meth:`Mailbox.agent` passes to make a handle."""
-
 POLL: Final = 0.05
 """Seconds between looks at the store for a reply another process wrote."""
 
 
 class AgentHandle:
-    """Agent ``name``'s verbs on ``mailbox``; see the module. Get one from ``box.agent(name)``."""
+    """Agent ``name``'s verbs on ``mailbox``; see the module. Get one from ``box.agent(name)``.
+
+    A mailbox gives out each agent's handle once, whichever way it is asked: a second, by
+    ``box.agent`` or by this class, is a ``ValueError`` and changes nothing.
+    """
 
     __slots__ = ("_mailbox", "_name")
 
-    def __init__(self, mailbox: Mailbox, name: str, given: object = None) -> None:
-        if given is not _GIVEN:
-            raise TypeError(f"AgentHandle: get a handle from the mailbox, box.agent({name!r}), "
-                            "which gives out each agent's once")
+    def __init__(self, mailbox: Mailbox, name: str) -> None:
+        name = text(name, "name", "agent")
+        with mailbox._lock:
+            if name in mailbox._handles:
+                raise ValueError(f"agent {name!r}: its handle was already given out; "
+                                 "pass that handle to whoever acts as it")
+            mailbox._handles[name] = self
         self._mailbox = mailbox  # (private: holding a handle gives no way to other agents)
         self._name = name
 
@@ -96,8 +100,7 @@ class AgentHandle:
              correlation_id: str | None = None, id: str | None = None) -> Receipt:
         """Send ``body`` to agent ``to``, of class ``kind``, in ``thread`` (default: this agent's
         name); ``id`` makes the send idempotent."""
-        return self._mailbox._send(to, body, sender=self.name, kind=kind, thread=thread,
-                                  correlation_id=correlation_id, id=id)
+        return self._mailbox._send(self._name, to, body, kind, thread, correlation_id, id)
 
     def reply(self, thread: str, body: Any, *, to: str | None = None, kind: str = "reply",
               id: str | None = None) -> Receipt:
@@ -105,32 +108,32 @@ class AgentHandle:
         it marks what ``to`` (default: the newest other writer) wrote there answered. ``kind``
         other than ``"reply"`` makes it that class too: a counter-question as a ``"blocker"``
         wakes the asker, and still answers it."""
-        return self._mailbox._reply(self.name, thread, body, to=to, kind=kind, id=id)
+        return self._mailbox._reply(self._name, thread, body, to=to, kind=kind, id=id)
 
     def withdraw(self, id: str) -> str:
         """Take back message ``id`` this agent sent: ``"withdrawn"`` if no notice carried it yet,
         else ``"retracted"`` (it stays in its thread, marked so, and shows there as new)."""
-        return self._mailbox._withdraw(id, sender=self.name)
+        return self._mailbox._withdraw(id, sender=self._name)
 
     def receive(self, *, limit: int = 50) -> list[MailSent]:
         """Take up to ``limit`` of this agent's queued messages, oldest first."""
-        return self._mailbox._receive(self.name, limit=limit)
+        return self._mailbox._receive(self._name, limit=limit)
 
     def threads(self) -> list[ThreadSummary]:
         """This agent's threads, the most recent first."""
-        return self._mailbox._threads(self.name)
+        return self._mailbox._threads(self._name)
 
     def read(self, thread: str) -> list[Letter]:
         """Read this agent's ``thread`` whole and mark it read."""
-        return self._mailbox._read_thread(self.name, thread)
+        return self._mailbox._read_thread(self._name, thread)
 
     def pending(self) -> int:
         """How many messages wait for this agent."""
-        return self._mailbox.pending(self.name)
+        return self._mailbox.pending(self._name)
 
     def message(self, id: str) -> Letter:
         """Message ``id``, if this agent sent or received it (``PermissionError`` otherwise)."""
-        return _message(self._mailbox, self.name, id)
+        return _message(self._mailbox, self._name, id)
 
     def ask(self, to: str, body: Any, *, timeout: float | None = None, kind: str = "question",
             thread: str | None = None) -> Letter:
@@ -221,7 +224,7 @@ class _Asking:
         # thread of its own (named by its id) is answered by its own reply only, never by a late
         # one to an earlier question.
         box = self.box
-        id = None if thread is not None else box._prefix + str(next(box._counter))
+        id = None if thread is not None else box._new_id()
         self.id = handle.send(to, body, kind=kind, thread=id if thread is None else thread,
                               id=id).id
 

@@ -35,9 +35,8 @@ Rules (what classes and retention mean is :mod:`nous_inbox.mailbox.rules`'):
 * ``read`` reads a thread whole and marks it read; ``reply`` answers into the original
   sender's inbox under the same thread, waking nobody (unless its ``kind`` says so);
   ``withdraw`` unsends a message no notice has carried yet, and retracts one that was.
-* The mailbox's own ``send``, ``receive``, ``threads``, ``read_thread``, ``reply`` and
-  ``withdraw``, naming the agent they act as, are deprecated: they refuse to act as an agent
-  whose handle was given out.
+* Every verb that acts as an agent is its handle's: the mailbox itself takes no agent's name to
+  act as, so whoever holds the mailbox cannot act as anyone.
 
 One lock guards the fold (:class:`~nous_inbox.mailbox.state.MailboxState`) and the append: an
 event is appended before it is folded, so the fold never holds what the store does not.
@@ -65,8 +64,6 @@ from nous_inbox.events import (
     MailRead,
     MailSent,
 )
-from nous_inbox.frozen import freeze_json
-from nous_inbox.mailbox._named import NamedVerbs, send_names, text
 from nous_inbox.mailbox.answers import (
     Letter,
     Receipt,
@@ -82,8 +79,9 @@ from nous_inbox.mailbox.changes import (
     sent,
     withdrawn,
 )
-from nous_inbox.mailbox.handle import _GIVEN, AgentHandle
-from nous_inbox.mailbox.owner_link import NoticeDelivery, _is_owned
+from nous_inbox.mailbox.handle import AgentHandle
+from nous_inbox.mailbox.names import send_names, text
+from nous_inbox.mailbox.owner_link import NoticeDelivery, held
 from nous_inbox.mailbox.records import Thread
 from nous_inbox.mailbox.rules import (
     DEBOUNCE,
@@ -112,7 +110,7 @@ Subscriber = Callable[[MailSent], None]
 _T = TypeVar("_T")
 
 
-class Mailbox(NoticeDelivery, NamedVerbs):
+class Mailbox(NoticeDelivery):
     """Addressed delivery between named agents; ``store`` (a Store or a URL) makes it durable.
 
     ``retain`` bounds the settled messages kept per recipient, ``remember`` how many messages
@@ -121,7 +119,9 @@ class Mailbox(NoticeDelivery, NamedVerbs):
     mailbox on one stream must be given the same.
 
     ``clock`` gives every time the mailbox uses (sends are stamped with it; debounce and the
-    bounded wait are measured by it), so tests advance time without sleeping. ``autotick``
+    bounded wait are measured by it), so tests advance time without sleeping; ``ids`` gives
+    every id it makes up (a message's with none given, a notice's), by default a random prefix
+    and a count, so two mailboxes can be made to agree. ``autotick``
     starts a thread that delivers notices to attached agents when they fall due; without it,
     call :meth:`tick`.
     """
@@ -129,11 +129,14 @@ class Mailbox(NoticeDelivery, NamedVerbs):
     def __init__(self, store: Store | str | None = None, *, stream: str = STREAM,
                  max_queue: int = MAX_QUEUE, overflow: Overflow = "refuse", retain: int = RETAIN,
                  remember: int = REMEMBER, debounce: float = DEBOUNCE, max_wait: float = MAX_WAIT,
-                 clock: Callable[[], float] = time.time, autotick: bool = False) -> None:
+                 clock: Callable[[], float] = time.time, ids: Callable[[], str] | None = None,
+                 autotick: bool = False) -> None:
         check_options(max_queue=max_queue, overflow=overflow, retain=retain, remember=remember,
                       debounce=debounce, max_wait=max_wait)
         if not callable(clock):
             raise TypeError(f"Mailbox: clock must be callable (like time.time), got {clock!r}")
+        if ids is not None and not callable(ids):
+            raise TypeError(f"Mailbox: ids must be callable (returning a new str id), got {ids!r}")
         if type(stream) is not str or not stream:
             raise TypeError(f"Mailbox: stream must be a non-empty str, got {stream!r}")
         if type(autotick) is not bool:
@@ -149,8 +152,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         self._subscribers: dict[str, list[Subscriber]] = {}
         self._handles: dict[str, AgentHandle] = {}  # the agents that act only through a handle
         self._wakers: set[Callable[[], object]] = set()  # askers, woken as their mail moves
-        self._prefix = os.urandom(5).hex() + "-"
-        self._counter = itertools.count(1)
+        self._new_id = _counted(os.urandom(5).hex() + "-") if ids is None else ids
         self._journal: Journal | None = None
         self._group: GroupCommit[threading.Lock] | None = None  # a durable store's sends
         self._queue_lock = threading.Lock()  # the group commit's; never held across I/O
@@ -170,8 +172,8 @@ class Mailbox(NoticeDelivery, NamedVerbs):
 
     def agent(self, name: str, *, parent: str | None = None) -> AgentHandle:
         """The handle agent ``name`` acts through: its verbs send, read and drain as ``name``,
-        and only ``name``'s own mail. Given out once per mailbox: from then on the mailbox's
-        name-taking verbs refuse to act as ``name``, so who holds the handle is who ``name`` is.
+        and only ``name``'s own mail. Given out once per mailbox, so who holds the handle is who
+        ``name`` is.
 
         ``parent`` declares the agent that started ``name``: an action from it wakes ``name``,
         and a result from ``name`` wakes it. Recorded in the stream, so a restart knows it.
@@ -182,41 +184,63 @@ class Mailbox(NoticeDelivery, NamedVerbs):
             if parent == name:
                 raise ValueError(f"agent {name!r}: an agent cannot be its own parent")
         with self._lock:
-            if name in self._handles:
-                raise ValueError(f"agent {name!r}: its handle was already given out; "
-                                 "pass that handle to whoever acts as it")
+            handle = AgentHandle(self, name)  # refused if given out before
             if parent is not None:
-                self._commit(lambda state: ([] if state.box(name).parent == parent else [
-                    MailAgent(agent=name, parent=parent, at=self._clock())], None))
-            handle = self._handles[name] = AgentHandle(self, name, _GIVEN)
+                try:
+                    self._commit(lambda state: ([] if state.box(name).parent == parent else [
+                        MailAgent(agent=name, parent=parent, at=self._clock())], None))
+                except BaseException:
+                    del self._handles[name]  # nothing was given out
+                    raise
         return handle
+
+    @property
+    def sends_waiting(self) -> int:
+        """How many sends wait to share the next commit of a durable store (while another
+        send's commit runs, those that arrive queue and go in one transaction)."""
+        return 0 if self._group is None else self._group.queued
 
     # -- sending ----------------------------------------------------------------------------------
 
-    def _send(self, recipient: str, body: Any, *, sender: str, correlation_id: str | None = None,
-              thread: str | None = None, kind: str = "action", id: str | None = None) -> Receipt:
-        """Queue ``body`` for ``recipient`` from ``sender``; see the module's rules.
+    def _send(self, sender: str, recipient: str, body: Any, kind: str, thread: str | None,
+              correlation_id: str | None, id: str | None) -> Receipt:
+        """Queue ``body`` for ``recipient`` from ``sender`` (a handle's name: checked when the
+        handle was made); see the module's rules.
 
         Raises ``TypeError``/``ValueError`` for bad input and :class:`MailboxFullError` at the
         bound (default policy), leaving everything unchanged.
         """
-        if (type(recipient) is not str or not recipient or type(sender) is not str or not sender
+        if (type(recipient) is not str or not recipient
                 or (thread is not None and (type(thread) is not str or not thread))
                 or (correlation_id is not None and type(correlation_id) is not str)):
-            recipient, sender, thread, correlation_id = send_names(recipient, sender, thread,
-                                                                   correlation_id)
-        body = checked_body(body, f"send to {recipient!r}")
+            recipient, thread, correlation_id = send_names(recipient, thread, correlation_id)
+        if type(body) is not str or not body.isascii():  # (plain ASCII text needs no check)
+            body = checked_body(body, "send to {!r}", recipient)
         cls = KIND_ALIASES.get(kind) if type(kind) is str else None
         if cls is None:
             cls = kind_of(kind, f"send to {recipient!r}")  # raises, naming the kinds
         given = id is not None
         if id is None:
-            id = self._prefix + str(next(self._counter))
+            id = self._new_id()
         elif type(id) is not str or not id:
             id = text(id, "id", f"send to {recipient!r}")
-        event = MailSent(id=id, sender=sender, recipient=recipient, body=body, kind=cls,
-                         thread=thread or "", correlation_id=correlation_id, at=self._clock())
-        if self._group is not None and not given and not _is_owned(self._lock):
+        event = MailSent(id, sender, recipient, body, cls, thread or "", correlation_id,
+                         at=self._clock())
+        if self._journal is None and not given:
+            # Nothing to append nor to look up by id: with room in the queue and the recipient
+            # not attached, what :func:`~nous_inbox.mailbox.changes.sent` computes is the
+            # MailSent alone, so it is folded as it is (the in-memory send's speed floor).
+            state = self._state
+            with self._lock:
+                box = state.boxes.get(recipient)
+                folded = (box is None or box.queued < self._max_queue) and not self._attached
+                if folded:
+                    state.apply(event)
+            if folded:
+                if self._subscribers:
+                    self._announce((event,))
+                return Receipt(id, "queued")
+        if self._group is not None and not given and not held(self._lock):
             # Durable, and nothing to look up by id: share a transaction with concurrent sends.
             stored: Sequence[Event] = [commit_in_threads(self._group, self._queue_lock, event,
                                                          self._commit_sends)]
@@ -248,36 +272,6 @@ class Mailbox(NoticeDelivery, NamedVerbs):
                 return events, None
 
             return self._commit(change)[0]
-
-    def _post(self, recipient: str, body: Any, *, sender: str,
-              correlation_id: str | None = None) -> str:
-        """``send(...).id``, the PraisonAI drop-in's ``send``. The one shortcut of a send, kept
-        for the drop-in's speed floor: with no store, subscriber or attached agent and room in
-        the queue there is nothing to commit, answer or tell, so the ``MailSent`` is checked,
-        frozen and folded as :meth:`send` would; anything else goes through :meth:`send`.
-        A name verb: it refuses to act as an agent whose handle was given out."""
-        if self._handles:
-            sender = self._as_agent(sender, "send", "sender")
-        lock = self._lock
-        if (self._journal is None and type(recipient) is str and recipient
-                and type(sender) is str and sender
-                and (correlation_id is None or type(correlation_id) is str)):
-            if type(body) is not str or not body.isascii():
-                body = freeze_json(body, f"send to {recipient!r}: body")
-            state = self._state
-            lock.acquire()
-            try:
-                box = state.boxes.get(recipient)
-                if ((box is None or box.queued < self._max_queue) and not self._subscribers
-                        and not self._attached):
-                    event = MailSent(id=self._prefix + str(next(self._counter)), sender=sender,
-                                     recipient=recipient, body=body,
-                                     correlation_id=correlation_id, at=self._clock())
-                    state.apply(event)
-                    return event.id
-            finally:
-                lock.release()
-        return self._send(recipient, body, sender=sender, correlation_id=correlation_id).id
 
     def _sent(
         self, event: MailSent, given: bool, state: MailboxState
@@ -328,7 +322,7 @@ class Mailbox(NoticeDelivery, NamedVerbs):
         body = checked_body(body, where)
         cls = kind_of(kind, where)
         given = id is not None
-        id = self._prefix + str(next(self._counter)) if id is None else text(id, "id", where)
+        id = self._new_id() if id is None else text(id, "id", where)
         with self._lock:
             self._catch_up()
             found = self._thread(agent, thread, where)
@@ -372,9 +366,8 @@ class Mailbox(NoticeDelivery, NamedVerbs):
     # -- receiving --------------------------------------------------------------------------------
 
     def _receive(self, agent: str, *, limit: int = 50) -> list[MailSent]:
-        """Take up to ``limit`` of ``agent``'s queued messages, oldest first; they leave the mailbox."""
-        if type(agent) is not str or not agent:
-            agent = text(agent, "agent", "receive")
+        """Take up to ``limit`` of ``agent``'s queued messages, oldest first; they leave the
+        mailbox. ``agent`` is a handle's name (checked when the handle was made)."""
         if type(limit) is not int or limit < 0:
             raise ValueError(f"receive for {agent!r}: limit must be an int >= 0, got {limit!r}")
 
@@ -497,3 +490,10 @@ class Mailbox(NoticeDelivery, NamedVerbs):
             return events, result
         journal.catch_up()  # the change reads the state: let it see every writer's events
         return journal.commit(lambda _: change(*args, self._state))
+
+
+def _counted(prefix: str) -> Callable[[], str]:
+    """Ids ``prefix`` + 1, 2, 3, ...: the prefix random per mailbox, so processes sharing a
+    store never make up the same id."""
+    # Built of C callables (no Python frame per id): a send makes one.
+    return map(prefix.__add__, map(str, itertools.count(1))).__next__

@@ -39,7 +39,6 @@ process-wide record of which thread holds which owner's lock: keep such relays o
 from __future__ import annotations
 
 import abc
-import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -47,7 +46,7 @@ from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 from nous_inbox.boundary import Boundary, BoundaryKind
 from nous_inbox.events import Event, MailNoticed, QueueClaimed
-from nous_inbox.mailbox._named import text
+from nous_inbox.mailbox.names import text
 from nous_inbox.mailbox.records import Mail
 from nous_inbox.mailbox.rules import DEBOUNCE, MAX_WAIT, NOTICE, compose, plan
 from nous_inbox.mailbox.state import MailboxState
@@ -57,7 +56,7 @@ from nous_inbox.owner.sends import Refused
 from nous_inbox.session import Session
 from nous_inbox.verbs import FOLLOWUP, INJECT, STEER, Target
 
-__all__ = ["AttachedAgent", "InFlight", "NoticeDelivery", "Recipient"]
+__all__ = ["AttachedAgent", "InFlight", "NoticeDelivery", "Recipient", "held"]
 
 logger: Final = logging.getLogger("nous_inbox.mailbox")
 _TURN: Final = Target.NEXT_TURN
@@ -93,7 +92,7 @@ class Recipient(Protocol):
         """Call ``callback`` at each boundary of a run, before its claim; returns the undo."""
 
 
-def _is_owned(lock: threading.RLock) -> bool:
+def held(lock: threading.RLock) -> bool:
     """Whether this thread holds ``lock`` (an ``RLock`` knows; so does ``JournalPort``)."""
     return bool(lock._is_owned())  # type: ignore[attr-defined]
 
@@ -170,8 +169,7 @@ class NoticeDelivery(abc.ABC):
     _lock: threading.RLock
     _state: MailboxState
     _clock: Callable[[], float]
-    _prefix: str
-    _counter: itertools.count[int]
+    _new_id: Callable[[], str]
 
     def __init__(self, *, debounce: float = DEBOUNCE, max_wait: float = MAX_WAIT,
                  autotick: bool = False) -> None:
@@ -326,7 +324,7 @@ class NoticeDelivery(abc.ABC):
             # other's.
             with self._lock:
                 others = [d.lock for d in self._attached.values() if d is not link and d.lock]
-            if any(_is_owned(other) for other in others):
+            if any(held(other) for other in others):
                 self._defer(link.agent)
                 return None
             lock.acquire()
@@ -373,7 +371,7 @@ class NoticeDelivery(abc.ABC):
 
     def _compose(self, link: AttachedAgent) -> Message:
         """The notice of what ``link``'s agent has not heard of, now in flight (with the lock)."""
-        notice_id = f"notice-{self._prefix}{next(self._counter)}"
+        notice_id = f"notice-{self._new_id()}"
         message, ids = compose(self._state, link.agent, notice_id)
         # Claimed, it joins the transcript after what is there now.
         link.seen = len(link.owner.session.transcript)

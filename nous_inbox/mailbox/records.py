@@ -4,9 +4,10 @@ Each kept message is a :class:`Mail` (its event and how far it got). Each recipi
 :class:`AgentMail`: its queued messages in send order, the new ones (no notice carried them) and
 those that may wake it, each a queue read from the front, where a message that left it (taken,
 read, withdrawn) is dropped when it gets there; and the messages it keeps but no longer has
-queued (read, retracted). A message let go leaves only a :class:`Gone` behind (its id, outcome and
-two parties). A :class:`Thread` is grouped from a recipient's kept messages when asked for. The
-fold that keeps them is :class:`~nous_inbox.mailbox.state.MailboxState`.
+queued (read, retracted). Messages let go leave only a :class:`Gone` behind (their ids, outcome and
+parties), one for all that one event let go. A :class:`Thread` is grouped from a recipient's kept
+messages when asked for. The fold that keeps them is
+:class:`~nous_inbox.mailbox.state.MailboxState`.
 
 The records hold no reference back to anything, so they are not tracked by the cyclic collector
 (``gc=False``): thousands of queued messages never make a collection walk them.
@@ -73,16 +74,31 @@ class Mail(msgspec.Struct, gc=False):
 
 
 class Gone(msgspec.Struct, frozen=True, gc=False):
-    """What a message let go left behind: its ``outcome``, the reply that answered it, how many
-    messages had been sent when it was let go (it is forgotten ``remember`` sends later), and its
-    ``sender`` and ``recipient``, the only agents its outcome is told to."""
+    """What the messages one event let go of left behind, one record for them all (a receive
+    lets go of a batch): their ``ids`` and each one's ``sender``, the ``outcome`` and
+    ``recipient`` they share, how many messages had been sent when they were let go (they are
+    forgotten ``remember`` sends later), and the reply that answered each (``answers``, None
+    when none was): the outcome, told only to each message's sender and recipient.
 
-    id: str
+    >>> gone = Gone(("m1", "m2"), ("lead", "qa"), "received", "dev", 2)
+    >>> gone.parties(1), gone.answered_by(1)
+    (('qa', 'dev'), None)
+    """
+
+    ids: tuple[str, ...]
+    senders: tuple[str, ...]
     outcome: Outcome
-    answered_by: str | None
-    sends: int
-    sender: str
     recipient: str
+    sends: int
+    answers: tuple[str | None, ...] | None = None
+
+    def parties(self, i: int) -> tuple[str, str]:
+        """The sender and recipient of its ``i``-th message."""
+        return self.senders[i], self.recipient
+
+    def answered_by(self, i: int) -> str | None:
+        """The reply that answered its ``i``-th message, if one did."""
+        return None if self.answers is None else self.answers[i]
 
 
 class Thread:

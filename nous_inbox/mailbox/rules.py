@@ -76,10 +76,10 @@ __all__ = [
     "PREVIEW",
     "REMEMBER",
     "RETAIN",
+    "GIVES_WORK",
     "Plan",
     "check_options",
     "compose",
-    "gives_work",
     "kind_of",
     "plan",
     "preview",
@@ -95,6 +95,16 @@ KIND_ALIASES: Final = {
     "block": "blocker", "report": "report", "fyi": "fyi", "reply": "reply",
 }
 """Every accepted ``kind`` and the class it means."""
+
+GIVES_WORK: Final = frozenset({"action"})
+"""The classes that give their recipient work, so that the recipient's result or report wakes
+the sender (``wakes``'s ``gave_work``). Only an action does: a result reports work, and if it
+gave work too, two agents' results would wake each other back and forth (a set, so the fold asks
+it per send for the price of a look-up).
+
+>>> "action" in GIVES_WORK, "result" in GIVES_WORK
+(True, False)
+"""
 
 NO_ANSWER: Final = frozenset({"fyi", "result", "report", "reply"})
 """The classes that ask for no answer: reading such a message settles it."""
@@ -177,18 +187,6 @@ def wakes(kind: str, sender: str, parent: str | None, started: bool,
     if (kind == "action" or kind == "result") and (sender == parent or not started):
         return True
     return (kind == "result" or kind == "report") and sender in gave_work
-
-
-def gives_work(kind: str) -> bool:
-    """Whether a message of class ``kind`` gives its recipient work, so that the recipient's
-    result or report wakes the sender (``wakes``'s ``gave_work``). Only an action does: a
-    result reports work, and if it gave work too, two agents' results would wake each other
-    back and forth.
-
-    >>> gives_work("action"), gives_work("result")
-    (True, False)
-    """
-    return kind == "action"
 
 
 def settled(kind: str, *, read: bool, retracted: bool, answered: bool) -> bool:

@@ -28,7 +28,8 @@ are grouped when asked for.
 What the state keeps is bounded by what is kept, not by what was ever sent. Retention
 (``retain`` messages per recipient) lets go only of settled messages, in the order they became
 so. A message let go (received, withdrawn, dropped, released) leaves only its id, outcome and
-two parties behind (a :class:`~nous_inbox.mailbox.records.Gone`), for a resend of its id,
+two parties behind (in a :class:`~nous_inbox.mailbox.records.Gone`, one for all that one event let
+go), for a resend of its id,
 ``status`` and its parties' look-ups, until ``remember`` more messages were sent; then it is
 forgotten, and a resend of its id is a new message. ``remember`` and ``retain`` are therefore
 part of the fold: every process sharing a stream must use the same values. Equality compares
@@ -41,8 +42,9 @@ value per send would cost several times a few appends.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
-from itertools import islice
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import compress, islice
+from operator import attrgetter
 from typing import Any, Final
 
 from nous_inbox.events import (
@@ -58,7 +60,7 @@ from nous_inbox.events import (
 from nous_inbox.frozen import thaw_json
 from nous_inbox.mailbox import rules
 from nous_inbox.mailbox.records import AgentMail, Gone, Mail, Outcome, Thread
-from nous_inbox.mailbox.rules import REMEMBER, RETAIN, gives_work, wakes
+from nous_inbox.mailbox.rules import GIVES_WORK, REMEMBER, RETAIN, wakes
 
 __all__ = ["MailboxState"]
 
@@ -69,6 +71,15 @@ forgotten once this many more sends are due, so each is paid for by many events.
 
 
 _NOBODY: Final = AgentMail()
+
+# Read by C callables, so a batch is checked or tidied without a Python frame per message.
+_ID: Final = attrgetter("event.id")
+_EVENT: Final = attrgetter("event")
+_SENDER: Final = attrgetter("event.sender")
+_ANSWER: Final = attrgetter("answered_by")
+_QUEUED: Final = attrgetter("queued")
+_FRESH: Final = attrgetter("fresh")
+_KEPT: Final = attrgetter("kept")
 
 
 class MailboxState:
@@ -84,7 +95,8 @@ class MailboxState:
         self._kept_count = 0  # messages kept
         # By id, indexed when first looked up (a send and a receive need no index):
         self._mails: dict[str, Mail] = {}  # kept messages
-        self._gone: dict[str, Gone] = {}  # outcomes of messages let go, still remembered
+        self._gone: dict[str, tuple[Gone, int]] = {}  # outcomes of messages let go, still
+        # remembered: the record and the message's place in it
         self._unindexed: list[Mail] = []  # sent since the last look-up (some let go since)
         self._forget: deque[Gone] = deque()  # outcomes in the order they were let go...
         self._gone_unindexed = 0  # ...the last this many of them not indexed yet
@@ -109,8 +121,11 @@ class MailboxState:
         it, if one did); None for a kept message or an id never sent (or forgotten)."""
         if id in self._index():
             return None
-        gone = self._gone.get(id)
-        return None if gone is None else (gone.outcome, gone.answered_by)
+        found = self._gone.get(id)
+        if found is None:
+            return None
+        gone, i = found
+        return gone.outcome, gone.answered_by(i)
 
     def _index(self) -> dict[str, Mail]:
         """The kept messages by id, brought up to date (and the outcomes by id with them)."""
@@ -123,8 +138,9 @@ class MailboxState:
             self._unindexed.clear()
         if self._gone_unindexed:
             gone = self._gone
-            for outcome in islice(reversed(self._forget), self._gone_unindexed):
-                gone[outcome.id] = outcome
+            for batch in islice(reversed(self._forget), self._gone_unindexed):
+                for i, id in enumerate(batch.ids):
+                    gone[id] = batch, i
             self._gone_unindexed = 0
         return self._mails
 
@@ -134,8 +150,8 @@ class MailboxState:
         mail = self._index().get(id)
         if mail is not None:
             return mail.event.sender, mail.event.recipient
-        gone = self._gone.get(id)
-        return None if gone is None else (gone.sender, gone.recipient)
+        found = self._gone.get(id)
+        return None if found is None else found[0].parties(found[1])
 
     def pending(self, agent: str) -> int:
         """How many messages wait for ``agent`` (neither received nor read nor withdrawn)."""
@@ -149,7 +165,7 @@ class MailboxState:
         queue = box.queue
         box.first_queued()
         if len(queue) == box.queued:  # no message left from the middle: the first are taken
-            return [mail.event for mail in islice(queue, limit)]
+            return list(map(_EVENT, islice(queue, limit)))
         found: list[MailSent] = []
         for mail in queue:
             if mail.queued:
@@ -204,22 +220,22 @@ class MailboxState:
             if box is not None and len(box.queue) + len(box.fresh) > 4 * box.queued + _TIDY:
                 self._tidy(box)  # messages left the queues: drop them once they are many
             if len(self._unindexed) > 2 * self._kept_count + _TIDY:
-                self._unindexed = [mail for mail in self._unindexed if mail.kept]
+                self._unindexed = list(compress(self._unindexed, map(_KEPT, self._unindexed)))
             return
         # A message is sent: it is queued and new, and may wake its recipient by its class.
         self.version = event.seq or self.version + 1
-        self.sends += 1
+        sends = self.sends = self.sends + 1
         recipient, sender, cls = event.recipient, event.sender, event.kind
         box = self.boxes.get(recipient)
         if box is None:
             box = self.boxes[recipient] = AgentMail()
         waking = wakes(cls, sender, box.parent, box.started, box.gave_work)
-        if gives_work(cls) and sender != box.parent:  # (the parent was told when declared)
+        if cls in GIVES_WORK and sender != box.parent:  # (the parent was told when declared)
             giver = self.boxes.get(sender)
             if giver is None:
                 giver = self.boxes[sender] = AgentMail()
             giver.gave_work.add(recipient)
-        mail = Mail(event, self.sends, waking)
+        mail = Mail(event, sends, waking)
         self._kept_count += 1
         self._unindexed.append(mail)
         box.queue.append(mail)
@@ -229,7 +245,7 @@ class MailboxState:
         box.queued += 1
         if box.settled and box.kept > self.retain:
             self._trim(box)
-        if self.sends >= self._forget_due:
+        if sends >= self._forget_due:
             self._forget_old()
 
     def _changed(self, event: Any) -> None:
@@ -241,9 +257,10 @@ class MailboxState:
             queue, ids = box.queue, event.ids
             box.first_queued()
             taken = list(islice(queue, len(ids))) if len(queue) == box.queued else []
-            if [mail.event.id for mail in taken] != list(ids):  # not simply the oldest queued
-                taken = self._kept(ids)
-            self._let_go(taken, "received", box)  # (left in the queue, dropped when met)
+            if tuple(map(_ID, taken)) == ids:  # the oldest queued, as a receive takes them
+                self._let_go(taken, "received", box, ids)  # (left in the queue, dropped when met)
+            else:
+                self._let_go(self._kept(ids), "received", box)
         elif kind is MailNoticed:
             self._box(event.recipient).started = True
             for mail in self._kept(event.ids):
@@ -297,8 +314,11 @@ class MailboxState:
             old = forget.popleft()
             if len(forget) < self._gone_unindexed:
                 self._gone_unindexed = len(forget)  # it was not indexed
-            elif gone.get(old.id) is old:
-                del gone[old.id]
+            else:
+                for id in old.ids:
+                    found = gone.get(id)
+                    if found is not None and found[0] is old:
+                        del gone[id]
         # Next time in a batch: an outcome is remembered up to _TIDY sends longer.
         self._forget_due = (forget[0].sends if forget else self.sends) + self.remember + _TIDY
 
@@ -337,33 +357,35 @@ class MailboxState:
             if mail.kept and mail.settled:
                 self._let_go((mail,), "released", box)
 
-    def _let_go(self, mails: Iterable[Mail], outcome: Outcome, box: AgentMail) -> None:
-        """Stop keeping ``mails`` (of ``box``): only their outcome stays, for ``remember`` sends."""
-        forget, index, sends, count, queued = self._forget, self._mails, self.sends, 0, 0
+    def _let_go(self, mails: Sequence[Mail], outcome: Outcome, box: AgentMail,
+                ids: tuple[str, ...] | None = None) -> None:
+        """Stop keeping ``mails`` (of ``box``, with ``ids`` when the caller has them): only their
+        outcome stays, in one record, for ``remember`` sends."""
+        index, queued = self._mails, 0
         for mail in mails:
-            event = mail.event
-            id = event.id
             if mail.queued:
-                mail.queued = mail.fresh = False
+                mail.queued = mail.fresh = mail.kept = False
                 queued += 1
             else:
-                del box.held[id]
-            mail.kept = False
+                del box.held[mail.event.id]
+                mail.kept = False
             if mail.indexed:
-                del index[id]
-            forget.append(Gone(id, outcome, mail.answered_by, sends, event.sender,
-                               event.recipient))
-            count += 1
+                del index[mail.event.id]
+        if mails:
+            self._forget.append(Gone(
+                tuple(map(_ID, mails)) if ids is None else ids, tuple(map(_SENDER, mails)),
+                outcome, mails[0].event.recipient, self.sends,
+                tuple(map(_ANSWER, mails)) if any(map(_ANSWER, mails)) else None))
+            self._gone_unindexed += 1
+            self._kept_count -= len(mails)
         box.queued -= queued
-        self._gone_unindexed += count
-        self._kept_count -= count
         if not box.queued:  # nothing queued: only a retraction of a read message may be new
             self._tidy(box)
 
     def _tidy(self, box: AgentMail) -> None:
-        box.queue = deque(mail for mail in box.queue if mail.queued)
-        box.fresh = deque(mail for mail in box.fresh if mail.fresh)
-        box.waking = deque(mail for mail in box.waking if mail.fresh)
+        box.queue = deque(compress(box.queue, map(_QUEUED, box.queue))) if box.queued else deque()
+        box.fresh = deque(compress(box.fresh, map(_FRESH, box.fresh)))
+        box.waking = deque(compress(box.waking, map(_FRESH, box.waking)))
 
     # -- equality -----------------------------------------------------------------------------
 
@@ -382,8 +404,8 @@ class MailboxState:
                 "family": (box.parent, box.started, sorted(box.gave_work)),
             }
         kept = self._index()
-        mails: dict[str, Any] = {
-            id: (g.outcome, g.answered_by) for id, g in self._gone.items() if id not in kept}
+        mails: dict[str, Any] = {id: (g.outcome, g.answered_by(i))
+                                 for id, (g, i) in self._gone.items() if id not in kept}
         for id, mail in kept.items():
             event = mail.event
             mails[id] = (event.sender, event.recipient, thaw_json(event.body), event.kind,
