@@ -309,13 +309,14 @@ def _claim_answered(state: LoopState, answer: ClaimAnswered) -> Advance:
             f"got ClaimAnswered({answer.target!s})",
             phase=phase.value, happening=answer,
         )
-    messages = tuple(answer.messages)
     events: list[Event] = []
-    if messages:
+    worth = False  # most boundaries claim nothing: no copy, no question asked of no messages
+    if answer.messages:
+        messages = tuple(answer.messages)
         state = _replace(state, transcript=state.transcript.extend(messages))
-    worth = worth_a_round(messages)
-    if worth:
-        state = _delivered(state, events)
+        worth = worth_a_round(messages)
+        if worth:
+            state = _delivered(state, events)
     if phase is Phase.CLAIM_TURN:
         return Advance(_replace(state, phase=Phase.CLAIM_STEP), _CLAIM_STEP, ())
     if phase is Phase.CLAIM_STEP:
