@@ -309,13 +309,14 @@ def _claim_answered(state: LoopState, answer: ClaimAnswered) -> Advance:
             f"got ClaimAnswered({answer.target!s})",
             phase=phase.value, happening=answer,
         )
-    messages = tuple(answer.messages)
     events: list[Event] = []
-    if messages:
+    worth = False  # most boundaries claim nothing: no copy, no question asked of no messages
+    if answer.messages:
+        messages = tuple(answer.messages)
         state = _replace(state, transcript=state.transcript.extend(messages))
-    worth = worth_a_round(messages)
-    if worth:
-        state = _delivered(state, events)
+        worth = worth_a_round(messages)
+        if worth:
+            state = _delivered(state, events)
     if phase is Phase.CLAIM_TURN:
         return Advance(_replace(state, phase=Phase.CLAIM_STEP), _CLAIM_STEP, ())
     if phase is Phase.CLAIM_STEP:
@@ -370,18 +371,18 @@ def _answered(state: LoopState, answered: ModelAnswered) -> Advance:
     if not isinstance(message, Message) or message.role != "assistant":
         raise ValueError(f"ModelAnswered needs an assistant Message, got {message!r}")
     turn, step = state.turn, state.step
-    state = _replace(state, transcript=state.transcript.append(message))
+    transcript = state.transcript.append(message)
     events: list[Event] = [ModelReplied(turn=turn, step=step, message=message)]
-    if state.structured:
-        events.append(StepEnded(turn=turn, step=step))
-        return _end(state, "final", events)
-    if message.tool_calls:
-        calls = message.tool_calls
+    calls = message.tool_calls
+    if calls and not state.structured:
         for call in calls:
             events.append(ToolCalled(turn=turn, step=step, call=call))
-        return Advance(_replace(state, phase=Phase.TOOLS, calls=calls), RunTools(calls),
-                       tuple(events))
+        return Advance(_replace(state, phase=Phase.TOOLS, transcript=transcript, calls=calls),
+                       RunTools(calls), tuple(events))
+    state = _replace(state, transcript=transcript)
     events.append(StepEnded(turn=turn, step=step))
+    if state.structured:
+        return _end(state, "final", events)
     if not message.blank:
         return _boundary(state, Phase.CLAIM_FINAL, events)
     return _boundary(state, Phase.CLAIM_NUDGE, events)

@@ -238,6 +238,18 @@ def test_a_claim_with_nothing_queued_here_reads_other_writers_before_it_says_not
     assert journal.session == replay(store.read("s"))
 
 
+def test_a_claim_that_takes_nothing_reads_no_clock_and_a_claim_is_timed_once() -> None:
+    # A run claims at every step boundary and most find nothing: such a claim records nothing,
+    # so it has nothing to time. A claim that takes something is timed when it is appended.
+    times = iter([10.0, 20.0])
+    journal = Journal(open_store("memory:"), "s", clock=lambda: next(times))
+    assert journal.claim("next_step") == ([], None)
+    journal.append([sent("a")])
+    assert journal.claim("next_turn") == ([], None)
+    _, event = journal.claim("next_step")
+    assert event is not None and event.at == 20.0
+
+
 def test_a_claim_is_told_to_on_events_once_and_as_stored() -> None:
     store = open_store("memory:")
     told: list[Event] = []

@@ -374,9 +374,10 @@ def _record_all(port: SessionPort, events: Sequence[Event]) -> list[Event]:
     recorded = port.record(events)
     if type(recorded) is not list:
         recorded = list(recorded)
-    for event in events:
-        if type(event) is Warned:  # the loop's budget warning: a log line as well as an event
-            logger.warning(event.text)
+    if Warned in map(type, events):  # the loop's budget warning: a log line as well as an event
+        for event in events:
+            if type(event) is Warned:
+                logger.warning(event.text)
     return recorded
 
 

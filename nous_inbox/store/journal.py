@@ -408,10 +408,19 @@ class Journal:
         (['fyi'], 1, 2)
         """
         def claiming(session: Session) -> tuple[Sequence[Event], Claimed | None]:
-            claimed, event, _ = session.claim(target, at=float(self._clock()),
-                                              wake_only=wake_only, limit=limit)
+            # ``at`` is left 0 for the append to stamp: a claim of nothing reads no clock.
+            claimed, event, _ = session.claim(target, wake_only=wake_only, limit=limit)
             return ([], None) if event is None else ([event], claimed)
 
+        # The commonest claim, a step boundary with nothing queued, is commit's "nothing to
+        # write" answered without its loop: others' events read once, the claim asked again.
+        events, claimed = claiming(self._session)
+        if not events:
+            if not self.catch_up():
+                return [], None
+            events, claimed = claiming(self._session)
+            if not events:
+                return [], None
         stored, claimed = self.commit(claiming)
         if claimed is None:
             return [], None

@@ -214,7 +214,10 @@ def append_once(
     """
     append: Any = store.append  # (only a store that raised OutcomeUnknownError takes identity)
     try:
-        return list(append(stream, events, expected_version))
+        stored = append(stream, events, expected_version)
+        # A list is handed on as it is (the stores build a fresh one for each append; a journal's
+        # log hands back the list the journal built): only another sequence is copied.
+        return stored if type(stored) is list else list(stored)
     except OutcomeUnknownError as unknown:
         for left in range(tries - 1, 0, -1):
             try:
