@@ -37,7 +37,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.pregel import Pregel
 from langgraph.types import StreamMode
 
-from nous_inbox.adapters.langgraph.bridge import CLAIMS, TurnBridge
+from nous_inbox.adapters.bridge import CLAIMS, TurnBridge
 from nous_inbox.adapters.langgraph.hooks import TURN_KEY, GraphTurn
 from nous_inbox.adapters.langgraph.transcript import from_lc_message, same_as_shown
 from nous_inbox.events import Event
@@ -242,7 +242,7 @@ class GraphRunner:
         return results
 
     async def _arun(self, port: SessionPort, reason: str, *cancels: Any) -> AsyncIterator[Event]:
-        bridge = TurnBridge(port, self._start)
+        bridge = TurnBridge(port, self._start, log=logger)
         call = _caller(port, self.offload)
         turn = GraphTurn(bridge, call, cancels)
         values: dict[str, Any] = {}
@@ -293,18 +293,18 @@ class GraphRunner:
         except (asyncio.CancelledError, GeneratorExit):
             async def stop() -> None:
                 left = await self._left_over(config, turn, values)
-                await call(lambda: bridge.close(Cancelled(), left, stopped=True))
+                await call(lambda: turn.close(Cancelled(), left, stopped=True))
             await asyncio.shield(stop())
             raise
         except Exception as exc:
             failed = Failed(describe_error(exc))
             left = await self._left_over(config, turn, values)
-            await call(lambda: bridge.close(failed, left, stopped=True))
+            await call(lambda: turn.close(failed, left, stopped=True))
             for event in bridge.take():
                 yield event
             raise
         if ending is not None:
-            await call(lambda: bridge.close(ending, _results(turn, values)))
+            await call(lambda: turn.close(ending, _results(turn, values)))
         for event in bridge.take():
             yield event
 
@@ -390,7 +390,7 @@ def _answering(bridge: TurnBridge, results: Sequence[Message], waiting: str = ""
     person) what the graph asks, else cancelled."""
     by_id = {m.tool_call_id: m for m in results}
     return [by_id.get(c.id) or (_waiting_result(c, waiting) if waiting else cancelled_result(c))
-            for c in bridge.adv.state.calls]
+            for c in bridge.calls]
 
 
 def _waiting_result(call: ToolCall, asked: str) -> Message:

@@ -1,5 +1,5 @@
 """The agent wrapper: :class:`AgentRunner` runs each turn as the SDK's ``Runner.run_streamed`` of
-an ``Agent``, with the turn's :class:`~nous_inbox.adapters.openai_agents.bridge.TurnBridge` as its
+an ``Agent``, with the turn's :class:`~nous_inbox.adapters.openai_agents.hooks.TurnHooks` as its
 model-input filter and run hooks.
 
 The runner decides only what is its own: where the port's calls go (the owner's store worker, a
@@ -33,7 +33,7 @@ from agents.stream_events import RawResponsesStreamEvent
 from openai.types.responses import ResponseTextDeltaEvent
 from pydantic import TypeAdapter
 
-from nous_inbox.adapters.openai_agents.bridge import RunStopped, TurnBridge
+from nous_inbox.adapters.openai_agents.hooks import RunStopped, TurnHooks
 from nous_inbox.events import Event
 from nous_inbox.happenings import Cancelled, Failed
 from nous_inbox.loop import Phase, new_state
@@ -206,9 +206,9 @@ class AgentRunner:
 
     async def _arun(self, port: SessionPort, reason: str,
                     *cancels: _Flag | None) -> AsyncIterator[Event]:
-        bridge = TurnBridge(port, _caller(port, self.offload), self._start, cancels)
-        opening = asyncio.ensure_future(bridge.call(
-            lambda: (bridge.open(reason), dict(getattr(port, "turn_options", None) or {}))))
+        turn = TurnHooks(port, _caller(port, self.offload), self._start, cancels)
+        opening = asyncio.ensure_future(turn.call(
+            lambda: (turn.open(reason), dict(getattr(port, "turn_options", None) or {}))))
         try:
             # The options are those of the prompts this opening claimed (an owner's port).
             run_input, options = await asyncio.shield(opening)
@@ -218,94 +218,94 @@ class AgentRunner:
                     await asyncio.wait((opening,))
             failure = None if opening.cancelled() else opening.exception()
             try:
-                await asyncio.shield(bridge.call(lambda: bridge.end_opening(failure)))
+                await asyncio.shield(turn.call(lambda: turn.end_opening(failure)))
             except BaseException:
                 logger.exception("could not record the end of a cancelled turn")
             raise
         except Exception as exc:
-            await bridge.call(functools.partial(bridge.end_opening, exc))
-            for event in bridge.take():
+            await turn.call(functools.partial(turn.end_opening, exc))
+            for event in turn.take():
                 yield event
             raise
         kwargs = {**self.run_kwargs, **options}
         config = dataclasses.replace(kwargs.pop("run_config", None) or RunConfig(),
-                                     call_model_input_filter=bridge.filter)
+                                     call_model_input_filter=turn.filter)
         ending: Cancelled | Failed | None = Cancelled()
         shown: list[Any] = []
         agent: Agent[Any] = self.agent
         result: Any = None
         try:
-            for event in bridge.take():
+            for event in turn.take():
                 yield event
-            if run_input and bridge.adv.command.transcript[-1].role == "assistant":  # type: ignore[union-attr]
+            if run_input and turn.bridge.request()[-1].role == "assistant":
                 ending = Failed("nothing to answer: the turn claimed nothing and the transcript "
                                 "ends with the model's reply")
                 run_input = None
             while run_input is not None:
                 if self.on_text_delta is None:
-                    running = Runner.run(agent, run_input, hooks=bridge.hooks, run_config=config,
+                    running = Runner.run(agent, run_input, hooks=turn.hooks, run_config=config,
                                          **kwargs)
-                    async for event in self._as_recorded(bridge, running):
+                    async for event in self._as_recorded(turn, running):
                         yield event
-                    result = bridge.result
+                    result = turn.result
                 else:
-                    streamed = Runner.run_streamed(agent, run_input, hooks=bridge.hooks,
+                    streamed = Runner.run_streamed(agent, run_input, hooks=turn.hooks,
                                                    run_config=config, **kwargs)
                     try:
                         async for sdk_event in streamed.stream_events():
-                            for event in bridge.take():
+                            for event in turn.take():
                                 yield event
                             self._heard(sdk_event)
                     finally:
                         if not streamed.is_complete:
                             streamed.cancel()  # the SDK's own cancel: its run stops at once
                     result = streamed
-                for event in bridge.take():
+                for event in turn.take():
                     yield event
                 if any(flag is not None and flag.is_set() for flag in cancels):
-                    shown = result.to_input_list(mode="normalized")[bridge.shown:]
+                    shown = result.to_input_list(mode="normalized")[turn.shown:]
                     break
                 agent = result.last_agent
-                run_input = await bridge.call(functools.partial(
-                    bridge.run_ended, result.to_input_list(mode="normalized"),
+                run_input = await turn.call(functools.partial(
+                    turn.run_ended, result.to_input_list(mode="normalized"),
                     result.final_output))
-                for event in bridge.take():
+                for event in turn.take():
                     yield event
             else:
-                ending = None if bridge.adv.state.phase is Phase.ENDED else ending
+                ending = None if turn.phase() is Phase.ENDED else ending
         except RunStopped as stop:
             shown = stop.shown
         except Exception as exc:
-            await bridge.call(functools.partial(bridge.close, Failed(describe_error(exc))))
-            for event in bridge.take():
+            await turn.call(functools.partial(turn.close, Failed(describe_error(exc))))
+            for event in turn.take():
                 yield event
             raise
         finally:
             if type(ending) is Cancelled:
                 try:
-                    await bridge.call(functools.partial(bridge.close, Cancelled(), shown))
+                    await turn.call(functools.partial(turn.close, Cancelled(), shown))
                 except BaseException:
                     logger.exception("could not record the end of a cancelled turn")
         if ending is not None and type(ending) is not Cancelled:
-            await bridge.call(functools.partial(bridge.close, ending))
-        for event in bridge.take():
+            await turn.call(functools.partial(turn.close, ending))
+        for event in turn.take():
             yield event
 
     @staticmethod
-    async def _as_recorded(bridge: TurnBridge, run: Any) -> AsyncIterator[Event]:
-        """Drive ``run`` (``Runner.run``'s coroutine) to its end, yielding what the bridge
-        records as it is recorded; the run's result is left in ``bridge.result``. A consumer
+    async def _as_recorded(turn: TurnHooks, run: Any) -> AsyncIterator[Event]:
+        """Drive ``run`` (``Runner.run``'s coroutine) to its end, yielding what the turn
+        records as it is recorded; the run's result is left in ``turn.result``. A consumer
         that stops reading cancels the run (a tool in flight is then interrupted)."""
         task = asyncio.ensure_future(run)
         try:
             while not task.done():
-                recorded = asyncio.ensure_future(bridge.fresh.wait())
+                recorded = asyncio.ensure_future(turn.fresh.wait())
                 await asyncio.wait((task, recorded), return_when=asyncio.FIRST_COMPLETED)
                 recorded.cancel()
-                bridge.fresh.clear()
-                for event in bridge.take():
+                turn.fresh.clear()
+                for event in turn.take():
                     yield event
-            bridge.result = task.result()
+            turn.result = task.result()
         finally:
             if not task.done():
                 task.cancel()
