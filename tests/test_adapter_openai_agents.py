@@ -22,8 +22,9 @@ from pydantic import BaseModel
 
 from nous_inbox import Message, replay
 from nous_inbox.adapters.openai_agents import AgentRunner
-from nous_inbox.events import TurnEnded
+from nous_inbox.events import ModelReplied, ModelRequested, TurnEnded
 from nous_inbox.owner import AsyncOwner, Owner, TurnCancelled
+from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.runner.port import LocalSession
 from nous_inbox.store import open_store
 from tests.openai_agents_kit import Seen, reply_with, scripted_agent, tool
@@ -234,15 +235,28 @@ def test_a_tool_or_assistant_message_is_refused_at_the_send() -> None:
     asyncio.run(main())
 
 
-def test_text_deltas_reach_the_listener_as_the_model_streams_and_are_not_logged() -> None:
-    heard: list[str] = []
-    local = LocalSession()
-    local.followup("hello")
-    runner = AgentRunner(Script(0).agent(), offload=False, tracing_disabled=True,
-                         on_text_delta=heard.append)
-    events = run_local(runner, local)
-    assert "".join(heard) == "heard: hello"
-    assert len(events) == len(local.events) - 1  # what the turn recorded, the send before it
+def test_the_models_text_reaches_a_deltas_reader_before_the_reply_and_is_never_logged() -> None:
+    async def main() -> None:
+        store = open_store("memory:")
+        agent = Script(0).agent()
+        async with AsyncOwner(store, "s", AgentRunner(agent, tracing_disabled=True)) as owner:
+            await owner.inject("a note")  # an injection never wakes: the reader's first event
+            reader = owner.events(deltas=True)
+            seen: list[Any] = [await anext(reader)]  # listening from here on
+            prompt = await owner.prompt("hello")
+            async for item in reader:
+                seen.append(item)
+                if type(item) is TurnEnded:
+                    break
+            reply = prompt.text
+        deltas = [item for item in seen if type(item) is TextDelta]
+        assert "".join(d.text for d in deltas) == reply and reply.startswith("heard: ")
+        kinds = [type(item) for item in seen]
+        assert kinds.index(ModelRequested) < kinds.index(TextDelta)
+        assert max(i for i, k in enumerate(kinds) if k is TextDelta) < kinds.index(ModelReplied)
+        assert [item for item in seen if type(item) is not TextDelta] == list(store.read("s"))
+
+    asyncio.run(main())
 
 
 def test_a_handoff_is_recorded_as_the_call_and_result_the_model_saw() -> None:

@@ -38,6 +38,7 @@ from nous_inbox.events import Event
 from nous_inbox.happenings import Cancelled, Failed
 from nous_inbox.loop import Phase, new_state
 from nous_inbox.message import Message
+from nous_inbox.runner.deltas import Deltas, deltas_of
 from nous_inbox.runner.port import SessionPort, check_port, describe_error
 
 __all__ = ["AgentRunner"]
@@ -76,6 +77,14 @@ class _Flag(Protocol):
         """Whether the turn should end at its next model call."""
 
 
+def _say_text(sdk_event: Any, deltas: Deltas) -> None:
+    """Hand a piece of the reply's text the SDK streamed (a raw text delta) to the session's
+    live readers; every other streamed event is the run's own business."""
+    if isinstance(sdk_event, RawResponsesStreamEvent) and isinstance(
+            sdk_event.data, ResponseTextDeltaEvent):
+        deltas.say(sdk_event.data.delta)
+
+
 def _caller(port: SessionPort, offload: bool) -> Callable[[Callable[[], Any]], Any]:
     """How this turn calls ``port``: through the port's own ``call_io`` when it has one (an
     ``AsyncOwner``'s store worker; ``None``: inline), else in a thread when ``offload``, else
@@ -101,14 +110,16 @@ class AgentRunner:
     ``Runner.run_streamed`` (``context``, ``max_turns``, ``run_config``, ...), and so do the
     options given with a prompt, for its turn (``owner.prompt(text, context=...)``: they win).
     ``tracing_disabled`` is a shorthand for ``run_config=RunConfig(tracing_disabled=True)``.
-    ``on_text_delta``, when given, hears each piece of text the model streams, as it comes (not
-    logged: the final reply is).
+    While someone reads the session's text deltas (``AsyncOwner.events(deltas=True)``,
+    ``Owner.follow(deltas=True)``, the web stream's ``?deltas=1``), a run is the SDK's
+    ``Runner.run_streamed`` and each piece of text the model streams is said to them (not logged:
+    the final reply is; see :mod:`nous_inbox.runner.deltas`); while nobody reads, it is
+    ``Runner.run``.
     """
 
     def __init__(
         self, agent: Agent[Any], *, max_steps: int = 10, offload: bool = True,
-        tracing_disabled: bool = False, on_text_delta: Callable[[str], object] | None = None,
-        **run_kwargs: Any,
+        tracing_disabled: bool = False, **run_kwargs: Any,
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"AgentRunner needs an agents.Agent, got {type(agent).__name__}")
@@ -120,7 +131,6 @@ class AgentRunner:
             run_kwargs["run_config"] = dataclasses.replace(
                 run_kwargs.get("run_config") or RunConfig(), tracing_disabled=True)
         self.run_kwargs = run_kwargs
-        self.on_text_delta = on_text_delta
         self._output_adapter: Any = _NO_ADAPTER
 
     @staticmethod
@@ -241,8 +251,9 @@ class AgentRunner:
                 ending = Failed("nothing to answer: the turn claimed nothing and the transcript "
                                 "ends with the model's reply")
                 run_input = None
+            deltas = deltas_of(port)
             while run_input is not None:
-                if self.on_text_delta is None:
+                if not deltas.listening:  # streaming costs; nobody would read it
                     running = Runner.run(agent, run_input, hooks=turn.hooks, run_config=config,
                                          **kwargs)
                     async for event in self._as_recorded(turn, running):
@@ -255,7 +266,7 @@ class AgentRunner:
                         async for sdk_event in streamed.stream_events():
                             for event in turn.take():
                                 yield event
-                            self._heard(sdk_event)
+                            _say_text(sdk_event, deltas)
                     finally:
                         if not streamed.is_complete:
                             streamed.cancel()  # the SDK's own cancel: its run stops at once
@@ -311,17 +322,6 @@ class AgentRunner:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
-
-    def _heard(self, sdk_event: Any) -> None:
-        """Where the SDK's text deltas reach the adapter: each piece of a reply's text as the
-        model streams it, handed to ``on_text_delta``. Not logged (the final reply is), and a
-        listener that fails is logged and the run goes on."""
-        if isinstance(sdk_event, RawResponsesStreamEvent) and isinstance(
-                sdk_event.data, ResponseTextDeltaEvent):
-            try:
-                self.on_text_delta(sdk_event.data.delta)  # type: ignore[misc]
-            except Exception:
-                logger.exception("on_text_delta failed")
 
     def run_turn(self, port: SessionPort, *, reason: str = "wake",
                  cancel: threading.Event | None = None) -> Iterator[Event]:
