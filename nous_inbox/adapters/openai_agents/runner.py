@@ -25,7 +25,7 @@ import functools
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Final, Protocol, TypeVar
 
 from agents import Agent, AgentOutputSchemaBase, RunConfig, Runner
@@ -34,6 +34,7 @@ from openai.types.responses import ResponseTextDeltaEvent
 from pydantic import TypeAdapter
 
 from nous_inbox.adapters.openai_agents.hooks import RunStopped, TurnHooks
+from nous_inbox.adapters.openai_agents.memory import BothHooks, check_hooks, check_session, mirror
 from nous_inbox.events import Event
 from nous_inbox.happenings import Cancelled, Failed
 from nous_inbox.loop import Phase, new_state
@@ -54,10 +55,6 @@ _NO_ADAPTER: Final = object()
 _OWN: Final = {
     "input": "the inbox and the transcript are the run's input",
     "starting_agent": "the runner's agent starts every turn",
-    "hooks": "the adapter's run hooks record each reply",
-    "session": "the log is the session: an SDK Session would hold the conversation a second "
-               "time, without the messages the inbox delivered (the SDK keeps nothing a "
-               "call_model_input_filter adds)",
     "conversation_id": "the log is the session: a server-managed conversation would hold it "
                        "a second time",
     "previous_response_id": "the log is the session: a server-managed conversation would hold "
@@ -83,6 +80,15 @@ def _say_text(sdk_event: Any, deltas: Deltas) -> None:
     if isinstance(sdk_event, RawResponsesStreamEvent) and isinstance(
             sdk_event.data, ResponseTextDeltaEvent):
         deltas.say(sdk_event.data.delta)
+
+
+async def _mirror(memory: Any, transcript: Sequence[Message]) -> None:
+    """The log's transcript into the user's SDK ``Session`` (``memory``): a failing ``Session``
+    is logged, and the next mirror puts it right."""
+    try:
+        await mirror(memory, transcript)
+    except Exception:
+        logger.exception("could not mirror the transcript into the SDK session")
 
 
 def _caller(port: SessionPort, offload: bool) -> Callable[[Callable[[], Any]], Any]:
@@ -115,6 +121,12 @@ class AgentRunner:
     ``Runner.run_streamed`` and each piece of text the model streams is said to them (not logged:
     the final reply is; see :mod:`nous_inbox.runner.deltas`); while nobody reads, it is
     ``Runner.run``.
+
+    ``session=`` (an SDK ``Session``: ``SQLiteSession``, ...) is kept as the log's mirror: after
+    each turn it holds the whole transcript as the SDK's input items, every message the inbox
+    delivered in place (the SDK itself would keep only what its runs generated; see
+    :mod:`~nous_inbox.adapters.openai_agents.memory`). ``hooks=`` (an SDK ``RunHooks``) are
+    called beside the adapter's own, after them.
     """
 
     def __init__(
@@ -135,13 +147,13 @@ class AgentRunner:
 
     @staticmethod
     def check_run_options(options: dict[str, Any]) -> None:
-        """Refuse run options this runner sets itself: a ``TypeError`` naming the option and
-        why. An owner asks this of the options given with a prompt, before anything is written.
+        """Refuse run options this runner sets itself, and a ``session`` or ``hooks`` that is
+        not the SDK's: a ``TypeError`` naming the option and why. An owner asks this of the options given with a prompt, before anything is written.
 
-        >>> AgentRunner.check_run_options({"session": object()})
+        >>> AgentRunner.check_run_options({"conversation_id": "conv_1"})
         Traceback (most recent call last):
         ...
-        TypeError: AgentRunner sets session itself (the log is the session: an SDK Session would hold the conversation a second time, without the messages the inbox delivered (the SDK keeps nothing a call_model_input_filter adds)); do not pass it
+        TypeError: AgentRunner sets conversation_id itself (the log is the session: a server-managed conversation would hold it a second time); do not pass it
         """
         for name, why in _OWN.items():
             if name in options:
@@ -154,6 +166,10 @@ class AgentRunner:
             if config.call_model_input_filter is not None:
                 raise TypeError("run_config.call_model_input_filter is the adapter's own (where "
                                 "the inbox joins each model call); do not set it")
+        if options.get("session") is not None:
+            check_session(options["session"])
+        if options.get("hooks") is not None:
+            check_hooks(options["hooks"])
 
     def load_output(self, data: Any) -> Any:
         """A turn's output, recorded as JSON, rebuilt as the agent's ``output_type`` (with
@@ -238,6 +254,11 @@ class AgentRunner:
                 yield event
             raise
         kwargs = {**self.run_kwargs, **options}
+        memory = kwargs.pop("session", None)  # mirrored from the log, never the SDK's to build
+        hooks: Any = turn.hooks
+        if kwargs.get("hooks") is not None:
+            hooks = BothHooks(turn.hooks, kwargs["hooks"])
+        kwargs.pop("hooks", None)
         config = dataclasses.replace(kwargs.pop("run_config", None) or RunConfig(),
                                      call_model_input_filter=turn.filter)
         ending: Cancelled | Failed | None = Cancelled()
@@ -254,13 +275,13 @@ class AgentRunner:
             deltas = deltas_of(port)
             while run_input is not None:
                 if not deltas.listening:  # streaming costs; nobody would read it
-                    running = Runner.run(agent, run_input, hooks=turn.hooks, run_config=config,
+                    running = Runner.run(agent, run_input, hooks=hooks, run_config=config,
                                          **kwargs)
                     async for event in self._as_recorded(turn, running):
                         yield event
                     result = turn.result
                 else:
-                    streamed = Runner.run_streamed(agent, run_input, hooks=turn.hooks,
+                    streamed = Runner.run_streamed(agent, run_input, hooks=hooks,
                                                    run_config=config, **kwargs)
                     try:
                         async for sdk_event in streamed.stream_events():
@@ -277,6 +298,8 @@ class AgentRunner:
                     shown = result.to_input_list(mode="normalized")[turn.shown:]
                     break
                 agent = result.last_agent
+                if memory is not None:  # before the turn's end is recorded: a prompt's answer
+                    await _mirror(memory, turn.bridge.adv.state.transcript)  # finds it there
                 run_input = await turn.call(functools.partial(
                     turn.run_ended, result.to_input_list(mode="normalized"),
                     result.final_output))
@@ -290,6 +313,8 @@ class AgentRunner:
             await turn.call(functools.partial(turn.close, Failed(describe_error(exc))))
             for event in turn.take():
                 yield event
+            if memory is not None:
+                await _mirror(memory, await turn.call(lambda: list(port.session.transcript)))
             raise
         finally:
             if type(ending) is Cancelled:
@@ -301,6 +326,8 @@ class AgentRunner:
             await turn.call(functools.partial(turn.close, ending))
         for event in turn.take():
             yield event
+        if memory is not None:
+            await _mirror(memory, await turn.call(lambda: list(port.session.transcript)))
 
     @staticmethod
     async def _as_recorded(turn: TurnHooks, run: Any) -> AsyncIterator[Event]:
