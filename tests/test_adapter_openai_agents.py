@@ -260,6 +260,26 @@ def test_the_models_text_reaches_a_deltas_reader_before_the_reply_and_is_never_l
     asyncio.run(main())
 
 
+def test_a_threaded_owners_follow_reader_gets_the_models_text_before_the_reply() -> None:
+    store = open_store("memory:")
+    owner = Owner(store, "s", AgentRunner(Script(0).agent(), tracing_disabled=True))
+    try:
+        owner.inject("a note")  # an injection never wakes: the reader's first event
+        reader = owner.follow(deltas=True, timeout=WAIT)
+        seen: list[Any] = [next(reader)]  # listening from here on
+        reply = owner.prompt("hello").result(timeout=WAIT).text
+        for item in reader:
+            seen.append(item)
+            if type(item) is TurnEnded:
+                break
+    finally:
+        owner.close()
+    kinds = [type(item) for item in seen]
+    assert "".join(item.text for item in seen if type(item) is TextDelta) == reply
+    assert max(i for i, k in enumerate(kinds) if k is TextDelta) < kinds.index(ModelReplied)
+    assert [item for item in seen if type(item) is not TextDelta] == list(store.read("s"))
+
+
 def test_an_sdk_session_holds_every_delivered_message_in_place_after_each_turn() -> None:
     # The SDK would build its Session from what its runs generated, without the steer the
     # inbox delivered mid-run; the adapter mirrors the log's transcript into it instead.
