@@ -38,8 +38,10 @@ from nous_inbox.adapters.langgraph import (
     route_after_model,
     to_lc_messages,
 )
+from nous_inbox.events import ModelReplied, ModelRequested, TurnEnded
 from nous_inbox.owner import Owner
 from nous_inbox.owner.async_owner import AsyncOwner
+from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.runner.port import LocalSession
 from nous_inbox.store import open_store
 from nous_inbox.web.host import SessionHost
@@ -332,18 +334,31 @@ def test_bad_arguments_are_refused_with_the_reason() -> None:
         GraphRunner(graph).check_message(Message.assistant("hi"))
 
 
-def test_the_models_text_reaches_the_one_delta_receiver_while_it_streams() -> None:
+def test_the_models_text_reaches_a_deltas_reader_before_the_reply_and_is_never_logged() -> None:
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 
-    heard: list[str] = []
-    graph = create_agent(GenericFakeChatModel(messages=iter([AIMessage("two words")])),
-                         middleware=[InboxMiddleware()])
-    local = LocalSession()
-    local.followup("go")
-    turn(GraphRunner(graph, offload=False, on_text=heard.append), local)
-    assert "".join(heard) == "two words" and len(heard) > 1
-    assert local.session.transcript[-1].content == "two words"  # logged whole, once
+    async def main() -> None:
+        store = open_store("memory:")
+        graph = create_agent(GenericFakeChatModel(messages=iter([AIMessage("two words")])),
+                             middleware=[InboxMiddleware()])
+        async with AsyncOwner(store, "s", GraphRunner(graph)) as owner:
+            await owner.inject("a note")  # an injection never wakes: the reader's first event
+            reader = owner.events(deltas=True)
+            seen: list[Any] = [await anext(reader)]  # listening from here on
+            prompt = await owner.prompt("go")
+            async for item in reader:
+                seen.append(item)
+                if type(item) is TurnEnded:
+                    break
+            assert prompt.text == "two words"  # logged whole, once
+        deltas = [item for item in seen if type(item) is TextDelta]
+        assert "".join(d.text for d in deltas) == "two words"
+        kinds = [type(item) for item in seen]
+        assert kinds.index(ModelRequested) < kinds.index(TextDelta)
+        assert max(i for i, k in enumerate(kinds) if k is TextDelta) < kinds.index(ModelReplied)
+        assert [item for item in seen if type(item) is not TextDelta] == list(store.read("s"))
 
+    asyncio.run(main())
 
 
 def test_a_sqlite_checkpoint_and_the_log_hold_one_conversation_across_a_restart(

@@ -15,15 +15,17 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, RunConfig, RunContextWrapper, function_tool
+from agents import Agent, RunConfig, RunContextWrapper, RunHooks, SQLiteSession, function_tool
 from agents.testing import ModelCall
 from agents.usage import Usage
 from pydantic import BaseModel
 
 from nous_inbox import Message, replay
 from nous_inbox.adapters.openai_agents import AgentRunner
-from nous_inbox.events import TurnEnded
+from nous_inbox.adapters.openai_agents.transcript import to_input_items
+from nous_inbox.events import ModelReplied, ModelRequested, TurnEnded
 from nous_inbox.owner import AsyncOwner, Owner, TurnCancelled
+from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.runner.port import LocalSession
 from nous_inbox.store import open_store
 from tests.openai_agents_kit import Seen, reply_with, scripted_agent, tool
@@ -200,8 +202,8 @@ def test_a_threaded_owner_runs_it_and_a_cancel_stops_it_before_its_next_call() -
 
 
 @pytest.mark.parametrize(("options", "says"), [
-    ({"session": object()}, "AgentRunner sets session itself (the log is the session"),
-    ({"hooks": object()}, "AgentRunner sets hooks itself"),
+    ({"session": object()}, "session must be an agents Session"),
+    ({"hooks": object()}, "hooks must be an agents.RunHooks"),
     ({"conversation_id": "conv_1"}, "AgentRunner sets conversation_id itself"),
     ({"run_config": RunConfig(call_model_input_filter=lambda data: data.model_data)},
      "run_config.call_model_input_filter is the adapter's own"),
@@ -234,15 +236,93 @@ def test_a_tool_or_assistant_message_is_refused_at_the_send() -> None:
     asyncio.run(main())
 
 
-def test_text_deltas_reach_the_listener_as_the_model_streams_and_are_not_logged() -> None:
+def test_the_models_text_reaches_a_deltas_reader_before_the_reply_and_is_never_logged() -> None:
+    async def main() -> None:
+        store = open_store("memory:")
+        agent = Script(0).agent()
+        async with AsyncOwner(store, "s", AgentRunner(agent, tracing_disabled=True)) as owner:
+            await owner.inject("a note")  # an injection never wakes: the reader's first event
+            reader = owner.events(deltas=True)
+            seen: list[Any] = [await anext(reader)]  # listening from here on
+            prompt = await owner.prompt("hello")
+            async for item in reader:
+                seen.append(item)
+                if type(item) is TurnEnded:
+                    break
+            reply = prompt.text
+        deltas = [item for item in seen if type(item) is TextDelta]
+        assert "".join(d.text for d in deltas) == reply and reply.startswith("heard: ")
+        kinds = [type(item) for item in seen]
+        assert kinds.index(ModelRequested) < kinds.index(TextDelta)
+        assert max(i for i, k in enumerate(kinds) if k is TextDelta) < kinds.index(ModelReplied)
+        assert [item for item in seen if type(item) is not TextDelta] == list(store.read("s"))
+
+    asyncio.run(main())
+
+
+def test_a_threaded_owners_follow_reader_gets_the_models_text_before_the_reply() -> None:
+    store = open_store("memory:")
+    owner = Owner(store, "s", AgentRunner(Script(0).agent(), tracing_disabled=True))
+    try:
+        owner.inject("a note")  # an injection never wakes: the reader's first event
+        reader = owner.follow(deltas=True, timeout=WAIT)
+        seen: list[Any] = [next(reader)]  # listening from here on
+        reply = owner.prompt("hello").result(timeout=WAIT).text
+        for item in reader:
+            seen.append(item)
+            if type(item) is TurnEnded:
+                break
+    finally:
+        owner.close()
+    kinds = [type(item) for item in seen]
+    assert "".join(item.text for item in seen if type(item) is TextDelta) == reply
+    assert max(i for i, k in enumerate(kinds) if k is TextDelta) < kinds.index(ModelReplied)
+    assert [item for item in seen if type(item) is not TextDelta] == list(store.read("s"))
+
+
+def test_an_sdk_session_holds_every_delivered_message_in_place_after_each_turn() -> None:
+    # The SDK would build its Session from what its runs generated, without the steer the
+    # inbox delivered mid-run; the adapter mirrors the log's transcript into it instead.
+    memory = SQLiteSession("s")
+    runner = AgentRunner(Script(0).agent(), tracing_disabled=True)
+
+    async def main() -> None:
+        script = Script(1)
+        async with AsyncOwner(open_store("memory:"), "s", AgentRunner(
+                script.agent(), tracing_disabled=True, session=memory)) as owner:
+            script.during[0] = lambda: owner.steer("check b.py too")
+            await owner.prompt("fix a.py")
+            held = await memory.get_items()
+            assert held == to_input_items(owner.transcript)
+            steer_at = [item.get("content") or item.get("type") for item in held]
+            assert steer_at == ["fix a.py", "function_call", "function_call_output",
+                                "check b.py too", "heard: check b.py too"]
+            await owner.prompt("and c.py", session=memory)  # a prompt's own: the same mirror
+            assert await memory.get_items() == to_input_items(owner.transcript)
+            await memory.add_items([{"role": "user", "content": "written by hand"}])
+            await owner.prompt("last")  # a session that strayed from the log is put back
+            assert await memory.get_items() == to_input_items(owner.transcript)
+
+    asyncio.run(main())
+    assert runner.run_kwargs.get("session") is None
+
+
+def test_the_users_run_hooks_hear_the_run_beside_the_adapters() -> None:
     heard: list[str] = []
+
+    class Mine(RunHooks[Any]):
+        async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+            heard.append("reply")
+
+        async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+            heard.append(f"tool: {result}")
+
     local = LocalSession()
-    local.followup("hello")
-    runner = AgentRunner(Script(0).agent(), offload=False, tracing_disabled=True,
-                         on_text_delta=heard.append)
-    events = run_local(runner, local)
-    assert "".join(heard) == "heard: hello"
-    assert len(events) == len(local.events) - 1  # what the turn recorded, the send before it
+    local.followup("go")
+    run_local(AgentRunner(Script(1).agent(), offload=False, tracing_disabled=True,
+                          hooks=Mine()), local)
+    assert heard == ["reply", "tool: result 0", "reply"]
+    assert [m.role for m in local.session.transcript] == ["user", "assistant", "tool", "assistant"]
 
 
 def test_a_handoff_is_recorded_as_the_call_and_result_the_model_saw() -> None:

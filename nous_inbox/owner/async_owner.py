@@ -193,7 +193,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         ``deltas=True`` adds the model's text as it streams, as
         :class:`~nous_inbox.runner.deltas.TextDelta` items in order with the events (each
         before the ``ModelReplied`` that holds its reply), from a runner that streams (the
-        pydantic-ai adapter). Deltas are never stored: a resumed reader reads events only, and
+        framework adapters). Deltas are never stored: a resumed reader reads events only, and
         the unread deltas of a slow reader are joined, so it never slows the run.
         """
         if type(deltas) is not bool:

@@ -26,10 +26,10 @@ turn is one run of the graph, on the session's own thread.
 ['hello', 'hello to you']
 
 Its parts: :mod:`~nous_inbox.adapters.langgraph.transcript` (one transcript in our spelling and
-LangChain's), :mod:`~nous_inbox.adapters.langgraph.bridge` (one turn's loop, and how a
-boundary is recorded), :mod:`~nous_inbox.adapters.langgraph.hooks` (where the inbox joins a
+LangChain's), :mod:`~nous_inbox.adapters.langgraph.hooks` (where the inbox joins a
 graph: the ``create_agent`` middleware, the prebuilt agent's hooks, a ``StateGraph``'s nodes)
-and :mod:`~nous_inbox.adapters.langgraph.runner` (:class:`GraphRunner`: each turn's run).
+and :mod:`~nous_inbox.adapters.langgraph.runner` (:class:`GraphRunner`: each turn's run); one
+turn's loop and how a boundary is recorded are the shared :mod:`~nous_inbox.adapters.bridge`'s.
 """
 
 try:

@@ -49,9 +49,9 @@ from langgraph.config import get_config
 from langgraph.graph import END
 from langgraph.types import Command
 
-from nous_inbox.adapters.langgraph.bridge import CLAIMS, Part, TurnBridge
+from nous_inbox.adapters.bridge import CLAIMS, Part, TurnBridge, stop_cause
 from nous_inbox.adapters.langgraph.transcript import from_lc_message, to_lc_messages
-from nous_inbox.happenings import Cancelled, ModelAnswered, Retried, ToolsFinished, cancelled_result
+from nous_inbox.happenings import Cancelled, Failed, ModelAnswered, Retried
 from nous_inbox.loop import Phase
 from nous_inbox.message import Message
 
@@ -72,11 +72,12 @@ async def _inline(fn: Callable[[], Any]) -> Any:
 
 class GraphTurn:
     """One turn's side of the graph: what the hooks know of the graph's messages, and the
-    bridge (:class:`~nous_inbox.adapters.langgraph.bridge.TurnBridge`) that records them.
+    bridge (:class:`~nous_inbox.adapters.bridge.TurnBridge`) that records them.
 
     ``call`` is where the port's calls run (the owner's store worker, a thread, or inline);
     ``cancels`` are the flags that end the run at its next model boundary; ``known`` holds the
-    ids of the graph's messages the log holds already.
+    ids of the graph's messages the log holds already; ``usage`` sums the token counts the
+    model reported (LangChain's ``usage_metadata``), which the turn's end records.
     """
 
     def __init__(self, bridge: TurnBridge, call: Caller = _inline,
@@ -88,6 +89,27 @@ class GraphTurn:
         #: Set when the loop ended the turn before a model node with no jump of its own (a
         #: ``pre_model_hook``, a ``StateGraph`` node): the runner stops the graph there.
         self.halted = False
+        self.usage: dict[str, int | float] = {}
+        bridge.counts = lambda: dict(self.usage) or None
+
+    def add_usage(self, counts: Any) -> None:
+        """Add a reply's token counts (its ``usage_metadata``) to the turn's usage."""
+        if isinstance(counts, dict):
+            for name, value in counts.items():
+                if type(value) in (int, float) and value:
+                    self.usage[name] = self.usage.get(name, 0) + value
+
+    def close(self, ending: Cancelled | Failed, results: Sequence[Message] = (),
+              stopped: bool = False) -> list[Message]:
+        """End the turn, unless the loop ended it: the tool ``results`` the graph holds first;
+        every call still open answered as interrupted when the run was ``stopped`` inside the
+        graph (a tool may have started), else as cancelled (ruling 9). Returns those answers,
+        for the graph's own state."""
+        by_id = {m.tool_call_id: m for m in results if m.tool_call_id is not None}
+        finished = self.bridge.finished(by_id, stopped=stop_cause(ending) if stopped else "")
+        self.bridge.close(ending, *filter(None, [finished]))
+        return [] if finished is None else [
+            m for m in finished.results if m.tool_call_id not in by_id]
 
     def cancelled(self) -> bool:
         """Whether a cancel flag is set."""
@@ -117,15 +139,10 @@ class GraphTurn:
         results = {m.tool_call_id: from_lc_message(m) for m in new if isinstance(m, ToolMessage)}
         parts: list[Part] = []
         filled: list[Message] = []
-        if self.bridge.phase() is Phase.TOOLS:
-            finished = []
-            for call in self.bridge.adv.state.calls:
-                result = results.get(call.id)
-                if result is None:
-                    result = cancelled_result(call)
-                    filled.append(result)
-                finished.append(result)
-            parts.append(ToolsFinished(finished))
+        finished = self.bridge.finished(results)
+        if finished is not None:
+            filled = [m for m in finished.results if m.tool_call_id not in results]
+            parts.append(finished)
         parts.extend(Retried(Message.user(str(m.text))) for m in new if isinstance(m, HumanMessage))
         return parts, filled
 
@@ -136,7 +153,7 @@ class GraphTurn:
         bridge = self.bridge
         if self.cancelled():
             results = [from_lc_message(m) for m in new if isinstance(m, ToolMessage)]
-            answers = await self.call(lambda: bridge.close(Cancelled(), results))
+            answers = await self.call(lambda: self.close(Cancelled(), results))
             return {"messages": self.deliver(answers), "jump_to": "end"}
         if bridge.phase() is Phase.MODEL:
             return None  # the opening's request, or one the loop added: claimed already
@@ -161,14 +178,14 @@ class GraphTurn:
         """The model's ``reply`` (its ``structured`` response, when it has one) told to the
         loop, as :meth:`after_model` tells it."""
         bridge = self.bridge
-        bridge.add_usage(reply.usage_metadata)
+        self.add_usage(reply.usage_metadata)
         if structured is not None:
             bridge.output = _jsonable(structured)
         answered = ModelAnswered(from_lc_message(reply))
         if self.cancelled():
             def cancel() -> list[Message]:
                 bridge.write(answered)
-                return bridge.close(Cancelled())
+                return self.close(Cancelled())
 
             answers = await self.call(cancel)
             return {"messages": self.deliver(answers), "jump_to": "end"}

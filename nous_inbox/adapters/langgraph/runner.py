@@ -37,13 +37,14 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.pregel import Pregel
 from langgraph.types import StreamMode
 
-from nous_inbox.adapters.langgraph.bridge import CLAIMS, TurnBridge
+from nous_inbox.adapters.bridge import CLAIMS, TurnBridge
 from nous_inbox.adapters.langgraph.hooks import TURN_KEY, GraphTurn
 from nous_inbox.adapters.langgraph.transcript import from_lc_message, same_as_shown
 from nous_inbox.events import Event
 from nous_inbox.happenings import Cancelled, Failed, ToolsFinished, cancelled_result
 from nous_inbox.loop import Phase, new_state
 from nous_inbox.message import Message, ToolCall
+from nous_inbox.runner.deltas import deltas_of
 from nous_inbox.runner.port import JournalPort, SessionPort, check_port, describe_error
 
 __all__ = ["GraphRunner"]
@@ -94,15 +95,18 @@ class GraphRunner:
     into every run's config (``recursion_limit``, callbacks, ``configurable`` values of your
     own, ...) and ``context`` is every run's LangGraph runtime context; a prompt's own
     (``owner.prompt(text, context=..., config={...})``) win for its turn (see
-    :meth:`check_run_options`). ``on_text`` hears the model's text as it streams (see
-    :meth:`text_delta`). A port that says where its calls belong (``call_io``) is called
-    there; any other in a thread, or inline with ``offload=False``.
+    :meth:`check_run_options`). While someone reads the session's text deltas
+    (``AsyncOwner.events(deltas=True)``, ``Owner.follow(deltas=True)``, the web stream's
+    ``?deltas=1``), a run streams with ``stream_mode="messages"`` too and each piece of the
+    model's text is said to them (:mod:`nous_inbox.runner.deltas`); while nobody reads, it
+    does not. A port that says where its calls belong (``call_io``) is called there; any other
+    in a thread, or inline with ``offload=False``.
     """
 
     def __init__(
         self, graph: Pregel[Any, Any, Any, Any], *, max_steps: int = 10, offload: bool = True,
         thread_id: Callable[[str], str] | None = None, config: dict[str, Any] | None = None,
-        context: Any = None, on_text: Callable[[str], object] | None = None,
+        context: Any = None,
     ) -> None:
         if not isinstance(graph, Pregel):
             raise TypeError(f"GraphRunner needs a compiled LangGraph graph (graph.compile(), "
@@ -114,8 +118,6 @@ class GraphRunner:
         self.check_run_options({"config": config or {}})
         self.config = dict(config or {})
         self.context = context
-        self.on_text = on_text
-        self._modes: list[StreamMode] = ["values", "messages"] if on_text else ["values"]
 
     @staticmethod
     def check_run_options(options: dict[str, Any]) -> None:
@@ -164,13 +166,6 @@ class GraphRunner:
         """The graph thread of ``port``'s session: its stream's, named by ``thread_id``."""
         stream = port.journal.stream if isinstance(port, JournalPort) else "nous-inbox"
         return stream if self.thread_id is None else self.thread_id(stream)
-
-    def text_delta(self, port: SessionPort, text: str) -> None:
-        """The one place the runner receives the model's text while it streams (LangGraph's
-        ``stream_mode="messages"``, asked for only when ``on_text`` is given): not an event of
-        the log; the reply it builds is recorded whole when the model is done."""
-        if self.on_text is not None and text:
-            self.on_text(text)
 
     def check_message(self, message: Message) -> None:
         """Refuse a message this runner cannot deliver to the model as it is: a ``ValueError``
@@ -242,7 +237,8 @@ class GraphRunner:
         return results
 
     async def _arun(self, port: SessionPort, reason: str, *cancels: Any) -> AsyncIterator[Event]:
-        bridge = TurnBridge(port, self._start)
+        bridge = TurnBridge(port, self._start, log=logger)
+        deltas = deltas_of(port)
         call = _caller(port, self.offload)
         turn = GraphTurn(bridge, call, cancels)
         values: dict[str, Any] = {}
@@ -257,11 +253,13 @@ class GraphRunner:
                 yield event
             while bridge.phase() is Phase.MODEL:
                 graph_input = await self._input(config, turn, transcript, prior)
+                # The model streams only while someone reads its text: a bare run's cost else.
+                modes: list[StreamMode] = ["values", "messages"] if deltas.listening else ["values"]
                 async for mode, chunk in self.graph.astream(graph_input, config, context=context,
-                                                            stream_mode=self._modes):
+                                                            stream_mode=modes):
                     if mode == "messages":
                         if isinstance(chunk[0], AIMessageChunk):
-                            self.text_delta(port, str(chunk[0].text))
+                            deltas.say(str(chunk[0].text))
                         continue
                     values = chunk if isinstance(chunk, dict) else {}
                     for event in bridge.take():
@@ -293,18 +291,18 @@ class GraphRunner:
         except (asyncio.CancelledError, GeneratorExit):
             async def stop() -> None:
                 left = await self._left_over(config, turn, values)
-                await call(lambda: bridge.close(Cancelled(), left, stopped=True))
+                await call(lambda: turn.close(Cancelled(), left, stopped=True))
             await asyncio.shield(stop())
             raise
         except Exception as exc:
             failed = Failed(describe_error(exc))
             left = await self._left_over(config, turn, values)
-            await call(lambda: bridge.close(failed, left, stopped=True))
+            await call(lambda: turn.close(failed, left, stopped=True))
             for event in bridge.take():
                 yield event
             raise
         if ending is not None:
-            await call(lambda: bridge.close(ending, _results(turn, values)))
+            await call(lambda: turn.close(ending, _results(turn, values)))
         for event in bridge.take():
             yield event
 
@@ -390,7 +388,7 @@ def _answering(bridge: TurnBridge, results: Sequence[Message], waiting: str = ""
     person) what the graph asks, else cancelled."""
     by_id = {m.tool_call_id: m for m in results}
     return [by_id.get(c.id) or (_waiting_result(c, waiting) if waiting else cancelled_result(c))
-            for c in bridge.adv.state.calls]
+            for c in bridge.calls]
 
 
 def _waiting_result(call: ToolCall, asked: str) -> Message:

@@ -35,8 +35,11 @@ reply's text), so a prompt's result gives ``output`` typed again
 reasoning items (not shown to a later turn as text).
 
 Its parts: :mod:`~nous_inbox.adapters.openai_agents.transcript` (one transcript in our spelling
-and the SDK's), :mod:`~nous_inbox.adapters.openai_agents.bridge` (the filter and hooks: where the
-inbox joins a run) and :mod:`~nous_inbox.adapters.openai_agents.runner` (:class:`AgentRunner`).
+and the SDK's), :mod:`~nous_inbox.adapters.openai_agents.hooks` (the filter and hooks: where the
+inbox joins a run), :mod:`~nous_inbox.adapters.openai_agents.memory` (a user's SDK ``Session``,
+kept as the log's mirror, and ``RunHooks``) and :mod:`~nous_inbox.adapters.openai_agents.runner`
+(:class:`AgentRunner`);
+one turn's loop and how a boundary is recorded are the shared :mod:`~nous_inbox.adapters.bridge`'s.
 """
 
 try:

@@ -1,5 +1,5 @@
 """The agent wrapper: :class:`AgentRunner` runs each turn as the SDK's ``Runner.run_streamed`` of
-an ``Agent``, with the turn's :class:`~nous_inbox.adapters.openai_agents.bridge.TurnBridge` as its
+an ``Agent``, with the turn's :class:`~nous_inbox.adapters.openai_agents.hooks.TurnHooks` as its
 model-input filter and run hooks.
 
 The runner decides only what is its own: where the port's calls go (the owner's store worker, a
@@ -25,7 +25,7 @@ import functools
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Final, Protocol, TypeVar
 
 from agents import Agent, AgentOutputSchemaBase, RunConfig, Runner
@@ -33,11 +33,13 @@ from agents.stream_events import RawResponsesStreamEvent
 from openai.types.responses import ResponseTextDeltaEvent
 from pydantic import TypeAdapter
 
-from nous_inbox.adapters.openai_agents.bridge import RunStopped, TurnBridge
+from nous_inbox.adapters.openai_agents.hooks import RunStopped, TurnHooks
+from nous_inbox.adapters.openai_agents.memory import BothHooks, check_hooks, check_session, mirror
 from nous_inbox.events import Event
 from nous_inbox.happenings import Cancelled, Failed
 from nous_inbox.loop import Phase, new_state
 from nous_inbox.message import Message
+from nous_inbox.runner.deltas import Deltas, deltas_of
 from nous_inbox.runner.port import SessionPort, check_port, describe_error
 
 __all__ = ["AgentRunner"]
@@ -53,10 +55,6 @@ _NO_ADAPTER: Final = object()
 _OWN: Final = {
     "input": "the inbox and the transcript are the run's input",
     "starting_agent": "the runner's agent starts every turn",
-    "hooks": "the adapter's run hooks record each reply",
-    "session": "the log is the session: an SDK Session would hold the conversation a second "
-               "time, without the messages the inbox delivered (the SDK keeps nothing a "
-               "call_model_input_filter adds)",
     "conversation_id": "the log is the session: a server-managed conversation would hold it "
                        "a second time",
     "previous_response_id": "the log is the session: a server-managed conversation would hold "
@@ -74,6 +72,23 @@ _UNDELIVERABLE: Final = {
 class _Flag(Protocol):
     def is_set(self) -> bool:
         """Whether the turn should end at its next model call."""
+
+
+def _say_text(sdk_event: Any, deltas: Deltas) -> None:
+    """Hand a piece of the reply's text the SDK streamed (a raw text delta) to the session's
+    live readers; every other streamed event is the run's own business."""
+    if isinstance(sdk_event, RawResponsesStreamEvent) and isinstance(
+            sdk_event.data, ResponseTextDeltaEvent):
+        deltas.say(sdk_event.data.delta)
+
+
+async def _mirror(memory: Any, transcript: Sequence[Message]) -> None:
+    """The log's transcript into the user's SDK ``Session`` (``memory``): a failing ``Session``
+    is logged, and the next mirror puts it right."""
+    try:
+        await mirror(memory, transcript)
+    except Exception:
+        logger.exception("could not mirror the transcript into the SDK session")
 
 
 def _caller(port: SessionPort, offload: bool) -> Callable[[Callable[[], Any]], Any]:
@@ -101,14 +116,22 @@ class AgentRunner:
     ``Runner.run_streamed`` (``context``, ``max_turns``, ``run_config``, ...), and so do the
     options given with a prompt, for its turn (``owner.prompt(text, context=...)``: they win).
     ``tracing_disabled`` is a shorthand for ``run_config=RunConfig(tracing_disabled=True)``.
-    ``on_text_delta``, when given, hears each piece of text the model streams, as it comes (not
-    logged: the final reply is).
+    While someone reads the session's text deltas (``AsyncOwner.events(deltas=True)``,
+    ``Owner.follow(deltas=True)``, the web stream's ``?deltas=1``), a run is the SDK's
+    ``Runner.run_streamed`` and each piece of text the model streams is said to them (not logged:
+    the final reply is; see :mod:`nous_inbox.runner.deltas`); while nobody reads, it is
+    ``Runner.run``.
+
+    ``session=`` (an SDK ``Session``: ``SQLiteSession``, ...) is kept as the log's mirror: after
+    each turn it holds the whole transcript as the SDK's input items, every message the inbox
+    delivered in place (the SDK itself would keep only what its runs generated; see
+    :mod:`~nous_inbox.adapters.openai_agents.memory`). ``hooks=`` (an SDK ``RunHooks``) are
+    called beside the adapter's own, after them.
     """
 
     def __init__(
         self, agent: Agent[Any], *, max_steps: int = 10, offload: bool = True,
-        tracing_disabled: bool = False, on_text_delta: Callable[[str], object] | None = None,
-        **run_kwargs: Any,
+        tracing_disabled: bool = False, **run_kwargs: Any,
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"AgentRunner needs an agents.Agent, got {type(agent).__name__}")
@@ -120,18 +143,17 @@ class AgentRunner:
             run_kwargs["run_config"] = dataclasses.replace(
                 run_kwargs.get("run_config") or RunConfig(), tracing_disabled=True)
         self.run_kwargs = run_kwargs
-        self.on_text_delta = on_text_delta
         self._output_adapter: Any = _NO_ADAPTER
 
     @staticmethod
     def check_run_options(options: dict[str, Any]) -> None:
-        """Refuse run options this runner sets itself: a ``TypeError`` naming the option and
-        why. An owner asks this of the options given with a prompt, before anything is written.
+        """Refuse run options this runner sets itself, and a ``session`` or ``hooks`` that is
+        not the SDK's: a ``TypeError`` naming the option and why. An owner asks this of the options given with a prompt, before anything is written.
 
-        >>> AgentRunner.check_run_options({"session": object()})
+        >>> AgentRunner.check_run_options({"conversation_id": "conv_1"})
         Traceback (most recent call last):
         ...
-        TypeError: AgentRunner sets session itself (the log is the session: an SDK Session would hold the conversation a second time, without the messages the inbox delivered (the SDK keeps nothing a call_model_input_filter adds)); do not pass it
+        TypeError: AgentRunner sets conversation_id itself (the log is the session: a server-managed conversation would hold it a second time); do not pass it
         """
         for name, why in _OWN.items():
             if name in options:
@@ -144,6 +166,10 @@ class AgentRunner:
             if config.call_model_input_filter is not None:
                 raise TypeError("run_config.call_model_input_filter is the adapter's own (where "
                                 "the inbox joins each model call); do not set it")
+        if options.get("session") is not None:
+            check_session(options["session"])
+        if options.get("hooks") is not None:
+            check_hooks(options["hooks"])
 
     def load_output(self, data: Any) -> Any:
         """A turn's output, recorded as JSON, rebuilt as the agent's ``output_type`` (with
@@ -206,9 +232,9 @@ class AgentRunner:
 
     async def _arun(self, port: SessionPort, reason: str,
                     *cancels: _Flag | None) -> AsyncIterator[Event]:
-        bridge = TurnBridge(port, _caller(port, self.offload), self._start, cancels)
-        opening = asyncio.ensure_future(bridge.call(
-            lambda: (bridge.open(reason), dict(getattr(port, "turn_options", None) or {}))))
+        turn = TurnHooks(port, _caller(port, self.offload), self._start, cancels)
+        opening = asyncio.ensure_future(turn.call(
+            lambda: (turn.open(reason), dict(getattr(port, "turn_options", None) or {}))))
         try:
             # The options are those of the prompts this opening claimed (an owner's port).
             run_input, options = await asyncio.shield(opening)
@@ -218,110 +244,111 @@ class AgentRunner:
                     await asyncio.wait((opening,))
             failure = None if opening.cancelled() else opening.exception()
             try:
-                await asyncio.shield(bridge.call(lambda: bridge.end_opening(failure)))
+                await asyncio.shield(turn.call(lambda: turn.end_opening(failure)))
             except BaseException:
                 logger.exception("could not record the end of a cancelled turn")
             raise
         except Exception as exc:
-            await bridge.call(functools.partial(bridge.end_opening, exc))
-            for event in bridge.take():
+            await turn.call(functools.partial(turn.end_opening, exc))
+            for event in turn.take():
                 yield event
             raise
         kwargs = {**self.run_kwargs, **options}
+        memory = kwargs.pop("session", None)  # mirrored from the log, never the SDK's to build
+        hooks: Any = turn.hooks
+        if kwargs.get("hooks") is not None:
+            hooks = BothHooks(turn.hooks, kwargs["hooks"])
+        kwargs.pop("hooks", None)
         config = dataclasses.replace(kwargs.pop("run_config", None) or RunConfig(),
-                                     call_model_input_filter=bridge.filter)
+                                     call_model_input_filter=turn.filter)
         ending: Cancelled | Failed | None = Cancelled()
         shown: list[Any] = []
         agent: Agent[Any] = self.agent
         result: Any = None
         try:
-            for event in bridge.take():
+            for event in turn.take():
                 yield event
-            if run_input and bridge.adv.command.transcript[-1].role == "assistant":  # type: ignore[union-attr]
+            if run_input and turn.bridge.request()[-1].role == "assistant":
                 ending = Failed("nothing to answer: the turn claimed nothing and the transcript "
                                 "ends with the model's reply")
                 run_input = None
+            deltas = deltas_of(port)
             while run_input is not None:
-                if self.on_text_delta is None:
-                    running = Runner.run(agent, run_input, hooks=bridge.hooks, run_config=config,
+                if not deltas.listening:  # streaming costs; nobody would read it
+                    running = Runner.run(agent, run_input, hooks=hooks, run_config=config,
                                          **kwargs)
-                    async for event in self._as_recorded(bridge, running):
+                    async for event in self._as_recorded(turn, running):
                         yield event
-                    result = bridge.result
+                    result = turn.result
                 else:
-                    streamed = Runner.run_streamed(agent, run_input, hooks=bridge.hooks,
+                    streamed = Runner.run_streamed(agent, run_input, hooks=hooks,
                                                    run_config=config, **kwargs)
                     try:
                         async for sdk_event in streamed.stream_events():
-                            for event in bridge.take():
+                            for event in turn.take():
                                 yield event
-                            self._heard(sdk_event)
+                            _say_text(sdk_event, deltas)
                     finally:
                         if not streamed.is_complete:
                             streamed.cancel()  # the SDK's own cancel: its run stops at once
                     result = streamed
-                for event in bridge.take():
+                for event in turn.take():
                     yield event
                 if any(flag is not None and flag.is_set() for flag in cancels):
-                    shown = result.to_input_list(mode="normalized")[bridge.shown:]
+                    shown = result.to_input_list(mode="normalized")[turn.shown:]
                     break
                 agent = result.last_agent
-                run_input = await bridge.call(functools.partial(
-                    bridge.run_ended, result.to_input_list(mode="normalized"),
+                if memory is not None:  # before the turn's end is recorded: a prompt's answer
+                    await _mirror(memory, turn.bridge.adv.state.transcript)  # finds it there
+                run_input = await turn.call(functools.partial(
+                    turn.run_ended, result.to_input_list(mode="normalized"),
                     result.final_output))
-                for event in bridge.take():
+                for event in turn.take():
                     yield event
             else:
-                ending = None if bridge.adv.state.phase is Phase.ENDED else ending
+                ending = None if turn.phase() is Phase.ENDED else ending
         except RunStopped as stop:
             shown = stop.shown
         except Exception as exc:
-            await bridge.call(functools.partial(bridge.close, Failed(describe_error(exc))))
-            for event in bridge.take():
+            await turn.call(functools.partial(turn.close, Failed(describe_error(exc))))
+            for event in turn.take():
                 yield event
+            if memory is not None:
+                await _mirror(memory, await turn.call(lambda: list(port.session.transcript)))
             raise
         finally:
             if type(ending) is Cancelled:
                 try:
-                    await bridge.call(functools.partial(bridge.close, Cancelled(), shown))
+                    await turn.call(functools.partial(turn.close, Cancelled(), shown))
                 except BaseException:
                     logger.exception("could not record the end of a cancelled turn")
         if ending is not None and type(ending) is not Cancelled:
-            await bridge.call(functools.partial(bridge.close, ending))
-        for event in bridge.take():
+            await turn.call(functools.partial(turn.close, ending))
+        for event in turn.take():
             yield event
+        if memory is not None:
+            await _mirror(memory, await turn.call(lambda: list(port.session.transcript)))
 
     @staticmethod
-    async def _as_recorded(bridge: TurnBridge, run: Any) -> AsyncIterator[Event]:
-        """Drive ``run`` (``Runner.run``'s coroutine) to its end, yielding what the bridge
-        records as it is recorded; the run's result is left in ``bridge.result``. A consumer
+    async def _as_recorded(turn: TurnHooks, run: Any) -> AsyncIterator[Event]:
+        """Drive ``run`` (``Runner.run``'s coroutine) to its end, yielding what the turn
+        records as it is recorded; the run's result is left in ``turn.result``. A consumer
         that stops reading cancels the run (a tool in flight is then interrupted)."""
         task = asyncio.ensure_future(run)
         try:
             while not task.done():
-                recorded = asyncio.ensure_future(bridge.fresh.wait())
+                recorded = asyncio.ensure_future(turn.fresh.wait())
                 await asyncio.wait((task, recorded), return_when=asyncio.FIRST_COMPLETED)
                 recorded.cancel()
-                bridge.fresh.clear()
-                for event in bridge.take():
+                turn.fresh.clear()
+                for event in turn.take():
                     yield event
-            bridge.result = task.result()
+            turn.result = task.result()
         finally:
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
-
-    def _heard(self, sdk_event: Any) -> None:
-        """Where the SDK's text deltas reach the adapter: each piece of a reply's text as the
-        model streams it, handed to ``on_text_delta``. Not logged (the final reply is), and a
-        listener that fails is logged and the run goes on."""
-        if isinstance(sdk_event, RawResponsesStreamEvent) and isinstance(
-                sdk_event.data, ResponseTextDeltaEvent):
-            try:
-                self.on_text_delta(sdk_event.data.delta)  # type: ignore[misc]
-            except Exception:
-                logger.exception("on_text_delta failed")
 
     def run_turn(self, port: SessionPort, *, reason: str = "wake",
                  cancel: threading.Event | None = None) -> Iterator[Event]:

@@ -37,12 +37,10 @@ its own requests, which the step budget does not count).
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import msgspec
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     INTERRUPTED_TOOL_RETURN_CONTENT,
@@ -56,6 +54,7 @@ from pydantic_ai.messages import (
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
+from nous_inbox.adapters.bridge import CLAIMS, Part, TurnBridge, numeric_counts, stop_cause
 from nous_inbox.adapters.pydantic_ai.streaming import streamed
 from nous_inbox.adapters.pydantic_ai.transcript import (
     as_request_part,
@@ -63,28 +62,13 @@ from nous_inbox.adapters.pydantic_ai.transcript import (
     to_model_messages,
     trailing_parts,
 )
-from nous_inbox.commands import CallModel, Claim, EndTurn
-from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
-from nous_inbox.frozen import freeze_json
-from nous_inbox.happenings import (
-    Cancelled,
-    ClaimAnswered,
-    Failed,
-    Happening,
-    ModelAnswered,
-    Retried,
-    ToolsFinished,
-    TurnOpened,
-    cancelled_result,
-    interrupted_result,
-    open_calls,
-)
-from nous_inbox.loop import Advance, LoopState, Phase, advance
-from nous_inbox.message import Message
+from nous_inbox.commands import EndTurn
+from nous_inbox.events import Event
+from nous_inbox.happenings import Cancelled, Failed, ModelAnswered, Retried
+from nous_inbox.loop import LoopState, Phase
+from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner.deltas import deltas_of
-from nous_inbox.runner.port import ClaimGuard, JournalPort, SessionPort, describe_error
-from nous_inbox.session import Session
-from nous_inbox.store.journal import claim_event
+from nous_inbox.runner.port import SessionPort
 
 __all__ = ["InboxHooks", "TurnOver"]
 
@@ -97,42 +81,11 @@ class TurnOver(Exception):
     the requests the inbox adds, at a would-be end.)"""
 
 
-_CLAIMS: Final = object()
-"""A boundary part: make the claims the loop asks for now, until it asks for something else."""
-
-_Part = Event | Happening | object
-"""What a boundary records, in order: an event as given, a happening the loop advances by (its
-events recorded), or ``_CLAIMS``."""
-
-
-def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequence[Message]],
-          emit: Callable[[Any], None]) -> tuple[Advance, list[Message]]:
-    """Advance the loop through ``parts``, emitting every event in order, and at ``_CLAIMS``
-    making each claim the loop asks for with ``claim``. What is claimed and how, and whether the
-    run goes on, is the loop's table; this only carries it out. Returns where the loop stands
-    and what the next request must carry that pydantic-ai does not put there itself (the
-    claimed messages and the loop's own nudge), in order."""
-    deliver: list[Message] = []
-    for part in parts:
-        if isinstance(part, Happening):
-            if adv.state.phase is not Phase.ENDED:
-                adv = advance(adv.state, part)
-                for event in adv.events:
-                    emit(event)
-            continue
-        if part is not _CLAIMS:
-            emit(part)
-            continue
-        while isinstance(adv.command, Claim):
-            command = adv.command
-            messages = claim(command)
-            deliver.extend(messages)
-            adv = advance(adv.state, ClaimAnswered(command.target, messages))
-            for event in adv.events:
-                emit(event)
-                if type(event) is Nudged:  # the loop's own nudge: pydantic-ai has not shown it
-                    deliver.append(event.message)
-    return adv, deliver
+def _left_open(call: ToolCall) -> Message:
+    """The answer to a call an earlier turn left open, as pydantic-ai words it (it would answer
+    the call itself, unrecorded)."""
+    return Message.tool(INTERRUPTED_TOOL_RETURN_CONTENT, call.id, name=call.name,
+                        metadata={"error": "interrupted"})
 
 
 # -- the hooks ------------------------------------------------------------------------------------
@@ -142,30 +95,30 @@ def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequenc
 class InboxHooks(AbstractCapability[Any]):
     """One turn's bridge between a pydantic-ai run and a session port.
 
-    Built per turn by :class:`~nous_inbox.adapters.pydantic_ai.runner.AgentRunner`. It keeps the
-    loop's state (``nous_inbox.loop``) and tells it what happened at each of pydantic-ai's
-    boundaries; the loop says what to claim, whether the run goes on, and what to record. The
-    port's methods do store I/O, so each hook makes all its port calls in one trip through
-    ``call``.
+    Built per turn by :class:`~nous_inbox.adapters.pydantic_ai.runner.AgentRunner`. It tells
+    the shared :class:`~nous_inbox.adapters.bridge.TurnBridge` (``bridge``: the loop's state and
+    how a boundary is recorded) what happened at each of pydantic-ai's boundaries, in its terms;
+    the loop says what to claim, whether the run goes on, and what to record. The port's methods
+    do store I/O, so each hook makes all its port calls in one trip through ``call``.
     """
 
     port: SessionPort
     call: Callable[[Callable[[], Any]], Any]
     start: LoopState
-    adv: Advance = field(init=False)
-    #: How a port that is not a journal is claimed from: guarded (ruling 7).
-    claims: ClaimGuard = field(init=False)
+    bridge: TurnBridge = field(init=False)
     opening: bool = True
-    recorded: list[Event] = field(default_factory=list)
-    #: The run's usage (pydantic-ai's, updated in place) and its output once it has one: what
-    #: the turn's end records.
+    #: The run's usage (pydantic-ai's, updated in place): what the turn's end records.
     usage: Any = None
-    output: Any = None
     #: The request parts recorded already (or the transcript's own), by identity; kept alive so
     #: an id is never reused while it is here.
     seen: dict[int, object] = field(default_factory=dict)
     #: The ids of the calls whose tools started: one the run stops in is interrupted, not unrun.
     started: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.bridge = TurnBridge(self.port, self.start, left_open=_left_open,
+                                 counts=lambda: _usage_counts(self.usage),
+                                 jsonable=to_jsonable_python, log=logger)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -175,79 +128,6 @@ class InboxHooks(AbstractCapability[Any]):
         """While someone reads the session's text deltas, the model is asked to stream, and
         each piece of its reply is said to them (:mod:`~nous_inbox.adapters.pydantic_ai.streaming`)."""
         return streamed(model, deltas_of(self.port))
-
-    def _write(self, *parts: _Part) -> list[Message]:
-        """Record a boundary (see :func:`_walk`): one atomic append when the port can
-        (:meth:`JournalPort.commit <nous_inbox.runner.port.JournalPort.commit>`, worked out again from
-        the new session if another writer appended first), one port call each otherwise. Returns
-        what the next request must carry."""
-        before = len(self.recorded)
-        if isinstance(self.port, JournalPort):
-            if getattr(self.port, "heard", False) and any(p is _CLAIMS for p in parts):
-                self._reaching(parts)
-            limit_of = getattr(self.port, "claim_limit", None)  # an owner's: a turn per options
-            def boundary(session: Session) -> tuple[list[Event], tuple[Advance, list[Message]]]:
-                events: list[Event] = []
-                inbox = session.inbox
-
-                def claim(command: Claim) -> Sequence[Message]:
-                    nonlocal inbox
-                    messages, event, inbox = claim_event(
-                        inbox, command.target, wake_only=command.wake_only,
-                        limit=None if limit_of is None else limit_of(command.target))
-                    if event is not None:
-                        events.append(event)
-                    return messages
-
-                return events, _walk(self.adv, parts, claim,
-                                     lambda event: events.append(self._finished(event)))
-
-            stored, walked = self.port.commit(boundary)
-            self.recorded.extend(stored)
-        else:
-            def claim(command: Claim) -> Sequence[Message]:
-                messages, events = self.claims.claim(command.target, wake_only=command.wake_only)
-                self.recorded.extend(events)
-                return messages
-
-            walked = _walk(self.adv, parts, claim,
-                           lambda event: self.recorded.extend(self.port.record([self._finished(event)])))
-        self.adv, deliver = walked
-        for event in self.recorded[before:]:
-            if isinstance(event, Warned) and event is not self.claims.warning:
-                logger.warning(event.text)  # the loop's budget warning: a log line too
-        return deliver
-
-    def _finished(self, event: Any) -> Any:
-        """A turn's end with what the run reported: its output (as JSON; only when it is more
-        than the final reply's text) and its usage (the counts the model reported)."""
-        if type(event) is not TurnEnded:
-            return event
-        usage = _usage_counts(self.usage)
-        output = self.output
-        reply = self.adv.state.transcript[-1] if self.adv.state.transcript else None
-        if isinstance(output, str) and reply is not None and reply.content == output:
-            output = None  # the final reply says it already
-        if output is None and usage is None:
-            return event
-        if output is not None:
-            output = freeze_json(to_jsonable_python(output), "the run's output")
-        return msgspec.structs.replace(event, output=output, usage=usage)
-
-    def _reaching(self, parts: Sequence[_Part]) -> None:
-        """Tell the owner's boundary subscribers of each claim this boundary will make, before
-        the one commit that makes them (a send of theirs must not land inside that commit):
-        the claims are the loop's, worked out on a dry walk that claims nothing."""
-        reaching = self.port.reaching  # type: ignore[attr-defined]
-        claims: list[Claim] = []
-
-        def claim(command: Claim) -> Sequence[Message]:
-            claims.append(command)
-            return ()
-
-        _walk(self.adv, parts, claim, lambda event: None)
-        for command in claims:
-            reaching(command.target, self.adv.state.turn, wake_only=command.wake_only)
 
     def _deliver(self, ctx: Any, messages: Sequence[Message]) -> None:
         if messages:
@@ -260,32 +140,20 @@ class InboxHooks(AbstractCapability[Any]):
         """The turn's opening, before the run: ``TurnStarted``, the answers to calls an earlier
         turn left open (pydantic-ai would answer them itself, unrecorded), then the loop's
         claims. Returns the history the run starts from: what the loop's first request shows."""
-        self.claims = ClaimGuard(self.port)
-        session = self.port.session
-        answers = [  # as pydantic-ai words the answer to a call left open
-            Message.tool(INTERRUPTED_TOOL_RETURN_CONTENT, call.id, name=call.name,
-                         metadata={"error": "interrupted"})
-            for call in open_calls(session.transcript)]
-        turn = session.turn + 1
-        opened = advance(self.start, TurnOpened(turn, reason, [*session.transcript, *answers]))
-        self.adv = opened._replace(events=())
-        self._write(*opened.events, *(ToolReturned(turn=turn, step=0, message=m) for m in answers),
-                    _CLAIMS)
-        command = self.adv.command
-        history = to_model_messages(command.transcript) if type(command) is CallModel else []
+        history = to_model_messages(self.bridge.open(reason))
         for message in history:
             for part in message.parts:
                 self.seen[id(part)] = part  # the transcript's own: recorded already
         return history
 
     def _happenings(self, shown: Sequence[ModelRequestPart], final: bool = False,
-                    stopped: str = "") -> list[_Part]:
+                    stopped: str = "") -> list[Part]:
         """What a request (or a run's end) shows that pydantic-ai put there itself and is not
         recorded yet, as the loop's happenings: the results of the calls the loop waits for (a
         retry prompt answering a call is its result), then pydantic-ai's own retry prompts. A
         run that ``stopped`` (saying why) answers a call whose tool started as interrupted."""
         by_id: dict[str, Message] = {}
-        retries: list[_Part] = []
+        retries: list[Part] = []
         for part in shown:
             if id(part) in self.seen:
                 continue
@@ -299,12 +167,8 @@ class InboxHooks(AbstractCapability[Any]):
                     metadata={"error": "retry"})
             elif isinstance(part, (RetryFeedbackPart, RetryPromptPart)):  # its own nudge
                 retries.append(Retried(Message.user(part.model_response())))
-        if self.adv.state.phase is not Phase.TOOLS:
-            return retries
-        results = [by_id.get(call.id) or (
-            interrupted_result(call, stopped) if stopped and call.id in self.started
-            else cancelled_result(call)) for call in self.adv.state.calls]
-        return [ToolsFinished(results, final=final), *retries]
+        finished = self.bridge.finished(by_id, final=final, stopped=stopped, started=self.started)
+        return retries if finished is None else [finished, *retries]
 
     async def before_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any) -> Any:
         """A tool starts: if the run stops before it answers, it was interrupted."""
@@ -319,8 +183,8 @@ class InboxHooks(AbstractCapability[Any]):
             self.opening = False  # the opening claimed already
             return request_context
         parts = self._happenings(trailing_parts(request_context.messages))
-        deliver = await self.call(lambda: self._write(*parts, _CLAIMS))
-        if type(self.adv.command) is EndTurn:
+        deliver = await self.call(lambda: self.bridge.write(*parts, CLAIMS))
+        if type(self.bridge.adv.command) is EndTurn:
             raise TurnOver
         self._deliver(ctx, deliver)
         return request_context
@@ -328,7 +192,7 @@ class InboxHooks(AbstractCapability[Any]):
     async def after_model_request(self, ctx: Any, *, request_context: Any, response: Any) -> Any:
         """The reply, and every tool call it asks for, recorded before any tool runs."""
         message = from_model_response(response)
-        await self.call(lambda: self._write(ModelAnswered(message)))
+        await self.call(lambda: self.bridge.write(ModelAnswered(message)))
         return response
 
     async def after_node_run(self, ctx: Any, *, node: Any, result: Any) -> Any:
@@ -336,9 +200,9 @@ class InboxHooks(AbstractCapability[Any]):
         (ruling 2) or after a blank reply, which a pending message or the loop's nudge follows
         (rulings 3 and 4)."""
         if isinstance(result, End):
-            self.usage, self.output = ctx.usage, getattr(result.data, "output", None)
+            self.usage, self.bridge.output = ctx.usage, getattr(result.data, "output", None)
             parts = self._happenings(trailing_parts(ctx.messages), final=True)
-            deliver = await self.call(lambda: self._write(*parts, _CLAIMS))
+            deliver = await self.call(lambda: self.bridge.write(*parts, CLAIMS))
             self._deliver(ctx, deliver)  # pydantic-ai redirects End into one more request
         return result
 
@@ -347,10 +211,8 @@ class InboxHooks(AbstractCapability[Any]):
         recorded first (results of tools that ran before a cancel), every call still open is
         answered as interrupted if its tool started, else as cancelled (ruling 9, as the
         built-in runner does), and nothing is claimed."""
-        if self.adv.state.phase is Phase.ENDED:
-            return
-        why = "the turn was cancelled" if type(ending) is Cancelled else "the run failed"
-        self._write(*self._happenings(left_over, stopped=why), ending)
+        if self.bridge.phase() is not Phase.ENDED:
+            self.bridge.close(ending, *self._happenings(left_over, stopped=stop_cause(ending)))
 
     async def end(self, run: Any, ending: Cancelled | Failed) -> None:
         """End the turn as :meth:`close` does, once ``run`` (the run, or ``None`` before it
@@ -365,24 +227,17 @@ class InboxHooks(AbstractCapability[Any]):
         if it got as far as recording the turn's start: a turn the log shows open would keep
         the session running. The opening records that start first (or, in one append, with
         all the rest), so anything recorded means the turn started."""
-        if self.recorded:
-            self.close(Cancelled() if failure is None else Failed(describe_error(failure)))
+        self.bridge.end_opening(failure)
 
     def take(self) -> list[Event]:
-        taken, self.recorded = self.recorded, []
-        return taken
+        """The events recorded since the last take, in order."""
+        return self.bridge.take()
 
 
 def _usage_counts(usage: Any) -> dict[str, int | float] | None:
     """A pydantic-ai usage as the counts a turn's end records: its non-zero numbers (tokens,
     requests, tool calls, cost) and details; ``None`` when the model reported nothing."""
-    if usage is None:
-        return None
-    counts: dict[str, int | float] = {}
-    for name, value in [*vars(usage).items(), *getattr(usage, "details", {}).items()]:
-        if type(value) in (int, float) and value and math.isfinite(value):
-            counts.setdefault(name, value)
-    return counts or None
+    return None if usage is None else numeric_counts(vars(usage), getattr(usage, "details", {}))
 
 
 def _left_over(run: Any) -> list[ModelRequestPart]:

@@ -2,7 +2,7 @@
 
 The SDK calls ``RunConfig.call_model_input_filter`` right before every model call, with the input
 it rebuilt for that call: the run's input, then the items the run generated so far (replies,
-tool calls, tool results), and nothing a filter returned before. One :class:`TurnBridge`, built
+tool calls, tool results), and nothing a filter returned before. One :class:`TurnHooks`, built
 per turn by :class:`~nous_inbox.adapters.openai_agents.runner.AgentRunner`, is that filter and a
 set of run hooks: it tells the loop (:mod:`nous_inbox.loop`) what the SDK did and carries out what
 the loop says, deciding nothing of its own.
@@ -33,44 +33,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-import msgspec
 from agents import RunHooks
 from agents.items import ModelResponse
 from agents.run_config import CallModelData, ModelInputData
 from agents.usage import Usage
 from pydantic_core import to_jsonable_python
 
+from nous_inbox.adapters.bridge import CLAIMS, Part, TurnBridge, stop_cause
 from nous_inbox.adapters.openai_agents.transcript import (
     as_input_item,
     from_model_response,
     to_input_items,
     tool_outputs,
 )
-from nous_inbox.commands import CallModel, Claim, EndTurn
-from nous_inbox.events import Event, Nudged, ToolReturned, TurnEnded, Warned
-from nous_inbox.frozen import freeze_json
-from nous_inbox.happenings import (
-    Cancelled,
-    ClaimAnswered,
-    Failed,
-    Happening,
-    ModelAnswered,
-    ToolsFinished,
-    TurnOpened,
-    cancelled_result,
-    interrupted_result,
-    open_calls,
-)
-from nous_inbox.loop import Advance, LoopState, Phase, advance
-from nous_inbox.message import Message
-from nous_inbox.runner.port import ClaimGuard, JournalPort, SessionPort, describe_error
-from nous_inbox.session import Session
-from nous_inbox.store.journal import claim_event
+from nous_inbox.commands import EndTurn
+from nous_inbox.events import Event
+from nous_inbox.happenings import Cancelled, Failed, ModelAnswered
+from nous_inbox.loop import LoopState, Phase
+from nous_inbox.message import Message, ToolCall
+from nous_inbox.runner.port import SessionPort
 
-__all__ = ["INTERRUPTED", "RunStopped", "TurnBridge"]
+__all__ = ["INTERRUPTED", "RunStopped", "TurnHooks"]
 
 logger: Final = logging.getLogger("nous_inbox.adapters.openai_agents")
 
@@ -87,42 +73,13 @@ class RunStopped(Exception):
         self.shown = list(shown)
 
 
-_CLAIMS: Final = object()
-"""A boundary part: make the claims the loop asks for now, until it asks for something else."""
-
-_Part = Event | Happening | object
+def _left_open(call: ToolCall) -> Message:
+    return Message.tool(INTERRUPTED, call.id, name=call.name, metadata={"error": "interrupted"})
 
 
-def _walk(adv: Advance, parts: Sequence[_Part], claim: Callable[[Claim], Sequence[Message]],
-          emit: Callable[[Any], None]) -> tuple[Advance, list[Message]]:
-    """Advance the loop through ``parts``, emitting every event in order, and at ``_CLAIMS``
-    making each claim the loop asks for. Returns where the loop stands and what the next call
-    must carry that the SDK does not put there itself (the claimed messages, the loop's nudge)."""
-    deliver: list[Message] = []
-    for part in parts:
-        if isinstance(part, Happening):
-            if adv.state.phase is not Phase.ENDED:
-                adv = advance(adv.state, part)
-                for event in adv.events:
-                    emit(event)
-            continue
-        if part is not _CLAIMS:
-            emit(part)
-            continue
-        while isinstance(adv.command, Claim):
-            command = adv.command
-            messages = claim(command)
-            deliver.extend(messages)
-            adv = advance(adv.state, ClaimAnswered(command.target, messages))
-            for event in adv.events:
-                emit(event)
-                if type(event) is Nudged:
-                    deliver.append(event.message)
-    return adv, deliver
-
-
-class TurnBridge:
-    """One turn's bridge between the SDK's runs and a session port.
+class TurnHooks:
+    """One turn's side of the SDK's runs: the shared :class:`~nous_inbox.adapters.bridge.TurnBridge`
+    (``bridge``) told what each run did, in the SDK's terms.
 
     ``call`` is where the port's calls go (the owner's store worker, a thread, or inline);
     ``cancels`` are the flags that end the run at its next model call. The run's filter is
@@ -133,13 +90,11 @@ class TurnBridge:
                  start: LoopState, cancels: Sequence[Any]) -> None:
         self.port = port
         self.call = call
-        self.start = start
         self.cancels = [flag for flag in cancels if flag is not None]
-        self.adv: Advance = Advance(start, EndTurn("final"), ())
-        self.claims = ClaimGuard(port)
-        self.recorded: list[Event] = []
         self.usage = Usage()  # every run's, summed: what the turn's end records
-        self.output: Any = None
+        self.bridge = TurnBridge(port, start, left_open=_left_open,
+                                 counts=lambda: usage_counts(self.usage),
+                                 jsonable=to_jsonable_python, log=logger)
         self.started: set[str] = set()  # the calls whose tools started
         self.returned: dict[str, str] = {}  # what tools returned, heard before any call shows it
         self.hooks = _Hooks(self)
@@ -153,82 +108,17 @@ class TurnBridge:
         self.shown = 0  # how many of the SDK's own items the last call showed
         self.placed: list[tuple[int, list[dict[str, Any]]]] = []  # (after how many, what)
 
-    # -- recording --------------------------------------------------------------------------------
-
-    def _write(self, *parts: _Part) -> list[Message]:
-        """Record a boundary: one atomic append when the port can, one port call each otherwise.
-        Returns what the next call must carry."""
-        before = len(self.recorded)
-        if isinstance(self.port, JournalPort):
-            if getattr(self.port, "heard", False) and any(p is _CLAIMS for p in parts):
-                self._reaching(parts)
-            limit_of = getattr(self.port, "claim_limit", None)
-
-            def boundary(session: Session) -> tuple[list[Event], tuple[Advance, list[Message]]]:
-                events: list[Event] = []
-                inbox = session.inbox
-
-                def claim(command: Claim) -> Sequence[Message]:
-                    nonlocal inbox
-                    messages, event, inbox = claim_event(
-                        inbox, command.target, wake_only=command.wake_only,
-                        limit=None if limit_of is None else limit_of(command.target))
-                    if event is not None:
-                        events.append(event)
-                    return messages
-
-                return events, _walk(self.adv, parts, claim,
-                                     lambda event: events.append(self._finished(event)))
-
-            stored, walked = self.port.commit(boundary)
-            self.recorded.extend(stored)
-        else:
-            def claim(command: Claim) -> Sequence[Message]:
-                messages, events = self.claims.claim(command.target, wake_only=command.wake_only)
-                self.recorded.extend(events)
-                return messages
-
-            walked = _walk(self.adv, parts, claim, lambda event: self.recorded.extend(
-                self.port.record([self._finished(event)])))
-        self.adv, deliver = walked
-        for event in self.recorded[before:]:
-            if isinstance(event, Warned) and event is not self.claims.warning:
-                logger.warning(event.text)
-        return deliver
-
-    def _reaching(self, parts: Sequence[_Part]) -> None:
-        """Tell the owner's boundary subscribers of each claim this boundary will make, before
-        the one commit that makes them: worked out on a dry walk that claims nothing."""
-        reaching = self.port.reaching  # type: ignore[attr-defined]
-        claims: list[Claim] = []
-
-        def claim(command: Claim) -> Sequence[Message]:
-            claims.append(command)
-            return ()
-
-        _walk(self.adv, parts, claim, lambda event: None)
-        for command in claims:
-            reaching(command.target, self.adv.state.turn, wake_only=command.wake_only)
-
-    def _finished(self, event: Any) -> Any:
-        """A turn's end with what the runs reported: the output (as JSON; only when it is more
-        than the final reply's text) and the usage (the counts the model reported)."""
-        if type(event) is not TurnEnded:
-            return event
-        usage = usage_counts(self.usage)
-        output = self.output
-        reply = self.adv.state.transcript[-1] if self.adv.state.transcript else None
-        if isinstance(output, str) and reply is not None and reply.content == output:
-            output = None
-        if output is None and usage is None:
-            return event
-        if output is not None:
-            output = freeze_json(to_jsonable_python(output), "the run's output")
-        return msgspec.structs.replace(event, output=output, usage=usage)
+    def phase(self) -> Phase:
+        """Where the loop stands."""
+        return self.bridge.phase()
 
     def take(self) -> list[Event]:
-        taken, self.recorded = self.recorded, []
-        return taken
+        """The events recorded since the last take, in order."""
+        return self.bridge.take()
+
+    def end_opening(self, failure: BaseException | None) -> None:
+        """End a turn whose opening was cut short, if it recorded the turn's start."""
+        self.bridge.end_opening(failure)
 
     # -- the turn's boundaries --------------------------------------------------------------------
 
@@ -236,29 +126,20 @@ class TurnBridge:
         """The turn's opening: ``TurnStarted``, the answers to calls an earlier turn left open,
         then the loop's claims. Returns the first run's input, or ``None`` when the loop ended
         the turn there."""
-        session = self.port.session
-        answers = [Message.tool(INTERRUPTED, call.id, name=call.name,
-                                metadata={"error": "interrupted"})
-                   for call in open_calls(session.transcript)]
-        turn = session.turn + 1
-        opened = advance(self.start, TurnOpened(turn, reason, [*session.transcript, *answers]))
-        self.adv = opened._replace(events=())
-        self._write(*opened.events, *(ToolReturned(turn=turn, step=0, message=m) for m in answers),
-                    _CLAIMS)
+        self.bridge.open(reason)
         return self.next_input()
 
     def next_input(self) -> list[dict[str, Any]] | None:
         """The input of the run the loop asks for now (the transcript it shows), else ``None``."""
-        command = self.adv.command
-        return to_input_items(command.transcript) if type(command) is CallModel else None
+        request = self.bridge.request()
+        return to_input_items(request) if request else None
 
     def run_ended(self, items: Sequence[Any], output: Any) -> list[dict[str, Any]] | None:
         """A run gave its final output; ``items`` are its input list as the SDK keeps it. The
         loop's claim at the would-be end decides whether the turn goes on: the next run's input,
         or ``None`` when the turn is over."""
-        self.output = output
-        parts = self._happenings(items[self.shown:], final=True)
-        self._write(*parts, _CLAIMS)
+        self.bridge.output = output
+        self.bridge.write(*self._results(tool_outputs(items[self.shown:]), final=True), CLAIMS)
         self.new_run()
         return self.next_input()
 
@@ -266,35 +147,22 @@ class TurnBridge:
         """End the turn, unless the loop ended it: the tool results the run holds but never
         showed are recorded first (``shown``, else what the hooks heard), every call still open
         is answered as interrupted if its tool started, else as cancelled (ruling 9)."""
-        if self.adv.state.phase is Phase.ENDED:
+        if self.phase() is Phase.ENDED:
             return
-        why = "the turn was cancelled" if type(ending) is Cancelled else "the run failed"
         heard = tool_outputs(shown) or {
-            call.id: self.returned[call.id] for call in self.adv.state.calls
+            call.id: self.returned[call.id] for call in self.bridge.calls
             if call.id in self.returned}
-        self._write(*self._results(heard, stopped=why), ending)
+        self.bridge.close(ending, *self._results(heard, stopped=stop_cause(ending)))
 
-    def end_opening(self, failure: BaseException | None) -> None:
-        """End a turn whose opening was cut short, if it recorded the turn's start."""
-        if self.recorded:
-            self.close(Cancelled() if failure is None else Failed(describe_error(failure)))
-
-    def _happenings(self, shown: Sequence[Any], final: bool = False) -> list[_Part]:
-        return self._results(tool_outputs(shown), final=final)
-
-    def _results(self, by_id: dict[str, str], final: bool = False,
-                 stopped: str = "") -> list[_Part]:
+    def _results(self, outputs: Mapping[str, str], final: bool = False,
+                 stopped: str = "") -> list[Part]:
         """The results of the calls the loop waits for, as its ``ToolsFinished``: what the SDK
         shows (or returned), else interrupted (a tool that started, when the run ``stopped``)
         or cancelled."""
-        if self.adv.state.phase is not Phase.TOOLS:
-            return []
-        results = [
-            Message.tool(by_id[call.id], call.id, name=call.name) if call.id in by_id
-            else interrupted_result(call, stopped) if stopped and call.id in self.started
-            else cancelled_result(call)
-            for call in self.adv.state.calls]
-        return [ToolsFinished(results, final=final)]
+        by_id = {call.id: Message.tool(outputs[call.id], call.id, name=call.name)
+                 for call in self.bridge.calls if call.id in outputs}
+        finished = self.bridge.finished(by_id, final=final, stopped=stopped, started=self.started)
+        return [] if finished is None else [finished]
 
     # -- what the SDK calls -----------------------------------------------------------------------
 
@@ -308,10 +176,10 @@ class TurnBridge:
         else:
             if any(flag.is_set() for flag in self.cancels):
                 raise RunStopped(base[self.shown:])
-            parts = self._happenings(base[self.shown:])
-            deliver = await self.call(lambda: self._write(*parts, _CLAIMS))
+            parts = self._results(tool_outputs(base[self.shown:]))
+            deliver = await self.call(lambda: self.bridge.write(*parts, CLAIMS))
             self.fresh.set()
-            if type(self.adv.command) is EndTurn:
+            if type(self.bridge.adv.command) is EndTurn:
                 raise RunStopped(())
         self.shown = len(base)
         if deliver:
@@ -335,28 +203,28 @@ class TurnBridge:
         if response.usage is not None:
             self.usage.add(response.usage)
         message = from_model_response(response)
-        await self.call(lambda: self._write(ModelAnswered(message)))
+        await self.call(lambda: self.bridge.write(ModelAnswered(message)))
         self.fresh.set()
 
 
 class _Hooks(RunHooks[Any]):
     """The run hooks a turn adds: the reply recorded, and which tools started and returned."""
 
-    def __init__(self, bridge: TurnBridge) -> None:
-        self.bridge = bridge
+    def __init__(self, turn: TurnHooks) -> None:
+        self.turn = turn
 
     async def on_llm_end(self, context: Any, agent: Any, response: ModelResponse) -> None:
-        await self.bridge.answered(response)
+        await self.turn.answered(response)
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
         call_id = getattr(context, "tool_call_id", None)
         if call_id is not None:
-            self.bridge.started.add(call_id)
+            self.turn.started.add(call_id)
 
     async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
         call_id = getattr(context, "tool_call_id", None)
         if call_id is not None:
-            self.bridge.returned[call_id] = result if isinstance(result, str) else str(result)
+            self.turn.returned[call_id] = result if isinstance(result, str) else str(result)
 
 
 def usage_counts(usage: Usage | None) -> dict[str, int | float] | None:
