@@ -1,6 +1,6 @@
 """AsyncOwner against an ``asyncio.Queue`` inbox, and the pydantic-ai adapter against the bare agent.
 
-Three tables, each measured side by side in one run.
+Four tables, each measured side by side in one run.
 
 **Send to claim.** The path every message takes under asyncio: a task sends, and the run claims
 it at a step boundary. A producer task sends ``N`` messages; a consumer task claims ``next_step``
@@ -23,6 +23,10 @@ through :class:`~nous_inbox.adapters.pydantic_ai.AgentRunner` on an in-memory ``
 (claims and records inline); and through an ``AsyncOwner`` on ``sqlite:`` (every request's
 claim and records durable, on the owner's worker thread). Reported: time per model request, and the ratio to
 the bare agent.
+
+**Steer to the request that carries it.** A steer sent at a random moment into a run of eight
+1 ms requests, timed from its acknowledgement to the model request whose messages hold it:
+p50 and p99 (the same measure as the LangGraph and OpenAI Agents SDK benches).
 
 **Where a send's time goes.** CPU time per send through each layer alone on ``memory:``: the
 store's append, the journal's ``send`` over it (what the owner calls), the owner's ``inject``
@@ -163,12 +167,17 @@ def _send_table(quick: bool) -> str:
 # -- the pydantic-ai adapter ------------------------------------------------------------------------
 
 
-def _agent(steps: int, delay: float) -> Any:
+def _agent(steps: int, delay: float,
+           seen: Callable[[list[Any]], None] | None = None) -> Any:
+    """The scripted agent: ``steps`` requests of ``delay`` seconds, a trivial tool between them;
+    ``seen`` is shown each request's messages as it is made (the steer table's probe)."""
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
     async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if seen is not None:
+            seen(messages)
         await asyncio.sleep(delay)
         done = 0  # tool results since the last answer: this run's steps so far
         for m in reversed(messages):
@@ -315,9 +324,58 @@ def _layers_table(quick: bool) -> str:
     return "\n".join(lines)
 
 
+def _steer_table(quick: bool) -> str:
+    """A steer acknowledged to the pydantic-ai model request that carries it, p50 and p99: each
+    steer at a random moment into a run of eight 1 ms requests, ``AsyncOwner`` on ``memory:``."""
+    import random
+
+    from nous_inbox.adapters.pydantic_ai import AgentRunner
+
+    count, steps, delay = (10, 8, 0.001) if quick else (200, 8, 0.001)
+    rng = random.Random(7)
+    waiting: dict[str, float] = {}
+    latencies: list[float] = []
+
+    def seen(messages: list[Any]) -> None:
+        now = time.perf_counter()
+        for message in messages:
+            for part in getattr(message, "parts", ()):
+                text = getattr(part, "content", None)
+                if part.part_kind == "user-prompt" and isinstance(text, str) and text in waiting:
+                    latencies.append(now - waiting.pop(text))
+
+    async def main() -> None:
+        runner = AgentRunner(_agent(steps, delay, seen))
+        for i in range(count):
+            async with AsyncOwner(open_store("memory:"), "s", runner, watch=False) as owner:
+                await owner.followup("work on")
+                await asyncio.sleep(rng.uniform(0, steps * delay * 4))  # somewhere in the run
+                text = f"steer {i}"
+                await owner.steer(text)
+                waiting[text] = time.perf_counter()
+                await owner.wait_idle()
+            waiting.pop(text, None)  # it came after the run's last request: a turn of its own
+
+    asyncio.run(main())
+    ordered = sorted(latencies)
+    if not ordered:
+        return "(no steer reached a run in progress)"
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return "\n".join([
+        f"Steer acknowledged to the pydantic-ai model request that carries it: {len(ordered)} of "
+        f"{count} steers, each at a random moment into a run of {steps} requests of 1 ms (the "
+        f"others came after the run's last request), AsyncOwner on memory:.",
+        "",
+        "| p50 | p99 |",
+        "|---:|---:|",
+        f"| {statistics.median(ordered) * 1e3:.2f} ms | {p99 * 1e3:.2f} ms |",
+    ])
+
+
 def run(quick: bool = False) -> str:
-    """The three tables, as markdown."""
-    return _send_table(quick) + "\n\n" + _adapter_table(quick) + "\n\n" + _layers_table(quick)
+    """The four tables, as markdown."""
+    return "\n\n".join([_send_table(quick), _adapter_table(quick), _steer_table(quick),
+                        _layers_table(quick)])
 
 
 def main() -> None:
