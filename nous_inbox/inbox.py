@@ -476,6 +476,10 @@ class Inbox(msgspec.Struct, frozen=True, gc=False):
             raise DecodeError(f"invalid inbox {fmt}: nested too deeply") from None
         except (msgspec.DecodeError, TypeError, ValueError) as exc:
             raise DecodeError(f"invalid inbox {fmt}: {exc}") from None
+        seqs = [entry.seq for entry in (*wire.next_turn, *wire.next_step) if entry.seq]
+        if len(seqs) != len(set(seqs)):  # a seq names one send: a withdraw must find one entry
+            twice = next(seq for seq in seqs if seqs.count(seq) > 1)
+            raise DecodeError(f"invalid inbox {fmt}: the send at seq {twice} is queued twice")
         turn, step = pvector(wire.next_turn), pvector(wire.next_step)
         return cls(turn, step, _flags_of(turn), _flags_of(step))
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
-from typing import Any, Final, overload
+from typing import Annotated, Any, Final, overload
 
 import msgspec
 from pyrsistent import PVector, pvector
@@ -37,7 +37,7 @@ class Queued(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
 
     message: Message
     wakeup: bool
-    seq: int = 0
+    seq: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 NO_ENTRIES: Final[PVector[Any]] = pvector()
@@ -126,14 +126,13 @@ class Entries(Sequence[Entry]):
         return ((entry.message, entry.wakeup) for entry in self._queued)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Entries):
-            return self._queued == other._queued
+        # What it shows, (message, wakeup) pairs, is what it compares: not the sends' seqs.
         if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
             return list(self) == list(other)
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(self._queued)
+        return hash(tuple(self))
 
     def __repr__(self) -> str:
         return f"[{', '.join(map(repr, self))}]"

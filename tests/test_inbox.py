@@ -862,3 +862,20 @@ def test_the_blank_test_is_the_inboxs() -> None:
 
     assert inbox.is_blank([]) and inbox.is_blank([Message.user(" "), Message.user("\t")])
     assert not inbox.is_blank([Message.user(" "), Message.user("go")])
+
+
+def test_an_inbox_that_numbers_a_send_twice_or_below_zero_does_not_decode() -> None:
+    def entry(seq: int) -> str:
+        return f'{{"message": {{"role": "user", "content": "x"}}, "wakeup": true, "seq": {seq}}}'
+
+    with pytest.raises(DecodeError, match="seq 3 is queued twice"):
+        Inbox.from_json(f'{{"next_turn": [{entry(3)}], "next_step": [{entry(3)}]}}')
+    with pytest.raises(DecodeError, match=r"Expected `int` >= 0"):
+        Inbox.from_json(f'{{"next_step": [{entry(-5)}]}}')
+
+
+def test_a_queues_entries_compare_as_the_pairs_they_show() -> None:
+    numbered = Inbox().send("a", STEP, True, seq=4)
+    bare = Inbox().steer("a")
+    assert numbered.entries(STEP) == bare.entries(STEP) == [(Message.user("a"), True)]
+    assert hash(numbered.entries(STEP)) == hash(bare.entries(STEP))
