@@ -4,15 +4,16 @@ run, and the usage counts a framework reports, the same for every adapter."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
 from nous_inbox.adapters.bridge import CLAIMS, TurnBridge
-from nous_inbox.events import Event, TurnEnded
+from nous_inbox.events import Event, ModelReplied, TurnEnded
 from nous_inbox.happenings import ModelAnswered
 from nous_inbox.loop import new_state
 from nous_inbox.message import Message
-from nous_inbox.runner.port import LocalSession, SessionPort
+from nous_inbox.runner.port import LocalSession
 from nous_inbox.session import Session
 from nous_inbox.verbs import Target
 
@@ -70,3 +71,63 @@ def test_langgraph_usage_keeps_only_finite_numbers() -> None:
     turn.add_usage({"input_tokens": 5, "output_tokens": 2})
     assert turn.usage == {"input_tokens": 15, "output_tokens": 2}
 
+
+
+def langgraph_runner() -> Any:
+    pytest.importorskip("langgraph")
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from nous_inbox.adapters.langgraph import GraphRunner, InboxMiddleware
+
+    model = GenericFakeChatModel(messages=iter([AIMessage("hi"), AIMessage("hi again")]))
+    return GraphRunner(create_agent(model, middleware=[InboxMiddleware()]), offload=False)
+
+
+def openai_agents_runner() -> Any:
+    pytest.importorskip("agents")
+    from agents import Agent
+    from agents.testing import ScriptedModel, assistant_message
+
+    from nous_inbox.adapters.openai_agents import AgentRunner
+
+    model = ScriptedModel([[assistant_message("hi")], [assistant_message("hi again")]])
+    return AgentRunner(Agent("a", model=model), offload=False, tracing_disabled=True)
+
+
+def pydantic_ai_runner() -> Any:
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from nous_inbox.adapters.pydantic_ai import AgentRunner
+
+    model = FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("hi")]))
+    return AgentRunner(Agent(model), offload=False)
+
+
+RUNNERS = {"langgraph": langgraph_runner, "openai_agents": openai_agents_runner,
+           "pydantic_ai": pydantic_ai_runner}
+
+
+@pytest.mark.parametrize("framework", RUNNERS)
+def test_a_turn_whose_message_was_withdrawn_before_its_opening_ends_quietly(framework: str) -> None:
+    # The owner decided to wake for a message; it was withdrawn before the opening claimed it,
+    # so the opening claims nothing and the transcript ends with the model's last reply.
+    runner = RUNNERS[framework]()
+    local = LocalSession()
+    local.followup("hello")
+    list(runner.run_turn(local))
+    sent = local.followup("one more thing")
+    withdrawn = local.session.withdraw(sent.seq)
+    assert withdrawn is not None
+    local.record([withdrawn])
+
+    events = list(runner.run_turn(local))
+
+    end = events[-1]
+    assert type(end) is TurnEnded and end.reason == "cancelled" and end.error is None
+    assert not any(type(e) is ModelReplied for e in events)  # the model was not asked again
+    assert [m.content for m in local.session.transcript] == ["hello", "hi"]

@@ -162,7 +162,14 @@ class TurnBridge:
     def open(self, reason: str) -> list[Message]:
         """The turn's opening: ``TurnStarted``, the answers to calls an earlier turn left open
         (the model must see every call answered), then the loop's claims. Returns what the
-        first request shows, the whole transcript, or ``[]`` when the loop ended the turn."""
+        first request shows, the whole transcript, or ``[]`` when the turn is over already.
+
+        A turn with nothing to answer is over at its opening: the claims took nothing and the
+        transcript ends with the model's own reply (a message withdrawn between the owner's
+        decision to wake and this claim). A model asked to follow its own last word would
+        repeat or invent, and some providers refuse the request, so the turn ends cancelled,
+        with no error and no request made.
+        """
         session = self.port.session
         answers = [self.left_open(call) for call in open_calls(session.transcript)]
         turn = session.turn + 1
@@ -171,7 +178,11 @@ class TurnBridge:
         self.adv = opened._replace(events=())
         self.write(*opened.events, *(ToolReturned(turn=turn, step=0, message=m) for m in answers),
                    CLAIMS)
-        return self.request()
+        request = self.request()
+        if request and request[-1].role == "assistant":
+            self.close(Cancelled())
+            return []
+        return request
 
     def request(self) -> list[Message]:
         """What the request the loop asks for now shows (the whole transcript), else ``[]``."""

@@ -242,10 +242,6 @@ class AgentRunner:
         try:
             for event in turn.take():
                 yield event
-            if run_input and turn.bridge.request()[-1].role == "assistant":
-                ending = Failed("nothing to answer: the turn claimed nothing and the transcript "
-                                "ends with the model's reply")
-                run_input = None
             deltas = deltas_of(port)
             while run_input is not None:
                 if not deltas.listening:  # streaming costs; nobody would read it

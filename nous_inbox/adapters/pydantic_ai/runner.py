@@ -210,8 +210,7 @@ class AgentRunner:
                     else:
                         ending = None  # the loop ended the turn at the run's end
             else:
-                ending = Failed("nothing to answer: the turn claimed nothing and the transcript "
-                                "ends with the model's reply")
+                ending = None  # the turn was over at its opening: nothing to answer
         except TurnOver:
             ending = None  # the loop ended the turn before a request
         except Exception as exc:
