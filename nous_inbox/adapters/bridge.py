@@ -60,8 +60,9 @@ events recorded), or :data:`CLAIMS`."""
 
 
 def _walk(adv: Advance, parts: Sequence[Part], claim: Callable[[Claim], Sequence[Message]],
-          emit: Callable[[Any], None]) -> tuple[Advance, list[Message]]:
-    """Advance the loop through ``parts``, emitting every event in order, and at
+          emit: Callable[[Any, LoopState], None]) -> tuple[Advance, list[Message]]:
+    """Advance the loop through ``parts``, emitting every event in order with the state the
+    walk has reached when it is emitted (a turn's end reads its final reply there), and at
     :data:`CLAIMS` making each claim the loop asks for with ``claim``. What is claimed, and
     whether the run goes on, is the loop's table; this only carries it out. Returns where the
     loop stands and what the next request must carry that the framework does not put there
@@ -72,10 +73,10 @@ def _walk(adv: Advance, parts: Sequence[Part], claim: Callable[[Claim], Sequence
             if adv.state.phase is not Phase.ENDED:
                 adv = advance(adv.state, part)
                 for event in adv.events:
-                    emit(event)
+                    emit(event, adv.state)
             continue
         if part is not CLAIMS:
-            emit(part)
+            emit(part, adv.state)
             continue
         while isinstance(adv.command, Claim):
             command = adv.command
@@ -83,7 +84,7 @@ def _walk(adv: Advance, parts: Sequence[Part], claim: Callable[[Claim], Sequence
             deliver.extend(messages)
             adv = advance(adv.state, ClaimAnswered(command.target, messages))
             for event in adv.events:
-                emit(event)
+                emit(event, adv.state)
                 if type(event) is Nudged:  # the loop's own nudge: the framework has not shown it
                     deliver.append(event.message)
     return adv, deliver
@@ -161,7 +162,14 @@ class TurnBridge:
     def open(self, reason: str) -> list[Message]:
         """The turn's opening: ``TurnStarted``, the answers to calls an earlier turn left open
         (the model must see every call answered), then the loop's claims. Returns what the
-        first request shows, the whole transcript, or ``[]`` when the loop ended the turn."""
+        first request shows, the whole transcript, or ``[]`` when the turn is over already.
+
+        A turn with nothing to answer is over at its opening: the claims took nothing and the
+        transcript ends with the model's own reply (a message withdrawn between the owner's
+        decision to wake and this claim). A model asked to follow its own last word would
+        repeat or invent, and some providers refuse the request, so the turn ends cancelled,
+        with no error and no request made.
+        """
         session = self.port.session
         answers = [self.left_open(call) for call in open_calls(session.transcript)]
         turn = session.turn + 1
@@ -170,7 +178,11 @@ class TurnBridge:
         self.adv = opened._replace(events=())
         self.write(*opened.events, *(ToolReturned(turn=turn, step=0, message=m) for m in answers),
                    CLAIMS)
-        return self.request()
+        request = self.request()
+        if request and request[-1].role == "assistant":
+            self.close(Cancelled())
+            return []
+        return request
 
     def request(self) -> list[Message]:
         """What the request the loop asks for now shows (the whole transcript), else ``[]``."""
@@ -202,7 +214,8 @@ class TurnBridge:
                     return messages
 
                 return events, _walk(self.adv, parts, claim,
-                                     lambda event: events.append(self._finished(event)))
+                                     lambda event, state: events.append(
+                                         self._finished(event, state)))
 
             stored, walked = self.port.commit(boundary)
             self.recorded.extend(stored)
@@ -212,22 +225,24 @@ class TurnBridge:
                 self.recorded.extend(events)
                 return messages
 
-            walked = _walk(self.adv, parts, claim,
-                           lambda event: self.recorded.extend(self.port.record([self._finished(event)])))
+            walked = _walk(self.adv, parts, claim, lambda event, state: self.recorded.extend(
+                self.port.record([self._finished(event, state)])))
         self.adv, deliver = walked
         for event in self.recorded[before:]:
             if isinstance(event, Warned) and event is not self.claims.warning:
                 self.log.warning(event.text)  # the loop's budget warning: a log line too
         return deliver
 
-    def _finished(self, event: Any) -> Any:
+    def _finished(self, event: Any, state: LoopState) -> Any:
         """A turn's end with what the run reported: its output (as JSON; only when it is more
-        than the final reply's text) and its usage (the counts the model reported)."""
+        than the final reply's text, the last of ``state``'s transcript: the walk's, which a
+        boundary that ends the turn has already carried past ``self.adv``) and its usage (the
+        counts the model reported)."""
         if type(event) is not TurnEnded:
             return event
         usage = self.counts()
         output = self.output
-        reply = self.adv.state.transcript[-1] if self.adv.state.transcript else None
+        reply = state.transcript[-1] if state.transcript else None
         if isinstance(output, str) and reply is not None and reply.content == output:
             output = None  # the final reply says it already
         if output is None and usage is None:
@@ -247,7 +262,7 @@ class TurnBridge:
             claims.append(command)
             return ()
 
-        _walk(self.adv, parts, claim, lambda event: None)
+        _walk(self.adv, parts, claim, lambda event, state: None)
         for command in claims:
             reaching(command.target, self.adv.state.turn, wake_only=command.wake_only)
 

@@ -141,7 +141,18 @@ class InProcessMailbox:
 
     def send(self, recipient: str, body: Any, *, sender: str,
              correlation_id: str | None = None) -> str:
-        """Send ``body`` to the agent named ``recipient``; returns the message's id."""
+        """Send ``body`` to the agent named ``recipient``; returns the message's id.
+
+        The drop-in acts as ``sender`` through that agent's handle on the mailbox underneath,
+        taken at its first send (or receive) and kept for the mailbox's life: a name, once
+        taken, is that agent's, so the handles grow with the distinct agent names used and
+        are never let go. Use a fixed set of agent names; to start afresh, close this mailbox
+        and open a new one on the same ``store`` (the queues carry over, the handles do not).
+
+        >>> mailbox = InProcessMailbox()
+        >>> mailbox.send("writer", {"topic": "RAG"}, sender="researcher") != ""
+        True
+        """
         # The handle taken before, found without a call to _as: a send is the commonest call.
         handle = self._agents.get(sender) if type(sender) is str else None
         if handle is None:

@@ -49,7 +49,7 @@ from langgraph.config import get_config
 from langgraph.graph import END
 from langgraph.types import Command
 
-from nous_inbox.adapters.bridge import CLAIMS, Part, TurnBridge, stop_cause
+from nous_inbox.adapters.bridge import CLAIMS, Part, TurnBridge, numeric_counts, stop_cause
 from nous_inbox.adapters.langgraph.transcript import from_lc_message, to_lc_messages
 from nous_inbox.happenings import Cancelled, Failed, ModelAnswered, Retried
 from nous_inbox.loop import Phase
@@ -95,9 +95,8 @@ class GraphTurn:
     def add_usage(self, counts: Any) -> None:
         """Add a reply's token counts (its ``usage_metadata``) to the turn's usage."""
         if isinstance(counts, dict):
-            for name, value in counts.items():
-                if type(value) in (int, float) and value:
-                    self.usage[name] = self.usage.get(name, 0) + value
+            for name, value in (numeric_counts(counts) or {}).items():
+                self.usage[name] = self.usage.get(name, 0) + value
 
     def close(self, ending: Cancelled | Failed, results: Sequence[Message] = (),
               stopped: bool = False) -> list[Message]:

@@ -22,11 +22,9 @@ port's calls go, and how a run that stopped is ended in the log.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import logging
-import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Final
@@ -38,6 +36,7 @@ from langgraph.pregel import Pregel
 from langgraph.types import StreamMode
 
 from nous_inbox.adapters.bridge import CLAIMS, TurnBridge
+from nous_inbox.adapters.driving import caller, check_deliverable, drive_in_thread
 from nous_inbox.adapters.langgraph.hooks import TURN_KEY, GraphTurn
 from nous_inbox.adapters.langgraph.transcript import from_lc_message, same_as_shown
 from nous_inbox.events import Event
@@ -51,28 +50,8 @@ __all__ = ["GraphRunner"]
 
 logger: Final = logging.getLogger("nous_inbox.adapters.langgraph")
 
-_DONE: Final = object()
-_NO_CALL_IO: Final = object()
 
 _OURS: Final = ("thread_id", "checkpoint_id", "checkpoint_ns", TURN_KEY)
-
-_UNDELIVERABLE: Final = {
-    "tool": "it takes a tool result only as the answer to a call of its own run",
-    "assistant": "it takes the model's words only from the model",
-}
-
-
-async def _inline(fn: Callable[[], Any]) -> Any:
-    return fn()
-
-
-def _caller(port: SessionPort, offload: bool) -> Callable[[Callable[[], Any]], Any]:
-    """Where this turn's port calls run: the port's own ``call_io`` (an ``AsyncOwner``'s store
-    worker; ``None``: its store does not block), else a thread when ``offload``, else inline."""
-    call_io: Any = getattr(port, "call_io", _NO_CALL_IO)
-    if call_io is _NO_CALL_IO:
-        return asyncio.to_thread if offload else _inline
-    return _inline if call_io is None else call_io
 
 
 def _options(port: SessionPort) -> dict[str, Any]:
@@ -180,10 +159,7 @@ class GraphRunner:
         ...
         ValueError: GraphRunner cannot deliver a 'tool' message to a graph run (it takes a tool result only as the answer to a call of its own run); send it as a 'user' or 'system' message
         """
-        why = _UNDELIVERABLE.get(message.role)
-        if why is not None:
-            raise ValueError(f"GraphRunner cannot deliver a {message.role!r} message to a graph "
-                             f"run ({why}); send it as a 'user' or 'system' message")
+        check_deliverable("GraphRunner", "a graph run", message)
 
     def arun_turn(
         self, port: SessionPort, *, reason: str = "wake",
@@ -239,7 +215,7 @@ class GraphRunner:
     async def _arun(self, port: SessionPort, reason: str, *cancels: Any) -> AsyncIterator[Event]:
         bridge = TurnBridge(port, self._start, log=logger)
         deltas = deltas_of(port)
-        call = _caller(port, self.offload)
+        call = caller(port, self.offload)
         turn = GraphTurn(bridge, call, cancels)
         values: dict[str, Any] = {}
         config: RunnableConfig | None = None
@@ -316,44 +292,8 @@ class GraphRunner:
 
     def _run(self, port: SessionPort, reason: str,
              cancel: threading.Event | None) -> Iterator[Event]:
-        handed: queue.SimpleQueue[object] = queue.SimpleQueue()
-        failure: list[BaseException] = []
-        stop = threading.Event()  # set when the consumer stops reading
-        running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
-
-        async def pump() -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            running.append((asyncio.get_running_loop(), task))
-            async for event in self._arun(port, reason, cancel, stop):
-                handed.put(event)
-
-        def drive() -> None:
-            try:
-                asyncio.run(pump())
-            except BaseException as exc:
-                failure.append(exc)
-            finally:
-                handed.put(_DONE)
-
-        thread = threading.Thread(target=drive, name="nous-inbox langgraph turn", daemon=True)
-        thread.start()
-        finished = False
-        try:
-            while (item := handed.get()) is not _DONE:
-                yield item  # type: ignore[misc]
-            finished = True
-        finally:
-            if not finished:
-                # The consumer stopped reading (an owner closing): end the turn now, not at the
-                # next boundary, which a long model call would put off.
-                stop.set()
-                for loop, task in running:
-                    with contextlib.suppress(RuntimeError):  # its loop is already gone
-                        loop.call_soon_threadsafe(task.cancel)
-            thread.join()
-        if failure and finished:
-            raise failure[0]
+        return drive_in_thread(lambda stop: self._arun(port, reason, cancel, stop),
+                               "nous-inbox langgraph turn")
 
     def __repr__(self) -> str:
         return f"GraphRunner({self.graph.name!r})"

@@ -42,7 +42,7 @@ from agents.run_config import CallModelData, ModelInputData
 from agents.usage import Usage
 from pydantic_core import to_jsonable_python
 
-from nous_inbox.adapters.bridge import CLAIMS, Part, TurnBridge, stop_cause
+from nous_inbox.adapters.bridge import CLAIMS, Part, TurnBridge, numeric_counts, stop_cause
 from nous_inbox.adapters.openai_agents.transcript import (
     as_input_item,
     from_model_response,
@@ -228,7 +228,7 @@ class _Hooks(RunHooks[Any]):
 
 
 def usage_counts(usage: Usage | None) -> dict[str, int | float] | None:
-    """The SDK's usage as the counts a turn's end records: its non-zero numbers (requests,
+    """The SDK's usage as the counts a turn's end records: its non-zero, finite numbers (requests,
     tokens) and those of its details; ``None`` when the model reported nothing.
 
     >>> usage_counts(Usage(requests=2, input_tokens=10, output_tokens=3, total_tokens=13))
@@ -236,12 +236,7 @@ def usage_counts(usage: Usage | None) -> dict[str, int | float] | None:
     """
     if usage is None:
         return None
-    counts: dict[str, int | float] = {}
-    for name, value in vars(usage).items():
-        if type(value) in (int, float) and value:
-            counts[name] = value
-        elif name.endswith("_details") and value is not None:
-            for detail, number in vars(value).items():
-                if type(number) in (int, float) and number:
-                    counts.setdefault(detail, number)
-    return counts or None
+    fields = vars(usage)
+    details = [vars(value) for name, value in fields.items()
+               if name.endswith("_details") and value is not None]
+    return numeric_counts(fields, *details)

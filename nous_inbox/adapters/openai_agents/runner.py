@@ -23,16 +23,16 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any, Final, Protocol, TypeVar
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, Final, Protocol
 
 from agents import Agent, AgentOutputSchemaBase, RunConfig, Runner
 from agents.stream_events import RawResponsesStreamEvent
 from openai.types.responses import ResponseTextDeltaEvent
 from pydantic import TypeAdapter
 
+from nous_inbox.adapters.driving import caller, check_deliverable, drive_in_thread
 from nous_inbox.adapters.openai_agents.hooks import RunStopped, TurnHooks
 from nous_inbox.adapters.openai_agents.memory import BothHooks, check_hooks, check_session, mirror
 from nous_inbox.events import Event
@@ -46,9 +46,6 @@ __all__ = ["AgentRunner"]
 
 logger: Final = logging.getLogger("nous_inbox.adapters.openai_agents")
 
-_T = TypeVar("_T")
-_DONE: Final = object()
-_NO_CALL_IO: Final = object()
 _NO_ADAPTER: Final = object()
 
 #: Run options the adapter sets itself, and why each cannot be given.
@@ -61,11 +58,6 @@ _OWN: Final = {
                             "it a second time",
     "auto_previous_response_id": "the log is the session: a server-managed conversation would "
                                  "hold it a second time",
-}
-
-_UNDELIVERABLE: Final = {
-    "tool": "it takes a tool result only as the answer to a call of its own run",
-    "assistant": "it takes the model's words only from the model",
 }
 
 
@@ -89,20 +81,6 @@ async def _mirror(memory: Any, transcript: Sequence[Message]) -> None:
         await mirror(memory, transcript)
     except Exception:
         logger.exception("could not mirror the transcript into the SDK session")
-
-
-def _caller(port: SessionPort, offload: bool) -> Callable[[Callable[[], Any]], Any]:
-    """How this turn calls ``port``: through the port's own ``call_io`` when it has one (an
-    ``AsyncOwner``'s store worker; ``None``: inline), else in a thread when ``offload``, else
-    inline."""
-    call_io: Any = getattr(port, "call_io", _NO_CALL_IO)
-    if call_io is _NO_CALL_IO:
-        return asyncio.to_thread if offload else _inline
-    return _inline if call_io is None else call_io
-
-
-async def _inline(fn: Callable[[], _T]) -> _T:
-    return fn()
 
 
 class AgentRunner:
@@ -209,11 +187,7 @@ class AgentRunner:
         ...
         ValueError: AgentRunner cannot deliver a 'tool' message to an Agents SDK run (it takes a tool result only as the answer to a call of its own run); send it as a 'user' or 'system' message
         """
-        why = _UNDELIVERABLE.get(message.role)
-        if why is not None:
-            raise ValueError(
-                f"AgentRunner cannot deliver a {message.role!r} message to an Agents SDK run "
-                f"({why}); send it as a 'user' or 'system' message")
+        check_deliverable("AgentRunner", "an Agents SDK run", message)
 
     def arun_turn(
         self, port: SessionPort, *, reason: str = "wake",
@@ -232,7 +206,7 @@ class AgentRunner:
 
     async def _arun(self, port: SessionPort, reason: str,
                     *cancels: _Flag | None) -> AsyncIterator[Event]:
-        turn = TurnHooks(port, _caller(port, self.offload), self._start, cancels)
+        turn = TurnHooks(port, caller(port, self.offload), self._start, cancels)
         opening = asyncio.ensure_future(turn.call(
             lambda: (turn.open(reason), dict(getattr(port, "turn_options", None) or {}))))
         try:
@@ -268,10 +242,6 @@ class AgentRunner:
         try:
             for event in turn.take():
                 yield event
-            if run_input and turn.bridge.request()[-1].role == "assistant":
-                ending = Failed("nothing to answer: the turn claimed nothing and the transcript "
-                                "ends with the model's reply")
-                run_input = None
             deltas = deltas_of(port)
             while run_input is not None:
                 if not deltas.listening:  # streaming costs; nobody would read it
@@ -359,44 +329,8 @@ class AgentRunner:
 
     def _run(self, port: SessionPort, reason: str,
              cancel: threading.Event | None) -> Iterator[Event]:
-        # The SDK's run lives in one task: the turn runs whole on a loop in a thread of its own
-        # and hands each event over as it is recorded.
-        handed: queue.SimpleQueue[object] = queue.SimpleQueue()
-        failure: list[BaseException] = []
-        stop = threading.Event()  # set when the consumer stops reading
-        running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
-
-        async def pump() -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            running.append((asyncio.get_running_loop(), task))
-            async for event in self._arun(port, reason, cancel, stop):
-                handed.put(event)
-
-        def drive() -> None:
-            try:
-                asyncio.run(pump())
-            except BaseException as exc:
-                failure.append(exc)
-            finally:
-                handed.put(_DONE)
-
-        thread = threading.Thread(target=drive, name="nous-inbox openai-agents turn", daemon=True)
-        thread.start()
-        finished = False
-        try:
-            while (item := handed.get()) is not _DONE:
-                yield item  # type: ignore[misc]
-            finished = True
-        finally:
-            if not finished:
-                stop.set()
-                for loop, task in running:
-                    with contextlib.suppress(RuntimeError):
-                        loop.call_soon_threadsafe(task.cancel)
-            thread.join()
-        if failure and finished:
-            raise failure[0]
+        return drive_in_thread(lambda stop: self._arun(port, reason, cancel, stop),
+                               "nous-inbox openai-agents turn")
 
     def __repr__(self) -> str:
         return f"AgentRunner({self.agent!r})"

@@ -22,15 +22,15 @@ import asyncio
 import contextlib
 import functools
 import logging
-import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, Final, Protocol, TypeVar, Union
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Final, Protocol, Union
 
 from pydantic import TypeAdapter
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
+from nous_inbox.adapters.driving import caller, check_deliverable, drive_in_thread
 from nous_inbox.adapters.pydantic_ai.hooks import InboxHooks, TurnOver
 from nous_inbox.events import Event
 from nous_inbox.happenings import Cancelled, Failed
@@ -42,9 +42,6 @@ __all__ = ["AgentRunner"]
 
 logger: Final = logging.getLogger("nous_inbox.adapters.pydantic_ai")
 
-_T = TypeVar("_T")
-_DONE: Final = object()
-_NO_CALL_IO: Final = object()
 
 
 class _Flag(Protocol):
@@ -52,20 +49,6 @@ class _Flag(Protocol):
 
     def is_set(self) -> bool:
         """Whether the turn should end at its next node."""
-
-
-def _caller(port: SessionPort, offload: bool) -> Callable[[Callable[[], Any]], Any]:
-    """How this turn calls ``port``: through the port's own ``call_io`` when it has one (an
-    ``AsyncOwner``'s: its store worker, in order with the owner's other store calls; ``None``
-    when its store does not block: inline), else in a thread when ``offload``, else inline."""
-    call_io: Any = getattr(port, "call_io", _NO_CALL_IO)
-    if call_io is _NO_CALL_IO:
-        return asyncio.to_thread if offload else _inline
-    return _inline if call_io is None else call_io
-
-
-async def _inline(fn: Callable[[], _T]) -> _T:
-    return fn()
 
 
 def _options(port: SessionPort) -> dict[str, Any]:
@@ -101,12 +84,6 @@ def _wrapped(spec: Any) -> list[Any]:
     if inner is None:
         return [spec]
     return list(inner) if isinstance(inner, (list, tuple)) else [inner]
-
-
-_UNDELIVERABLE: Final = {
-    "tool": "it takes a tool result only as the answer to a call of its own run",
-    "assistant": "it takes the model's words only from the model",
-}
 
 
 class AgentRunner:
@@ -192,7 +169,7 @@ class AgentRunner:
         return self._arun(port, reason, cancel)
 
     async def _arun(self, port: SessionPort, reason: str, *cancels: _Flag | None) -> AsyncIterator[Event]:
-        hooks = InboxHooks(port, _caller(port, self.offload), self._start)
+        hooks = InboxHooks(port, caller(port, self.offload), self._start)
         opening = asyncio.ensure_future(hooks.call(lambda: (hooks.open(reason), _options(port))))
         try:
             history, options = await asyncio.shield(opening)
@@ -233,8 +210,7 @@ class AgentRunner:
                     else:
                         ending = None  # the loop ended the turn at the run's end
             else:
-                ending = Failed("nothing to answer: the turn claimed nothing and the transcript "
-                                "ends with the model's reply")
+                ending = None  # the turn was over at its opening: nothing to answer
         except TurnOver:
             ending = None  # the loop ended the turn before a request
         except Exception as exc:
@@ -268,12 +244,7 @@ class AgentRunner:
         ...
         ValueError: AgentRunner cannot deliver a 'tool' message to a pydantic-ai run (it takes a tool result only as the answer to a call of its own run); send it as a 'user' or 'system' message
         """
-        why = _UNDELIVERABLE.get(message.role)
-        if why is not None:
-            raise ValueError(
-                f"AgentRunner cannot deliver a {message.role!r} message to a pydantic-ai run "
-                f"({why}); send it as a 'user' or 'system' message"
-            )
+        check_deliverable("AgentRunner", "a pydantic-ai run", message)
 
     async def _with_system_prompts(self, history: list[ModelMessage],
                                    run_kwargs: dict[str, Any]) -> None:
@@ -297,50 +268,10 @@ class AgentRunner:
         check_port(port)
         return self._run(port, reason, cancel)
 
-    def _run(
-        self, port: SessionPort, reason: str, cancel: threading.Event | None
-    ) -> Iterator[Event]:
-        # pydantic-ai's run must live in one task, so the turn runs whole on a loop in a thread
-        # of its own and hands each event over as it is recorded.
-        handed: queue.SimpleQueue[object] = queue.SimpleQueue()
-        failure: list[BaseException] = []
-        stop = threading.Event()  # set when the consumer stops reading
-        running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
-
-        async def pump() -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            running.append((asyncio.get_running_loop(), task))
-            async for event in self._arun(port, reason, cancel, stop):
-                handed.put(event)
-
-        def drive() -> None:
-            try:
-                asyncio.run(pump())
-            except BaseException as exc:
-                failure.append(exc)
-            finally:
-                handed.put(_DONE)
-
-        thread = threading.Thread(target=drive, name="nous-inbox pydantic-ai turn", daemon=True)
-        thread.start()
-        finished = False
-        try:
-            while (item := handed.get()) is not _DONE:
-                yield item  # type: ignore[misc]
-            finished = True
-        finally:
-            if not finished:
-                # The consumer stopped reading (an owner closing): end the turn now, not at the
-                # next node, which a long model request would put off (the turn still records
-                # its end as cancelled, then the thread ends).
-                stop.set()
-                for loop, task in running:
-                    with contextlib.suppress(RuntimeError):  # its loop is already gone
-                        loop.call_soon_threadsafe(task.cancel)
-            thread.join()
-        if failure and finished:
-            raise failure[0]
+    def _run(self, port: SessionPort, reason: str,
+             cancel: threading.Event | None) -> Iterator[Event]:
+        return drive_in_thread(lambda stop: self._arun(port, reason, cancel, stop),
+                               "nous-inbox pydantic-ai turn")
 
     def __repr__(self) -> str:
         return f"AgentRunner({self.agent!r})"
