@@ -41,8 +41,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from itertools import starmap
-from operator import attrgetter
 from typing import Any, Final
 
 import msgspec
@@ -92,12 +90,6 @@ class AgentMessage(msgspec.Struct, gc=False):
                    id=data["id"] if "id" in data else _uuid(),
                    ts=data["ts"] if "ts" in data else time.time(),
                    correlation_id=data.get("correlation_id"))
-
-
-_FIELDS: Final = attrgetter("sender", "recipient", "body", "id", "at", "correlation_id")
-"""A mailbox event's values in the order of ``AgentMessage``'s fields."""
-_BODY: Final = attrgetter("body")
-_TEXT: Final = frozenset({str})
 
 
 def _message(event: MailSent) -> AgentMessage:
@@ -161,14 +153,10 @@ class InProcessMailbox:
         handle = self._as(agent_id, "agent", "receive")
         if limit <= 0:
             return []
-        events = handle.receive(limit=limit)
-        # Built by C calls alone (no Python frame per message), then any body that is not text
-        # swapped for a copy the receiver may change.
-        messages = list(starmap(AgentMessage, map(_FIELDS, events)))
-        if {*map(type, map(_BODY, events))} - _TEXT:
-            for message in messages:
-                message.body = thaw_json(message.body)
-        return messages
+        return [AgentMessage(e.sender, e.recipient,
+                             e.body if type(e.body) is str else thaw_json(e.body), e.id, e.at,
+                             e.correlation_id)
+                for e in handle.receive(limit=limit)]
 
     def subscribe(self, agent_id: str, callback: Callable[[AgentMessage], None]) -> None:
         """Call ``callback(message)`` for each message delivered to ``agent_id`` from now on."""
