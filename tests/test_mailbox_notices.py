@@ -15,13 +15,16 @@ import pytest
 
 from nous_inbox.events import (
     Event,
+    MailAgent,
     MailNoticed,
+    MailReceived,
+    MailSent,
     MessageSent,
     StepStarted,
     TurnEnded,
     TurnStarted,
 )
-from nous_inbox.mailbox import DEBOUNCE, NOTICE, Mailbox, compose, plan
+from nous_inbox.mailbox import DEBOUNCE, NOTICE, Mailbox, MailboxState, compose, plan
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.owner import Owner
 from nous_inbox.runner import Runner
@@ -133,6 +136,28 @@ def test_a_report_or_result_wakes_the_agent_that_gave_out_the_work(kind: str) ->
     worker.send("lead", "indexed", kind=kind)
     box.agent("someone").send("lead", f"unrelated {kind}", kind=kind)
     assert [m.event.body for m in box.state.fresh("lead") if m.wakes] == ["indexed"]
+
+
+@pytest.mark.parametrize("kind", ["report", "result"])
+def test_a_report_that_did_not_wake_wakes_once_its_sender_was_given_work(kind: str) -> None:
+    box = Mailbox()
+    lead, worker = box.agent("lead"), box.agent("worker")
+    worker.send("lead", "hello")
+    lead.receive()  # the lead has worked
+    worker.send("lead", "unasked", kind=kind)
+    lead.send("worker", "index the logs")
+    worker.send("lead", "indexed", kind=kind)
+    assert [m.event.body for m in box.state.fresh("lead") if m.wakes] == ["indexed"]
+
+
+def test_an_action_that_did_not_wake_wakes_once_its_sender_is_declared_the_parent() -> None:
+    state = MailboxState()
+    state.apply(MailSent(id="1", sender="x", recipient="dev", body="first work"))
+    state.apply(MailReceived(recipient="dev", ids=("1",)))  # dev has worked
+    state.apply(MailSent(id="2", sender="lead", recipient="dev", body="before"))
+    state.apply(MailAgent(agent="dev", parent="lead"))
+    state.apply(MailSent(id="3", sender="lead", recipient="dev", body="after"))
+    assert [m.event.body for m in state.fresh("dev") if m.wakes] == ["after"]
 
 
 @pytest.mark.parametrize("kind", ["action", "result"])

@@ -22,6 +22,7 @@ The records hold no reference back to anything, so they are not tracked by the c
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Set as AbstractSet
 from typing import Literal
 
 import msgspec
@@ -134,8 +135,8 @@ class Thread:
 class AgentMail:
     """One recipient's share of the mailbox, and who it works with."""
 
-    __slots__ = ("dropped", "fresh", "gave_work", "held", "parent", "queue", "queued",
-                 "settled", "started", "waking")
+    __slots__ = ("_gave_work", "_parent", "_started", "dropped", "fresh", "held", "queue",
+                 "queued", "settled", "wakes_from", "waking")
 
     def __init__(self) -> None:
         self.queue: deque[Mail] = deque()  # queued messages in send order (and some that left)
@@ -145,9 +146,46 @@ class AgentMail:
         self.held: dict[str, Mail] = {}  # kept but no longer queued (read, retracted)
         self.settled: deque[Mail] = deque()  # settled ones, in the order they became so
         self.dropped = 0
-        self.parent: str | None = None  # the agent declared to have started it
-        self.started = False  # whether it has had a turn or taken any message yet
-        self.gave_work: set[str] = set()  # the agents it gave work to
+        self._parent: str | None = None
+        self._started = False
+        self._gave_work: set[str] = set()
+        # What ``rules.wakes`` said of a message of each (class, sender) for it, while what
+        # that depends on (its parent, whether it started, whom it gave work) stays the same:
+        # a send asks a dict, not the rule (found by the fold, cleared when those change).
+        self.wakes_from: dict[tuple[str, str], bool] = {}
+
+    @property
+    def parent(self) -> str | None:
+        """The agent declared to have started it."""
+        return self._parent
+
+    @parent.setter
+    def parent(self, parent: str | None) -> None:
+        if parent != self._parent:
+            self._parent = parent
+            self.wakes_from.clear()
+
+    @property
+    def started(self) -> bool:
+        """Whether it has had a turn or taken any message yet."""
+        return self._started
+
+    @started.setter
+    def started(self, started: bool) -> None:
+        if started != self._started:
+            self._started = started
+            self.wakes_from.clear()
+
+    @property
+    def gave_work(self) -> AbstractSet[str]:
+        """The agents it gave work to (grown by :meth:`give_work` only)."""
+        return self._gave_work
+
+    def give_work(self, agent: str) -> None:
+        """It gave ``agent`` work: a result or report from ``agent`` may wake it now."""
+        if agent not in self._gave_work:
+            self._gave_work.add(agent)
+            self.wakes_from.clear()
 
     @property
     def kept(self) -> int:

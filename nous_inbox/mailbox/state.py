@@ -42,7 +42,7 @@ value per send would cost several times a few appends.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import compress, islice
 from operator import attrgetter
 from typing import Any, Final
@@ -71,6 +71,8 @@ forgotten once this many more sends are due, so each is paid for by many events.
 
 
 _NOBODY: Final = AgentMail()
+_consume: Final[Callable[[Iterable[Any]], None]] = deque(maxlen=0).extend
+"""Runs an iterator to its end, keeping nothing (a C loop)."""
 
 # Read by C callables, so a batch is checked or tidied without a Python frame per message.
 _ID: Final = attrgetter("event.id")
@@ -225,16 +227,13 @@ class MailboxState:
         # A message is sent: it is queued and new, and may wake its recipient by its class.
         self.version = event.seq or self.version + 1
         sends = self.sends = self.sends + 1
-        recipient, sender, cls = event.recipient, event.sender, event.kind
+        recipient = event.recipient
         box = self.boxes.get(recipient)
         if box is None:
             box = self.boxes[recipient] = AgentMail()
-        waking = wakes(cls, sender, box.parent, box.started, box.gave_work)
-        if cls in GIVES_WORK and sender != box.parent:  # (the parent was told when declared)
-            giver = self.boxes.get(sender)
-            if giver is None:
-                giver = self.boxes[sender] = AgentMail()
-            giver.gave_work.add(recipient)
+        waking = box.wakes_from.get((event.kind, event.sender))
+        if waking is None:
+            waking = self._first_from(box, event.kind, event.sender, recipient)
         mail = Mail(event, sends, waking)
         self._kept_count += 1
         self._unindexed.append(mail)
@@ -248,6 +247,16 @@ class MailboxState:
         if sends >= self._forget_due:
             self._forget_old()
 
+    def _first_from(self, box: AgentMail, cls: str, sender: str, recipient: str) -> bool:
+        """Whether a message of class ``cls`` from ``sender`` may wake ``box``'s agent, asked
+        of the rule once while what it depends on stays the same; and, for work given, the
+        giver's note of it (so a hit in ``box.wakes_from`` means it was noted already)."""
+        waking = box.wakes_from[cls, sender] = wakes(cls, sender, box.parent, box.started,
+                                                     box.gave_work)
+        if cls in GIVES_WORK and sender != box.parent:  # (the parent was told when declared)
+            self._box(sender).give_work(recipient)
+        return waking
+
     def _changed(self, event: Any) -> None:
         """Fold in an event that changes messages already sent (any but ``MailSent``)."""
         kind = type(event)
@@ -258,7 +267,10 @@ class MailboxState:
             box.first_queued()
             taken = list(islice(queue, len(ids))) if len(queue) == box.queued else []
             if tuple(map(_ID, taken)) == ids:  # the oldest queued, as a receive takes them
-                self._let_go(taken, "received", box, ids)  # (left in the queue, dropped when met)
+                # Off the queue's front at once, by C calls alone (no Python frame per message):
+                # popleft as many times as were taken.
+                _consume(islice(iter(queue.popleft, None), len(taken)))
+                self._let_go(taken, "received", box, ids)
             else:
                 self._let_go(self._kept(ids), "received", box)
         elif kind is MailNoticed:
@@ -304,7 +316,7 @@ class MailboxState:
             box = self._box(event.agent)
             if event.parent is not None:
                 box.parent = event.parent
-                self._box(event.parent).gave_work.add(event.agent)
+                self._box(event.parent).give_work(event.agent)
             box.started = box.started or event.worked
 
     def _forget_old(self) -> None:
