@@ -14,8 +14,7 @@ happened. Events leave here with ``seq`` 0; whoever records them numbers them.
 >>> command, [type(e).__name__ for e in events]
 (Claim(target=<Target.NEXT_TURN: 'next_turn'>), ['TurnStarted'])
 >>> state, command, events = advance(state, ClaimAnswered(Target.NEXT_TURN))
->>> brief = [Message.user("be brief")]
->>> state, command, events = advance(state, ClaimAnswered(Target.NEXT_STEP, brief))
+>>> state, command, events = advance(state, ClaimAnswered(Target.NEXT_STEP, [Message.user("be brief")]))
 >>> [m.content for m in command.transcript], [type(e).__name__ for e in events]
 (['hi', 'be brief'], ['StepStarted', 'ModelRequested'])
 >>> state, command, events = advance(state, ModelAnswered(Message.assistant("hello")))
@@ -27,7 +26,7 @@ Claim(target=<Target.NEXT_STEP: 'next_step'>, wake_only=True)
 
 The rulings it implements, each with a test in ``tests/test_loop.py`` (and, for every driver,
 in ``tests/test_rulings.py``): every driver asks this table at each boundary and decides none of
-it itself. The runner and the pydantic-ai adapter feed it every happening; the aimu adapter, whose
+it itself. The runner and the framework adapters' bridge feed it every happening; aimu, whose
 framework says neither what the model did nor which boundary it reached, asks it which claims
 such a boundary makes and whether what they took is worth a round
 (:func:`~nous_inbox.commands.round_claims`, :func:`~nous_inbox.commands.worth_a_round`).

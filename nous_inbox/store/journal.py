@@ -24,14 +24,12 @@ A journal is not locked: its holder serializes calls (the owner and the adapter 
 use). ``store=None`` keeps the session in memory: folded and numbered, written nowhere.
 
 Long sessions. Opening starts from the stream's newest usable snapshot and replays only the
-events after it (:func:`~nous_inbox.store.snapshot.load_session`, equal to a full replay). The journal
-saves a new snapshot once it has folded ``snapshot_every`` events since the last one
-(:data:`~nous_inbox.store.snapshot.SNAPSHOT_EVERY` by default; 0 never saves), or a tenth of the
-session when that is more, and right after an open that replayed that many. A save encodes the
-whole session, so a fixed interval would make the saving cost per event grow with the history;
-with the tenth it stays flat, and an open replays at most a tenth of the session after its
-snapshot. Only a journal that keeps the transcript saves (a snapshot holds the whole session). A
-failed save is logged, never raised: the log is the truth.
+events after it (:func:`~nous_inbox.store.snapshot.load_session`, equal to a full replay). A new
+snapshot is saved once ``snapshot_every`` events (:data:`~nous_inbox.store.snapshot.SNAPSHOT_EVERY`;
+0 never) or a tenth of the session, whichever is more, were folded since the last (or replayed by
+an open): a save encodes the whole session, so with the tenth its cost per event stays flat and an
+open replays at most a tenth. Only a journal that keeps the transcript saves; a failed save is
+logged, never raised: the log is the truth.
 
 The collector and a long history (``freeze_gc``, off by default). A session of a million events
 is millions of objects the cyclic garbage collector tracks (vector nodes, tuples, metadata maps),
@@ -43,10 +41,9 @@ collector's permanent generation, and full collections walk only what was made s
 short session. A full collection runs just before each freeze, so no garbage is frozen.
 
 Turn it on in a long-lived host that keeps long sessions loaded and minds collection pauses. The
-cost: ``gc.freeze`` is process-wide, so every object alive at a freeze is frozen, the host's too.
-Reference counting still frees them, but one that later ends up in a reference cycle (an asyncio
-task or future with its callbacks, an exception with its traceback) is never collected after it
-dies. A library does not change its host's collector unasked, hence the default.
+cost: ``gc.freeze`` is process-wide (the host's objects are frozen too); reference counting still
+frees them, but one later caught in a reference cycle (an asyncio task or future, an exception
+with its traceback) is never collected. A library leaves its host's collector alone unasked.
 """
 
 from __future__ import annotations
@@ -235,11 +232,8 @@ class Journal:
         return limit
 
     def catch_up(self) -> list[Event]:
-        """Fold in what other writers appended since this journal's version; return it.
-
-        Asks for the stream's version first: stores answer that cheaply, and most of the time
-        there is nothing new to read.
-        """
+        """Fold in what other writers appended since this journal's version; return it. (The
+        stream's version is asked first: cheap, and most of the time nothing is new.)"""
         store = self._store
         if store is None or store.version(self._stream) == self._session.version:
             return []
@@ -414,13 +408,9 @@ class Journal:
 
         # The commonest claim, a step boundary with nothing queued, is commit's "nothing to
         # write" answered without its loop: others' events read once, the claim asked again.
-        events, claimed = claiming(self._session)
-        if not events:
-            if not self.catch_up():
-                return [], None
-            events, claimed = claiming(self._session)
-            if not events:
-                return [], None
+        if not claiming(self._session)[0] and (not self.catch_up()
+                                               or not claiming(self._session)[0]):
+            return [], None
         stored, claimed = self.commit(claiming)
         if claimed is None:
             return [], None
