@@ -393,7 +393,8 @@ class OwnerBody(Generic[R, H], abc.ABC):
         self._boundaries.ended(events)
 
     def _turn_ended(self) -> None:
-        """A turn ended (the ledger has its result): wake whoever waits for one."""
+        """An answer came (a turn ended, a queued prompt was withdrawn, a watched send
+        settled): wake whoever waits for one."""
 
     def _deliver(self, events: Sequence[Event]) -> None:
         self._tell(events)

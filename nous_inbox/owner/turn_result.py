@@ -181,7 +181,9 @@ class TurnLedger:
         return tuple(self._claimed_now)
 
     def fold(self, events: Iterable[Event]) -> bool:
-        """Fold ``events`` in (in log order); whether any turn ended among them."""
+        """Fold ``events`` in (in log order); whether a send's answer came among them: a turn
+        ended, or a queued ``next_turn`` send was withdrawn (its waiters hear no turn will
+        answer it, so they must look again as they do when a turn ends)."""
         ended = False
         event: Any
         for event in events:  # typed Any: each branch reads only the fields of the type it matched
@@ -198,6 +200,7 @@ class TurnLedger:
                 if event.target == _TURN and event.sent in self._queued:
                     self._queued.remove(event.sent)
                     self._withdrawn[event.sent] = event.seq
+                    ended = True
             elif kind is TurnStarted:
                 self._turn, self._first, self._reply = event.turn, event.seq, None
                 self._claimed_now = []
@@ -330,7 +333,8 @@ class TurnAnswers:
                  load_output: OutputLoader | None = None) -> None:
         self._stream, self._read, self._load_output = stream, read, load_output
         self.ledger = TurnLedger()  # which turn took each prompt, and how each turn ended
-        self.ended = 0  # turns the ledger saw end: a waiter looks again when it moves
+        self.ended = 0  # answers the ledger saw come (a turn ended, a prompt withdrawn): a
+        # waiter looks again when it moves
         self.receipts = SendReceipts(read)
 
     def start(self, session: Session) -> None:
@@ -339,7 +343,8 @@ class TurnAnswers:
         self.receipts.start(session)
 
     def fold(self, events: Sequence[Event]) -> bool:
-        """Fold ``events`` in; whether a turn ended or a send someone waits for settled."""
+        """Fold ``events`` in; whether a turn ended, a queued prompt or followup was withdrawn,
+        or a send someone waits for settled."""
         settled, ended = self.receipts.fold(events), self.ledger.fold(events)
         self.ended += ended
         return ended or settled
@@ -367,11 +372,12 @@ class TurnAnswers:
 
     def of_send(self, seq: int, unanswered: Callable[[int], object]) -> Steps[TurnResult]:
         """The settled result of the turn of the send at ``seq``, once it ended. Between two
-        looks it waits for a turn to end; ``unanswered(seq)`` raises when none will answer it.
+        looks it waits for a turn to end or a prompt to be withdrawn; ``unanswered(seq)``
+        raises when none will answer it.
         A send this owner folded is in its ledger; an older one is looked for in the log."""
         looked = -1
         while True:
-            if looked != self.ended:  # look again only once a turn has ended
+            if looked != self.ended:  # look again only once an answer came
                 looked = self.ended
                 result = (self.ledger.result_of(seq, self._load_output) if self.ledger.knows(seq)
                           else (yield functools.partial(self._logged, seq, None)))
