@@ -380,9 +380,12 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         journal = self._check_open()
         assert self._io is not None
 
+        receipts = self._answers.receipts
+
         def withdrawn() -> Receipt:
             with self._lock:
-                return self._answers.receipts.withdraw(journal, seq)
+                found = receipts.withdraw(journal, seq)
+            return found or receipts.logged(seq)  # the log read without the lock
 
         try:
             return await self._io.call(withdrawn)

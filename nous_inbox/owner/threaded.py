@@ -286,8 +286,10 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         """Where the send stored at ``seq`` went: still queued, claimed (by which turn, for
         which step) or withdrawn (a :class:`~nous_inbox.receipts.Receipt`); ``LookupError`` or
         ``ValueError`` when ``seq`` is no send of this session."""
+        receipts = self._answers.receipts
         with self._lock:
-            return self._answers.receipts.answer(self._opened().session, seq)
+            found = receipts.now(self._opened().session, seq)
+        return found or receipts.logged(seq)  # the log read without the lock
 
     def delivered(self, seq: int, timeout: float | None = None) -> Receipt:
         """Wait until the message the send at ``seq`` queued is claimed or withdrawn, and say
@@ -305,7 +307,8 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         with self._changed:
             receipts.watch(seq)
             try:
-                while not (found := receipts.answer(self._opened().session, seq)).settled:
+                while ((found := receipts.now(self._opened().session, seq)) is not None
+                       and not found.settled):
                     self._raise_if_lost()
                     if self._closed:
                         raise RuntimeError(f"Owner of session {self._stream!r} closed while the "
@@ -318,7 +321,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
                     self._changed.wait(left)
             finally:
                 receipts.unwatch(seq)
-        return found
+        return found or receipts.logged(seq)  # settled before it was watched: the log says
 
     def withdraw(self, seq: int) -> Receipt:
         """Take back the message the send at ``seq`` queued, if no claim took it yet: a
@@ -331,13 +334,15 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         ...     print(owner.withdraw(owner.inject("never mind").seq))
         the message sent at seq 1 was withdrawn (event #2)
         """
+        receipts = self._answers.receipts
         with self._lock:
             journal = self._check_open()
             try:
-                return self._answers.receipts.withdraw(journal, seq)
+                found = receipts.withdraw(journal, seq)
             except LeaseLostError as exc:
                 self._lose(exc)
                 raise
+        return found or receipts.logged(seq)  # the log read without the lock
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.
