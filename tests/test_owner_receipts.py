@@ -277,3 +277,18 @@ def test_reading_the_log_for_a_settled_send_does_not_hold_up_the_owner(ask: str)
         assert (got.state, got.turn, got.step) == ("claimed", 1, 1)
         assert store.meanwhile == [True]
         assert [m.content for m, _ in owner.inbox.entries(STEP)] == ["meanwhile"]
+
+
+@pytest.mark.parametrize("ask", ["result", "turn_result"])
+def test_reading_the_log_for_an_earlier_owners_turn_does_not_hold_up_the_owner(ask: str) -> None:
+    store = _ProbedStore()
+    with Owner(store, "s", Runner(model)) as before:  # type: ignore[arg-type]
+        sent = before.prompt("go")
+        assert sent.result(timeout=WAIT).turn == 1
+    with Owner(store, "s", Runner(model)) as owner:  # type: ignore[arg-type]
+        handle = owner.turn_handle(sent.seq)  # a turn this owner never saw: the log says
+        store.owner = owner
+        got = handle.result(timeout=WAIT) if ask == "result" else owner.turn_result(1)
+        assert (got.turn, got.reason) == (1, "final")
+        assert store.meanwhile == [True]
+        assert [m.content for m, _ in owner.inbox.entries(STEP)] == ["meanwhile"]

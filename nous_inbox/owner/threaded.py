@@ -71,8 +71,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any, Final, Literal, overload
+from collections.abc import Callable, Iterator
+from typing import Any, Final, Literal, TypeVar, overload
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
@@ -94,6 +94,7 @@ from nous_inbox.verbs import Target, Verb
 __all__ = ["Owner"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
+_T = TypeVar("_T")
 
 
 class Owner(OwnerBody[MessageSent, TurnHandle]):
@@ -256,7 +257,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         ran): a :class:`~nous_inbox.owner.turn_result.TurnResult`, or ``TurnFailed`` /
         ``TurnCancelled``; ``LookupError`` for a turn that has not ended."""
         with self._lock:
-            return pump(self._answers.of_turn(turn))
+            return pump(self._answers.of_turn(turn), call=self._unlocked)
 
     def turn_handle(self, seq: int) -> TurnHandle:
         """A handle on the turn of the prompt or followup stored at ``seq`` (one this owner or
@@ -278,7 +279,17 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
             self._changed.wait(left)
 
         with self._changed:
-            return pump(self._answers.of_send(seq, self._unanswered), wait)
+            return pump(self._answers.of_send(seq, self._unanswered), wait, self._unlocked)
+
+    def _unlocked(self, read: Callable[[], _T]) -> _T:
+        """``read()`` (the log, read whole) with the owner's lock released, so a long log holds
+        up no send and no run; an answer that comes meanwhile moves the ledger, and the pump
+        looks again."""
+        self._lock.release()
+        try:
+            return read()
+        finally:
+            self._lock.acquire()
 
     # -- where sends went ----------------------------------------------------------------------
 

@@ -262,9 +262,15 @@ a log read, a callable the pump calls where its store calls run and whose result
 or ``None``: wait until a turn ends or the owner closes, then go on. It returns the answer."""
 
 
-def pump(steps: Steps[_T], wait: Callable[[], object] = lambda: None) -> _T:
-    """Run ``steps`` on this thread: each read at once, each wait with ``wait()`` (the threaded
-    owner's pump; its ``wait`` raises ``TimeoutError`` once the caller's time is up).
+def _at_once(read: Callable[[], Any]) -> Any:
+    return read()
+
+
+def pump(steps: Steps[_T], wait: Callable[[], object] = lambda: None,
+         call: Callable[[Callable[[], Any]], Any] = _at_once) -> _T:
+    """Run ``steps`` on this thread: each read with ``call(read)`` (at once, by default), each
+    wait with ``wait()`` (the threaded owner's pump; its ``wait`` raises ``TimeoutError`` once
+    the caller's time is up, and its ``call`` reads with its lock released).
 
     >>> def steps():
     ...     read = yield (lambda: 41)
@@ -278,7 +284,7 @@ def pump(steps: Steps[_T], wait: Callable[[], object] = lambda: None) -> _T:
             step = steps.send(answer)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]  # (the generator's return value)
-        answer = wait() if step is None else step()
+        answer = wait() if step is None else call(step)
 
 
 async def apump(steps: Steps[_T], call: Callable[[Callable[[], Any]], Awaitable[Any]],
