@@ -160,6 +160,22 @@ async def _never_reads() -> None:
     assert len([item for item in later if type(item) is TextDelta]) < len(pieces)
 
 
+def test_a_reader_made_before_its_owner_opened_gets_the_deltas_it_asked_for() -> None:
+    asyncio.run(_made_before_open())
+
+
+async def _made_before_open() -> None:
+    owner = AsyncOwner(open_store("memory:"), "s", streaming_runner(words("Hel", "lo")))
+    early = owner.events(deltas=True)  # made now, read once the owner is open
+    async with owner:
+        await owner.inject("fyi")
+        seen: list[Any] = [await anext(early)]  # listening from here on
+        assert (await owner.prompt("hi")).text == "Hello"
+        await asyncio.wait_for(read_turn(early, seen), WAIT)
+        await early.aclose()
+    assert text_of(seen) == "Hello"
+
+
 # -- the threaded Owner's follow() reader ------------------------------------------------------
 
 

@@ -199,7 +199,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         if type(deltas) is not bool:
             raise TypeError(f"events: deltas must be a bool, got {type(deltas).__name__}")
         return self._readers.read(after, self._stored, self._check_open,
-                                  self._port.deltas if deltas and self._port else None)
+                                  self._outlet if deltas else None)
 
     @property
     def group_commit(self) -> GroupCommitState | None:

@@ -35,6 +35,7 @@ from nous_inbox.owner.group_commit import refused_unwritten
 from nous_inbox.owner.idle_watch import check_poll_interval, taken_over
 from nous_inbox.owner.port import OwnerPort, RunOptions, cancel_open_turn
 from nous_inbox.owner.turn_result import TurnAnswers
+from nous_inbox.runner.deltas import Deltas
 from nous_inbox.session import Session
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
@@ -286,6 +287,10 @@ class OwnerBody(Generic[R, H], abc.ABC):
         return checked
 
     # -- the body's rules -------------------------------------------------------------------------
+
+    def _outlet(self) -> Deltas | None:
+        """The session's text-delta outlet once open: a reader looks it up as it starts."""
+        return None if self._port is None else self._port.deltas
 
     def _opened(self) -> Journal:
         if self._journal is None:

@@ -48,6 +48,7 @@ from nous_inbox.runner.deltas import Deltas, TextDelta
 __all__ = ["EventReaders", "Feed"]
 
 Item = Event | TextDelta | None  # None: the owner is over, the reader ends
+DeltasOf = Callable[[], Deltas | None]  # the owner's outlet as the reading starts (None: none)
 
 
 class Feed:
@@ -177,11 +178,12 @@ class EventReaders:
         for feed in self._feeds:
             feed.put((None,))
 
-    def _join(self, feed: Feed, deltas: Deltas | None) -> Callable[[], None]:
-        """Add ``feed`` (with the deltas said from now on, if given); returns its removal."""
+    def _join(self, feed: Feed, deltas: DeltasOf | None) -> Callable[[], None]:
+        """Add ``feed`` (with the deltas said from now on, if asked for); returns its removal."""
         with self._lock:
             self._feeds = (*self._feeds, feed)
-        unsubscribe = deltas.subscribe(feed.delta) if deltas is not None else None
+        outlet = None if deltas is None else deltas()
+        unsubscribe = None if outlet is None else outlet.subscribe(feed.delta)
 
         def leave() -> None:
             if unsubscribe is not None:
@@ -193,11 +195,12 @@ class EventReaders:
 
     async def read(self, after: int, stored: Callable[[int], Awaitable[list[Event]]],
                    check: Callable[[], object],
-                   deltas: Deltas | None = None) -> AsyncGenerator[Event | TextDelta, None]:
+                   deltas: DeltasOf | None = None) -> AsyncGenerator[Event | TextDelta, None]:
         """Every event with ``seq > after``: ``stored(after)``, then each one told, until
         :meth:`end`; with ``deltas``, each text delta said from now on too, in order with them.
-        ``check()`` raises, as the reading starts, if the owner cannot be read; closing the
-        iterator stops listening."""
+        ``check()`` raises, as the reading starts, if the owner cannot be read; ``deltas()``
+        is the outlet, looked up after it (a reader made before its owner opened hears the
+        text all the same); closing the iterator stops listening."""
         _check_after(after)
         check()
         feed = Feed(asyncio.get_running_loop())
@@ -222,7 +225,7 @@ class EventReaders:
             leave()
 
     def follow(self, after: int, stored: Callable[[int], list[Event]],
-               check: Callable[[], object], deltas: Deltas | None = None,
+               check: Callable[[], object], deltas: DeltasOf | None = None,
                timeout: float | None = None) -> Iterator[Event | TextDelta]:
         """:meth:`read` for a thread: each item as it comes, blocking for it; a wait for the
         next one longer than ``timeout`` seconds raises ``TimeoutError``."""
@@ -231,7 +234,7 @@ class EventReaders:
         return self._follow(after, stored, check, deltas, timeout)
 
     def _follow(self, after: int, stored: Callable[[int], list[Event]],
-                check: Callable[[], object], deltas: Deltas | None,
+                check: Callable[[], object], deltas: DeltasOf | None,
                 timeout: float | None) -> Iterator[Event | TextDelta]:
         feed = Feed()
         leave = self._join(feed, deltas)

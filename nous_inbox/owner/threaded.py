@@ -213,7 +213,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         if type(deltas) is not bool:
             raise TypeError(f"follow: deltas must be a bool, got {type(deltas).__name__}")
         return self._readers.follow(after, self._read, self._check_open,
-                                    self._port.deltas if deltas and self._port else None, timeout)
+                                    self._outlet if deltas else None, timeout)
 
     # -- what a host says -----------------------------------------------------------------------
 
