@@ -5,10 +5,9 @@ in order with the events.
 
 A reader listens before it reads the store, so an event recorded meanwhile is in one or both and
 the repeat is dropped by ``seq``; a reader that falls behind has its events queued for it, in
-order. An owner hands each folded batch to :meth:`EventReaders.tell` (an
-:class:`~nous_inbox.owner.async_owner.AsyncOwner` on its loop, relayed there in log order by its
-store worker, :mod:`nous_inbox.owner.store_worker`; a threaded
-:class:`~nous_inbox.owner.Owner` on the thread that folded it), and ends every reader with
+order. An owner hands each folded batch to :meth:`EventReaders.tell` on the thread that folded
+it, under its journal's lock (so in log order, and before any delta said after that batch), and
+ends every reader with
 :meth:`EventReaders.end` as it closes or loses its lease: a host streaming a session (the web
 face) so resumes by ``seq``.
 
@@ -155,8 +154,8 @@ class _Order:
 
 class EventReaders:
     """The live readers of one owner's events (see the module notes). ``tell`` and ``end`` are
-    called in log order, on the owner's loop for asyncio readers; readers come and go from any
-    thread."""
+    called in log order, from any thread (each feed wakes its reader where it waits); readers
+    come and go from any thread."""
 
     __slots__ = ("_feeds", "_lock")
 
