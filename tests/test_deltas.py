@@ -25,7 +25,7 @@ from nous_inbox.adapters.pydantic_ai import AgentRunner
 from nous_inbox.events import Event, ModelReplied, ModelRequested, TurnEnded, Warned
 from nous_inbox.owner import AsyncOwner, Owner
 from nous_inbox.owner.event_readers import Feed
-from nous_inbox.runner import LocalSession
+from nous_inbox.runner import LocalSession, Runner
 from nous_inbox.runner.deltas import Deltas, TextDelta, deltas_of
 from nous_inbox.store import open_store
 from tests.helpers import WAIT
@@ -160,6 +160,22 @@ async def _never_reads() -> None:
     assert len([item for item in later if type(item) is TextDelta]) < len(pieces)
 
 
+def test_a_reader_made_before_its_owner_opened_gets_the_deltas_it_asked_for() -> None:
+    asyncio.run(_made_before_open())
+
+
+async def _made_before_open() -> None:
+    owner = AsyncOwner(open_store("memory:"), "s", streaming_runner(words("Hel", "lo")))
+    early = owner.events(deltas=True)  # made now, read once the owner is open
+    async with owner:
+        await owner.inject("fyi")
+        seen: list[Any] = [await anext(early)]  # listening from here on
+        assert (await owner.prompt("hi")).text == "Hello"
+        await asyncio.wait_for(read_turn(early, seen), WAIT)
+        await early.aclose()
+    assert text_of(seen) == "Hello"
+
+
 # -- the threaded Owner's follow() reader ------------------------------------------------------
 
 
@@ -259,3 +275,45 @@ def test_a_port_without_an_outlet_gives_a_silent_one_nobody_can_subscribe_to() -
     assert not silent.listening
     with pytest.raises(TypeError, match="this port has no text-delta outlet"):
         silent.subscribe(lambda delta: None)
+
+
+class ThreadedTurns:
+    """A runner that records its turn on a thread of its own, as a framework run in a thread
+    does, its model saying its reply as deltas right after the request is recorded there."""
+
+    def __init__(self) -> None:
+        self.inner = Runner(self.model)
+        self.outlet: Deltas | None = None
+
+    def model(self, transcript: Any, tools: Any) -> str:
+        assert self.outlet is not None
+        for piece in ("Hel", "lo"):
+            self.outlet.say(piece)
+        return "Hello"
+
+    async def arun_turn(self, port: Any, **how: Any) -> AsyncIterator[Any]:
+        self.outlet = deltas_of(port)
+        for event in await asyncio.to_thread(lambda: list(self.inner.run_turn(port, **how))):
+            yield event
+
+
+@pytest.mark.parametrize("url", ["memory:", "sqlite"])
+def test_a_step_s_deltas_come_after_its_request_whichever_thread_records_it(
+    url: str, tmp_path: Any,
+) -> None:
+    async def main() -> list[Any]:
+        store = open_store(f"sqlite:{tmp_path / 'db.sqlite'}" if url == "sqlite" else url)
+        async with AsyncOwner(store, "s", ThreadedTurns()) as owner:
+            await owner.inject("fyi")
+            reader = owner.events(deltas=True)
+            seen: list[Any] = [await anext(reader)]  # listening from here on
+            await owner.steer("hi")
+            await asyncio.wait_for(read_turn(reader, seen), WAIT)
+            await reader.aclose()
+        return seen
+
+    seen = asyncio.run(main())
+    kinds = [type(item) for item in seen]
+    assert text_of(seen) == "Hello"
+    assert kinds.index(ModelRequested) < kinds.index(TextDelta)
+    assert max(i for i, k in enumerate(kinds) if k is TextDelta) < kinds.index(ModelReplied)

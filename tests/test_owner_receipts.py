@@ -241,3 +241,54 @@ def test_a_refused_async_send_raises_its_error_where_it_is_followed() -> None:
                 await owner.send("x", "next_step", "yes").delivered()  # type: ignore[arg-type]
 
     asyncio.run(main())
+
+
+class _ProbedStore:
+    """A store whose whole-log reads, once ``owner`` is set, check from another thread that the
+    owner takes a send meanwhile: ``meanwhile`` says, per such read, whether it did."""
+
+    def __init__(self) -> None:
+        self.inner = open_store("memory:")
+        self.owner: Owner | None = None
+        self.meanwhile: list[bool] = []
+
+    def read(self, stream: str, after: int = 0) -> Any:
+        owner = self.owner
+        if owner is not None and after == 0:
+            self.owner = None  # one probe per arming
+            sending = threading.Thread(target=owner.inject, args=("meanwhile",))
+            sending.start()
+            sending.join(WAIT)
+            self.meanwhile.append(not sending.is_alive())
+        return self.inner.read(stream, after)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("ask", ["receipt", "delivered", "withdraw"])
+def test_reading_the_log_for_a_settled_send_does_not_hold_up_the_owner(ask: str) -> None:
+    store = _ProbedStore()
+    with Owner(store, "s", Runner(model)) as owner:  # type: ignore[arg-type]
+        sent = owner.steer("go")
+        assert owner.wait_idle(WAIT)  # settled before anyone asked: only the log says where
+        store.owner = owner
+        got = getattr(owner, ask)(sent.seq)
+        assert (got.state, got.turn, got.step) == ("claimed", 1, 1)
+        assert store.meanwhile == [True]
+        assert [m.content for m, _ in owner.inbox.entries(STEP)] == ["meanwhile"]
+
+
+@pytest.mark.parametrize("ask", ["result", "turn_result"])
+def test_reading_the_log_for_an_earlier_owners_turn_does_not_hold_up_the_owner(ask: str) -> None:
+    store = _ProbedStore()
+    with Owner(store, "s", Runner(model)) as before:  # type: ignore[arg-type]
+        sent = before.prompt("go")
+        assert sent.result(timeout=WAIT).turn == 1
+    with Owner(store, "s", Runner(model)) as owner:  # type: ignore[arg-type]
+        handle = owner.turn_handle(sent.seq)  # a turn this owner never saw: the log says
+        store.owner = owner
+        got = handle.result(timeout=WAIT) if ask == "result" else owner.turn_result(1)
+        assert (got.turn, got.reason) == (1, "final")
+        assert store.meanwhile == [True]
+        assert [m.content for m, _ in owner.inbox.entries(STEP)] == ["meanwhile"]

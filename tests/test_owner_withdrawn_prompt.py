@@ -166,3 +166,33 @@ def test_an_async_prompt_withdrawn_while_its_run_is_busy_opens_no_prompt_turn(
     asyncio.run(main())
     assert reasons(store) == ["wake", "wake"]
     assert runner.seen == []
+
+
+def test_a_result_already_waiting_hears_its_prompt_withdrawn(
+    face: str, withdraw: Any, tmp_path: Path,
+) -> None:
+    # The run is held in a tool, so no turn can claim the prompt: only the withdraw can answer
+    # the waiter, and it must, at once (not when some later turn ends).
+    url, runner = f"sqlite:{tmp_path / 'db.sqlite'}", HeldRunner()
+    with build(face, open_store(url), "s", runner, poll_interval=0.01) as owner:
+        owner.steer("start")
+        assert runner.started.wait(WAIT)
+        prompt = owner.prompt("and then summarize")
+        waiting, heard = threading.Event(), []
+
+        def wait_for_it() -> None:
+            waiting.set()
+            try:
+                prompt.result(timeout=WAIT)
+            except Exception as exc:
+                heard.append(exc)
+
+        waiter = threading.Thread(target=wait_for_it)
+        waiter.start()
+        assert waiting.wait(WAIT)
+        withdraw(owner, url, prompt.seq)
+        waiter.join(WAIT)
+        runner.go.set()
+        assert not waiter.is_alive()
+        assert [type(e).__name__ for e in heard] == ["TurnError"]
+        assert "withdrawn" in str(heard[0])

@@ -199,7 +199,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         if type(deltas) is not bool:
             raise TypeError(f"events: deltas must be a bool, got {type(deltas).__name__}")
         return self._readers.read(after, self._stored, self._check_open,
-                                  self._port.deltas if deltas and self._port else None)
+                                  self._outlet if deltas else None)
 
     @property
     def group_commit(self) -> GroupCommitState | None:
@@ -380,9 +380,12 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         journal = self._check_open()
         assert self._io is not None
 
+        receipts = self._answers.receipts
+
         def withdrawn() -> Receipt:
             with self._lock:
-                return self._answers.receipts.withdraw(journal, seq)
+                found = receipts.withdraw(journal, seq)
+            return found or receipts.logged(seq)  # the log read without the lock
 
         try:
             return await self._io.call(withdrawn)
@@ -434,17 +437,16 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 self._lose(ticket.error)
 
     def _deliver(self, events: Sequence[Event]) -> None:
-        """The journal folded ``events`` in (on any thread): told on the loop, in order."""
+        """The journal folded ``events`` in (on any thread, in log order): the readers' buffers
+        take them at once, there, so a text delta said after an event is read after it too;
+        the listeners and the core hear them on the loop, relayed in order."""
+        self._readers.tell(events)
         io = self._io
         assert io is not None
-        if not self._readers and not self._listeners and not io.relaying and io.on_loop():
+        if not self._listeners and not io.relaying and io.on_loop():
             self._answer(events, self.session)  # nobody to tell: the core decides
             return
         io.relay(events)
-
-    def _tell(self, events: Sequence[Event]) -> None:
-        self._readers.tell(events)
-        super()._tell(events)
 
     def _lose(self, error: LeaseLostError) -> None:
         self._on_loop(super()._lose, error)  # (off the loop: a subscriber's send, a stop record)

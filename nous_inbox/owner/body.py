@@ -35,6 +35,7 @@ from nous_inbox.owner.group_commit import refused_unwritten
 from nous_inbox.owner.idle_watch import check_poll_interval, taken_over
 from nous_inbox.owner.port import OwnerPort, RunOptions, cancel_open_turn
 from nous_inbox.owner.turn_result import TurnAnswers
+from nous_inbox.runner.deltas import Deltas
 from nous_inbox.session import Session
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
@@ -287,6 +288,10 @@ class OwnerBody(Generic[R, H], abc.ABC):
 
     # -- the body's rules -------------------------------------------------------------------------
 
+    def _outlet(self) -> Deltas | None:
+        """The session's text-delta outlet once open: a reader looks it up as it starts."""
+        return None if self._port is None else self._port.deltas
+
     def _opened(self) -> Journal:
         if self._journal is None:
             raise RuntimeError(f"{self._who} of session {self._stream!r} is not open: "
@@ -393,7 +398,8 @@ class OwnerBody(Generic[R, H], abc.ABC):
         self._boundaries.ended(events)
 
     def _turn_ended(self) -> None:
-        """A turn ended (the ledger has its result): wake whoever waits for one."""
+        """An answer came (a turn ended, a queued prompt was withdrawn, a watched send
+        settled): wake whoever waits for one."""
 
     def _deliver(self, events: Sequence[Event]) -> None:
         self._tell(events)

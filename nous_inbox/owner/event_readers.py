@@ -5,10 +5,9 @@ in order with the events.
 
 A reader listens before it reads the store, so an event recorded meanwhile is in one or both and
 the repeat is dropped by ``seq``; a reader that falls behind has its events queued for it, in
-order. An owner hands each folded batch to :meth:`EventReaders.tell` (an
-:class:`~nous_inbox.owner.async_owner.AsyncOwner` on its loop, relayed there in log order by its
-store worker, :mod:`nous_inbox.owner.store_worker`; a threaded
-:class:`~nous_inbox.owner.Owner` on the thread that folded it), and ends every reader with
+order. An owner hands each folded batch to :meth:`EventReaders.tell` on the thread that folded
+it, under its journal's lock (so in log order, and before any delta said after that batch), and
+ends every reader with
 :meth:`EventReaders.end` as it closes or loses its lease: a host streaming a session (the web
 face) so resumes by ``seq``.
 
@@ -48,6 +47,7 @@ from nous_inbox.runner.deltas import Deltas, TextDelta
 __all__ = ["EventReaders", "Feed"]
 
 Item = Event | TextDelta | None  # None: the owner is over, the reader ends
+DeltasOf = Callable[[], Deltas | None]  # the owner's outlet as the reading starts (None: none)
 
 
 class Feed:
@@ -154,8 +154,8 @@ class _Order:
 
 class EventReaders:
     """The live readers of one owner's events (see the module notes). ``tell`` and ``end`` are
-    called in log order, on the owner's loop for asyncio readers; readers come and go from any
-    thread."""
+    called in log order, from any thread (each feed wakes its reader where it waits); readers
+    come and go from any thread."""
 
     __slots__ = ("_feeds", "_lock")
 
@@ -177,11 +177,12 @@ class EventReaders:
         for feed in self._feeds:
             feed.put((None,))
 
-    def _join(self, feed: Feed, deltas: Deltas | None) -> Callable[[], None]:
-        """Add ``feed`` (with the deltas said from now on, if given); returns its removal."""
+    def _join(self, feed: Feed, deltas: DeltasOf | None) -> Callable[[], None]:
+        """Add ``feed`` (with the deltas said from now on, if asked for); returns its removal."""
         with self._lock:
             self._feeds = (*self._feeds, feed)
-        unsubscribe = deltas.subscribe(feed.delta) if deltas is not None else None
+        outlet = None if deltas is None else deltas()
+        unsubscribe = None if outlet is None else outlet.subscribe(feed.delta)
 
         def leave() -> None:
             if unsubscribe is not None:
@@ -193,11 +194,12 @@ class EventReaders:
 
     async def read(self, after: int, stored: Callable[[int], Awaitable[list[Event]]],
                    check: Callable[[], object],
-                   deltas: Deltas | None = None) -> AsyncGenerator[Event | TextDelta, None]:
+                   deltas: DeltasOf | None = None) -> AsyncGenerator[Event | TextDelta, None]:
         """Every event with ``seq > after``: ``stored(after)``, then each one told, until
         :meth:`end`; with ``deltas``, each text delta said from now on too, in order with them.
-        ``check()`` raises, as the reading starts, if the owner cannot be read; closing the
-        iterator stops listening."""
+        ``check()`` raises, as the reading starts, if the owner cannot be read; ``deltas()``
+        is the outlet, looked up after it (a reader made before its owner opened hears the
+        text all the same); closing the iterator stops listening."""
         _check_after(after)
         check()
         feed = Feed(asyncio.get_running_loop())
@@ -222,7 +224,7 @@ class EventReaders:
             leave()
 
     def follow(self, after: int, stored: Callable[[int], list[Event]],
-               check: Callable[[], object], deltas: Deltas | None = None,
+               check: Callable[[], object], deltas: DeltasOf | None = None,
                timeout: float | None = None) -> Iterator[Event | TextDelta]:
         """:meth:`read` for a thread: each item as it comes, blocking for it; a wait for the
         next one longer than ``timeout`` seconds raises ``TimeoutError``."""
@@ -231,7 +233,7 @@ class EventReaders:
         return self._follow(after, stored, check, deltas, timeout)
 
     def _follow(self, after: int, stored: Callable[[int], list[Event]],
-                check: Callable[[], object], deltas: Deltas | None,
+                check: Callable[[], object], deltas: DeltasOf | None,
                 timeout: float | None) -> Iterator[Event | TextDelta]:
         feed = Feed()
         leave = self._join(feed, deltas)

@@ -84,7 +84,9 @@ class SendReceipts:
 
     :meth:`fold` sees every batch the owner folds (under its lock) and keeps the receipts of
     the sends someone :meth:`watch` es, so a waiter is answered without reading the log; the
-    rest is not kept, so a long session costs it no more than its queues.
+    rest is not kept, so a long session costs it no more than its queues. An owner asks
+    :meth:`now` under its lock and :meth:`logged` after releasing it, so reading a long log
+    never holds up its sends and its run.
     """
 
     __slots__ = ("_deliveries", "_guard", "_read", "_settled", "_watchers")
@@ -139,12 +141,9 @@ class SendReceipts:
         """The receipt of the send at ``sent``, read from the whole log (I/O)."""
         return receipt(self._read(0), sent)
 
-    def answer(self, session: Session, sent: int) -> Receipt:
-        """The receipt of the send at ``sent`` (:meth:`now`, else :meth:`logged`: I/O)."""
-        return self.now(session, sent) or self.logged(sent)
-
-    def withdraw(self, journal: Journal, sent: int) -> Receipt:
+    def withdraw(self, journal: Journal, sent: int) -> Receipt | None:
         """Withdraw through the owner's ``journal`` (under its lock; store I/O): the message
-        taken back, or where it went."""
+        taken back, or where it went as :meth:`now` says (``None``: ask :meth:`logged`, once
+        the lock is released, since it reads the whole log)."""
         _, event = journal.commit(withdrawing(sent))
-        return _taken_back(event) if event is not None else self.answer(journal.session, sent)
+        return _taken_back(event) if event is not None else self.now(journal.session, sent)

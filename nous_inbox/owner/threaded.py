@@ -71,8 +71,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any, Final, Literal, overload
+from collections.abc import Callable, Iterator
+from typing import Any, Final, Literal, TypeVar, overload
 
 from nous_inbox.errors import LeaseLostError
 from nous_inbox.events import Event, MessageSent, QueueClaimed
@@ -94,6 +94,7 @@ from nous_inbox.verbs import Target, Verb
 __all__ = ["Owner"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
+_T = TypeVar("_T")
 
 
 class Owner(OwnerBody[MessageSent, TurnHandle]):
@@ -212,7 +213,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         if type(deltas) is not bool:
             raise TypeError(f"follow: deltas must be a bool, got {type(deltas).__name__}")
         return self._readers.follow(after, self._read, self._check_open,
-                                    self._port.deltas if deltas and self._port else None, timeout)
+                                    self._outlet if deltas else None, timeout)
 
     # -- what a host says -----------------------------------------------------------------------
 
@@ -256,7 +257,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         ran): a :class:`~nous_inbox.owner.turn_result.TurnResult`, or ``TurnFailed`` /
         ``TurnCancelled``; ``LookupError`` for a turn that has not ended."""
         with self._lock:
-            return pump(self._answers.of_turn(turn))
+            return pump(self._answers.of_turn(turn), call=self._unlocked)
 
     def turn_handle(self, seq: int) -> TurnHandle:
         """A handle on the turn of the prompt or followup stored at ``seq`` (one this owner or
@@ -278,7 +279,17 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
             self._changed.wait(left)
 
         with self._changed:
-            return pump(self._answers.of_send(seq, self._unanswered), wait)
+            return pump(self._answers.of_send(seq, self._unanswered), wait, self._unlocked)
+
+    def _unlocked(self, read: Callable[[], _T]) -> _T:
+        """``read()`` (the log, read whole) with the owner's lock released, so a long log holds
+        up no send and no run; an answer that comes meanwhile moves the ledger, and the pump
+        looks again."""
+        self._lock.release()
+        try:
+            return read()
+        finally:
+            self._lock.acquire()
 
     # -- where sends went ----------------------------------------------------------------------
 
@@ -286,8 +297,10 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         """Where the send stored at ``seq`` went: still queued, claimed (by which turn, for
         which step) or withdrawn (a :class:`~nous_inbox.receipts.Receipt`); ``LookupError`` or
         ``ValueError`` when ``seq`` is no send of this session."""
+        receipts = self._answers.receipts
         with self._lock:
-            return self._answers.receipts.answer(self._opened().session, seq)
+            found = receipts.now(self._opened().session, seq)
+        return found or receipts.logged(seq)  # the log read without the lock
 
     def delivered(self, seq: int, timeout: float | None = None) -> Receipt:
         """Wait until the message the send at ``seq`` queued is claimed or withdrawn, and say
@@ -305,7 +318,8 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         with self._changed:
             receipts.watch(seq)
             try:
-                while not (found := receipts.answer(self._opened().session, seq)).settled:
+                while ((found := receipts.now(self._opened().session, seq)) is not None
+                       and not found.settled):
                     self._raise_if_lost()
                     if self._closed:
                         raise RuntimeError(f"Owner of session {self._stream!r} closed while the "
@@ -318,7 +332,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
                     self._changed.wait(left)
             finally:
                 receipts.unwatch(seq)
-        return found
+        return found or receipts.logged(seq)  # settled before it was watched: the log says
 
     def withdraw(self, seq: int) -> Receipt:
         """Take back the message the send at ``seq`` queued, if no claim took it yet: a
@@ -331,13 +345,15 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         ...     print(owner.withdraw(owner.inject("never mind").seq))
         the message sent at seq 1 was withdrawn (event #2)
         """
+        receipts = self._answers.receipts
         with self._lock:
             journal = self._check_open()
             try:
-                return self._answers.receipts.withdraw(journal, seq)
+                found = receipts.withdraw(journal, seq)
             except LeaseLostError as exc:
                 self._lose(exc)
                 raise
+        return found or receipts.logged(seq)  # the log read without the lock
 
     def cancel(self) -> bool:
         """End the current turn at its next boundary, as ``"cancelled"``; wake nothing after it.

@@ -181,7 +181,9 @@ class TurnLedger:
         return tuple(self._claimed_now)
 
     def fold(self, events: Iterable[Event]) -> bool:
-        """Fold ``events`` in (in log order); whether any turn ended among them."""
+        """Fold ``events`` in (in log order); whether a send's answer came among them: a turn
+        ended, or a queued ``next_turn`` send was withdrawn (its waiters hear no turn will
+        answer it, so they must look again as they do when a turn ends)."""
         ended = False
         event: Any
         for event in events:  # typed Any: each branch reads only the fields of the type it matched
@@ -198,6 +200,7 @@ class TurnLedger:
                 if event.target == _TURN and event.sent in self._queued:
                     self._queued.remove(event.sent)
                     self._withdrawn[event.sent] = event.seq
+                    ended = True
             elif kind is TurnStarted:
                 self._turn, self._first, self._reply = event.turn, event.seq, None
                 self._claimed_now = []
@@ -259,9 +262,15 @@ a log read, a callable the pump calls where its store calls run and whose result
 or ``None``: wait until a turn ends or the owner closes, then go on. It returns the answer."""
 
 
-def pump(steps: Steps[_T], wait: Callable[[], object] = lambda: None) -> _T:
-    """Run ``steps`` on this thread: each read at once, each wait with ``wait()`` (the threaded
-    owner's pump; its ``wait`` raises ``TimeoutError`` once the caller's time is up).
+def _at_once(read: Callable[[], Any]) -> Any:
+    return read()
+
+
+def pump(steps: Steps[_T], wait: Callable[[], object] = lambda: None,
+         call: Callable[[Callable[[], Any]], Any] = _at_once) -> _T:
+    """Run ``steps`` on this thread: each read with ``call(read)`` (at once, by default), each
+    wait with ``wait()`` (the threaded owner's pump; its ``wait`` raises ``TimeoutError`` once
+    the caller's time is up, and its ``call`` reads with its lock released).
 
     >>> def steps():
     ...     read = yield (lambda: 41)
@@ -275,7 +284,7 @@ def pump(steps: Steps[_T], wait: Callable[[], object] = lambda: None) -> _T:
             step = steps.send(answer)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]  # (the generator's return value)
-        answer = wait() if step is None else step()
+        answer = wait() if step is None else call(step)
 
 
 async def apump(steps: Steps[_T], call: Callable[[Callable[[], Any]], Awaitable[Any]],
@@ -330,7 +339,8 @@ class TurnAnswers:
                  load_output: OutputLoader | None = None) -> None:
         self._stream, self._read, self._load_output = stream, read, load_output
         self.ledger = TurnLedger()  # which turn took each prompt, and how each turn ended
-        self.ended = 0  # turns the ledger saw end: a waiter looks again when it moves
+        self.ended = 0  # answers the ledger saw come (a turn ended, a prompt withdrawn): a
+        # waiter looks again when it moves
         self.receipts = SendReceipts(read)
 
     def start(self, session: Session) -> None:
@@ -339,7 +349,8 @@ class TurnAnswers:
         self.receipts.start(session)
 
     def fold(self, events: Sequence[Event]) -> bool:
-        """Fold ``events`` in; whether a turn ended or a send someone waits for settled."""
+        """Fold ``events`` in; whether a turn ended, a queued prompt or followup was withdrawn,
+        or a send someone waits for settled."""
         settled, ended = self.receipts.fold(events), self.ledger.fold(events)
         self.ended += ended
         return ended or settled
@@ -367,11 +378,12 @@ class TurnAnswers:
 
     def of_send(self, seq: int, unanswered: Callable[[int], object]) -> Steps[TurnResult]:
         """The settled result of the turn of the send at ``seq``, once it ended. Between two
-        looks it waits for a turn to end; ``unanswered(seq)`` raises when none will answer it.
+        looks it waits for a turn to end or a prompt to be withdrawn; ``unanswered(seq)``
+        raises when none will answer it.
         A send this owner folded is in its ledger; an older one is looked for in the log."""
         looked = -1
         while True:
-            if looked != self.ended:  # look again only once a turn has ended
+            if looked != self.ended:  # look again only once an answer came
                 looked = self.ended
                 result = (self.ledger.result_of(seq, self._load_output) if self.ledger.knows(seq)
                           else (yield functools.partial(self._logged, seq, None)))

@@ -87,8 +87,10 @@ class Deltas:
 
     def say(self, text: str) -> None:
         """Hand ``text``, the next piece of the model's reply, to every reader listening now.
-        Never waits and never raises: a reader that fails is logged and left out of this delta
-        only. An empty piece is not said."""
+        Never waits, and a reader that fails is logged and left out of this delta only; a
+        ``text`` that is not a ``str`` is a runner's bug, refused with ``TypeError`` while
+        anyone listens (checked only then, so saying costs nothing while nobody does). An empty
+        piece is not said."""
         readers = self._readers
         if not readers:
             return
