@@ -240,7 +240,7 @@ class TurnEnded(_Base, tag="turn_ended", frozen=True):
     ``output`` is the turn's typed output as JSON, where the runner has one (a pydantic-ai
     ``output_type``); ``usage`` the counts the model reported over the turn (tokens,
     requests), where it reports them. Both are read back by
-    :class:`~nous_inbox.owner.turn_result.TurnResult`.
+    :class:`~nous_inbox.owner.turn_ledger.TurnResult`.
     """
 
     turn: _Count

@@ -25,13 +25,7 @@ from nous_inbox.events import (
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.owner import Owner
 from nous_inbox.owner.async_owner import AsyncOwner
-from nous_inbox.owner.turn_result import (
-    TurnCancelled,
-    TurnFailed,
-    TurnLedger,
-    TurnResult,
-    settled,
-)
+from nous_inbox.owner.turn_ledger import TurnCancelled, TurnFailed, TurnLedger, TurnResult, settled
 from nous_inbox.runner import Runner
 from nous_inbox.store import open_store
 from nous_inbox.verbs import Target

@@ -11,14 +11,8 @@ from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.owner.group_commit import GroupCommitState
 from nous_inbox.owner.port import request_cancel
 from nous_inbox.owner.threaded import Owner
-from nous_inbox.owner.turn_result import (
-    AsyncTurnHandle,
-    TurnCancelled,
-    TurnError,
-    TurnFailed,
-    TurnHandle,
-    TurnResult,
-)
+from nous_inbox.owner.turn_ledger import TurnCancelled, TurnError, TurnFailed, TurnResult
+from nous_inbox.owner.turn_result import AsyncTurnHandle, TurnHandle
 
 __all__ = [
     "AsyncOwner",

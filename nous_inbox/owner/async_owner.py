@@ -9,8 +9,7 @@ they were built for), and calls its store where :mod:`nous_inbox.owner.store_wor
 ``memory:``, else on one worker thread of its own, so the loop never waits on a disk.
 
 >>> import asyncio
->>> from nous_inbox.message import Message
->>> from nous_inbox.runner import Runner
+>>> from nous_inbox.message import Message; from nous_inbox.runner import Runner
 >>> from nous_inbox.store import open_store
 >>> async def model(transcript, tools):
 ...     return Message.assistant(f"heard: {transcript[-1].content}")
@@ -27,7 +26,7 @@ owner's lock or off the loop it commits at once; on the loop it is queued for th
 (a listener may drop the coroutine unawaited: the send is stored all the same). A failed send
 raises where it is awaited (:class:`~nous_inbox.owner.sends.Refused`), never at the call.
 ``prompt`` and ``followup`` return an :class:`~nous_inbox.owner.turn_result.AsyncTurnHandle`:
-awaited, the :class:`~nous_inbox.owner.turn_result.TurnResult` of the turn that answers it
+awaited, the :class:`~nous_inbox.owner.turn_ledger.TurnResult` of the turn that answers it
 (``await handle.stored()``: the send alone). Batches are told on the loop, in log order.
 """
 
@@ -49,7 +48,8 @@ from nous_inbox.owner.idle_watch import OwnerWatch, taken_over
 from nous_inbox.owner.port import AsyncTurnRunner
 from nous_inbox.owner.sends import QueuedSend, Refused, Stored
 from nous_inbox.owner.store_worker import SendTicket, StoreWorker
-from nous_inbox.owner.turn_result import AsyncTurnHandle, Steps, TurnEnds, TurnResult, apump
+from nous_inbox.owner.turn_ledger import TurnResult
+from nous_inbox.owner.turn_result import AsyncTurnHandle, Steps, TurnEnds, apump
 from nous_inbox.receipts import Receipt
 from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.store import Store
@@ -186,9 +186,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         """Every event with ``seq > after``: the stored ones, then each as it is recorded, until
         the owner closes. Resume a stream by passing the last ``seq`` you saw.
 
-        The reader listens before it reads the store, so an event recorded meanwhile is in one
-        or both (the repeat is dropped by ``seq``); a reader that falls behind has its events
-        queued for it, in order. Closing the iterator stops listening.
+        The reader listens before it reads the store (a repeat is dropped by ``seq``); one that
+        falls behind has its events queued, in order. Closing the iterator stops listening.
 
         ``deltas=True`` adds the model's text as it streams, as
         :class:`~nous_inbox.runner.deltas.TextDelta` items in order with the events (each
@@ -203,9 +202,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
 
     @property
     def group_commit(self) -> GroupCommitState | None:
-        """The store worker's group commit now, as :attr:`Owner.group_commit
-        <nous_inbox.owner.Owner.group_commit>`: ``None`` before the owner is open and when its
-        store calls run inline (``memory:``), where each send commits at once."""
+        """The store worker's group commit now (:attr:`Owner.group_commit
+        <nous_inbox.owner.Owner.group_commit>`); ``None`` before open and on ``memory:``."""
         return None if self._io is None else self._io.group_commit
 
     @contextlib.contextmanager

@@ -94,8 +94,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         load = getattr(runner, "load_output", None)
         self._answers = TurnAnswers(stream, self._read, load if callable(load) else None)
         check = getattr(runner, "check_message", None)
-        self._check_message: Callable[[Message], object] | None = (
-            check if callable(check) else None)
+        self._check_message: Callable[[Message], object] | None = check if callable(check) else None
 
     # -- what a host reads ------------------------------------------------------------------------
 
@@ -127,14 +126,13 @@ class OwnerBody(Generic[R, H], abc.ABC):
 
     @property
     def lost(self) -> LeaseLostError | None:
-        """The ``LeaseLostError`` that stopped this owner for good (another owner took the
-        stream over), or ``None``; from then on its sends and waits raise it."""
+        """The ``LeaseLostError`` that stopped this owner for good (another took the stream
+        over), or ``None``; from then on its sends and waits raise it."""
         return self._core.lost
 
     @property
     def closed(self) -> bool:
-        """Whether the owner was closed (``close``, ``aclose``) or lost its lease: from then on
-        it refuses sends."""
+        """Whether the owner was closed or lost its lease: from then on it refuses sends."""
         return self._closed or self._core.lost is not None
 
     @property
@@ -156,8 +154,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         """Tell ``callback`` each time a run reaches a boundary, before the claim there; returns
         the call that unsubscribes it. See :mod:`nous_inbox.boundary`.
 
-        >>> from nous_inbox.runner import Runner
-        >>> from nous_inbox.owner import Owner
+        >>> from nous_inbox.owner import Owner; from nous_inbox.runner import Runner
         >>> from nous_inbox.store import open_store
         >>> owner = Owner(open_store("memory:"), "demo", Runner(lambda transcript, tools: "ok"))
         >>> def at(boundary):   # what it sends joins the claim that follows
@@ -216,7 +213,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
 
         Returns a handle on the turn it starts (or joins, with what was queued beside it):
         ``sent`` is the stored send, and the handle's result is the turn's
-        :class:`~nous_inbox.owner.turn_result.TurnResult`. ``run_options`` reach the runner for that
+        :class:`~nous_inbox.owner.turn_ledger.TurnResult`. ``run_options`` reach the runner for that
         turn only (a pydantic-ai ``AgentRunner``: ``deps``, ``model_settings``, ...; a runner
         that takes none refuses them), and a prompt with some joins no other send: options are
         never merged. They are not logged: a turn a new owner opens after a restart runs
@@ -224,8 +221,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         ``send`` it to ``next_turn`` to have it ride along. A refusal comes before anything is
         written: raised at the call, or (``AsyncOwner``) where the handle is awaited.
 
-        >>> from nous_inbox.owner import Owner
-        >>> from nous_inbox.runner import Runner
+        >>> from nous_inbox.owner import Owner; from nous_inbox.runner import Runner
         >>> from nous_inbox.store import open_store
         >>> with Owner(open_store("memory:"), "s", Runner(lambda transcript, tools: "ok")) as owner:
         ...     owner.prompt("  ")
@@ -288,8 +284,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
 
     # -- the body's rules -------------------------------------------------------------------------
 
-    def _outlet(self) -> Deltas | None:
-        """The session's text-delta outlet once open: a reader looks it up as it starts."""
+    def _outlet(self) -> Deltas | None:  # the text-delta outlet once open: a reader asks at start
         return None if self._port is None else self._port.deltas
 
     def _opened(self) -> Journal:
@@ -398,8 +393,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         self._boundaries.ended(events)
 
     def _turn_ended(self) -> None:
-        """An answer came (a turn ended, a queued prompt was withdrawn, a watched send
-        settled): wake whoever waits for one."""
+        """An answer came (a turn ended, a prompt was withdrawn, a send settled): wake waiters."""
 
     def _deliver(self, events: Sequence[Event]) -> None:
         self._tell(events)

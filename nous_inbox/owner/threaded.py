@@ -54,7 +54,7 @@ steer from another terminal reaches the run at its next step boundary.
 
 Results. ``prompt()`` and ``followup()`` return a :class:`~nous_inbox.owner.turn_result.TurnHandle`
 on the turn that answers them: ``handle.sent`` is the stored send, ``handle.result(timeout=)``
-the turn's :class:`~nous_inbox.owner.turn_result.TurnResult` (its last reply, typed output, usage,
+the turn's :class:`~nous_inbox.owner.turn_ledger.TurnResult` (its last reply, typed output, usage,
 seqs and end reason; a failed or cancelled turn raises). The answer is read from the log, so
 ``turn_handle(seq)`` and ``turn_result(turn)`` on a new owner give it after a restart.
 
@@ -83,7 +83,8 @@ from nous_inbox.owner.event_readers import EventReaders
 from nous_inbox.owner.group_commit import GroupCommit, GroupCommitState, commit_in_threads
 from nous_inbox.owner.idle_watch import subscription, taken_over, watch_step
 from nous_inbox.owner.port import TurnRunner
-from nous_inbox.owner.turn_result import TurnHandle, TurnResult, pump
+from nous_inbox.owner.turn_ledger import TurnResult
+from nous_inbox.owner.turn_result import TurnHandle, pump
 from nous_inbox.receipts import Receipt
 from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.store import Store
@@ -254,7 +255,7 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
 
     def turn_result(self, turn: int) -> TurnResult:
         """How ``turn`` ended, from this owner's ledger or else the log (a turn an earlier owner
-        ran): a :class:`~nous_inbox.owner.turn_result.TurnResult`, or ``TurnFailed`` /
+        ran): a :class:`~nous_inbox.owner.turn_ledger.TurnResult`, or ``TurnFailed`` /
         ``TurnCancelled``; ``LookupError`` for a turn that has not ended."""
         with self._lock:
             return pump(self._answers.of_turn(turn), call=self._unlocked)
