@@ -1,4 +1,4 @@
-"""The asyncio benchmark runs and renders its three tables (structure only: timings belong to bench/)."""
+"""The asyncio benchmark runs and renders its tables (structure only: timings belong to bench/)."""
 
 from bench import async_bench
 
