@@ -31,7 +31,7 @@ from typing import Any
 
 from nous_inbox.owner.store_worker import LINGER
 
-__all__ = ["STEPS", "Footprint", "measure", "resident", "settled_threads"]
+__all__ = ["STEPS", "TOKEN", "Footprint", "measure", "resident", "serving", "settled_threads"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-token-0000"
@@ -84,9 +84,11 @@ def _cpu(pid: int) -> float:
 
 
 @contextmanager
-def _serve(directory: Path, max_sessions: int) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``nous-inbox serve`` on a store in ``directory`` and a free loopback port: the process and
-    its address. Its stderr goes to a file there (a pipe nobody reads could fill and stall it)."""
+def serving(directory: Path, max_sessions: int, agent: str = "nous_inbox.web.scripted:agent",
+            ) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``nous-inbox serve`` on a store in ``directory`` and a free loopback port, hosting
+    ``agent`` (a ``--agent`` spec; a module of ``bench`` is importable): the process and its
+    address. Its stderr goes to a file there (a pipe nobody reads could fill and stall it)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NOUS_INBOX_SCRIPTED_STEPS": str(STEPS),
            "NOUS_INBOX_SCRIPTED_STEP_SECONDS": "0"}
     errors = directory / "serve.stderr"
@@ -94,7 +96,7 @@ def _serve(directory: Path, max_sessions: int) -> Iterator[tuple[subprocess.Pope
         process = subprocess.Popen(
             [sys.executable, "-m", "nous_inbox", "serve", "--store",
              f"sqlite:{directory / 'serve.sqlite'}", "--port", "0", "--token", TOKEN,
-             "--agent", "nous_inbox.web.scripted:agent", "--max-sessions", str(max_sessions),
+             "--agent", agent, "--max-sessions", str(max_sessions),
              "--idle-timeout", "86400"],
             stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=ROOT, env=env,
         )
@@ -171,7 +173,7 @@ def measure(sessions: tuple[int, int], settle: float) -> Footprint:
     memory: list[int] = []
     threads: list[int] = []
     with tempfile.TemporaryDirectory() as tmp, \
-            _serve(Path(tmp), large + 10) as (process, address), \
+            serving(Path(tmp), large + 10) as (process, address), \
             httpx.Client(base_url=address, headers={"Authorization": f"Bearer {TOKEN}"},
                          timeout=60) as client:
         held = 0
