@@ -37,6 +37,7 @@ from langgraph.types import StreamMode
 
 from nous_inbox.adapters.bridge import CLAIMS, TurnBridge
 from nous_inbox.adapters.driving import caller, check_deliverable, drive_in_thread
+from nous_inbox.adapters.langgraph import langsmith_hops
 from nous_inbox.adapters.langgraph.hooks import TURN_KEY, GraphTurn
 from nous_inbox.adapters.langgraph.transcript import from_lc_message, same_as_shown
 from nous_inbox.events import Event
@@ -97,6 +98,7 @@ class GraphRunner:
         self.check_run_options({"config": config or {}})
         self.config = dict(config or {})
         self.context = context
+        langsmith_hops.install()
 
     @staticmethod
     def check_run_options(options: dict[str, Any]) -> None:
