@@ -16,17 +16,17 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
 
-from nous_inbox.commands import ToolSpec  # noqa: E402
-from nous_inbox.message import Message, ToolCall  # noqa: E402
-from nous_inbox.runner import LocalSession, Runner, Tool  # noqa: E402
-from nous_inbox.runner.tracing import TRACEPARENT, carried  # noqa: E402
+from nous_inbox.commands import ToolSpec
+from nous_inbox.message import Message, ToolCall
+from nous_inbox.runner import LocalSession, Runner, Tool
+from nous_inbox.runner.tracing import TRACEPARENT, carried
 
 WAIT = 20.0  # seconds: a bound for what should happen at once, never a sleep to synchronise
 _EXPORTER = InMemorySpanExporter()
