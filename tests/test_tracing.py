@@ -268,3 +268,12 @@ def test_pydantic_ais_own_model_request_and_tool_spans_nest_under_the_step(
         ("nous_inbox.step", ["chat function:reply:", "execute_tool add"]),
         ("nous_inbox.step", ["chat function:reply:"]),
     ])]
+
+
+def test_the_docs_example_prints_what_the_docs_say() -> None:
+    page = (Path(__file__).parent.parent / "docs" / "tracing.md").read_text("utf-8")
+    example = page.split("```python\n", 1)[1].split("```", 1)[0]
+    printed = page.split("It prints the spans as they end:\n\n```text\n", 1)[1].split("```", 1)[0]
+    out = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).parent.parent)
+    assert [line.rstrip() for line in out.stdout.splitlines()] == printed.splitlines()
