@@ -273,16 +273,13 @@ class OwnerBody(Generic[R, H], abc.ABC):
         """The pump's one send path: store the send (inline or batched) and answer it."""
 
     def _deliverable(self, message: Message | str) -> Message | str:
-        """``message`` with the sender's span context (:func:`~nous_inbox.runner.tracing.carried`),
-        once the runner's ``check_message`` (when it has one) let it through: a
+        """``message``, once the runner's ``check_message`` (when it has one) let it through: a
         message the runner could not deliver to its model as sent is refused here, before
         anything is written, so the log never holds what the model was never shown."""
-        message = carried(message)  # the sender's span, linked from the step that claims it
-        check = self._check_message
-        if check is None:
+        message = carried(message)  # the sender's span: the step that claims it links to it
+        if self._check_message is None:
             return message
-        checked = as_message(message)
-        check(checked)
+        self._check_message(checked := as_message(message))
         return checked
 
     # -- the body's rules -------------------------------------------------------------------------

@@ -164,13 +164,20 @@ def server_span(method: str, path: str, headers: Mapping[str, str]) -> Iterator[
     token = api.context.attach(api.trace.set_span_in_context(span, parent))
     try:
         yield span
-    except BaseException as exc:
-        span.record_exception(exc)
-        span.set_status(api.trace.StatusCode.ERROR, type(exc).__name__)
+    except Exception as exc:
+        _record(api, span, exc)
         raise
     finally:
         api.context.detach(token)
         span.end()
+
+
+def _record(api: Any, span: Span, exc: Exception) -> None:
+    """``exc`` on ``span``, as an error. An exception that cannot even be printed is still
+    the call's to raise: recording it must never replace it."""
+    span.set_status(api.trace.StatusCode.ERROR, type(exc).__name__)
+    with contextlib.suppress(Exception):
+        span.record_exception(exc)
 
 
 # -- a run's side --------------------------------------------------------------------------------
@@ -327,19 +334,17 @@ class TurnTrace:
         parent_span = self._step or self._turn
         parent = None if parent_span is None else api.trace.set_span_in_context(
             parent_span, self._parent)
+        # The session, turn and step are the step's attributes: a call's spans stay lean.
         if call is None:
-            span = self._tracer.start_span("nous_inbox.model_request", parent,
-                                           attributes=self._attributes())
+            span = self._tracer.start_span("nous_inbox.model_request", parent)
         else:
-            span = self._tracer.start_span(
-                "nous_inbox.tool_call", parent, attributes=self._attributes(**{
-                    "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id}))
+            span = self._tracer.start_span("nous_inbox.tool_call", parent, attributes={
+                "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id})
         token = api.context.attach(api.trace.set_span_in_context(span, parent))
         try:
             yield
         except Exception as exc:  # a cancel (a BaseException) is no error of the call's
-            span.record_exception(exc)
-            span.set_status(api.trace.StatusCode.ERROR, type(exc).__name__)
+            _record(api, span, exc)
             raise
         finally:
             api.context.detach(token)
