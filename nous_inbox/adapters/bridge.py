@@ -44,6 +44,7 @@ from nous_inbox.happenings import (
 from nous_inbox.loop import Advance, LoopState, Phase, advance
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner.port import ClaimGuard, JournalPort, SessionPort, describe_error
+from nous_inbox.runner.tracing import turn_trace
 from nous_inbox.session import Session
 from nous_inbox.store.journal import claim_event
 
@@ -149,6 +150,9 @@ class TurnBridge:
         self.log = log
         #: How many transcript entries came before this turn: what the framework holds already.
         self.prior = 0
+        #: The turn's spans (``None`` when nothing records them): an adapter makes the step's
+        #: span current around its framework's work (:meth:`TurnTrace.current`).
+        self.trace = turn_trace(port)
 
     def phase(self) -> Phase:
         """Where the loop stands."""
@@ -200,9 +204,12 @@ class TurnBridge:
                 self._reaching(parts)
             limit_of = getattr(self.port, "claim_limit", None)  # an owner's: a turn per options
 
+            taken: list[Sequence[Message]] = []  # what the commit's last try claimed
+
             def boundary(session: Session) -> tuple[list[Event], tuple[Advance, list[Message]]]:
                 events: list[Event] = []
                 inbox = session.inbox
+                taken.clear()
 
                 def claim(command: Claim) -> Sequence[Message]:
                     nonlocal inbox
@@ -211,6 +218,7 @@ class TurnBridge:
                         limit=None if limit_of is None else limit_of(command.target))
                     if event is not None:
                         events.append(event)
+                        taken.append(messages)
                     return messages
 
                 return events, _walk(self.adv, parts, claim,
@@ -218,10 +226,15 @@ class TurnBridge:
                                          self._finished(event, state)))
 
             stored, walked = self.port.commit(boundary)
+            if self.trace is not None:
+                for messages in taken:
+                    self.trace.claimed(messages)
             self.recorded.extend(stored)
         else:
             def claim(command: Claim) -> Sequence[Message]:
                 messages, events = self.claims.claim(command.target, wake_only=command.wake_only)
+                if self.trace is not None:
+                    self.trace.claimed(messages)
                 self.recorded.extend(events)
                 return messages
 
@@ -231,6 +244,8 @@ class TurnBridge:
         for event in self.recorded[before:]:
             if isinstance(event, Warned) and event is not self.claims.warning:
                 self.log.warning(event.text)  # the loop's budget warning: a log line too
+        if self.trace is not None:
+            self.trace.saw_all(self.recorded[before:])
         return deliver
 
     def _finished(self, event: Any, state: LoopState) -> Any:

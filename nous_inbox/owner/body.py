@@ -36,6 +36,7 @@ from nous_inbox.owner.idle_watch import check_poll_interval, taken_over
 from nous_inbox.owner.port import OwnerPort, RunOptions, cancel_open_turn
 from nous_inbox.owner.turn_result import TurnAnswers
 from nous_inbox.runner.deltas import Deltas
+from nous_inbox.runner.tracing import carried
 from nous_inbox.session import Session
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
@@ -275,11 +276,10 @@ class OwnerBody(Generic[R, H], abc.ABC):
         """``message``, once the runner's ``check_message`` (when it has one) let it through: a
         message the runner could not deliver to its model as sent is refused here, before
         anything is written, so the log never holds what the model was never shown."""
-        check = self._check_message
-        if check is None:
+        message = carried(message)  # the sender's span: the step that claims it links to it
+        if self._check_message is None:
             return message
-        checked = as_message(message)
-        check(checked)
+        self._check_message(checked := as_message(message))
         return checked
 
     # -- the body's rules -------------------------------------------------------------------------

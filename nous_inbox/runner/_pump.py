@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from nous_inbox.events import Event
 from nous_inbox.message import Message, ToolCall
+from nous_inbox.runner.tracing import TurnTrace
 
 __all__ = ["CUT_OFF", "NOT_STARTED", "Abandoned", "Call", "Request", "apump", "pump",
            "unless_cancelled"]
@@ -73,20 +74,29 @@ def _what(tool_call: ToolCall | None) -> str:
     return "the model" if tool_call is None else f"tool {tool_call.name!r}"
 
 
-def pump(turn: Generator[Request, Any, None]) -> Iterator[Event]:
-    """The sync driver: events handed on as they come, calls made inline."""
+def pump(turn: Generator[Request, Any, None], trace: TurnTrace | None = None) -> Iterator[Event]:
+    """The sync driver: events handed on as they come, calls made inline (each in its span when
+    the turn is ``trace`` d)."""
     try:
         request = next(turn)
         while True:
             if type(request) is list:
+                if trace is not None:
+                    trace.saw_all(request)
                 yield from request
                 request = next(turn)
                 continue
             call: Call = request  # type: ignore[assignment]  # not a list: a call
             events, fn, _, args, kwargs, tool_call = call
+            if trace is not None:
+                trace.saw_all(events)
             yield from events
             try:
-                value = fn(*args, **kwargs)
+                if trace is None:
+                    value = fn(*args, **kwargs)
+                else:
+                    with trace.calling(tool_call):
+                        value = fn(*args, **kwargs)
                 if type(value) not in _PLAIN and inspect.isawaitable(value):
                     raise _awaitable(value, tool_call)
             except Exception as exc:
@@ -97,6 +107,8 @@ def pump(turn: Generator[Request, Any, None]) -> Iterator[Event]:
         return
     finally:
         turn.close()  # abandoned mid-turn: the body records the turn as cancelled
+        if trace is not None:
+            trace.close()
 
 
 def _awaitable(value: Any, tool_call: ToolCall | None) -> TypeError:
@@ -108,11 +120,12 @@ def _awaitable(value: Any, tool_call: ToolCall | None) -> TypeError:
 
 async def apump(
     turn: Generator[Request, Any, None], cancel: asyncio.Event | None, offload: bool,
-    io: Callable[..., Awaitable[Any]] | None = None,
+    io: Callable[..., Awaitable[Any]] | None = None, trace: TurnTrace | None = None,
 ) -> AsyncIterator[Event]:
     """The asyncio driver: calls awaited (sync ones in a thread when ``offload``), each raced
-    against ``cancel``. With ``io`` (the port's ``call_io``), each stretch of the body between
-    two calls, which is where the port is called, runs through it: off the event loop."""
+    against ``cancel`` (and in its span when the turn is ``trace`` d). With ``io`` (the port's
+    ``call_io``), each stretch of the body between two calls, which is where the port is
+    called, runs through it: off the event loop."""
     in_flight: asyncio.Future[Any] | None = None
 
     async def through_io(advance_body: Callable[[Any], Request], value: Any) -> Any:
@@ -126,20 +139,30 @@ async def apump(
         request = _stepped(turn.send, None) if io is None else await through_io(turn.send, None)
         while request is not _FINISHED:
             if type(request) is list:
+                if trace is not None:
+                    trace.saw_all(request)
                 for event in request:
                     yield event
                 request = (_stepped(turn.send, None) if io is None
                            else await through_io(turn.send, None))
                 continue
             call: Call = request
-            events, fn, is_async, args, kwargs, _ = call
+            events, fn, is_async, args, kwargs, tool_call = call
+            if trace is not None:
+                trace.saw_all(events)
             for event in events:
                 yield event
             step: Callable[[Any], Request]
             try:
                 # An async callable's coroutine is the work; a sync one is called in _acall.
                 work = fn(*args, **kwargs) if is_async else _acall(fn, args, kwargs, offload)
-                value = await (work if cancel is None else unless_cancelled(work, cancel))
+                if trace is None:
+                    value = await (work if cancel is None else unless_cancelled(work, cancel))
+                else:
+                    # The work starts inside the span: it runs, and a task or thread it makes
+                    # copies the context, only once awaited.
+                    with trace.calling(tool_call):
+                        value = await (work if cancel is None else unless_cancelled(work, cancel))
             except Exception as exc:
                 step, value = turn.throw, exc
             else:
@@ -147,6 +170,9 @@ async def apump(
             request = _stepped(step, value) if io is None else await through_io(step, value)
     finally:
         await _close(turn, in_flight, io)
+        if trace is not None:
+            trace.close()
+
 
 
 async def _close(turn: Generator[Request, Any, None], in_flight: asyncio.Future[Any] | None,

@@ -130,6 +130,7 @@ from nous_inbox.runner._pump import CUT_OFF, NOT_STARTED, Abandoned, Request, ap
 from nous_inbox.runner.port import ClaimGuard, SessionPort, check_port, describe_error
 from nous_inbox.runner.results import fitting_error, tool_message
 from nous_inbox.runner.tools import Tool
+from nous_inbox.runner.tracing import TurnTrace, turn_trace
 from nous_inbox.session import Session
 
 __all__ = ["Model", "Runner"]
@@ -214,7 +215,8 @@ class Runner:
         if self._model_is_async or any(t.is_async for t in self.tools.values()):
             found = "the model" if self._model_is_async else "a tool"
             raise TypeError(f"{found} is async: drive this runner with arun_turn")
-        return pump(self._turn(port, reason, cancel, limit))
+        trace = turn_trace(port)
+        return pump(self._turn(port, reason, cancel, limit, trace), trace)
 
     def arun_turn(
         self, port: SessionPort, *, reason: str = "wake", cancel: asyncio.Event | None = None
@@ -228,8 +230,9 @@ class Runner:
         the task that iterates. A sync call's thread cannot be stopped: it runs on, unheard.
         """
         limit = self._check(port, reason)
-        return apump(self._turn(port, reason, cancel, limit), cancel, self.offload,
-                     getattr(port, "call_io", None))
+        trace = turn_trace(port)
+        return apump(self._turn(port, reason, cancel, limit, trace), cancel, self.offload,
+                     getattr(port, "call_io", None), trace)
 
     def _check(self, port: object, reason: str) -> int:
         """Refuse what the turn could not use; the record limit a tool's result is held to."""
@@ -252,7 +255,8 @@ class Runner:
     # -- the turn, once ---------------------------------------------------------------------------
 
     def _turn(
-        self, port: SessionPort, reason: str, cancel: _Flag | None, limit: int
+        self, port: SessionPort, reason: str, cancel: _Flag | None, limit: int,
+        trace: TurnTrace | None = None,
     ) -> Generator[Request, Any, None]:
         """The whole turn, as requests to a pump (see the module's design note)."""
         session = port.session
@@ -289,6 +293,8 @@ class Runner:
                         shown = []
                     asked: Claim = command  # type: ignore[assignment]
                     messages, claimed = claims.claim(asked.target, wake_only=asked.wake_only)
+                    if trace is not None:
+                        trace.claimed(messages)
                     happening = ClaimAnswered(asked.target, messages)
                     if claimed:
                         yield claimed

@@ -73,6 +73,7 @@ from nous_inbox.events import Event
 from nous_inbox.frozen import thaw_json
 from nous_inbox.receipts import Receipt
 from nous_inbox.runner.deltas import TextDelta
+from nous_inbox.runner.tracing import server_span
 from nous_inbox.safe_json import event_json, json_safe
 from nous_inbox.store.base import check_stream
 from nous_inbox.verbs import VERBS, Verb, VerbName
@@ -189,6 +190,16 @@ def create_app(
         the parameters it takes, each a whole number, and their defaults) before ``handler``."""
 
         async def endpoint(request: Request) -> Response:
+            # A server span per request (continuing the caller's trace): a send made in it
+            # carries it, and the step that claims the message links back to it.
+            route = getattr(request.scope.get("route"), "path", request.url.path)
+            with server_span(request.method, route, request.headers) as span:
+                response = await checked(request)
+                if span is not None:
+                    span.set_attribute("http.response.status_code", response.status_code)
+                return response
+
+        async def checked(request: Request) -> Response:
             given = request.headers.get("authorization", "").encode("latin-1", "replace")
             if not hmac.compare_digest(given, expected):
                 return _Json({"error": "missing or wrong bearer token"}, 401,

@@ -50,6 +50,7 @@ from nous_inbox.owner.receipts import receipt_in, request_withdraw
 from nous_inbox.owner.turn_result import AsyncTurnHandle
 from nous_inbox.receipts import Receipt
 from nous_inbox.runner.deltas import TextDelta
+from nous_inbox.runner.tracing import carried
 from nous_inbox.session import Session, replay
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
@@ -203,7 +204,7 @@ class SessionHost:
         """
         check_stream(session)
         verb = as_verb(mode, "mode")
-        message = checked_text(text)
+        message = carried(checked_text(text))  # the request's span, for the claiming step
         owner = await self.take(session)
         if owner is not None:
             try:

@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from pydantic_ai import ModelRequestNode
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     INTERRUPTED_TOOL_RETURN_CONTENT,
@@ -69,6 +70,7 @@ from nous_inbox.loop import LoopState, Phase
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner.deltas import deltas_of
 from nous_inbox.runner.port import SessionPort
+from nous_inbox.runner.tracing import TurnTrace
 
 __all__ = ["InboxHooks", "TurnOver"]
 
@@ -234,6 +236,28 @@ class InboxHooks(AbstractCapability[Any]):
     def take(self) -> list[Event]:
         """The events recorded since the last take, in order."""
         return self.bridge.take()
+
+
+@dataclass
+class StepSpans(AbstractCapability[Any]):
+    """The turn's step span current around each node pydantic-ai runs, so its own spans (its
+    instrumentation's model request and tool spans) nest under the step they belong to. Added
+    to a run only when the turn is traced (:mod:`nous_inbox.runner.tracing`).
+
+    pydantic-ai opens its request span before the boundary that starts our step is recorded
+    (inside the request), so a model request node opens the next step's span first."""
+
+    trace: TurnTrace
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # built in code, never from a spec
+
+    async def wrap_node_run(self, ctx: Any, *, node: Any, handler: Any) -> Any:
+        if isinstance(node, ModelRequestNode):
+            self.trace.begin_request()
+        with self.trace.current():
+            return await handler(node)
 
 
 def _usage_counts(usage: Any) -> dict[str, int | float] | None:

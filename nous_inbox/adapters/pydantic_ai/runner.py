@@ -31,7 +31,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from nous_inbox.adapters.driving import caller, check_deliverable, drive_in_thread
-from nous_inbox.adapters.pydantic_ai.hooks import InboxHooks, TurnOver
+from nous_inbox.adapters.pydantic_ai.hooks import InboxHooks, StepSpans, TurnOver
 from nous_inbox.adapters.pydantic_ai.transcript import History
 from nous_inbox.events import Event
 from nous_inbox.happenings import Cancelled, Failed
@@ -201,8 +201,10 @@ class AgentRunner:
             if history and isinstance(history[-1], ModelRequest):
                 run_kwargs = {**self.run_kwargs, **options}  # this turn's prompts' options win
                 await self._with_system_prompts(history, run_kwargs)
+                trace = hooks.bridge.trace
+                capabilities = [hooks] if trace is None else [hooks, StepSpans(trace)]
                 async with self.agent.iter(
-                    None, message_history=history, capabilities=[hooks], **run_kwargs
+                    None, message_history=history, capabilities=capabilities, **run_kwargs
                 ) as run:
                     async for _node in run:
                         for event in hooks.take():
