@@ -66,7 +66,6 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from nous_inbox.message import enc_hook
 from nous_inbox.receipts import Receipt
@@ -135,8 +134,7 @@ def create_app(
         serve.__name__ = endpoint.operation_id
         return serve
 
-    routes = [Route(endpoint.starlette_path, serving(endpoint), methods=[endpoint.method])
-              for endpoint in ROUTES]
+    routes = [endpoint.route(serving(endpoint)) for endpoint in ROUTES]
     middleware = [Middleware(CORSMiddleware, allow_origins=list(cors_origins),
                              allow_methods=["GET", "POST"],
                              allow_headers=["Authorization", "Content-Type", "Last-Event-ID"])

@@ -12,7 +12,7 @@ nor documented with a body the app does not decode.
 >>> async def hello(call: Call) -> ApiError:
 ...     return ApiError(error="hello")
 >>> Endpoint("GET", "/api/sessions/{session}/hello", hello, "Say hello").starlette_path
-'/api/sessions/{session:nous_session}/hello'
+'/api/sessions/{session:nous_segment}/hello'
 """
 
 from __future__ import annotations
@@ -21,27 +21,31 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
+from urllib.parse import unquote
 
 import msgspec
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match, Route
+from starlette.types import Scope
 
 from nous_inbox.codec import MAX_STREAM_NAME
 from nous_inbox.store.base import check_stream
-from nous_inbox.web.checks import MAX_WHOLE, Refused
+from nous_inbox.web.checks import MAX_WHOLE, Refused, whole
 from nous_inbox.web.host import SessionHost
 
-__all__ = ["PATH_PARAMS", "Call", "Endpoint", "Handler", "Param", "PathParam"]
+__all__ = ["PATH_PARAMS", "Call", "Endpoint", "Handler", "Param", "PathParam", "SegmentRoute"]
 
 
-class _AnySession(PathConvertor):
-    """A session id as given, newlines too: it is refused with its reason, not as no route."""
+class _Segment(PathConvertor):
+    """One segment of the path as sent, anything but a ``/`` (newlines too): a path parameter is
+    refused with its reason by its check, not as no route."""
 
-    regex = r"[\s\S]+"
+    regex = r"[^/]+"
 
 
-register_url_convertor("nous_session", _AnySession())
+register_url_convertor("nous_segment", _Segment())
 
 _S = TypeVar("_S", bound=msgspec.Struct)
 
@@ -105,19 +109,21 @@ def _session(name: str) -> str:
         raise Refused(400, str(exc).replace("stream name", "session id", 1)) from None
 
 
-def _seq(seq: int) -> int:
-    if seq > MAX_WHOLE:
-        raise Refused(400, f"seq must be a whole number of at most 18 digits, got {seq}")
+def _seq(raw: str) -> int:
+    seq = whole(raw, "seq must be a whole number >= 1")
+    if seq < 1:
+        raise Refused(400, f"seq must be a whole number >= 1, got {seq}")
     return seq
 
 
 #: Every path parameter an endpoint's path may name, by name: ``{session}`` and ``{seq}``.
 PATH_PARAMS: Final[Mapping[str, PathParam]] = {
-    "session": PathParam("nous_session", _session, {
+    "session": PathParam("nous_segment", _session, {
         "type": "string", "minLength": 1, "maxLength": MAX_STREAM_NAME,
         "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]+$",
-    }, "The session's id: its stream's name in the store (no control characters)."),
-    "seq": PathParam("int", _seq, {"type": "integer", "minimum": 0, "maximum": MAX_WHOLE},
+    }, "The session's id: its stream's name in the store (no control characters; a / in it is "
+       "sent as %2F)."),
+    "seq": PathParam("nous_segment", _seq, {"type": "integer", "minimum": 1, "maximum": MAX_WHOLE},
                      "The seq of the send's event: the number its 202 answered with."),
 }
 
@@ -162,6 +168,10 @@ class Endpoint:
                              f"(PATH_PARAMS has {', '.join(PATH_PARAMS)})")
         object.__setattr__(self, "path_params", names)
 
+    def route(self, endpoint: Callable[[Request], Awaitable[Response]]) -> Route:
+        """The Starlette route serving this endpoint with ``endpoint``."""
+        return SegmentRoute(self.starlette_path, endpoint, methods=[self.method])
+
     @property
     def starlette_path(self) -> str:
         """The path as Starlette matches it: each parameter with its convertor."""
@@ -180,6 +190,8 @@ class Endpoint:
         said = {400: "a query parameter it does not take, given twice or not a whole number"
                      + (", a bad path parameter" if self.path_params else "")
                      + (", or a body of the wrong shape" if self.body else "")}
+        if self.path_params:
+            said[404] = "no such route: a path parameter left empty"
         if self.auth:
             said[401] = "no bearer token, or the wrong one"
         if self.body is not None:
@@ -188,3 +200,31 @@ class Endpoint:
         for status, when in self.refuses:
             said[status] = f"{said[status]}; or {when}" if status in said else when
         return dict(sorted(said.items()))
+
+
+class SegmentRoute(Route):
+    """A route matched against the path as it was sent, segment by segment, each parameter
+    percent-decoded once matched: a session id is one segment, a ``/`` in it sent as ``%2F``.
+    Matched against the decoded path, ``GET /api/sessions/s1/messages`` would read as the
+    session ``s1/messages``, and no path could say which is meant."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        raw: bytes | None = scope.get("raw_path")
+        if scope["type"] != "http" or not raw:
+            return super().matches(scope)
+        segments = raw.decode("latin-1").split("/")
+        root = scope.get("root_path", "").rstrip("/")
+        # Mounted (Starlette's Mount, a server's --root-path): the path still holds the mount
+        # point, as get_route_path says; its segments are not the route's.
+        mounted = root and scope["path"].startswith(root + "/")
+        sent = "/".join(["", *segments[1 + root.count("/"):]]) if mounted else "/".join(segments)
+        found = self.path_regex.match(sent)
+        if found is None:
+            return Match.NONE, {}
+        params = {key: self.param_convertors[key].convert(unquote(value))
+                  for key, value in found.groupdict().items()}
+        child = {"endpoint": self.endpoint,
+                 "path_params": {**scope.get("path_params", {}), **params}}
+        if self.methods and scope["method"] not in self.methods:
+            return Match.PARTIAL, child
+        return Match.FULL, child

@@ -26,6 +26,7 @@ import msgspec
 from starlette.responses import Response
 
 from nous_inbox.events import Event
+from nous_inbox.message import enc_hook
 from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.web.endpoint import PATH_PARAMS, Endpoint, Param
 from nous_inbox.web.schema import ApiError
@@ -45,7 +46,9 @@ def document(routes: Sequence[Endpoint], root_path: str = "") -> dict[str, Any]:
     """The OpenAPI 3.1 document of ``routes``, served under ``root_path`` (where the app is
     mounted)."""
     kinds = _types(routes)
-    schemas, components = msgspec.json.schema_components(kinds, ref_template=_REF)
+    found = msgspec.json.schema_components(kinds, ref_template=_REF)
+    # Plain JSON values: a default msgspec quotes may be a frozen mapping (a message's metadata).
+    schemas, components = msgspec.json.decode(msgspec.json.encode(found, enc_hook=enc_hook))
     for kind, schema in zip(kinds, schemas, strict=True):
         if kind in _NAMED:  # a union has no name of its own: give it one, as a component
             components[_NAMED[kind]] = schema

@@ -5,8 +5,8 @@ document at ``/openapi.json`` is derived from the same table. Adding a route is 
 :class:`~nous_inbox.web.endpoint.Endpoint` to the table (and its handler): it is then served,
 checked and documented, and the test that walks the document covers it.
 
-The table's order is the order routes are matched in: a session id may hold a ``/``, so
-``/api/sessions/{session}`` comes after every longer path under it.
+A path parameter is one segment of the path as sent (a ``/`` in a session id is sent as
+``%2F``), so no two routes can match one request and the table's order does not matter.
 
 >>> [(e.method, e.path) for e in ROUTES if e.path.endswith("/cancel")]
 [('POST', '/api/sessions/{session}/cancel')]
@@ -106,13 +106,12 @@ async def stream_events(call: Call) -> Response:
 
 
 async def _answered(asked: Awaitable[Receipt]) -> Receipt:
-    """A receipt, or the 4xx saying why there is none: no such event (404), not a send (400)."""
+    """A receipt, or the 404 saying why the path names no send: no event at its seq, or an
+    event of another kind."""
     try:
         return await asked
-    except LookupError as exc:
+    except (LookupError, ValueError) as exc:
         raise Refused(404, str(exc)) from None
-    except (TypeError, ValueError) as exc:
-        raise Refused(400, str(exc)) from None
 
 
 async def openapi(call: Call) -> Response:
@@ -120,7 +119,7 @@ async def openapi(call: Call) -> Response:
     return document_response(ROUTES, call.request.scope.get("root_path", ""))
 
 
-_NO_EVENT: Final = (404, "the session has no event at seq"), (400, "the event at seq is not a send")
+_NO_SEND: Final = ((404, "the session has no send at seq: no event there, or another kind"),)
 
 #: Every route of the web face, in the order they are matched (see the module's docstring).
 ROUTES: Final[tuple[Endpoint, ...]] = (
@@ -128,10 +127,10 @@ ROUTES: Final[tuple[Endpoint, ...]] = (
     Endpoint("POST", "/api/sessions/{session}/messages", send_message, "Send a message",
              answer=SendAccepted, status=202, body=SendRequest),
     Endpoint("GET", "/api/sessions/{session}/messages/{seq}", get_receipt,
-             "Where a send went", answer=Receipt, refuses=_NO_EVENT),
+             "Where a send went", answer=Receipt, refuses=_NO_SEND),
     Endpoint("POST", "/api/sessions/{session}/messages/{seq}/withdraw", withdraw_message,
              "Withdraw a queued message", answer=Receipt, body=WithdrawRequest,
-             body_optional=True, refuses=_NO_EVENT),
+             body_optional=True, refuses=_NO_SEND),
     Endpoint("POST", "/api/sessions/{session}/cancel", cancel_run, "Cancel the run",
              answer=CancelAnswer, body=CancelRequest, body_optional=True),
     Endpoint("GET", "/api/sessions/{session}/events", stream_events, "Follow the events",

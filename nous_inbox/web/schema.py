@@ -16,7 +16,7 @@ b'{"error":"missing or wrong bearer token"}'
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
@@ -24,6 +24,8 @@ from nous_inbox.message import Message
 from nous_inbox.verbs import VERBS, VerbName
 
 __all__ = [
+    "BLANK_RANGES",
+    "NOT_BLANK",
     "SHAPES",
     "ApiError",
     "CancelAnswer",
@@ -40,6 +42,25 @@ __all__ = [
 
 # -- request bodies: decoded strictly, so a wrong type or an unknown field is a 400 naming it ----
 
+#: The characters a blank text is made of (ruling 4: whitespace and the invisible format
+#: characters, :func:`~nous_inbox.message.blank_text`), as ranges of code points, Unicode 14
+#: (Python 3.11). Written out rather than found at import, which would read every code point;
+#: the tests hold it to ``blank_text``.
+BLANK_RANGES: Final = (
+    (0x9, 0xD), (0x1C, 0x20), (0x85, 0x85), (0xA0, 0xA0), (0xAD, 0xAD), (0x600, 0x605),
+    (0x61C, 0x61C), (0x6DD, 0x6DD), (0x70F, 0x70F), (0x890, 0x891), (0x8E2, 0x8E2),
+    (0x1680, 0x1680), (0x180E, 0x180E), (0x2000, 0x200F), (0x2028, 0x202F), (0x205F, 0x2064),
+    (0x2066, 0x206F), (0x3000, 0x3000), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB), (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD), (0x13430, 0x13438), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A),
+    (0xE0001, 0xE0001), (0xE0020, 0xE007F),
+)
+
+#: A text worth a model round, as a JSON Schema pattern: one character at least that is not
+#: blank. The document says it; the server's check is ``checked_text``'s, the one blank rule.
+NOT_BLANK: Final = "[^" + "".join(
+    chr(first) if first == last else f"{chr(first)}-{chr(last)}" for first, last in BLANK_RANGES
+) + "]"
+
 
 class SendRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A message for a session: ``mode`` is the send verb (``steer`` and ``inject`` join the run
@@ -47,7 +68,7 @@ class SendRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ``prompt`` wake the agent), ``text`` what the person says (not blank)."""
 
     mode: VerbName
-    text: str
+    text: Annotated[str, msgspec.Meta(extra_json_schema={"minLength": 1, "pattern": NOT_BLANK})]
 
 
 class CancelRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
