@@ -8,7 +8,8 @@ Endpoints (every ``/api`` call needs ``Authorization: Bearer TOKEN``)::
                                                "text": "..."} -> 202 {"seq", "mode"} once stored
     GET  /api/sessions/{id}/messages/{seq}     where the send at seq went: {"sent", "target",
                                                "state": "queued"|"claimed"|"withdrawn", "turn",
-                                               "step", "by"} (a nous_inbox.receipts.Receipt)
+                                               "step", "by"} (a nous_inbox.receipts.Receipt);
+                                               404 when no send is at seq
     POST /api/sessions/{id}/messages/{seq}/withdraw   take it back if no claim took it yet:
                                                the receipt, "withdrawn", or where it went
     POST /api/sessions/{id}/cancel             {"cancelled": bool}: a run was going here, or a
@@ -19,22 +20,23 @@ Endpoints (every ``/api`` call needs ``Authorization: Bearer TOKEN``)::
                                                streams: ``event: delta``, no id, data =
                                                {"type": "text_delta", "text", "turn", "step"}
     GET  /  and  /sessions/{id}                the list page and a session's page
-    GET  /openapi.json                         this API as an OpenAPI 3.1 document
+    GET  /openapi.json                         this API as an OpenAPI 3.1 document (no token)
 
 Every route is declared once, in :data:`nous_inbox.web.routes.ROUTES`: the app serves and checks
-what the table declares, and the document is derived from it. Every 4xx answers one shape,
-``{"error": reason}``, unknown paths and methods included.
+what the table declares, and the document (:mod:`nous_inbox.web.openapi`) is derived from it.
+A path parameter is one segment of the path as sent: a ``/`` in a session id is sent as ``%2F``.
+Every 4xx answers one shape, ``{"error": reason}``, an unknown path or method included.
 
 Mount it in a Starlette or FastAPI app (``app.mount("/agents", create_app(host, token=...))``)
 or let ``nous-inbox serve`` run it. Safe by default: the token is compared in constant time;
 bodies must be JSON objects (``Content-Type: application/json``) of at most ``max_body`` bytes,
-decoded into a ``msgspec.Struct`` per endpoint (:mod:`nous_inbox.web.schema`), so every field's type is checked in one place and
-a wrong type, a missing field or an unknown one is refused naming the field; each query
-parameter must be one the endpoint takes, once, as a whole number; a session id and a text are
-checked as the command line checks them. Anything refused gets a 4xx that says why before
-anything is written. No CORS header is sent unless ``cors_origins`` names the origins; the page
-sets a content security policy that allows only its own script and style, and writes every text
-with ``textContent``.
+decoded into a ``msgspec.Struct`` per endpoint (:mod:`nous_inbox.web.schema`), so every field's
+type is checked in one place and a wrong type, a missing field or an unknown one is refused
+naming the field; each query parameter must be one the endpoint takes, once, as a whole number;
+a session id and a text are checked as the command line checks them. Anything refused gets a
+4xx that says why before anything is written. No CORS header is sent unless ``cors_origins``
+names the origins; the page sets a content security policy that allows only its own script and
+style, and writes every text with ``textContent``.
 
 >>> import asyncio, httpx
 >>> from nous_inbox.runner import Runner
