@@ -153,6 +153,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
             if self._closed:
                 return  # the open failed and cleaned up after itself
             self._closed = True
+            if hand_over and self._port is not None:  # no boundary is passed from now on
+                self._port.handover.asked = self._core.hand_over()
             self._closing = asyncio.get_running_loop().create_task(self._close(
                 timeout, asyncio.current_task(), hand_over), name=f"nous-inbox close {self._stream}")
         await asyncio.shield(self._closing)
@@ -162,7 +164,6 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         run, io, watcher = self._run, self._io, self._watcher
         assert io is not None
         if hand_over and self._port is not None and self._core.lost is None:
-            self._core.hand_over()  # nothing starts; the run goes on to its next boundary
             await hand_over_run(run, caller, self._port.handover, timeout,
                                 lambda events: io.call(self._commit, events))
         elif self._core.close():
@@ -206,8 +207,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                                   self._outlet if deltas else None)
 
     @property
-    def group_commit(self) -> GroupCommitState | None:
-        """The store worker's group commit now; ``None`` before open and on ``memory:``."""
+    def group_commit(self) -> GroupCommitState | None:  # the store worker's (None on memory:)
         return None if self._io is None else self._io.group_commit
 
     @contextlib.contextmanager

@@ -294,10 +294,12 @@ class OwnerCore:
         self._closed = True
         return self.cancel()
 
-    def hand_over(self) -> None:
+    def hand_over(self) -> bool:
         """The owner hands its session over: nothing starts any more, and the run going (if
-        any) goes on to its next boundary rather than being cancelled."""
+        any) goes on to its next boundary rather than being cancelled. ``True``: the owner's
+        port stops the run at that boundary from now on (:mod:`nous_inbox.owner.handover`)."""
         self._closed = True
+        return True
 
     def let_go(self) -> Stop:
         """The run stopped where its owner let the session go: it records nothing (the open
