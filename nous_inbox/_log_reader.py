@@ -139,7 +139,7 @@ def reason_of(exc: BaseException, data: Any) -> str:
     >>> reason_of(RecursionError(), b"[[[[") , reason_of(msgspec.DecodeError("x"), b"")
     ('nested too deeply', 'empty record')
     >>> reason_of(msgspec.ValidationError("Invalid value 'moved' - at `$.type`"), b"{}")
-    "unknown event type 'moved' (this nous-inbox reads schema 4 and older): written by a newer nous-inbox; upgrade nous-inbox to read it"
+    "unknown event type 'moved' (this nous-inbox reads schema 5 and older): written by a newer nous-inbox; upgrade nous-inbox to read it"
     """
     if isinstance(exc, RecursionError):
         return "nested too deeply"

@@ -13,7 +13,7 @@ where, never a guess.
 ...     QueueClaimed(seq=2, target="next_step", count=1),
 ... ])
 >>> print(log.decode(), end="")
-{"format":"nous-inbox","version":4}
+{"format":"nous-inbox","version":5}
 {"type":"message_sent","target":"next_step","wakeup":true,"message":{"role":"user","content":"go"},"seq":1}
 {"type":"queue_claimed","target":"next_step","count":1,"seq":2}
 >>> [(line, offset, type(event).__name__) for line, offset, event in iter_events(log)]
@@ -135,7 +135,7 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
         >>> Header(format="nous-inbox", version=99).check("a.jsonl line 1")
         Traceback (most recent call last):
         ...
-        nous_inbox.errors.DecodeError: a.jsonl line 1: written with schema version 99, newer than this nous-inbox reads (4); upgrade nous-inbox to read it
+        nous_inbox.errors.DecodeError: a.jsonl line 1: written with schema version 99, newer than this nous-inbox reads (5); upgrade nous-inbox to read it
         """
         if self.format != FORMAT_NAME:
             raise DecodeError(f"{where}: not a nous-inbox log (format {self.format!r})")
@@ -385,7 +385,7 @@ def encode_header(fmt: Format | LogFormat = "json") -> bytes:
     """The first record of a log, ready to write: a JSON line, or a MessagePack frame.
 
     >>> encode_header()
-    b'{"format":"nous-inbox","version":4}\\n'
+    b'{"format":"nous-inbox","version":5}\\n'
     """
     return get_format(fmt).header()
 
@@ -398,7 +398,7 @@ def check_header(data: bytes, fmt: Format | LogFormat = "json", *, where: str = 
     >>> check_header(b'{"format":"nous-inbox","version":99}', where="a.jsonl line 1")
     Traceback (most recent call last):
     ...
-    nous_inbox.errors.DecodeError: a.jsonl line 1: written with schema version 99, newer than this nous-inbox reads (4); upgrade nous-inbox to read it
+    nous_inbox.errors.DecodeError: a.jsonl line 1: written with schema version 99, newer than this nous-inbox reads (5); upgrade nous-inbox to read it
     """
     return get_format(fmt).check_header(data, where)
 

@@ -64,6 +64,7 @@ __all__ = [
     "ModelRequested",
     "Nudged",
     "QueueClaimed",
+    "SessionReleased",
     "StepEnded",
     "StepStarted",
     "ToolCalled",
@@ -74,12 +75,13 @@ __all__ = [
     "Warned",
 ]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """The version of the event schema this library writes; it reads every version up to it.
 
 1: the first. 2: ``ModelRequested.messages`` is renamed ``count`` (it always held a count).
 3: new event types ``cancel_requested`` and ``mail_agent``; ``TurnEnded`` gains ``output`` and
-``usage``. 4: new event type ``message_withdrawn``.
+``usage``. 4: new event type ``message_withdrawn``. 5: new event type ``session_released``;
+``TurnEnded`` may end ``"released"``.
 """
 
 
@@ -231,7 +233,10 @@ class Nudged(_Base, tag="nudged", frozen=True):
     message: Message
 
 
-TurnEndReason = Literal["final", "budget", "cancelled", "error"]
+TurnEndReason = Literal["final", "budget", "cancelled", "error", "released"]
+"""How a turn ended. ``"released"``: its holder let the session go at a boundary of the turn (a
+rolling restart's drain, :class:`SessionReleased`), and the next holder carries the work on in a
+turn of its own, opened as ``"resumed"``."""
 
 
 class TurnEnded(_Base, tag="turn_ended", frozen=True):
@@ -260,6 +265,19 @@ class CancelRequested(_Base, tag="cancel_requested", frozen=True):
     """
 
     turn: _Count
+
+
+class SessionReleased(_Base, tag="session_released", frozen=True):
+    """The session's holder let it go on purpose (a host draining for a rolling restart), so
+    another holder may take it at once rather than wait for the lease to expire.
+
+    ``turn`` is the open turn it stopped at a boundary, between two steps, for the next holder
+    to carry on: that holder ends it as ``"released"`` and opens a ``"resumed"`` turn at once.
+    0: no turn was stopped so (the session was idle, or its turn was cut off mid-step, which
+    the next holder closes as it closes the turn of a holder that died).
+    """
+
+    turn: _Count = 0
 
 
 class Warned(_Base, tag="warned", frozen=True):
@@ -374,6 +392,7 @@ Event = (
     | TurnEnded
     | Warned
     | CancelRequested
+    | SessionReleased
     | MailEvent
 )
 """Any event of the vocabulary (a tagged union msgspec decodes by its ``type`` key)."""
@@ -393,5 +412,6 @@ EVENT_TYPES: Final[tuple[type[_Base], ...]] = (
     TurnEnded,
     Warned,
     CancelRequested,
+    SessionReleased,
     *MAIL_EVENT_TYPES,
 )

@@ -2,7 +2,8 @@
 
 ``sample(version)`` is that run in the event vocabulary of ``version``: a session ``run`` (a
 followup, a turn of two steps with a tool call and a steer that arrived during the tool, then a
-turn that a nudge carries on and a cancel ends; from schema 4, a followup then withdrawn) and
+turn that a nudge carries on and a cancel ends; from schema 4, a followup then withdrawn; from
+schema 5, a turn its holder let go at a boundary, ended as released and carried on) and
 the mailbox's stream ``mailbox`` (mail sent,
 noticed, read, answered, received, withdrawn and dropped), each append as it was batched.
 From schema 2 on, the run holds every event type of its version, so the newest fixtures show
@@ -42,6 +43,7 @@ from nous_inbox.events import (
     ModelRequested,
     Nudged,
     QueueClaimed,
+    SessionReleased,
     StepEnded,
     StepStarted,
     ToolCalled,
@@ -58,11 +60,16 @@ from nous_inbox.verbs import Target
 #: same bytes whenever it is written.
 EPOCH = 1764500000.0
 
-#: The transcript each session ``run`` of schema 2 on replays to.
+#: The transcript each session ``run`` of schema 2 to 4 replays to.
 TRANSCRIPT = [
     "tidy the staging logs", "", "42 lines", "check a.log only", "a.log has 42 lines",
     "now the rest", "looking", "Continue.", "stopping",
 ]
+
+
+def transcript(version: int) -> list[str]:
+    """The transcript session ``run`` of schema ``version`` (2 or later) replays to."""
+    return TRANSCRIPT + (["go on", "", "42 lines", "all 42 read"] if version >= 5 else [])
 
 
 def sample(version: int) -> dict[str, list[list[Event]]]:
@@ -107,6 +114,22 @@ def sample(version: int) -> dict[str, list[list[Event]]]:
         run += [[MessageSent(target=Target.NEXT_TURN, wakeup=True,
                              message=Message.user("one more thing"))],
                 [MessageWithdrawn(sent=sent, target=Target.NEXT_TURN)]]
+    if version >= 5:  # a turn let go at a step boundary, then carried on by the next holder
+        run += [[MessageSent(target=Target.NEXT_TURN, wakeup=True, message=Message.user("go on"))],
+                [TurnStarted(turn=3), QueueClaimed(target=Target.NEXT_TURN, count=1),
+                 QueueClaimed(target=Target.NEXT_STEP, count=0)],
+                [StepStarted(turn=3, step=1), ModelRequested(turn=3, step=1, count=10)],
+                [ModelReplied(turn=3, step=1, message=Message.assistant("", tool_calls=[read])),
+                 ToolCalled(turn=3, step=1, call=read)],
+                [ToolReturned(turn=3, step=1, message=Message.tool("42 lines", "c1", name="read")),
+                 StepEnded(turn=3, step=1)],
+                [SessionReleased(turn=3)],
+                [TurnEnded(turn=3, steps=1, reason="released")],
+                [TurnStarted(turn=4, reason="resumed"), QueueClaimed(target=Target.NEXT_STEP, count=0)],
+                [StepStarted(turn=4, step=1), ModelRequested(turn=4, step=1, count=13)],
+                [ModelReplied(turn=4, step=1, message=Message.assistant("all 42 read")),
+                 StepEnded(turn=4, step=1), QueueClaimed(target=Target.NEXT_STEP, count=0),
+                 TurnEnded(turn=4, steps=1, reason="final")]]
     mailbox: list[list[Event]] = [
         *([[MailAgent(agent="dev", parent="lead")]] if new else []),
         [MailSent(id="m1", sender="lead", recipient="dev", body={"task": "tidy", "logs": ["a.log"]},

@@ -7,7 +7,7 @@ Schema 1's run is a followup and a turn of two steps with a tool call and a stee
 during the tool; from schema 2 on the run (``tests.fixture_logs``) holds every event type of its
 version. Schema 2 renamed ``ModelRequested.messages`` to ``count``; schema 3 added
 ``cancel_requested``, ``mail_agent`` and ``TurnEnded``'s ``output`` and ``usage``; schema 4,
-``message_withdrawn``. Each test copies
+``message_withdrawn``; schema 5, ``session_released`` and ``TurnEnded``'s ``"released"``. Each test copies
 a fixture before opening it, so the checked-in bytes never change.
 
 The event vocabulary is pinned here, version by version: a new event type fails
@@ -62,7 +62,9 @@ _SCHEMA_2 = _SCHEMA_1 | {"mail_sent", "mail_dropped", "mail_received", "mail_not
                          "mail_answered", "mail_withdrawn"}
 #: The event types each schema version knows.
 _SCHEMA_3 = _SCHEMA_2 | {"cancel_requested", "mail_agent"}
-VOCABULARY = {1: _SCHEMA_1, 2: _SCHEMA_2, 3: _SCHEMA_3, 4: _SCHEMA_3 | {"message_withdrawn"}}
+_SCHEMA_4 = _SCHEMA_3 | {"message_withdrawn"}
+VOCABULARY = {1: _SCHEMA_1, 2: _SCHEMA_2, 3: _SCHEMA_3, 4: _SCHEMA_4,
+              5: _SCHEMA_4 | {"session_released"}}
 
 
 def _copy(tmp_path: Path, name: str) -> Path:
@@ -237,8 +239,8 @@ def test_a_store_of_each_version_reads_as_it_was_written(
     assert run == fixture_logs.events(version, "run")
     assert mailbox == fixture_logs.events(version, "mailbox")
     session = replay(run, stream="run")
-    assert [m.content for m in session.transcript] == fixture_logs.TRANSCRIPT
-    assert (session.turn, session.running) == (2, False)
+    assert [m.content for m in session.transcript] == fixture_logs.transcript(version)
+    assert (session.turn, session.running) == (4 if version >= 5 else 2, False)
     assert _fold(mailbox) == _fold(fixture_logs.events(version, "mailbox"))
 
 

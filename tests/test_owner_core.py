@@ -222,9 +222,9 @@ def test_a_failed_run_stops_and_ends_its_open_turn_as_an_error() -> None:
 
 def test_resuming_closes_a_turn_the_log_shows_open() -> None:
     running = replay([TurnStarted(turn=1, reason="wake", seq=1)])
-    (ended,) = OwnerCore.resume(running)
+    (ended,) = OwnerCore().resume(running)
     assert isinstance(ended, TurnEnded) and (ended.turn, ended.reason) == (1, "error")
-    assert OwnerCore.resume(STEERED) == []
+    assert OwnerCore().resume(STEERED) == []
 
 
 def test_resuming_answers_the_calls_a_dead_turn_left_open_so_the_transcript_is_well_formed() -> None:
@@ -234,7 +234,7 @@ def test_resuming_answers_the_calls_a_dead_turn_left_open_so_the_transcript_is_w
         ModelReplied(turn=1, step=1, message=Message.assistant(tool_calls=calls), seq=3),
         ToolReturned(turn=1, step=1, message=Message.tool("sent", "c2", name="notify"), seq=4),
     ])
-    *answers, ended = OwnerCore.resume(running)
+    *answers, ended = OwnerCore().resume(running)
     assert [(a.message.tool_call_id, a.message.metadata["error"]) for a in answers  # type: ignore[attr-defined]
             ] == [("c1", "interrupted")]
     assert isinstance(ended, TurnEnded) and ended.reason == "error"

@@ -47,6 +47,7 @@ from nous_inbox.events import (
     ModelReplied,
     ModelRequested,
     Nudged,
+    SessionReleased,
     StepEnded,
     StepStarted,
     ToolCalled,
@@ -181,6 +182,7 @@ def test_every_event_type_of_the_vocabulary_folds_and_agrees_with_replay() -> No
         TurnEnded: TurnEnded(turn=1, steps=1, reason="final"),
         Warned: Warned(text="w"),
         CancelRequested: CancelRequested(turn=1),
+        SessionReleased: SessionReleased(turn=1),
         # The mailbox's events live in a stream of their own; a session passes them by.
         MailSent: MailSent(id="m", sender="a", recipient="b", body="hi"),
         MailDropped: MailDropped(id="m", recipient="b"),

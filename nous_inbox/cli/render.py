@@ -39,6 +39,7 @@ from nous_inbox.events import (
     ModelRequested,
     Nudged,
     QueueClaimed,
+    SessionReleased,
     StepEnded,
     StepStarted,
     ToolCalled,
@@ -127,6 +128,9 @@ def _body(event: Event, style: Style) -> str:
         return style.paint(f"warning  {short(event.text, 200)}", "red")
     if isinstance(event, CancelRequested):
         return style.paint(f"cancel of turn {event.turn} asked", "bold", "yellow")
+    if isinstance(event, SessionReleased):
+        carried = f", turn {event.turn} to be carried on" if event.turn else ""
+        return style.paint(f"released by its holder{carried}", "bold", "cyan")
     return _mail(event, style)
 
 

@@ -44,6 +44,7 @@ from nous_inbox.owner.body import OwnerBody
 from nous_inbox.owner.core import Stop
 from nous_inbox.owner.event_readers import EventReaders
 from nous_inbox.owner.group_commit import GroupCommitState
+from nous_inbox.owner.handover import hand_over_run
 from nous_inbox.owner.idle_watch import OwnerWatch, taken_over
 from nous_inbox.owner.port import AsyncTurnRunner
 from nous_inbox.owner.sends import QueuedSend, Refused, Stored
@@ -74,10 +75,9 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
 
     ``watch``: while a run goes the owner looks for other processes' sends every
     ``poll_interval`` (or when its store hints: PostgreSQL's NOTIFY), so a steer reaches the run
-    at its next step. An idle owner holds no thread and makes no look of its own: its loop's
-    shared watch (:mod:`nous_inbox.owner.idle_watch`) looks for all its idle owners at once, so a send
-    from another process wakes an idle owner within ``IDLE_LOOK`` (half a second) or
-    ``poll_interval`` if longer, or at once on a store that hints.
+    at its next step. An idle owner holds no thread nor look of its own: its loop's shared watch
+    (:mod:`nous_inbox.owner.idle_watch`) looks for all its idle owners at once, within
+    ``IDLE_LOOK`` (half a second) or ``poll_interval`` if longer, or at once on a store that hints.
 
     >>> from nous_inbox.store import open_store
     >>> AsyncOwner(open_store("memory:"), "s", object())
@@ -137,12 +137,13 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def aclose(self, timeout: float | None = 10.0) -> None:
+    async def aclose(self, timeout: float | None = 10.0, *, hand_over: bool = False) -> None:
         """Cancel any run, wait for it to end, stop watching, give up the stream's lease; every
         ``events()`` reader ends. A run still going ``timeout`` seconds after its cancel has its
         task cancelled; if even that does not end it, the lease is kept until it does (logged).
         From inside the run it does not wait for that run. The teardown is a task of its own:
-        cancelling ``aclose`` stops the wait, not the teardown."""
+        cancelling ``aclose`` stops the wait, not the teardown. ``hand_over``: let another holder
+        carry the run on from its next boundary (:mod:`nous_inbox.owner.handover`)."""
         if not self._entered:
             return
         watcher = self._watcher and self._watcher.task
@@ -152,15 +153,21 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
             if self._closed:
                 return  # the open failed and cleaned up after itself
             self._closed = True
-            self._closing = asyncio.get_running_loop().create_task(
-                self._close(timeout, asyncio.current_task()), name=f"nous-inbox close {self._stream}")
+            if hand_over and self._port is not None:  # no boundary is passed from now on
+                self._port.handover.asked = self._core.hand_over()
+            self._closing = asyncio.get_running_loop().create_task(self._close(
+                timeout, asyncio.current_task(), hand_over), name=f"nous-inbox close {self._stream}")
         await asyncio.shield(self._closing)
 
-    async def _close(self, timeout: float | None, caller: asyncio.Task[Any] | None) -> None:
-        if self._core.close():
-            self._cancel_turn()
+    async def _close(self, timeout: float | None, caller: asyncio.Task[Any] | None,
+                     hand_over: bool = False) -> None:
         run, io, watcher = self._run, self._io, self._watcher
         assert io is not None
+        if hand_over and self._port is not None and self._core.lost is None:
+            await hand_over_run(run, caller, self._port.handover, timeout,
+                                lambda events: io.call(self._commit, events))
+        elif self._core.close():
+            self._cancel_turn()
         try:
             if run is not None and run is not caller:
                 await asyncio.wait((run,), timeout=timeout)
@@ -188,7 +195,6 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
 
         The reader listens before it reads the store (a repeat is dropped by ``seq``); one that
         falls behind has its events queued, in order. Closing the iterator stops listening.
-
         ``deltas=True`` adds the model's text as it streams, as
         :class:`~nous_inbox.runner.deltas.TextDelta` items in order with the events (each
         before the ``ModelReplied`` that holds its reply), from a runner that streams (the
@@ -201,9 +207,7 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                                   self._outlet if deltas else None)
 
     @property
-    def group_commit(self) -> GroupCommitState | None:
-        """The store worker's group commit now (:attr:`Owner.group_commit
-        <nous_inbox.owner.Owner.group_commit>`); ``None`` before open and on ``memory:``."""
+    def group_commit(self) -> GroupCommitState | None:  # the store worker's (None on memory:)
         return None if self._io is None else self._io.group_commit
 
     @contextlib.contextmanager
@@ -211,9 +215,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         """Within it, a send this thread makes commits at once, as a boundary subscriber's does:
         stored, folded and answered before the verb returns, which then returns a
         :class:`~nous_inbox.owner.sends.Stored` (its ``value`` is the stored event; a prompt's
-        handle has its ``sent``). For sync code on the loop (a listener, a UI callback) that
-        must have its send stored before it goes on, where the send would otherwise wait for
-        the store worker. The price: the thread, the loop's included, waits for the commit.
+        handle has its ``sent``). For sync code on the loop (a listener, a UI callback) whose
+        send must be stored before it goes on; the thread, the loop's included, waits for it.
 
         >>> import asyncio
         >>> from nous_inbox.runner import Runner
@@ -297,13 +300,11 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         return AsyncTurnHandle(Refused(error), self._result)
 
     async def turn_result(self, turn: int) -> TurnResult:
-        """How ``turn`` ended (see :meth:`Owner.turn_result <nous_inbox.owner.Owner.turn_result>`),
-        read from the log on the store worker when this owner's ledger does not have it."""
+        """How ``turn`` ended (see ``Owner.turn_result``), from the log if the ledger lacks it."""
         return await self._pumped(self._answers.of_turn(turn))
 
     async def turn_handle(self, seq: int) -> AsyncTurnHandle:
-        """A handle on the turn of the prompt or followup stored at ``seq`` (see
-        :meth:`Owner.turn_handle <nous_inbox.owner.Owner.turn_handle>`)."""
+        """A handle on the turn of the prompt or followup stored at ``seq`` (``Owner.turn_handle``)."""
         self._check_open()
         return AsyncTurnHandle(await self._pumped(self._answers.sent(seq)), self._result,
                                self.delivered)
@@ -419,8 +420,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
         return True
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
-        """Wait until no run is going; ``False`` if ``timeout`` seconds passed first. Re-raises
-        (once) an exception that ended the last run; raises ``lost`` (every time, at once)."""
+        """Wait until no run is going (``False``: ``timeout`` seconds passed first); re-raises
+        once what ended the last run, and ``lost`` every time."""
         try:
             await asyncio.wait_for(self._settled.wait(), timeout)
         except TimeoutError:
@@ -435,9 +436,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 self._lose(ticket.error)
 
     def _deliver(self, events: Sequence[Event]) -> None:
-        """The journal folded ``events`` in (on any thread, in log order): the readers' buffers
-        take them at once, there, so a text delta said after an event is read after it too;
-        the listeners and the core hear them on the loop, relayed in order."""
+        """The journal folded ``events`` in (any thread, log order): the readers take them there
+        (a delta said after an event is read after it), the listeners and core on the loop."""
         self._readers.tell(events)
         io = self._io
         assert io is not None
@@ -457,8 +457,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
             self._watcher.stop()
 
     def _start_run(self) -> None:
-        """The core said start. The first turn's cancel exists as soon as the run does, so a
-        cancel() right after the waking send is honoured before the turn starts."""
+        """The core said start; the first turn's cancel exists at once (a cancel() right after
+        the waking send is honoured before the turn starts)."""
         assert self._io is not None
         self._cancel = asyncio.Event()
         self._settled.clear()
@@ -485,8 +485,8 @@ class AsyncOwner(OwnerBody[Coroutine[Any, Any, MessageSent], AsyncTurnHandle]):
                 raise
             except Exception as exc:
                 stop = self._run_failed(exc)
-            # The core has stopped this run (a send may start the next one from here on), so
-            # nothing below may touch it. The record is queued before any later run's events.
+            # The core stopped this run (a send may start the next from here on): nothing below
+            # touches it. The record is queued before any later run's events.
             again = stop.again
             if stop.record:
                 await io.soon(lambda: self._record_stop(stop))

@@ -6,14 +6,13 @@ thread (:class:`~nous_inbox.owner.Owner`) or as an asyncio task
 (:class:`~nous_inbox.owner.async_owner.AsyncOwner`) lives here once: options and checks, views,
 opening (lease, journal, resume), the send verbs over one path, listeners, the boundary hook
 (:mod:`nous_inbox.boundary`), a refused prompt's undo, a run's failure, a lost lease, closing,
-and the watcher's look. Turn answers are :class:`~nous_inbox.owner.turn_result.TurnAnswers`'.
-Each owner adds only its pump; what crosses its edge is :mod:`nous_inbox.owner.port`'s.
+the watcher's look. Turn answers are :class:`~nous_inbox.owner.turn_result.TurnAnswers`'; each
+owner adds its pump; what crosses its edge is :mod:`nous_inbox.owner.port`'s.
 
 One send path: every verb is one line over ``_send``, which commits at once (a store that does
-not block, or a thread that already holds the owner's lock) or queues the send for the next group
-commit (:mod:`nous_inbox.owner.group_commit`); the parts of a send are checked once, before
-anything is written. A cancel is a ``CancelRequested`` in the log, from any thread or process
-(:mod:`nous_inbox.owner.port`), folded in as another writer's steer; it wakes nothing (ruling 9).
+not block, or a thread holding the owner's lock) or queues the send for the next group commit
+(:mod:`nous_inbox.owner.group_commit`), its parts checked once, before anything is written. A
+cancel is a ``CancelRequested`` in the log (:mod:`nous_inbox.owner.port`); it wakes nothing.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from nous_inbox.inbox import Inbox, as_message
 from nous_inbox.message import Message
 from nous_inbox.owner.core import OwnerCore, Stop
 from nous_inbox.owner.group_commit import refused_unwritten
+from nous_inbox.owner.handover import HandedOver, carried_on
 from nous_inbox.owner.idle_watch import check_poll_interval, taken_over
 from nous_inbox.owner.port import OwnerPort, RunOptions, cancel_open_turn
 from nous_inbox.owner.turn_result import TurnAnswers
@@ -198,8 +198,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         return self.send(message, STEER.target, STEER.wakeup)
 
     def inject(self, message: Message | str) -> R:
-        """The ``inject`` verb: next step, no wake, "have this to hand if you make another
-        request"."""
+        """The ``inject`` verb: next step, no wake, "have this if you make another request"."""
         return self.send(message, INJECT.target, INJECT.wakeup)
 
     def followup(self, message: Message | str, **run_options: Any) -> H:
@@ -317,8 +316,8 @@ class OwnerBody(Generic[R, H], abc.ABC):
         return idle
 
     def _open_session(self, call_io: Callable[..., Any] | None = None) -> Any:
-        """Take the stream's lease, fold the session, close a turn the log shows open; returns
-        the lease (store I/O: an ``AsyncOwner`` calls it on its worker).
+        """Take the stream's lease, fold the session, close (or carry on) a turn the log shows
+        open; returns the lease (store I/O: an ``AsyncOwner`` calls it on its worker).
 
         One owner per stream, across processes: without the lease, a second owner would end the
         first one's open turn as "interrupted" and run beside it."""
@@ -334,7 +333,8 @@ class OwnerBody(Generic[R, H], abc.ABC):
                     options=lambda: options.of_turn(answers.ledger.claimed_now),
                     limit=lambda target: options.limit(target, answers.ledger.queued))
                 self._answers.start(journal.session)
-                resumed = OwnerCore.resume(journal.session)
+                carry = carried_on(self._store, self._stream, journal.session)
+                resumed = self._core.resume(journal.session, carry)
                 if resumed:
                     journal.append(resumed)
         except BaseException:
@@ -380,9 +380,8 @@ class OwnerBody(Generic[R, H], abc.ABC):
         """A prompt's send settled: the core hears it (``OwnerCore.prompted``) where it decides."""
 
     def _folded(self, events: Sequence[Event]) -> None:
-        """The journal folded ``events`` in (under the lock, on the thread that appended or
-        caught up): hand them on, then tell the boundary subscribers of a turn that ended.
-        Never raises: the events are stored, and the group commit counts on that."""
+        """The journal folded ``events`` in (under the lock, on the thread that appended or caught
+        up): hand them on, tell the boundary subscribers of a turn that ended. Never raises."""
         try:
             self._run_options.fold(events)  # a withdrawn send's options: no turn will read them
             if self._answers.fold(events):
@@ -412,8 +411,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
             self._answer(events, self._journal.session)
 
     def _answer(self, events: Sequence[Event], session: Session) -> None:
-        """Ours or another process's: a batch that asked the open turn to end cancels it, and a
-        send that asks to wake is answered (the core's rules)."""
+        """Ours or another's: a batch asking the open turn to end cancels it; a waking send wakes."""
         if self._core.cancel_asked(session):
             self._cancel_turn()
         if self._core.arrived(events, session):
@@ -442,9 +440,11 @@ class OwnerBody(Generic[R, H], abc.ABC):
         """Start a run on the pump's worker thread or as its task."""
 
     def _run_failed(self, error: BaseException) -> Stop:
-        """The run died with ``error`` (called under the lock, or on the loop): the core's
-        ``Stop``. A lost lease ends the owner; any other failure is logged and kept for the next
-        wait to raise."""
+        """The run died with ``error`` (under the lock, or on the loop): the core's ``Stop``. A
+        handover's records nothing; a lost lease ends the owner; any other failure is logged
+        and kept for the next wait to raise."""
+        if isinstance(error, HandedOver):
+            return self._core.let_go()
         if isinstance(error, LeaseLostError):
             self._lose(error)
         else:

@@ -34,7 +34,11 @@ The rules:
   each time, so one withdrawn by anyone (a ``MessageWithdrawn`` folded in) leaves nothing behind;
   and while a prompt's send has not settled yet, as the run it wakes may open its turn first;
 * **resume from the log**: :meth:`OwnerCore.resume` closes a turn the log shows as open (the
-  process died mid-run) as ``"error"``, answering its open tool calls as interrupted;
+  process died mid-run) as ``"error"``, answering its open tool calls as interrupted; one its
+  holder let go at a boundary (a handover, :mod:`nous_inbox.owner.handover`) ends as
+  ``"released"`` and the owner carries it on at once in a ``"resumed"`` turn;
+* **a handover starts nothing more**: after :meth:`OwnerCore.hand_over` the run goes on to its
+  next boundary, where it stops recording nothing (:meth:`OwnerCore.let_go`);
 * **a lost lease ends the owner**: after :meth:`OwnerCore.lease_lost` (the store said another
   owner took the stream over, ``LeaseLostError``) nothing starts again and a run stops at its
   next decision, recording nothing (the store would refuse it): the new owner resumes the log.
@@ -108,6 +112,7 @@ class OwnerCore:
     _closed: bool = False
     _lost: LeaseLostError | None = None
     _again: bool = False  # a waking send arrived while the run was stopping (see ``arrived``)
+    _carry_on: bool = False  # a turn let go at a boundary by the last holder: resume it
 
     @property
     def running(self) -> bool:
@@ -124,14 +129,27 @@ class OwnerCore:
         """The ``LeaseLostError`` that ended this owner (see :meth:`lease_lost`), or ``None``."""
         return self._lost
 
-    @staticmethod
-    def resume(session: Session) -> list[Event]:
+    def resume(self, session: Session, carried_on: bool = False) -> list[Event]:
         """The events to append before anything else when an owner opens on ``session``: a turn
         the log shows as open (its owner died mid-run) is ended as ``"error"``, after its tool
         calls left unanswered are answered as interrupted (as a turn's end answers them, ruling
-        9), so the next run continues from a well-formed transcript that is the one logged."""
+        9), so the next run continues from a well-formed transcript that is the one logged.
+        ``carried_on``: its last holder let that turn go at a boundary
+        (:func:`~nous_inbox.owner.handover.carried_on`): it ends as ``"released"`` and the
+        owner's first run opens a ``"resumed"`` turn at once, queued waking message or not.
+
+        >>> from nous_inbox.events import TurnStarted
+        >>> core, open_turn = OwnerCore(), Session().apply(TurnStarted(seq=1, turn=1))
+        >>> [event.reason for event in core.resume(open_turn, carried_on=True)]
+        ['released']
+        >>> core.wake(Session()), core.next_turn(Session(), None)
+        (True, Turn(reason='resumed'))
+        """
         if not session.running:
             return []
+        if carried_on:
+            self._carry_on = True
+            return [TurnEnded(turn=session.turn, steps=session.step, reason="released")]
         answers: list[Event] = [
             ToolReturned(turn=session.turn, step=session.step, message=interrupted_result(call))
             for call in open_calls(session.transcript)
@@ -168,7 +186,7 @@ class OwnerCore:
     def wake(self, session: Session) -> bool:
         """Whether to start a run now: none is going, the owner is open, and a waking message
         worth a model round is queued. ``True`` means the run counts as started."""
-        if self._running or self._closed or not session.inbox.worth_waking():
+        if self._running or self._closed or not (self._carry_on or session.inbox.worth_waking()):
             return False
         self._running = True
         self._cancelled = self._again = False
@@ -243,6 +261,9 @@ class OwnerCore:
         claims) stops the run with a warning: waking again would spin forever on them.
         """
         self._forget_gone(session)
+        if self._carry_on and not (self._closed or self._cancelled):
+            self._carry_on = False
+            return Turn("resumed")
         if self._closed or self._cancelled or not session.inbox.worth_waking():
             return self._stop()
         if took is False:
@@ -272,6 +293,18 @@ class OwnerCore:
         """Close the owner: nothing starts any more; whether a run was going (now cancelled)."""
         self._closed = True
         return self.cancel()
+
+    def hand_over(self) -> bool:
+        """The owner hands its session over: nothing starts any more, and the run going (if
+        any) goes on to its next boundary rather than being cancelled. ``True``: the owner's
+        port stops the run at that boundary from now on (:mod:`nous_inbox.owner.handover`)."""
+        self._closed = True
+        return True
+
+    def let_go(self) -> Stop:
+        """The run stopped where its owner let the session go: it records nothing (the open
+        turn is the next holder's to end) and nothing starts after it."""
+        return self._stop()
 
     def lease_lost(self, error: LeaseLostError) -> bool:
         """Another owner took the stream over: close for good, keeping ``error`` as :attr:`lost`

@@ -23,6 +23,7 @@ from nous_inbox.commands import Claim
 from nous_inbox.events import CancelRequested, Event, MessageWithdrawn, QueueClaimed
 from nous_inbox.inbox import as_target
 from nous_inbox.message import Message
+from nous_inbox.owner.handover import Handover
 from nous_inbox.runner.deltas import Deltas
 from nous_inbox.runner.port import JournalPort
 from nous_inbox.session import Session
@@ -184,9 +185,10 @@ class OwnerPort(JournalPort):
     ``options`` and ``limit`` are the owner's: the open turn's run options, and how much of a
     queue a claim may take now (see :attr:`turn_options`, :meth:`claim_limit`). ``deltas``: the
     session's outlet for the model's text as it streams (:mod:`nous_inbox.runner.deltas`), which
-    the owner's live readers subscribe to."""
+    the owner's live readers subscribe to. ``handover``: the gate each claim and record asks
+    while the owner hands its session over (:mod:`nous_inbox.owner.handover`)."""
 
-    __slots__ = ("_boundaries", "_limit", "_options", "call_io", "deltas")
+    __slots__ = ("_boundaries", "_limit", "_options", "call_io", "deltas", "handover")
 
     def __init__(self, journal: Journal, lock: threading.RLock, boundaries: Boundaries,
                  call_io: Callable[..., Any] | None = None, *,
@@ -198,6 +200,7 @@ class OwnerPort(JournalPort):
         self.deltas = Deltas(lambda: (journal.session.turn, journal.session.step))
         self._options = options
         self._limit = limit
+        self.handover = Handover()
 
     @property
     def turn_options(self) -> dict[str, Any]:
@@ -220,21 +223,30 @@ class OwnerPort(JournalPort):
         self, target: Target | str, *, wake_only: bool = False
     ) -> tuple[Sequence[Message], QueueClaimed | None]:
         with self._lock:
+            self.handover.at_claim(self._journal, wake_only)
             self.reaching(target, self._journal.session.turn, wake_only=wake_only)
             messages, event = self._journal.claim(target, wake_only=wake_only,
                                                   limit=self._limit(target))
             return (tuple(messages), event) if event is not None else ((), None)
 
+    def record(self, events: Sequence[Event]) -> list[Event]:
+        self.handover.at_record()  # (a run cut off in a handover records nothing more)
+        return super().record(events)
+
     @property
     def heard(self) -> bool:
-        """Whether anyone listens to the boundaries (a runner that claims inside a commit of its
-        own asks, and calls :meth:`reaching` before that commit only then)."""
-        return bool(self._boundaries)
+        """Whether anyone listens to the boundaries, or the owner is handing over (a runner
+        that claims inside a commit of its own asks, and calls :meth:`reaching` before that
+        commit only then)."""
+        return bool(self._boundaries) or self.handover.asked
 
     def reaching(self, target: Target | str, turn: int, *, wake_only: bool = False) -> None:
         """The run of ``turn`` is about to claim ``target`` (``wake_only``: where it would stop):
         tell the boundary subscribers which boundary that claim is (the loop's table names it),
         under the owner's lock, so what they send commits at once and joins that claim."""
+        if self.handover.asked:
+            with self._lock:
+                self.handover.at_claim(self._journal, wake_only)
         if self._boundaries:
             with self._lock:
                 self._boundaries.tell(Claim(as_target(target), wake_only).boundary, turn)

@@ -10,11 +10,18 @@ worker lets its thread go, and one watch looks for every idle owner of the loop 
 (:mod:`nous_inbox.owner.idle_watch`), so another process's send to it is noticed within half a second.
 
 Several hosts (processes, machines) may share one store: a session is held by whichever takes its
-owner lease first. A send to a session held elsewhere, or arriving while this host is full, is
+owner lease first, and a host that holds more waits a little longer before it tries (a random
+delay of up to ``FAIR_SPREAD`` seconds times the share of its slots in use), so a pool spreads
+the sessions that wake rather than one process taking them all. A send to a session held elsewhere, or arriving while this host is full, is
 appended to the log, where its holder's watcher (or a host's scan, once a slot frees or a lease
 expires) picks it up. A host whose process dies leaves its turns open in the log; another host's
 scan sees a session that is running or wants a wake, takes it once the lease has expired, and the
 owner's resume closes the interrupted turn (ruling 2: nothing queued is lost).
+
+A rolling restart does not wait for leases: :meth:`SessionHost.drain` takes no more sessions and
+hands each held one over at its run's next boundary (:mod:`nous_inbox.owner.handover`); on
+PostgreSQL each lease given back is a notification, on which the other hosts take the session at
+once, and carry its turn on.
 
 >>> import asyncio
 >>> from nous_inbox.runner import Runner
@@ -36,12 +43,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, TypeVar
 
 from nous_inbox.errors import StreamOwnedError
-from nous_inbox.events import Event, MessageSent
+from nous_inbox.events import Event, MessageSent, SessionReleased
 from nous_inbox.inbox import is_blank
 from nous_inbox.message import Message
 from nous_inbox.owner.async_owner import AsyncOwner
@@ -58,9 +66,13 @@ from nous_inbox.store.journal import send_to
 from nous_inbox.store.snapshot import load_session
 from nous_inbox.verbs import as_verb
 
-__all__ = ["AgentFactory", "SessionHost", "checked_text"]
+__all__ = ["FAIR_SPREAD", "AgentFactory", "SessionHost", "checked_text"]
 
 logger: Final = logging.getLogger("nous_inbox.web")
+
+#: The longest a host with every slot in use would wait before it tries to take a session that
+#: wants a holder (one with none in use tries at once): the pool's fair rule, in seconds.
+FAIR_SPREAD: Final = 0.2
 
 _T = TypeVar("_T")
 
@@ -133,11 +145,18 @@ class SessionHost:
         self.stopping = asyncio.Event()
         """Set when the host stops: every event stream ends."""
         self._taken = asyncio.Event()  # set (and replaced) when a session is taken or the host stops
+        self._draining = False
+        self._wanting: set[asyncio.Task[None]] = set()  # takes a lease given back elsewhere asked
+        self._unhear: Callable[[], None] | None = None
 
     # -- opening and closing ----------------------------------------------------------------------
 
     async def __aenter__(self) -> SessionHost:
         self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nous-inbox host")
+        hear = getattr(self.store, "subscribe_released", None)  # PostgreSQL's NOTIFY
+        if callable(hear):
+            loop = asyncio.get_running_loop()
+            self._unhear = hear(lambda stream: loop.call_soon_threadsafe(self._released, stream))
         if self._scan_interval is not None:
             self._scanner = asyncio.get_running_loop().create_task(self._scan(), name="nous-inbox scan")
         return self
@@ -149,14 +168,82 @@ class SessionHost:
         """End every event stream, stop scanning, close every owner (their leases go back)."""
         self.stopping.set()
         self._taken.set()
+        self._stop_taking()
         if self._scanner is not None:
-            self._scanner.cancel()
             await asyncio.gather(self._scanner, return_exceptions=True)
         await asyncio.gather(*self._taking.values(), return_exceptions=True)
         owners, self._owners = list(self._owners.values()), {}
         await asyncio.gather(*(owner.aclose() for owner in owners), return_exceptions=True)
         if self._io is not None:
             self._io.shutdown(wait=True)
+
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`drain` began: the host takes no session any more (not ready)."""
+        return self._draining
+
+    async def drain(self, timeout: float = 10.0) -> None:
+        """Let every held session go for another host to take at once (a rolling restart):
+        take no more (a send to a session not held here is appended to the log, where its next
+        holder reads it), then hand each owner over: an idle one at once, a running one at its
+        run's next boundary, or cut off after ``timeout`` seconds (its turn then closed by the
+        next holder as a takeover closes it). Each records a ``SessionReleased`` and gives its
+        lease back. Event streams go on, read from the store, until :meth:`aclose`."""
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+            raise ValueError(f"drain: timeout must be a number of seconds >= 0, got {timeout!r}")
+        self._draining = True
+        self._stop_taking()
+        await asyncio.gather(*self._taking.values(), return_exceptions=True)
+        owners = list(self._owners.items())
+        await asyncio.gather(*(owner.aclose(timeout, hand_over=True) for _, owner in owners),
+                             return_exceptions=True)
+        for name, owner in owners:
+            self._drop(name, owner)
+            self._known[name] = owner.session
+        self._taken.set()  # an event stream of a session let go reads the store from now on
+        self._taken = asyncio.Event()
+
+    def _stop_taking(self) -> None:
+        if self._unhear is not None:
+            self._unhear()
+            self._unhear = None
+        if self._scanner is not None:
+            self._scanner.cancel()
+        for wanting in list(self._wanting):
+            wanting.cancel()
+
+    def _released(self, stream: str) -> None:
+        """On the loop: another holder gave ``stream``'s lease back; take it now if it wants a
+        holder, or its holder handed it over (a drain's, so the pool keeps holding it)."""
+        if stream not in self._owners and not self._draining and not self.stopping.is_set():
+            self._retry_at.pop(stream, None)
+            self.want(stream, handed_over=True)
+
+    def want(self, session: str, *, handed_over: bool = False) -> None:
+        """Take ``session`` soon if it wants a holder (it is running: its holder let it go or
+        died; or a waking message is queued; or, ``handed_over``, its log ends with a
+        ``SessionReleased``) and this host has a slot, after the pool's fair delay (see
+        ``FAIR_SPREAD``); what happens is logged, never raised."""
+        ahead = len(self._taking) + len(self._wanting)  # a burst: each waits behind the others
+        task = asyncio.get_running_loop().create_task(self._want(session, ahead, handed_over))
+        self._wanting.add(task)
+        task.add_done_callback(self._wanting.discard)
+
+    async def _want(self, name: str, ahead: int, handed_over: bool) -> None:
+        try:
+            known = await self.call(_caught_up, self.store, name, self._known.get(name))
+            self._known[name] = known
+            if not (known.running or known.inbox.worth_waking()) and not (
+                    handed_over and await self.call(_released_last, self.store, name, known)):
+                return
+            load = (len(self._owners) + ahead) / self.max_sessions
+            if load:
+                await asyncio.sleep(random.random() * FAIR_SPREAD * min(load, 1.0))
+            await self.take(name)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # one session's failure (its log, its agent) is not the others'
+            logger.exception("could not take session %r; trying again at the next scan", name)
 
     # -- what the web face asks -------------------------------------------------------------------
 
@@ -292,7 +379,8 @@ class SessionHost:
             return owner
         opening = self._taking.get(session)
         if opening is None:
-            if self.stopping.is_set() or len(self.held) + len(self._taking) >= self.max_sessions:
+            if (self._draining or self.stopping.is_set()
+                    or len(self.held) + len(self._taking) >= self.max_sessions):
                 return None
             opening = asyncio.get_running_loop().create_task(self._open(session))
             self._taking[session] = opening
@@ -308,8 +396,8 @@ class SessionHost:
             # Held elsewhere: ask again once its holder could have died and its lease lapsed.
             self._retry_at[session] = time.monotonic() + getattr(self.store, "lease", 0.5) / 2
             return None
-        if self.stopping.is_set():  # the host closed while it opened: nobody would close it
-            await owner.aclose()
+        if self.stopping.is_set() or self._draining:  # nobody would close it: let it go
+            await owner.aclose(hand_over=self._draining)
             return None
         self._owners[session] = owner
         self._known.pop(session, None)
@@ -361,9 +449,15 @@ class SessionHost:
                 known = await self.call(_caught_up, self.store, name, self._known.get(name))
                 self._known[name] = known
                 if known.running or known.inbox.worth_waking():
-                    await self.take(name)
+                    self.want(name)  # at once, or after the pool's fair delay
             except Exception:  # one session's failure (its log, its agent) is not the others'
                 logger.exception("could not take session %r; trying again at the next scan", name)
+
+
+def _released_last(store: Store, session: str, known: Session) -> bool:
+    """Whether the last event of ``session`` (as far as ``known``) is a ``SessionReleased``."""
+    last = list(store.read(session, known.version - 1)) if known.version else []
+    return bool(last) and type(last[-1]) is SessionReleased
 
 
 def _read(store: Store, session: str, after: int) -> list[Event]:

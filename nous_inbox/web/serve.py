@@ -6,8 +6,14 @@
 :class:`~nous_inbox.web.host.SessionHost`); ``nous_inbox.web.scripted:agent`` is the scripted
 agent of ``nous-inbox demo``. Safe by default: it binds 127.0.0.1; every API call needs the bearer
 token (``--token`` or ``$NOUS_INBOX_TOKEN``; on 127.0.0.1 without one, a random one is made and
-printed in the page's address); binding any other address needs a token given. On SIGINT or
-SIGTERM every event stream ends, the server stops, and each owner gives its lease back.
+printed in the page's address); binding any other address needs a token given.
+
+On SIGTERM or SIGINT it drains, for a rolling restart: it takes no more sessions (sends still
+answer, appended to the log) and hands each held session over at its run's next boundary
+(within ``--drain-timeout`` seconds, else the turn is cut off and closed as a takeover closes
+it), recording a ``SessionReleased`` and giving the lease back, so another ``serve`` on the
+same store takes it at once (on PostgreSQL, told by a notification). Then every event stream
+ends and the server stops. A second signal stops it without waiting for the drain.
 
 Only the parser (:func:`add_parser`) is imported with the command line: Starlette and Uvicorn
 are imported when ``serve`` runs, so the command works without the web extra installed.
@@ -56,6 +62,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         help="seconds an idle session stays held (default 60)")
     parser.add_argument("--scan-interval", type=float, default=1.0,
                         help="seconds between looks through the store for sessions that want a wake (default 1)")
+    parser.add_argument("--drain-timeout", type=float, default=10.0,
+                        help="seconds a running session has to reach its next boundary when "
+                             "SIGTERM drains the process (default 10)")
     parser.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                         help="another origin whose pages may call the API (repeatable; none by default)")
     return parser
@@ -110,6 +119,8 @@ def serve(args: argparse.Namespace, out: IO[str]) -> int:
         value = getattr(args, name)
         if not math.isfinite(value) or value <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive number of seconds, got {value}")
+    if not math.isfinite(args.drain_timeout) or args.drain_timeout < 0:
+        raise ValueError(f"--drain-timeout must be a number of seconds >= 0, got {args.drain_timeout}")
     if args.max_sessions < 1:
         raise ValueError(f"--max-sessions must be at least 1, got {args.max_sessions}")
     agent = load_agent(args.agent)
@@ -141,8 +152,14 @@ async def _serve(store: Any, agent: AgentFactory, args: argparse.Namespace, toke
                                 log_level="warning", timeout_graceful_shutdown=5)
         loop = asyncio.get_running_loop()
 
+        drains: list[asyncio.Future[None]] = []  # the drain the first signal began
+
         class Server(uvicorn.Server):
             def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+                if not drains and self.started:  # the first signal drains, serving meanwhile
+                    drains.append(asyncio.run_coroutine_threadsafe(  # type: ignore[arg-type]
+                        drain(sig, frame), loop))
+                    return
                 # End the event streams first: one open at shutdown would hold the server
                 # until its grace period ran out.
                 loop.call_soon_threadsafe(host.stopping.set)
@@ -158,6 +175,12 @@ async def _serve(store: Any, agent: AgentFactory, args: argparse.Namespace, toke
                 finally:
                     for sig, handler in before.items():
                         signal.signal(sig, handler)
+
+        async def drain(sig: int, frame: FrameType | None) -> None:
+            try:
+                await host.drain(args.drain_timeout)
+            finally:
+                server.handle_exit(sig, frame)
 
         server = Server(config)
         running = asyncio.ensure_future(server.serve())

@@ -10,7 +10,7 @@ acknowledged append is on disk.
 >>> with FileStore(path) as store:
 ...     _ = store.append("s1", [Warned(text="a", at=1.0), Warned(text="b", at=1.0)])
 >>> print(open(path).read(), end="")
-{"format":"nous-inbox","version":4}
+{"format":"nous-inbox","version":5}
 {"stream":"s1","event":{"type":"warned","text":"a","seq":1,"at":1.0},"more":1}
 {"stream":"s1","event":{"type":"warned","text":"b","seq":2,"at":1.0}}
 >>> with FileStore(path, read_only=True) as store:

@@ -118,6 +118,7 @@ class PostgresStore(Leasing, StoreBase):
         self._pause = threading.Condition(self._lock)
         self._held: dict[str, PostgresLease] = {}
         self._subscribers: dict[str, list[Callable[[], None]]] = {}
+        self._released: list[Callable[[str], None]] = []
         self._closed = False
         self._db: psycopg.Connection[Any] | None = None
         self._background: Background | None = None

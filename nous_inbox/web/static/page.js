@@ -115,6 +115,7 @@ const LINES = {
   },
   warned: (e) => [["warning  " + short(e.text, 200), "warning"]],
   cancel_requested: (e) => [[`cancel of turn ${e.turn} asked`, "warning"]],
+  session_released: (e) => [[`released by its holder${e.turn ? `, turn ${e.turn} to be carried on` : ""}`, "warning"]],
   mail_sent: (e) => {
     const kind = (e.kind || "action") + (e.reply_to ? `, re ${e.reply_to}` : "");
     return [["mail     ", "mail"], [` ${e.id} ${e.sender} -> ${e.recipient} (${kind}): ${short(bodyText(e.body))}`]];

@@ -1,0 +1,109 @@
+"""Handing a session over: an owner that lets its session go on purpose, at a boundary of its run.
+
+A host draining for a rolling restart must not make each session wait out its lease, nor cut
+its turns off mid-step. So an owner handing over (``AsyncOwner.aclose(hand_over=True)``) starts
+nothing more, lets its run reach its next boundary (a turn opening or a step boundary, before
+the claim there: nothing is in flight), records a :class:`~nous_inbox.events.SessionReleased`
+naming the open turn, and stops the run there, recording nothing more; then it gives the lease
+back. The next holder (:meth:`OwnerCore.resume <nous_inbox.owner.core.OwnerCore.resume>`)
+ends that turn as ``"released"`` and carries the work on at once in a ``"resumed"`` turn, from
+the transcript as it stood at the boundary. A run that reaches no boundary in time is cut off:
+nothing more of it is recorded, the release names no turn, and the next holder closes the turn
+as it closes a dead holder's.
+
+>>> from nous_inbox.events import SessionReleased, StepStarted, TurnStarted
+>>> from nous_inbox.session import replay
+>>> from nous_inbox.store import open_store
+>>> store = open_store("memory:")
+>>> _ = store.append("s", [TurnStarted(turn=1), StepStarted(turn=1, step=1)])
+>>> carried_on(store, "s", replay(store.read("s")))
+False
+>>> _ = store.append("s", [SessionReleased(turn=1)])
+>>> carried_on(store, "s", replay(store.read("s")))
+True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+from nous_inbox.events import Event, SessionReleased
+from nous_inbox.session import Session
+from nous_inbox.store import Store
+from nous_inbox.store.journal import Journal
+
+__all__ = ["HandedOver", "Handover", "carried_on", "hand_over_run"]
+
+logger: Final = logging.getLogger("nous_inbox.owner")
+
+
+class HandedOver(Exception):
+    """Raised inside a run where its owner let the session go: the run stops there and records
+    nothing more (the open turn is the next holder's to end)."""
+
+
+class Handover:
+    """The gate an owner's port asks before each claim and record: open until the owner hands
+    its session over (:attr:`asked`); then the next claim that is a boundary records the
+    release and stops the run, and once the run is stopped or cut off (:attr:`cut`) nothing
+    more of it is recorded."""
+
+    __slots__ = ("asked", "cut", "released")
+
+    def __init__(self) -> None:
+        self.asked = False
+        self.cut = False
+        self.released = False  # the release is recorded
+
+    def at_claim(self, journal: Journal, wake_only: bool) -> None:
+        """Before a claim, under the owner's lock. A claim where the run would stop
+        (``wake_only``) is let through: the turn ends right after it, and the owner hands
+        over once it has."""
+        if self.cut:
+            raise HandedOver("the session was handed over; its run records nothing more")
+        if self.asked and not wake_only:
+            session = journal.session
+            journal.append([SessionReleased(turn=session.turn if session.running else 0)])
+            self.released = self.cut = True
+            raise HandedOver(f"turn {session.turn} was handed over at a boundary")
+
+    def at_record(self) -> None:
+        """Before a record, under the owner's lock: refused once the run was cut off."""
+        if self.cut:
+            raise HandedOver("the session was handed over; its run records nothing more")
+
+
+def carried_on(store: Store, stream: str, session: Session) -> bool:
+    """Whether ``session``'s open turn was let go at a boundary for the next holder to carry
+    on: the log's last event is a :class:`~nous_inbox.events.SessionReleased` naming it (store
+    I/O: one event read, and only for a session with an open turn)."""
+    if not session.running or not session.version:
+        return False
+    last = list(store.read(stream, session.version - 1))
+    return bool(last) and type(last[-1]) is SessionReleased and last[-1].turn == session.turn
+
+
+async def hand_over_run(run: asyncio.Task[Any] | None, caller: asyncio.Task[Any] | None,
+                        gate: Handover, timeout: float | None,
+                        commit: Callable[[Sequence[Event]], Awaitable[object]]) -> None:
+    """An ``AsyncOwner``'s handover, once its core starts nothing more: let ``run`` reach its
+    next boundary, where ``gate`` stops it; one still going after ``timeout`` seconds is cut
+    off (its task cancelled, nothing more of it recorded). Then the release is recorded by
+    ``commit`` (store I/O), unless the run recorded it at its boundary; a store that fails is
+    logged, and the lease goes back all the same (the next holder resumes the log)."""
+    gate.asked = True
+    if run is not None and run is not caller and not run.done():
+        await asyncio.wait((run,), timeout=timeout)
+        if not run.done():
+            gate.cut = True
+            run.cancel()
+            await asyncio.wait((run,), timeout=timeout)
+    if not gate.released:
+        try:
+            await commit([SessionReleased()])
+        except Exception:
+            logger.exception("could not record that the session was released")
+        gate.released = gate.cut = True

@@ -1,0 +1,117 @@
+"""Handing a session over (a rolling restart's drain): the run stops at its next boundary, the
+release is recorded, and the next holder ends the turn as released and carries it on at once; a
+run that reaches no boundary in time is closed as a takeover closes it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nous_inbox.events import Event, MessageSent, SessionReleased, TurnEnded, TurnStarted
+from nous_inbox.message import Message, ToolCall
+from nous_inbox.owner.async_owner import AsyncOwner
+from nous_inbox.runner import Runner
+from nous_inbox.store import Store, open_store
+from nous_inbox.web.host import SessionHost
+
+WAIT = 30.0
+
+
+class Work:
+    """A model that calls one tool, then answers with what it read; the tool waits for
+    ``done`` (never set: a tool that outlives any drain)."""
+
+    def __init__(self) -> None:
+        self.in_tool = asyncio.Event()
+        self.done = asyncio.Event()
+
+    async def slow(self) -> str:
+        self.in_tool.set()
+        await self.done.wait()
+        return "42"
+
+    def model(self, transcript: list[Message], tools: object) -> Message:
+        if transcript[-1].role == "user":
+            return Message.assistant("", tool_calls=[ToolCall("c1", "slow", {})])
+        return Message.assistant(f"read {transcript[-1].content}")
+
+    def runner(self, session: str = "s") -> Runner:
+        return Runner(self.model, tools=[self.slow])
+
+
+def kinds(events: list[Event]) -> list[str]:
+    return [type(e).__name__ + (f":{e.reason}" if isinstance(e, (TurnStarted, TurnEnded)) else "")
+            for e in events]
+
+
+async def handed_over_mid_tool(store: Store, timeout: float, finish: bool) -> Work:
+    work = Work()
+    owner = AsyncOwner(store, "s", work.runner())
+    await owner.__aenter__()
+    await owner.steer("count the lines")
+    await asyncio.wait_for(work.in_tool.wait(), WAIT)
+    closing = asyncio.ensure_future(owner.aclose(timeout, hand_over=True))
+    if finish:
+        work.done.set()  # the tool answers after the handover was asked
+    await asyncio.wait_for(closing, WAIT)
+    return work
+
+
+def test_a_run_handed_over_stops_at_its_next_boundary_and_the_next_holder_carries_it_on() -> None:
+    async def main() -> tuple[list[Event], list[str]]:
+        store = open_store("memory:")
+        work = await handed_over_mid_tool(store, WAIT, finish=True)
+        let_go = list(store.read("s"))
+        async with AsyncOwner(store, "s", work.runner()) as next_holder:
+            assert await next_holder.wait_idle(WAIT)
+            return let_go, [m.content for m in next_holder.transcript]
+
+    let_go, transcript = asyncio.run(main())
+    assert kinds(let_go)[-3:] == ["ToolReturned", "StepEnded", "SessionReleased"]
+    assert let_go[-1] == SessionReleased(turn=1, seq=let_go[-1].seq, at=let_go[-1].at)
+    assert transcript == ["count the lines", "", "42", "read 42"]
+
+
+def test_the_next_holder_records_the_turn_released_and_a_resumed_one() -> None:
+    async def main() -> list[Event]:
+        store = open_store("memory:")
+        work = await handed_over_mid_tool(store, WAIT, finish=True)
+        async with AsyncOwner(store, "s", work.runner()) as next_holder:
+            assert await next_holder.wait_idle(WAIT)
+        return list(store.read("s"))
+
+    events = asyncio.run(main())
+    assert kinds(events)[9:] == ["SessionReleased", "TurnEnded:released", "TurnStarted:resumed",
+                                 "StepStarted", "ModelRequested", "ModelReplied", "StepEnded",
+                                 "TurnEnded:final"]
+
+
+def test_a_run_that_reaches_no_boundary_in_time_is_closed_as_a_takeover_closes_it() -> None:
+    async def main() -> list[Event]:
+        store = open_store("memory:")
+        work = await handed_over_mid_tool(store, 0.05, finish=False)
+        async with AsyncOwner(store, "s", work.runner()) as next_holder:
+            assert await next_holder.wait_idle(WAIT)
+        return list(store.read("s"))
+
+    events = asyncio.run(main())
+    assert kinds(events)[6:] == ["ToolCalled", "SessionReleased", "ToolReturned", "TurnEnded:error"]
+    assert events[6 + 1] == SessionReleased(seq=events[7].seq, at=events[7].at)  # no turn carried
+    assert "interrupted" in (events[-1].error or "")  # type: ignore[union-attr]
+
+
+def test_a_draining_host_takes_no_session_and_a_send_to_one_lands_in_the_log() -> None:
+    async def main() -> tuple[list[Event], bool]:
+        store = open_store("memory:")
+        work = Work()
+        async with SessionHost(store, work.runner, scan_interval=None) as host:
+            await host.send("s", "steer", "count the lines")
+            await asyncio.wait_for(work.in_tool.wait(), WAIT)
+            draining = asyncio.ensure_future(host.drain(WAIT))
+            work.done.set()
+            await asyncio.wait_for(draining, WAIT)
+            sent = await host.send("s", "steer", "and the rest")
+            return list(store.read("s", sent.seq - 1)), host.hosted("s") is None and host.draining
+
+    (steer,), let_go = asyncio.run(main())
+    assert isinstance(steer, MessageSent) and steer.message.content == "and the rest"
+    assert let_go
