@@ -115,3 +115,61 @@ def test_a_draining_host_takes_no_session_and_a_send_to_one_lands_in_the_log() -
     (steer,), let_go = asyncio.run(main())
     assert isinstance(steer, MessageSent) and steer.message.content == "and the rest"
     assert let_go
+
+
+class ThreadWork:
+    """The same work for the threaded ``Owner``: a sync tool that waits for ``done``."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.in_tool = threading.Event()
+        self.done = threading.Event()
+
+    def slow(self) -> str:
+        self.in_tool.set()
+        self.done.wait(WAIT)
+        return "42"
+
+    def runner(self) -> Runner:
+        return Runner(Work().model, tools=[self.slow])
+
+
+def test_the_threaded_owner_hands_over_at_its_next_boundary_too() -> None:
+    import threading
+
+    from nous_inbox.owner import Owner
+
+    store = open_store("memory:")
+    work = ThreadWork()
+    owner = Owner(store, "s", work.runner())
+    owner.steer("count the lines")
+    assert work.in_tool.wait(WAIT)
+    closing = threading.Thread(target=owner.close, args=(WAIT,), kwargs={"hand_over": True})
+    closing.start()
+    work.done.set()  # the tool answers after the handover was asked
+    closing.join(WAIT)
+    assert not closing.is_alive()
+    assert kinds(list(store.read("s")))[-3:] == ["ToolReturned", "StepEnded", "SessionReleased"]
+    with Owner(store, "s", work.runner()) as next_holder:
+        assert next_holder.wait_idle(WAIT)
+        transcript = [m.content for m in next_holder.transcript]
+    assert transcript == ["count the lines", "", "42", "read 42"]
+    assert "TurnEnded:released" in kinds(list(store.read("s")))
+
+
+def test_the_threaded_owner_cuts_off_a_run_that_reaches_no_boundary_in_time() -> None:
+    from nous_inbox.owner import Owner
+
+    store = open_store("memory:")
+    work = ThreadWork()
+    owner = Owner(store, "s", work.runner())
+    owner.steer("count the lines")
+    assert work.in_tool.wait(WAIT)
+    owner.close(0.05, hand_over=True)  # the tool outlives the drain: its run is cut off
+    work.done.set()
+    assert owner.wait_idle(WAIT)  # the run ends, recording nothing; its lease goes back
+    with Owner(store, "s", work.runner()) as next_holder:
+        assert next_holder.wait_idle(WAIT)
+    events = kinds(list(store.read("s")))
+    assert events[6:8] == ["ToolCalled", "SessionReleased"] and events[-1] == "TurnEnded:error"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -35,7 +36,7 @@ from nous_inbox.session import Session
 from nous_inbox.store import Store
 from nous_inbox.store.journal import Journal
 
-__all__ = ["HandedOver", "Handover", "carried_on", "hand_over_run"]
+__all__ = ["HandedOver", "Handover", "carried_on", "hand_over_run", "hand_over_thread"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
 
@@ -84,6 +85,30 @@ def carried_on(store: Store, stream: str, session: Session) -> bool:
         return False
     last = list(store.read(stream, session.version - 1))
     return bool(last) and type(last[-1]) is SessionReleased and last[-1].turn == session.turn
+
+
+def hand_over_thread(run: threading.Thread | None, gate: Handover, timeout: float | None,
+                     cut: Callable[[], None], commit: Callable[[Sequence[Event]], object]) -> None:
+    """The threaded ``Owner``'s handover, the same rule as :func:`hand_over_run`: let ``run``
+    reach its next boundary; one still going after ``timeout`` is cut off (``cut`` cancels its
+    turn; nothing more of it is recorded). Then the release, unless the run recorded it."""
+    gate.asked = True
+    if run is not None and run is not threading.current_thread():
+        run.join(timeout)
+        if run.is_alive():
+            gate.cut = True
+            cut()
+            run.join(timeout)
+    _release(gate, commit)
+
+
+def _release(gate: Handover, commit: Callable[[Sequence[Event]], object]) -> None:
+    if not gate.released:
+        try:
+            commit([SessionReleased()])
+        except Exception:
+            logger.exception("could not record that the session was released")
+        gate.released = gate.cut = True
 
 
 async def hand_over_run(run: asyncio.Task[Any] | None, caller: asyncio.Task[Any] | None,

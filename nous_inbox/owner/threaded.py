@@ -81,6 +81,7 @@ from nous_inbox.owner.body import Listener, OwnerBody
 from nous_inbox.owner.core import Stop
 from nous_inbox.owner.event_readers import EventReaders
 from nous_inbox.owner.group_commit import GroupCommit, GroupCommitState, commit_in_threads
+from nous_inbox.owner.handover import hand_over_thread
 from nous_inbox.owner.idle_watch import subscription, taken_over, watch_step
 from nous_inbox.owner.port import TurnRunner
 from nous_inbox.owner.turn_ledger import TurnResult
@@ -196,14 +197,11 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         """Every event with ``seq > after``, live: the stored ones, then each as it is
         recorded, until the owner closes; a thread's reader, as ``AsyncOwner.events`` is a
         loop's. A wait longer than ``timeout`` seconds for the next one raises
-        ``TimeoutError``; closing the iterator stops listening.
-
-        ``deltas=True`` adds the model's text as it streams
+        ``TimeoutError``; closing the iterator stops listening. ``deltas=True`` adds the model's text as it streams
         (:class:`~nous_inbox.runner.deltas.TextDelta`, in order with the events, never stored);
         the unread deltas of a slow reader are joined, so it never slows the run.
 
-        >>> from nous_inbox.runner import Runner
-        >>> from nous_inbox.store import open_store
+        >>> from nous_inbox.runner import Runner; from nous_inbox.store import open_store
         >>> owner = Owner(open_store("memory:"), "demo", Runner(lambda transcript, tools: "ok"))
         >>> reader = owner.follow(timeout=5)
         >>> _ = owner.steer("go")
@@ -380,20 +378,26 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
                 lambda: self._run is None or self._core.lost is not None, timeout)
         return self._waited(idle)
 
-    def close(self, timeout: float | None = 10.0) -> None:
+    def close(self, timeout: float | None = 10.0, *, hand_over: bool = False) -> None:
         """Cancel any run, stop the watcher, wait for both, and give up the stream's lease.
 
-        The store stays open (it is yours). If the run does not stop within ``timeout``
-        seconds the lease is kept, so no other owner can start a run beside it.
+        The store stays open (it is yours). A run that does not stop within ``timeout`` seconds
+        keeps the lease until it ends, so no other owner runs beside it. ``hand_over``: let
+        another holder carry the run on from its next boundary (:mod:`nous_inbox.owner.handover`).
         """
         self._closed = True
         self._halt.set()
         self._nudge.set()
+        port = self._port if hand_over and self._core.lost is None else None
         with self._lock:
-            if self._core.close():
+            if port is not None:  # no boundary is passed from now on
+                port.handover.asked = self._core.hand_over()
+            elif self._core.close():
                 self._cancel_turn()
             worker = self._run
             self._changed.notify_all()  # a handle waiting for a turn that will not come
+        if port is not None:
+            hand_over_thread(worker, port.handover, timeout, self._cancel_turn, self._commit)
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout)
         if self._watcher is not None and self._watcher is not threading.current_thread():
@@ -401,8 +405,8 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
         if worker is None or not worker.is_alive():
             self._lease.release()
         else:
-            logger.warning("the run of session %r did not stop within %s s; keeping its lease",
-                           self._stream, timeout)
+            logger.warning("the run of session %r did not stop within %s s; keeping its lease "
+                           "until it does", self._stream, timeout)
         self._readers.end()  # after the run's last events: every follow() reader ends
 
     def __enter__(self) -> Owner:
@@ -465,6 +469,8 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
             if self._run is threading.current_thread():
                 self._run = None
                 self._cancel = None
+                if self._closed:  # a close that gave up waiting for this run kept the lease
+                    self._lease.release()
             if stop.again and self._core.wake(self.session):
                 self._start_run()
             self._changed.notify_all()
