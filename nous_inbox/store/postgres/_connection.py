@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -24,6 +25,9 @@ __all__ = ["Connecting"]
 #: Server errors that mean the session is gone (class 08: connection exceptions; the backend
 #: terminated, the server shutting down or crashed, our idle transaction ended by its timer).
 _GONE: Final = frozenset({"57P01", "57P02", "57P03", "25P03"})
+#: How long a NOTIFY may take to reach a listener through a session pooler before the probe of
+#: :meth:`Connecting._open` takes it as never coming (it comes in milliseconds).
+_PROBE_WAIT: Final = 5.0
 
 
 class Connecting:
@@ -55,6 +59,12 @@ class Connecting:
         connection, for other clients) and no statement is prepared: set the pooler's or the
         role's own (``ALTER ROLE ... SET idle_in_transaction_session_timeout``).
         """
+        return self._connect()[0]
+
+    def _connect(self) -> tuple[psycopg.Connection[Any], bool]:
+        """:meth:`connect`, and whether the connection may pass through a pooler: the server
+        process answering is not the one libpq was told of at login (a pooler gives its clients
+        keys of its own), or, behind a declared transaction pooler, not asked."""
         prepare = None if self.pooler == "transaction" else 5
         extra: dict[str, Any] = {}
         if self._connect_timeout is not None:  # else the user's own applies
@@ -63,18 +73,51 @@ class Connecting:
             extra.update(keepalives=1, keepalives_idle=self._keepalive_idle,
                          keepalives_interval=1, keepalives_count=3)
         db = psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=prepare, **extra)
-        if self.pooler != "transaction":
-            try:
-                db.execute(
-                    "SELECT set_config('idle_in_transaction_session_timeout', %s, false), "
-                    "set_config('tcp_keepalives_idle', %s, false), "
-                    "set_config('tcp_keepalives_interval', '1', false), "
-                    "set_config('tcp_keepalives_count', '3', false)",
-                    (str(self._idle_limit_ms), str(self._keepalive_idle)),
-                )
-            except BaseException:
-                db.close()
-                raise
+        if self.pooler == "transaction":
+            return db, True
+        try:
+            row = db.execute(
+                "SELECT pg_backend_pid(), "
+                "set_config('idle_in_transaction_session_timeout', %s, false), "
+                "set_config('tcp_keepalives_idle', %s, false), "
+                "set_config('tcp_keepalives_interval', '1', false), "
+                "set_config('tcp_keepalives_count', '3', false)",
+                (str(self._idle_limit_ms), str(self._keepalive_idle)),
+            ).fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db, row is None or row[0] != db.info.backend_pid
+
+    def _open(self) -> psycopg.Connection[Any]:
+        """The store's first connection, refused behind a transaction pooler not declared.
+
+        Such a pooler hands each transaction of a client whichever server connection is free:
+        the session settings of :meth:`connect` would land on other clients' connections,
+        prepared statements would be missing, and a LISTEN would hear nothing, so wake-ups would
+        wait for the poll. A connection straight to the server costs nothing more to tell (its
+        server process is the one it logged in to). Behind a pooler, the store listens on this
+        connection and notifies from a second one: a session keeps its LISTEN and hears it; in
+        transaction pooling an idle client has no server connection to hear it on, whichever
+        server connections the pooler picks. Errors as ``psycopg.Error``; the refusal as
+        ``StoreError`` naming what to set.
+        """
+        db, pooled = self._connect()
+        if not pooled or self.pooler == "transaction":
+            return db
+        try:
+            if not _keeps_its_session(db, self.connect):
+                given = f"pooler={self.pooler}" if self.pooler else "no pooler="
+                raise StoreError(
+                    f"{self.url}: the server is reached through a pooler in transaction mode "
+                    f"(a LISTEN made on one of the store's connections did not hear a NOTIFY: "
+                    f"its session does not stay with it), and the URL says {given}: add "
+                    f"pooler=transaction to the URL (no session settings, no prepared "
+                    f"statements, wake-ups by polling every poll= seconds), or connect directly "
+                    f"or through session pooling")
+        except BaseException:
+            db.close()
+            raise
         return db
 
     @property
@@ -176,6 +219,26 @@ class Connecting:
                     lost = True
                     self._pause.wait(pause)  # the lock is free meanwhile
                     pause = min(pause * 2, 0.5)
+
+def _keeps_its_session(db: psycopg.Connection[Any],
+                       connect: Callable[[], psycopg.Connection[Any]]) -> bool:
+    """Whether ``db``'s session stays with it between transactions: a LISTEN made on it hears
+    a NOTIFY from another connection (``connect()``) while it waits outside any transaction."""
+    channel = f"nous_inbox_probe_{uuid.uuid4().hex}"
+    db.execute(f"LISTEN {channel}")
+    try:
+        heard_by_sender: list[psycopg.Notify] = []
+        with connect() as sender:
+            # (A handler, as a notification read during the NOTIFY itself is handed to those.)
+            sender.add_notify_handler(heard_by_sender.append)
+            sender.execute(f"NOTIFY {channel}")
+        if heard_by_sender:  # the pooler gave the sender the listening server connection
+            return False
+        return any(True for _ in db.notifies(timeout=_PROBE_WAIT, stop_after=1))
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            db.execute(f"UNLISTEN {channel}")
+
 
 def _session_lost(exc: psycopg.Error, db: psycopg.Connection[Any] | None) -> bool:
     """Whether ``exc`` left the session gone or in an unknown state (try again on a new one),
