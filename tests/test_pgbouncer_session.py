@@ -20,6 +20,8 @@ from tests import pgbouncer_server, postgres_server
 
 postgres_server.require_psycopg()  # skipped without psycopg, failed in CI; then imported:
 
+import psycopg  # noqa: E402
+
 from nous_inbox.store.postgres import PostgresStore  # noqa: E402
 from tests.test_store_postgres import (  # noqa: E402, F401  (run again through PgBouncer)
     pg,
@@ -83,3 +85,12 @@ def test_a_subscriber_hears_notify_through_the_pooler_and_not_the_poll(postgres_
         assert watcher.listening
         sender.append("s", [Warned(text="wake")])
         assert woken.wait(WAIT)  # the poll is an hour away
+
+
+def test_the_backend_pid_is_the_servers_process_not_the_poolers_key(postgres, postgres_url):
+    with PostgresStore(postgres_url) as store, psycopg.connect(postgres.url) as direct:
+        pid = store.backend_pid
+        assert pid is not None
+        rows = direct.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                              (pid,)).fetchone()
+        assert rows == (1,)

@@ -106,11 +106,12 @@ def test_the_command_line_says_the_same_and_fails(bare_url):
     assert "Traceback" not in done.stderr
 
 
-def test_a_refused_store_wrote_nothing(bare_url, postgres_url):
+def test_a_refused_store_creates_nothing(postgres, bare_url):
     with pytest.raises(StoreError):
         PostgresStore(bare_url)
-    with PostgresStore(postgres_url) as store:
-        assert store.streams() == []
+    schema = bare_url.rpartition("schema=")[2]
+    with psycopg.connect(postgres.url) as db:
+        assert db.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone() == (None,)
 
 
 # -- with pooler=transaction: it works, keeping nothing in a session --------------------------------
@@ -172,3 +173,8 @@ def test_no_server_connection_is_left_with_the_stores_session_state(postgres):
                     db.close()
         finally:
             postgres.drop(schema)
+
+
+def test_the_backend_pid_is_none_as_no_server_process_is_the_stores(pg):
+    pg.append("s", [Warned(text="a")])
+    assert pg.backend_pid is None

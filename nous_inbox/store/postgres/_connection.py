@@ -12,6 +12,7 @@ import contextlib
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -28,6 +29,10 @@ _GONE: Final = frozenset({"57P01", "57P02", "57P03", "25P03"})
 #: How long a NOTIFY may take to reach a listener through a session pooler before the probe of
 #: :meth:`Connecting._open` takes it as never coming (it comes in milliseconds).
 _PROBE_WAIT: Final = 5.0
+#: The server process each connection of ours was answered by when it was made (the same for its
+#: life, unless a transaction pooler, where none is kept): libpq's own is a pooler's key.
+_SERVER_PIDS: Final[weakref.WeakKeyDictionary[psycopg.Connection[Any], int]] = (
+    weakref.WeakKeyDictionary())
 
 
 class Connecting:
@@ -87,7 +92,10 @@ class Connecting:
         except BaseException:
             db.close()
             raise
-        return db, row is None or row[0] != db.info.backend_pid
+        if row is None:
+            return db, True
+        _SERVER_PIDS[db] = row[0]
+        return db, row[0] != db.info.backend_pid
 
     def _open(self) -> psycopg.Connection[Any]:
         """The store's first connection, refused behind a transaction pooler not declared.
@@ -123,10 +131,12 @@ class Connecting:
     @property
     def backend_pid(self) -> int | None:
         """The server process of the store's main connection (``pg_stat_activity.pid``), or
-        ``None`` while it has none (closed, or lost and not made again yet). An operator finds
-        the store's session by it: what it waits on, or ``pg_terminate_backend`` to cut it. It
-        waits for nothing, not even a call stalled on the connection. With a connection of
-        your own, ``admin``::
+        ``None`` while it has none (closed, or lost and not made again yet; behind a transaction
+        pooler, always: each transaction may run on another). Behind a session pooler it is the
+        server's process, not the pooler's key libpq was given. An operator finds the store's
+        session by it: what it waits on, or ``pg_terminate_backend`` to cut it. It waits for
+        nothing, not even a call stalled on the connection. With a connection of your own,
+        ``admin``::
 
             admin.execute("SELECT wait_event_type, query FROM pg_stat_activity WHERE pid = %s",
                           (store.backend_pid,))
@@ -134,7 +144,7 @@ class Connecting:
         db = self._db  # (one read: a call may replace it meanwhile)
         if db is None or db.closed or db.broken:
             return None
-        return db.info.backend_pid
+        return _SERVER_PIDS.get(db)
 
     @property
     def _idle_limit_ms(self) -> int:
