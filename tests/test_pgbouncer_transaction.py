@@ -175,6 +175,7 @@ def test_no_server_connection_is_left_with_the_stores_session_state(postgres):
             postgres.drop(schema)
 
 
-def test_the_backend_pid_is_none_as_no_server_process_is_the_stores(pg):
-    pg.append("s", [Warned(text="a")])
-    assert pg.backend_pid is None
+def test_the_backend_pid_is_none_as_no_server_process_is_the_stores(postgres_url):
+    with PostgresStore(postgres_url) as store:
+        store.append("s", [Warned(text="a")])
+        assert store.backend_pid is None
