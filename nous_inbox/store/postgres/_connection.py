@@ -77,25 +77,39 @@ class Connecting:
         if not any(key.startswith("keepalives") for key in self._libpq_keys):
             extra.update(keepalives=1, keepalives_idle=self._keepalive_idle,
                          keepalives_interval=1, keepalives_count=3)
-        db = psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=prepare, **extra)
-        if self.pooler == "transaction":
-            return db, True
-        try:
-            row = db.execute(
-                "SELECT pg_backend_pid(), "
-                "set_config('idle_in_transaction_session_timeout', %s, false), "
-                "set_config('tcp_keepalives_idle', %s, false), "
-                "set_config('tcp_keepalives_interval', '1', false), "
-                "set_config('tcp_keepalives_count', '3', false)",
-                (str(self._idle_limit_ms), str(self._keepalive_idle)),
-            ).fetchone()
-        except BaseException:
-            db.close()
-            raise
-        if row is None:
-            return db, True
-        _SERVER_PIDS[db] = row[0]
-        return db, row[0] != db.info.backend_pid
+        for attempt in (1, 2):
+            db = psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=prepare,
+                                 **extra)
+            if self.pooler == "transaction":
+                return db, True
+            try:
+                row = db.execute(
+                    "SELECT pg_backend_pid(), "
+                    "set_config('idle_in_transaction_session_timeout', %s, false), "
+                    "set_config('tcp_keepalives_idle', %s, false), "
+                    "set_config('tcp_keepalives_interval', '1', false), "
+                    "set_config('tcp_keepalives_count', '3', false)",
+                    (str(self._idle_limit_ms), str(self._keepalive_idle)),
+                ).fetchone()
+                if row is None:
+                    raise psycopg.ProgrammingError("the answer had no row")
+            except psycopg.ProgrammingError as exc:
+                # Answered with no rows: an answer to someone else's statement (a session
+                # pooler that handed over a server connection whose last client was killed
+                # mid-query, with its reset's answer still to come). Ours would then answer our
+                # next statement: the connection is out of step, so it goes.
+                db.close()
+                if attempt == 2:
+                    raise psycopg.OperationalError(
+                        f"the server answered the connection's first statement with another's "
+                        f"answer ({first_line(exc)}), twice") from exc
+                continue
+            except BaseException:
+                db.close()
+                raise
+            _SERVER_PIDS[db] = row[0]
+            return db, row[0] != db.info.backend_pid
+        raise AssertionError("unreachable")
 
     def _open(self) -> psycopg.Connection[Any]:
         """The store's first connection, refused behind a transaction pooler not declared.
