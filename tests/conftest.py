@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nous_inbox.store import Store, open_store
-from tests import postgres_server
+from tests import pgbouncer_server, postgres_server
 
 KINDS = ["memory", "file", "sqlite", "postgres"]
 
@@ -57,13 +57,14 @@ def store(url: str) -> Iterator[Store]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say, unasked, how many PostgreSQL tests skipped for want of a server, and why."""
+    """Say, unasked, how many PostgreSQL tests skipped for want of a server (or of a PgBouncer
+    in front of it), and why."""
     reasons: Counter[str] = Counter()
     for report in terminalreporter.stats.get("skipped", []):
         longrepr = getattr(report, "longrepr", None)
         if isinstance(longrepr, tuple) and len(longrepr) == 3:
             reason = str(longrepr[2]).removeprefix("Skipped: ")
-            if reason.startswith(postgres_server.SKIP_REASON):
+            if reason.startswith((postgres_server.SKIP_REASON, pgbouncer_server.SKIP_REASON)):
                 reasons[reason] += 1
     if not reasons:
         return
@@ -72,4 +73,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.line(f"{count} skipped: {reason}", yellow=True)
     terminalreporter.line(
         f"They test nothing here. Install PostgreSQL (or the test extra's pgserver), or point "
-        f"{postgres_server.ENV} at a server; with CI=true a missing server fails the run.")
+        f"{postgres_server.ENV} at a server, and install PgBouncer (apt-get install pgbouncer); "
+        f"with CI=true a missing server or PgBouncer fails the run.")

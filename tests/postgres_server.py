@@ -149,28 +149,43 @@ def _reachable(path: Path, user: pwd.struct_passwd) -> bool:
     return _searchable(path.resolve().parent, user)
 
 
-def _cluster_directory(user: pwd.struct_passwd | None, runs_programs: bool) -> Path:
-    """A fresh directory for a cluster, in a place the user the server runs as can reach.
+def unprivileged_user() -> pwd.struct_passwd | None:
+    """The user a server of the tests runs as when we are root (``postgres`` when the system has
+    one, else ``nobody``: PostgreSQL and PgBouncer both refuse to run as root); ``None`` when we
+    are not root (the server runs as us)."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):
+        with contextlib.suppress(KeyError):
+            return pwd.getpwnam(name)
+    raise RuntimeError("running as root and no unprivileged user to run a server as")
+
+
+def server_directory(user: pwd.struct_passwd | None, runs_programs: bool = False,
+                     prefix: str = "nous-inbox-pg-") -> Path:
+    """A fresh directory for a server of the tests, in a place the user it runs as can reach.
 
     Our own temporary directory when the server runs as us. As root, the server's user is another,
     and root's ``TMPDIR`` may be private to root (0700): then the first of :data:`SHARED_TEMPORARY`
     that the user can reach (and, when binaries are to be copied in, where programs may run).
+    The directory is ``user``'s own.
     """
-    prefix = "nous-inbox-pg-"
     if user is None:
         return Path(tempfile.mkdtemp(prefix=prefix))
     for base in (tempfile.gettempdir(), *SHARED_TEMPORARY):
         place = Path(base)
         if (place.is_dir() and _searchable(place, user)
                 and not (runs_programs and os.statvfs(place).f_flag & os.ST_NOEXEC)):
-            return Path(tempfile.mkdtemp(prefix=prefix, dir=place))
+            made = Path(tempfile.mkdtemp(prefix=prefix, dir=place))
+            os.chown(made, user.pw_uid, user.pw_gid)
+            return made
     closed = "closed to it or mounted noexec" if runs_programs else "closed to it"
     raise RuntimeError(
-        f"no directory the user {user.pw_name!r} can reach to hold the cluster: TMPDIR "
+        f"no directory the user {user.pw_name!r} can reach to hold the server: TMPDIR "
         f"({tempfile.gettempdir()}) and {', '.join(SHARED_TEMPORARY)} are {closed}")
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -183,19 +198,12 @@ class Cluster:
     """
 
     def __init__(self, binaries: Path) -> None:
-        self._user: pwd.struct_passwd | None = None
-        if os.geteuid() == 0:
-            for name in ("postgres", "nobody"):
-                with contextlib.suppress(KeyError):
-                    self._user = pwd.getpwnam(name)
-                    break
-            if self._user is None:
-                raise RuntimeError("running as root and no unprivileged user to run PostgreSQL")
+        self._user = unprivileged_user()
         copy = self._user is not None and not _reachable(binaries / "postgres", self._user)
-        self.root = _cluster_directory(self._user, runs_programs=copy)
+        self.root = server_directory(self._user, runs_programs=copy)
         self.data = self.root / "data"
         self.socket_dir = self.root
-        self.port = _free_port()
+        self.port = free_port()
         if self._user is not None:
             try:
                 if copy:

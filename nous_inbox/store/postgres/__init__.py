@@ -40,8 +40,10 @@ look within ``reconnect`` does it raise :class:`~nous_inbox.errors.OutcomeUnknow
 Connection poolers. Behind a pooler in transaction mode (PgBouncer, say), pass
 ``pooler=transaction``: no prepared statements, no session settings (set the pooler's or the
 role's own idle timeout), and, as such a pooler cannot hold a LISTEN, wake-ups from the polling
-backstop alone. In session mode nothing needs saying. Leases are rows, not advisory locks, so
-they survive a pooler handing out other connections.
+backstop alone. Leases are rows, not advisory locks, so they survive a pooler handing out other
+connections. In session mode nothing needs saying. A transaction pooler not declared is refused
+at open (``StoreError`` saying to add ``pooler=transaction``): behind any pooler the store checks,
+as it opens, that a LISTEN on one of its connections hears a NOTIFY from another.
 
 Connections. One for the store's calls, shared by its threads behind a lock, plus one for the
 background thread once it owns or is subscribed to a stream. No pool: writes to one stream

@@ -125,7 +125,7 @@ class PostgresStore(Leasing, StoreBase):
         self._host = socket.gethostname()
         with self._lock:
             try:
-                self._db = self.connect()
+                self._db = self._open()
             except psycopg.Error as exc:
                 raise StoreError(f"{self.url}: cannot connect: {first_line(exc)}") from exc
             try:
