@@ -19,6 +19,8 @@ Endpoints (every ``/api`` call needs ``Authorization: Bearer TOKEN``)::
                                                streams: ``event: delta``, no id, data =
                                                {"type": "text_delta", "text", "turn", "step"}
     GET  /  and  /sessions/{id}                the list page and a session's page
+    GET  /healthz, /readyz, /metrics           liveness, readiness, Prometheus text: no token
+                                               (:mod:`nous_inbox.web.probes`)
 
 Mount it in a Starlette or FastAPI app (``app.mount("/agents", create_app(host, token=...))``)
 or let ``nous-inbox serve`` run it. Safe by default: the token is compared in constant time;
@@ -77,6 +79,7 @@ from nous_inbox.safe_json import event_json, json_safe
 from nous_inbox.store.base import check_stream
 from nous_inbox.verbs import VERBS, Verb, VerbName
 from nous_inbox.web.host import SessionHost, checked_text
+from nous_inbox.web.probes import probe_routes
 
 __all__ = ["MAX_BODY", "create_app"]
 
@@ -282,6 +285,7 @@ def create_app(
         Route("/sessions/{session:nous_session}", page),
         Route("/static/page.js", static("page.js", "text/javascript; charset=utf-8")),
         Route("/static/page.css", static("page.css", "text/css; charset=utf-8")),
+        *probe_routes(host),  # /healthz, /readyz, /metrics: no token
     ]
     middleware = [Middleware(CORSMiddleware, allow_origins=list(cors_origins),
                              allow_methods=["GET", "POST"],
@@ -410,6 +414,7 @@ async def _sse(host: SessionHost, name: str, after: int, keepalive: float, *,
     feeding = loop.create_task(pump())
     stopping = loop.create_task(host.stopping.wait())
     getting: asyncio.Task[Event | TextDelta | None] | None = None
+    host.metrics.sse_readers.inc()
     try:
         yield b": events of this session follow\n\n"
         while not host.stopping.is_set():  # checked after each event too: a backlog waits
@@ -427,6 +432,7 @@ async def _sse(host: SessionHost, name: str, after: int, keepalive: float, *,
             elif stopping not in done:
                 yield b": keep-alive\n\n"
     finally:
+        host.metrics.sse_readers.dec()
         waiting = [task for task in (getting, stopping, feeding) if task is not None]
         for task in waiting:
             task.cancel()
