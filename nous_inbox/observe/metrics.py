@@ -95,6 +95,12 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = CollectorRegistry() if registry is None else registry
         on = self.registry
+        self._lock = threading.Lock()
+        self._watches: set[_Watch] = set()
+        self._prune_at = 64  # prune closed owners when this many are attached: amortised O(1)
+        # First, so a scrape forgets closed owners (counting their lost leases) before it reads
+        # the counters.
+        on.register(_Held(self))
         self.sends = Counter("nous_inbox_sends", "Messages sent, by the verb their queue and wake "
                              "name (a prompt is stored, and counted, as a followup; send: no verb)",
                              ["mode"], registry=on)
@@ -117,16 +123,12 @@ class Metrics:
                                    "took their session's lease over", registry=on)
         self.sse_readers = Gauge("nous_inbox_sse_readers", "Event streams (Server-Sent Events) "
                                  "open", registry=on)
-        self._lock = threading.Lock()
-        self._watches: set[_Watch] = set()
-        self._prune_at = 64  # prune closed owners when this many are attached: amortised O(1)
         # Each label's child made once: a lookup by label values costs more than the count. (A
         # Target is a str enum: it finds its own value's key.)
         self._sends = {(str(t), w): self.sends.labels(name_of(t, w) or "send")
                        for t in Target for w in (True, False)}
         self._queues = {str(t): (self.claims.labels(str(t)), self.claimed.labels(str(t)),
                                  self.send_to_claim.labels(str(t))) for t in Target}
-        self.registry.register(_Held(self))
 
     def attach(self, owner: Observed) -> Callable[[], None]:
         """Count what ``owner`` does from now on; returns the call that stops counting it.
