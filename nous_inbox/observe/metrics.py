@@ -35,13 +35,19 @@ ended, not how they began).
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Final, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from nous_inbox.events import (
@@ -62,12 +68,14 @@ __all__ = ["CONTENT_TYPE", "Metrics", "Observed"]
 #: The media type of :meth:`Metrics.exposition`: Prometheus's text format.
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 
-# Buckets in seconds, spanning what each measures: a store append is milliseconds, a step is a
-# model request (seconds), a turn many steps; a send waits for the next boundary.
-_APPEND_BUCKETS: Final = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1.0, 2.5, 5.0)
-_STEP_BUCKETS: Final = (.01, .05, .1, .25, .5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-_TURN_BUCKETS: Final = (.05, .1, .5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
-_WAIT_BUCKETS: Final = (.001, .005, .01, .05, .1, .25, .5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+# Bucket bounds in seconds, spanning what each measures: a store append is milliseconds, a step
+# a model request (seconds), a turn many steps; a send waits for the next boundary.
+_APPEND_BOUNDS: Final = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1.0, 2.5, 5.0)
+_STEP_BOUNDS: Final = (.01, .05, .1, .25, .5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_TURN_BOUNDS: Final = (.05, .1, .5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+_WAIT_BOUNDS: Final = (.001, .005, .01, .05, .1, .25, .5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+_QUEUES: Final = tuple(Target)
+_SENDS: Final = tuple((target, wakeup) for target in Target for wakeup in (True, False))
 
 
 class Observed(Protocol):
@@ -90,45 +98,20 @@ class Metrics:
     ``registry`` (a new ``CollectorRegistry`` by default, never the global one).
 
     Every family is named ``nous_inbox_*``; :meth:`exposition` renders them as Prometheus text.
+    Counting costs a send a few plain additions: each owner keeps its own tally (its events come
+    one at a time), and a scrape adds the tallies up.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = CollectorRegistry() if registry is None else registry
-        on = self.registry
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the set of owners, the retired tally, appends, readers
         self._watches: set[_Watch] = set()
-        self._prune_at = 64  # prune closed owners when this many are attached: amortised O(1)
-        # First, so a scrape forgets closed owners (counting their lost leases) before it reads
-        # the counters.
-        on.register(_Held(self))
-        self.sends = Counter("nous_inbox_sends", "Messages sent, by the verb their queue and wake "
-                             "name (a prompt is stored, and counted, as a followup; send: no verb)",
-                             ["mode"], registry=on)
-        self.claims = Counter("nous_inbox_claims", "Claims that took messages from a queue",
-                              ["queue"], registry=on)
-        self.claimed = Counter("nous_inbox_claimed_messages", "Messages claims took, by queue",
-                               ["queue"], registry=on)
-        self.send_to_claim = Histogram(
-            "nous_inbox_send_to_claim_seconds", "From a send stored to the claim that delivered it",
-            ["queue"], buckets=_WAIT_BUCKETS, registry=on)
-        self.turns = Histogram("nous_inbox_turn_seconds", "Turns, from opening to end, by how "
-                               "they ended", ["reason"], buckets=_TURN_BUCKETS, registry=on)
-        self.steps = Histogram("nous_inbox_step_seconds", "Steps (a model request and its tools)",
-                               buckets=_STEP_BUCKETS, registry=on)
-        self.appends = Histogram("nous_inbox_store_append_seconds", "Store appends, from call "
-                                 "to return", buckets=_APPEND_BUCKETS, registry=on)
-        self.takeovers = Counter("nous_inbox_takeovers", "Sessions taken with a turn open that "
-                                 "their last holder left (closed as interrupted)", registry=on)
-        self.leases_lost = Counter("nous_inbox_leases_lost", "Owners stopped because another "
-                                   "took their session's lease over", registry=on)
-        self.sse_readers = Gauge("nous_inbox_sse_readers", "Event streams (Server-Sent Events) "
-                                 "open", registry=on)
-        # Each label's child made once: a lookup by label values costs more than the count. (A
-        # Target is a str enum: it finds its own value's key.)
-        self._sends = {(str(t), w): self.sends.labels(name_of(t, w) or "send")
-                       for t in Target for w in (True, False)}
-        self._queues = {str(t): (self.claims.labels(str(t)), self.claimed.labels(str(t)),
-                                 self.send_to_claim.labels(str(t))) for t in Target}
+        self._prune_at = 64  # forget closed owners when this many are attached: amortised O(1)
+        self._retired = _Tally()  # what the owners forgotten so far counted
+        self._appends = _Histogram(_APPEND_BOUNDS)
+        self._leases_lost = 0
+        self._readers = 0
+        self.registry.register(_Collector(self))
 
     def attach(self, owner: Observed) -> Callable[[], None]:
         """Count what ``owner`` does from now on; returns the call that stops counting it.
@@ -152,20 +135,33 @@ class Metrics:
         observe = getattr(store, "observe_appends", None)
         if not callable(observe):
             return lambda: None
-        histogram = self.appends
+        lock, appends = self._lock, self._appends
+        bounds, counts, find = appends.bounds, appends.counts, bisect.bisect_left
 
         def appended(stream: str, events: int, seconds: float) -> None:
-            histogram.observe(seconds)
+            with lock:  # any thread appends (inlined: this is on every append's path)
+                counts[find(bounds, seconds)] += 1
+                appends.sum += seconds
 
         stop: Callable[[], None] = observe(appended)
         return stop
+
+    def reader_opened(self) -> None:
+        """An event stream (Server-Sent Events) opened; :meth:`reader_closed` when it ends."""
+        with self._lock:
+            self._readers += 1
+
+    def reader_closed(self) -> None:
+        with self._lock:
+            self._readers -= 1
 
     def exposition(self) -> bytes:
         """Every family, as Prometheus text (:data:`CONTENT_TYPE`)."""
         return generate_latest(self.registry)
 
     def _prune(self) -> list[_Watch]:
-        """Forget closed owners, counting each lost lease once; the open ones."""
+        """Forget closed owners, their tallies kept and each lost lease counted once; the
+        open ones."""
         with self._lock:
             watches = list(self._watches)
         open_ = []
@@ -181,40 +177,75 @@ class Metrics:
             if watch not in self._watches:
                 return
             self._watches.discard(watch)
-        if watch.owner.lost is not None:
-            self.leases_lost.inc()
+            self._retired.add(watch.tally)
+            if watch.owner.lost is not None:
+                self._leases_lost += 1
 
 
-class _Held:
-    """The sessions held and running, read from the attached owners at each scrape."""
+class _Histogram:
+    """Counts by bucket and their sum: what a Prometheus histogram shows, at a bisect per value."""
 
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
+    __slots__ = ("bounds", "counts", "sum")
 
-    def describe(self) -> Iterable[Metric]:
-        return self._families(0, 0)
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last: above every bound
+        self.sum = 0.0
 
-    def collect(self) -> Iterable[Metric]:
-        open_ = self._metrics._prune()
-        return self._families(len(open_), sum(1 for w in open_ if w.owner.running))
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
+        self.sum += seconds
 
-    @staticmethod
-    def _families(held: int, running: int) -> list[Metric]:
-        return [GaugeMetricFamily("nous_inbox_sessions_held", "Sessions whose owner is open here",
-                                  value=held),
-                GaugeMetricFamily("nous_inbox_sessions_running", "Sessions with a run going here",
-                                  value=running)]
+    def add(self, other: _Histogram) -> None:
+        for i, count in enumerate(other.counts):
+            self.counts[i] += count
+        self.sum += other.sum
+
+    def buckets(self) -> list[tuple[str, float]]:
+        """Cumulative, as Prometheus's ``le`` buckets are."""
+        total, out = 0, []
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
+            total += count
+            out.append((bound, float(total)))
+        return out
+
+
+class _Tally:
+    """What one owner counted (or, added up, several)."""
+
+    __slots__ = ("claimed", "claims", "sends", "steps", "takeovers", "turns", "waited")
+
+    def __init__(self) -> None:
+        self.sends: dict[tuple[str, bool], int] = dict.fromkeys(_SENDS, 0)
+        self.claims: dict[str, int] = dict.fromkeys(_QUEUES, 0)
+        self.claimed: dict[str, int] = dict.fromkeys(_QUEUES, 0)
+        self.waited = {queue: _Histogram(_WAIT_BOUNDS) for queue in _QUEUES}
+        self.turns: dict[str, _Histogram] = {}  # by how they ended
+        self.steps = _Histogram(_STEP_BOUNDS)
+        self.takeovers = 0
+
+    def add(self, other: _Tally) -> None:
+        for key, count in other.sends.items():
+            self.sends[key] += count
+        for queue in _QUEUES:
+            self.claims[queue] += other.claims[queue]
+            self.claimed[queue] += other.claimed[queue]
+            self.waited[queue].add(other.waited[queue])
+        for reason, turns in list(other.turns.items()):
+            self.turns.setdefault(reason, _Histogram(_TURN_BOUNDS)).add(turns)
+        self.steps.add(other.steps)
+        self.takeovers += other.takeovers
 
 
 class _Watch:
-    """One owner's events, counted: it keeps only what a later event needs (when the open turn
-    and step began, and when each send it saw queued was stored)."""
+    """One owner's events, counted into its own tally: it keeps only what a later event needs
+    (when the open turn and step began, and when each send it saw queued was stored)."""
 
-    __slots__ = ("_metrics", "_on", "_queued", "_step_at", "_turn_at", "attached", "owner")
+    __slots__ = ("_metrics", "_on", "_queued", "_step_at", "_turn_at", "owner", "tally")
 
     def __init__(self, metrics: Metrics, owner: Observed) -> None:
-        self._metrics, self.owner, self.attached = metrics, owner, True
-        self._queued: dict[str, deque[tuple[int, float]]] = {str(t): deque() for t in Target}
+        self._metrics, self.owner, self.tally = metrics, owner, _Tally()
+        self._queued: dict[str, deque[tuple[int, float]]] = {queue: deque() for queue in _QUEUES}
         self._turn_at = self._step_at = 0.0
         self._on: dict[type, Callable[[Event], None]] = {
             MessageSent: self._sent, QueueClaimed: self._claimed, MessageWithdrawn: self._withdrawn,
@@ -223,16 +254,17 @@ class _Watch:
 
     def event(self, event: Event) -> None:
         on = self._on.get(type(event))
-        if on is not None and self.attached:
+        if on is not None:
             on(event)
 
     def detach(self) -> None:
-        self.attached = False
+        self._on = {}  # (an owner cannot be told to stop telling: what it tells is ignored)
         self._metrics._forget(self)
 
+    # (A Target is a str enum: an event's finds the key of its value, a plain str's too.)
     def _sent(self, event: Event) -> None:
         assert isinstance(event, MessageSent)
-        self._metrics._sends[event.target, event.wakeup].inc()
+        self.tally.sends[event.target, event.wakeup] += 1
         self._queued[event.target].append((event.seq, event.at))
 
     def _claimed(self, event: Event) -> None:
@@ -240,13 +272,13 @@ class _Watch:
         # their sends), then the ones it saw, leaving ``rest`` behind. So the ones it saw that
         # this claim took are all it saw but the ``rest`` newest.
         assert isinstance(event, QueueClaimed)
-        claims, claimed, waited = self._metrics._queues[event.target]
-        claims.inc()
-        claimed.inc(event.count)
-        queued = self._queued[event.target]
+        tally, target = self.tally, event.target
+        tally.claims[target] += 1
+        tally.claimed[target] += event.count
+        queued, waited, at = self._queued[target], tally.waited[target], event.at
         for _ in range(min(event.count, len(queued) - event.rest)):
-            _, at = queued.popleft()
-            _observe(waited, at, event.at)
+            _, sent_at = queued.popleft()
+            _observe(waited, sent_at, at)
 
     def _withdrawn(self, event: Event) -> None:
         assert isinstance(event, MessageWithdrawn)
@@ -261,21 +293,89 @@ class _Watch:
 
     def _turn_ended(self, event: Event) -> None:
         assert isinstance(event, TurnEnded)
+        tally = self.tally
         if event.error == INTERRUPTED:  # the open turn a holder left: this owner took it over
-            self._metrics.takeovers.inc()
-        _observe(self._metrics.turns.labels(event.reason), self._turn_at, event.at)
+            tally.takeovers += 1
+        turns = tally.turns.get(event.reason)
+        if turns is None:
+            turns = tally.turns[event.reason] = _Histogram(_TURN_BOUNDS)
+        _observe(turns, self._turn_at, event.at)
         self._turn_at = 0.0
 
     def _step_started(self, event: Event) -> None:
         self._step_at = event.at
 
     def _step_ended(self, event: Event) -> None:
-        _observe(self._metrics.steps, self._step_at, event.at)
+        _observe(self.tally.steps, self._step_at, event.at)
         self._step_at = 0.0
 
 
-def _observe(histogram: Histogram, start: float, end: float) -> None:
+def _observe(histogram: _Histogram, start: float, end: float) -> None:
     """``end - start`` in seconds, if both are known (a stored event has its time; 0.0 is one
-    this watch never saw); a wall clock set back counts as no time, never as negative."""
+    a watch never saw); a wall clock set back counts as no time, never as negative."""
     if start and end:
         histogram.observe(max(0.0, end - start))
+
+
+class _Collector:
+    """The families, added up at each scrape from the owners attached and those forgotten."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families(_Tally(), [], _Histogram(_APPEND_BOUNDS), 0, 0)
+
+    def collect(self) -> Iterable[Metric]:
+        metrics = self._metrics
+        open_ = metrics._prune()
+        total = _Tally()
+        with metrics._lock:
+            total.add(metrics._retired)
+            appends = _Histogram(_APPEND_BOUNDS)
+            appends.add(metrics._appends)
+            lost, readers = metrics._leases_lost, metrics._readers
+        for watch in open_:
+            total.add(watch.tally)
+        return self._families(total, open_, appends, lost, readers)
+
+    @staticmethod
+    def _families(total: _Tally, open_: list[_Watch], appends: _Histogram, lost: int,
+                  readers: int) -> list[Metric]:
+        held = GaugeMetricFamily("nous_inbox_sessions_held", "Sessions whose owner is open here",
+                                 value=len(open_))
+        running = GaugeMetricFamily("nous_inbox_sessions_running", "Sessions with a run going "
+                                    "here", value=sum(1 for w in open_ if w.owner.running))
+        sends = CounterMetricFamily("nous_inbox_sends", "Messages sent, by the verb their queue "
+                                    "and wake name (a prompt is stored, and counted, as a "
+                                    "followup; send: no verb)", labels=["mode"])
+        for (target, wakeup), count in total.sends.items():
+            sends.add_metric([name_of(target, wakeup) or "send"], count)
+        claims = CounterMetricFamily("nous_inbox_claims", "Claims that took messages from a "
+                                     "queue", labels=["queue"])
+        claimed = CounterMetricFamily("nous_inbox_claimed_messages", "Messages claims took, by "
+                                      "queue", labels=["queue"])
+        waited = HistogramMetricFamily("nous_inbox_send_to_claim_seconds", "From a send stored "
+                                       "to the claim that delivered it", labels=["queue"])
+        for queue in _QUEUES:
+            claims.add_metric([str(queue)], total.claims[queue])
+            claimed.add_metric([str(queue)], total.claimed[queue])
+            waited.add_metric([str(queue)], total.waited[queue].buckets(), total.waited[queue].sum)
+        turns = HistogramMetricFamily("nous_inbox_turn_seconds", "Turns, from opening to end, "
+                                      "by how they ended", labels=["reason"])
+        for reason, histogram in sorted(total.turns.items()):
+            turns.add_metric([reason], histogram.buckets(), histogram.sum)
+        return [
+            held, running, sends, claims, claimed, waited, turns,
+            HistogramMetricFamily("nous_inbox_step_seconds", "Steps (a model request and its "
+                                  "tools)", buckets=total.steps.buckets(), sum_value=total.steps.sum),
+            HistogramMetricFamily("nous_inbox_store_append_seconds", "Store appends, from call "
+                                  "to return", buckets=appends.buckets(), sum_value=appends.sum),
+            CounterMetricFamily("nous_inbox_takeovers", "Sessions taken with a turn open that "
+                                "their last holder left (closed as interrupted)",
+                                value=total.takeovers),
+            CounterMetricFamily("nous_inbox_leases_lost", "Owners stopped because another took "
+                                "their session's lease over", value=lost),
+            GaugeMetricFamily("nous_inbox_sse_readers", "Event streams (Server-Sent Events) open",
+                              value=readers),
+        ]

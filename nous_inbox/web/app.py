@@ -414,7 +414,7 @@ async def _sse(host: SessionHost, name: str, after: int, keepalive: float, *,
     feeding = loop.create_task(pump())
     stopping = loop.create_task(host.stopping.wait())
     getting: asyncio.Task[Event | TextDelta | None] | None = None
-    host.metrics.sse_readers.inc()
+    host.metrics.reader_opened()
     try:
         yield b": events of this session follow\n\n"
         while not host.stopping.is_set():  # checked after each event too: a backlog waits
@@ -432,7 +432,7 @@ async def _sse(host: SessionHost, name: str, after: int, keepalive: float, *,
             elif stopping not in done:
                 yield b": keep-alive\n\n"
     finally:
-        host.metrics.sse_readers.dec()
+        host.metrics.reader_closed()
         waiting = [task for task in (getting, stopping, feeding) if task is not None]
         for task in waiting:
             task.cancel()
