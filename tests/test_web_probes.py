@@ -215,3 +215,33 @@ def test_a_live_serve_answers_its_probes_and_counts_a_steer(tmp_path: Path) -> N
             wait_until(ended, what="the steer's turn counted at /metrics")
     finally:
         assert server.stop() == 0
+
+
+class Unrenewed:
+    """A store whose lease-renewing connection is down (PostgreSQL's ``listening`` is False
+    while it reconnects); everything else is the inner store's."""
+
+    listening = False
+
+    def __init__(self, inner: Store) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+async def test_a_host_holding_sessions_whose_leases_are_not_renewed_is_not_ready() -> None:
+    def agent(session: str) -> Runner:
+        return Runner(lambda transcript, tools: "ok")
+
+    store = Unrenewed(open_store("memory:"))
+    async with SessionHost(store, agent, scan_interval=None) as host:  # type: ignore[arg-type]
+        app = create_app(host, token=TOKEN)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app),
+                                     base_url="http://test") as client:
+            assert (await client.get("/readyz")).json() == {"ready": True}  # nothing to renew
+            await host.send("s1", "inject", "now one is held")
+            ready = await client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json()["reasons"] == [
+        "the store's lease renewal is not running (its connection is down)"]
