@@ -32,6 +32,8 @@ SUITES = (
     ("The web face: idle sessions, steer to model request over HTTP, SSE fan-out", "bench.web_bench"),
     ("Text as it streams: a piece the model produced to a watcher's read", "bench.delta_bench"),
     ("The HTTP API while another session's agent burns the CPU", "bench.spin_bench"),
+    ("The cost of metrics per send: an owner counted against one not counted",
+     "bench.metrics_bench"),
 )
 
 

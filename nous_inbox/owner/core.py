@@ -63,6 +63,7 @@ False
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 import attrs
 
@@ -72,7 +73,10 @@ from nous_inbox.happenings import interrupted_result, open_calls
 from nous_inbox.session import Session
 from nous_inbox.verbs import Target
 
-__all__ = ["OwnerCore", "Stop", "Turn"]
+__all__ = ["INTERRUPTED", "OwnerCore", "Stop", "Turn"]
+
+#: The error of a turn an owner closes on opening, as its holder stopped mid-turn (a takeover).
+INTERRUPTED: Final = "interrupted: the owner stopped mid-turn"
 
 _TURN = Target.NEXT_TURN
 _NO_PROGRESS = ("a turn claimed none of the messages that woke it; "
@@ -155,7 +159,7 @@ class OwnerCore:
             for call in open_calls(session.transcript)
         ]
         return [*answers, TurnEnded(turn=session.turn, steps=session.step, reason="error",
-                                    error="interrupted: the owner stopped mid-turn")]
+                                    error=INTERRUPTED)]
 
     def arrived(self, events: Sequence[Event], session: Session) -> bool:
         """A batch was folded in (``session`` includes it): whether to start a run now.

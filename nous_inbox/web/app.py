@@ -21,6 +21,8 @@ Endpoints (every ``/api`` call needs ``Authorization: Bearer TOKEN``)::
                                                {"type": "text_delta", "text", "turn", "step"}
     GET  /  and  /sessions/{id}                the list page and a session's page
     GET  /openapi.json                         this API as an OpenAPI 3.1 document (no token)
+    GET  /healthz, /readyz, /metrics           liveness, readiness, Prometheus text: no token
+                                               (:mod:`nous_inbox.web.probes`)
 
 Every route is declared once, in :data:`nous_inbox.web.routes.ROUTES`: the app serves and checks
 what the table declares, and the document (:mod:`nous_inbox.web.openapi`) is derived from it.

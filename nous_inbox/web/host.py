@@ -52,6 +52,7 @@ from nous_inbox.errors import StreamOwnedError
 from nous_inbox.events import Event, MessageSent, SessionReleased
 from nous_inbox.inbox import is_blank
 from nous_inbox.message import Message
+from nous_inbox.observe.metrics import Metrics
 from nous_inbox.owner.async_owner import AsyncOwner
 from nous_inbox.owner.port import AsyncTurnRunner, request_cancel
 from nous_inbox.owner.receipts import receipt_in, request_withdraw
@@ -106,7 +107,8 @@ class SessionHost:
     ``scan_interval`` is how often the host looks through the store for sessions that want a
     wake and for idle ones to let go (``None``: never; sessions are then taken only by a send);
     ``poll_interval`` is how often an event stream of a session held elsewhere reads the store.
-    ``owner_options`` go to each ``AsyncOwner``.
+    ``owner_options`` go to each ``AsyncOwner``. ``metrics`` counts what the host's owners and
+    store do (:mod:`nous_inbox.observe.metrics`): a registry of the host's own by default.
     """
 
     def __init__(
@@ -119,9 +121,12 @@ class SessionHost:
         scan_interval: float | None = 1.0,
         poll_interval: float = 0.2,
         owner_options: dict[str, Any] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if not callable(agent):
             raise TypeError(f"SessionHost: agent must be a callable factory, got {type(agent).__name__}")
+        if metrics is not None and not isinstance(metrics, Metrics):
+            raise TypeError(f"SessionHost: metrics must be a Metrics, got {type(metrics).__name__}")
         if type(max_sessions) is not int or max_sessions < 1:
             raise ValueError(f"SessionHost: max_sessions must be an int >= 1, got {max_sessions!r}")
         for name, value in (("idle_timeout", idle_timeout), ("poll_interval", poll_interval),
@@ -135,6 +140,9 @@ class SessionHost:
         self._scan_interval = scan_interval
         self._poll_interval = float(poll_interval)
         self._owner_options = dict(owner_options or {})
+        self.metrics = Metrics() if metrics is None else metrics
+        """What the host's owners and store do, for ``/metrics``."""
+        self._untime: Callable[[], None] | None = None  # stops timing the store's appends
         self._owners: dict[str, AsyncOwner] = {}
         self._taking: dict[str, asyncio.Task[AsyncOwner | None]] = {}  # opens under way
         self._seen: dict[str, tuple[int, float]] = {}  # held session -> (version, since when)
@@ -157,6 +165,7 @@ class SessionHost:
         if callable(hear):
             loop = asyncio.get_running_loop()
             self._unhear = hear(lambda stream: loop.call_soon_threadsafe(self._released, stream))
+        self._untime = self.metrics.observe_store(self.store)
         if self._scan_interval is not None:
             self._scanner = asyncio.get_running_loop().create_task(self._scan(), name="nous-inbox scan")
         return self
@@ -176,10 +185,13 @@ class SessionHost:
         await asyncio.gather(*(owner.aclose() for owner in owners), return_exceptions=True)
         if self._io is not None:
             self._io.shutdown(wait=True)
+        if self._untime is not None:
+            self._untime()
 
     @property
     def draining(self) -> bool:
-        """Whether :meth:`drain` began: the host takes no session any more (not ready)."""
+        """Whether :meth:`drain` began: the host takes no session any more, and ``/readyz`` says
+        it is not ready, so a balancer sends its requests elsewhere."""
         return self._draining
 
     async def drain(self, timeout: float = 10.0) -> None:
@@ -390,6 +402,7 @@ class SessionHost:
 
     async def _open(self, session: str) -> AsyncOwner | None:
         owner = AsyncOwner(self.store, session, self._agent(session), **self._owner_options)
+        self.metrics.attach(owner)  # before it opens: a turn its open closes is a takeover
         try:
             await owner.__aenter__()
         except StreamOwnedError:

@@ -25,6 +25,7 @@ from nous_inbox.web.endpoint import Call, Endpoint, Param
 from nous_inbox.web.host import checked_text
 from nous_inbox.web.openapi import STREAM_ITEM, document_response
 from nous_inbox.web.page import page, page_css, page_js
+from nous_inbox.web.probes import Liveness, Readiness, healthz, metrics, readyz
 from nous_inbox.web.schema import (
     CancelAnswer,
     CancelRequest,
@@ -144,6 +145,13 @@ ROUTES: Final[tuple[Endpoint, ...]] = (
                  Param("offset", 0, "The first transcript message to return."),
                  Param("limit", 100, f"How many transcript messages (at most {MAX_PAGE})."))),
     Endpoint("GET", "/openapi.json", openapi, "This document", auth=False, tag="meta"),
+    Endpoint("GET", "/healthz", healthz, "Whether the process lives", answer=Liveness,
+             auth=False, tag="operations"),
+    Endpoint("GET", "/readyz", readyz, "Whether the host takes work", answer=Readiness,
+             auth=False, tag="operations",
+             refuses=((503, "not ready: stopping or draining, or its store does not answer"),)),
+    Endpoint("GET", "/metrics", metrics, "Prometheus metrics", auth=False, tag="operations",
+             media_type="text/plain"),
     Endpoint("GET", "/", page, "The page: the sessions", media_type="text/html", auth=False,
              tag="page"),
     Endpoint("GET", "/sessions/{session}", page, "The page: a session", media_type="text/html",

@@ -68,6 +68,7 @@ async def sse(host: SessionHost, name: str, after: int, keepalive: float, *,
     feeding = loop.create_task(pump())
     stopping = loop.create_task(host.stopping.wait())
     getting: asyncio.Task[Event | TextDelta | None] | None = None
+    host.metrics.reader_opened()
     try:
         yield b": events of this session follow\n\n"
         while not host.stopping.is_set():  # checked after each event too: a backlog waits
@@ -85,6 +86,7 @@ async def sse(host: SessionHost, name: str, after: int, keepalive: float, *,
             elif stopping not in done:
                 yield b": keep-alive\n\n"
     finally:
+        host.metrics.reader_closed()
         waiting = [task for task in (getting, stopping, feeding) if task is not None]
         for task in waiting:
             task.cancel()

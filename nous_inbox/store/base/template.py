@@ -16,9 +16,11 @@ import contextlib
 import hashlib
 import io
 import itertools
+import logging
 import threading
+import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -76,6 +78,7 @@ class StoreBase(abc.ABC):
     _lock_excludes: bool = False
     _lock: threading.Lock | threading.RLock
     _leases: Leases
+    _append_observers: tuple[Callable[[str, int, float], object], ...] = ()
 
     #: Whether the records are the bare events in ``_format`` (the store overrides neither
     #: ``_encode`` nor ``_decode``): set for each subclass as it is defined. Then an event whose
@@ -259,7 +262,27 @@ class StoreBase(abc.ABC):
             with self._lock:
                 self._check_writable()
             return []
-        return self._append_retrying(stream, batch, expected_version, key)
+        start = time.perf_counter()
+        stored = self._append_retrying(stream, batch, expected_version, key)
+        for observe in self._append_observers:
+            try:  # stored: what an observer raises must not read as a failed append
+                observe(stream, len(stored), time.perf_counter() - start)
+            except Exception:
+                logging.getLogger("nous_inbox.store").exception("%s: an append observer failed", self.url)
+        return stored
+
+    def observe_appends(self, callback: Callable[[str, int, float], object]) -> Callable[[], None]:
+        """Call ``callback(stream, events, seconds)`` after each append this store makes (the
+        time a caller waits: checks, proof, write); returns the call that stops it. Metrics use
+        it (:class:`nous_inbox.observe.Metrics`); it runs on the appending thread, so keep it quick."""
+        with self._lock:
+            self._append_observers += (callback,)
+
+        def stop() -> None:
+            with self._lock:
+                self._append_observers = tuple(o for o in self._append_observers if o is not callback)
+
+        return stop
 
     def _append_once(
         self, stream: str, events: Sequence[Event], expected_version: int | None,
