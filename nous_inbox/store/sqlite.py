@@ -51,12 +51,10 @@ Owners. ``own(stream)`` locks ``PATH.owners/<hash>.lock`` next to the database's
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sqlite3
 import threading
 from collections.abc import Iterator
-from types import TracebackType
 from typing import Any, Final
 
 from nous_inbox.codec import DECODE_ERRORS, FORMAT_NAME, MAX_RECORD_SIZE, MSGPACK, Header
@@ -64,12 +62,13 @@ from nous_inbox.errors import ConcurrencyError, DecodeError, StoreError
 from nous_inbox.events import SCHEMA_VERSION, Event
 from nous_inbox.store._safety import check_store_file, read_only_sqlite_uri
 from nous_inbox.store.base import (
+    Moved,
     StoreBase,
-    StoreLockedError,
     check_max_record_size,
     check_stream,
 )
 from nous_inbox.store.lease import Leases
+from nous_inbox.store.sqlite_transaction import ROWS, Transaction, create_private, insert_statement
 
 __all__ = ["SqliteStore"]
 
@@ -85,6 +84,18 @@ _SCHEMA: Final = (
 _SNAPSHOTS: Final = (
     "CREATE TABLE IF NOT EXISTS snapshots ("
     " stream TEXT PRIMARY KEY, seq INTEGER NOT NULL, body BLOB NOT NULL)"
+)
+# Each stream's last move (an append, a delete), numbered across the store in commit order
+# (appends take the write lock first): what Store.moved reads, an index range, not every stream.
+# A store made before it gains it on its next writable open; until then every look is full.
+_MOVES: Final = (
+    "CREATE TABLE IF NOT EXISTS moves (stream TEXT PRIMARY KEY, pos INTEGER NOT NULL)"
+    " WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS moves_pos ON moves (pos)",
+)
+_MOVE: Final = (
+    "INSERT INTO moves (stream, pos) VALUES (?, (SELECT coalesce(max(pos), 0) + 1 FROM moves))"
+    " ON CONFLICT (stream) DO UPDATE SET pos = excluded.pos"
 )
 _COLUMNS: Final = {"meta": ("key", "value"), "events": ("stream", "seq", "body")}
 _TABLES: Final = (
@@ -124,6 +135,7 @@ class SqliteStore(StoreBase):
         self._format = MSGPACK
         self._lock = threading.RLock()
         self._ready = False  # the schema is there (a read-only store may find an empty file)
+        self._moves = False  # the moves table is there (a read-only store of an old file: not)
         self._db: sqlite3.Connection | None = self._connect()
         try:
             with self._unusable():
@@ -148,7 +160,7 @@ class SqliteStore(StoreBase):
                     read_only_sqlite_uri(self.path), uri=True, timeout=self._timeout,
                     isolation_level=None, check_same_thread=False,
                 )
-            _create_private(self.path)
+            create_private(self.path)
             return sqlite3.connect(
                 self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False,
             )
@@ -194,7 +206,9 @@ class SqliteStore(StoreBase):
                     "INSERT INTO meta (key, value) VALUES (?, ?)",
                     [("format", FORMAT_NAME), ("version", str(SCHEMA_VERSION))],
                 )
-        self._ready = True
+            for statement in _MOVES:
+                db.execute(statement)
+        self._ready = self._moves = True
 
     def _check_schema(self, db: sqlite3.Connection) -> bool:
         """Check the tables are ours; ``False`` for a database with no tables at all."""
@@ -269,12 +283,13 @@ class SqliteStore(StoreBase):
         # inserted in one go. Chunks stay far below SQLite's oldest limit on variables (999),
         # and their few shapes stay in the connection's statement cache.
         db = self._connection()
-        for start in range(0, len(events), _ROWS):
-            chunk = events[start:start + _ROWS]
+        for start in range(0, len(events), ROWS):
+            chunk = events[start:start + ROWS]
             params: list[object] = []
-            for event, body in zip(chunk, records[start:start + _ROWS], strict=True):
+            for event, body in zip(chunk, records[start:start + ROWS], strict=True):
                 params += (stream, event.seq, body)
-            db.execute(_insert(len(chunk)), params)
+            db.execute(insert_statement(len(chunk)), params)
+        db.execute(_MOVE, (stream,))
 
     def _read(self, stream: str, after: int) -> Iterator[Event]:
         return self._pages(stream, after)
@@ -342,6 +357,28 @@ class SqliteStore(StoreBase):
                 raise DecodeError(f"{self.url}: a stored stream has an invalid name: {exc}") from None
         return names
 
+    def _moved(self, since: object) -> Moved:
+        if since is not None and (type(since) is not int or since < 0):
+            raise ValueError(f"moved: {since!r} is not a cursor this store gave")
+        with self._failing("listing the streams that moved"):
+            db = self._connection()
+            if not self._has_events(db) or not self._has_moves(db):
+                return Moved(self._stream_names(), None, True)
+            last: int = db.execute("SELECT coalesce(max(pos), 0) FROM moves").fetchone()[0]
+            if since is None or since > last:  # (a cursor of a database since replaced)
+                # The cursor first: a move between the two reads is named again next time.
+                return Moved(self._stream_names(), last, True)
+            rows = db.execute("SELECT stream, pos FROM moves WHERE pos > ? ORDER BY pos",
+                              (since,)).fetchall()
+        return Moved(sorted({name for name, _ in rows}), rows[-1][1] if rows else since, False)
+
+    def _has_moves(self, db: sqlite3.Connection) -> bool:
+        if not self._moves:
+            self._moves = db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'moves'"
+            ).fetchone() is not None
+        return self._moves
+
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
         # One row per stream, replaced (save_snapshot decided it should be): a snapshot is a
         # cache, so its table is made when the first one is saved (a store an older version
@@ -384,6 +421,8 @@ class SqliteStore(StoreBase):
             db = self._connection()
             with self._transaction(db):
                 db.execute("DELETE FROM events WHERE stream = ?", (stream,))
+                if self._has_moves(db):
+                    db.execute(_MOVE, (stream,))
                 if db.execute(
                     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'"
                 ).fetchone() is not None:
@@ -430,63 +469,9 @@ class SqliteStore(StoreBase):
             )
         return last
 
-    def _transaction(self, db: sqlite3.Connection) -> _Transaction:
-        return _Transaction(db, self.url, self._timeout)
-
-
-#: The most rows one INSERT carries (3 variables each).
-_ROWS: Final = 64
-
-
-@functools.cache
-def _insert(rows: int) -> str:
-    return "INSERT INTO events (stream, seq, body) VALUES " + ", ".join(["(?, ?, ?)"] * rows)
+    def _transaction(self, db: sqlite3.Connection) -> Transaction:
+        return Transaction(db, self.url, self._timeout)
 
 
 class _Slow(Exception):
     """A page holds a body that is not bytes or is too large: it is walked row by row."""
-
-
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error; a lock timeout made clear."""
-
-    def __init__(self, db: sqlite3.Connection, url: str, timeout: float) -> None:
-        self._db, self._url, self._timeout = db, url, timeout
-
-    def __enter__(self) -> None:
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise StoreLockedError(
-                    f"{self._url}: another writer held the database for more than "
-                    f"{self._timeout:g}s; nothing was written"
-                ) from None
-            raise
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if kind is None:
-            try:
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        elif self._db.in_transaction:
-            self._db.execute("ROLLBACK")
-
-
-def _create_private(path: str) -> None:
-    # Create the database file ourselves, mode 0600, rather than let SQLite create it with the
-    # umask's mode. SQLite gives the -wal and -shm files the database file's permissions (it
-    # fchmods them to match), so no process-wide umask change is needed.
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        return
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)

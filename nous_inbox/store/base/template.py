@@ -27,6 +27,7 @@ from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
 from nous_inbox.store.base.proof import reads_back
 from nous_inbox.store.base.protocol import (
+    Moved,
     append_identity,
     check_expected_version,
     check_stream,
@@ -122,6 +123,11 @@ class StoreBase(abc.ABC):
     def _close(self) -> None:
         """Release what the store holds (with the lock, on every ``close``: the second and later
         calls must do nothing)."""
+
+    def _moved(self, since: object) -> Moved:
+        """The streams that moved since the cursor ``since`` (see :meth:`moved`): by default
+        always a full answer, correct but costing every stream; each store here overrides it."""
+        return Moved(self._stream_names(), None, True)
 
     def _own(self, stream: str) -> OwnerLease:
         """Take ``stream``'s lease (the name and the store checked): by default from ``_leases``."""
@@ -319,6 +325,12 @@ class StoreBase(abc.ABC):
         with self._lock:
             self._check_open()
             return self._stream_names()
+
+    def moved(self, since: object = None) -> Moved:
+        """The streams that moved since the look that gave ``since``; see :class:`~nous_inbox.store.base.Store`."""
+        with self._lock:
+            self._check_open()
+            return self._moved(since)
 
     def save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
         """Keep ``data`` (an encoded :mod:`~nous_inbox.store.snapshot`) as ``stream``'s snapshot at
