@@ -127,6 +127,8 @@ class SessionHost:
         self._seen: dict[str, tuple[int, float]] = {}  # held session -> (version, since when)
         self._known: dict[str, Session] = {}  # sessions not held here, folded as far as read
         self._retry_at: dict[str, float] = {}  # held elsewhere: when to try its lease again
+        self._cursor: object = None  # the store's cursor after the last scan (None: look at all)
+        self._wanting: set[str] = set()  # seen wanting a wake, not held here: looked at each scan
         self._io: concurrent.futures.ThreadPoolExecutor | None = None
         self._scanner: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
@@ -334,13 +336,20 @@ class SessionHost:
             await asyncio.sleep(self._scan_interval)
 
     async def scan(self) -> None:
-        """One look through the store: take each session that is running (its owner died) or
-        wants a wake and is not held here; let go of held ones idle for ``idle_timeout`` with
-        nothing queued that asks for a wake."""
+        """One look for the sessions that want a wake: take each that is running (its owner
+        died) or wants a wake and is not held here; let go of held ones idle for
+        ``idle_timeout`` with nothing queued that asks for a wake.
+
+        A look reads only what moved since the last (``Store.moved``; the first is a full
+        one), and the sessions last seen wanting a wake that another holds, or that this host
+        could not take: so an idle host over many sessions costs what changed, not what is
+        stored, and a session whose holder died is taken once its lease lets it be."""
         now = time.monotonic()
+        look: set[str] = set()
         for name, owner in list(self._owners.items()):
-            if owner.closed:  # its lease was taken over
+            if owner.closed:  # its lease was taken over, or it failed: looked at again below
                 self._drop(name, owner)
+                look.add(name)
                 continue
             session = owner.session
             version, since = self._seen.get(name, (-1, now))
@@ -353,15 +362,30 @@ class SessionHost:
                 self._drop(name, owner)
                 await owner.aclose()
                 self._known[name] = owner.session
-        for name in await self.call(self.store.streams):
-            if name in self._owners or name in self._taking or self._retry_at.get(name, 0) > now:
+        moved = await self.call(self.store.moved, self._cursor)
+        self._cursor = moved.cursor
+        if moved.full:  # what the host knew of a stream no longer there is let go
+            stored = set(moved.streams)
+            for gone in [name for name in self._known if name not in stored]:
+                del self._known[gone]
+            self._wanting &= stored
+        look.update(moved.streams, self._wanting)
+        for name in sorted(look):
+            if name in self._owners:  # held here: its owner watches it
+                self._wanting.discard(name)
+                continue
+            if name in self._taking or self._retry_at.get(name, 0) > now:
                 continue
             try:
                 known = await self.call(_caught_up, self.store, name, self._known.get(name))
                 self._known[name] = known
                 if known.running or known.inbox.worth_waking():
+                    self._wanting.add(name)  # until it is taken, here or elsewhere
                     await self.take(name)
+                else:
+                    self._wanting.discard(name)
             except Exception:  # one session's failure (its log, its agent) is not the others'
+                self._wanting.add(name)
                 logger.exception("could not take session %r; trying again at the next scan", name)
 
 
@@ -374,6 +398,9 @@ def _caught_up(store: Store, session: str, known: Session | None) -> Session:
     from a snapshot, the first time)."""
     if known is None:
         return load_session(store, session).session
-    if store.version(session) == known.version:
+    version = store.version(session)
+    if version == known.version:
         return known
+    if version < known.version:  # deleted (and begun again) since
+        return load_session(store, session).session
     return replay(store.read(session, known.version), start=known, stream=session)
