@@ -130,7 +130,7 @@ class Counting:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.calls: Counter[str] = Counter()
-        self.streams: set[str] = set()  # the streams named in the calls
+        self.touched: set[str] = set()  # the streams named in the calls
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self.store, name)
@@ -140,7 +140,7 @@ class Counting:
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.calls[name] += 1
             if args and isinstance(args[0], str):
-                self.streams.add(args[0])
+                self.touched.add(args[0])
             return found(*args, **kwargs)
 
         return counted
@@ -155,14 +155,14 @@ def test_an_idle_look_reads_no_session_and_lists_no_stream(store: Store) -> None
         await host.scan()  # the first look is a full one
         assert host.held == []
         counting.calls.clear()
-        counting.streams.clear()
+        counting.touched.clear()
         for _ in range(3):
             await host.scan()
         assert counting.calls == Counter({"moved": 3})
         steer_from_elsewhere(store, "idle-7", "go")
         await host.scan()
         assert host.held == ["idle-7"]
-        assert counting.streams == {"idle-7"}  # that session's log alone was read
+        assert counting.touched == {"idle-7"}  # that session's log alone was read
 
     hosting(cast(Store, counting), check)
 
