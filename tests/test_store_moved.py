@@ -80,3 +80,39 @@ def test_a_sqlite_store_made_before_moves_were_kept_is_read_and_gains_them(tmp_p
         cursor = store.moved().cursor
         note(store, "b")
         assert store.moved(cursor)[::2] == (["b"], False)
+
+
+OLD_LAYOUT = ('DROP INDEX "SCHEMA".nous_inbox_streams_moved; '
+              'ALTER TABLE "SCHEMA".nous_inbox_streams DROP COLUMN moved')
+
+
+def test_a_postgres_store_made_before_moves_were_kept_is_read_and_gains_them(
+        postgres_url: str) -> None:
+    from tests.test_store_postgres import sql
+
+    with open_store(postgres_url) as store:
+        note(store, "a")
+    sql(postgres_url, OLD_LAYOUT)  # the layout an earlier version made
+    with open_store(postgres_url, read_only=True) as old:  # read-only: nothing added
+        first = old.moved()
+        assert (first.streams, first.full) == (["a"], True)
+        assert old.moved(first.cursor).full
+    with open_store(postgres_url) as store:
+        cursor = store.moved().cursor
+        note(store, "b")
+        assert store.moved(cursor)[::2] == (["b"], False)
+
+
+def test_a_role_that_cannot_add_the_moved_column_opens_the_store_and_looks_in_full(
+        postgres_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    from nous_inbox.store.postgres import PostgresStore
+    from tests.test_store_postgres import least_privileged, sql
+
+    with PostgresStore(postgres_url) as store:
+        note(store, "a")
+        schema = store.schema
+    sql(postgres_url, OLD_LAYOUT)
+    with least_privileged(postgres_url, schema) as url, open_store(url) as app:
+        assert "cannot add the streams' moved column" in caplog.text
+        note(app, "b")  # an append works without it
+        assert app.moved(app.moved().cursor)[::2] == (["a", "b"], True)
