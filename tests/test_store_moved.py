@@ -116,3 +116,16 @@ def test_a_role_that_cannot_add_the_moved_column_opens_the_store_and_looks_in_fu
         assert "cannot add the streams' moved column" in caplog.text
         note(app, "b")  # an append works without it
         assert app.moved(app.moved().cursor)[::2] == (["a", "b"], True)
+
+
+def test_a_sqlite_cursor_older_than_the_moves_kept_gets_a_full_look(tmp_path: Path) -> None:
+    with open_store(f"sqlite:{tmp_path / 'busy.sqlite'}") as store:
+        note(store, "a")
+        old = store.moved().cursor
+        burst = [Warned(text="x")] * 4096
+        for _ in range(17):  # a move per event: past the 65,536 kept
+            store.append("b", burst)
+        recent = store.moved(old)
+        assert (recent.streams, recent.full) == (["a", "b"], True)
+        note(store, "c")
+        assert store.moved(recent.cursor)[::2] == (["c"], False)

@@ -85,17 +85,20 @@ _SNAPSHOTS: Final = (
     "CREATE TABLE IF NOT EXISTS snapshots ("
     " stream TEXT PRIMARY KEY, seq INTEGER NOT NULL, body BLOB NOT NULL)"
 )
-# Each stream's last move (an append, a delete), numbered across the store in commit order
-# (appends take the write lock first): what Store.moved reads, an index range, not every stream.
-# A store made before it gains it on its next writable open; until then every look is full.
+# The moves: a row per event appended (by a trigger, so it costs no statement of ours and any
+# writer keeps it) and one per delete, numbered in commit order (a write holds the lock from its
+# BEGIN): what Store.moved reads, a range of row ids, not every stream. A row goes at the end of
+# its table's tree, so an append writes one page more; past _MOVES_KEPT the oldest are let go
+# (a cursor older than what is kept gets a full look). A store made before it gains them on its
+# next writable open; until then every look is a full one.
+_MOVES_KEPT: Final = 65536
 _MOVES: Final = (
-    "CREATE TABLE IF NOT EXISTS moves (stream TEXT PRIMARY KEY, pos INTEGER NOT NULL)"
-    " WITHOUT ROWID",
-    "CREATE INDEX IF NOT EXISTS moves_pos ON moves (pos)",
-)
-_MOVE: Final = (
-    "INSERT INTO moves (stream, pos) VALUES (?, (SELECT coalesce(max(pos), 0) + 1 FROM moves))"
-    " ON CONFLICT (stream) DO UPDATE SET pos = excluded.pos"
+    "CREATE TABLE IF NOT EXISTS moves (pos INTEGER PRIMARY KEY, stream TEXT NOT NULL)",
+    "CREATE TRIGGER IF NOT EXISTS moves_append AFTER INSERT ON events"
+    " BEGIN INSERT INTO moves (stream) VALUES (NEW.stream); END",
+    f"CREATE TRIGGER IF NOT EXISTS moves_kept AFTER INSERT ON moves"
+    f" WHEN NEW.pos % {_MOVES_KEPT // 16} = 0"
+    f" BEGIN DELETE FROM moves WHERE pos <= NEW.pos - {_MOVES_KEPT}; END",
 )
 _COLUMNS: Final = {"meta": ("key", "value"), "events": ("stream", "seq", "body")}
 _TABLES: Final = (
@@ -289,7 +292,6 @@ class SqliteStore(StoreBase):
             for event, body in zip(chunk, records[start:start + ROWS], strict=True):
                 params += (stream, event.seq, body)
             db.execute(insert_statement(len(chunk)), params)
-        db.execute(_MOVE, (stream,))
 
     def _read(self, stream: str, after: int) -> Iterator[Event]:
         return self._pages(stream, after)
@@ -364,13 +366,17 @@ class SqliteStore(StoreBase):
             db = self._connection()
             if not self._has_events(db) or not self._has_moves(db):
                 return Moved(self._stream_names(), None, True)
-            last: int = db.execute("SELECT coalesce(max(pos), 0) FROM moves").fetchone()[0]
-            if since is None or since > last:  # (a cursor of a database since replaced)
-                # The cursor first: a move between the two reads is named again next time.
+            rows = [] if since is None else db.execute(
+                "SELECT stream, max(pos) FROM moves WHERE pos > ? GROUP BY stream", (since,),
+            ).fetchall()
+            first, last = db.execute("SELECT min(pos), coalesce(max(pos), 0) FROM moves").fetchone()
+            # None, a cursor of a database since replaced, or one older than the moves kept (let
+            # go since, maybe before the rows were read): a full look, its cursor read first, so
+            # a move between the two reads is named again next time.
+            if since is None or since > last or (first is not None and since < first - 1):
                 return Moved(self._stream_names(), last, True)
-            rows = db.execute("SELECT stream, pos FROM moves WHERE pos > ? ORDER BY pos",
-                              (since,)).fetchall()
-        return Moved(sorted({name for name, _ in rows}), rows[-1][1] if rows else since, False)
+        cursor = max([pos for _, pos in rows], default=since)
+        return Moved(sorted(name for name, _ in rows), cursor, False)
 
     def _has_moves(self, db: sqlite3.Connection) -> bool:
         if not self._moves:
@@ -422,7 +428,7 @@ class SqliteStore(StoreBase):
             with self._transaction(db):
                 db.execute("DELETE FROM events WHERE stream = ?", (stream,))
                 if self._has_moves(db):
-                    db.execute(_MOVE, (stream,))
+                    db.execute("INSERT INTO moves (stream) VALUES (?)", (stream,))
                 if db.execute(
                     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'"
                 ).fetchone() is not None:
