@@ -10,10 +10,11 @@
 
 All are made on first open. What a later version added beside the first layout (the snapshots
 table, the index that finds an append by its identity, the streams' ``moved`` column and its
-index) is added on the next writable open of an older store; the layout version is unchanged, so older versions still open it. A role without
-CREATE on the schema cannot add them, and is told so in the log: without the snapshots table it
-keeps no snapshots; without the index, finding an append by its identity reads the stream;
-without ``moved``, every look for the streams that moved lists them all.
+index) is added on the next writable open of an older store; the layout version is unchanged,
+so older versions still open it. A role without CREATE on the schema (or not owning the
+tables) cannot add them, and is told so in the log: without the snapshots table it keeps no
+snapshots; without the index, finding an append by its identity reads the stream; without
+``moved``, every look for the streams that moved lists them all.
 
 >>> tables = Tables("agents", "postgresql:///db")
 >>> tables.events
