@@ -30,6 +30,7 @@ SUITES = (
     ("Long sessions: opening from a snapshot against a full replay; send latency as history grows",
      "bench.snapshot_bench"),
     ("The web face: idle sessions, steer to model request over HTTP, SSE fan-out", "bench.web_bench"),
+    ("An idle serve over many stored sessions", "bench.serve_idle"),
     ("Text as it streams: a piece the model produced to a watcher's read", "bench.delta_bench"),
     ("The HTTP API while another session's agent burns the CPU", "bench.spin_bench"),
     ("The cost of metrics per send: an owner counted against one not counted",

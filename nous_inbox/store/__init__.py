@@ -44,6 +44,7 @@ from typing import Final
 from nous_inbox.store.base import (
     MAX_STREAM_NAME,
     STORE_ENV,
+    Moved,
     Store,
     StoreLockedError,
     append_once,
@@ -63,6 +64,7 @@ __all__ = [
     "STORE_ENV",
     "FileStore",
     "MemoryStore",
+    "Moved",
     "OwnerLease",
     "SqliteStore",
     "Store",

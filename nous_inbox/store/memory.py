@@ -27,7 +27,8 @@ import threading
 from collections.abc import Iterator
 
 from nous_inbox.events import Event
-from nous_inbox.store.base import StoreBase
+from nous_inbox.store.base import Moved, StoreBase
+from nous_inbox.store.base.moves import MoveLog
 from nous_inbox.store.lease import Leases
 
 __all__ = ["MemoryStore"]
@@ -47,6 +48,7 @@ class MemoryStore(StoreBase):
         self._lock = threading.Lock()
         self._leases = Leases(self.url, None)
         self._closed = False
+        self._moves = MoveLog()
 
     def __repr__(self) -> str:
         return "MemoryStore(read_only=True)" if self.read_only else "MemoryStore()"
@@ -63,6 +65,7 @@ class MemoryStore(StoreBase):
     def _write(self, stream: str, events: list[Event], records: list[bytes], *,
                batch: object | None = None) -> None:
         self._streams.setdefault(stream, []).extend(events)
+        self._moves.note(stream)
 
     def _read(self, stream: str, after: int) -> Iterator[Event]:
         return iter(self._streams.get(stream, [])[after:])
@@ -72,6 +75,12 @@ class MemoryStore(StoreBase):
 
     def _stream_names(self) -> list[str]:
         return sorted(self._streams)
+
+    def _moved(self, since: object) -> Moved:
+        moved = self._moves.since(since)
+        if moved is None:
+            return Moved(sorted(self._streams), self._moves.cursor(), True)
+        return Moved(moved, self._moves.cursor(), False)
 
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
         self._snapshots[stream] = (seq, data)
@@ -83,6 +92,7 @@ class MemoryStore(StoreBase):
     def _delete(self, stream: str) -> None:
         self._streams.pop(stream, None)
         self._snapshots.pop(stream, None)
+        self._moves.note(stream)
 
     def _close(self) -> None:
         self._closed = True

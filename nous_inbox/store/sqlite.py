@@ -51,12 +51,10 @@ Owners. ``own(stream)`` locks ``PATH.owners/<hash>.lock`` next to the database's
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sqlite3
 import threading
 from collections.abc import Iterator
-from types import TracebackType
 from typing import Any, Final
 
 from nous_inbox.codec import DECODE_ERRORS, FORMAT_NAME, MAX_RECORD_SIZE, MSGPACK, Header
@@ -64,12 +62,13 @@ from nous_inbox.errors import ConcurrencyError, DecodeError, StoreError
 from nous_inbox.events import SCHEMA_VERSION, Event
 from nous_inbox.store._safety import check_store_file, read_only_sqlite_uri
 from nous_inbox.store.base import (
+    Moved,
     StoreBase,
-    StoreLockedError,
     check_max_record_size,
     check_stream,
 )
 from nous_inbox.store.lease import Leases
+from nous_inbox.store.sqlite_transaction import ROWS, Transaction, create_private, insert_statement
 
 __all__ = ["SqliteStore"]
 
@@ -85,6 +84,21 @@ _SCHEMA: Final = (
 _SNAPSHOTS: Final = (
     "CREATE TABLE IF NOT EXISTS snapshots ("
     " stream TEXT PRIMARY KEY, seq INTEGER NOT NULL, body BLOB NOT NULL)"
+)
+# The moves: a row per event appended (by a trigger, so it costs no statement of ours and any
+# writer keeps it) and one per delete, numbered in commit order (a write holds the lock from its
+# BEGIN): what Store.moved reads, a range of row ids, not every stream. A row goes at the end of
+# its table's tree, so an append writes one page more; past _MOVES_KEPT the oldest are let go
+# (a cursor older than what is kept gets a full look). A store made before it gains them on its
+# next writable open; until then every look is a full one.
+_MOVES_KEPT: Final = 65536
+_MOVES: Final = (
+    "CREATE TABLE IF NOT EXISTS moves (pos INTEGER PRIMARY KEY, stream TEXT NOT NULL)",
+    "CREATE TRIGGER IF NOT EXISTS moves_append AFTER INSERT ON events"
+    " BEGIN INSERT INTO moves (stream) VALUES (NEW.stream); END",
+    f"CREATE TRIGGER IF NOT EXISTS moves_kept AFTER INSERT ON moves"
+    f" WHEN NEW.pos % {_MOVES_KEPT // 16} = 0"
+    f" BEGIN DELETE FROM moves WHERE pos <= NEW.pos - {_MOVES_KEPT}; END",
 )
 _COLUMNS: Final = {"meta": ("key", "value"), "events": ("stream", "seq", "body")}
 _TABLES: Final = (
@@ -124,6 +138,7 @@ class SqliteStore(StoreBase):
         self._format = MSGPACK
         self._lock = threading.RLock()
         self._ready = False  # the schema is there (a read-only store may find an empty file)
+        self._moves = False  # the moves table is there (a read-only store of an old file: not)
         self._db: sqlite3.Connection | None = self._connect()
         try:
             with self._unusable():
@@ -148,7 +163,7 @@ class SqliteStore(StoreBase):
                     read_only_sqlite_uri(self.path), uri=True, timeout=self._timeout,
                     isolation_level=None, check_same_thread=False,
                 )
-            _create_private(self.path)
+            create_private(self.path)
             return sqlite3.connect(
                 self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False,
             )
@@ -194,7 +209,9 @@ class SqliteStore(StoreBase):
                     "INSERT INTO meta (key, value) VALUES (?, ?)",
                     [("format", FORMAT_NAME), ("version", str(SCHEMA_VERSION))],
                 )
-        self._ready = True
+            for statement in _MOVES:
+                db.execute(statement)
+        self._ready = self._moves = True
 
     def _check_schema(self, db: sqlite3.Connection) -> bool:
         """Check the tables are ours; ``False`` for a database with no tables at all."""
@@ -269,12 +286,12 @@ class SqliteStore(StoreBase):
         # inserted in one go. Chunks stay far below SQLite's oldest limit on variables (999),
         # and their few shapes stay in the connection's statement cache.
         db = self._connection()
-        for start in range(0, len(events), _ROWS):
-            chunk = events[start:start + _ROWS]
+        for start in range(0, len(events), ROWS):
+            chunk = events[start:start + ROWS]
             params: list[object] = []
-            for event, body in zip(chunk, records[start:start + _ROWS], strict=True):
+            for event, body in zip(chunk, records[start:start + ROWS], strict=True):
                 params += (stream, event.seq, body)
-            db.execute(_insert(len(chunk)), params)
+            db.execute(insert_statement(len(chunk)), params)
 
     def _read(self, stream: str, after: int) -> Iterator[Event]:
         return self._pages(stream, after)
@@ -342,6 +359,32 @@ class SqliteStore(StoreBase):
                 raise DecodeError(f"{self.url}: a stored stream has an invalid name: {exc}") from None
         return names
 
+    def _moved(self, since: object) -> Moved:
+        if since is not None and (type(since) is not int or since < 0):
+            raise ValueError(f"moved: {since!r} is not a cursor this store gave")
+        with self._failing("listing the streams that moved"):
+            db = self._connection()
+            if not self._has_events(db) or not self._has_moves(db):
+                return Moved(self._stream_names(), None, True)
+            rows = [] if since is None else db.execute(
+                "SELECT stream, max(pos) FROM moves WHERE pos > ? GROUP BY stream", (since,),
+            ).fetchall()
+            first, last = db.execute("SELECT min(pos), coalesce(max(pos), 0) FROM moves").fetchone()
+            # None, a cursor of a database since replaced, or one older than the moves kept (let
+            # go since, maybe before the rows were read): a full look, its cursor read first, so
+            # a move between the two reads is named again next time.
+            if since is None or since > last or (first is not None and since < first - 1):
+                return Moved(self._stream_names(), last, True)
+        cursor = max([pos for _, pos in rows], default=since)
+        return Moved(sorted(name for name, _ in rows), cursor, False)
+
+    def _has_moves(self, db: sqlite3.Connection) -> bool:
+        if not self._moves:
+            self._moves = db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'moves'"
+            ).fetchone() is not None
+        return self._moves
+
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
         # One row per stream, replaced (save_snapshot decided it should be): a snapshot is a
         # cache, so its table is made when the first one is saved (a store an older version
@@ -384,6 +427,8 @@ class SqliteStore(StoreBase):
             db = self._connection()
             with self._transaction(db):
                 db.execute("DELETE FROM events WHERE stream = ?", (stream,))
+                if self._has_moves(db):
+                    db.execute("INSERT INTO moves (stream) VALUES (?)", (stream,))
                 if db.execute(
                     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'"
                 ).fetchone() is not None:
@@ -430,63 +475,9 @@ class SqliteStore(StoreBase):
             )
         return last
 
-    def _transaction(self, db: sqlite3.Connection) -> _Transaction:
-        return _Transaction(db, self.url, self._timeout)
-
-
-#: The most rows one INSERT carries (3 variables each).
-_ROWS: Final = 64
-
-
-@functools.cache
-def _insert(rows: int) -> str:
-    return "INSERT INTO events (stream, seq, body) VALUES " + ", ".join(["(?, ?, ?)"] * rows)
+    def _transaction(self, db: sqlite3.Connection) -> Transaction:
+        return Transaction(db, self.url, self._timeout)
 
 
 class _Slow(Exception):
     """A page holds a body that is not bytes or is too large: it is walked row by row."""
-
-
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error; a lock timeout made clear."""
-
-    def __init__(self, db: sqlite3.Connection, url: str, timeout: float) -> None:
-        self._db, self._url, self._timeout = db, url, timeout
-
-    def __enter__(self) -> None:
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise StoreLockedError(
-                    f"{self._url}: another writer held the database for more than "
-                    f"{self._timeout:g}s; nothing was written"
-                ) from None
-            raise
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if kind is None:
-            try:
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        elif self._db.in_transaction:
-            self._db.execute("ROLLBACK")
-
-
-def _create_private(path: str) -> None:
-    # Create the database file ourselves, mode 0600, rather than let SQLite create it with the
-    # umask's mode. SQLite gives the -wal and -shm files the database file's permissions (it
-    # fchmods them to match), so no process-wide umask change is needed.
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        return
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)

@@ -49,7 +49,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, TypeVar
 
 from nous_inbox.errors import StreamOwnedError
-from nous_inbox.events import Event, MessageSent, SessionReleased
+from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import is_blank
 from nous_inbox.message import Message
 from nous_inbox.observe.metrics import Metrics
@@ -60,12 +60,13 @@ from nous_inbox.owner.turn_result import AsyncTurnHandle
 from nous_inbox.receipts import Receipt
 from nous_inbox.runner.deltas import TextDelta
 from nous_inbox.runner.tracing import carried
-from nous_inbox.session import Session, replay
+from nous_inbox.session import Session
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
 from nous_inbox.store.journal import send_to
 from nous_inbox.store.snapshot import load_session
 from nous_inbox.verbs import as_verb
+from nous_inbox.web.reads import caught_up, read_after, released_last
 
 __all__ = ["FAIR_SPREAD", "AgentFactory", "SessionHost", "checked_text"]
 
@@ -148,6 +149,8 @@ class SessionHost:
         self._seen: dict[str, tuple[int, float]] = {}  # held session -> (version, since when)
         self._known: dict[str, Session] = {}  # sessions not held here, folded as far as read
         self._retry_at: dict[str, float] = {}  # held elsewhere: when to try its lease again
+        self._cursor: object = None  # the store's cursor after the last scan (None: look at all)
+        self._wake_wanted: set[str] = set()  # seen wanting a wake, not held here: looked at each scan
         self._io: concurrent.futures.ThreadPoolExecutor | None = None
         self._scanner: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
@@ -243,10 +246,10 @@ class SessionHost:
 
     async def _want(self, name: str, ahead: int, handed_over: bool) -> None:
         try:
-            known = await self.call(_caught_up, self.store, name, self._known.get(name))
+            known = await self.call(caught_up, self.store, name, self._known.get(name))
             self._known[name] = known
             if not (known.running or known.inbox.worth_waking()) and not (
-                    handed_over and await self.call(_released_last, self.store, name, known)):
+                    handed_over and await self.call(released_last, self.store, name, known)):
                 return
             load = (len(self._owners) + ahead) / self.max_sessions
             if load:
@@ -375,7 +378,7 @@ class SessionHost:
                         yield item
                 continue
             taken = self._taken
-            events = await self.call(_read, self.store, session, last)
+            events = await self.call(read_after, self.store, session, last)
             for event in events:
                 last = event.seq
                 yield event
@@ -436,13 +439,20 @@ class SessionHost:
             await asyncio.sleep(self._scan_interval)
 
     async def scan(self) -> None:
-        """One look through the store: take each session that is running (its owner died) or
-        wants a wake and is not held here; let go of held ones idle for ``idle_timeout`` with
-        nothing queued that asks for a wake."""
+        """One look for the sessions that want a wake: take each that is running (its owner
+        died) or wants a wake and is not held here; let go of held ones idle for
+        ``idle_timeout`` with nothing queued that asks for a wake.
+
+        A look reads only what moved since the last (``Store.moved``; the first is a full
+        one), and the sessions last seen wanting a wake that another holds, or that this host
+        could not take: so an idle host over many sessions costs what changed, not what is
+        stored, and a session whose holder died is taken once its lease lets it be."""
         now = time.monotonic()
+        look: set[str] = set()
         for name, owner in list(self._owners.items()):
-            if owner.closed:  # its lease was taken over
+            if owner.closed:  # its lease was taken over, or it failed: looked at again below
                 self._drop(name, owner)
+                look.add(name)
                 continue
             session = owner.session
             version, since = self._seen.get(name, (-1, now))
@@ -455,33 +465,28 @@ class SessionHost:
                 self._drop(name, owner)
                 await owner.aclose()
                 self._known[name] = owner.session
-        for name in await self.call(self.store.streams):
-            if name in self._owners or name in self._taking or self._retry_at.get(name, 0) > now:
+        moved = await self.call(self.store.moved, self._cursor)
+        self._cursor = moved.cursor
+        if moved.full:  # what the host knew of a stream no longer there is let go
+            stored = set(moved.streams)
+            for gone in [name for name in self._known if name not in stored]:
+                del self._known[gone]
+            self._wake_wanted &= stored
+        look.update(moved.streams, self._wake_wanted)
+        for name in sorted(look):
+            if name in self._owners:  # held here: its owner watches it
+                self._wake_wanted.discard(name)
+                continue
+            if name in self._taking or self._retry_at.get(name, 0) > now:
                 continue
             try:
-                known = await self.call(_caught_up, self.store, name, self._known.get(name))
+                known = await self.call(caught_up, self.store, name, self._known.get(name))
                 self._known[name] = known
                 if known.running or known.inbox.worth_waking():
+                    self._wake_wanted.add(name)  # until it is taken, here or elsewhere
                     self.want(name)  # at once, or after the pool's fair delay
+                else:
+                    self._wake_wanted.discard(name)
             except Exception:  # one session's failure (its log, its agent) is not the others'
+                self._wake_wanted.add(name)
                 logger.exception("could not take session %r; trying again at the next scan", name)
-
-
-def _released_last(store: Store, session: str, known: Session) -> bool:
-    """Whether the last event of ``session`` (as far as ``known``) is a ``SessionReleased``."""
-    last = list(store.read(session, known.version - 1)) if known.version else []
-    return bool(last) and type(last[-1]) is SessionReleased
-
-
-def _read(store: Store, session: str, after: int) -> list[Event]:
-    return list(store.read(session, after))
-
-
-def _caught_up(store: Store, session: str, known: Session | None) -> Session:
-    """``known`` with every event the store has after it folded in (replayed from the start, or
-    from a snapshot, the first time)."""
-    if known is None:
-        return load_session(store, session).session
-    if store.version(session) == known.version:
-        return known
-    return replay(store.read(session, known.version), start=known, stream=session)

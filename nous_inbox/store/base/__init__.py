@@ -56,6 +56,7 @@ anything else is a ``ValueError`` naming it.
 from nous_inbox.codec import MAX_STREAM_NAME
 from nous_inbox.store.base.protocol import (
     STORE_ENV,
+    Moved,
     Store,
     StoreLockedError,
     append_identity,
@@ -70,6 +71,7 @@ from nous_inbox.store.base.template import StoreBase
 __all__ = [
     "MAX_STREAM_NAME",
     "STORE_ENV",
+    "Moved",
     "Store",
     "StoreBase",
     "StoreLockedError",

@@ -4,22 +4,27 @@ For the two events every message makes (its send and its claim), :func:`reads_ba
 exact type and range of each field instead of decoding (the checks msgspec's decoder would
 make); everything else is decoded and compared by the template (:meth:`StoreBase._prove
 <nous_inbox.store.base.template.StoreBase._prove>`). The proof names every field it judges, and
-refuses to import when a judged type gains one it does not name.
+refuses to import when a judged type gains one it does not name. The batch's digest (how a
+retried append is recognised) and the refusal of an event no log format can hold live here too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
 
+from nous_inbox.codec import JSON_LINES, MSGPACK
 from nous_inbox.events import Event, MessageSent, QueueClaimed
 from nous_inbox.message import ROLES, Message
 from nous_inbox.verbs import Target
 
-__all__ = ["PROVEN_FIELDS", "check_proof", "reads_back"]
+__all__ = [
+    "PROVEN_FIELDS", "batch_digest", "check_proof", "first_unencodable", "reads_back", "refused",
+]
 
 _INF: Final = math.inf
 _NO_METADATA: Final = next(f.default for f in msgspec.structs.fields(Message)
@@ -99,3 +104,33 @@ def check_proof(proven_fields: Mapping[type[msgspec.Struct], frozenset[str]]) ->
 
 
 check_proof(PROVEN_FIELDS)
+
+
+def batch_digest(records: list[bytes]) -> bytes:
+    """What tells a batch of records from any other: their lengths and bytes, hashed."""
+    digest = hashlib.blake2b(digest_size=16)
+    for record in records:
+        digest.update(len(record).to_bytes(8, "big"))
+        digest.update(record)
+    return digest.digest()
+
+
+def first_unencodable(events: list[Event]) -> int:
+    """The index of the first event either log format cannot encode (0 when every one encodes)."""
+    for i, event in enumerate(events):
+        try:
+            JSON_LINES.encode(event)
+            MSGPACK.encode(event)
+        except (TypeError, ValueError, OverflowError, RecursionError):
+            return i
+    return 0
+
+
+def refused(stream: str, index: int, event: Event, exc: BaseException) -> Exception:
+    """The error refusing ``events[index]`` of an append to ``stream``, which ``exc`` stopped."""
+    reason = "nested too deeply to encode or decode" if isinstance(exc, RecursionError) else str(exc)
+    cls = TypeError if isinstance(exc, TypeError) else ValueError
+    return cls(
+        f"append to {stream!r}: events[{index}] ({type(event).__name__}) cannot be stored: "
+        f"{reason}; nothing was written"
+    )

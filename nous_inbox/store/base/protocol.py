@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Protocol, cast, runtime_checkable
+from typing import Any, Final, NamedTuple, Protocol, cast, runtime_checkable
 
 import msgspec
 
@@ -31,6 +31,7 @@ from nous_inbox.store.lease import OwnerLease
 
 __all__ = [
     "STORE_ENV",
+    "Moved",
     "Store",
     "StoreLockedError",
     "append_identity",
@@ -59,6 +60,21 @@ _IDENTITIES: Final = uuid.UUID("5a0a5b9e-6f1e-4c56-9d1e-6e6f75732d69")
 
 class StoreLockedError(ConcurrencyError):
     """Another writer held the store for longer than the lock timeout; nothing was written."""
+
+
+class Moved(NamedTuple):
+    """What :meth:`Store.moved` answers: the streams that moved, and the cursor of this look.
+
+    ``full``: ``streams`` is every stream that has events (the first look, or one the store
+    could not answer from its cursor); else only those whose log changed since.
+
+    >>> Moved(["s1"], 7, False).streams
+    ['s1']
+    """
+
+    streams: list[str]
+    cursor: object
+    full: bool
 
 
 @runtime_checkable
@@ -95,6 +111,18 @@ class Store(Protocol):
 
     def streams(self) -> list[str]:
         """The names of the streams that have events, sorted."""
+
+    def moved(self, since: object = None) -> Moved:
+        """The streams whose log changed (an append, a delete) since the look that gave the
+        cursor ``since``, sorted, with the cursor for the next look: what a host polls to find
+        the sessions that want a wake, so it costs what changed, not what is stored.
+
+        ``since=None`` (the first look), or a cursor the store can no longer answer from (its
+        file was rewritten by a delete), gives a full answer (``full=True``): every stream that
+        has events. An answer may name a stream that did not change; it never misses one that
+        did, whichever store instance or process wrote it. A cursor is opaque: pass back what
+        the last answer of this store gave (another is a ``ValueError``).
+        """
 
     def delete(self, stream: str) -> None:
         """Remove ``stream``'s events and snapshot, all at once; nothing for an unknown stream.

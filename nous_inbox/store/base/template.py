@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import hashlib
 import io
 import itertools
 import logging
@@ -27,8 +26,9 @@ from typing import Any, Final, Self
 from nous_inbox.codec import DECODE_ERRORS, JSON_LINES, MAX_RECORD_SIZE, MSGPACK, LogFormat
 from nous_inbox.errors import DecodeError, RecordTooLargeError, StoreError
 from nous_inbox.events import Event
-from nous_inbox.store.base.proof import reads_back
+from nous_inbox.store.base.proof import batch_digest, first_unencodable, reads_back, refused
 from nous_inbox.store.base.protocol import (
+    Moved,
     append_identity,
     check_expected_version,
     check_stream,
@@ -126,6 +126,11 @@ class StoreBase(abc.ABC):
         """Release what the store holds (with the lock, on every ``close``: the second and later
         calls must do nothing)."""
 
+    def _moved(self, since: object) -> Moved:
+        """The streams that moved since the cursor ``since`` (see :meth:`moved`): by default
+        always a full answer, correct but costing every stream; each store here overrides it."""
+        return Moved(self._stream_names(), None, True)
+
     def _own(self, stream: str) -> OwnerLease:
         """Take ``stream``'s lease (the name and the store checked): by default from ``_leases``."""
         return self._leases.own(stream)
@@ -168,7 +173,7 @@ class StoreBase(abc.ABC):
         found = list(itertools.islice(self._read(stream, first - 1), count))
         if len(found) != count or found[0].seq != first:
             return None
-        return found if _digest(self._encode(stream, found)) == digest else None
+        return found if batch_digest(self._encode(stream, found)) == digest else None
 
     def _remember_batch(self, stream: str, identity: uuid.UUID, stored: list[Event],
                         records: list[bytes]) -> None:
@@ -178,7 +183,7 @@ class StoreBase(abc.ABC):
             "_batches", {})
         if len(kept) >= _BATCHES_KEPT:
             del kept[next(iter(kept))]
-        kept[(stream, identity)] = (stored[0].seq, len(stored), _digest(records))
+        kept[(stream, identity)] = (stored[0].seq, len(stored), batch_digest(records))
 
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
         """Keep ``data`` as ``stream``'s snapshot at ``seq`` in place of whatever is kept;
@@ -343,6 +348,12 @@ class StoreBase(abc.ABC):
             self._check_open()
             return self._stream_names()
 
+    def moved(self, since: object = None) -> Moved:
+        """The streams that moved since the look that gave ``since``; see :class:`~nous_inbox.store.base.Store`."""
+        with self._lock:
+            self._check_open()
+            return self._moved(since)
+
     def save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
         """Keep ``data`` (an encoded :mod:`~nous_inbox.store.snapshot`) as ``stream``'s snapshot at
         ``seq``; whether it was written.
@@ -442,8 +453,8 @@ class StoreBase(abc.ABC):
                 for event in events:
                     MSGPACK.encode(event)
         except (TypeError, ValueError, OverflowError, RecursionError) as exc:  # incl. Unicode...
-            index = _first_unencodable(events)
-            raise _refused(stream, index, events[index], exc) from None
+            index = first_unencodable(events)
+            raise refused(stream, index, events[index], exc) from None
         limit = self.max_record_size
         decode = self._decode
         bare = self._bare_records
@@ -460,40 +471,10 @@ class StoreBase(abc.ABC):
             try:
                 back = decode(stream, record)
             except (DecodeError, TypeError, ValueError, RecursionError) as exc:
-                raise _refused(stream, i, event, exc) from None
+                raise refused(stream, i, event, exc) from None
             if back != event:
                 raise ValueError(
                     f"append to {stream!r}: events[{i}] ({type(event).__name__}) would not read "
                     f"back equal (stored as {back!r}); nothing was written"
                 )
         return records
-
-
-def _digest(records: list[bytes]) -> bytes:
-    """What tells a batch of records from any other: their lengths and bytes, hashed."""
-    digest = hashlib.blake2b(digest_size=16)
-    for record in records:
-        digest.update(len(record).to_bytes(8, "big"))
-        digest.update(record)
-    return digest.digest()
-
-
-def _first_unencodable(events: list[Event]) -> int:
-    """The index of the first event either log format cannot encode (0 when every one encodes)."""
-    for i, event in enumerate(events):
-        try:
-            JSON_LINES.encode(event)
-            MSGPACK.encode(event)
-        except (TypeError, ValueError, OverflowError, RecursionError):
-            return i
-    return 0
-
-
-def _refused(stream: str, index: int, event: Event, exc: BaseException) -> Exception:
-    """The error refusing ``events[index]`` of an append to ``stream``, which ``exc`` stopped."""
-    reason = "nested too deeply to encode or decode" if isinstance(exc, RecursionError) else str(exc)
-    cls = TypeError if isinstance(exc, TypeError) else ValueError
-    return cls(
-        f"append to {stream!r}: events[{index}] ({type(event).__name__}) cannot be stored: "
-        f"{reason}; nothing was written"
-    )

@@ -40,6 +40,7 @@ from nous_inbox.codec import DECODE_ERRORS
 from nous_inbox.errors import DecodeError
 from nous_inbox.events import Event
 from nous_inbox.store.base import check_stream
+from nous_inbox.store.base.moves import MoveLog
 from nous_inbox.store.file.log import RECORD_DECODER, LogFile
 
 __all__ = ["CACHED_STREAMS", "StreamIndex", "envelope"]
@@ -86,6 +87,13 @@ class StreamIndex(LogFile):
         self._stray: dict[str, int] = {}  # stream -> a line of it without the usual envelope
         self._stray_bad: tuple[int, str] | None = None  # a line without envelope, undecodable
         self._holes: set[int] = set()  # lines of NULs a torn append left, already reported
+        # The streams seen to move since: a new file (a delete's copy) is read afresh, so what
+        # moved before is forgotten and a host's next look is a full one.
+        moves: MoveLog | None = self.__dict__.get("_moves")
+        if moves is None:
+            self._moves = MoveLog()
+        else:
+            moves.forget()
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -128,6 +136,7 @@ class StreamIndex(LogFile):
         self._evicted = {}
         self._names = None
         self._counts = {}
+        self._moves.forget()
 
     def _take_in(self, start: int, end: int) -> None:
         """Take in the complete appends of ``[start, end)`` that others wrote since the last
@@ -187,6 +196,7 @@ class StreamIndex(LogFile):
                 if names is not None:
                     names.add(stream)
                     self._counts[stream] = record.event.seq if log is None else len(log)
+                self._moves.note(stream)
                 self._end = offset
             pos += cut
 

@@ -16,7 +16,7 @@ from nous_inbox.codec import DECODE_ERRORS, JSON_LINES, MAX_RECORD_SIZE, Record
 from nous_inbox.errors import DecodeError
 from nous_inbox.events import Event
 from nous_inbox.store._snapshots import SnapshotFiles
-from nous_inbox.store.base import StoreBase, check_max_record_size
+from nous_inbox.store.base import Moved, StoreBase, check_max_record_size
 from nous_inbox.store.file.index import StreamIndex, envelope
 from nous_inbox.store.file.log import RECORD_DECODER, sync_directory
 from nous_inbox.store.lease import Leases
@@ -150,6 +150,7 @@ class FileStore(StreamIndex, StoreBase):
         if self._names is not None:
             self._names.add(stream)
             self._counts[stream] = events[-1].seq
+        self._moves.note(stream)
         self._end += len(data)
         self._seen = self._stat()
 
@@ -174,6 +175,16 @@ class FileStore(StreamIndex, StoreBase):
         if self._names is None:
             self._names = self._scan_names()
         return sorted(self._names)
+
+    def _moved(self, since: object) -> Moved:
+        # What others appended since the last look is taken in (noted as it is read), so a
+        # look reads the file's new tail, never the whole file again.
+        self._catch_up()
+        moved = self._moves.since(since)
+        if moved is None:
+            names = self._stream_names()
+            return Moved(names, self._moves.cursor(), True)
+        return Moved(moved, self._moves.cursor(), False)
 
     def _save_snapshot(self, stream: str, seq: int, data: bytes) -> bool:
         return self._snapshots.save(stream, seq, data)

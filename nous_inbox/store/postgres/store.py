@@ -34,7 +34,7 @@ from psycopg.pq import TransactionStatus
 from nous_inbox.codec import MAX_RECORD_SIZE, MSGPACK
 from nous_inbox.errors import DecodeError, LeaseLostError, OutcomeUnknownError, StoreError
 from nous_inbox.events import Event
-from nous_inbox.store.base import StoreBase, check_max_record_size
+from nous_inbox.store.base import Moved, StoreBase, check_max_record_size
 from nous_inbox.store.postgres.lease import Background, Leasing, PostgresLease
 from nous_inbox.store.postgres.schema import Tables
 from nous_inbox.store.postgres.url import (
@@ -270,8 +270,9 @@ class PostgresStore(Leasing, StoreBase):
         """The second round trip: move the stream row on, insert the events with the batch's
         identity (one statement however many), notify, and commit."""
         self._local.committing = True
+        moved = ", moved = pg_current_xact_id()" if self.tables.moves else ""
         ClientCursor(self._local.db).execute(
-            f"UPDATE {self.tables.streams} SET version = %s WHERE stream = %s; "
+            f"UPDATE {self.tables.streams} SET version = %s{moved} WHERE stream = %s; "
             f"INSERT INTO {self.tables.events} (stream, seq, body, batch) "
             f"SELECT %s, u.seq, u.body, %s FROM unnest(%s::bigint[], %s::bytea[]) AS u(seq, body); "
             f"SELECT pg_notify(%s, %s); COMMIT",
@@ -299,7 +300,9 @@ class PostgresStore(Leasing, StoreBase):
                 db.execute(f"DELETE FROM {tables.events} WHERE stream = %s", (stream,))
                 with contextlib.suppress(psycopg.errors.UndefinedTable), db.transaction():
                     db.execute(f"DELETE FROM {tables.snapshots} WHERE stream = %s", (stream,))
-                db.execute(f"UPDATE {tables.streams} SET version = 0 WHERE stream = %s", (stream,))
+                moved = ", moved = pg_current_xact_id()" if tables.moves else ""
+                db.execute(f"UPDATE {tables.streams} SET version = 0{moved} WHERE stream = %s",
+                           (stream,))
                 db.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
                 committed.append(True)  # leaving the block sends the COMMIT
 
@@ -355,6 +358,31 @@ class PostgresStore(Leasing, StoreBase):
                                   f"ORDER BY stream").fetchall(),
         )
         return [name for (name,) in rows]
+
+    def _moved(self, since: object) -> Moved:
+        """The rows moved by a transaction this look may not have seen: the cursor is the
+        oldest transaction still running when the last look began (every older one had ended,
+        so its rows were read then), so a transaction that commits late is never missed, and
+        one running long only names its streams again until it ends."""
+        if since is not None and (type(since) is not int or since < 0):
+            raise ValueError(f"moved: {since!r} is not a cursor this store gave")
+        if not self.tables.moves:
+            return Moved(self._stream_names(), None, True)
+        streams = self.tables.streams
+
+        def look(db: psycopg.Connection[Any]) -> Moved:
+            row: Any = db.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").fetchone()
+            cursor = int(row[0])
+            if since is None or since > cursor:  # (a cursor of another database)
+                names = db.execute(f"SELECT stream FROM {streams} WHERE version > 0 "
+                                   f"ORDER BY stream").fetchall()
+                return Moved([name for (name,) in names], cursor, True)
+            rows = db.execute(f"SELECT stream FROM {streams} WHERE moved >= %s::text::xid8 "
+                              f"ORDER BY stream", (str(since),)).fetchall()
+            return Moved([name for (name,) in rows], cursor, False)
+
+        moved: Moved = self._retrying("listing the streams that moved", look)
+        return moved
 
     def _row(self, stream: str, seq: int, body: Any) -> Event:
         where = f"{self.url} stream {stream!r} seq {seq}"
