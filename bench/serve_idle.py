@@ -27,11 +27,8 @@ import argparse
 import contextlib
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -39,14 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.web_serve import resident
+from bench import web_serve
+from bench.web_serve import TOKEN, resident
 from nous_inbox.events import MessageSent
 from nous_inbox.message import Message
 from nous_inbox.store import open_store
 from nous_inbox.verbs import Target
 
 ROOT = Path(__file__).resolve().parent.parent
-TOKEN = "bench-token-0000"
 WAIT = 900.0  # seconds: a bound on what should end (a first look at 100,000), never a pause
 SENTINEL = "zzzz-sentinel"
 
@@ -94,44 +91,14 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-@contextlib.contextmanager
-def _serve(url: str, code: Path, directory: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    env = {**os.environ, "PYTHONPATH": str(code), "NOUS_INBOX_SCRIPTED_STEPS": "1",
-           "NOUS_INBOX_SCRIPTED_STEP_SECONDS": "0"}
-    errors = directory / "serve.stderr"
-    with open(errors, "w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "nous_inbox", "serve", "--store", url, "--port", "0",
-             "--token", TOKEN, "--agent", "nous_inbox.web.scripted:agent"],
-            stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=code, env=env)
-    try:
-        line: list[str] = []
-        reader = threading.Thread(target=lambda: line.append(process.stdout.readline()),  # type: ignore[union-attr]
-                                  daemon=True)
-        reader.start()
-        reader.join(120)
-        if not line or "http://" not in line[0]:
-            raise RuntimeError(f"serve printed no address: {line!r} {errors.read_text()[-2000:]}")
-        yield process, line[0].split()[2]
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
-
-
 def measure(url: str, sessions: int, settle: float, code: Path, run: int) -> Idle:
     """Start ``serve`` from ``code`` on ``url`` (seeded with ``sessions`` idle sessions), wait for
     its first look to end, and read it over ``settle`` quiet seconds."""
     import httpx
 
     sentinel = _sentinel(url, run)
-    with tempfile.TemporaryDirectory() as tmp, _serve(url, code, Path(tmp)) as (process, address), \
+    with tempfile.TemporaryDirectory() as tmp, web_serve.serving(Path(tmp), store=url, code=code, steps=1,
+                                                      idle_timeout=None) as (process, address), \
             httpx.Client(base_url=address, headers={"Authorization": f"Bearer {TOKEN}"},
                          timeout=120) as client:
         started = time.perf_counter()
@@ -237,6 +204,8 @@ def render(rows: list[Idle], settle: float, code: Path = ROOT) -> str:
 
 def run(quick: bool = False, large: bool = False, code: Path = ROOT) -> str:
     """Measure and render (``python -m bench``'s entry)."""
+    sizes: tuple[int, ...]
+    kinds: tuple[str, ...]
     if quick:
         sizes, settle, kinds = (500,), 2.0, ("sqlite",)
     else:

@@ -84,28 +84,35 @@ def _cpu(pid: int) -> float:
 
 
 @contextmanager
-def serving(directory: Path, max_sessions: int, agent: str = "nous_inbox.web.scripted:agent",
+def serving(directory: Path, max_sessions: int | None = None,
+            agent: str = "nous_inbox.web.scripted:agent", *, store: str | None = None,
+            code: Path = ROOT, steps: int = STEPS, idle_timeout: float | None = 86400,
             ) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``nous-inbox serve`` on a store in ``directory`` and a free loopback port, hosting
-    ``agent`` (a ``--agent`` spec; a module of ``bench`` is importable): the process and its
-    address. Its stderr goes to a file there (a pipe nobody reads could fill and stall it)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NOUS_INBOX_SCRIPTED_STEPS": str(STEPS),
+    """``nous-inbox serve`` from the checkout ``code`` on ``store`` (a ``sqlite:`` file in
+    ``directory`` by default) and a free loopback port, hosting ``agent`` (a ``--agent`` spec; a
+    module of ``bench`` is importable; the scripted agent reads ``steps`` logs a task): the
+    process and its address. ``max_sessions`` and ``idle_timeout`` are serve's options (``None``:
+    its defaults). Its stderr goes to a file in ``directory`` (a pipe nobody reads could fill and
+    stall it)."""
+    env = {**os.environ, "PYTHONPATH": str(code), "NOUS_INBOX_SCRIPTED_STEPS": str(steps),
            "NOUS_INBOX_SCRIPTED_STEP_SECONDS": "0"}
+    options = [] if max_sessions is None else ["--max-sessions", str(max_sessions)]
+    if idle_timeout is not None:
+        options += ["--idle-timeout", f"{idle_timeout:g}"]
     errors = directory / "serve.stderr"
     with open(errors, "w") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "nous_inbox", "serve", "--store",
-             f"sqlite:{directory / 'serve.sqlite'}", "--port", "0", "--token", TOKEN,
-             "--agent", agent, "--max-sessions", str(max_sessions),
-             "--idle-timeout", "86400"],
-            stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=ROOT, env=env,
+             store or f"sqlite:{directory / 'serve.sqlite'}", "--port", "0", "--token", TOKEN,
+             "--agent", agent, *options],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=code, env=env,
         )
     try:
         line: list[str] = []
         reader = threading.Thread(target=lambda: line.append(process.stdout.readline()),  # type: ignore[union-attr]
                                   daemon=True)
         reader.start()
-        reader.join(60)
+        reader.join(120)
         if not line or "http://" not in line[0]:
             raise RuntimeError(f"serve printed no address: {line!r} {errors.read_text()[-2000:]}")
         yield process, line[0].split()[2]
