@@ -216,15 +216,6 @@ class OwnerPort(JournalPort):
         with self._lock:
             return self._limit(target)
 
-    def claim(
-        self, target: Target | str, *, wake_only: bool = False
-    ) -> tuple[Sequence[Message], QueueClaimed | None]:
-        with self._lock:
-            self.reaching(target, self._journal.session.turn, wake_only=wake_only)
-            messages, event = self._journal.claim(target, wake_only=wake_only,
-                                                  limit=self._limit(target))
-            return (tuple(messages), event) if event is not None else ((), None)
-
     @property
     def heard(self) -> bool:
         """Whether anyone listens to the boundaries (a runner that claims inside a commit of its

@@ -52,9 +52,12 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Protocol, TypeVar, runtime_checkable
 
+from nous_inbox.commands import Claim
 from nous_inbox.errors import ConcurrencyError
 from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed, Warned
+from nous_inbox.loop import Advance
 from nous_inbox.message import Message
+from nous_inbox.runner.walk import Ended, claims_ahead, finish, walk_claims
 from nous_inbox.session import Session, replay
 from nous_inbox.store.journal import Change, Journal, sent_event
 from nous_inbox.verbs import FOLLOWUP, INJECT, STEER, Target
@@ -356,7 +359,9 @@ class JournalPort:
         """Drain ``target`` and record the claim, atomically; ``((), None)`` if nothing was
         claimed. See :meth:`Journal.claim <nous_inbox.store.journal.Journal.claim>`."""
         with self._lock:
-            messages, event = self._journal.claim(target, wake_only=wake_only)
+            self.reaching(target, self._journal.session.turn, wake_only=wake_only)
+            messages, event = self._journal.claim(target, wake_only=wake_only,
+                                                  limit=self.claim_limit(target))
             return (tuple(messages), event) if event is not None else ((), None)
 
     def record(self, events: Sequence[Event]) -> list[Event]:
@@ -381,6 +386,45 @@ class JournalPort:
         """
         (stored,) = self.record((event,))
         return stored
+
+    def boundary(self, adv: Advance, ended: Ended | None = None) -> tuple[list[Event], Advance]:
+        """A run's boundary in one atomic append, the one port call a runner makes at each:
+        ``adv``'s events, then each claim the loop asks for and the events it answers with
+        (:func:`~nous_inbox.runner.walk.walk_claims`), until it asks for a model request, tools
+        or the turn's end. Returns the events as recorded and where the loop stands. Each claim
+        is told to the boundary subscribers first and held to :meth:`claim_limit`, as
+        :meth:`claim` is; ``ended`` completes the turn's end, if the walk reaches it.
+
+        >>> from nous_inbox.happenings import TurnOpened
+        >>> from nous_inbox.loop import advance, new_state
+        >>> port = LocalSession()
+        >>> _ = port.followup("hi")
+        >>> stored, adv = port.boundary(advance(new_state(), TurnOpened(1)))
+        >>> [e.seq for e in stored], type(adv.command).__name__
+        ([2, 3, 4, 5], 'CallModel')
+        """
+        with self._lock:
+            if type(adv.command) is not Claim:
+                return self._journal.append(finish(adv.events, adv.state, ended)), adv
+            if self.heard:
+                for asked in claims_ahead(adv):
+                    self.reaching(asked.target, adv.state.turn, wake_only=asked.wake_only)
+            limit = self.claim_limit
+            return self._journal.commit(lambda session: walk_claims(adv, session, limit, ended))
+
+    def claim_limit(self, target: Target | str) -> int | None:
+        """How many of ``target``'s oldest messages a claim made now may take: all (``None``)
+        here; an owner's port says otherwise for a prompt sent with run options."""
+        return None
+
+    @property
+    def heard(self) -> bool:
+        """Whether anyone listens to the boundaries (an owner's subscribers; none here)."""
+        return False
+
+    def reaching(self, target: Target | str, turn: int, *, wake_only: bool = False) -> None:
+        """The run of ``turn`` is about to claim ``target``: nobody to tell here (an owner's
+        port tells its boundary subscribers)."""
 
     def commit(self, change: Change[T]) -> tuple[list[Event], T]:
         """Append the events ``change`` computes from the session (other writers' events read
