@@ -117,19 +117,34 @@ class Session(msgspec.Struct, frozen=True, gc=False):
         ...                      StepEnded(seq=2, turn=1, step=1)]).version
         2
         """
+        # What a run's records change (the transcript, the step) is kept in locals, and a
+        # session is built for the table's other folds only: one fold, written in two places,
+        # which tests/test_session.py holds to ``apply``.
         session = self
         version = self.version
+        transcript = self.transcript
+        step = self.step
         for event in events:
             seq = event.seq
             if seq != version + 1:
                 raise _gap(stream, seq, version)
             version = seq
-            fold = _FOLDS.get(type(event))
-            if fold is not None:
-                session = fold(session, event, seq, stream)
-        if session.version != version:
-            session = msgspec.structs.replace(session, version=version)
-        return session
+            kind = type(event)
+            if kind in _INERT:
+                continue
+            if kind is ModelReplied or kind is ToolReturned or kind is Nudged:
+                transcript = transcript.append(event.message)  # type: ignore[union-attr]
+            elif kind is StepStarted:
+                step = event.step  # type: ignore[union-attr]
+            else:
+                fold = _FOLDS.get(kind)
+                if fold is not None:
+                    session = fold(Session(session.inbox, transcript, seq - 1, session.turn, step,
+                                           session.running, session.cancelling),
+                                   event, seq, stream)
+                    transcript, step = session.transcript, session.step
+        return Session(session.inbox, transcript, version, session.turn, step, session.running,
+                       session.cancelling)
 
     def claim(
         self, target: Target | str, *, at: float = 0.0, wake_only: bool = False,

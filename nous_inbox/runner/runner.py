@@ -394,7 +394,7 @@ def _boundary_of(port: SessionPort) -> tuple[_Boundary, ClaimGuard | None]:
         if adv.events:
             recorded += port.record(finish(adv.events, adv.state, ended))
         while type(adv.command) is Claim:
-            asked: Claim = adv.command  # type: ignore[assignment]
+            asked: Claim = adv.command
             messages, claimed = guard.claim(asked.target, wake_only=asked.wake_only)
             recorded += claimed
             adv = advance(adv.state, ClaimAnswered(asked.target, messages))

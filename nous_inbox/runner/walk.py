@@ -51,7 +51,7 @@ def finish(events: Sequence[Event], state: LoopState, ended: Ended | None) -> Se
     """``events`` with the turn's end among them (if any) as ``ended`` completes it."""
     if ended is None or type(events[-1]) is not TurnEnded:  # a turn's end is always last
         return events
-    return [*events[:-1], ended(events[-1], state)]  # type: ignore[arg-type]
+    return [*events[:-1], ended(events[-1], state)]
 
 
 def walk_claims(
@@ -64,7 +64,7 @@ def walk_claims(
     ``seq`` and ``at`` are left for the append."""
     events = list(finish(adv.events, adv.state, ended)) if adv.events else []
     while type(adv.command) is Claim:
-        asked: Claim = adv.command  # type: ignore[assignment]
+        asked: Claim = adv.command
         target = asked.target
         claimed, event, session = session.claim(target, wake_only=asked.wake_only,
                                                 limit=limit_of(target))
@@ -86,7 +86,7 @@ def claims_ahead(adv: Advance) -> list[Claim]:
     takes nothing names them all."""
     claims: list[Claim] = []
     while type(adv.command) is Claim:
-        asked: Claim = adv.command  # type: ignore[assignment]
+        asked: Claim = adv.command
         claims.append(asked)
         adv = advance(adv.state, ClaimAnswered(asked.target, _NOTHING))
     return claims
