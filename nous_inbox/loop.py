@@ -79,9 +79,8 @@ handler that takes it (at the end of this module, the h11 way); ``accepts(phase)
 the loop tells its driver (the commands, and the claims table) is :mod:`nous_inbox.commands`;
 what the driver tells it (the happenings) is :mod:`nous_inbox.happenings`. A happening that does
 not fit the current phase raises ``UnexpectedHappeningError`` (a ``ValueError``) naming both: a
-driver bug must not be smoothed over. The state keeps the
-transcript as a ``pvector``, so each step appends in O(1) and a ``CallModel`` hands the model the
-same persistent vector without copying.
+driver bug must not be smoothed over. The state keeps the transcript as a ``pvector``, so each
+step appends in O(1) and a ``CallModel`` hands the model the same vector without copying.
 
 One verb, four names: ``Claim`` asks, ``ClaimAnswered`` answers, ``events.QueueClaimed`` is
 recorded, ``inbox.Claimed`` is the view of the messages taken. ``ClaimAnswered`` reads like the
@@ -221,8 +220,7 @@ def new_state(
 
 
 _replace = msgspec.structs.replace
-_Moved = tuple[LoopState, Command, tuple[Event, ...]]
-"""What a transition's handler returns: an :class:`Advance`'s fields, made one by ``advance``."""
+_Moved = tuple[LoopState, Command, tuple[Event, ...]]  # a handler's Advance, made by advance
 _as_advance: Final = tuple.__new__
 
 
@@ -286,9 +284,8 @@ def _open(state: LoopState, opened: TurnOpened) -> _Moved:
     """NEW + TurnOpened: start the turn's bookkeeping and claim ``next_turn`` (ruling 1)."""
     if type(opened.turn) is not int or opened.turn < 1:
         raise ValueError(f"TurnOpened.turn must be an int >= 1, got {opened.turn!r}")
-    transcript = opened.transcript
-    if not isinstance(transcript, PVector):  # a session's pvector is shared, not copied
-        transcript = pvector(transcript)
+    transcript = opened.transcript  # a session's pvector is shared, not copied:
+    transcript = transcript if isinstance(transcript, PVector) else pvector(transcript)
     state = _replace(
         state, turn=opened.turn, step=0, transcript=transcript,
         steps_left=state.max_steps, resets=0, warned=False, calls=(),

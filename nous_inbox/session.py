@@ -113,7 +113,7 @@ class Session(msgspec.Struct, frozen=True, gc=False):
         changes something, and at most one more for the version.
 
         >>> from nous_inbox.events import ModelRequested, StepEnded
-        >>> Session().apply_all([ModelRequested(seq=1, turn=1, step=1),
+        >>> Session().apply_all([ModelRequested(seq=1, turn=1, step=1, count=0),
         ...                      StepEnded(seq=2, turn=1, step=1)]).version
         2
         """

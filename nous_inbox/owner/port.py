@@ -20,9 +20,8 @@ from typing import Any, Final, Protocol
 
 from nous_inbox.boundary import Boundaries
 from nous_inbox.commands import Claim
-from nous_inbox.events import CancelRequested, Event, MessageWithdrawn, QueueClaimed
+from nous_inbox.events import CancelRequested, Event, MessageWithdrawn
 from nous_inbox.inbox import as_target
-from nous_inbox.message import Message
 from nous_inbox.runner.deltas import Deltas
 from nous_inbox.runner.port import JournalPort
 from nous_inbox.session import Session

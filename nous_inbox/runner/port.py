@@ -37,7 +37,7 @@ True
 could not call the way it calls one is refused with a ``TypeError`` naming the class, what was
 found and the fix, rather than failing mid-run or, worse, silently never delivering. A port that
 passes it and then misbehaves mid-run (its claim raises, or answers in a shape no claim has) is
-met by :class:`ClaimGuard`, which every driver claims through: logged, recorded as ``Warned``,
+met by :class:`~nous_inbox.runner.guard.ClaimGuard`, which every driver claims through: logged, recorded as ``Warned``,
 and the run goes on without it (ruling 7).
 """
 
@@ -54,7 +54,7 @@ from typing import Final, Protocol, TypeVar, runtime_checkable
 
 from nous_inbox.commands import Claim
 from nous_inbox.errors import ConcurrencyError
-from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed, Warned
+from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed
 from nous_inbox.loop import Advance
 from nous_inbox.message import Message
 from nous_inbox.runner.walk import Ended, claims_ahead, finish, walk_claims
@@ -62,10 +62,7 @@ from nous_inbox.session import Session, replay
 from nous_inbox.store.journal import Change, Journal, sent_event
 from nous_inbox.verbs import FOLLOWUP, INJECT, STEER, Target
 
-__all__ = [
-    "ClaimGuard", "JournalPort", "LocalSession", "SendPresets", "SessionPort", "check_port",
-    "describe_error",
-]
+__all__ = ["JournalPort", "LocalSession", "SendPresets", "SessionPort", "check_port"]
 
 logger: Final = logging.getLogger("nous_inbox.runner.port")
 
@@ -182,110 +179,6 @@ def _rehearse(port: object) -> None:
                 f"{cls}.{name}{signature} cannot be called the way the runner calls it: "
                 f"{call}, with {what}. Widen the signature in the class body: `{fix}`."
             ) from None
-
-
-class ClaimGuard:
-    """A port's claim as a run makes it, guarded (ruling 7): a claim that raises or answers in
-    the wrong shape is logged, recorded as ``Warned``, and not asked again for the rest of the
-    turn, which goes on without it. One per turn; every driver (the runner, the adapters)
-    claims through one, so a host's own port fails the same way under each.
-
-    ``claim`` returns the messages claimed and the events recorded: the port's ``QueueClaimed``,
-    or the ``Warned`` saying the source failed (kept as ``warning``), or nothing.
-
-    >>> class Broken(LocalSession):
-    ...     def claim(self, target, *, wake_only=False):
-    ...         raise OSError("disk on fire")
-    >>> guard = ClaimGuard(Broken())
-    >>> messages, events = guard.claim(Target.NEXT_TURN)
-    >>> messages, events == [guard.warning]
-    ((), True)
-    >>> print(guard.warning.text)
-    message source failed: Broken.claim(next_turn) raised OSError: disk on fire; the run goes on without it for this turn
-    >>> guard.claim(Target.NEXT_STEP)  # not asked again this turn
-    ((), [])
-    """
-
-    __slots__ = ("port", "warning")
-
-    def __init__(self, port: SessionPort) -> None:
-        self.port = port
-        self.warning: Event | None = None
-
-    def claim(self, target: Target, *, wake_only: bool = False) -> tuple[Sequence[Message], list[Event]]:
-        """Claim ``target`` from the port, unless it failed earlier this turn."""
-        if self.warning is not None:
-            return (), []
-        port = self.port
-        try:
-            # Whether a waking message extends the run is the core's decision, made inside the
-            # port's atomic claim: a driver only says which claim the loop asked for.
-            result = port.claim(target, wake_only=True) if wake_only else port.claim(target)
-        except Exception as exc:
-            logger.warning("message source %s failed", type(port).__name__, exc_info=True)
-            return self._fail(f"claim({target}) raised {describe_error(exc)}")
-        problem = _claim_shape_problem(result, target)
-        if problem:
-            return self._fail(f"claim({target}) {problem}")
-        messages, claimed = result
-        return messages, ([claimed] if claimed is not None else [])
-
-    def _fail(self, problem: str) -> tuple[Sequence[Message], list[Event]]:
-        """Stop asking, and say so: a log line and a recorded ``Warned``."""
-        text = (f"message source failed: {type(self.port).__name__}.{problem}; the run goes on "
-                "without it for this turn")
-        logger.warning(text)
-        (self.warning,) = self.port.record([Warned(text=text)])
-        return (), [self.warning]
-
-
-def _claim_shape_problem(result: object, target: Target) -> str | None:
-    expected = "expected (messages, QueueClaimed | None)"
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        if isinstance(result, str):
-            return f"returned the str {result[:40]!r}, {expected} (a str is not iterated)"
-        return f"returned {type(result).__name__}, {expected}"
-    messages, event = result
-    # A tuple (what a journal's claim answers) is a sequence: the general test only for others.
-    if type(messages) is not tuple and (
-            isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)):
-        return f"returned messages of type {type(messages).__name__}, {expected}"
-    for i, message in enumerate(messages):
-        if not isinstance(message, Message):
-            return f"returned messages[{i}] of type {type(message).__name__}, not a Message"
-    if event is None:
-        if messages:
-            return f"returned {len(messages)} message(s) but no QueueClaimed: the claim was not recorded"
-        return None
-    if not isinstance(event, QueueClaimed) or event.target != target or event.count != len(messages):
-        return f"returned {event!r} for {len(messages)} message(s) claimed from {target}"
-    return None
-
-
-_MAX_DESCRIBED: Final = 4000
-"""The most characters of an exception's message the log keeps (the exception itself, raised to
-the consumer, keeps it all)."""
-
-
-def describe_error(exc: BaseException) -> str:
-    """An exception as one line of text the log can hold, whatever its message: a message with
-    a lone surrogate (a name ``os.listdir`` returned) is escaped, a long one (a whole payload
-    in a ``ValueError``) is cut short, and one whose ``__str__`` raises is said to be so. Else
-    the event recording the failure would itself fail, and a turn end go unrecorded.
-
-    >>> print(describe_error(ValueError("caf" + chr(0xDCE9))))
-    ValueError: caf\\udce9
-    """
-    try:
-        message = str(exc)
-    except Exception:
-        message = "(its message cannot be printed)"
-    text = f"{type(exc).__name__}: {message}"
-    if len(text) > _MAX_DESCRIBED:
-        text = f"{text[:_MAX_DESCRIBED]}... ({len(text) - _MAX_DESCRIBED} more characters)"
-    if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
 
 
 class SendPresets(abc.ABC):

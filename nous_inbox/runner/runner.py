@@ -50,7 +50,7 @@ messages others send meanwhile are in the log but not the stream.
 Failures. A port the runner cannot call is refused with ``TypeError`` when ``run_turn`` is
 called, before anything is recorded. A claim that raises or answers in the wrong shape is logged,
 recorded as ``Warned``, and the run goes on without the inbox for the rest of the turn (ruling 7:
-the port's :class:`~nous_inbox.runner.port.ClaimGuard`, which the adapters claim through too).
+the port's :class:`~nous_inbox.runner.guard.ClaimGuard`, which the adapters claim through too).
 A tool that raises, a call to a tool nobody has, arguments that do not fit the tool's annotations,
 and a result the log cannot hold (text with a lone surrogate, as ``os.listdir`` returns for a
 name that is not UTF-8; a record above the size limit of the store the port records into, its
@@ -115,7 +115,6 @@ from nous_inbox.commands import CallModel, Claim, EndTurn, ToolSpec
 from nous_inbox.events import Event, TurnEnded, Warned
 from nous_inbox.happenings import (
     Cancelled,
-    ClaimAnswered,
     Failed,
     Happening,
     ModelAnswered,
@@ -127,14 +126,8 @@ from nous_inbox.happenings import (
 from nous_inbox.loop import Advance, LoopState, Phase, advance, new_state
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner._pump import CUT_OFF, NOT_STARTED, Abandoned, Request, apump, pump
-from nous_inbox.runner.port import (
-    ClaimGuard,
-    JournalPort,
-    SessionPort,
-    check_port,
-    describe_error,
-)
-from nous_inbox.runner.walk import Ended, finish
+from nous_inbox.runner.guard import Boundary, ClaimGuard, describe_error, guarded_boundary
+from nous_inbox.runner.port import JournalPort, SessionPort, check_port
 from nous_inbox.runner.results import fitting_error, tool_message
 from nous_inbox.runner.tools import Tool
 from nous_inbox.session import Session
@@ -376,10 +369,7 @@ _NO_KWARGS: Final[Mapping[str, Any]] = types.MappingProxyType({})
 # -- small rules the body applies -----------------------------------------------------------------
 
 
-_Boundary = Callable[[Advance, "Ended | None"], tuple[list[Event], Advance]]
-
-
-def _boundary_of(port: SessionPort) -> tuple[_Boundary, ClaimGuard | None]:
+def _boundary_of(port: SessionPort) -> tuple[Boundary, ClaimGuard | None]:
     """How the turn records a boundary on ``port``: a journal's port in one append; a host's
     own port, or a journal's whose claim or record a host rewrote (a source of its own),
     through its claim and record, the claims guarded (ruling 7)."""
@@ -388,21 +378,7 @@ def _boundary_of(port: SessionPort) -> tuple[_Boundary, ClaimGuard | None]:
             and kind.record is JournalPort.record):
         return port.boundary, None
     guard = ClaimGuard(port)
-
-    def boundary(adv: Advance, ended: Ended | None) -> tuple[list[Event], Advance]:
-        recorded: list[Event] = []
-        if adv.events:
-            recorded += port.record(finish(adv.events, adv.state, ended))
-        while type(adv.command) is Claim:
-            asked: Claim = adv.command
-            messages, claimed = guard.claim(asked.target, wake_only=asked.wake_only)
-            recorded += claimed
-            adv = advance(adv.state, ClaimAnswered(asked.target, messages))
-            if adv.events:
-                recorded += port.record(finish(adv.events, adv.state, ended))
-        return recorded, adv
-
-    return boundary, guard
+    return guarded_boundary(port, guard), guard
 
 
 def _log_warnings(recorded: Sequence[Event], guard: ClaimGuard | None) -> None:
@@ -423,7 +399,7 @@ def _add_usage(usage: dict[str, int | float], reply: Message) -> None:
                 usage[name] = usage.get(name, 0) + value
 
 
-def _end_abandoned(boundary: _Boundary, adv: Advance, answered: Sequence[Message]) -> None:
+def _end_abandoned(boundary: Boundary, adv: Advance, answered: Sequence[Message]) -> None:
     """The consumer stopped reading mid-turn: record the turn as cancelled, so the log does not
     show it running forever, with the ``answered`` tool results of the step it stopped in.
     Nothing is yielded (a closing generator may not yield)."""
