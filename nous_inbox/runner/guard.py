@@ -43,7 +43,7 @@ def guarded_boundary(port: SessionPort, guard: ClaimGuard) -> Boundary:
         if adv.events:
             recorded += port.record(finish(adv.events, adv.state, ended))
         while type(adv.command) is Claim:
-            asked: Claim = adv.command  # type: ignore[assignment]
+            asked: Claim = adv.command
             messages, claimed = guard.claim(asked.target, wake_only=asked.wake_only)
             recorded += claimed
             adv = advance(adv.state, ClaimAnswered(asked.target, messages))
