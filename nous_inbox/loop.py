@@ -79,9 +79,8 @@ handler that takes it (at the end of this module, the h11 way); ``accepts(phase)
 the loop tells its driver (the commands, and the claims table) is :mod:`nous_inbox.commands`;
 what the driver tells it (the happenings) is :mod:`nous_inbox.happenings`. A happening that does
 not fit the current phase raises ``UnexpectedHappeningError`` (a ``ValueError``) naming both: a
-driver bug must not be smoothed over. The state keeps the
-transcript as a ``pvector``, so each step appends in O(1) and a ``CallModel`` hands the model the
-same persistent vector without copying.
+driver bug must not be smoothed over. The state keeps the transcript as a ``pvector``, so each
+step appends in O(1) and a ``CallModel`` hands the model the same vector without copying.
 
 One verb, four names: ``Claim`` asks, ``ClaimAnswered`` answers, ``events.QueueClaimed`` is
 recorded, ``inbox.Claimed`` is the view of the messages taken. ``ClaimAnswered`` reads like the
@@ -221,6 +220,8 @@ def new_state(
 
 
 _replace = msgspec.structs.replace
+_Moved = tuple[LoopState, Command, tuple[Event, ...]]  # a handler's Advance, made by advance
+_as_advance: Final = tuple.__new__
 
 
 def advance(state: LoopState, happening: Happening) -> Advance:
@@ -239,7 +240,7 @@ def advance(state: LoopState, happening: Happening) -> Advance:
     handler = _TRANSITIONS.get((state.phase, type(happening)))
     if handler is None:
         raise _refused(state.phase, happening)
-    return handler(state, happening)
+    return _as_advance(Advance, handler(state, happening))  # the tuple, typed: no Python call
 
 
 def accepts(phase: Phase) -> tuple[type[Happening], ...]:
@@ -279,13 +280,12 @@ _CLAIM_STEP: Final = CLAIMS["step"]
 _CLAIM_WAKE: Final = CLAIMS["stop"]
 
 
-def _open(state: LoopState, opened: TurnOpened) -> Advance:
+def _open(state: LoopState, opened: TurnOpened) -> _Moved:
     """NEW + TurnOpened: start the turn's bookkeeping and claim ``next_turn`` (ruling 1)."""
     if type(opened.turn) is not int or opened.turn < 1:
         raise ValueError(f"TurnOpened.turn must be an int >= 1, got {opened.turn!r}")
-    transcript = opened.transcript
-    if not isinstance(transcript, PVector):  # a session's pvector is shared, not copied
-        transcript = pvector(transcript)
+    transcript = opened.transcript  # a session's pvector is shared, not copied:
+    transcript = transcript if isinstance(transcript, PVector) else pvector(transcript)
     state = _replace(
         state, turn=opened.turn, step=0, transcript=transcript,
         steps_left=state.max_steps, resets=0, warned=False, calls=(),
@@ -293,11 +293,11 @@ def _open(state: LoopState, opened: TurnOpened) -> Advance:
     started = TurnStarted(turn=opened.turn, reason=opened.reason)
     if state.structured:
         return _start_step(state, [started], added=False)
-    return Advance(_replace(state, phase=Phase.CLAIM_TURN), _CLAIMS_AT[Phase.CLAIM_TURN],
+    return (_replace(state, phase=Phase.CLAIM_TURN), _CLAIMS_AT[Phase.CLAIM_TURN],
                    (started,))
 
 
-def _claim_answered(state: LoopState, answer: ClaimAnswered) -> Advance:
+def _claim_answered(state: LoopState, answer: ClaimAnswered) -> _Moved:
     """Any claim phase + ClaimAnswered: the claimed messages join the transcript; what comes next
     depends on which boundary claimed (rulings 1 to 5)."""
     phase = state.phase
@@ -317,7 +317,7 @@ def _claim_answered(state: LoopState, answer: ClaimAnswered) -> Advance:
         if worth:
             state = _delivered(state, events)
     if phase is Phase.CLAIM_TURN:
-        return Advance(_replace(state, phase=Phase.CLAIM_STEP), _CLAIM_STEP, ())
+        return (_replace(state, phase=Phase.CLAIM_STEP), _CLAIM_STEP, ())
     if phase is Phase.CLAIM_STEP:
         return _start_step(state, events, added=False)
     if phase is Phase.CLAIM_NUDGE:
@@ -352,7 +352,7 @@ def _cap_warning(state: LoopState) -> Warned:
     )
 
 
-def _start_step(state: LoopState, events: list[Event], *, added: bool) -> Advance:
+def _start_step(state: LoopState, events: list[Event], *, added: bool) -> _Moved:
     """Start a request: one the run makes anyway, or one the inbox or the loop ``added`` (a run
     extended past its would-be end, or a nudge); what the budget counts (ruling 5)."""
     step = state.step + 1
@@ -361,10 +361,10 @@ def _start_step(state: LoopState, events: list[Event], *, added: bool) -> Advanc
     events.append(StepStarted(turn=state.turn, step=step))
     events.append(ModelRequested(turn=state.turn, step=step, count=len(state.transcript)))
     tools = () if state.structured else state.tools
-    return Advance(state, CallModel(state.transcript, tools), tuple(events))
+    return (state, CallModel(state.transcript, tools), tuple(events))
 
 
-def _answered(state: LoopState, answered: ModelAnswered) -> Advance:
+def _answered(state: LoopState, answered: ModelAnswered) -> _Moved:
     """MODEL + ModelAnswered: tool calls to run, a would-be final answer, or a degenerate reply."""
     message = answered.message
     if not isinstance(message, Message) or message.role != "assistant":
@@ -376,7 +376,7 @@ def _answered(state: LoopState, answered: ModelAnswered) -> Advance:
     if calls and not state.structured:
         for call in calls:
             events.append(ToolCalled(turn=turn, step=step, call=call))
-        return Advance(_replace(state, phase=Phase.TOOLS, transcript=transcript, calls=calls),
+        return (_replace(state, phase=Phase.TOOLS, transcript=transcript, calls=calls),
                        RunTools(calls), tuple(events))
     state = _replace(state, transcript=transcript)
     events.append(StepEnded(turn=turn, step=step))
@@ -387,7 +387,7 @@ def _answered(state: LoopState, answered: ModelAnswered) -> Advance:
     return _boundary(state, Phase.CLAIM_NUDGE, events)
 
 
-def _tools_finished(state: LoopState, finished: ToolsFinished) -> Advance:
+def _tools_finished(state: LoopState, finished: ToolsFinished) -> _Moved:
     """TOOLS + ToolsFinished: the results join the transcript, then the next step's claim."""
     results = finished.results
     calls = state.calls
@@ -410,7 +410,7 @@ def _tools_finished(state: LoopState, finished: ToolsFinished) -> Advance:
     return _boundary(state, Phase.CLAIM_FINAL if finished.final else Phase.CLAIM_STEP, events)
 
 
-def _retried(state: LoopState, retried: Retried) -> Advance:
+def _retried(state: LoopState, retried: Retried) -> _Moved:
     """A claim phase after a step + Retried: the framework's nudge joins the transcript, and
     the request it makes claims plainly (ruling 3), the framework's own (ruling 5)."""
     message = retried.message
@@ -421,16 +421,16 @@ def _retried(state: LoopState, retried: Retried) -> Advance:
     return _boundary(state, Phase.CLAIM_STEP, events)
 
 
-def _boundary(state: LoopState, then: Phase, events: list[Event]) -> Advance:
+def _boundary(state: LoopState, then: Phase, events: list[Event]) -> _Moved:
     """A step ended: claim for the next request, or check whether the run must go on."""
     if then is Phase.CLAIM_FINAL:
         if state.steps_left > 0 or state.resets < state.max_steps:
-            return Advance(_replace(state, phase=Phase.CLAIM_FINAL), _CLAIM_WAKE, tuple(events))
+            return (_replace(state, phase=Phase.CLAIM_FINAL), _CLAIM_WAKE, tuple(events))
         return _end(state, "final", events)
     if state.steps_left > 0 or (state.added_only and then is Phase.CLAIM_STEP):
-        return Advance(_replace(state, phase=then), _CLAIM_STEP, tuple(events))
+        return (_replace(state, phase=then), _CLAIM_STEP, tuple(events))
     if state.resets < state.max_steps:
-        return Advance(_replace(state, phase=Phase.CLAIM_BUDGET), _CLAIM_WAKE, tuple(events))
+        return (_replace(state, phase=Phase.CLAIM_BUDGET), _CLAIM_WAKE, tuple(events))
     if not state.warned:
         events.append(_cap_warning(state))
         state = _replace(state, warned=True)
@@ -439,23 +439,23 @@ def _boundary(state: LoopState, then: Phase, events: list[Event]) -> Advance:
 
 def _end(
     state: LoopState, reason: TurnEndReason, events: list[Event], error: str | None = None
-) -> Advance:
+) -> _Moved:
     events.append(TurnEnded(turn=state.turn, steps=state.step, reason=reason, error=error))
-    return Advance(_replace(state, phase=Phase.ENDED), EndTurn(reason), tuple(events))
+    return (_replace(state, phase=Phase.ENDED), EndTurn(reason), tuple(events))
 
 
-def _cancelled(state: LoopState, cancelled: Cancelled) -> Advance:
+def _cancelled(state: LoopState, cancelled: Cancelled) -> _Moved:
     """Any open phase + Cancelled: end the turn, claiming nothing more (ruling 9)."""
     return _close(state, "cancelled", None, cancelled.results)
 
 
-def _failed(state: LoopState, failed: Failed) -> Advance:
+def _failed(state: LoopState, failed: Failed) -> _Moved:
     """Any open phase + Failed: end the turn with reason ``"error"``."""
     return _close(state, "error", failed.error)
 
 
 def _close(state: LoopState, reason: TurnEndReason, error: str | None,
-           answered: Sequence[Message] = ()) -> Advance:
+           answered: Sequence[Message] = ()) -> _Moved:
     """End the turn from any open phase, answering tool calls left pending: with the driver's
     ``answered`` results where it has them, else as cancelled."""
     left = list(answered)  # matched to the calls in order: a model may repeat an id
@@ -479,7 +479,7 @@ def _close(state: LoopState, reason: TurnEndReason, error: str | None,
 
 # -- the table: every transition the loop makes -------------------------------------------------
 
-_Handler = Callable[[LoopState, Any], Advance]
+_Handler = Callable[[LoopState, Any], _Moved]
 _CLAIM_PHASES: Final = tuple(_CLAIMS_AT)
 _OPEN_PHASES: Final = (*_CLAIM_PHASES, Phase.MODEL, Phase.TOOLS)
 

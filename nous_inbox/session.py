@@ -104,6 +104,48 @@ class Session(msgspec.Struct, frozen=True, gc=False):
             raise _gap(stream, seq, self.version)
         return _APPLY.get(type(event), _count_only)(self, event, seq, stream)
 
+    def apply_all(self, events: Iterable[Event], stream: str = "") -> Session:
+        """Fold ``events`` in, in order: equal to applying each in turn, errors included.
+
+        The fold of a batch, such as the events a journal appends at one boundary: an event
+        that changes nothing but the version (a model request, a tool call, a step's end) moves
+        a counter rather than building a session, so a batch builds one session per event that
+        changes something, and at most one more for the version.
+
+        >>> from nous_inbox.events import ModelRequested, StepEnded
+        >>> Session().apply_all([ModelRequested(seq=1, turn=1, step=1, count=0),
+        ...                      StepEnded(seq=2, turn=1, step=1)]).version
+        2
+        """
+        # What a run's records change (the transcript, the step) is kept in locals, and a
+        # session is built for the table's other folds only: one fold, written in two places,
+        # which tests/test_session.py holds to ``apply``.
+        session = self
+        version = self.version
+        transcript = self.transcript
+        step = self.step
+        for event in events:
+            seq = event.seq
+            if seq != version + 1:
+                raise _gap(stream, seq, version)
+            version = seq
+            kind = type(event)
+            if kind in _INERT:
+                continue
+            if kind is ModelReplied or kind is ToolReturned or kind is Nudged:
+                transcript = transcript.append(event.message)  # type: ignore[union-attr]
+            elif kind is StepStarted:
+                step = event.step  # type: ignore[union-attr]
+            else:
+                fold = _FOLDS.get(kind)
+                if fold is not None:
+                    session = fold(Session(session.inbox, transcript, seq - 1, session.turn, step,
+                                           session.running, session.cancelling),
+                                   event, seq, stream)
+                    transcript, step = session.transcript, session.step
+        return Session(session.inbox, transcript, version, session.turn, step, session.running,
+                       session.cancelling)
+
     def claim(
         self, target: Target | str, *, at: float = 0.0, wake_only: bool = False,
         limit: int | None = None,
@@ -261,6 +303,10 @@ _APPLY: Final[Mapping[type, _Fold]] = MappingProxyType({
 })
 """Event type -> how it folds into a session. A type not listed (the mailbox's events, kept in a
 stream of their own) changes only the version, like the inert ones listed last."""
+_FOLDS: Final[Mapping[type, _Fold]] = MappingProxyType({
+    kind: fold for kind, fold in _APPLY.items() if fold is not _count_only
+})
+"""The folds that change more than the version: what :meth:`Session.apply_all` calls."""
 
 
 def replay(events: Iterable[Event], start: Session | None = None, stream: str = "") -> Session:

@@ -1322,7 +1322,11 @@ def test_cancelling_a_turn_whose_stretch_runs_on_a_thread_pool_ends_it_cleanly()
         port.followup("go")
 
         async def consume() -> list[Event]:
-            return [e async for e in Runner(Script(FINAL), offload=False).arun_turn(port)]
+            # The held stretch records the reply that asks for a tool: a boundary with no
+            # claim, so the turn is still open when the stretch ends.
+            runner = Runner(Script(calls("work"), FINAL), [tool(name="work")(lambda: "ok")],
+                            offload=False)
+            return [e async for e in runner.arun_turn(port)]
 
         task = asyncio.create_task(consume())
         await port.holding.wait()
@@ -1396,7 +1400,9 @@ def test_a_second_cancel_while_the_stretch_finishes_still_ends_the_turn_through_
         port.followup("go")
 
         async def consume() -> list[Event]:
-            return [e async for e in Runner(Script(FINAL), offload=False).arun_turn(port)]
+            runner = Runner(Script(calls("work"), FINAL), [tool(name="work")(lambda: "ok")],
+                            offload=False)  # the held stretch leaves the turn open (see above)
+            return [e async for e in runner.arun_turn(port)]
 
         task = asyncio.create_task(consume())
         await port.holding.wait()

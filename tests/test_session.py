@@ -195,8 +195,23 @@ def test_every_event_type_of_the_vocabulary_folds_and_agrees_with_replay() -> No
     }
     assert set(samples) == set(EVENT_TYPES)
     events = numbered(*samples.values())
-    assert fold(*samples.values()) == replay(events)
+    assert fold(*samples.values()) == replay(events) == Session().apply_all(events)
     assert replay(events).version == len(EVENT_TYPES)
+
+
+def test_a_batch_folds_as_its_events_one_at_a_time_errors_included() -> None:
+    events = numbered(MessageSent(target=STEP, wakeup=True, message=Message.user("a")),
+                      TurnStarted(turn=1), StepStarted(turn=1, step=1),
+                      ModelRequested(turn=1, step=1, count=1), QueueClaimed(target=STEP, count=1),
+                      ModelReplied(turn=1, step=1, message=Message.assistant("x")),
+                      StepEnded(turn=1, step=1))
+    for cut in range(len(events) + 1):  # every batch, inert events at its ends included
+        head = Session().apply_all(events[:cut])
+        assert head == fold(*events[:cut]) and head.apply_all(events[cut:]) == fold(*events)
+    with pytest.raises(ReplayError, match="stream 's' seq 3: expected seq 2 after 1"):
+        Session().apply_all([events[0], events[2]], "s")
+    with pytest.raises(ReplayError, match="claim of next_step records 2"):
+        Session().apply_all([*events[:4], QueueClaimed(seq=5, target=STEP, count=2)])
 
 
 def test_an_event_out_of_sequence_is_a_replay_error_naming_the_stream() -> None:
@@ -285,6 +300,7 @@ def test_replaying_a_live_runs_log_gives_the_live_session(
     assert replay(live.events) == live.session
     middle = replay(live.events[:split])
     assert replay(live.events[split:], start=middle) == live.session
+    assert Session().apply_all(live.events[:split]).apply_all(live.events[split:]) == live.session
 
 
 # -- the loop and the inbox together: ruling 4 at a would-be final answer ---------------------------

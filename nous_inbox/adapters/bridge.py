@@ -43,7 +43,8 @@ from nous_inbox.happenings import (
 )
 from nous_inbox.loop import Advance, LoopState, Phase, advance
 from nous_inbox.message import Message, ToolCall
-from nous_inbox.runner.port import ClaimGuard, JournalPort, SessionPort, describe_error
+from nous_inbox.runner.guard import ClaimGuard, describe_error
+from nous_inbox.runner.port import JournalPort, SessionPort
 from nous_inbox.runner.tracing import turn_trace
 from nous_inbox.session import Session
 from nous_inbox.store.journal import claim_event

@@ -20,12 +20,13 @@ from typing import Any, Final, Protocol
 
 from nous_inbox.boundary import Boundaries
 from nous_inbox.commands import Claim
-from nous_inbox.events import CancelRequested, Event, MessageWithdrawn, QueueClaimed
+from nous_inbox.events import CancelRequested, Event, MessageWithdrawn
 from nous_inbox.inbox import as_target
-from nous_inbox.message import Message
+from nous_inbox.loop import Advance
 from nous_inbox.owner.handover import Handover
 from nous_inbox.runner.deltas import Deltas
 from nous_inbox.runner.port import JournalPort
+from nous_inbox.runner.walk import Ended, finish
 from nous_inbox.session import Session
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
@@ -185,8 +186,8 @@ class OwnerPort(JournalPort):
     ``options`` and ``limit`` are the owner's: the open turn's run options, and how much of a
     queue a claim may take now (see :attr:`turn_options`, :meth:`claim_limit`). ``deltas``: the
     session's outlet for the model's text as it streams (:mod:`nous_inbox.runner.deltas`), which
-    the owner's live readers subscribe to. ``handover``: the gate each claim and record asks
-    while the owner hands its session over (:mod:`nous_inbox.owner.handover`)."""
+    the owner's live readers subscribe to. ``handover``: the gate each boundary asks while the
+    owner hands its session over (:mod:`nous_inbox.owner.handover`)."""
 
     __slots__ = ("_boundaries", "_limit", "_options", "call_io", "deltas", "handover")
 
@@ -219,19 +220,18 @@ class OwnerPort(JournalPort):
         with self._lock:
             return self._limit(target)
 
-    def claim(
-        self, target: Target | str, *, wake_only: bool = False
-    ) -> tuple[Sequence[Message], QueueClaimed | None]:
+    def boundary(self, adv: Advance, ended: Ended | None = None) -> tuple[list[Event], Advance]:
+        """As :meth:`JournalPort.boundary`, through the handover's gate: a run cut off records
+        nothing more; while the owner hands over, what came before the boundary is recorded
+        first, then its claim is where the run stops (:mod:`nous_inbox.owner.handover`)."""
+        gate = self.handover
+        gate.at_record()
+        if not gate.asked or type(adv.command) is not Claim:
+            return super().boundary(adv, ended)
         with self._lock:
-            self.handover.at_claim(self._journal, wake_only)
-            self.reaching(target, self._journal.session.turn, wake_only=wake_only)
-            messages, event = self._journal.claim(target, wake_only=wake_only,
-                                                  limit=self._limit(target))
-            return (tuple(messages), event) if event is not None else ((), None)
-
-    def record(self, events: Sequence[Event]) -> list[Event]:
-        self.handover.at_record()  # (a run cut off in a handover records nothing more)
-        return super().record(events)
+            before = self._journal.append(finish(adv.events, adv.state, ended)) if adv.events else []
+            stored, adv = super().boundary(adv._replace(events=()), ended)
+            return [*before, *stored], adv
 
     @property
     def heard(self) -> bool:

@@ -37,7 +37,7 @@ True
 could not call the way it calls one is refused with a ``TypeError`` naming the class, what was
 found and the fix, rather than failing mid-run or, worse, silently never delivering. A port that
 passes it and then misbehaves mid-run (its claim raises, or answers in a shape no claim has) is
-met by :class:`ClaimGuard`, which every driver claims through: logged, recorded as ``Warned``,
+met by :class:`~nous_inbox.runner.guard.ClaimGuard`, which every driver claims through: logged, recorded as ``Warned``,
 and the run goes on without it (ruling 7).
 """
 
@@ -52,17 +52,17 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Protocol, TypeVar, runtime_checkable
 
+from nous_inbox.commands import Claim
 from nous_inbox.errors import ConcurrencyError
-from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed, Warned
+from nous_inbox.events import EVENT_TYPES, Event, MessageSent, QueueClaimed
+from nous_inbox.loop import Advance
 from nous_inbox.message import Message
+from nous_inbox.runner.walk import Ended, claims_ahead, finish, walk_claims
 from nous_inbox.session import Session, replay
 from nous_inbox.store.journal import Change, Journal, sent_event
 from nous_inbox.verbs import FOLLOWUP, INJECT, STEER, Target
 
-__all__ = [
-    "ClaimGuard", "JournalPort", "LocalSession", "SendPresets", "SessionPort", "check_port",
-    "describe_error",
-]
+__all__ = ["JournalPort", "LocalSession", "SendPresets", "SessionPort", "check_port"]
 
 logger: Final = logging.getLogger("nous_inbox.runner.port")
 
@@ -181,110 +181,6 @@ def _rehearse(port: object) -> None:
             ) from None
 
 
-class ClaimGuard:
-    """A port's claim as a run makes it, guarded (ruling 7): a claim that raises or answers in
-    the wrong shape is logged, recorded as ``Warned``, and not asked again for the rest of the
-    turn, which goes on without it. One per turn; every driver (the runner, the adapters)
-    claims through one, so a host's own port fails the same way under each.
-
-    ``claim`` returns the messages claimed and the events recorded: the port's ``QueueClaimed``,
-    or the ``Warned`` saying the source failed (kept as ``warning``), or nothing.
-
-    >>> class Broken(LocalSession):
-    ...     def claim(self, target, *, wake_only=False):
-    ...         raise OSError("disk on fire")
-    >>> guard = ClaimGuard(Broken())
-    >>> messages, events = guard.claim(Target.NEXT_TURN)
-    >>> messages, events == [guard.warning]
-    ((), True)
-    >>> print(guard.warning.text)
-    message source failed: Broken.claim(next_turn) raised OSError: disk on fire; the run goes on without it for this turn
-    >>> guard.claim(Target.NEXT_STEP)  # not asked again this turn
-    ((), [])
-    """
-
-    __slots__ = ("port", "warning")
-
-    def __init__(self, port: SessionPort) -> None:
-        self.port = port
-        self.warning: Event | None = None
-
-    def claim(self, target: Target, *, wake_only: bool = False) -> tuple[Sequence[Message], list[Event]]:
-        """Claim ``target`` from the port, unless it failed earlier this turn."""
-        if self.warning is not None:
-            return (), []
-        port = self.port
-        try:
-            # Whether a waking message extends the run is the core's decision, made inside the
-            # port's atomic claim: a driver only says which claim the loop asked for.
-            result = port.claim(target, wake_only=True) if wake_only else port.claim(target)
-        except Exception as exc:
-            logger.warning("message source %s failed", type(port).__name__, exc_info=True)
-            return self._fail(f"claim({target}) raised {describe_error(exc)}")
-        problem = _claim_shape_problem(result, target)
-        if problem:
-            return self._fail(f"claim({target}) {problem}")
-        messages, claimed = result
-        return messages, ([claimed] if claimed is not None else [])
-
-    def _fail(self, problem: str) -> tuple[Sequence[Message], list[Event]]:
-        """Stop asking, and say so: a log line and a recorded ``Warned``."""
-        text = (f"message source failed: {type(self.port).__name__}.{problem}; the run goes on "
-                "without it for this turn")
-        logger.warning(text)
-        (self.warning,) = self.port.record([Warned(text=text)])
-        return (), [self.warning]
-
-
-def _claim_shape_problem(result: object, target: Target) -> str | None:
-    expected = "expected (messages, QueueClaimed | None)"
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        if isinstance(result, str):
-            return f"returned the str {result[:40]!r}, {expected} (a str is not iterated)"
-        return f"returned {type(result).__name__}, {expected}"
-    messages, event = result
-    # A tuple (what a journal's claim answers) is a sequence: the general test only for others.
-    if type(messages) is not tuple and (
-            isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)):
-        return f"returned messages of type {type(messages).__name__}, {expected}"
-    for i, message in enumerate(messages):
-        if not isinstance(message, Message):
-            return f"returned messages[{i}] of type {type(message).__name__}, not a Message"
-    if event is None:
-        if messages:
-            return f"returned {len(messages)} message(s) but no QueueClaimed: the claim was not recorded"
-        return None
-    if not isinstance(event, QueueClaimed) or event.target != target or event.count != len(messages):
-        return f"returned {event!r} for {len(messages)} message(s) claimed from {target}"
-    return None
-
-
-_MAX_DESCRIBED: Final = 4000
-"""The most characters of an exception's message the log keeps (the exception itself, raised to
-the consumer, keeps it all)."""
-
-
-def describe_error(exc: BaseException) -> str:
-    """An exception as one line of text the log can hold, whatever its message: a message with
-    a lone surrogate (a name ``os.listdir`` returned) is escaped, a long one (a whole payload
-    in a ``ValueError``) is cut short, and one whose ``__str__`` raises is said to be so. Else
-    the event recording the failure would itself fail, and a turn end go unrecorded.
-
-    >>> print(describe_error(ValueError("caf" + chr(0xDCE9))))
-    ValueError: caf\\udce9
-    """
-    try:
-        message = str(exc)
-    except Exception:
-        message = "(its message cannot be printed)"
-    text = f"{type(exc).__name__}: {message}"
-    if len(text) > _MAX_DESCRIBED:
-        text = f"{text[:_MAX_DESCRIBED]}... ({len(text) - _MAX_DESCRIBED} more characters)"
-    if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
-
-
 class SendPresets(abc.ABC):
     """``steer``, ``inject`` and ``followup`` over a class's own ``send``, each as the verb table
     (:mod:`nous_inbox.verbs`) says it."""
@@ -356,7 +252,9 @@ class JournalPort:
         """Drain ``target`` and record the claim, atomically; ``((), None)`` if nothing was
         claimed. See :meth:`Journal.claim <nous_inbox.store.journal.Journal.claim>`."""
         with self._lock:
-            messages, event = self._journal.claim(target, wake_only=wake_only)
+            self.reaching(target, self._journal.session.turn, wake_only=wake_only)
+            messages, event = self._journal.claim(target, wake_only=wake_only,
+                                                  limit=self.claim_limit(target))
             return (tuple(messages), event) if event is not None else ((), None)
 
     def record(self, events: Sequence[Event]) -> list[Event]:
@@ -381,6 +279,45 @@ class JournalPort:
         """
         (stored,) = self.record((event,))
         return stored
+
+    def boundary(self, adv: Advance, ended: Ended | None = None) -> tuple[list[Event], Advance]:
+        """A run's boundary in one atomic append, the one port call a runner makes at each:
+        ``adv``'s events, then each claim the loop asks for and the events it answers with
+        (:func:`~nous_inbox.runner.walk.walk_claims`), until it asks for a model request, tools
+        or the turn's end. Returns the events as recorded and where the loop stands. Each claim
+        is told to the boundary subscribers first and held to :meth:`claim_limit`, as
+        :meth:`claim` is; ``ended`` completes the turn's end, if the walk reaches it.
+
+        >>> from nous_inbox.happenings import TurnOpened
+        >>> from nous_inbox.loop import advance, new_state
+        >>> port = LocalSession()
+        >>> _ = port.followup("hi")
+        >>> stored, adv = port.boundary(advance(new_state(), TurnOpened(1)))
+        >>> [e.seq for e in stored], type(adv.command).__name__
+        ([2, 3, 4, 5], 'CallModel')
+        """
+        with self._lock:
+            if type(adv.command) is not Claim:
+                return self._journal.append(finish(adv.events, adv.state, ended)), adv
+            if self.heard:
+                for asked in claims_ahead(adv):
+                    self.reaching(asked.target, adv.state.turn, wake_only=asked.wake_only)
+            limit = self.claim_limit
+            return self._journal.commit(lambda session: walk_claims(adv, session, limit, ended))
+
+    def claim_limit(self, target: Target | str) -> int | None:
+        """How many of ``target``'s oldest messages a claim made now may take: all (``None``)
+        here; an owner's port says otherwise for a prompt sent with run options."""
+        return None
+
+    @property
+    def heard(self) -> bool:
+        """Whether anyone listens to the boundaries (an owner's subscribers; none here)."""
+        return False
+
+    def reaching(self, target: Target | str, turn: int, *, wake_only: bool = False) -> None:
+        """The run of ``turn`` is about to claim ``target``: nobody to tell here (an owner's
+        port tells its boundary subscribers)."""
 
     def commit(self, change: Change[T]) -> tuple[list[Event], T]:
         """Append the events ``change`` computes from the session (other writers' events read

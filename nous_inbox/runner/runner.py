@@ -50,7 +50,7 @@ messages others send meanwhile are in the log but not the stream.
 Failures. A port the runner cannot call is refused with ``TypeError`` when ``run_turn`` is
 called, before anything is recorded. A claim that raises or answers in the wrong shape is logged,
 recorded as ``Warned``, and the run goes on without the inbox for the rest of the turn (ruling 7:
-the port's :class:`~nous_inbox.runner.port.ClaimGuard`, which the adapters claim through too).
+the port's :class:`~nous_inbox.runner.guard.ClaimGuard`, which the adapters claim through too).
 A tool that raises, a call to a tool nobody has, arguments that do not fit the tool's annotations,
 and a result the log cannot hold (text with a lone surrogate, as ``os.listdir`` returns for a
 name that is not UTF-8; a record above the size limit of the store the port records into, its
@@ -115,7 +115,6 @@ from nous_inbox.commands import CallModel, Claim, EndTurn, ToolSpec
 from nous_inbox.events import Event, TurnEnded, Warned
 from nous_inbox.happenings import (
     Cancelled,
-    ClaimAnswered,
     Failed,
     Happening,
     ModelAnswered,
@@ -127,7 +126,8 @@ from nous_inbox.happenings import (
 from nous_inbox.loop import Advance, LoopState, Phase, advance, new_state
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner._pump import CUT_OFF, NOT_STARTED, Abandoned, Request, apump, pump
-from nous_inbox.runner.port import ClaimGuard, SessionPort, check_port, describe_error
+from nous_inbox.runner.guard import Boundary, ClaimGuard, describe_error, guarded_boundary
+from nous_inbox.runner.port import JournalPort, SessionPort, check_port
 from nous_inbox.runner.results import fitting_error, tool_message
 from nous_inbox.runner.tools import Tool
 from nous_inbox.runner.tracing import TurnTrace, turn_trace
@@ -265,21 +265,32 @@ class Runner:
                 f"{type(port).__name__}.session is a {type(session).__name__}, not a Session"
             )
         adv = advance(self._start, TurnOpened(session.turn + 1, reason, session.transcript))
-        claims = ClaimGuard(port)
+        boundary, guard = _boundary_of(port)
         error: Exception | None = None
         usage: dict[str, int | float] = {}  # what the model's replies reported, summed
+
+        def with_usage(ended: TurnEnded, state: LoopState) -> TurnEnded:
+            return replace(ended, usage=dict(usage)) if usage else ended
+
         answered: list[Message] = []  # the running step's tool answers, and the tool in flight
         running: ToolCall | None = None
         shown: list[Event] = []  # recorded, not streamed yet: they go with the next request
         try:
             while True:
-                # All of a step's events are recorded, in one append, before any is streamed,
-                # so a consumer that stops reading never leaves half of them unrecorded.
-                if adv.events:
-                    events: Sequence[Event] = adv.events
-                    if usage and type(adv.command) is EndTurn:
-                        events = _with_usage(events, usage)
-                    shown += _record_all(port, events)
+                if cancel is not None and type(adv.command) is Claim and cancel.is_set():
+                    # Cancelled before the claim: the turn ends, in the boundary's one append.
+                    ending = advance(adv.state, Cancelled())
+                    adv = ending._replace(events=(*adv.events, *ending.events))
+                # A boundary is recorded whole, in one append (its events, each claim the loop
+                # asks for, the events after), before any of it is streamed, so a consumer that
+                # stops reading never leaves half of it unrecorded.
+                known = len(adv.state.transcript)
+                recorded, adv = boundary(adv, with_usage)
+                if trace is not None and len(adv.state.transcript) > known:
+                    trace.claimed(adv.state.transcript[known:])  # what the boundary's claims took
+                if Warned in map(type, recorded):
+                    _log_warnings(recorded, guard)
+                shown += recorded
                 command = adv.command
                 kind = type(command)
                 happening: Happening
@@ -287,17 +298,6 @@ class Runner:
                     break
                 if cancel is not None and cancel.is_set():
                     happening = Cancelled()
-                elif kind is Claim:
-                    if shown:  # streamed before the claim: a reader who stops here stops it
-                        yield shown
-                        shown = []
-                    asked: Claim = command  # type: ignore[assignment]
-                    messages, claimed = claims.claim(asked.target, wake_only=asked.wake_only)
-                    if trace is not None:
-                        trace.claimed(messages)
-                    happening = ClaimAnswered(asked.target, messages)
-                    if claimed:
-                        yield claimed
                 elif kind is CallModel:
                     ask: CallModel = command  # type: ignore[assignment]
                     request, shown = (shown, self.model, self._model_is_async,
@@ -332,7 +332,7 @@ class Runner:
         except GeneratorExit:  # the consumer stopped reading, or the task was cancelled
             if running is not None:  # closed in its call: the tool started, and was cut off
                 answered.append(interrupted_result(running, "the turn was cancelled"))
-            _end_abandoned(port, adv, answered)
+            _end_abandoned(boundary, adv, answered)
             raise
         if error is not None:
             raise error
@@ -376,15 +376,24 @@ _NO_KWARGS: Final[Mapping[str, Any]] = types.MappingProxyType({})
 # -- small rules the body applies -----------------------------------------------------------------
 
 
-def _record_all(port: SessionPort, events: Sequence[Event]) -> list[Event]:
-    recorded = port.record(events)
-    if type(recorded) is not list:
-        recorded = list(recorded)
-    if Warned in map(type, events):  # the loop's budget warning: a log line as well as an event
-        for event in events:
-            if type(event) is Warned:
-                logger.warning(event.text)
-    return recorded
+def _boundary_of(port: SessionPort) -> tuple[Boundary, ClaimGuard | None]:
+    """How the turn records a boundary on ``port``: a journal's port in one append; a host's
+    own port, or a journal's whose claim or record a host rewrote (a source of its own),
+    through its claim and record, the claims guarded (ruling 7)."""
+    kind = type(port)
+    if (isinstance(port, JournalPort) and kind.claim is JournalPort.claim
+            and kind.record is JournalPort.record):
+        return port.boundary, None
+    guard = ClaimGuard(port)
+    return guarded_boundary(port, guard), guard
+
+
+def _log_warnings(recorded: Sequence[Event], guard: ClaimGuard | None) -> None:
+    """The loop's budget warning is a log line as well as an event (a failed source's warning
+    was logged as it failed)."""
+    for event in recorded:
+        if type(event) is Warned and (guard is None or event is not guard.warning):
+            logger.warning(event.text)
 
 
 def _add_usage(usage: dict[str, int | float], reply: Message) -> None:
@@ -397,17 +406,13 @@ def _add_usage(usage: dict[str, int | float], reply: Message) -> None:
                 usage[name] = usage.get(name, 0) + value
 
 
-def _with_usage(events: Sequence[Event], usage: dict[str, int | float]) -> list[Event]:
-    return [replace(e, usage=dict(usage)) if type(e) is TurnEnded else e for e in events]
-
-
-def _end_abandoned(port: SessionPort, adv: Advance, answered: Sequence[Message]) -> None:
+def _end_abandoned(boundary: Boundary, adv: Advance, answered: Sequence[Message]) -> None:
     """The consumer stopped reading mid-turn: record the turn as cancelled, so the log does not
     show it running forever, with the ``answered`` tool results of the step it stopped in.
     Nothing is yielded (a closing generator may not yield)."""
     if type(adv.command) is EndTurn or adv.state.phase is Phase.ENDED:
         return
-    port.record(advance(adv.state, Cancelled(answered)).events)
+    boundary(advance(adv.state, Cancelled(answered)), None)
 
 
 def _as_reply(value: object) -> Message:

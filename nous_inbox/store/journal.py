@@ -239,9 +239,7 @@ class Journal:
             return []
         missed = list(store.read(self._stream, self._session.version))
         if missed:
-            session = self._session
-            for event in missed:
-                session = session.apply(event, self._stream)
+            session = self._session.apply_all(missed, self._stream)
             self._session = session if self._keep_transcript else _without_transcript(session)
             if self._on_events is not None:
                 self._on_events(missed)
@@ -422,16 +420,15 @@ class Journal:
         on. Folded first, so an event that does not fold is refused with nothing written.
         Nothing of the holder's runs here (``on_events`` is :meth:`commit`'s), so a
         ``ConcurrencyError`` out of it is always the store's refusal."""
-        folded = self._session
-        version, now = folded.version, 0.0
+        version, now = self._session.version, 0.0
         stamped: list[Event] = []
         for event in events:
             version += 1
             if event.seq != version or type(event.at) is not float or not event.at:
                 now = now or float(self._clock())
                 event = _replace(event, seq=version, at=float(event.at or now))
-            folded = folded.apply(event, self._stream)
             stamped.append(event)
+        folded = self._session.apply_all(stamped, self._stream)
         if not self._keep_transcript:
             folded = _without_transcript(folded)
         store = self._store

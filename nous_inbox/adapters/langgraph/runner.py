@@ -45,7 +45,8 @@ from nous_inbox.happenings import Cancelled, Failed, ToolsFinished, cancelled_re
 from nous_inbox.loop import Phase, new_state
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner.deltas import deltas_of
-from nous_inbox.runner.port import JournalPort, SessionPort, check_port, describe_error
+from nous_inbox.runner.guard import describe_error
+from nous_inbox.runner.port import JournalPort, SessionPort, check_port
 
 __all__ = ["GraphRunner"]
 

@@ -40,7 +40,8 @@ from nous_inbox.happenings import Cancelled, Failed
 from nous_inbox.loop import Phase, new_state
 from nous_inbox.message import Message
 from nous_inbox.runner.deltas import Deltas, deltas_of
-from nous_inbox.runner.port import SessionPort, check_port, describe_error
+from nous_inbox.runner.guard import describe_error
+from nous_inbox.runner.port import SessionPort, check_port
 
 __all__ = ["AgentRunner"]
 

@@ -37,7 +37,8 @@ from nous_inbox.events import Event
 from nous_inbox.happenings import Cancelled, Failed
 from nous_inbox.loop import new_state
 from nous_inbox.message import Message
-from nous_inbox.runner.port import SessionPort, check_port, describe_error
+from nous_inbox.runner.guard import describe_error
+from nous_inbox.runner.port import SessionPort, check_port
 
 __all__ = ["AgentRunner"]
 
