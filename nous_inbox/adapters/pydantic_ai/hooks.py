@@ -58,9 +58,9 @@ from pydantic_graph import End
 from nous_inbox.adapters.bridge import CLAIMS, Part, TurnBridge, numeric_counts, stop_cause
 from nous_inbox.adapters.pydantic_ai.streaming import streamed
 from nous_inbox.adapters.pydantic_ai.transcript import (
-    History,
     as_request_part,
     from_model_response,
+    to_model_messages,
     trailing_parts,
 )
 from nous_inbox.commands import EndTurn
@@ -107,8 +107,6 @@ class InboxHooks(AbstractCapability[Any]):
     port: SessionPort
     call: Callable[[Callable[[], Any]], Any]
     start: LoopState
-    #: The session's history as pydantic-ai's, converted once (the runner's, shared by its turns).
-    history: History = field(default_factory=History)
     bridge: TurnBridge = field(init=False)
     opening: bool = True
     #: The run's usage (pydantic-ai's, updated in place): what the turn's end records.
@@ -144,8 +142,8 @@ class InboxHooks(AbstractCapability[Any]):
         """The turn's opening, before the run: ``TurnStarted``, the answers to calls an earlier
         turn left open (pydantic-ai would answer them itself, unrecorded), then the loop's
         claims. Returns the history the run starts from: what the loop's first request shows."""
-        history, fresh = self.history.of(self.bridge.open(reason))
-        for message in history[fresh:]:  # a request shows anew only what followed the last answer
+        history = to_model_messages(self.bridge.open(reason))
+        for message in history:
             for part in message.parts:
                 self.seen[id(part)] = part  # the transcript's own: recorded already
         return history

@@ -32,7 +32,6 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from nous_inbox.adapters.driving import caller, check_deliverable, drive_in_thread
 from nous_inbox.adapters.pydantic_ai.hooks import InboxHooks, StepSpans, TurnOver
-from nous_inbox.adapters.pydantic_ai.transcript import History
 from nous_inbox.events import Event
 from nous_inbox.happenings import Cancelled, Failed
 from nous_inbox.loop import new_state
@@ -112,7 +111,6 @@ class AgentRunner:
             raise TypeError(f"AgentRunner needs a pydantic_ai.Agent, got {type(agent).__name__}")
         self.check_run_options(run_kwargs)
         self._start = new_state(max_steps, added_only=True)
-        self._history = History()
         self.agent = agent
         self.offload = bool(offload)
         self.run_kwargs = run_kwargs
@@ -172,7 +170,7 @@ class AgentRunner:
         return self._arun(port, reason, cancel)
 
     async def _arun(self, port: SessionPort, reason: str, *cancels: _Flag | None) -> AsyncIterator[Event]:
-        hooks = InboxHooks(port, caller(port, self.offload), self._start, self._history)
+        hooks = InboxHooks(port, caller(port, self.offload), self._start)
         opening = asyncio.ensure_future(hooks.call(lambda: (hooks.open(reason), _options(port))))
         try:
             history, options = await asyncio.shield(opening)

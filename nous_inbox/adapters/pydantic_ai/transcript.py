@@ -12,7 +12,6 @@ was shown. The request parts the run hooks read and add are spelled here too.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -30,7 +29,7 @@ from pydantic_ai.messages import (
 
 from nous_inbox.message import Message, ToolCall
 
-__all__ = ["History", "as_request_part", "from_model_response", "to_model_messages", "trailing_parts"]
+__all__ = ["as_request_part", "from_model_response", "to_model_messages", "trailing_parts"]
 
 
 def to_model_messages(transcript: Iterable[Message]) -> list[ModelMessage]:
@@ -62,43 +61,6 @@ def to_model_messages(transcript: Iterable[Message]) -> list[ModelMessage]:
     if parts:
         history.append(ModelRequest(parts=parts))
     return history
-
-
-class History:
-    """A session's transcript as pydantic-ai's message history, each entry converted once.
-
-    A turn opens on the whole transcript, and converting it again at every turn costs a long
-    session a time that grows with its length; a bare agent is handed back the messages its last
-    run returned. So the history is kept up to the transcript's last answer, and a turn converts
-    only what came after it. The transcript's messages are matched by identity: a transcript
-    that does not begin with the kept one (another session, a replayed one) is converted whole.
-    Safe to share between threads: what is kept is replaced in one assignment.
-
-    >>> history = History()
-    >>> first = [Message.user("hi"), Message.assistant("hello")]
-    >>> converted, fresh = history.of(first)
-    >>> again, fresh = history.of([*first, Message.user("and now?")])
-    >>> again[0] is converted[0], fresh
-    (True, 2)
-    """
-
-    def __init__(self) -> None:
-        self._kept: tuple[tuple[Message, ...], tuple[ModelMessage, ...]] = ((), ())
-
-    def of(self, transcript: Sequence[Message]) -> tuple[list[ModelMessage], int]:
-        """The history of ``transcript``, and the index of its first entry after the last
-        answer (what no earlier history held: the requests a run shows anew)."""
-        messages, converted = self._kept
-        k = len(messages)
-        if k > len(transcript) or not all(map(operator.is_, messages, transcript)):
-            messages, converted, k = (), (), 0
-        last = len(transcript)
-        while last > k and transcript[last - 1].role != "assistant":
-            last -= 1
-        answered = (*converted, *to_model_messages(transcript[k:last]))
-        if last > k:
-            self._kept = ((*messages, *transcript[k:last]), answered)
-        return [*answered, *to_model_messages(transcript[last:])], len(answered)
 
 
 def as_request_part(message: Message) -> ModelRequestPart:
