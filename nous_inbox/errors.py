@@ -14,6 +14,7 @@ import uuid
 __all__ = [
     "ConcurrencyError",
     "DecodeError",
+    "HandedOverError",
     "LeaseLostError",
     "OutcomeUnknownError",
     "RecordTooLargeError",
@@ -66,6 +67,13 @@ class StreamOwnedError(ConcurrencyError):
         super().__init__(message)
         self.stream = stream
         self.pid = pid
+
+
+class HandedOverError(RuntimeError):
+    """Raised inside a run whose owner let its session go at a boundary (a rolling restart's
+    hand-over): the run stops there and records nothing more; the open turn is the next holder's
+    to carry on. Like :class:`LeaseLostError`, never a message source's failure: every driver lets
+    it through."""
 
 
 class LeaseLostError(RuntimeError):

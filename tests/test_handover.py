@@ -5,6 +5,7 @@ run that reaches no boundary in time is closed as a takeover closes it."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from nous_inbox.events import Event, MessageSent, SessionReleased, TurnEnded, TurnStarted
 from nous_inbox.message import Message, ToolCall
@@ -173,3 +174,45 @@ def test_the_threaded_owner_cuts_off_a_run_that_reaches_no_boundary_in_time() ->
         assert next_holder.wait_idle(WAIT)
     events = kinds(list(store.read("s")))
     assert events[6:8] == ["ToolCalled", "SessionReleased"] and events[-1] == "TurnEnded:error"
+
+
+def test_a_framework_adapter_hands_over_without_failing_its_turn() -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from nous_inbox.adapters.pydantic_ai import AgentRunner
+
+    async def main() -> list[Event]:
+        in_tool, done = asyncio.Event(), asyncio.Event()
+
+        def model(messages: list[Any], info: Any) -> ModelResponse:
+            last = messages[-1].parts[-1]
+            if isinstance(last, ToolReturnPart):
+                return ModelResponse(parts=[TextPart(f"read {last.content}")])
+            return ModelResponse(parts=[ToolCallPart("slow", {}, tool_call_id="c1")])
+
+        agent = Agent(FunctionModel(model))
+
+        @agent.tool_plain
+        async def slow() -> str:
+            in_tool.set()
+            await done.wait()
+            return "42"
+
+        store = open_store("memory:")
+        owner = AsyncOwner(store, "s", AgentRunner(agent))
+        await owner.__aenter__()
+        await owner.steer("count the lines")
+        await asyncio.wait_for(in_tool.wait(), WAIT)
+        closing = asyncio.ensure_future(owner.aclose(WAIT, hand_over=True))
+        done.set()
+        await asyncio.wait_for(closing, WAIT)
+        async with AsyncOwner(store, "s", AgentRunner(agent)) as next_holder:
+            assert await next_holder.wait_idle(WAIT)
+        return list(store.read("s"))
+
+    events = kinds(asyncio.run(main()))
+    assert "TurnEnded:error" not in events
+    assert events.count("SessionReleased") == 1
+    assert events[-1] == "TurnEnded:final" and "TurnStarted:resumed" in events

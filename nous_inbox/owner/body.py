@@ -25,13 +25,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final, Generic, TypeVar
 
 from nous_inbox.boundary import Boundaries, Boundary
-from nous_inbox.errors import LeaseLostError
+from nous_inbox.errors import HandedOverError, LeaseLostError
 from nous_inbox.events import Event, MessageSent
 from nous_inbox.inbox import Inbox, as_message
 from nous_inbox.message import Message
 from nous_inbox.owner.core import OwnerCore, Stop
 from nous_inbox.owner.group_commit import refused_unwritten
-from nous_inbox.owner.handover import HandedOver, carried_on
+from nous_inbox.owner.handover import carried_on
 from nous_inbox.owner.idle_watch import check_poll_interval, taken_over
 from nous_inbox.owner.port import OwnerPort, RunOptions, cancel_open_turn
 from nous_inbox.owner.turn_result import TurnAnswers
@@ -443,7 +443,7 @@ class OwnerBody(Generic[R, H], abc.ABC):
         """The run died with ``error`` (under the lock, or on the loop): the core's ``Stop``. A
         handover's records nothing; a lost lease ends the owner; any other failure is logged
         and kept for the next wait to raise."""
-        if isinstance(error, HandedOver):
+        if isinstance(error, HandedOverError):
             return self._core.let_go()
         if isinstance(error, LeaseLostError):
             self._lose(error)

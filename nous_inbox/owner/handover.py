@@ -31,19 +31,15 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
+from nous_inbox.errors import HandedOverError
 from nous_inbox.events import Event, SessionReleased
 from nous_inbox.session import Session
 from nous_inbox.store import Store
 from nous_inbox.store.journal import Journal
 
-__all__ = ["HandedOver", "Handover", "carried_on", "hand_over_run", "hand_over_thread"]
+__all__ = ["Handover", "carried_on", "hand_over_run", "hand_over_thread"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
-
-
-class HandedOver(Exception):
-    """Raised inside a run where its owner let the session go: the run stops there and records
-    nothing more (the open turn is the next holder's to end)."""
 
 
 class Handover:
@@ -64,17 +60,17 @@ class Handover:
         (``wake_only``) is let through: the turn ends right after it, and the owner hands
         over once it has."""
         if self.cut:
-            raise HandedOver("the session was handed over; its run records nothing more")
+            raise HandedOverError("the session was handed over; its run records nothing more")
         if self.asked and not wake_only:
             session = journal.session
             journal.append([SessionReleased(turn=session.turn if session.running else 0)])
             self.released = self.cut = True
-            raise HandedOver(f"turn {session.turn} was handed over at a boundary")
+            raise HandedOverError(f"turn {session.turn} was handed over at a boundary")
 
     def at_record(self) -> None:
         """Before a record, under the owner's lock: refused once the run was cut off."""
         if self.cut:
-            raise HandedOver("the session was handed over; its run records nothing more")
+            raise HandedOverError("the session was handed over; its run records nothing more")
 
 
 def carried_on(store: Store, stream: str, session: Session) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from nous_inbox.boundary import Boundaries
 from nous_inbox.commands import Claim
@@ -30,13 +30,15 @@ from nous_inbox.runner.walk import Ended, finish
 from nous_inbox.session import Session
 from nous_inbox.store import Store
 from nous_inbox.store.base import check_stream
-from nous_inbox.store.journal import Journal
+from nous_inbox.store.journal import Change, Journal
 from nous_inbox.verbs import Target
 
 __all__ = [
     "AsyncTurnRunner", "OwnerPort", "RunOptions", "TurnRunner", "cancel_open_turn",
     "request_cancel",
 ]
+
+_T = TypeVar("_T")
 
 _TURN: Final = Target.NEXT_TURN
 
@@ -232,6 +234,10 @@ class OwnerPort(JournalPort):
             before = self._journal.append(finish(adv.events, adv.state, ended)) if adv.events else []
             stored, adv = super().boundary(adv._replace(events=()), ended)
             return [*before, *stored], adv
+
+    def commit(self, change: Change[_T]) -> tuple[list[Event], _T]:
+        self.handover.at_record()  # a run cut off in a handover records nothing more
+        return super().commit(change)
 
     @property
     def heard(self) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from nous_inbox.commands import Claim
+from nous_inbox.errors import HandedOverError, LeaseLostError
 from nous_inbox.events import Event, QueueClaimed, Warned
 from nous_inbox.happenings import ClaimAnswered
 from nous_inbox.loop import Advance, advance
@@ -92,6 +93,8 @@ class ClaimGuard:
             # Whether a waking message extends the run is the core's decision, made inside the
             # port's atomic claim: a driver only says which claim the loop asked for.
             result = port.claim(target, wake_only=True) if wake_only else port.claim(target)
+        except (HandedOverError, LeaseLostError):
+            raise  # the owner's, not the source's: the run stops where it is
         except Exception as exc:
             logger.warning("message source %s failed", type(port).__name__, exc_info=True)
             return self._fail(f"claim({target}) raised {describe_error(exc)}")
