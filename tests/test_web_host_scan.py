@@ -179,3 +179,20 @@ def test_an_idle_look_reads_no_session_and_lists_no_stream(store: Store) -> None
 
 def test_moved_is_part_of_the_store_protocol(store: Store) -> None:
     assert isinstance(store.moved(), Moved)
+
+
+def test_a_session_skipped_while_its_lease_is_retried_later_is_still_looked_at() -> None:
+    # A send to a session another holder has is appended; the host tries its lease again only
+    # after a pause, so the next look skips it. That look's cursor moves past the send all the
+    # same: the session must stay on the host's list, or once its holder dies nobody serves it.
+    store = open_store("memory:")
+    elsewhere = store.own("s")
+
+    async def check(host: SessionHost) -> None:
+        await host.scan()
+        await host.send("s", "steer", "go")  # held elsewhere: appended to the log
+        await host.scan()  # skipped: its lease is tried again later
+        elsewhere.release()  # the other holder dies
+        await scan_until(host, lambda: host.held == ["s"], what="the session taken")
+
+    hosting(store, check)

@@ -478,6 +478,7 @@ class SessionHost:
                 self._wake_wanted.discard(name)
                 continue
             if name in self._taking or self._retry_at.get(name, 0) > now:
+                self._wake_wanted.add(name)  # looked at again: the cursor has moved past it
                 continue
             try:
                 known = await self.call(caught_up, self.store, name, self._known.get(name))
