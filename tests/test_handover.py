@@ -216,3 +216,21 @@ def test_a_framework_adapter_hands_over_without_failing_its_turn() -> None:
     assert "TurnEnded:error" not in events
     assert events.count("SessionReleased") == 1
     assert events[-1] == "TurnEnded:final" and "TurnStarted:resumed" in events
+
+
+def test_a_send_after_the_release_does_not_undo_it() -> None:
+    # A draining host sends new messages straight to the log: the next holder still carries
+    # the released turn on, rather than closing it as a dead holder's.
+    async def with_a_send_between() -> list[Event]:
+        store = open_store("memory:")
+        work = await handed_over_mid_tool(store, WAIT, finish=True)
+        from nous_inbox.store.journal import send_to
+        from nous_inbox.verbs import Target
+        send_to(store, "s", Message.user("fyi"), Target.NEXT_STEP, False)
+        async with AsyncOwner(store, "s", work.runner()) as next_holder:
+            assert await next_holder.wait_idle(WAIT)
+        return list(store.read("s"))
+
+    events = kinds(asyncio.run(with_a_send_between()))
+    assert events[9:12] == ["SessionReleased", "MessageSent", "TurnEnded:released"]
+    assert "TurnStarted:resumed" in events and "TurnEnded:error" not in events

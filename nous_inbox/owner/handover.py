@@ -32,12 +32,25 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from nous_inbox.errors import HandedOverError
-from nous_inbox.events import Event, SessionReleased
+from nous_inbox.events import (
+    Event,
+    ModelReplied,
+    ModelRequested,
+    Nudged,
+    QueueClaimed,
+    SessionReleased,
+    StepEnded,
+    StepStarted,
+    ToolCalled,
+    ToolReturned,
+    TurnEnded,
+    TurnStarted,
+)
 from nous_inbox.session import Session
 from nous_inbox.store import Store
 from nous_inbox.store.journal import Journal
 
-__all__ = ["Handover", "carried_on", "hand_over_run", "hand_over_thread"]
+__all__ = ["Handover", "last_run_event", "carried_on", "hand_over_run", "hand_over_thread"]
 
 logger: Final = logging.getLogger("nous_inbox.owner")
 
@@ -73,14 +86,35 @@ class Handover:
             raise HandedOverError("the session was handed over; its run records nothing more")
 
 
+#: The events that say where a run stands; anything else (a send, a withdraw, a cancel request, a
+#: warning, mail) may be appended by anyone after a release, and does not undo it.
+_RUN_EVENTS: Final = (TurnStarted, StepStarted, ModelRequested, ModelReplied, ToolCalled,
+                      ToolReturned, StepEnded, TurnEnded, QueueClaimed, Nudged, SessionReleased)
+
+
+def last_run_event(store: Store, stream: str, version: int) -> Event | None:
+    """The last event up to ``version`` that says where ``stream``'s run stands (store I/O: the
+    log's tail, read further back only while it holds nothing of the run)."""
+    back = 16
+    while version:
+        after = max(0, version - back)
+        for event in reversed(list(store.read(stream, after))):
+            if event.seq <= version and type(event) in _RUN_EVENTS:
+                return event
+        if after == 0:
+            return None
+        back *= 4
+    return None
+
+
 def carried_on(store: Store, stream: str, session: Session) -> bool:
     """Whether ``session``'s open turn was let go at a boundary for the next holder to carry
-    on: the log's last event is a :class:`~nous_inbox.events.SessionReleased` naming it (store
-    I/O: one event read, and only for a session with an open turn)."""
+    on: the run's last word in the log is a :class:`~nous_inbox.events.SessionReleased` naming
+    it, whatever was sent after it (store I/O, and only for a session with an open turn)."""
     if not session.running or not session.version:
         return False
-    last = list(store.read(stream, session.version - 1))
-    return bool(last) and type(last[-1]) is SessionReleased and last[-1].turn == session.turn
+    last = last_run_event(store, stream, session.version)
+    return type(last) is SessionReleased and last.turn == session.turn
 
 
 def hand_over_thread(run: threading.Thread | None, gate: Handover, timeout: float | None,

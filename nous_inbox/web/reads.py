@@ -11,6 +11,7 @@ True
 from __future__ import annotations
 
 from nous_inbox.events import Event, SessionReleased
+from nous_inbox.owner.handover import last_run_event
 from nous_inbox.session import Session, replay
 from nous_inbox.store import Store
 from nous_inbox.store.snapshot import load_session
@@ -19,9 +20,9 @@ __all__ = ["caught_up", "read_after", "released_last"]
 
 
 def released_last(store: Store, session: str, known: Session) -> bool:
-    """Whether the last event of ``session`` (as far as ``known``) is a ``SessionReleased``."""
-    last = list(store.read(session, known.version - 1)) if known.version else []
-    return bool(last) and type(last[-1]) is SessionReleased
+    """Whether the run's last word in ``session``'s log (as far as ``known``) is a
+    ``SessionReleased``: its holder handed it over (the hand-over's rule)."""
+    return type(last_run_event(store, session, known.version)) is SessionReleased
 
 
 def read_after(store: Store, session: str, after: int) -> list[Event]:
