@@ -177,7 +177,7 @@ async def test_a_host_whose_store_cannot_answer_is_not_ready(served: Served) -> 
     ready = await served.client.get("/readyz")
     assert ready.status_code == 503
     reason = ready.json()["error"]
-    assert reason.startswith("not ready: the store did not answer: ") and "closed" in reason
+    assert reason.startswith("not ready: the store did not answer (") and "server's log" in reason
 
 
 async def test_two_hosts_in_one_process_keep_their_counts_apart(tmp_path: Path) -> None:

@@ -4,8 +4,9 @@ Every run emits the same spans, whoever drives it (the :class:`~nous_inbox.runne
 asyncio, the framework adapters through their shared bridge, an ``Owner``, an ``AsyncOwner`` or
 ``serve``): a ``nous_inbox.turn`` span, a ``nous_inbox.step`` child per step, and in each step a
 ``nous_inbox.model_request`` span and a ``nous_inbox.tool_call`` span per tool the runner calls
-(under an adapter, the framework's own instrumentation makes those, and they nest under the step
-span, which is current while the framework works). Each claim is a ``nous_inbox.claim`` event on
+(under an adapter, the framework's own instrumentation makes those: pydantic-ai's nest under the
+step span, which is current while it works; the LangGraph and OpenAI Agents SDK adapters emit
+the turn and step spans beside their framework's own). Each claim is a ``nous_inbox.claim`` event on
 the step it joins (the queue, how many, the claim's seq), and a message that carries its sender's
 W3C ``traceparent`` in its metadata (:func:`carried`: what the owners' sends and the web face do) is
 a span link from that step to the trace that sent it: a steer is followed from its HTTP request to

@@ -115,13 +115,18 @@ def create_app(
         defaults = {param.name: param.default for param in endpoint.query}
         maxima = {param.name: param.maximum for param in endpoint.query}
 
-        traced = endpoint.path.startswith("/api/")
+        # A span per API request that answers at once (an event stream outlives its request):
+        # a send made in it carries it, and the step that claims the message links back to it.
+        traced = endpoint.path.startswith("/api/") and endpoint.media_type != "text/event-stream"
 
         async def serve(request: Request) -> Response:
+            if endpoint.auth:  # before any span: a caller without the token continues no trace
+                given = request.headers.get("authorization", "").encode("latin-1", "replace")
+                if not hmac.compare_digest(given, expected):
+                    return _error(401, "missing or wrong bearer token",
+                                  {"WWW-Authenticate": "Bearer"})
             if not traced:
                 return await checked(request)
-            # A server span per API request (continuing the caller's trace): a send made in it
-            # carries it, and the step that claims the message links back to it.
             with server_span(request.method, endpoint.path, request.headers) as span:
                 response = await checked(request)
                 if span is not None:
@@ -129,11 +134,6 @@ def create_app(
                 return response
 
         async def checked(request: Request) -> Response:
-            if endpoint.auth:
-                given = request.headers.get("authorization", "").encode("latin-1", "replace")
-                if not hmac.compare_digest(given, expected):
-                    return _error(401, "missing or wrong bearer token",
-                                  {"WWW-Authenticate": "Bearer"})
             try:
                 path = {name: PATH_PARAMS[name].check(request.path_params[name])
                         for name in endpoint.path_params}

@@ -27,6 +27,7 @@ behind them still needs the token. They are routes of the one table
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Final
 
 import msgspec
@@ -38,6 +39,8 @@ from nous_inbox.web.endpoint import Call
 from nous_inbox.web.host import SessionHost
 
 __all__ = ["READY_WITHIN", "Liveness", "Readiness", "healthz", "metrics", "readiness", "readyz"]
+
+logger: Final = logging.getLogger("nous_inbox.web")
 
 #: How long ``/readyz`` waits for the store to answer, in seconds, before it says it did not.
 READY_WITHIN: Final = 2.0
@@ -55,7 +58,10 @@ async def readiness(host: SessionHost, within: float = READY_WITHIN) -> list[str
     except TimeoutError:
         reasons.append(f"the store did not answer within {within:g} s")
     except Exception as exc:
-        reasons.append(f"the store did not answer: {type(exc).__name__}: {exc}")
+        # The failure's own words may name the database's host, user or path: they go to the
+        # server's log, and the unauthenticated answer says only what kind of failure it was.
+        logger.warning("readiness: the store did not answer", exc_info=True)
+        reasons.append(f"the store did not answer ({type(exc).__name__}; see the server's log)")
     else:
         # A store that renews its leases from a loop of its own says whether that loop is up;
         # it starts with the first lease, so before any it has nothing to renew.
