@@ -72,7 +72,7 @@ from starlette.responses import Response
 from nous_inbox.message import enc_hook
 from nous_inbox.receipts import Receipt
 from nous_inbox.safe_json import json_safe
-from nous_inbox.web.checks import Refused, cut, json_body, query_numbers
+from nous_inbox.web.checks import Refused, cut, json_body, query_values
 from nous_inbox.web.endpoint import PATH_PARAMS, Call, Endpoint
 from nous_inbox.web.host import SessionHost
 from nous_inbox.web.routes import ROUTES
@@ -111,6 +111,7 @@ def create_app(
         body checked, in that order, before the handler; its answer encoded."""
         defaults = {param.name: param.default for param in endpoint.query}
         maxima = {param.name: param.maximum for param in endpoint.query}
+        texts = {param.name: param.check for param in endpoint.texts}
 
         async def serve(request: Request) -> Response:
             if endpoint.auth:
@@ -121,12 +122,12 @@ def create_app(
             try:
                 path = {name: PATH_PARAMS[name].check(request.path_params[name])
                         for name in endpoint.path_params}
-                query = query_numbers(request, defaults, maxima)
+                query, said = query_values(request, defaults, maxima, texts)
                 body = (None if endpoint.body is None else
                         await json_body(request, endpoint.body, max_body,
                                         optional=endpoint.body_optional))
                 answer = await endpoint.handler(
-                    Call(request, host, path, query, body, keepalive))
+                    Call(request, host, path, query, body, keepalive, said))
             except Refused as refused:
                 return _error(refused.status, str(refused))
             if isinstance(answer, Response):
