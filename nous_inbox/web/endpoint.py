@@ -112,7 +112,7 @@ class TextParam:
     name: str
     description: str
     check: Callable[[str], str]
-    schema: Mapping[str, Any]
+    schema: Mapping[str, Any] = field(compare=False)  # a dict: the table stays hashable
 
 
 def session_prefix(raw: str) -> str:
