@@ -2,8 +2,13 @@
 
 Endpoints (every ``/api`` call needs ``Authorization: Bearer TOKEN``)::
 
-    GET  /api/sessions                         {"sessions": [{"id", "hosted"}...]}
-    GET  /api/sessions/{id}?offset=&limit=     counts, running, turn, step, a transcript page
+    GET  /api/sessions?offset=&limit=&prefix=  a page of the sessions whose id starts with
+                                               prefix: {"sessions": [{"id", "hosted", "state"}],
+                                               "total", "offset"}, state as the host knows it
+    GET  /api/sessions/{id}?offset=&limit=     counts, running, turn, step, the queued
+                                               messages, a transcript page
+    GET  /api/sessions/{id}/view/{seq}         what the model was shown at the model request
+                                               recorded at seq: the transcript's first count
     POST /api/sessions/{id}/messages           {"mode": "steer"|"inject"|"followup"|"prompt",
                                                "text": "..."} -> 202 {"seq", "mode"} once stored
     GET  /api/sessions/{id}/messages/{seq}     where the send at seq went: {"sent", "target",
