@@ -250,10 +250,10 @@ async def test_the_view_is_paged_and_read_from_the_log_for_a_session_not_held_he
     assert (beyond["offset"], beyond["messages"]) == (last.count, [])
 
 
-async def test_the_view_of_another_event_is_400_and_of_no_event_404(team: Team) -> None:
+async def test_the_view_of_another_event_or_of_no_event_is_404_saying_which(team: Team) -> None:
     await team.run("ops", "check the deploy")
     response = await team.client.get("/api/sessions/ops/view/1", headers=AUTH)
-    assert response.status_code == 400
+    assert response.status_code == 404
     assert "the event at seq 1 is message_sent, not model_requested" in response.json()["error"]
     for path in ("/api/sessions/ops/view/999", "/api/sessions/nobody/view/1"):
         response = await team.client.get(path, headers=AUTH)

@@ -126,8 +126,9 @@ async def model_view(call: Call) -> ModelView:
     if event is None:
         raise Refused(404, f"session {name!r} has no event at seq {seq}")
     if not isinstance(event, ModelRequested):
+        # 404 as for no event, as a receipt of no send is: the path names no model request.
         kind = type(event).__struct_config__.tag
-        raise Refused(400, f"the event at seq {seq} is {kind}, not model_requested: only a "
+        raise Refused(404, f"the event at seq {seq} is {kind}, not model_requested: only a "
                            "model request has a view")
     session = await call.host.session(name)
     if session is None:  # deleted since: its event was read a moment ago
@@ -203,8 +204,9 @@ ROUTES: Final[tuple[Endpoint, ...]] = (
              query=(Param("offset", 0, "The first session (of those matching) to return."),
                     Param("limit", 100, f"How many sessions (at most {MAX_LIST}).")),
              texts=(TextParam("prefix", "Only the sessions whose id starts with this.",
-                              session_prefix, {"type": "string", "maxLength": MAX_STREAM_NAME,
-                                               "default": ""}),)),
+                              session_prefix, {
+                                  "type": "string", "maxLength": MAX_STREAM_NAME, "default": "",
+                                  "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"}),)),
     Endpoint("POST", "/api/sessions/{session}/messages", send_message, "Send a message",
              answer=SendAccepted, status=202, body=SendRequest),
     Endpoint("GET", "/api/sessions/{session}/messages/{seq}", get_receipt,
@@ -226,8 +228,8 @@ ROUTES: Final[tuple[Endpoint, ...]] = (
                  Param("limit", 100, f"How many transcript messages (at most {MAX_PAGE})."))),
     Endpoint("GET", "/api/sessions/{session}/view/{seq}", model_view,
              "The model's view at a request", answer=ModelView,
-             refuses=((400, "the event at seq is not a model request"),
-                      (404, "the session has no event at seq")),
+             refuses=((404, "the session has no model request at seq: no event there, or "
+                            "another kind"),),
              query=(Param("offset", 0, "The first message of the view to return."),
                     Param("limit", 100, f"How many messages (at most {MAX_PAGE})."))),
     Endpoint("GET", "/openapi.json", openapi, "This document", auth=False, tag="meta"),
