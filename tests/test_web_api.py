@@ -103,15 +103,16 @@ async def test_the_acknowledged_seq_is_the_stored_event(api: Api) -> None:
 
 
 async def test_a_session_lists_and_shows_its_counts_and_transcript_page(api: Api) -> None:
-    assert (await api.client.get("/api/sessions", headers=AUTH)).json() == {"sessions": []}
+    assert (await api.client.get("/api/sessions", headers=AUTH)).json() == {
+        "sessions": [], "total": 0, "offset": 0}
     for text in ("one", "two", "three"):
         await api.post("s1", {"mode": "inject", "text": text})
     await api.post("s1", {"mode": "followup", "text": "later"})
     owner = api.host.hosted("s1")
     assert owner is not None
     await owner.wait_idle()
-    assert (await api.client.get("/api/sessions", headers=AUTH)).json() == {
-        "sessions": [{"id": "s1", "hosted": True}]}
+    listed = (await api.client.get("/api/sessions", headers=AUTH)).json()
+    assert [(s["id"], s["hosted"]) for s in listed["sessions"]] == [("s1", True)]
     shown = (await api.client.get("/api/sessions/s1?offset=1&limit=2", headers=AUTH)).json()
     assert shown["transcript_length"] == len(owner.transcript)
     assert [m["content"] for m in shown["transcript"]] == [m.content for m in owner.transcript[1:3]]
@@ -209,7 +210,8 @@ async def test_a_bad_body_is_refused_and_nothing_is_written(
 
 # Every endpoint of the API, by method and path, with the query parameters it takes.
 ENDPOINTS = [
-    ("GET", "/api/sessions", ()),
+    ("GET", "/api/sessions", ("offset", "limit")),
+    ("GET", "/api/sessions/s1/view/1", ("offset", "limit")),
     ("GET", "/api/sessions/s1", ("offset", "limit")),
     ("POST", "/api/sessions/s1/messages", ()),
     ("POST", "/api/sessions/s1/cancel", ()),
@@ -482,7 +484,7 @@ async def test_json_answers_escape_what_log_json_escapes(api: Api) -> None:
     shown = (await api.client.get(f"/api/sessions/{name}", headers=AUTH)).json()
     assert (shown["id"], shown["transcript"][0]["content"]) == (name, HOSTILE)  # the same text
     listed = (await api.client.get("/api/sessions", headers=AUTH)).json()
-    assert listed == {"sessions": [{"id": name, "hosted": False}]}
+    assert [(s["id"], s["hosted"]) for s in listed["sessions"]] == [(name, False)]
 
 
 def a_backlog(store: Store, session: str, count: int) -> None:

@@ -1,6 +1,8 @@
 """The page in a real browser: Debian's Chromium, headless, driven by Selenium against a real
 ``nous-inbox serve``. A person opens a session's page, types a steer while the scripted agent
-works, and sees it land at the agent's next step. Its screenshot is the one the docs show.
+works, and sees it land at the agent's next step. Its screenshot is the one the docs show. A team
+sees the list of sessions with each one's state, live and filtered; a session's queued messages,
+each with a withdraw; and what the model was shown at any of its requests.
 
 Without Chromium, its driver or the web extra this test is skipped on a developer's machine and
 fails in CI (``CI=true``): a browser test that silently did not run must not pass there.
@@ -28,8 +30,17 @@ else:
 
 from nous_inbox.cli.render import format_event
 from nous_inbox.cli.style import Style
-from nous_inbox.events import SCHEMA_VERSION, Event, MailSent, MessageSent, ToolCalled, Warned
+from nous_inbox.events import (
+    SCHEMA_VERSION,
+    Event,
+    MailSent,
+    MessageSent,
+    ModelRequested,
+    ToolCalled,
+    Warned,
+)
 from nous_inbox.message import Message, ToolCall
+from nous_inbox.session import replay
 from nous_inbox.store import open_store
 from tests import fixture_logs
 from tests.helpers import wait_until
@@ -88,12 +99,13 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 
 def lines(browser: Any) -> list[tuple[str, str]]:
-    """(type, text) of each event line on the page, without a send's receipt mark, read at one
-    moment (a live line goes as its reply is logged, so lines are not read one call each)."""
+    """(type, text) of each event line on the page, without a send's receipt mark or a
+    request's view button, read at one moment (a live line goes as its reply is logged, so
+    lines are not read one call each)."""
     return [(kind, text) for kind, text in browser.execute_script(
         "return Array.from(document.querySelectorAll('#events li'), (li) => {"
         " let text = li.innerText;"
-        " for (const mark of li.querySelectorAll('.receipt')) {"
+        " for (const mark of li.querySelectorAll('.receipt, .actions')) {"
         "   if (text.endsWith(mark.innerText)) text = text.slice(0, text.length - mark.innerText.length);"
         "   text = text.trimEnd(); }"
         " return [li.dataset.type, text]; });")]
@@ -276,6 +288,119 @@ def test_controls_and_bidi_overrides_show_escaped_as_log_prints_them(
         ])
     shows_as_log_prints(browser, served, "hostile", events)
     assert not any(c in text for _, text in lines(browser) for c in "\x1b\x9b\x7f\u202e\u2066")
+
+
+# -- the page for a team: the list, the queues, the model's view ----------------------------
+
+
+PAGE_TOKEN = "#token=serve-test-token"
+
+
+@pytest.fixture
+def slow(tmp_path: Path) -> Iterator[tuple[Served, str]]:
+    """``serve`` with the scripted agent taking its time (ten steps of half a second)."""
+    url = f"sqlite:{tmp_path / 'log.sqlite'}"
+    server = start_serve(url, "--agent", "nous_inbox.web.scripted:agent",
+                         env={"NOUS_INBOX_SCRIPTED_STEPS": "10",
+                              "NOUS_INBOX_SCRIPTED_STEP_SECONDS": "0.5"})
+    try:
+        yield server, url
+    finally:
+        server.stop()
+
+
+def table(browser: Any) -> dict[str, list[str]]:
+    """The list's rows, by session id: the cells after the id, read at one moment."""
+    rows = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#sessions tr'),"
+        " (tr) => Array.from(tr.cells, (td) => td.innerText));")
+    return {row[0]: row[1:] for row in rows}
+
+
+def test_the_list_shows_each_session_s_state_live_and_filters_by_prefix(
+        browser: Any, slow: tuple[Served, str]) -> None:
+    served, url = slow
+    with served.client() as client:
+        assert client.post("/api/sessions/ops-quiet/messages",
+                           json={"mode": "inject", "text": "fyi"}).status_code == 202
+        assert client.post("/api/sessions/ops-busy/messages",
+                           json={"mode": "prompt", "text": "survey the logs"}).status_code == 202
+    with open_store(url) as store:  # another process's session: read by serve's scan
+        store.append("dev-1", [MessageSent(target="next_turn", wakeup=False,
+                                           message=Message.user("later"))] * 2)
+    browser.get(f"{served.url.rstrip('/')}/{PAGE_TOKEN}")
+    busy = wait_until(lambda: (row := table(browser).get("ops-busy")) and row[0] == "running" and row,
+        what="the busy session shows running")
+    assert busy[-1] == "here"
+    wait_until(lambda: table(browser).get("ops-quiet", [""])[::3] == ["idle", "1"],
+        what="the quiet session shows idle, its inject waiting for a step")
+    wait_until(lambda: table(browser).get("dev-1") == ["idle", "0", "0", "0", "2", "not here"],
+        what="the session written elsewhere shows what the scan read")
+    wait_until(lambda: table(browser)["ops-busy"][0] == "idle",
+        what="the list follows the run to its end, without a reload")
+
+    browser.find_element("id", "filter").send_keys("ops-")
+    wait_until(lambda: sorted(table(browser)) == ["ops-busy", "ops-quiet"],
+        what="the filter keeps the sessions whose id starts with it")
+    assert browser.find_element("id", "list-range").text == "1\u20132 of 2"
+
+
+def queue(browser: Any, target: str) -> list[str]:
+    """The entries shown on ``target``'s queue, read at one moment (the panel is redrawn as the
+    session changes)."""
+    return list(browser.execute_script(
+        f"return Array.from(document.querySelectorAll('#queue-{target} li'), (li) => li.innerText);"))
+
+
+def test_a_session_s_queued_messages_show_and_one_is_withdrawn_from_the_page(
+        browser: Any, slow: tuple[Served, str]) -> None:
+    served, _ = slow
+    with served.client() as client:
+        seqs = [client.post("/api/sessions/q/messages", json={"mode": "inject", "text": text})
+                .json()["seq"] for text in ("the cdn is slow", "and the db")]
+    browser.get(f"{served.url.rstrip('/')}/sessions/q{PAGE_TOKEN}")
+    shown = wait_until(lambda: len(got := queue(browser, "next_step")) == 2 and got,
+        what="both injects show on the next step's queue")
+    assert shown[0].startswith(f"#{seqs[0]} the cdn is slow · wakes nothing")
+    assert shown[1].startswith(f"#{seqs[1]} and the db · wakes nothing")
+    assert browser.find_element("id", "count-next_step").text == "(2)"
+    assert queue(browser, "next_turn") == []
+
+    browser.execute_script(
+        "document.querySelector('#queue-next_step li button.withdraw').click();")
+    wait_until(lambda: [line.split(" ·")[0] for line in queue(browser, "next_step")]
+               == [f"#{seqs[1]} and the db"], what="the withdrawn message left its queue")
+    with served.client() as client:
+        assert client.get(f"/api/sessions/q/messages/{seqs[0]}").json()["state"] == "withdrawn"
+
+
+def test_each_model_request_shows_on_demand_what_the_model_was_shown(
+        browser: Any, fixture_served: tuple[Served, str]) -> None:
+    served, url = fixture_served
+    with open_store(url) as store:
+        requests = [e for e in store.read("run") if isinstance(e, ModelRequested)]
+    browser.get(f"{served.url.rstrip('/')}/sessions/run{PAGE_TOKEN}")
+    buttons = wait_until(
+        lambda: len(found := browser.find_elements("css selector", "#events button.view"))
+        >= len(requests) and found, what="each model request has its view button")
+    for request, button in zip(requests, buttons, strict=False):
+        button.click()
+        title = f"What the model was shown at #{request.seq}: turn {request.turn}, step {request.step}"
+        wait_until(lambda: browser.find_element("id", "view-title").text == title,  # noqa: B023
+            what="the view of this request")
+        with open_store(url) as store:  # the transcript only grows: its start is what was shown
+            shown = replay(store.read("run")).transcript[:request.count]
+        items = browser.find_elements("css selector", "#view-messages li")
+        assert len(items) == request.count
+        for item, message in zip(items, shown, strict=True):
+            assert item.get_attribute("data-role") == message.role
+            if message.content:
+                assert item.find_element("css selector", ".content").text == message.content.strip()
+    # The line's own text is still the log's: the button is no part of it.
+    assert all(not text.endswith("view") for kind, text in lines(browser)
+               if kind == "model_requested")
+    browser.find_element("id", "view-close").click()
+    assert not browser.find_element("id", "view").is_displayed()
 
 
 def test_in_ci_a_missing_web_extra_fails_this_module_rather_than_skipping_it() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +25,9 @@ if importlib.util.find_spec("schemathesis") is None:
     pytest.skip("schemathesis is not installed (the web-test extra)", allow_module_level=True)
 httpx = pytest.importorskip("httpx")
 
-from tests.test_web_serve import AUTH, TOKEN, WAIT, Served, start_serve  # noqa: E402
+from nous_inbox.events import SCHEMA_VERSION, ModelRequested  # noqa: E402
+from nous_inbox.store import open_store  # noqa: E402
+from tests.test_web_serve import AUTH, ROOT, TOKEN, WAIT, Served, start_serve  # noqa: E402
 
 SEED = 20240601
 EXAMPLES = 15  # per operation and phase: the whole run stays near a minute on a busy machine
@@ -32,7 +35,16 @@ EXAMPLES = 15  # per operation and phase: the whole run stays near a minute on a
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
-    server = start_serve(f"sqlite:{tmp_path / 'log.sqlite'}", "--agent",
+    store = tmp_path / "log.sqlite"
+    # This version's fixture store: its session "run" holds model requests, whose views are
+    # checked as generated requests cannot find one (a seq drawn at random names none).
+    shutil.copyfile(ROOT / "tests" / "data" / f"schema{SCHEMA_VERSION}.sqlite", store)
+    with open_store(f"sqlite:{store}") as opened:
+        seq = next(e.seq for e in opened.read("run") if isinstance(e, ModelRequested))
+    (tmp_path / "schemathesis.toml").write_text(
+        '[[operations]]\ninclude-operation-id = "model_view"\n'
+        f'parameters = {{ session = "run", seq = {seq} }}\n')
+    server = start_serve(f"sqlite:{store}", "--agent",
                          "nous_inbox.web.scripted:agent", env={
                              "NOUS_INBOX_SCRIPTED_STEPS": "3",
                              "NOUS_INBOX_SCRIPTED_STEP_SECONDS": "0.01"})
@@ -68,4 +80,4 @@ def test_a_mode_sent_as_a_list_is_refused_in_the_one_shape_by_a_live_serve(
         assert response.json() == {"error": "mode: Expected `str`, got `array`; send "
                                    '{"mode": "steer" | "inject" | "followup" | "prompt", '
                                    '"text": "..."}'}
-        assert client.get("/api/sessions").json() == {"sessions": []}  # nothing written
+        assert client.get("/api/sessions?prefix=s1").json()["sessions"] == []  # nothing written

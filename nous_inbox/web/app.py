@@ -2,8 +2,13 @@
 
 Endpoints (every ``/api`` call needs ``Authorization: Bearer TOKEN``)::
 
-    GET  /api/sessions                         {"sessions": [{"id", "hosted"}...]}
-    GET  /api/sessions/{id}?offset=&limit=     counts, running, turn, step, a transcript page
+    GET  /api/sessions?offset=&limit=&prefix=  a page of the sessions whose id starts with
+                                               prefix: {"sessions": [{"id", "hosted", "state"}],
+                                               "total", "offset"}, state as the host knows it
+    GET  /api/sessions/{id}?offset=&limit=     counts, running, turn, step, the queued
+                                               messages, a transcript page
+    GET  /api/sessions/{id}/view/{seq}         what the model was shown at the model request
+                                               recorded at seq: the transcript's first count
     POST /api/sessions/{id}/messages           {"mode": "steer"|"inject"|"followup"|"prompt",
                                                "text": "..."} -> 202 {"seq", "mode"} once stored
     GET  /api/sessions/{id}/messages/{seq}     where the send at seq went: {"sent", "target",
@@ -75,7 +80,7 @@ from nous_inbox.message import enc_hook
 from nous_inbox.receipts import Receipt
 from nous_inbox.runner.tracing import server_span
 from nous_inbox.safe_json import json_safe
-from nous_inbox.web.checks import Refused, cut, json_body, query_numbers
+from nous_inbox.web.checks import Refused, cut, json_body, query_values
 from nous_inbox.web.endpoint import PATH_PARAMS, Call, Endpoint
 from nous_inbox.web.host import SessionHost
 from nous_inbox.web.routes import ROUTES
@@ -114,6 +119,7 @@ def create_app(
         body checked, in that order, before the handler; its answer encoded."""
         defaults = {param.name: param.default for param in endpoint.query}
         maxima = {param.name: param.maximum for param in endpoint.query}
+        texts = {param.name: param.check for param in endpoint.texts}
 
         # A span per API request that answers at once (an event stream outlives its request):
         # a send made in it carries it, and the step that claims the message links back to it.
@@ -137,12 +143,12 @@ def create_app(
             try:
                 path = {name: PATH_PARAMS[name].check(request.path_params[name])
                         for name in endpoint.path_params}
-                query = query_numbers(request, defaults, maxima)
+                query, said = query_values(request, defaults, maxima, texts)
                 body = (None if endpoint.body is None else
                         await json_body(request, endpoint.body, max_body,
                                         optional=endpoint.body_optional))
                 answer = await endpoint.handler(
-                    Call(request, host, path, query, body, keepalive))
+                    Call(request, host, path, query, body, keepalive, said))
             except Refused as refused:
                 return _error(refused.status, str(refused))
             if isinstance(answer, Response):

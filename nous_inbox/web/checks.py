@@ -14,7 +14,7 @@ nous_inbox.web.checks.Refused: seq must be a whole number, got '1.5'
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final, TypeVar
 
 import msgspec
@@ -22,7 +22,7 @@ from starlette.requests import Request
 
 from nous_inbox.web.schema import SHAPES
 
-__all__ = ["MAX_WHOLE", "Refused", "cut", "field_error", "json_body", "query_numbers", "whole"]
+__all__ = ["MAX_WHOLE", "Refused", "cut", "field_error", "json_body", "query_values", "whole"]
 
 #: The largest whole number a query parameter or a path's seq may be: 18 digits, so every store
 #: (SQLite's and PostgreSQL's 64-bit integers included) can compare it.
@@ -39,25 +39,33 @@ class Refused(Exception):
         self.status = status
 
 
-def query_numbers(request: Request, takes: Mapping[str, int],
-                  maxima: Mapping[str, int]) -> dict[str, int]:
-    """The query's whole numbers, by name: each parameter ``takes`` names at most once, none
-    other (``takes`` gives the defaults, ``maxima`` the largest each may be)."""
+def query_values(request: Request, takes: Mapping[str, int], maxima: Mapping[str, int],
+                 texts: Mapping[str, Callable[[str], str]] | None = None,
+                 ) -> tuple[dict[str, int], dict[str, str]]:
+    """The query's whole numbers and texts, by name: each parameter ``takes`` (the numbers, with
+    their defaults; ``maxima`` the largest each may be) or ``texts`` (each with its check, ``""``
+    when not given) names, at most once, none other."""
+    checks = texts or {}
     values = dict(takes)
+    said = dict.fromkeys(checks, "")
     seen: set[str] = set()
     for key, raw in request.query_params.multi_items():
-        if key not in takes:
-            known = f"it takes {', '.join(takes)}" if takes else "it takes none"
+        if key not in takes and key not in checks:
+            names = [*takes, *checks]
+            known = f"it takes {', '.join(names)}" if names else "it takes none"
             raise Refused(400, f"unknown query parameter {cut(key)!r}: {known}")
         if key in seen:
             raise Refused(400, f"query parameter {key} is given more than once")
         seen.add(key)
+        if key in checks:
+            said[key] = checks[key](raw)
+            continue
         values[key] = whole(raw, f"{key} must be a whole number >= 0")
         largest = maxima.get(key, MAX_WHOLE)
         if values[key] > largest:
             allowed = "0 or 1" if largest == 1 else f"from 0 to {largest}"
             raise Refused(400, f"{key} must be {allowed}, got {values[key]}")
-    return values
+    return values, said
 
 
 def whole(raw: str, must: str) -> int:

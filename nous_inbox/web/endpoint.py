@@ -35,7 +35,17 @@ from nous_inbox.store.base import check_stream
 from nous_inbox.web.checks import MAX_WHOLE, Refused, whole
 from nous_inbox.web.host import SessionHost
 
-__all__ = ["PATH_PARAMS", "Call", "Endpoint", "Handler", "Param", "PathParam", "SegmentRoute"]
+__all__ = [
+    "PATH_PARAMS",
+    "Call",
+    "Endpoint",
+    "Handler",
+    "Param",
+    "PathParam",
+    "SegmentRoute",
+    "TextParam",
+    "session_prefix",
+]
 
 
 class _Segment(PathConvertor):
@@ -53,7 +63,8 @@ _S = TypeVar("_S", bound=msgspec.Struct)
 @dataclass(frozen=True)
 class Call:
     """What a handler is given: the request, the host, the checked path parameters, the query's
-    numbers (defaults filled in) and the decoded body (``None`` for an endpoint that takes none).
+    numbers (defaults filled in), the decoded body (``None`` for an endpoint that takes none) and
+    the query's checked texts (``""`` when not given).
     """
 
     request: Request
@@ -62,6 +73,7 @@ class Call:
     query: Mapping[str, int]
     body: msgspec.Struct | None
     keepalive: float
+    texts: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def session(self) -> str:
@@ -89,6 +101,33 @@ class Param:
     default: int
     description: str
     maximum: int = MAX_WHOLE
+
+
+@dataclass(frozen=True)
+class TextParam:
+    """A query parameter that is a text: ``check`` returns it or raises
+    :class:`~nous_inbox.web.checks.Refused` saying why; ``""`` when not given; ``schema`` its
+    JSON Schema for the document."""
+
+    name: str
+    description: str
+    check: Callable[[str], str]
+    schema: Mapping[str, Any] = field(compare=False)  # a dict: the table stays hashable
+
+
+def session_prefix(raw: str) -> str:
+    """A prefix of session ids, as a filter: empty (every session), or checked as a session id
+    is, so a filter no id could match is refused rather than answered with nothing.
+
+    >>> session_prefix("team-a/")
+    'team-a/'
+    """
+    if not raw:
+        return raw
+    try:
+        return check_stream(raw)
+    except ValueError as exc:
+        raise Refused(400, "prefix: " + str(exc).replace("stream name", "session id prefix", 1)) from None
 
 
 @dataclass(frozen=True)
@@ -124,7 +163,7 @@ PATH_PARAMS: Final[Mapping[str, PathParam]] = {
     }, "The session's id: its stream's name in the store (no control characters; a / in it is "
        "sent as %2F)."),
     "seq": PathParam("nous_segment", _seq, {"type": "integer", "minimum": 1, "maximum": MAX_WHOLE},
-                     "The seq of the send's event: the number its 202 answered with."),
+                     "The seq of an event: a send's is the number its 202 answered with."),
 }
 
 _PLACEHOLDER: Final = re.compile(r"\{(\w+)\}")
@@ -141,7 +180,7 @@ class Endpoint:
     ``{}``); ``query`` the whole numbers it takes; ``auth`` whether it needs the bearer token;
     ``refuses`` the statuses its handler adds, with when; ``tag`` groups it in the document;
     ``name`` is its operation's id when the handler serves more than one route; ``headers``
-    the whole-number headers its handler reads."""
+    the whole-number headers its handler reads; ``texts`` the query's texts it takes."""
 
     method: Method
     path: str
@@ -158,6 +197,7 @@ class Endpoint:
     tag: str = "sessions"
     name: str = ""
     headers: tuple[Param, ...] = ()
+    texts: tuple[TextParam, ...] = ()
     path_params: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -188,6 +228,7 @@ class Endpoint:
         """Every 4xx status this endpoint may answer, with when: those its declaration implies
         (the token, the query, the path, the body) and its own."""
         said = {400: "a query parameter it does not take, given twice or not a whole number"
+                     + (", a text parameter its check refuses" if self.texts else "")
                      + (", a bad path parameter" if self.path_params else "")
                      + (", or a body of the wrong shape" if self.body else "")}
         if self.path_params:

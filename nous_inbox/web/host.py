@@ -283,6 +283,13 @@ class SessionHost:
         stored = await self.call(self.store.streams)
         return sorted(set(stored).union(self.held))
 
+    def known(self, session: str) -> Session | None:
+        """What this host knows of ``session`` without reading the store: its owner's state if
+        held here, else the state its last scan read (``None``: not read). A list of many
+        sessions shows this, so it costs no replay whatever the store holds."""
+        owner = self.hosted(session)
+        return owner.session if owner is not None else self._known.get(session)
+
     async def session(self, session: str) -> Session | None:
         """``session``'s state: the owner's if held here, else replayed from the store; ``None``
         for a session that has no events."""

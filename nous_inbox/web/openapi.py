@@ -125,6 +125,9 @@ def _operation(endpoint: Endpoint, refs: dict[Any, dict[str, Any]]) -> dict[str,
         for name in endpoint.path_params
     ]
     parameters += [_parameter(param, "query") for param in endpoint.query]
+    parameters += [{"name": param.name, "in": "query", "required": False,
+                    "description": param.description, "schema": dict(param.schema)}
+                   for param in endpoint.texts]
     parameters += [_parameter(param, "header") for param in endpoint.headers]
     if parameters:
         operation["parameters"] = parameters

@@ -14,14 +14,20 @@ A path parameter is one segment of the path as sent (a ``/`` in a session id is 
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Awaitable
 from typing import Final
 
 from starlette.responses import Response
 
+from nous_inbox.codec import MAX_STREAM_NAME
+from nous_inbox.events import Event, ModelRequested
+from nous_inbox.inbox import Inbox
 from nous_inbox.receipts import Receipt
+from nous_inbox.session import Session
+from nous_inbox.store import Store
 from nous_inbox.web.checks import Refused, whole
-from nous_inbox.web.endpoint import Call, Endpoint, Param
+from nous_inbox.web.endpoint import Call, Endpoint, Param, TextParam, session_prefix
 from nous_inbox.web.host import checked_text
 from nous_inbox.web.openapi import STREAM_ITEM, document_response
 from nous_inbox.web.page import page, page_css, page_js
@@ -30,8 +36,12 @@ from nous_inbox.web.schema import (
     CancelAnswer,
     CancelRequest,
     InboxCounts,
+    ModelView,
+    QueuedEntry,
+    Queues,
     SendAccepted,
     SendRequest,
+    SessionBrief,
     SessionList,
     SessionState,
     SessionSummary,
@@ -39,17 +49,55 @@ from nous_inbox.web.schema import (
 )
 from nous_inbox.web.stream import EventStream, sse
 
-__all__ = ["MAX_PAGE", "ROUTES"]
+__all__ = ["MAX_LIST", "MAX_PAGE", "MAX_QUEUED", "ROUTES"]
 
-#: The most transcript messages one ``GET /api/sessions/{id}`` returns.
+#: The most transcript messages one ``GET /api/sessions/{id}`` (or a model's view) returns.
 MAX_PAGE: Final = 500
+
+#: The most sessions one ``GET /api/sessions`` returns.
+MAX_LIST: Final = 500
+
+#: The most queued messages ``GET /api/sessions/{id}`` shows of each queue (the first ones).
+MAX_QUEUED: Final = 100
 
 
 async def list_sessions(call: Call) -> SessionList:
-    """Every session of the store, and whether this server holds it."""
+    """A page of the store's sessions whose id starts with ``prefix``, each with its state as
+    this server knows it without reading its log.
+
+    A held session's state is its owner's; another's is what the server's last scan read, or
+    nothing. Only the names are read from the store, so a page costs the same whether the store
+    holds ten sessions or ten thousand."""
     names = await call.host.sessions()
-    held = set(call.host.held)
-    return SessionList([SessionSummary(n, n in held) for n in names])
+    prefix = call.texts["prefix"]
+    first = bisect_left(names, prefix)
+    # Sorted names cut to the prefix's length stay sorted: the matches are one run from first.
+    end = bisect_right(names, prefix, lo=first, key=lambda name: name[:len(prefix)])
+    offset, limit = call.query["offset"], min(call.query["limit"], MAX_LIST)
+    page = names[first + min(offset, end - first):first + min(offset + limit, end - first)]
+    return SessionList([_summary(call, name) for name in page], end - first, offset)
+
+
+def _summary(call: Call, name: str) -> SessionSummary:
+    known = call.host.known(name)
+    return SessionSummary(name, call.host.hosted(name) is not None,
+                          None if known is None else _brief(known))
+
+
+def _brief(session: Session) -> SessionBrief:
+    return SessionBrief(session.version, session.running, session.turn, session.step,
+                        _counts(session.inbox))
+
+
+def _counts(inbox: Inbox) -> InboxCounts:
+    return InboxCounts(inbox.count("next_turn"), inbox.count("next_step"), inbox.wants_wake())
+
+
+def _queued(inbox: Inbox, target: str) -> list[QueuedEntry]:
+    entries = inbox.entries(target)[:MAX_QUEUED]
+    seqs = inbox.seqs(target)[:MAX_QUEUED]
+    return [QueuedEntry(seq, message, wakeup)
+            for seq, (message, wakeup) in zip(seqs, entries, strict=True)]
 
 
 async def show_session(call: Call) -> SessionState:
@@ -63,10 +111,39 @@ async def show_session(call: Call) -> SessionState:
     return SessionState(
         id=name, version=session.version, hosted=call.host.hosted(name) is not None,
         running=session.running, turn=session.turn, step=session.step,
-        inbox=InboxCounts(inbox.count("next_turn"), inbox.count("next_step"), inbox.wants_wake()),
+        inbox=_counts(inbox),
+        queued=Queues(_queued(inbox, "next_turn"), _queued(inbox, "next_step")),
         transcript_length=len(session.transcript), offset=offset,
         transcript=list(session.transcript[offset:offset + limit]),
     )
+
+
+async def model_view(call: Call) -> ModelView:
+    """What the model was shown at a request: the first ``count`` messages of the transcript,
+    ``count`` being what the ``model_requested`` event at ``seq`` recorded (the transcript only
+    grows, so they are the messages it was asked with); a page of them from ``offset``."""
+    name, seq = call.session, call.path["seq"]
+    event = await call.host.call(_event_at, call.host.store, name, seq)
+    if event is None:
+        raise Refused(404, f"session {name!r} has no event at seq {seq}")
+    if not isinstance(event, ModelRequested):
+        # 404 as for no event, as a receipt of no send is: the path names no model request.
+        kind = type(event).__struct_config__.tag
+        raise Refused(404, f"the event at seq {seq} is {kind}, not model_requested: only a "
+                           "model request has a view")
+    session = await call.host.session(name)
+    if session is None:  # deleted since: its event was read a moment ago
+        raise Refused(404, f"no session {name!r} in this store")
+    shown = min(event.count, len(session.transcript))
+    offset, limit = min(call.query["offset"], shown), min(call.query["limit"], MAX_PAGE)
+    return ModelView(seq, event.turn, event.step, event.count, offset,
+                     list(session.transcript[offset:min(offset + limit, shown)]))
+
+
+def _event_at(store: Store, session: str, seq: int) -> Event | None:
+    for event in store.read(session, seq - 1):
+        return event if event.seq == seq else None
+    return None
 
 
 async def send_message(call: Call) -> SendAccepted:
@@ -124,7 +201,13 @@ _NO_SEND: Final = ((404, "the session has no send at seq: no event there, or ano
 
 #: Every route of the web face, in the order they are matched (see the module's docstring).
 ROUTES: Final[tuple[Endpoint, ...]] = (
-    Endpoint("GET", "/api/sessions", list_sessions, "List the sessions", answer=SessionList),
+    Endpoint("GET", "/api/sessions", list_sessions, "List the sessions", answer=SessionList,
+             query=(Param("offset", 0, "The first session (of those matching) to return."),
+                    Param("limit", 100, f"How many sessions (at most {MAX_LIST}).")),
+             texts=(TextParam("prefix", "Only the sessions whose id starts with this.",
+                              session_prefix, {
+                                  "type": "string", "maxLength": MAX_STREAM_NAME, "default": "",
+                                  "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"}),)),
     Endpoint("POST", "/api/sessions/{session}/messages", send_message, "Send a message",
              answer=SendAccepted, status=202, body=SendRequest),
     Endpoint("GET", "/api/sessions/{session}/messages/{seq}", get_receipt,
@@ -144,6 +227,12 @@ ROUTES: Final[tuple[Endpoint, ...]] = (
              answer=SessionState, refuses=((404, "the store has no such session"),), query=(
                  Param("offset", 0, "The first transcript message to return."),
                  Param("limit", 100, f"How many transcript messages (at most {MAX_PAGE})."))),
+    Endpoint("GET", "/api/sessions/{session}/view/{seq}", model_view,
+             "The model's view at a request", answer=ModelView,
+             refuses=((404, "the session has no model request at seq: no event there, or "
+                            "another kind"),),
+             query=(Param("offset", 0, "The first message of the view to return."),
+                    Param("limit", 100, f"How many messages (at most {MAX_PAGE})."))),
     Endpoint("GET", "/openapi.json", openapi, "This document", auth=False, tag="meta"),
     Endpoint("GET", "/healthz", healthz, "Whether the process lives", answer=Liveness,
              auth=False, tag="operations"),

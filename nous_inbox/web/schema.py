@@ -31,8 +31,12 @@ __all__ = [
     "CancelAnswer",
     "CancelRequest",
     "InboxCounts",
+    "ModelView",
+    "QueuedEntry",
+    "Queues",
     "SendAccepted",
     "SendRequest",
+    "SessionBrief",
     "SessionList",
     "SessionState",
     "SessionSummary",
@@ -97,19 +101,6 @@ class ApiError(msgspec.Struct, frozen=True):
     error: str
 
 
-class SessionSummary(msgspec.Struct, frozen=True):
-    """A session of the store: its id, and whether this server holds it now."""
-
-    id: str
-    hosted: bool
-
-
-class SessionList(msgspec.Struct, frozen=True):
-    """Every session the store has, in its order."""
-
-    sessions: list[SessionSummary]
-
-
 class InboxCounts(msgspec.Struct, frozen=True):
     """How many messages wait on each queue, and whether one of them wants to wake the agent."""
 
@@ -118,10 +109,58 @@ class InboxCounts(msgspec.Struct, frozen=True):
     wants_wake: bool
 
 
+class SessionBrief(msgspec.Struct, frozen=True):
+    """A session's state as the server knows it without reading its log: ``version`` the seq of
+    the last event it knows; ``running``, ``turn`` and ``step`` its run; ``inbox`` its queues.
+    Live for a session held here; for one held elsewhere, as of the server's last scan."""
+
+    version: int
+    running: bool
+    turn: int
+    step: int
+    inbox: InboxCounts
+
+
+class SessionSummary(msgspec.Struct, frozen=True):
+    """A session of the store: its id, whether this server holds it now, and its ``state`` as
+    this server knows it (``null``: not read here; open the session to read its log)."""
+
+    id: str
+    hosted: bool
+    state: SessionBrief | None
+
+
+class SessionList(msgspec.Struct, frozen=True):
+    """A page of the store's sessions, sorted by id: those from ``offset`` of the ``total``
+    whose id starts with the prefix asked for."""
+
+    sessions: list[SessionSummary]
+    total: int
+    offset: int
+
+
+class QueuedEntry(msgspec.Struct, frozen=True):
+    """A message waiting on a queue: ``seq`` is its send's seq (the number to withdraw it by),
+    ``wakeup`` whether its send asked to wake the agent."""
+
+    seq: int
+    message: Message
+    wakeup: bool
+
+
+class Queues(msgspec.Struct, frozen=True):
+    """The first messages waiting on each queue, in the order they were sent (the counts say how
+    many wait in all)."""
+
+    next_turn: list[QueuedEntry]
+    next_step: list[QueuedEntry]
+
+
 class SessionState(msgspec.Struct, frozen=True):
     """A session as it stands: ``version`` is the seq of its last event; ``running``, ``turn``
-    and ``step`` its run; ``inbox`` its queues; ``transcript`` the page of its transcript from
-    ``offset`` (of ``transcript_length`` messages in all)."""
+    and ``step`` its run; ``inbox`` its queues' counts and ``queued`` their first messages;
+    ``transcript`` the page of its transcript from ``offset`` (of ``transcript_length`` messages
+    in all)."""
 
     id: str
     version: int
@@ -130,6 +169,7 @@ class SessionState(msgspec.Struct, frozen=True):
     turn: int
     step: int
     inbox: InboxCounts
+    queued: Queues
     transcript_length: int
     offset: int
     transcript: list[Message]
@@ -148,3 +188,17 @@ class CancelAnswer(msgspec.Struct, frozen=True):
     elsewhere."""
 
     cancelled: bool
+
+
+class ModelView(msgspec.Struct, frozen=True):
+    """What the model was shown at the request recorded at ``seq`` (turn ``turn``, step
+    ``step``): the first ``count`` messages of the transcript, of which ``messages`` is the page
+    from ``offset``. The transcript only grows, so its first ``count`` messages are the ones the
+    model was asked with."""
+
+    seq: int
+    turn: int
+    step: int
+    count: int
+    offset: int
+    messages: list[Message]

@@ -1,4 +1,5 @@
-// The nous-inbox page: the session list, and a session's live events with the four ways to send.
+// The nous-inbox page: the session list (each session's state, live), and a session's live
+// events with the four ways to send, its queues and the model's view at each request.
 // Every text from the server is written with textContent, never as HTML. The bearer token comes
 // from the address's #token=... (then dropped from the address) or the token form, and is kept
 // in this tab's sessionStorage only.
@@ -143,6 +144,7 @@ function render(e) {
   line.append(el("span", `#${String(e.seq).padEnd(5)} `, "seq"));
   if (e.at) line.append(el("span", new Date(e.at * 1000).toTimeString().slice(0, 8) + " ", "time"));
   for (const [text, cls] of body(e)) line.append(el("span", printable(text), cls));
+  if (e.type === "model_requested") line.append(viewButton(e));
   const list = $("events");
   const atEnd = list.scrollTop + list.clientHeight >= list.scrollHeight - 8;
   list.append(line);
@@ -280,6 +282,80 @@ function markReceipt(id, e) {
   }
 }
 
+// -- the model's view at a request: the first `count` messages of the transcript ---------------
+// (the transcript only grows, so they are what the model was asked with), from the server.
+
+const VIEW_PAGE = 200;  // the newest messages of a long view: the ones the model read last
+
+// A message's text as the log writes it, its line breaks kept: each line escaped as a line.
+function fullText(text) {
+  return String(text).split("\n").map(printable).join("\n");
+}
+
+function viewButton(e) {
+  const actions = el("span", undefined, "actions");
+  const button = el("button", "view", "view");
+  button.type = "button";
+  button.title = "what the model was shown at this request";
+  button.onclick = () => showView(e);
+  actions.append(button);
+  return actions;
+}
+
+async function showView(e) {
+  const id = $("session-title").textContent;
+  const offset = Math.max(0, e.count - VIEW_PAGE);
+  const response = await api(`/sessions/${encodeURIComponent(id)}/view/${e.seq}?offset=${offset}&limit=${VIEW_PAGE}`);
+  const answer = await response.json().catch(() => ({}));
+  const panel = $("view");
+  const list = $("view-messages");
+  list.textContent = "";
+  panel.hidden = false;
+  $("view-close").onclick = () => { panel.hidden = true; };
+  if (!response.ok) {
+    $("view-title").textContent = `The model's view at #${e.seq}`;
+    $("view-note").textContent = answer.error || response.statusText;
+    return;
+  }
+  $("view-title").textContent = `What the model was shown at #${answer.seq}: turn ${answer.turn}, step ${answer.step}`;
+  $("view-note").textContent = `${answer.count} message(s)` +
+    (answer.offset ? `; the first ${answer.offset} not shown, the last ${answer.messages.length} below` : "");
+  answer.messages.forEach((m, i) => {
+    const item = el("li");
+    item.dataset.role = m.role;
+    item.append(el("span", `${answer.offset + i + 1}. ${m.role}` + (m.tool_call_id ? ` (${printable(m.tool_call_id)})` : ""), "role"));
+    if (m.content) item.append(el("div", fullText(m.content), "content"));
+    for (const c of m.tool_calls || []) item.append(el("div", `calls ${printable(c.name)}(${args(c.arguments)})`, "calls"));
+    list.append(item);
+  });
+  panel.scrollIntoView({ block: "nearest" });
+}
+
+// -- the queues: each waiting message, with its seq, whether it wakes, and a withdraw ----------
+
+function showQueue(id, target, count, entries) {
+  $("count-" + target).textContent = `(${count})`;
+  const list = $("queue-" + target);
+  list.textContent = "";
+  for (const entry of entries) {
+    const item = el("li");
+    item.dataset.seq = entry.seq;
+    item.append(el("span", `#${entry.seq} `, "seq"));
+    item.append(el("span", short(entry.message.content, 200), "text"));
+    item.append(el("span", entry.wakeup ? " · wakes" : " · wakes nothing", "wake"));
+    const button = el("button", "withdraw", "withdraw");
+    button.type = "button";
+    button.onclick = async () => {
+      const response = await api(`/sessions/${encodeURIComponent(id)}/messages/${entry.seq}/withdraw`,
+                                 { method: "POST" });
+      if (response.ok) refreshStatus(id);
+    };
+    item.append(button);
+    list.append(item);
+  }
+  if (count > entries.length) list.append(el("li", `… and ${count - entries.length} more`, "more"));
+}
+
 let statusTimer = null;
 
 async function refreshStatus(id) {
@@ -296,6 +372,8 @@ async function refreshStatus(id) {
   status.append(` · turn ${s.turn} · step ${s.step} · queued: ${s.inbox.next_step} next step, ` +
                 `${s.inbox.next_turn} next turn · ${s.transcript_length} messages · event #${s.version}` +
                 (s.hosted ? " · held here" : " · held elsewhere"));
+  showQueue(id, "next_step", s.inbox.next_step, s.queued.next_step);
+  showQueue(id, "next_turn", s.inbox.next_turn, s.queued.next_turn);
 }
 
 function showSession(id) {
@@ -339,30 +417,66 @@ function showSession(id) {
 
 // -- the list ----------------------------------------------------------------------------------
 
-async function showList() {
+const LIST_PAGE = 50;
+const listState = { offset: 0, prefix: "", timer: null, asked: 0 };
+
+function held(s) {
+  if (s.hosted) return "here";
+  if (!s.state) return "not read here";
+  return s.state.running ? "elsewhere" : "not here";
+}
+
+function sessionRow(s) {
+  const row = el("tr");
+  row.dataset.id = s.id;
+  const name = el("td");
+  const link = el("a", printable(s.id));
+  link.href = `${root}/sessions/${encodeURIComponent(s.id)}`;
+  name.append(link);
+  row.append(name);
+  const st = s.state;
+  const cells = st ? [st.running ? "running" : "idle", st.turn, st.step, st.inbox.next_step, st.inbox.next_turn]
+                   : ["—", "", "", "", ""];
+  cells.forEach((text, i) => row.append(el("td", String(text), i === 0 && st && st.running ? "running" : "")));
+  row.append(el("td", held(s), s.hosted ? "badge" : "dim"));
+  return row;
+}
+
+async function refreshList() {
+  clearTimeout(listState.timer);
+  const asked = ++listState.asked;
+  const query = `?offset=${listState.offset}&limit=${LIST_PAGE}&prefix=${encodeURIComponent(listState.prefix)}`;
+  const response = await api("/sessions" + query);
+  // A newer ask (a filter typed, a page turned) answers for the page; this one is stale.
+  if (response.status === 401 || asked !== listState.asked) return;
+  if (response.ok) {
+    const { sessions, total, offset } = await response.json();
+    const body = $("sessions");
+    body.textContent = "";
+    for (const s of sessions) body.append(sessionRow(s));
+    $("no-sessions").hidden = total > 0 || listState.prefix !== "";
+    $("list-range").textContent = total ? `${offset + 1}–${offset + sessions.length} of ${total}` : "none";
+    $("list-prev").disabled = offset === 0;
+    $("list-next").disabled = offset + sessions.length >= total;
+  } else {
+    const answer = await response.json().catch(() => ({}));
+    $("list-range").textContent = answer.error || response.statusText;
+  }
+  listState.timer = setTimeout(refreshList, 3000);  // live: each held session's state as it runs
+}
+
+function showList() {
   $("list-view").hidden = false;
   $("open-form").onsubmit = (e) => {
     e.preventDefault();
     const name = $("open-name").value.trim();
     if (name) location.href = `${root}/sessions/${encodeURIComponent(name)}`;
   };
-  for (;;) {
-    const response = await api("/sessions");
-    if (!response.ok) return;
-    const { sessions } = await response.json();
-    const list = $("sessions");
-    list.textContent = "";
-    for (const s of sessions) {
-      const item = el("li");
-      const link = el("a", s.id);
-      link.href = `${root}/sessions/${encodeURIComponent(s.id)}`;
-      item.append(link);
-      if (s.hosted) item.append(el("span", "held here", "badge"));
-      list.append(item);
-    }
-    $("no-sessions").hidden = sessions.length > 0;
-    await new Promise((resolve) => setTimeout(resolve, 2000));
-  }
+  $("filter-form").onsubmit = (e) => e.preventDefault();
+  $("filter").oninput = () => { listState.prefix = $("filter").value; listState.offset = 0; refreshList(); };
+  $("list-prev").onclick = () => { listState.offset = Math.max(0, listState.offset - LIST_PAGE); refreshList(); };
+  $("list-next").onclick = () => { listState.offset += LIST_PAGE; refreshList(); };
+  refreshList();
 }
 
 const prefix = root + "/sessions/";
