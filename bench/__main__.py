@@ -32,6 +32,8 @@ SUITES = (
     ("The web face: idle sessions, steer to model request over HTTP, SSE fan-out", "bench.web_bench"),
     ("Text as it streams: a piece the model produced to a watcher's read", "bench.delta_bench"),
     ("The HTTP API while another session's agent burns the CPU", "bench.spin_bench"),
+    ("A pool of serve processes on one PostgreSQL: the spread, steers, SIGTERM and SIGKILL",
+     "bench.pool_bench"),
 )
 
 

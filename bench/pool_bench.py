@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import random
 import signal
@@ -70,6 +71,7 @@ STEP_VARIABLE = "NOUS_INBOX_POOL_STEP_SECONDS"
 STEP = 0.005  # seconds a model request takes: a few ms, so an active session steps constantly
 STEPS = 1000  # model requests a turn may make: enough that a turn outlasts the run
 WAIT = 600.0  # seconds: a bound on what should happen, never a pause to let it
+SPREAD_WAIT = 300.0  # seconds the pool is given to hold every active session
 
 
 # -- the agent, in each serve process ---------------------------------------------------------------
@@ -127,9 +129,10 @@ class Size:
     max_sessions: int  # per process: any two must hold every active session
     steers: int
     lease: float
+    step: float = STEP  # seconds each model request of an active session takes
 
 
-FULL = Size(sessions=10_000, active=1_000, max_sessions=600, steers=200, lease=5.0)
+FULL = Size(sessions=10_000, active=1_000, max_sessions=600, steers=100, lease=5.0)
 QUICK = Size(sessions=60, active=12, max_sessions=10, steers=5, lease=2.0)
 
 
@@ -140,6 +143,7 @@ class Figures:
     size: Size
     seeded: float = 0.0  # seconds to append the sessions
     held_all: float = 0.0  # from the prompts' append until every active session was held
+    held: int = 0  # active sessions held then (all of them, unless the bound ran out)
     per_process: list[int] = field(default_factory=list)
     steers: list[float] = field(default_factory=list)
     drained: int = 0  # sessions the SIGTERMed process held
@@ -158,7 +162,7 @@ class _Serve:
 
     def __init__(self, url: str, directory: Path, index: int, size: Size, stamps: Path) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT), STAMPS_VARIABLE: str(stamps),
-               STEP_VARIABLE: str(STEP)}
+               STEP_VARIABLE: str(size.step)}
         self.errors = directory / f"serve-{index}.stderr"
         with open(self.errors, "w") as stderr:
             self.process = subprocess.Popen(
@@ -202,11 +206,15 @@ class _Serve:
 class _Leases:
     """The store's lease rows, read from outside the pool: who holds what now."""
 
-    def __init__(self, url: str, schema: str) -> None:
+    def __init__(self, url: str) -> None:
         import psycopg
+        from psycopg.conninfo import make_conninfo
 
-        base = url.split("?", 1)[0]
-        self._db = psycopg.connect(base, autocommit=True)
+        from nous_inbox.store.postgres.url import split_url
+
+        target = split_url(url)
+        self._db = psycopg.connect(make_conninfo("", **target.params), autocommit=True)
+        schema = target.ours.get("schema", "public")
         self._query = (f'SELECT stream, pid FROM "{schema}".nous_inbox_streams '
                        f"WHERE holder IS NOT NULL AND expires > clock_timestamp()")
 
@@ -214,15 +222,26 @@ class _Leases:
         """Each session held now, and the pid of the process holding it."""
         return {stream: pid for stream, pid in self._db.execute(self._query).fetchall()}
 
-    def until(self, done: Callable[[dict[str, int]], bool], what: str) -> dict[str, int]:
-        """Read the rows every 20 ms until ``done`` says yes (at most ``WAIT`` seconds)."""
-        deadline = time.monotonic() + WAIT
+    def until(self, done: Callable[[dict[str, int]], bool], what: str,
+              bound: float | None = None, progress: str = "") -> dict[str, int]:
+        """Read the rows every 20 ms until ``done`` says yes: at most ``WAIT`` seconds (a
+        ``TimeoutError``), or with a ``bound``, at most that long (the rows as they stand then).
+        With ``progress``, say on stderr every 10 s how many sessions are held."""
+        began = time.monotonic()
+        said = began
         while True:
             held = self.held()
             if done(held):
                 return held
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if bound is not None and now - began > bound:
+                print(f"(not within {bound:g} s: {what})", file=sys.stderr, flush=True)
+                return held
+            if now - began > WAIT:
                 raise TimeoutError(f"not within {WAIT:g} s: {what}")
+            if progress and now - said > 10:
+                print(f"({now - began:.0f} s: {len(held)} {progress})", file=sys.stderr, flush=True)
+                said = now
             time.sleep(0.02)  # sampling the rows, with a bound
 
     def close(self) -> None:
@@ -330,7 +349,7 @@ def _steers(pool: list[_Serve], leases: _Leases, stamps: _Stamps, active: list[s
     return latencies
 
 
-def measure(url: str, schema: str, size: Size, directory: Path) -> Figures:
+def measure(url: str, size: Size, directory: Path) -> Figures:
     """Run the pool and take every figure of the module docstring."""
     figures = Figures(size, load=(os.getloadavg()[0], 0.0))
     names, active = _names(size)
@@ -338,7 +357,7 @@ def measure(url: str, schema: str, size: Size, directory: Path) -> Figures:
     _seed(url, names)
     figures.seeded = time.monotonic() - began
     stamps = _Stamps(directory / "stamps")
-    leases = _Leases(url, schema)
+    leases = _Leases(url)
     pool: list[_Serve] = []
     try:
         pool = [_Serve(url, directory, i, size, stamps.path) for i in range(3)]
@@ -347,8 +366,10 @@ def measure(url: str, schema: str, size: Size, directory: Path) -> Figures:
         began = time.monotonic()
         _wake(url, active)
         held = leases.until(lambda held: all(name in held for name in active),
-                            f"all {len(active)} active sessions held")
+                            f"all {len(active)} active sessions held", bound=SPREAD_WAIT,
+                            progress="active sessions held")
         figures.held_all = time.monotonic() - began
+        figures.held = sum(name in held for name in active)
         figures.per_process = _per_process(held, active, pool)
         figures.steers = _steers(pool, leases, stamps, active, size.steers)
 
@@ -398,7 +419,7 @@ def render(f: Figures, quick: bool = False) -> str:
         f"Three `nous-inbox serve` processes (`--max-sessions {size.max_sessions}`, the scan every "
         f"second) on one PostgreSQL (lease {size.lease:g} s); {size.sessions:,} sessions in the "
         f"store (appended in {f.seeded:.0f} s), {size.active:,} of them active (an agent whose "
-        f"model answers in {STEP * 1e3:g} ms with a tool call, step after step). Who holds what: "
+        f"model answers in {size.step * 1e3:g} ms with a tool call, step after step). Who holds what: "
         f"the store's lease rows, read every 20 ms. The machine's load: {f.load[0]:.1f} at the "
         f"start, {f.load[1]:.1f} at the end.",
         "",
@@ -407,7 +428,8 @@ def render(f: Figures, quick: bool = False) -> str:
         f"| sessions per process, once all {size.active:,} active are held (min / max) | "
         f"{min(f.per_process):,} / {max(f.per_process):,} "
         f"({', '.join(f'{n:,}' for n in f.per_process)}) | an even share: {size.active / 3:,.0f} |",
-        f"| the prompts' append to every active session held | {f.held_all:.2f} s | |",
+        f"| the prompts' append to every active session held | {f.held_all:.2f} s"
+        f"{'' if f.held == size.active else f' ({f.held:,} held, the bound)'} | |",
         f"| steer POSTed to a process not holding the session, to the model request, p50 | "
         f"{p50 * 1e3:.1f} ms | {len(f.steers)} steers |",
         f"| the same, p99 | {p99 * 1e3:.1f} ms | |",
@@ -425,7 +447,7 @@ def render(f: Figures, quick: bool = False) -> str:
 
 
 @contextlib.contextmanager
-def _server() -> Iterator[tuple[str, str] | None]:
+def _server() -> Iterator[str | None]:
     sys.path.insert(0, str(ROOT))
     from tests.postgres_server import Unavailable, server
 
@@ -433,7 +455,7 @@ def _server() -> Iterator[tuple[str, str] | None]:
         with server() as running:
             url, schema = running.fresh_url()
             try:
-                yield url, schema
+                yield url
             finally:
                 running.drop(schema)
     except Unavailable as exc:
@@ -441,9 +463,9 @@ def _server() -> Iterator[tuple[str, str] | None]:
         yield None
 
 
-def run(quick: bool = False, size: Size | None = None) -> str:
-    """Measure and render (a private PostgreSQL cluster is started unless
-    ``NOUS_INBOX_TEST_POSTGRES`` names a server)."""
+def run(quick: bool = False, url: str | None = None, size: Size | None = None) -> str:
+    """Measure and render; ``url`` names the PostgreSQL store (a schema nothing else uses), else
+    a private cluster is started (or the server ``NOUS_INBOX_TEST_POSTGRES`` names is used)."""
     size = size or (QUICK if quick else FULL)
     try:
         import httpx  # noqa: F401
@@ -452,19 +474,27 @@ def run(quick: bool = False, size: Size | None = None) -> str:
     except ImportError:
         return ("(the web and postgres extras and httpx are not installed: "
                 "pip install 'nous-inbox[web-test,postgres]')")
-    with _server() as found:
-        if found is None:
-            return "(skipped: no PostgreSQL server; set NOUS_INBOX_TEST_POSTGRES)"
-        url, schema = found
-        with tempfile.TemporaryDirectory() as tmp:
-            figures = measure(f"{url}&lease={size.lease:g}", schema, size, Path(tmp))
+    with contextlib.ExitStack() as stack:
+        if url is None:
+            url = stack.enter_context(_server())
+            if url is None:
+                return "(skipped: no PostgreSQL server; set NOUS_INBOX_TEST_POSTGRES)"
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        joiner = "&" if "?" in url else "?"
+        figures = measure(f"{url}{joiner}lease={size.lease:g}", size, Path(tmp))
     return render(figures, quick)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small sizes")
-    print(run(parser.parse_args(argv).quick))
+    parser.add_argument("--step", type=float, default=None,
+                        help=f"seconds a model request of an active session takes (default {STEP:g})")
+    args = parser.parse_args(argv)
+    size = QUICK if args.quick else FULL
+    if args.step is not None:
+        size = dataclasses.replace(size, step=args.step)
+    print(run(args.quick, size=size))
 
 
 if __name__ == "__main__":
