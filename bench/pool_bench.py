@@ -71,7 +71,7 @@ STEP_VARIABLE = "NOUS_INBOX_POOL_STEP_SECONDS"
 STEP = 0.005  # seconds a model request takes: a few ms, so an active session steps constantly
 STEPS = 1000  # model requests a turn may make: enough that a turn outlasts the run
 WAIT = 600.0  # seconds: a bound on what should happen, never a pause to let it
-SPREAD_WAIT = 300.0  # seconds the pool is given to hold every active session
+SPREAD_WAIT = 180.0  # seconds the pool is given to hold every active session
 
 
 # -- the agent, in each serve process ---------------------------------------------------------------
@@ -132,7 +132,7 @@ class Size:
     step: float = STEP  # seconds each model request of an active session takes
 
 
-FULL = Size(sessions=10_000, active=1_000, max_sessions=600, steers=100, lease=5.0)
+FULL = Size(sessions=10_000, active=1_000, max_sessions=600, steers=30, lease=5.0, step=10.0)
 QUICK = Size(sessions=60, active=12, max_sessions=10, steers=5, lease=2.0)
 
 
@@ -481,7 +481,10 @@ def run(quick: bool = False, url: str | None = None, size: Size | None = None) -
                 return "(skipped: no PostgreSQL server; set NOUS_INBOX_TEST_POSTGRES)"
         tmp = stack.enter_context(tempfile.TemporaryDirectory())
         joiner = "&" if "?" in url else "?"
-        figures = measure(f"{url}{joiner}lease={size.lease:g}", size, Path(tmp))
+        # A connection waits longer than libpq's default here: three processes' first scans
+        # (every session loaded) keep the server busy for a while.
+        figures = measure(f"{url}{joiner}lease={size.lease:g}&connect_timeout=60", size,
+                          Path(tmp))
     return render(figures, quick)
 
 
