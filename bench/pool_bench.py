@@ -393,7 +393,8 @@ def measure(url: str, size: Size, directory: Path) -> Figures:
         began = time.monotonic()
         killed.process.kill()
         held = leases.until(_moved(lost, killed.pid, {kept.pid, fresh.pid}),
-                            "the SIGKILLed process's sessions held by the others")
+                            "the SIGKILLed process's sessions held by the others",
+                            bound=SPREAD_WAIT, progress="sessions held")
         figures.kill = time.monotonic() - began
         figures.kill_takers = _per_process(held, sorted(lost), [kept, fresh])
         killed.process.wait()
