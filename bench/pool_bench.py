@@ -153,6 +153,7 @@ class Figures:
     killed: int = 0
     kill: float = 0.0
     kill_takers: list[int] = field(default_factory=list)
+    kill_moved: int = 0  # of them held elsewhere then (all, unless the bound ran out)
     load: tuple[float, float] = (0.0, 0.0)  # the machine's 1-minute load at start and end
 
 
@@ -397,6 +398,7 @@ def measure(url: str, size: Size, directory: Path) -> Figures:
                             bound=SPREAD_WAIT, progress="sessions held")
         figures.kill = time.monotonic() - began
         figures.kill_takers = _per_process(held, sorted(lost), [kept, fresh])
+        figures.kill_moved = sum(figures.kill_takers)
         killed.process.wait()
     finally:
         for serve in pool:
@@ -438,7 +440,8 @@ def render(f: Figures, quick: bool = False) -> str:
         f"(taken {' / '.join(map(str, f.drain_takers))}; the process ended after "
         f"{f.drain_exit:.2f} s) | target under 1 s; lease expiry: {size.lease:g} s |",
         f"| SIGKILL one (after a fresh process replaced the first): all its {f.killed:,} "
-        f"sessions held elsewhere | {f.kill:.2f} s (taken "
+        f"sessions held elsewhere | {f.kill:.2f} s"
+        f"{'' if f.kill_moved == f.killed else f', {f.kill_moved:,} of them, the bound'} (taken "
         f"{' / '.join(map(str, f.kill_takers))}, the fresh process second) | lease + 2 s: "
         f"{size.lease + 2:g} s |",
     ]
