@@ -35,6 +35,8 @@ SUITES = (
     ("The HTTP API while another session's agent burns the CPU", "bench.spin_bench"),
     ("The cost of metrics per send: an owner counted against one not counted",
      "bench.metrics_bench"),
+    ("A pool of serve processes on one PostgreSQL: the spread, steers, SIGTERM and SIGKILL",
+     "bench.pool_bench"),
 )
 
 
