@@ -10,13 +10,16 @@ benchmarks set their group commits against it, measured the same way.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["RAW_BODY", "RAW_ROWS", "all_at_once", "raw_db", "raw_limit", "raw_transaction"]
+__all__ = ["RAW_BODY", "RAW_ROWS", "all_at_once", "postgres_url", "raw_db", "raw_limit",
+           "raw_transaction"]
 
 
 def all_at_once(senders: Sequence[Callable[[], object]]) -> float:
@@ -80,3 +83,23 @@ def raw_limit(path: Path, total: int, rows: int = RAW_ROWS, body: bytes = RAW_BO
         return total / (time.perf_counter() - begin)
     finally:
         db.close()
+
+
+@contextlib.contextmanager
+def postgres_url() -> Iterator[str | None]:
+    """A store URL on a schema of its own in the tests' private PostgreSQL (started for the run,
+    or the server ``NOUS_INBOX_TEST_POSTGRES`` names), dropped afterwards; ``None``, said on
+    stderr, when no server can be had."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.postgres_server import Unavailable, server
+
+    try:
+        with server() as running:
+            url, schema = running.fresh_url()
+            try:
+                yield url
+            finally:
+                running.drop(schema)
+    except Unavailable as exc:
+        print(f"(no PostgreSQL server: {exc})", file=sys.stderr)
+        yield None

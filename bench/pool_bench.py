@@ -49,12 +49,13 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench._common import postgres_url
 from nous_inbox.message import Message, ToolCall
 from nous_inbox.runner import Runner
 from nous_inbox.runner.tools import Tool
@@ -450,23 +451,6 @@ def render(f: Figures, quick: bool = False) -> str:
     return "\n".join(lines)
 
 
-@contextlib.contextmanager
-def _server() -> Iterator[str | None]:
-    sys.path.insert(0, str(ROOT))
-    from tests.postgres_server import Unavailable, server
-
-    try:
-        with server() as running:
-            url, schema = running.fresh_url()
-            try:
-                yield url
-            finally:
-                running.drop(schema)
-    except Unavailable as exc:
-        print(f"(no PostgreSQL server: {exc})", file=sys.stderr)
-        yield None
-
-
 def run(quick: bool = False, url: str | None = None, size: Size | None = None) -> str:
     """Measure and render; ``url`` names the PostgreSQL store (a schema nothing else uses), else
     a private cluster is started (or the server ``NOUS_INBOX_TEST_POSTGRES`` names is used)."""
@@ -480,7 +464,7 @@ def run(quick: bool = False, url: str | None = None, size: Size | None = None) -
                 "pip install 'nous-inbox[web-test,postgres]')")
     with contextlib.ExitStack() as stack:
         if url is None:
-            url = stack.enter_context(_server())
+            url = stack.enter_context(postgres_url())
             if url is None:
                 return "(skipped: no PostgreSQL server; set NOUS_INBOX_TEST_POSTGRES)"
         tmp = stack.enter_context(tempfile.TemporaryDirectory())

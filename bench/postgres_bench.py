@@ -40,11 +40,10 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench._common import all_at_once
+from bench._common import all_at_once, postgres_url
 from bench.owner_bench import _NoRun, _owner
 from nous_inbox.events import Event, QueueClaimed, Warned
 from nous_inbox.message import Message
@@ -256,24 +255,11 @@ def render(figures: dict[str, Figures], quick: bool = False) -> str:
     return "\n".join(lines)
 
 
-@contextlib.contextmanager
-def _server() -> Iterator[str | None]:
-    sys.path.insert(0, str(ROOT))
-    from tests.postgres_server import Unavailable, server
-
-    try:
-        with server() as running:
-            yield running.fresh_url()[0]
-    except Unavailable as exc:
-        print(f"(no PostgreSQL server: {exc})", file=sys.stderr)
-        yield None
-
-
 def run(quick: bool = False, url: str | None = None) -> str:
     """Measure and render; ``url`` names the PostgreSQL store, else a private cluster is started."""
     with contextlib.ExitStack() as stack:
         if url is None:
-            url = stack.enter_context(_server())
+            url = stack.enter_context(postgres_url())
             if url is None:
                 return "(skipped: no PostgreSQL server; set NOUS_INBOX_TEST_POSTGRES)"
         tmp = stack.enter_context(tempfile.TemporaryDirectory())
