@@ -174,11 +174,18 @@ async def test_a_bad_list_query_is_refused_naming_it(team: Team, query: str, say
 # -- the queues -------------------------------------------------------------------------------
 
 
+def said(queued: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """The queues as what their messages say: a message sent inside a traced request carries
+    its sender's ``traceparent`` in its metadata when a tracer is configured in the process."""
+    return {queue: [{**entry, "message": {key: entry["message"][key] for key in ("role", "content")}}
+                    for entry in entries] for queue, entries in queued.items()}
+
+
 async def test_a_session_shows_the_messages_waiting_on_each_queue(team: Team) -> None:
     await team.run("ops", "check the deploy")
     fyi = await team.send("ops", "inject", "fyi: the cdn is slow")
     also = await team.send("ops", "inject", "and the db")
-    queued = (await team.get("/api/sessions/ops"))["queued"]
+    queued = said((await team.get("/api/sessions/ops"))["queued"])
     assert queued == {"next_turn": [], "next_step": [
         {"seq": fyi, "wakeup": False, "message": {"role": "user", "content": "fyi: the cdn is slow"}},
         {"seq": also, "wakeup": False, "message": {"role": "user", "content": "and the db"}}]}
@@ -187,7 +194,7 @@ async def test_a_session_shows_the_messages_waiting_on_each_queue(team: Team) ->
         MessageSent(target="next_turn", wakeup=True, message=Message.user("then write it up")),
         MessageSent(target="next_step", wakeup=True, message=Message.user("stop")),
     ])
-    queued = (await team.get("/api/sessions/elsewhere"))["queued"]
+    queued = said((await team.get("/api/sessions/elsewhere"))["queued"])
     assert queued == {
         "next_turn": [{"seq": 1, "wakeup": True, "message": {"role": "user",
                                                                "content": "then write it up"}}],
