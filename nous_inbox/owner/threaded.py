@@ -383,8 +383,9 @@ class Owner(OwnerBody[MessageSent, TurnHandle]):
 
         The store stays open (it is yours). A run that does not stop within ``timeout`` seconds
         keeps the lease until it ends, so no other owner runs beside it. ``hand_over``: let
-        another holder carry the run on from its next boundary (:mod:`nous_inbox.owner.handover`).
-        """
+        another holder carry the run on from its next boundary (:mod:`nous_inbox.owner.handover`);
+        each of its waits is bounded by ``timeout``, so a run that outlives its cut-off holds
+        ``close`` about three times that."""
         self._closed = True
         self._halt.set()
         self._nudge.set()
