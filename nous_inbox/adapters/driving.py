@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 import queue
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -25,7 +27,9 @@ from nous_inbox.events import Event
 from nous_inbox.message import Message
 from nous_inbox.runner.port import SessionPort
 
-__all__ = ["UNDELIVERABLE", "Caller", "caller", "check_deliverable", "drive_in_thread"]
+__all__ = ["UNDELIVERABLE", "Caller", "caller", "check_deliverable", "drive_in_thread", "open_turn"]
+
+logger: Final = logging.getLogger("nous_inbox.adapters")
 
 _T = TypeVar("_T")
 _DONE: Final = object()
@@ -59,6 +63,31 @@ def caller(port: SessionPort, offload: bool) -> Caller:
     if call_io is _NO_CALL_IO:
         return asyncio.to_thread if offload else _inline
     return _inline if call_io is None else call_io
+
+
+async def open_turn(call: Caller, opening: Callable[[], _T],
+                    end_opening: Callable[[BaseException | None], None]) -> _T:
+    """A framework turn's opening (``opening``, run by ``call`` where the port's calls run),
+    seen through: a caller cancelled meanwhile leaves it to finish, then the turn it opened is
+    ended (``end_opening(failure)``, ``None`` for a cancel); an opening that fails ends the turn
+    as that error, recorded, and raises it (the caller then yields what was recorded)."""
+    started = asyncio.ensure_future(call(opening))
+    try:
+        opened: _T = await asyncio.shield(started)
+        return opened
+    except asyncio.CancelledError:
+        while not started.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait((started,))
+        failure = None if started.cancelled() else started.exception()
+        try:
+            await asyncio.shield(call(lambda: end_opening(failure)))
+        except BaseException:
+            logger.exception("could not record the end of a cancelled turn")
+        raise
+    except Exception as exc:
+        await call(functools.partial(end_opening, exc))
+        raise
 
 
 def check_deliverable(runner: str, run: str, message: Message) -> None:

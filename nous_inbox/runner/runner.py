@@ -284,7 +284,7 @@ class Runner:
                 # A boundary is recorded whole, in one append (its events, each claim the loop
                 # asks for, the events after), before any of it is streamed, so a consumer that
                 # stops reading never leaves half of it unrecorded.
-                known = len(adv.state.transcript)
+                known = len(adv.state.transcript) if trace is not None else 0
                 recorded, adv = boundary(adv, with_usage)
                 if trace is not None and len(adv.state.transcript) > known:
                     trace.claimed(adv.state.transcript[known:])  # what the boundary's claims took

@@ -32,7 +32,7 @@ from agents.stream_events import RawResponsesStreamEvent
 from openai.types.responses import ResponseTextDeltaEvent
 from pydantic import TypeAdapter
 
-from nous_inbox.adapters.driving import caller, check_deliverable, drive_in_thread
+from nous_inbox.adapters.driving import caller, check_deliverable, drive_in_thread, open_turn
 from nous_inbox.adapters.openai_agents.hooks import RunStopped, TurnHooks
 from nous_inbox.adapters.openai_agents.memory import BothHooks, check_hooks, check_session, mirror
 from nous_inbox.events import Event
@@ -208,23 +208,13 @@ class AgentRunner:
     async def _arun(self, port: SessionPort, reason: str,
                     *cancels: _Flag | None) -> AsyncIterator[Event]:
         turn = TurnHooks(port, caller(port, self.offload), self._start, cancels)
-        opening = asyncio.ensure_future(turn.call(
-            lambda: (turn.open(reason), dict(getattr(port, "turn_options", None) or {}))))
+        run_input: Any  # the SDK's input items, as the SDK's ``run`` takes them
         try:
             # The options are those of the prompts this opening claimed (an owner's port).
-            run_input, options = await asyncio.shield(opening)
-        except asyncio.CancelledError:
-            while not opening.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait((opening,))
-            failure = None if opening.cancelled() else opening.exception()
-            try:
-                await asyncio.shield(turn.call(lambda: turn.end_opening(failure)))
-            except BaseException:
-                logger.exception("could not record the end of a cancelled turn")
-            raise
-        except Exception as exc:
-            await turn.call(functools.partial(turn.end_opening, exc))
+            run_input, options = await open_turn(
+                turn.call, lambda: (turn.open(reason), dict(getattr(port, "turn_options", None) or {})),
+                turn.end_opening)
+        except Exception:  # the turn ended as an error, recorded
             for event in turn.take():
                 yield event
             raise

@@ -19,8 +19,6 @@ how a threaded owner drives an asyncio run (on a loop in a thread of its own).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -30,7 +28,7 @@ from pydantic import TypeAdapter
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from nous_inbox.adapters.driving import caller, check_deliverable, drive_in_thread
+from nous_inbox.adapters.driving import caller, check_deliverable, drive_in_thread, open_turn
 from nous_inbox.adapters.pydantic_ai.hooks import InboxHooks, StepSpans, TurnOver
 from nous_inbox.events import Event
 from nous_inbox.happenings import Cancelled, Failed
@@ -171,22 +169,10 @@ class AgentRunner:
 
     async def _arun(self, port: SessionPort, reason: str, *cancels: _Flag | None) -> AsyncIterator[Event]:
         hooks = InboxHooks(port, caller(port, self.offload), self._start)
-        opening = asyncio.ensure_future(hooks.call(lambda: (hooks.open(reason), _options(port))))
         try:
-            history, options = await asyncio.shield(opening)
-        except asyncio.CancelledError:
-            # The opening goes on where the port's calls run; a turn it opens is ended here.
-            while not opening.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait((opening,))
-            failure = None if opening.cancelled() else opening.exception()
-            try:
-                await asyncio.shield(hooks.call(lambda: hooks.end_opening(failure)))
-            except BaseException:
-                logger.exception("could not record the end of a cancelled turn")
-            raise
-        except Exception as exc:  # as a failing run: the turn ends as an error, recorded
-            await hooks.call(functools.partial(hooks.end_opening, exc))
+            history, options = await open_turn(
+                hooks.call, lambda: (hooks.open(reason), _options(port)), hooks.end_opening)
+        except Exception:  # as a failing run: the turn ended as an error, recorded
             for event in hooks.take():
                 yield event
             raise
